@@ -1,0 +1,355 @@
+"""`streamplane`: manage clusters, streams and failovers, read the event log, inspect the store, run the local stack.
+
+Exit codes: 0 success, 1 internal error, 2 bad input, 3 not found, 4 already exists, 5 refused by the
+current state (failed precondition, fenced), 6 unavailable (coordinator, store or Kafka unreachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from streamplane import errors
+from streamplane.cli.output import print_json, print_table, to_jsonable
+from streamplane.client.coordinator import DEFAULT_COORDINATOR, CoordinatorClient
+from streamplane.v1 import topology_pb2 as pb
+
+EXIT_CODES: list[tuple[type[errors.StreamplaneError], int]] = [
+    (errors.InvalidArgumentError, 2),
+    (errors.NotFoundError, 3),
+    (errors.AlreadyExistsError, 4),
+    (errors.FailedPreconditionError, 5),
+    (errors.UnavailableError, 6),
+]
+
+STATE_NAMES = {v: k.removeprefix("GENERATION_STATE_").lower() for k, v in pb.GenerationState.items()}
+ADMIN_NAMES = {v: k.removeprefix("CLUSTER_ADMIN_").lower() for k, v in pb.ClusterAdmin.items()}
+
+
+def exit_code_for(err: errors.StreamplaneError) -> int:
+    return next((code for kind, code in EXIT_CODES if isinstance(err, kind)), 1)
+
+
+# -- commands that talk to the coordinator ---------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> CoordinatorClient:
+    return CoordinatorClient(args.coordinator, timeout_s=args.timeout)
+
+
+def cmd_cluster_register(args: argparse.Namespace) -> None:
+    cluster = pb.Cluster(
+        name=args.name,
+        bootstrap_servers=args.bootstrap,
+        zone=args.zone,
+        capacity_weight=args.capacity_weight,
+        config_ref=args.config_ref,
+        admin=pb.CLUSTER_ADMIN_KAFKA,
+    )
+    with _client(args) as client:
+        done = client.register_cluster(cluster, update_existing=args.update)
+    if args.output == "json":
+        print_json(done)
+    else:
+        print(f"registered cluster {done.cluster.name} ({done.cluster.bootstrap_servers}) at version {done.version}")
+
+
+def cmd_cluster_list(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        clusters = client.list_clusters()
+    if args.output == "json":
+        print_json(clusters)
+        return
+    print_table(
+        ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN"],
+        [
+            [
+                c.name,
+                c.bootstrap_servers,
+                c.zone or "-",
+                f"{c.capacity_weight:g}",
+                c.health,
+                ADMIN_NAMES.get(c.admin, "?"),
+            ]
+            for c in clusters
+        ],
+    )
+
+
+def _print_stream(stream: pb.Stream) -> None:
+    print(f"stream {stream.name}")
+    rows = []
+    for lane in stream.lanes:
+        for gen in lane.generations:
+            rows.append(
+                [
+                    lane.name,
+                    lane.priority,
+                    f"g{gen.number}",
+                    STATE_NAMES.get(gen.state, "?"),
+                    gen.cluster,
+                    gen.topic,
+                    gen.partitions,
+                ]
+            )
+    print_table(["LANE", "PRIORITY", "GENERATION", "STATE", "CLUSTER", "TOPIC", "PARTITIONS"], rows)
+
+
+def cmd_stream_create(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        done = client.create_stream(args.name, args.partitions, args.cluster)
+    if args.output == "json":
+        print_json(done)
+    else:
+        print(f"created at version {done.version}")
+        _print_stream(done.stream)
+
+
+def cmd_stream_list(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        streams = client.list_streams()
+    if args.output == "json":
+        print_json(streams)
+        return
+    rows = []
+    for s in streams:
+        active = [f"{lane.name}:g{lane.generations[-1].number}@{lane.generations[-1].cluster}" for lane in s.lanes]
+        rows.append([s.name, len(s.lanes), " ".join(active)])
+    print_table(["STREAM", "LANES", "ACTIVE GENERATIONS"], rows)
+
+
+def cmd_stream_describe(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        stream = client.describe_stream(args.name)
+    if args.output == "json":
+        print_json(stream)
+    else:
+        _print_stream(stream)
+
+
+def cmd_stream_add_lane(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        done = client.add_lane(args.stream, args.lane, args.priority, args.partitions, args.cluster)
+    if args.output == "json":
+        print_json(done)
+    else:
+        print(f"added lane {args.lane} at version {done.version}")
+        _print_stream(done.stream)
+
+
+def cmd_failover(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        done = client.failover(args.stream, args.lane, args.to, args.partitions, args.reason)
+    if args.output == "json":
+        print_json(done)
+    else:
+        p, c = done.previous, done.current
+        print(
+            f"failed over {args.stream}/{args.lane} at version {done.version}: "
+            f"g{p.number} on {p.cluster} is {STATE_NAMES[p.state]}, "
+            f"g{c.number} on {c.cluster} ({c.topic}, {c.partitions} partitions) is {STATE_NAMES[c.state]}"
+        )
+
+
+def describe_event(event: pb.TopologyEvent) -> str:
+    """One line saying what an event changed."""
+    kind = event.WhichOneof("kind")
+    if kind in ("cluster_registered", "cluster_updated"):
+        c = getattr(event, kind)
+        return f"{kind} {c.name} bootstrap={c.bootstrap_servers}"
+    if kind == "stream_created":
+        s = event.stream_created
+        lanes = ", ".join(
+            f"{lane.name}:g{lane.generations[-1].number}@{lane.generations[-1].cluster}" for lane in s.lanes
+        )
+        return f"stream_created {s.name} lanes=[{lanes}]"
+    if kind == "lane_added":
+        gen = event.lane_added.lane.generations[-1]
+        return f"lane_added {event.lane_added.stream}/{event.lane_added.lane.name} g{gen.number}@{gen.cluster}"
+    if kind == "failed_over":
+        f = event.failed_over
+        reason = f" reason={f.reason!r}" if f.reason else ""
+        return (
+            f"failed_over {f.stream}/{f.lane} g{f.previous.number}@{f.previous.cluster} "
+            f"({STATE_NAMES[f.previous.state]}) -> g{f.current.number}@{f.current.cluster}{reason}"
+        )
+    return kind or "unknown"
+
+
+def cmd_events(args: argparse.Namespace) -> None:
+    import datetime as dt
+
+    with _client(args) as client:
+        idle = None if args.follow else args.idle_timeout
+        for event in client.watch_topology(args.since, idle_timeout_s=idle):
+            if args.output == "json":
+                print(json.dumps(to_jsonable(event), sort_keys=True), flush=True)
+            else:
+                when = dt.datetime.fromtimestamp(event.time_unix_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                print(f"{event.version}  {when[:-4]}Z  {event.actor}  {describe_event(event)}", flush=True)
+
+
+# -- commands that run or read things locally -------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> None:
+    from streamplane.coordinator.inspect import inspect_store, parse_prefix
+    from streamplane.coordinator.store import StoreConfig, open_store
+
+    config = StoreConfig.from_env(args.data_dir)
+    prefix = parse_prefix(args.prefix)
+    db = open_store(config, read_only=True)
+    try:
+        rows = inspect_store(db, prefix, limit=args.limit)
+    finally:
+        db.close()
+    if args.output == "json":
+        print_json([{"key": list(map(repr, key)), "value": value} for key, value in rows])
+        return
+    for key, value in rows:
+        shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        print(f"{key!r} = {shown}")
+    print(f"({len(rows)} key(s) under {prefix!r} in the {config.driver} store)", file=sys.stderr)
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from streamplane.coordinator import server
+    from streamplane.coordinator.store import StoreConfig
+
+    return server.serve_forever(StoreConfig.from_env(args.data_dir), host=args.host, port=args.port)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from streamplane.devstack.stack import run_dev
+
+    return run_dev(clusters=args.clusters, data_dir=Path(args.data_dir), port=args.port, host=args.host)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from streamplane.devstack.demo import run_demo
+
+    return run_demo(records=args.records, data_dir=Path(args.data_dir) if args.data_dir else None)
+
+
+# -- parser ---------------------------------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamplane",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument(
+        "--coordinator",
+        default=os.environ.get("STREAMPLANE_COORDINATOR", DEFAULT_COORDINATOR),
+        help="coordinator address host:port (env STREAMPLANE_COORDINATOR; default %(default)s)",
+    )
+    parser.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per coordinator call")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(parent: argparse._SubParsersAction, name: str, fn: Callable, help_: str) -> argparse.ArgumentParser:
+        p = parent.add_parser(name, help=help_, description=help_)
+        p.set_defaults(fn=fn)
+        return p
+
+    cluster = sub.add_parser("cluster", help="register and list Kafka clusters").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(cluster, "register", cmd_cluster_register, "register a Kafka cluster")
+    p.add_argument("name")
+    p.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,host:port...]")
+    p.add_argument("--zone", default="")
+    p.add_argument("--capacity-weight", type=float, default=1.0)
+    p.add_argument("--config-ref", default="", help="name of the client TLS/SASL settings for this cluster")
+    p.add_argument("--update", action="store_true", help="replace an existing registration of that name")
+    add(cluster, "list", cmd_cluster_list, "list registered clusters")
+
+    stream = sub.add_parser("stream", help="create, list and describe streams").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(stream, "create", cmd_stream_create, "create a stream with its realtime and dlq lanes")
+    p.add_argument("name")
+    p.add_argument("--partitions", type=_positive, required=True)
+    p.add_argument("--cluster", default="", help="cluster of the first generations (default: the largest healthy)")
+    add(stream, "list", cmd_stream_list, "list streams")
+    p = add(stream, "describe", cmd_stream_describe, "show a stream's lanes and generations")
+    p.add_argument("name")
+    p = add(stream, "add-lane", cmd_stream_add_lane, "add a lane to a stream")
+    p.add_argument("stream")
+    p.add_argument("lane")
+    p.add_argument("--priority", type=int, required=True, help="0..1000, higher is served first")
+    p.add_argument("--partitions", type=int, default=0)
+    p.add_argument("--cluster", default="")
+
+    p = add(sub, "failover", cmd_failover, "move a lane to another cluster: open g+1 there, drain g")
+    p.add_argument("stream")
+    p.add_argument("--lane", default="realtime")
+    p.add_argument("--to", required=True, metavar="CLUSTER")
+    p.add_argument("--partitions", type=int, default=0, help="partition count of the new generation (default: same)")
+    p.add_argument("--reason", default="")
+
+    p = add(sub, "events", cmd_events, "print the topology event log")
+    p.add_argument("--since", default="", metavar="VERSION", help="only events after this version")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    p.add_argument("--idle-timeout", type=float, default=1.0, help=argparse.SUPPRESS)
+
+    p = add(sub, "inspect", cmd_inspect, "print the store's keys and values, decoded (reads the store directly)")
+    p.add_argument(
+        "prefix",
+        nargs="?",
+        default="",
+        help="key path under the root, elements separated by '/', e.g. gen/logs/realtime",
+    )
+    p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
+    p.add_argument("--limit", type=int, default=10_000)
+
+    p = add(sub, "coordinator", cmd_coordinator, "run the coordinator in the foreground")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=7400)
+    p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
+
+    p = add(sub, "dev", cmd_dev, "run the local stack (coordinator + local Kafka clusters) in the foreground")
+    p.add_argument("--clusters", type=int, default=2)
+    p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"))
+    p.add_argument("--port", type=int, default=7400)
+    p.add_argument("--host", default="127.0.0.1")
+
+    p = add(sub, "demo", cmd_demo, "start the local stack and run a short pipeline through a failover")
+    p.add_argument("--records", type=_positive, default=2000)
+    p.add_argument("--data-dir", default=None, help="keep the coordinator's state here (default: a temporary folder)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from streamplane.log import configure_logging
+
+    configure_logging()
+    args = build_parser().parse_args(argv)
+    try:
+        result = args.fn(args)
+    except errors.StreamplaneError as err:
+        print(f"streamplane: {err.message}", file=sys.stderr)
+        return exit_code_for(err)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Creating topics on the registered clusters: Kafka's admin API for real clusters, the control channel for local ones.
+
+Topic creation is idempotent: a topic that exists with the wanted partition count is success, so a retried
+Failover or CreateStream never fails on its own earlier attempt.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
+from streamplane.errors import FailedPreconditionError, UnavailableError
+
+
+class ClusterAdmin(Protocol):
+    """What the topology needs from a Kafka cluster."""
+
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
+        """Create `topic` with `partitions` partitions on `cluster` unless it exists with that many."""
+        ...
+
+
+class KafkaAdmin:
+    """Topics on real Kafka clusters, through confluent-kafka's AdminClient (CreateTopics)."""
+
+    def __init__(self, timeout_s: float = 15.0) -> None:
+        self._timeout_s = timeout_s
+
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 3})
+        # replication_factor=-1 takes the broker's default.replication.factor (KIP-464).
+        futures = client.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=-1)], request_timeout=self._timeout_s
+        )
+        where = f"topic {topic} on cluster {cluster.name} ({cluster.bootstrap_servers})"
+        try:
+            futures[topic].result(timeout=self._timeout_s)
+        except KafkaException as err:
+            error = err.args[0]
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise UnavailableError(f"cannot create {where}: {error.str()}") from err
+            self._check_partitions(client, cluster, topic, partitions)
+        except Exception as err:  # a timeout of the future
+            raise UnavailableError(f"cannot create {where}: {err}") from err
+
+    def _check_partitions(self, client: object, cluster: Cluster, topic: str, partitions: int) -> None:
+        metadata = client.list_topics(topic, timeout=self._timeout_s)  # type: ignore[attr-defined]
+        found = len(metadata.topics[topic].partitions)
+        if found != partitions:
+            raise FailedPreconditionError(
+                f"topic {topic} exists on cluster {cluster.name} with {found} partitions, not {partitions}"
+            )
+
+
+class LocalAdmin:
+    """Topics on local Kafka-protocol clusters started by `streamplane dev`, through their control channel."""
+
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
+        from streamplane.devstack.control import LocalClusterControl
+
+        LocalClusterControl(cluster.control_endpoint, name=cluster.name).create_topic(topic, partitions)
+
+
+class RoutingAdmin:
+    """Sends each cluster's topic creation to the admin of its kind."""
+
+    def __init__(self, kafka: ClusterAdmin | None = None, local: ClusterAdmin | None = None) -> None:
+        self._kafka = kafka or KafkaAdmin()
+        self._local = local or LocalAdmin()
+
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
+        admin = self._local if cluster.admin == ADMIN_LOCAL else self._kafka
+        admin.ensure_topic(cluster, topic, partitions)

@@ -1,0 +1,80 @@
+"""The event log: one versionstamped entry per change, read back in commit order.
+
+Versions are the 12 bytes of the key's versionstamp (commit version, batch order, user version), shown as
+24 hex digits so that string order is commit order. Every append bumps EVENT_HEAD, which watchers wait on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from streamplane.coordinator import keys
+from streamplane.coordinator.model import Event
+from streamplane.coordinator.store import Transaction, transactional
+from streamplane.coordinator.store.api import Watch
+from streamplane.errors import InvalidArgumentError
+
+VERSION_HEX_DIGITS = 24
+
+
+def format_version(version: bytes) -> str:
+    return version.hex()
+
+
+def parse_version(text: str, field: str = "from_version") -> bytes | None:
+    """The 12 bytes of a version string; None for the empty string (the start of the log)."""
+    if not text:
+        return None
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raw = b""
+    if len(raw) != VERSION_HEX_DIGITS // 2:
+        raise InvalidArgumentError(f"{field} {text!r} is not a version: expected {VERSION_HEX_DIGITS} hex digits")
+    return raw
+
+
+def append_event(tr: Transaction, type_: str, data: dict[str, Any], *, actor: str, user_version: int = 0) -> None:
+    """Append one event to the log in `tr`; its version is the transaction's commit versionstamp."""
+    body = {"type": type_, "time_ms": int(time.time() * 1000), "actor": actor, "data": data}
+    tr.set_versionstamped_key(keys.event_key_incomplete(user_version), json.dumps(body, sort_keys=True).encode())
+    tr.add(keys.EVENT_HEAD, 1)
+
+
+def committed_version(tr: Transaction, user_version: int = 0) -> str:
+    """After commit: the version of the event appended with `user_version` in `tr`."""
+    return format_version(tr.get_versionstamp().wait() + user_version.to_bytes(2, "big"))
+
+
+def _decode(key: bytes, value: bytes) -> Event:
+    body = json.loads(value)
+    return Event(
+        version=format_version(keys.event_version(key)),
+        type=body["type"],
+        time_ms=body["time_ms"],
+        actor=body.get("actor", ""),
+        data=body.get("data", {}),
+    )
+
+
+@transactional
+def read_events(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> list[Event]:
+    """Events strictly after version `after` (None: from the start), oldest first, at most `limit`."""
+    begin = keys.EVENTS.range().start if after is None else keys.event_key(after) + b"\x00"
+    rows = tr.get_range(begin, keys.EVENTS.range().stop, limit=limit)
+    return [_decode(k, v) for k, v in rows]
+
+
+@transactional
+def read_events_and_watch(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> tuple[list[Event], Watch]:
+    """Like `read_events`, plus a watch that fires on the next append: read and watch are atomic, so none is missed."""
+    return read_events(tr, after, limit=limit), tr.watch(keys.EVENT_HEAD)
+
+
+@transactional
+def read_recent_events(tr: Transaction, *, limit: int) -> list[Event]:
+    """The newest `limit` events, oldest first."""
+    rows = tr.get_range(keys.EVENTS.range().start, keys.EVENTS.range().stop, limit=limit, reverse=True)
+    return [_decode(k, v) for k, v in reversed(rows)]

@@ -1,0 +1,83 @@
+"""Every key the coordinator writes, built from `fdb.tuple` subspaces under one root. Nothing else packs keys.
+
+Layout (tuples; values are UTF-8 JSON unless noted), the same on FoundationDB and on the embedded store,
+documented for operators in fdb/KEYS.md:
+
+    ("streamplane", "cluster", name)                    -> Cluster
+    ("streamplane", "stream", name)                     -> Stream header {name}
+    ("streamplane", "lane", stream, lane)               -> Lane header {name, priority}
+    ("streamplane", "gen", stream, lane, number)        -> Generation
+    ("streamplane", "event", Versionstamp)              -> Event {type, time_ms, actor, data}
+    ("streamplane", "event_head")                       -> 8-byte little-endian count of events (a watch key)
+"""
+
+from __future__ import annotations
+
+import types
+
+import fdb.tuple
+from fdb.subspace_impl import Subspace
+
+import fdb
+
+if not hasattr(fdb, "impl"):
+    # fdb.tuple's Versionstamp.to_bytes checks isinstance(x, fdb.impl.Value), and fdb.impl loads libfdb_c on
+    # import. Without the C library (the embedded store) no value can be an fdb.impl.Value, so a stand-in
+    # class keeps packing working; importing the real fdb.impl later replaces it.
+    fdb.impl = types.SimpleNamespace(Value=type("_NoFdbValue", (), {}))  # type: ignore[attr-defined]
+
+Versionstamp = fdb.tuple.Versionstamp
+
+ROOT = Subspace(("streamplane",))
+
+CLUSTERS = ROOT["cluster"]
+STREAMS = ROOT["stream"]
+LANES = ROOT["lane"]
+GENERATIONS = ROOT["gen"]
+EVENTS = ROOT["event"]
+EVENT_HEAD = ROOT.pack(("event_head",))
+
+
+def cluster_key(name: str) -> bytes:
+    return CLUSTERS.pack((name,))
+
+
+def stream_key(name: str) -> bytes:
+    return STREAMS.pack((name,))
+
+
+def lane_key(stream: str, lane: str) -> bytes:
+    return LANES.pack((stream, lane))
+
+
+def generation_key(stream: str, lane: str, number: int) -> bytes:
+    return GENERATIONS.pack((stream, lane, number))
+
+
+def event_key_incomplete(user_version: int = 0) -> bytes:
+    """Key for a new event, its versionstamp to be filled in at commit (`tr.set_versionstamped_key`)."""
+    return EVENTS.pack_with_versionstamp((Versionstamp(user_version=user_version),))
+
+
+def event_key(version: bytes) -> bytes:
+    """Key of the event at a complete 12-byte version (10-byte commit stamp + 2-byte user version)."""
+    return EVENTS.pack((Versionstamp.from_bytes(version),))
+
+
+def event_version(key: bytes) -> bytes:
+    """The 12-byte version of an event key."""
+    (stamp,) = EVENTS.unpack(key)
+    return stamp.to_bytes()
+
+
+def decode_key(key: bytes) -> tuple:
+    """A key as the tuple it packs, for inspection; raw bytes stay bytes when they are not a tuple."""
+    try:
+        return fdb.tuple.unpack(key)
+    except Exception:
+        return (key,)
+
+
+def pack_prefix(elements: tuple) -> bytes:
+    """The packed prefix for an inspection path such as ("gen", "logs")."""
+    return ROOT.pack(elements)

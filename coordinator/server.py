@@ -1,0 +1,90 @@
+"""The coordinator process: open the store, serve the gRPC services (with health and reflection), stop cleanly.
+
+`streamplane coordinator` runs it in the foreground and prints `coordinator=HOST:PORT` once it serves.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
+from streamplane.coordinator.servicer import TopologyServicer
+from streamplane.coordinator.store import Database, StoreConfig, open_store
+from streamplane.coordinator.topology import Topology
+from streamplane.v1 import topology_pb2, topology_pb2_grpc
+
+log = structlog.get_logger(__name__)
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+SERVICE_NAMES = (topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,)
+
+
+@dataclass
+class RunningCoordinator:
+    """A started coordinator: its server, address and store."""
+
+    server: grpc.Server
+    address: str
+    db: Database
+    health: health.HealthServicer
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Stop serving (open streams end), then close the store."""
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace_s).wait()
+        self.db.close()
+
+
+def start(
+    db: Database, *, host: str = "127.0.0.1", port: int = 0, admin: ClusterAdmin | None = None, max_workers: int = 64
+) -> RunningCoordinator:
+    """Start the gRPC server on host:port (0 picks a free port) over an open store."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
+    )
+    topology = Topology(db, admin or RoutingAdmin())
+    topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(topology), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot listen on {host}:{port}: address in use or not available")
+    server.start()
+    for name in ("", *SERVICE_NAMES):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    address = f"{host}:{bound}"
+    log.info("coordinator.started", address=address, store=db.driver)
+    return RunningCoordinator(server, address, db, health_servicer)
+
+
+def serve_forever(config: StoreConfig, *, host: str, port: int) -> int:
+    """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves."""
+    db = open_store(config)
+    try:
+        running = start(db, host=host, port=port)
+    except Exception:
+        db.close()
+        raise
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"coordinator={running.address} store={db.driver}", flush=True)
+    stop.wait()
+    log.info("coordinator.stopping")
+    running.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve_forever(StoreConfig.from_env(), host="127.0.0.1", port=7400))

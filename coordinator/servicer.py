@@ -1,0 +1,98 @@
+"""The TopologyService servicer: decode the request, call the topology domain, encode the answer.
+
+Errors are mapped to gRPC statuses by `streamplane.rpc`; nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+
+from streamplane.coordinator import convert, events
+from streamplane.coordinator.topology import Topology
+from streamplane.rpc import grpc_errors, grpc_stream_errors
+from streamplane.v1 import topology_pb2 as pb
+from streamplane.v1 import topology_pb2_grpc as pb_grpc
+
+ACTOR_METADATA_KEY = "x-streamplane-actor"
+
+# How long WatchTopology waits on the event-log watch before re-checking that its client is still there.
+WATCH_POLL_S = 1.0
+
+
+def actor_of(context: grpc.ServicerContext) -> str:
+    """Who made the call, for the event log: the x-streamplane-actor metadata, else the peer address."""
+    for key, value in context.invocation_metadata() or ():
+        if key == ACTOR_METADATA_KEY and value:
+            return str(value)[:256]
+    return context.peer()
+
+
+class TopologyServicer(pb_grpc.TopologyServiceServicer):
+    def __init__(self, topology: Topology) -> None:
+        self._topology = topology
+
+    @grpc_errors
+    def RegisterCluster(
+        self, request: pb.RegisterClusterRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterClusterResponse:
+        done = self._topology.register_cluster(
+            convert.cluster_from_pb(request.cluster), update_existing=request.update_existing, actor=actor_of(context)
+        )
+        return pb.RegisterClusterResponse(cluster=convert.cluster_to_pb(done.value), version=done.version)
+
+    @grpc_errors
+    def ListClusters(self, request: pb.ListClustersRequest, context: grpc.ServicerContext) -> pb.ListClustersResponse:
+        return pb.ListClustersResponse(clusters=[convert.cluster_to_pb(c) for c in self._topology.list_clusters()])
+
+    @grpc_errors
+    def CreateStream(self, request: pb.CreateStreamRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
+        done = self._topology.create_stream(request.name, request.partitions, request.cluster, actor=actor_of(context))
+        return pb.StreamResponse(stream=convert.stream_to_pb(done.value), version=done.version)
+
+    @grpc_errors
+    def DescribeStream(self, request: pb.DescribeStreamRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
+        return pb.StreamResponse(stream=convert.stream_to_pb(self._topology.get_stream(request.name)))
+
+    @grpc_errors
+    def ListStreams(self, request: pb.ListStreamsRequest, context: grpc.ServicerContext) -> pb.ListStreamsResponse:
+        return pb.ListStreamsResponse(streams=[convert.stream_to_pb(s) for s in self._topology.list_streams()])
+
+    @grpc_errors
+    def AddLane(self, request: pb.AddLaneRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
+        done = self._topology.add_lane(
+            request.stream, request.lane, request.priority, request.partitions, request.cluster, actor=actor_of(context)
+        )
+        return pb.StreamResponse(stream=convert.stream_to_pb(done.value), version=done.version)
+
+    @grpc_errors
+    def Failover(self, request: pb.FailoverRequest, context: grpc.ServicerContext) -> pb.FailoverResponse:
+        done = self._topology.failover(
+            request.stream,
+            request.lane,
+            request.target_cluster,
+            request.partitions,
+            request.reason,
+            actor=actor_of(context),
+        )
+        previous, current = done.value
+        return pb.FailoverResponse(
+            previous=convert.generation_to_pb(previous), current=convert.generation_to_pb(current), version=done.version
+        )
+
+    @grpc_stream_errors
+    def WatchTopology(
+        self, request: pb.WatchTopologyRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.TopologyEvent]:
+        cursor = events.parse_version(request.from_version)
+        while context.is_active():
+            batch, watch = self._topology.read_events_and_watch(cursor)
+            try:
+                for event in batch:
+                    yield convert.event_to_pb(event)
+                    cursor = bytes.fromhex(event.version)
+                if not batch:
+                    watch.wait(WATCH_POLL_S)
+            finally:
+                watch.cancel()

@@ -1,0 +1,270 @@
+"""The embedded store driver: FoundationDB's transaction semantics in one local SQLite file, for one process.
+
+Transactions run one at a time under a process-wide lock, which makes them trivially serializable; each
+commit is one SQLite transaction in WAL mode, so a committed transaction survives a crash of the process
+(kill -9) and a half-done one never appears. With `sync="full"` every commit is also fsynced, which covers
+power loss at the cost of throughput. The commit version is stored with the data, so versionstamps stay
+monotonic across restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+
+from streamplane.coordinator.store.api import (
+    MAX_TRANSACTION_BYTES,
+    StoreLimitError,
+    StoreUnavailableError,
+    Transaction,
+    check_key,
+    check_value,
+)
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta (name, value) VALUES ('commit_version', 0);
+"""
+
+
+class _Watch:
+    """A watch of the embedded driver: an event set by the commit that writes its key."""
+
+    def __init__(self, registry: _WatchRegistry, key: bytes) -> None:
+        self._registry = registry
+        self.key = key
+        self._fired = threading.Event()
+
+    def fire(self) -> None:
+        self._fired.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._fired.wait(timeout)
+
+    def cancel(self) -> None:
+        self._registry.remove(self)
+
+
+class _WatchRegistry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[bytes, set[_Watch]] = {}
+
+    def add(self, watch: _Watch) -> None:
+        with self._lock:
+            self._by_key.setdefault(watch.key, set()).add(watch)
+
+    def remove(self, watch: _Watch) -> None:
+        with self._lock:
+            watches = self._by_key.get(watch.key)
+            if watches is not None:
+                watches.discard(watch)
+                if not watches:
+                    del self._by_key[watch.key]
+
+    def fire(self, keys: set[bytes], ranges: list[tuple[bytes, bytes]]) -> None:
+        with self._lock:
+            if not self._by_key:
+                return
+            hit = [k for k in self._by_key if k in keys or any(b <= k < e for b, e in ranges)]
+            fired = [w for k in hit for w in self._by_key.pop(k)]
+        for watch in fired:
+            watch.fire()
+
+
+class _Versionstamp:
+    def __init__(self, stamp: bytes) -> None:
+        self._stamp = stamp
+        self.committed = False
+
+    def wait(self) -> bytes:
+        if not self.committed:
+            raise StoreUnavailableError("the transaction did not commit, so it has no versionstamp")
+        return self._stamp
+
+
+class EmbeddedTransaction:
+    """A transaction of the embedded driver. Created by `EmbeddedDatabase.transact`, under its lock."""
+
+    def __init__(self, conn: sqlite3.Connection, commit_version: int) -> None:
+        self._conn = conn
+        self._stamp = struct.pack(">QH", commit_version, 0)
+        self._versionstamp = _Versionstamp(self._stamp)
+        self._bytes = 0
+        self._dirty = False
+        self.written: set[bytes] = set()
+        self.cleared_ranges: list[tuple[bytes, bytes]] = []
+        self.new_watches: list[_Watch] = []
+        self.registry: _WatchRegistry | None = None
+
+    # -- reads
+    def get(self, key: bytes) -> bytes | None:
+        check_key(key)
+        row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def get_range(
+        self, begin: bytes, end: bytes, *, limit: int = 0, reverse: bool = False, snapshot: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        order = "DESC" if reverse else "ASC"
+        rows = self._conn.execute(
+            f"SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key {order} LIMIT ?",
+            (begin, end, limit if limit > 0 else -1),
+        ).fetchall()
+        return [(bytes(k), bytes(v)) for k, v in rows]
+
+    # -- writes
+    def _account(self, key: bytes, value: bytes = b"") -> None:
+        check_key(key)
+        check_value(key, value)
+        self._bytes += len(key) + len(value)
+        if self._bytes > MAX_TRANSACTION_BYTES:
+            raise StoreLimitError(
+                f"transaction of more than {self._bytes} bytes exceeds the store's limit of "
+                f"{MAX_TRANSACTION_BYTES} bytes"
+            )
+        self._dirty = True
+
+    def set(self, key: bytes, value: bytes) -> None:
+        self._account(key, value)
+        self._conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
+        self.written.add(key)
+
+    def clear(self, key: bytes) -> None:
+        self._account(key)
+        self._conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+        self.written.add(key)
+
+    def clear_range(self, begin: bytes, end: bytes) -> None:
+        self._account(begin, end)
+        self._conn.execute("DELETE FROM kv WHERE key >= ? AND key < ?", (begin, end))
+        self.cleared_ranges.append((begin, end))
+
+    def add(self, key: bytes, delta: int) -> None:
+        old = self.get(key) or b""
+        current = int.from_bytes(old[:8].ljust(8, b"\0"), "little", signed=True)
+        self.set(key, ((current + delta) & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little"))
+
+    def max(self, key: bytes, value: int) -> None:
+        old = self.get(key)
+        current = -1 if old is None else int.from_bytes(old[:8].ljust(8, b"\0"), "little")
+        if value > current:
+            self.set(key, value.to_bytes(8, "little"))
+
+    def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        if len(key) < 14:
+            raise StoreLimitError("a versionstamped key needs a 10-byte stamp and a 4-byte position")
+        pos = struct.unpack("<I", key[-4:])[0]
+        body = key[:-4]
+        if pos + 10 > len(body):
+            raise StoreLimitError(f"versionstamp position {pos} lies outside the {len(body)}-byte key")
+        self.set(body[:pos] + self._stamp + body[pos + 10 :], value)
+
+    def watch(self, key: bytes) -> _Watch:
+        check_key(key)
+        assert self.registry is not None
+        watch = _Watch(self.registry, key)
+        self.new_watches.append(watch)
+        return watch
+
+    def get_versionstamp(self) -> _Versionstamp:
+        return self._versionstamp
+
+
+class EmbeddedDatabase:
+    """The embedded store: one SQLite file in `data_dir`, one process at a time for writing.
+
+    Args:
+        data_dir: folder of the database file `store.sqlite3`; created if missing.
+        sync: "normal" survives a process crash (kill -9); "full" also fsyncs each commit for power loss.
+        read_only: open for reading only (for `streamplane inspect` beside a running coordinator).
+    """
+
+    driver = "embedded"
+
+    def __init__(self, data_dir: str | Path, *, sync: str = "normal", read_only: bool = False) -> None:
+        if sync not in ("normal", "full"):
+            raise ValueError(f"sync must be 'normal' or 'full', not {sync!r}")
+        self.path = Path(data_dir) / "store.sqlite3"
+        try:
+            if read_only:
+                if not self.path.exists():
+                    raise StoreUnavailableError(f"no embedded store at {self.path}")
+                self._conn = sqlite3.connect(
+                    f"file:{self.path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+                )
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute(f"PRAGMA synchronous={sync.upper()}")
+                self._conn.executescript(_SCHEMA)
+            self._conn.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.Error as err:
+            raise StoreUnavailableError(f"cannot open the embedded store at {self.path}: {err}") from err
+        self._read_only = read_only
+        self._lock = threading.RLock()
+        self._watches = _WatchRegistry()
+        self._closed = False
+        self._commit_version = self._read_commit_version()
+
+    def _read_commit_version(self) -> int:
+        row = self._conn.execute("SELECT value FROM meta WHERE name = 'commit_version'").fetchone()
+        return int(row[0]) if row else 0
+
+    @property
+    def commit_version(self) -> int:
+        """The version of the last committed write transaction."""
+        return self._commit_version
+
+    def transact(self, fn: Callable[[Transaction], T]) -> T:
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailableError(f"the embedded store at {self.path} is closed")
+            if self._read_only:
+                self._commit_version = self._read_commit_version()
+            tr = EmbeddedTransaction(self._conn, self._commit_version + 1)
+            tr.registry = self._watches
+            try:
+                self._conn.execute("BEGIN" if self._read_only else "BEGIN IMMEDIATE")
+                try:
+                    result = fn(tr)
+                    if tr._dirty:
+                        if self._read_only:
+                            raise StoreUnavailableError(f"the embedded store at {self.path} is open read-only")
+                        self._conn.execute(
+                            "UPDATE meta SET value = ? WHERE name = 'commit_version'", (self._commit_version + 1,)
+                        )
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as err:
+                raise StoreUnavailableError(f"the embedded store at {self.path} failed: {err}") from err
+            if tr._dirty:
+                self._commit_version += 1
+                tr.get_versionstamp().committed = True
+                self._watches.fire(tr.written, tr.cleared_ranges)
+            # Registered under the lock, after this commit's own writes fired: no later commit can slip between.
+            for watch in tr.new_watches:
+                self._watches.add(watch)
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()

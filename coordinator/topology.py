@@ -1,0 +1,316 @@
+"""Stream topology: clusters, streams, lanes and generations, changed one event-sourced transaction at a time.
+
+Each change validates, performs its Kafka side effect (topic creation, idempotent) outside any transaction,
+then commits one transaction that re-validates, appends its event and updates the state. A request that
+fails validation writes nothing; one that races another fails cleanly in the final transaction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from streamplane.coordinator import events, keys
+from streamplane.coordinator.cluster_admin import ClusterAdmin
+from streamplane.coordinator.model import (
+    ACTIVE,
+    ADMIN_KAFKA,
+    ADMIN_LOCAL,
+    DEFAULT_LANES,
+    DRAINING,
+    Cluster,
+    Event,
+    Generation,
+    Lane,
+    Stream,
+)
+from streamplane.coordinator.store import Database, Transaction, transactional
+from streamplane.coordinator.store.api import Watch
+from streamplane.errors import AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError
+from streamplane.names import check_lane_name, check_object_name, topic_name
+
+MAX_PARTITIONS = 4096
+MAX_FIELD_CHARS = 1024
+PRIORITY_RANGE = (0, 1000)
+
+
+# -- validation (pure) -------------------------------------------------------------------------------------
+
+
+def _check_text(field: str, value: str, limit: int = MAX_FIELD_CHARS) -> str:
+    if len(value) > limit:
+        raise InvalidArgumentError(f"{field} is {len(value)} characters long; the limit is {limit}")
+    return value
+
+
+def _check_partitions(field: str, value: int, *, allow_zero: bool = False) -> int:
+    if (value == 0 and allow_zero) or 1 <= value <= MAX_PARTITIONS:
+        return value
+    raise InvalidArgumentError(f"{field} must be between 1 and {MAX_PARTITIONS}, not {value}")
+
+
+def validate_cluster(cluster: Cluster) -> Cluster:
+    """Return the cluster with defaults filled in, or raise InvalidArgumentError naming the field."""
+    check_object_name("cluster.name", cluster.name)
+    servers = _check_text("cluster.bootstrap_servers", cluster.bootstrap_servers.strip())
+    if not servers or any(":" not in s or not s.rsplit(":", 1)[1].isdigit() for s in servers.split(",")):
+        raise InvalidArgumentError(
+            f"cluster.bootstrap_servers {cluster.bootstrap_servers!r} must be a comma-separated list of host:port"
+        )
+    for name in ("zone", "health", "config_ref", "control_endpoint"):
+        _check_text(f"cluster.{name}", getattr(cluster, name), 256)
+    weight = cluster.capacity_weight or 1.0
+    if not math.isfinite(weight) or weight <= 0:
+        raise InvalidArgumentError(f"cluster.capacity_weight must be a positive number, not {cluster.capacity_weight}")
+    admin = cluster.admin or ADMIN_KAFKA
+    if admin not in (ADMIN_KAFKA, ADMIN_LOCAL):
+        raise InvalidArgumentError(f"cluster.admin must be {ADMIN_KAFKA!r} or {ADMIN_LOCAL!r}, not {admin!r}")
+    if admin == ADMIN_LOCAL and not cluster.control_endpoint:
+        raise InvalidArgumentError("cluster.control_endpoint is required for a local cluster")
+    return replace(
+        cluster, bootstrap_servers=servers, capacity_weight=weight, admin=admin, health=cluster.health or "healthy"
+    )
+
+
+# -- reads ---------------------------------------------------------------------------------------------------
+
+
+@transactional
+def get_cluster(tr: Transaction, name: str, field: str = "cluster") -> Cluster:
+    raw = tr.get(keys.cluster_key(name))
+    if raw is None:
+        raise NotFoundError(f"{field} {name!r} is not a registered cluster")
+    return Cluster.from_json(raw)
+
+
+@transactional
+def list_clusters(tr: Transaction) -> list[Cluster]:
+    r = keys.CLUSTERS.range()
+    return [Cluster.from_json(v) for _, v in tr.get_range(r.start, r.stop)]
+
+
+def _load_lanes(tr: Transaction, stream: str) -> list[Lane]:
+    r = keys.LANES.range((stream,))
+    lanes = []
+    for key, raw in tr.get_range(r.start, r.stop):
+        (_, lane_name) = keys.LANES.unpack(key)
+        g = keys.GENERATIONS.range((stream, lane_name))
+        gens = [Generation.from_json(v) for _, v in tr.get_range(g.start, g.stop)]
+        lanes.append(replace(Lane.from_json(raw), generations=gens))
+    lanes.sort(key=lambda lane: (-lane.priority, lane.name))
+    return lanes
+
+
+@transactional
+def get_stream(tr: Transaction, name: str, field: str = "stream") -> Stream:
+    raw = tr.get(keys.stream_key(name))
+    if raw is None:
+        raise NotFoundError(f"{field} {name!r} does not exist")
+    return replace(Stream.from_json(raw), lanes=_load_lanes(tr, name))
+
+
+@transactional
+def list_streams(tr: Transaction) -> list[Stream]:
+    r = keys.STREAMS.range()
+    return [
+        replace(Stream.from_json(v), lanes=_load_lanes(tr, Stream.from_json(v).name))
+        for _, v in tr.get_range(r.start, r.stop)
+    ]
+
+
+def _pick_cluster(clusters: list[Cluster]) -> Cluster:
+    healthy = [c for c in clusters if c.health == "healthy"]
+    if not healthy:
+        raise FailedPreconditionError("no healthy cluster is registered; register one with RegisterCluster first")
+    return min(healthy, key=lambda c: (-c.capacity_weight, c.name))
+
+
+# -- writes (each one transaction: event + state) -------------------------------------------------------------
+
+
+def _write_lane(tr: Transaction, stream: str, lane: Lane) -> None:
+    tr.set(keys.lane_key(stream, lane.name), Lane(lane.name, lane.priority).to_json())
+    for gen in lane.generations:
+        tr.set(keys.generation_key(stream, lane.name, gen.number), gen.to_json())
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The result of a change and the event-log version that recorded it."""
+
+    value: Any
+    version: str
+
+
+class Topology:
+    """The topology domain: reads and event-sourced changes over a store and a cluster admin."""
+
+    def __init__(self, db: Database, admin: ClusterAdmin) -> None:
+        self.db = db
+        self.admin = admin
+
+    def _commit(self, change: Callable[[Transaction], Any]) -> Committed:
+        """Run `change` (which appends exactly one event) and return its result with the event's version."""
+        holder: dict[str, Transaction] = {}
+
+        def body(tr: Transaction) -> Any:
+            holder["tr"] = tr
+            return change(tr)
+
+        value = self.db.transact(body)
+        return Committed(value, events.committed_version(holder["tr"]))
+
+    # clusters
+    def register_cluster(self, cluster: Cluster, *, update_existing: bool = False, actor: str = "") -> Committed:
+        cluster = validate_cluster(cluster)
+
+        def change(tr: Transaction) -> Cluster:
+            key = keys.cluster_key(cluster.name)
+            exists = tr.get(key) is not None
+            if exists and not update_existing:
+                raise AlreadyExistsError(f"cluster {cluster.name!r} is already registered")
+            tr.set(key, cluster.to_json())
+            events.append_event(
+                tr, "cluster_updated" if exists else "cluster_registered", {"cluster": asdict(cluster)}, actor=actor
+            )
+            return cluster
+
+        return self._commit(change)
+
+    def list_clusters(self) -> list[Cluster]:
+        return list_clusters(self.db)
+
+    # streams
+    def get_stream(self, name: str) -> Stream:
+        check_object_name("name", name)
+        return get_stream(self.db, name, "stream")
+
+    def list_streams(self) -> list[Stream]:
+        return list_streams(self.db)
+
+    def create_stream(self, name: str, partitions: int, cluster: str = "", *, actor: str = "") -> Committed:
+        check_object_name("name", name)
+        _check_partitions("partitions", partitions)
+        if cluster:
+            check_object_name("cluster", cluster)
+
+        def plan(tr: Transaction) -> Cluster:
+            if tr.get(keys.stream_key(name)) is not None:
+                raise AlreadyExistsError(f"stream {name!r} already exists")
+            return get_cluster(tr, cluster) if cluster else _pick_cluster(list_clusters(tr))
+
+        target = self.db.transact(plan)
+        lanes = [
+            Lane(lane, priority, [Generation(1, target.name, topic_name(name, lane, 1), partitions)])
+            for lane, priority in DEFAULT_LANES.items()
+        ]
+        for lane in lanes:
+            self.admin.ensure_topic(target, lane.active.topic, partitions)
+
+        def change(tr: Transaction) -> Stream:
+            plan(tr)  # re-check inside the committing transaction: a concurrent create loses cleanly
+            stream = Stream(name, sorted(lanes, key=lambda lane: -lane.priority))
+            tr.set(keys.stream_key(name), Stream(name).to_json())
+            for lane in lanes:
+                _write_lane(tr, name, lane)
+            events.append_event(tr, "stream_created", {"stream": asdict(stream)}, actor=actor)
+            return stream
+
+        committed = self._commit(change)
+        return Committed(self.get_stream(name), committed.version)
+
+    def add_lane(
+        self, stream: str, lane: str, priority: int, partitions: int = 0, cluster: str = "", *, actor: str = ""
+    ) -> Committed:
+        check_object_name("stream", stream)
+        check_lane_name("lane", lane)
+        if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+            raise InvalidArgumentError(
+                f"priority must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}, not {priority}"
+            )
+        _check_partitions("partitions", partitions, allow_zero=True)
+        if cluster:
+            check_object_name("cluster", cluster)
+
+        def plan(tr: Transaction) -> tuple[Cluster, int]:
+            current = get_stream(tr, stream, "stream")
+            if current.lane(lane) is not None:
+                raise AlreadyExistsError(f"lane {lane!r} already exists in stream {stream!r}")
+            template = (current.lane("realtime") or current.lanes[0]).active
+            target = get_cluster(tr, cluster or template.cluster)
+            return target, partitions or template.partitions
+
+        target, count = self.db.transact(plan)
+        new_lane = Lane(lane, priority, [Generation(1, target.name, topic_name(stream, lane, 1), count)])
+        self.admin.ensure_topic(target, new_lane.active.topic, count)
+
+        def change(tr: Transaction) -> None:
+            plan(tr)
+            _write_lane(tr, stream, new_lane)
+            events.append_event(tr, "lane_added", {"stream": stream, "lane": asdict(new_lane)}, actor=actor)
+
+        committed = self._commit(change)
+        return Committed(self.get_stream(stream), committed.version)
+
+    def failover(
+        self, stream: str, lane: str, target_cluster: str, partitions: int = 0, reason: str = "", *, actor: str = ""
+    ) -> Committed:
+        """Open generation g+1 of a lane on `target_cluster` and mark g draining. Value: (previous, current)."""
+        check_object_name("stream", stream)
+        check_lane_name("lane", lane)
+        check_object_name("target_cluster", target_cluster)
+        _check_partitions("partitions", partitions, allow_zero=True)
+        _check_text("reason", reason)
+
+        def plan(tr: Transaction) -> tuple[Generation, Generation, Cluster]:
+            current = get_stream(tr, stream, "stream").lane(lane)
+            if current is None:
+                raise NotFoundError(f"lane {lane!r} does not exist in stream {stream!r}")
+            target = get_cluster(tr, target_cluster, "target_cluster")
+            previous = current.active
+            count = partitions or previous.partitions
+            if target.name == previous.cluster and count == previous.partitions:
+                raise FailedPreconditionError(
+                    f"lane {stream}/{lane} is already active on cluster {target.name!r} with {count} partitions; "
+                    "fail over to another cluster or give another partition count"
+                )
+            number = previous.number + 1
+            return previous, Generation(number, target.name, topic_name(stream, lane, number), count), target
+
+        _, nxt, target = self.db.transact(plan)
+        self.admin.ensure_topic(target, nxt.topic, nxt.partitions)
+
+        def change(tr: Transaction) -> tuple[Generation, Generation]:
+            prev_now, planned, _ = plan(tr)
+            if planned != nxt:
+                raise FailedPreconditionError(f"lane {stream}/{lane} changed during the failover; retry it")
+            draining = replace(prev_now, state=DRAINING)
+            tr.set(keys.generation_key(stream, lane, draining.number), draining.to_json())
+            tr.set(keys.generation_key(stream, lane, nxt.number), nxt.to_json())
+            events.append_event(
+                tr,
+                "failed_over",
+                {
+                    "stream": stream,
+                    "lane": lane,
+                    "previous": asdict(draining),
+                    "current": asdict(nxt),
+                    "reason": reason,
+                },
+                actor=actor,
+            )
+            return draining, nxt
+
+        return self._commit(change)
+
+    # events
+    def read_events(self, after: bytes | None, limit: int = 1000) -> list[Event]:
+        return events.read_events(self.db, after, limit=limit)
+
+    def read_events_and_watch(self, after: bytes | None, limit: int = 1000) -> tuple[list[Event], Watch]:
+        return events.read_events_and_watch(self.db, after, limit=limit)
+
+
+__all__ = ["ACTIVE", "DRAINING", "Committed", "Topology", "validate_cluster"]

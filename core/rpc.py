@@ -1,0 +1,118 @@
+"""Translation between streamplane errors and gRPC status codes, in one table, both ways.
+
+Servicers wrap their handlers with `grpc_errors` so that a domain error becomes a status with its
+message; clients call `raise_from_rpc_error` to turn a `grpc.RpcError` back into the same exception kind.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from streamplane.errors import (
+    AlreadyExistsError,
+    CorruptBatchError,
+    FailedPreconditionError,
+    FencedError,
+    InvalidArgumentError,
+    LimitExceededError,
+    NotFoundError,
+    StreamplaneError,
+    UnavailableError,
+)
+
+log = structlog.get_logger(__name__)
+
+# Most specific first: FencedError is a FailedPreconditionError.
+_TABLE: list[tuple[type[StreamplaneError], grpc.StatusCode]] = [
+    (FencedError, grpc.StatusCode.FAILED_PRECONDITION),
+    (InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFoundError, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExistsError, grpc.StatusCode.ALREADY_EXISTS),
+    (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
+    (LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (CorruptBatchError, grpc.StatusCode.DATA_LOSS),
+    (UnavailableError, grpc.StatusCode.UNAVAILABLE),
+]
+
+# Trailing metadata key that carries the exact error class across the wire (FencedError vs FailedPrecondition).
+_KIND_KEY = "x-streamplane-error"
+
+
+def status_for(err: StreamplaneError) -> grpc.StatusCode:
+    """The gRPC status code for a streamplane error."""
+    for kind, code in _TABLE:
+        if isinstance(err, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def error_from_status(code: grpc.StatusCode, message: str, kind: str = "") -> StreamplaneError:
+    """The streamplane error for a gRPC status (inverse of `status_for`)."""
+    for cls, _ in _TABLE:
+        if kind == cls.__name__:
+            return cls(message)
+    for cls, cls_code in _TABLE:
+        if cls_code == code and cls is not FencedError:
+            return cls(message)
+    if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return UnavailableError(message)
+    return StreamplaneError(f"{code.name}: {message}")
+
+
+def raise_from_rpc_error(err: grpc.RpcError, target: str = "") -> None:
+    """Raise the streamplane error that a failed call stands for, chained to the gRPC error."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = err.details() if hasattr(err, "details") else str(err)
+    kind = ""
+    trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == _KIND_KEY:
+            kind = value
+    if code == grpc.StatusCode.UNAVAILABLE and target:
+        details = f"coordinator at {target} is unreachable ({details})"
+    raise error_from_status(code, details or code.name, kind) from err
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _abort(context: grpc.ServicerContext, err: StreamplaneError) -> None:
+    context.set_trailing_metadata(((_KIND_KEY, type(err).__name__),))
+    context.abort(status_for(err), err.message)
+
+
+def grpc_errors(handler: F) -> F:
+    """Decorate a unary servicer method: streamplane errors become statuses, anything else INTERNAL."""
+
+    @functools.wraps(handler)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return handler(self, request, context)
+        except StreamplaneError as err:
+            _abort(context, err)
+        except Exception:
+            log.exception("rpc.internal_error", method=handler.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {handler.__name__}; see coordinator log")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def grpc_stream_errors(handler: F) -> F:
+    """Like `grpc_errors`, for server-streaming methods (generators)."""
+
+    @functools.wraps(handler)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from handler(self, request, context)
+        except StreamplaneError as err:
+            _abort(context, err)
+        except Exception:
+            log.exception("rpc.internal_error", method=handler.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {handler.__name__}; see coordinator log")
+
+    return wrapper  # type: ignore[return-value]

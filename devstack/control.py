@@ -1,0 +1,51 @@
+"""Client of a local cluster's control channel (topic creation and fault injection over HTTP/JSON)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from streamplane.errors import FailedPreconditionError, UnavailableError
+
+
+class LocalClusterControl:
+    """Talks to the control endpoint (host:port) printed by a local cluster process."""
+
+    def __init__(self, endpoint: str, *, name: str = "local", timeout_s: float = 10.0) -> None:
+        self.endpoint = endpoint
+        self.name = name
+        self._timeout_s = timeout_s
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"http://{self.endpoint}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            detail = json.loads(err.read() or b"{}").get("error", err.reason)
+            raise FailedPreconditionError(f"local cluster {self.name}: {detail}") from err
+        except (urllib.error.URLError, OSError) as err:
+            raise UnavailableError(
+                f"local cluster {self.name}: control channel at {self.endpoint} is unreachable ({err})"
+            ) from err
+
+    def info(self) -> dict[str, Any]:
+        return self._call("GET", "/info")
+
+    def create_topic(self, topic: str, partitions: int) -> bool:
+        """Create a topic; False when it already existed with that partition count."""
+        return bool(self._call("POST", "/topics", {"name": topic, "partitions": partitions})["created"])
+
+    def broker_down(self, broker: int) -> None:
+        self._call("POST", "/brokers/down", {"broker": broker})
+
+    def broker_up(self, broker: int) -> None:
+        self._call("POST", "/brokers/up", {"broker": broker})
+
+    def set_leader(self, topic: str, partition: int, broker: int) -> None:
+        self._call("POST", "/leader", {"topic": topic, "partition": partition, "broker": broker})

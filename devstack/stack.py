@@ -1,0 +1,185 @@
+"""`streamplane dev`: the coordinator on the embedded store plus N local Kafka-protocol clusters, in the foreground.
+
+Clusters are registered as local-a, local-b, ...; their ports change on every start and their data lives in
+memory, so a restart re-registers them with the new addresses and re-creates the topics of every known
+generation. The coordinator's state (in the data dir) survives restarts, including kill -9.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import string
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from streamplane.coordinator import server
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.model import ADMIN_LOCAL, DRAINED, Cluster
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology import Topology
+
+log = structlog.get_logger(__name__)
+
+START_TIMEOUT_S = 30.0
+ACTOR = "streamplane-dev"
+
+
+def cluster_names(count: int) -> list[str]:
+    """local-a, local-b, ... (at most 26)."""
+    if not 1 <= count <= 26:
+        raise ValueError(f"--clusters must be between 1 and 26, not {count}")
+    return [f"local-{letter}" for letter in string.ascii_lowercase[:count]]
+
+
+@dataclass
+class LocalCluster:
+    name: str
+    bootstrap_servers: str
+    control_endpoint: str
+    process: subprocess.Popen[str]
+
+
+@dataclass
+class LocalStack:
+    """The local stack; `start()` brings it up, `stop()` ends every child."""
+
+    data_dir: Path
+    clusters: int = 2
+    port: int = 7400
+    host: str = "127.0.0.1"
+    brokers: int = 3
+    local: list[LocalCluster] = field(default_factory=list)
+    coordinator: server.RunningCoordinator | None = None
+
+    def start(self) -> None:
+        names = cluster_names(self.clusters)
+        try:
+            self._start_clusters(names)
+            db = open_store(StoreConfig(driver="embedded", data_dir=Path(self.data_dir)))
+            try:
+                self.coordinator = server.start(db, host=self.host, port=self.port)
+            except Exception:
+                db.close()
+                raise
+            self._register_and_reconcile(Topology(db, RoutingAdmin()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_clusters(self, names: list[str]) -> None:
+        for name in names:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "streamplane.devstack.mockcluster",
+                    "--name",
+                    name,
+                    "--brokers",
+                    str(self.brokers),
+                    "--parent-pid",
+                    str(os.getpid()),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            self.local.append(LocalCluster(name, "", "", proc))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for cluster in self.local:
+            line = _readline_until(cluster.process, deadline)
+            if not line:
+                raise RuntimeError(
+                    f"local cluster {cluster.name} did not start within {START_TIMEOUT_S:.0f} s "
+                    f"(exit code {cluster.process.poll()})"
+                )
+            info = json.loads(line)
+            cluster.bootstrap_servers, cluster.control_endpoint = info["bootstrap_servers"], info["control_endpoint"]
+
+    def _register_and_reconcile(self, topology: Topology) -> None:
+        for c in self.local:
+            topology.register_cluster(
+                Cluster(
+                    name=c.name,
+                    bootstrap_servers=c.bootstrap_servers,
+                    zone="local",
+                    admin=ADMIN_LOCAL,
+                    control_endpoint=c.control_endpoint,
+                ),
+                update_existing=True,
+                actor=ACTOR,
+            )
+        local = {c.name: c for c in topology.list_clusters() if c.name in {lc.name for lc in self.local}}
+        for stream in topology.list_streams():
+            for lane in stream.lanes:
+                for gen in lane.generations:
+                    if gen.cluster in local and gen.state != DRAINED:
+                        topology.admin.ensure_topic(local[gen.cluster], gen.topic, gen.partitions)
+
+    @property
+    def coordinator_address(self) -> str:
+        assert self.coordinator is not None
+        return self.coordinator.address
+
+    def stop(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.stop()
+            self.coordinator = None
+        for cluster in self.local:
+            if cluster.process.poll() is None:
+                cluster.process.terminate()
+        for cluster in self.local:
+            try:
+                cluster.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                cluster.process.kill()
+                cluster.process.wait()
+        self.local.clear()
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _readline_until(proc: subprocess.Popen[str], deadline: float) -> str:
+    """The first stdout line of `proc`, or '' if it exits or the deadline passes first."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(proc.stdout.readline() if proc.stdout else ""), daemon=True).start()
+    try:
+        return lines.get(timeout=max(0.0, deadline - time.monotonic()))
+    except queue.Empty:
+        return ""
+
+
+def run_dev(*, clusters: int, data_dir: Path, port: int, host: str = "127.0.0.1") -> int:
+    """Run the local stack in the foreground until SIGINT or SIGTERM."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"starting the local stack: {clusters} cluster(s), data in {data_dir}", file=sys.stderr, flush=True)
+    stack = LocalStack(data_dir=data_dir, clusters=clusters, port=port, host=host)
+    stack.start()
+    try:
+        print(f"coordinator={stack.coordinator_address} store=embedded data_dir={data_dir}", flush=True)
+        for cluster in stack.local:
+            print(f"kafka.{cluster.name}={cluster.bootstrap_servers}", flush=True)
+        print("ready (Ctrl-C stops everything)", flush=True)
+        while not stop.wait(0.5):
+            dead = [c.name for c in stack.local if c.process.poll() is not None]
+            if dead:
+                print(f"local cluster {', '.join(dead)} exited; stopping", file=sys.stderr, flush=True)
+                return 1
+        return 0
+    finally:
+        stack.stop()

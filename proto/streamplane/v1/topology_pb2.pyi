@@ -1,0 +1,228 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ClusterAdmin(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLUSTER_ADMIN_UNSPECIFIED: _ClassVar[ClusterAdmin]
+    CLUSTER_ADMIN_KAFKA: _ClassVar[ClusterAdmin]
+    CLUSTER_ADMIN_LOCAL: _ClassVar[ClusterAdmin]
+
+class GenerationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GENERATION_STATE_UNSPECIFIED: _ClassVar[GenerationState]
+    GENERATION_STATE_ACTIVE: _ClassVar[GenerationState]
+    GENERATION_STATE_DRAINING: _ClassVar[GenerationState]
+    GENERATION_STATE_SEALED: _ClassVar[GenerationState]
+    GENERATION_STATE_DRAINED: _ClassVar[GenerationState]
+CLUSTER_ADMIN_UNSPECIFIED: ClusterAdmin
+CLUSTER_ADMIN_KAFKA: ClusterAdmin
+CLUSTER_ADMIN_LOCAL: ClusterAdmin
+GENERATION_STATE_UNSPECIFIED: GenerationState
+GENERATION_STATE_ACTIVE: GenerationState
+GENERATION_STATE_DRAINING: GenerationState
+GENERATION_STATE_SEALED: GenerationState
+GENERATION_STATE_DRAINED: GenerationState
+
+class Cluster(_message.Message):
+    __slots__ = ("name", "bootstrap_servers", "zone", "capacity_weight", "health", "config_ref", "admin", "control_endpoint")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_REF_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    bootstrap_servers: str
+    zone: str
+    capacity_weight: float
+    health: str
+    config_ref: str
+    admin: ClusterAdmin
+    control_endpoint: str
+    def __init__(self, name: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., zone: _Optional[str] = ..., capacity_weight: _Optional[float] = ..., health: _Optional[str] = ..., config_ref: _Optional[str] = ..., admin: _Optional[_Union[ClusterAdmin, str]] = ..., control_endpoint: _Optional[str] = ...) -> None: ...
+
+class Generation(_message.Message):
+    __slots__ = ("number", "cluster", "topic", "partitions", "state")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    cluster: str
+    topic: str
+    partitions: int
+    state: GenerationState
+    def __init__(self, number: _Optional[int] = ..., cluster: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[int] = ..., state: _Optional[_Union[GenerationState, str]] = ...) -> None: ...
+
+class Lane(_message.Message):
+    __slots__ = ("name", "priority", "generations")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    priority: int
+    generations: _containers.RepeatedCompositeFieldContainer[Generation]
+    def __init__(self, name: _Optional[str] = ..., priority: _Optional[int] = ..., generations: _Optional[_Iterable[_Union[Generation, _Mapping]]] = ...) -> None: ...
+
+class Stream(_message.Message):
+    __slots__ = ("name", "lanes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LANES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    lanes: _containers.RepeatedCompositeFieldContainer[Lane]
+    def __init__(self, name: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[Lane, _Mapping]]] = ...) -> None: ...
+
+class RegisterClusterRequest(_message.Message):
+    __slots__ = ("cluster", "update_existing")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    cluster: Cluster
+    update_existing: bool
+    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., update_existing: _Optional[bool] = ...) -> None: ...
+
+class RegisterClusterResponse(_message.Message):
+    __slots__ = ("cluster", "version")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    cluster: Cluster
+    version: str
+    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...
+
+class ListClustersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListClustersResponse(_message.Message):
+    __slots__ = ("clusters",)
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    clusters: _containers.RepeatedCompositeFieldContainer[Cluster]
+    def __init__(self, clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ...) -> None: ...
+
+class CreateStreamRequest(_message.Message):
+    __slots__ = ("name", "partitions", "cluster")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    partitions: int
+    cluster: str
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., cluster: _Optional[str] = ...) -> None: ...
+
+class StreamResponse(_message.Message):
+    __slots__ = ("stream", "version")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    stream: Stream
+    version: str
+    def __init__(self, stream: _Optional[_Union[Stream, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...
+
+class DescribeStreamRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListStreamsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListStreamsResponse(_message.Message):
+    __slots__ = ("streams",)
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedCompositeFieldContainer[Stream]
+    def __init__(self, streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ...) -> None: ...
+
+class AddLaneRequest(_message.Message):
+    __slots__ = ("stream", "lane", "priority", "partitions", "cluster")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    priority: int
+    partitions: int
+    cluster: str
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., priority: _Optional[int] = ..., partitions: _Optional[int] = ..., cluster: _Optional[str] = ...) -> None: ...
+
+class FailoverRequest(_message.Message):
+    __slots__ = ("stream", "lane", "target_cluster", "partitions", "reason")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    target_cluster: str
+    partitions: int
+    reason: str
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., target_cluster: _Optional[str] = ..., partitions: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class FailoverResponse(_message.Message):
+    __slots__ = ("previous", "current", "version")
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    previous: Generation
+    current: Generation
+    version: str
+    def __init__(self, previous: _Optional[_Union[Generation, _Mapping]] = ..., current: _Optional[_Union[Generation, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...
+
+class WatchTopologyRequest(_message.Message):
+    __slots__ = ("from_version",)
+    FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    from_version: str
+    def __init__(self, from_version: _Optional[str] = ...) -> None: ...
+
+class LaneAdded(_message.Message):
+    __slots__ = ("stream", "lane")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: Lane
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[_Union[Lane, _Mapping]] = ...) -> None: ...
+
+class FailedOver(_message.Message):
+    __slots__ = ("stream", "lane", "previous", "current", "reason")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    previous: Generation
+    current: Generation
+    reason: str
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., previous: _Optional[_Union[Generation, _Mapping]] = ..., current: _Optional[_Union[Generation, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TopologyEvent(_message.Message):
+    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_UPDATED_FIELD_NUMBER: _ClassVar[int]
+    STREAM_CREATED_FIELD_NUMBER: _ClassVar[int]
+    LANE_ADDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_OVER_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    time_unix_ms: int
+    actor: str
+    cluster_registered: Cluster
+    cluster_updated: Cluster
+    stream_created: Stream
+    lane_added: LaneAdded
+    failed_over: FailedOver
+    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install everything streamplane needs on this machine; safe to run again (it skips what is done).
+#   - Debian packages the C build and the compose check need (apt-get, as root or with sudo)
+#   - a virtualenv at .venv with the package installed editable, with its dev tools
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev docker-compose)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "bootstrap: installing Debian packages: ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=""
+for candidate in python3.11 python3.12 python3.13 python3; do
+  if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    PY=$candidate; break
+  fi
+done
+[ -n "$PY" ] || { echo "bootstrap: Python 3.11 or newer is required" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv with $PY" >&2
+  "$PY" -m venv .venv
+fi
+
+# Reinstall only when what the install depends on changed.
+stamp=.venv/.streamplane-install
+want=$(cat pyproject.toml $(ls setup.py native/*.c native/*.h 2>/dev/null || true) | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: installing streamplane and its dependencies into .venv" >&2
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
+.venv/bin/python -c "import streamplane.coordinator.server, streamplane.v1.topology_pb2" \
+  || { rm -f "$stamp"; echo "bootstrap: the installed package does not import; run again" >&2; exit 1; }
