@@ -220,7 +220,9 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from streamplane.coordinator import server
     from streamplane.coordinator.store import StoreConfig
 
-    return server.serve_forever(StoreConfig.from_env(args.data_dir), host=args.host, port=args.port)
+    return server.serve_forever(
+        StoreConfig.from_env(args.data_dir), host=args.host, port=args.port, metrics_port=args.metrics_port
+    )
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -320,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(sub, "coordinator", cmd_coordinator, "run the coordinator in the foreground")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=7400)
+    p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
     p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
 
     p = add(sub, "dev", cmd_dev, "run the local stack (coordinator + local Kafka clusters) in the foreground")

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from concurrent import futures
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
+from streamplane.coordinator.metrics import MetricsInterceptor, serve_metrics
 from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
@@ -50,6 +50,7 @@ def start(
     """Start the gRPC server on host:port (0 picks a free port) over an open store."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        interceptors=[MetricsInterceptor()],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
     )
     topology = Topology(db, admin or RoutingAdmin())
@@ -68,8 +69,11 @@ def start(
     return RunningCoordinator(server, address, db, health_servicer)
 
 
-def serve_forever(config: StoreConfig, *, host: str, port: int) -> int:
-    """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves."""
+def serve_forever(config: StoreConfig, *, host: str, port: int, metrics_port: int = 0) -> int:
+    """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves.
+
+    With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics.
+    """
     db = open_store(config)
     try:
         running = start(db, host=host, port=port)
@@ -79,12 +83,10 @@ def serve_forever(config: StoreConfig, *, host: str, port: int) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if metrics_port:
+        serve_metrics(host, metrics_port)
     print(f"coordinator={running.address} store={db.driver}", flush=True)
     stop.wait()
     log.info("coordinator.stopping")
     running.stop()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(serve_forever(StoreConfig.from_env(), host="127.0.0.1", port=7400))

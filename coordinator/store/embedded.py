@@ -98,8 +98,9 @@ class _Versionstamp:
 class EmbeddedTransaction:
     """A transaction of the embedded driver. Created by `EmbeddedDatabase.transact`, under its lock."""
 
-    def __init__(self, conn: sqlite3.Connection, commit_version: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, commit_version: int, *, read_only: bool = False) -> None:
         self._conn = conn
+        self._read_only = read_only
         self._stamp = struct.pack(">QH", commit_version, 0)
         self._versionstamp = _Versionstamp(self._stamp)
         self._bytes = 0
@@ -127,6 +128,8 @@ class EmbeddedTransaction:
 
     # -- writes
     def _account(self, key: bytes, value: bytes = b"") -> None:
+        if self._read_only:
+            raise StoreUnavailableError("this embedded store was opened read-only; writes go through the coordinator")
         check_key(key)
         check_value(key, value)
         self._bytes += len(key) + len(value)
@@ -235,15 +238,13 @@ class EmbeddedDatabase:
                 raise StoreUnavailableError(f"the embedded store at {self.path} is closed")
             if self._read_only:
                 self._commit_version = self._read_commit_version()
-            tr = EmbeddedTransaction(self._conn, self._commit_version + 1)
+            tr = EmbeddedTransaction(self._conn, self._commit_version + 1, read_only=self._read_only)
             tr.registry = self._watches
             try:
                 self._conn.execute("BEGIN" if self._read_only else "BEGIN IMMEDIATE")
                 try:
                     result = fn(tr)
                     if tr._dirty:
-                        if self._read_only:
-                            raise StoreUnavailableError(f"the embedded store at {self.path} is open read-only")
                         self._conn.execute(
                             "UPDATE meta SET value = ? WHERE name = 'commit_version'", (self._commit_version + 1,)
                         )

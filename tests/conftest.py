@@ -1,0 +1,108 @@
+"""Shared fixtures. Suites run on the local engines by default and on real ones when the environment says so:
+
+- FDB_CLUSTER_FILE: the store conformance suite also runs against that FoundationDB cluster;
+- STREAMPLANE_KAFKA_BOOTSTRAP: Kafka admin tests also run against that Kafka cluster.
+
+What is skipped, and why, is printed in the summary (pytest -ra) and at the start of the session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamplane.coordinator import server
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, open_store
+from streamplane.coordinator.store.api import Database, Transaction
+from streamplane.devstack.control import LocalClusterControl
+from tests.helpers import Proc
+
+FDB_CLUSTER_FILE = os.environ.get("FDB_CLUSTER_FILE", "")
+KAFKA_BOOTSTRAP = os.environ.get("STREAMPLANE_KAFKA_BOOTSTRAP", "")
+
+
+def _fdb_skip_reason() -> str | None:
+    if not FDB_CLUSTER_FILE:
+        return "FoundationDB driver not exercised: FDB_CLUSTER_FILE is not set (no FoundationDB server here)"
+    try:
+        from streamplane.coordinator.store.foundation import load_fdb
+
+        load_fdb()
+    except StoreUnavailableError as err:
+        return f"FoundationDB driver not exercised: {err}"
+    return None
+
+
+FDB_SKIP = _fdb_skip_reason()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"store drivers: embedded{'' if FDB_SKIP else ', fdb (' + FDB_CLUSTER_FILE + ')'}"
+        + (f" -- skipped: {FDB_SKIP}" if FDB_SKIP else ""),
+        f"kafka: local mock clusters{', real at ' + KAFKA_BOOTSTRAP if KAFKA_BOOTSTRAP else ''}"
+        + ("" if KAFKA_BOOTSTRAP else " -- real-Kafka tests skipped: STREAMPLANE_KAFKA_BOOTSTRAP is not set"),
+    ]
+
+
+@pytest.fixture(params=["embedded", "fdb"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """Each store driver in turn; the fdb run is skipped (with the reason) unless FDB_CLUSTER_FILE is usable."""
+    if request.param == "fdb":
+        if FDB_SKIP:
+            pytest.skip(FDB_SKIP)
+        from streamplane.coordinator.store.foundation import FoundationDBDatabase
+
+        db: Database = FoundationDBDatabase(FDB_CLUSTER_FILE)
+    else:
+        db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def prefix(store: Database) -> Iterator[bytes]:
+    """A key prefix unique to the test; cleared afterwards on FoundationDB."""
+    p = b"\x02test-" + uuid.uuid4().hex.encode() + b"\x00"
+    yield p
+    if store.driver == "fdb":
+
+        def clear(tr: Transaction) -> None:
+            tr.clear_range(p, p + b"\xff")
+
+        store.transact(clear)
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[tuple[str, LocalClusterControl]]:
+    """One local Kafka-protocol cluster process (3 brokers) for the session: (bootstrap, control)."""
+    proc = Proc([sys.executable, "-m", "streamplane.devstack.mockcluster", "--name", "test"])
+    info = proc.wait_for(r'"bootstrap_servers": "([^"]+)", "control_endpoint": "([^"]+)"')
+    yield info.group(1), LocalClusterControl(info.group(2), name="test")
+    proc.stop()
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[server.RunningCoordinator]:
+    """A real coordinator (gRPC server over the embedded store) in this process."""
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")), admin=RoutingAdmin()
+    )
+    yield running
+    running.stop(0)
+
+
+@pytest.fixture(scope="session")
+def docker_compose() -> str:
+    try:
+        subprocess.run(["docker-compose", "version"], capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("docker-compose is not installed (scripts/bootstrap.sh installs Debian's package)")
+    return "docker-compose"

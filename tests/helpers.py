@@ -1,0 +1,115 @@
+"""Helpers for tests that run real processes: the coordinator, the local stack, the CLI."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cli(
+    *args: str, coordinator: str | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the real `streamplane` CLI in a subprocess."""
+    cmd = [sys.executable, "-m", "streamplane.cli.main"]
+    if coordinator:
+        cmd += ["--coordinator", coordinator]
+    return subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+
+
+class Proc:
+    """A long-running child process whose stdout lines are collected in the background."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.popen = subprocess.Popen(
+            list(args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def _pump_err(self) -> None:
+        assert self.popen.stderr is not None
+        for line in self.popen.stderr:
+            self.stderr.append(line)
+
+    def wait_for(self, pattern: str, timeout: float = 60) -> re.Match[str]:
+        """The first stdout line (seen so far or later) matching `pattern`."""
+        regex = re.compile(pattern)
+        for line in self.seen:
+            if m := regex.search(line):
+                return m
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if self.popen.poll() is not None:
+                    break
+                continue
+            self.seen.append(line)
+            if m := regex.search(line):
+                return m
+        raise AssertionError(
+            f"no line matching {pattern!r} within {timeout} s; exit={self.popen.poll()}; "
+            f"stdout={self.seen[-10:]}; stderr={''.join(self.stderr)[-2000:]}"
+        )
+
+    def kill9(self) -> None:
+        """SIGKILL the process (and only it: children must notice by themselves)."""
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL the whole session if it does not exit."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        return self.popen.returncode
+
+
+def start_coordinator(data_dir: Path, port: int = 0) -> tuple[Proc, str]:
+    """Start `streamplane coordinator` on the embedded store; return it and its address."""
+    proc = Proc(
+        [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", str(data_dir), "--port", str(port)]
+    )
+    address = proc.wait_for(r"coordinator=(\S+)").group(1)
+    return proc, address
+
+
+def start_dev(data_dir: Path, *extra: str) -> tuple[Proc, str, dict[str, str]]:
+    """Start `streamplane dev`; return it, the coordinator address and {cluster: bootstrap}."""
+    proc = Proc(
+        [sys.executable, "-m", "streamplane.cli.main", "dev", "--data-dir", str(data_dir), "--port", "0", *extra]
+    )
+    address = proc.wait_for(r"coordinator=(\S+)").group(1)
+    proc.wait_for(r"^ready")
+    clusters = dict(re.findall(r"^kafka\.(\S+?)=(\S+)$", "\n".join(proc.seen), re.M))
+    return proc, address, clusters

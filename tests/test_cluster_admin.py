@@ -1,0 +1,60 @@
+"""Topic creation on clusters: the local control channel always, Kafka's admin API on a real cluster when given."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from streamplane.coordinator.cluster_admin import KafkaAdmin, LocalAdmin
+from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
+from streamplane.devstack.control import LocalClusterControl
+from streamplane.errors import FailedPreconditionError, UnavailableError
+from tests.conftest import KAFKA_BOOTSTRAP
+
+
+def _partitions(bootstrap: str, topic: str) -> int:
+    return len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10).topics[topic].partitions)
+
+
+def test_local_admin_creates_topics_idempotently(local_cluster) -> None:
+    bootstrap, control = local_cluster
+    cluster = Cluster("t", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint)
+    topic = f"sp.admin-{uuid.uuid4().hex[:8]}.realtime.g1"
+    LocalAdmin().ensure_topic(cluster, topic, 5)
+    LocalAdmin().ensure_topic(cluster, topic, 5)  # a retried creation succeeds
+    assert _partitions(bootstrap, topic) == 5
+    with pytest.raises(FailedPreconditionError, match="5 partitions, not 7"):
+        LocalAdmin().ensure_topic(cluster, topic, 7)
+
+
+def test_local_control_channel_reports_bad_requests_and_faults(local_cluster) -> None:
+    _, control = local_cluster
+    with pytest.raises(FailedPreconditionError, match="broker 99"):
+        control.broker_down(99)
+    control.broker_down(2)
+    control.broker_up(2)
+    with pytest.raises(UnavailableError, match="unreachable"):
+        LocalClusterControl("127.0.0.1:1", name="gone", timeout_s=2).info()
+
+
+def test_kafka_admin_reports_an_unreachable_cluster() -> None:
+    cluster = Cluster("nowhere", "127.0.0.1:1")
+    with pytest.raises(UnavailableError, match="nowhere"):
+        KafkaAdmin(timeout_s=2).ensure_topic(cluster, "sp.x.realtime.g1", 1)
+
+
+@pytest.mark.skipif(
+    not KAFKA_BOOTSTRAP,
+    reason="real Kafka not exercised: STREAMPLANE_KAFKA_BOOTSTRAP is not set "
+    "(the local mock cluster has no CreateTopics)",
+)
+def test_kafka_admin_creates_topics_on_real_kafka() -> None:
+    cluster = Cluster("real", KAFKA_BOOTSTRAP)
+    topic = f"sp.admin-{uuid.uuid4().hex[:8]}.realtime.g1"
+    KafkaAdmin().ensure_topic(cluster, topic, 3)
+    KafkaAdmin().ensure_topic(cluster, topic, 3)
+    assert _partitions(KAFKA_BOOTSTRAP, topic) == 3
+    with pytest.raises(FailedPreconditionError):
+        KafkaAdmin().ensure_topic(cluster, topic, 4)

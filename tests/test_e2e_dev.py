@@ -1,0 +1,130 @@
+"""End to end: `streamplane dev` in a subprocess, driven by the real CLI, killed with -9 and restarted."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.helpers import cli, start_dev
+
+pytestmark = pytest.mark.e2e
+
+
+def _topics(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+
+
+def _check_state(address: str, data_dir: Path) -> None:
+    """describe, inspect and events all show g2 active on local-b and g1 draining on local-a."""
+    described = cli("stream", "describe", "logs", coordinator=address)
+    assert described.returncode == 0, described.stderr
+    assert "g1          draining  local-a  sp.logs.realtime.g1" in described.stdout
+    assert "g2          active    local-b  sp.logs.realtime.g2" in described.stdout
+
+    as_json = json.loads(cli("--output", "json", "stream", "describe", "logs", coordinator=address).stdout)
+    realtime = next(lane for lane in as_json["lanes"] if lane["name"] == "realtime")
+    assert [(g["number"], g["state"]) for g in realtime["generations"]] == [
+        (1, "GENERATION_STATE_DRAINING"),
+        (2, "GENERATION_STATE_ACTIVE"),
+    ]
+
+    inspected = cli("inspect", "gen/logs/realtime", env={"STREAMPLANE_DATA_DIR": str(data_dir)})
+    assert inspected.returncode == 0, inspected.stderr
+    lines = inspected.stdout.splitlines()
+    assert len(lines) == 2
+    assert "('streamplane', 'gen', 'logs', 'realtime', 1)" in lines[0] and '"state": "draining"' in lines[0]
+    assert "('streamplane', 'gen', 'logs', 'realtime', 2)" in lines[1] and '"state": "active"' in lines[1]
+
+    events = cli("events", coordinator=address)
+    assert events.returncode == 0, events.stderr
+    assert "stream_created logs" in events.stdout
+    assert "failed_over logs/realtime g1@local-a (draining) -> g2@local-b reason='drill'" in events.stdout
+
+
+def test_dev_stack_cli_failover_kill9_restart(tmp_path: Path) -> None:
+    data_dir = tmp_path / "dev"
+    proc, address, clusters = start_dev(data_dir)
+    try:
+        assert set(clusters) == {"local-a", "local-b"}
+        created = cli("stream", "create", "logs", "--partitions", "4", "--cluster", "local-a", coordinator=address)
+        assert created.returncode == 0, created.stderr
+        failover = cli(
+            "failover", "logs", "--lane", "realtime", "--to", "local-b", "--reason", "drill", coordinator=address
+        )
+        assert failover.returncode == 0, failover.stderr
+        assert "g2 on local-b" in failover.stdout
+        assert "sp.logs.realtime.g2" in _topics(clusters["local-b"])
+        _check_state(address, data_dir)
+        events_before = cli("events", coordinator=address).stdout.splitlines()
+    finally:
+        proc.kill9()
+
+    proc, address, clusters = start_dev(data_dir)
+    try:
+        _check_state(address, data_dir)
+        # the local clusters are new processes: the restart re-created every generation's topic
+        assert {"sp.logs.realtime.g1", "sp.logs.dlq.g1"} <= _topics(clusters["local-a"])
+        assert "sp.logs.realtime.g2" in _topics(clusters["local-b"])
+        events_after = cli("events", coordinator=address).stdout.splitlines()
+        assert events_after[: len(events_before)] == events_before
+        assert all("cluster_updated" in line for line in events_after[len(events_before) :])
+    finally:
+        assert proc.stop() == 0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_dev_children_exit_when_dev_is_killed(tmp_path: Path) -> None:
+    proc, _, _ = start_dev(tmp_path / "dev")
+    kids = _children(proc.popen.pid)
+    assert len(kids) == 2, "one process per local cluster"
+    proc.kill9()
+    deadline = time.monotonic() + 10
+    while any(_alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(k) for k in kids), "local clusters outlived a killed `streamplane dev`"
+
+
+def test_cli_errors_are_one_sentence_with_an_exit_code(tmp_path: Path) -> None:
+    proc, address, _ = start_dev(tmp_path / "dev", "--clusters", "1")
+    try:
+        cases = [
+            (["stream", "create", "BAD", "--partitions", "1"], 2, "not a valid name"),
+            (["stream", "describe", "missing"], 3, "does not exist"),
+            (["failover", "missing", "--to", "local-a"], 3, "does not exist"),
+            (["events", "--since", "nope"], 2, "from_version"),
+        ]
+        assert cli("stream", "create", "dup", "--partitions", "1", coordinator=address).returncode == 0
+        cases += [
+            (["stream", "create", "dup", "--partitions", "1"], 4, "already exists"),
+            (["failover", "dup", "--to", "local-a"], 5, "already active"),
+        ]
+        for args, code, text in cases:
+            result = cli(*args, coordinator=address)
+            assert (result.returncode, result.stdout) == (code, ""), (args, result)
+            assert text in result.stderr and "Traceback" not in result.stderr
+            assert len(result.stderr.strip().splitlines()) == 1
+    finally:
+        proc.stop()
