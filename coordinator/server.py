@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -20,6 +18,7 @@ from streamplane.coordinator.metrics import MetricsInterceptor, serve_metrics
 from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
+from streamplane.process import block_stop_signals, wait_for_stop
 from streamplane.v1 import topology_pb2, topology_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -74,19 +73,16 @@ def serve_forever(config: StoreConfig, *, host: str, port: int, metrics_port: in
 
     With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics.
     """
+    block_stop_signals()
     db = open_store(config)
     try:
         running = start(db, host=host, port=port)
     except Exception:
         db.close()
         raise
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     if metrics_port:
         serve_metrics(host, metrics_port)
     print(f"coordinator={running.address} store={db.driver}", flush=True)
-    stop.wait()
-    log.info("coordinator.stopping")
+    log.info("coordinator.stopping", signal=wait_for_stop())
     running.stop()
     return 0

@@ -21,6 +21,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from streamplane.process import block_stop_signals, wait_for_stop
+
 RD_KAFKA_PRODUCER = 0
 RESP_ERR_TOPIC_ALREADY_EXISTS = 36
 
@@ -188,15 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-port", type=int, default=0)
     parser.add_argument("--parent-pid", type=int, default=0, help="exit when this process is gone")
     args = parser.parse_args(argv)
+    block_stop_signals()  # before librdkafka and the control server start their threads
     _die_with_parent()
     if args.parent_pid and os.getppid() != args.parent_pid:
         return 1  # parent died before prctl took effect
     cluster = MockCluster(args.brokers)
     server = ThreadingHTTPServer(("127.0.0.1", args.control_port), _handler(cluster))
     threading.Thread(target=server.serve_forever, name="control", daemon=True).start()
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     print(
         json.dumps(
             {
@@ -207,9 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         flush=True,
     )
-    while not stop.wait(1.0):
-        if args.parent_pid and os.getppid() != args.parent_pid:
-            break
+    wait_for_stop(lambda: bool(args.parent_pid) and os.getppid() != args.parent_pid)
     server.shutdown()
     cluster.close()
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import signal
 import string
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.model import ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
+from streamplane.process import block_stop_signals, wait_for_stop
 
 log = structlog.get_logger(__name__)
 
@@ -164,9 +164,7 @@ def _readline_until(proc: subprocess.Popen[str], deadline: float) -> str:
 
 def run_dev(*, clusters: int, data_dir: Path, port: int, host: str = "127.0.0.1") -> int:
     """Run the local stack in the foreground until SIGINT or SIGTERM."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    block_stop_signals()
     print(f"starting the local stack: {clusters} cluster(s), data in {data_dir}", file=sys.stderr, flush=True)
     stack = LocalStack(data_dir=data_dir, clusters=clusters, port=port, host=host)
     stack.start()
@@ -175,11 +173,11 @@ def run_dev(*, clusters: int, data_dir: Path, port: int, host: str = "127.0.0.1"
         for cluster in stack.local:
             print(f"kafka.{cluster.name}={cluster.bootstrap_servers}", flush=True)
         print("ready (Ctrl-C stops everything)", flush=True)
-        while not stop.wait(0.5):
-            dead = [c.name for c in stack.local if c.process.poll() is not None]
-            if dead:
-                print(f"local cluster {', '.join(dead)} exited; stopping", file=sys.stderr, flush=True)
-                return 1
+        wait_for_stop(lambda: any(c.process.poll() is not None for c in stack.local))
+        dead = [c.name for c in stack.local if c.process.poll() is not None]
+        if dead:
+            print(f"local cluster {', '.join(dead)} exited; stopping", file=sys.stderr, flush=True)
+            return 1
         return 0
     finally:
         stack.stop()
