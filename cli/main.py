@@ -233,6 +233,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from streamplane.devstack.demo import run_demo
+    from streamplane.log import configure_logging
+
+    configure_logging(os.environ.get("STREAMPLANE_LOG_LEVEL", "warning"))  # the demo narrates itself
 
     return run_demo(records=args.records, data_dir=Path(args.data_dir) if args.data_dir else None)
 
