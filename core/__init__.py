@@ -8,13 +8,20 @@ The package is split by architecture part: `streamplane.coordinator` (the Assign
 from streamplane.errors import (
     AlreadyExistsError,
     CorruptBatchError,
+    CrcMismatchError,
+    DecodeError,
+    DecodeLimitExceeded,
+    DecompressionError,
     FailedPreconditionError,
     FencedError,
     InvalidArgumentError,
     LimitExceededError,
+    MalformedBatchError,
     NotFoundError,
     StreamplaneError,
     UnavailableError,
+    UnsupportedCodecError,
+    UnsupportedMagicError,
 )
 
 __version__ = "0.1.0"
@@ -22,12 +29,19 @@ __version__ = "0.1.0"
 __all__ = [
     "AlreadyExistsError",
     "CorruptBatchError",
+    "CrcMismatchError",
+    "DecodeError",
+    "DecodeLimitExceeded",
+    "DecompressionError",
     "FailedPreconditionError",
     "FencedError",
     "InvalidArgumentError",
     "LimitExceededError",
+    "MalformedBatchError",
     "NotFoundError",
     "StreamplaneError",
     "UnavailableError",
+    "UnsupportedCodecError",
+    "UnsupportedMagicError",
     "__version__",
 ]

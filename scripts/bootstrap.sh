@@ -33,12 +33,12 @@ fi
 
 # Reinstall only when what the install depends on changed.
 stamp=.venv/.streamplane-install
-want=$(cat pyproject.toml $(ls setup.py native/*.c native/*.h 2>/dev/null || true) | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml $(ls setup.py native/src/*.c native/src/*.h 2>/dev/null || true) | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: installing streamplane and its dependencies into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e ".[dev]"
   echo "$want" > "$stamp"
 fi
-.venv/bin/python -c "import streamplane.coordinator.server, streamplane.v1.topology_pb2" \
+.venv/bin/python -c "import streamplane.coordinator.server, streamplane.v1.topology_pb2, streamplane._native" \
   || { rm -f "$stamp"; echo "bootstrap: the installed package does not import; run again" >&2; exit 1; }

@@ -1,0 +1,80 @@
+"""Decoding Kafka record sets: RecordBatch v2 in C with bounded decompression, and its pure-Python reference.
+
+`decode()` uses the C extension `streamplane._native` when it is built, the reference otherwise or when
+STREAMPLANE_PURE_PYTHON=1. Both implement one contract (`decode_columns`), and the tests hold them to it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from streamplane.errors import DecodeError, DecodeLimitExceeded, InvalidArgumentError
+from streamplane.native import reference
+from streamplane.native.batch import BatchInfo, DecodedBatch, Record, error_from_tuple
+
+DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
+
+try:
+    from streamplane import _native  # type: ignore[attr-defined]
+except ImportError:  # not built: the reference keeps everything working, slowly
+    _native = None
+
+FORCE_PURE_PYTHON = os.environ.get("STREAMPLANE_PURE_PYTHON", "") not in ("", "0")
+
+DecodeColumns = Callable[..., dict[str, Any]]
+IMPLEMENTATIONS: dict[str, DecodeColumns] = {"python": reference.decode_columns}
+if _native is not None:
+    IMPLEMENTATIONS["native"] = _native.decode_columns
+
+implementation = "python" if FORCE_PURE_PYTHON or _native is None else "native"
+"""The implementation `decode` uses: 'native' or 'python'."""
+
+
+def decode(
+    record_set: bytes | bytearray | memoryview,
+    *,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    verify_crc: bool = True,
+    aborted: Sequence[tuple[int, int]] | None = None,
+    impl: str | None = None,
+) -> DecodedBatch:
+    """Decode a Fetch response's records for one partition into a columnar batch.
+
+    Args:
+        record_set: the raw bytes of the partition's `records` field.
+        max_decompressed: the most bytes any batch, and this call in total, may inflate to. Inflating stops
+            at the limit: a batch alone past it raises DecodeLimitExceeded; a batch that only overflows what
+            is left of the call ends the batch early (`budget_exhausted`) so the caller fetches it again.
+        verify_crc: check each batch's CRC32C.
+        aborted: the Fetch response's aborted transactions as (producer_id, first_offset), to drop their
+            records (read committed); None returns every record (read uncommitted).
+        impl: 'native' or 'python' to force an implementation (tests and benchmarks).
+
+    Raises:
+        DecodeError: a subclass saying what is wrong and where, when the first batch cannot be decoded.
+            Later bad batches end the result early and are reported in `DecodedBatch.error`.
+    """
+    if not isinstance(max_decompressed, int) or max_decompressed <= 0:
+        raise InvalidArgumentError(f"max_decompressed must be a positive number of bytes, not {max_decompressed!r}")
+    fn = IMPLEMENTATIONS.get(impl or implementation)
+    if fn is None:
+        raise InvalidArgumentError(f"impl must be one of {sorted(IMPLEMENTATIONS)}, not {impl!r}")
+    columns = fn(record_set, max_decompressed, verify_crc, None if aborted is None else list(aborted))
+    if columns["error"] and not columns["batches"]:
+        raise error_from_tuple(columns["error"])
+    return DecodedBatch(columns)
+
+
+__all__ = [
+    "DEFAULT_MAX_DECOMPRESSED",
+    "IMPLEMENTATIONS",
+    "BatchInfo",
+    "DecodeError",
+    "DecodeLimitExceeded",
+    "DecodedBatch",
+    "Record",
+    "decode",
+    "implementation",
+]

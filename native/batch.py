@@ -1,0 +1,211 @@
+"""The decoder's output: a columnar batch of records, with cheap Arrow conversion and light record objects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from streamplane.errors import (
+    CrcMismatchError,
+    DecodeError,
+    DecodeLimitExceeded,
+    DecompressionError,
+    MalformedBatchError,
+    UnsupportedCodecError,
+    UnsupportedMagicError,
+)
+
+# Error kinds of the decoder contract (native/src/spdecode.h) -> exception classes.
+_ERRORS: dict[int, type[DecodeError]] = {
+    1: MalformedBatchError,
+    2: CrcMismatchError,
+    3: UnsupportedMagicError,
+    4: UnsupportedCodecError,
+    5: DecompressionError,
+    6: DecodeLimitExceeded,
+    7: DecodeError,
+}
+STOP_END, STOP_INCOMPLETE, STOP_BUDGET, STOP_ERROR = range(4)
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def error_from_tuple(error: tuple) -> DecodeError:
+    """The exception for an `error` entry (kind, message, position, base_offset, last_offset, size, limit)."""
+    kind, message, position, base_offset, last_offset, size, limit = error
+    cls = _ERRORS.get(kind, DecodeError)
+    if cls is DecodeLimitExceeded:
+        return DecodeLimitExceeded(
+            message, position=position, base_offset=base_offset, last_offset=last_offset, size=size, limit=limit
+        )
+    return cls(message, position=position, base_offset=base_offset, last_offset=last_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """Facts about one record batch of the input."""
+
+    base_offset: int
+    last_offset: int
+    partition_leader_epoch: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    attributes: int
+    codec: int
+    transactional: bool
+    control: bool
+    aborted: bool
+    log_append_time: bool
+    position: int
+    compressed_size: int
+    decompressed_size: int
+
+    @property
+    def codec_name(self) -> str:
+        return CODEC_NAMES[self.codec] if self.codec < len(CODEC_NAMES) else f"codec-{self.codec}"
+
+
+class Record:
+    """One record, for application code. Headers are (key, value) pairs; key and values may be None."""
+
+    __slots__ = ("headers", "key", "offset", "timestamp", "value")
+
+    def __init__(
+        self,
+        offset: int,
+        timestamp: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+    ) -> None:
+        self.offset = offset
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+        self.headers = headers
+
+    def __repr__(self) -> str:
+        return f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, value={self.value!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _nulls(bitmap: bytes, n: int) -> set[int]:
+    """Indices of the cleared bits among the first n of an Arrow validity bitmap."""
+    full = n >> 3
+    nulls = set()
+    for byte_index, byte in enumerate(bitmap[: (n + 7) >> 3]):
+        if byte == 0xFF and byte_index < full:
+            continue
+        for bit in range(8):
+            i = (byte_index << 3) | bit
+            if i < n and not byte >> bit & 1:
+                nulls.add(i)
+    return nulls
+
+
+class DecodedBatch:
+    """The records decoded from one record set, as columns.
+
+    Attributes:
+        count: records in the batch (control and aborted records are not included).
+        batches: facts about each decoded record batch, in input order.
+        next_offset: the offset to fetch next (after the last decoded batch), -1 if none was decoded.
+        consumed: input bytes taken by the decoded batches.
+        incomplete: the input ended in a truncated batch, as Kafka returns at the end of a fetch.
+        budget_exhausted: the next batch did not fit in what was left of the call's decompression budget.
+        error: the DecodeError that stopped decoding after at least one good batch (the next call with the
+            next offset raises it); None otherwise.
+    """
+
+    def __init__(self, columns: dict[str, Any]) -> None:
+        self._c = columns
+        self.count: int = columns["count"]
+        self.batches = [BatchInfo(*b) for b in columns["batches"]]
+        self.next_offset: int = columns["next_offset"]
+        self.consumed: int = columns["consumed"]
+        stop = columns["stop"]
+        self.incomplete = stop == STOP_INCOMPLETE
+        self.budget_exhausted = stop == STOP_BUDGET
+        self.error: DecodeError | None = error_from_tuple(columns["error"]) if columns["error"] else None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def _ints(self, name: str, fmt: str) -> memoryview:
+        return memoryview(self._c[name]).cast("B").cast(fmt)
+
+    @property
+    def offsets(self) -> memoryview:
+        """int64 offsets, one per record."""
+        return self._ints("offsets", "q")
+
+    @property
+    def timestamps(self) -> memoryview:
+        """int64 timestamps in milliseconds, one per record."""
+        return self._ints("timestamps", "q")
+
+    def records(self) -> Iterator[Record]:
+        """The records as light Python objects."""
+        c, n = self._c, self.count
+        if n == 0:
+            return
+        offsets, timestamps = self.offsets.tolist(), self.timestamps.tolist()
+        keys, values = bytes(c["keys"]), bytes(c["values"])
+        ko, vo = self._ints("key_offsets", "i").tolist(), self._ints("value_offsets", "i").tolist()
+        key_nulls, value_nulls = _nulls(bytes(c["key_valid"]), n), _nulls(bytes(c["value_valid"]), n)
+        ho = self._ints("header_offsets", "i").tolist()
+        has_headers = c["header_count"] > 0
+        for i in range(n):
+            key = None if i in key_nulls else keys[ko[i] : ko[i + 1]]
+            value = None if i in value_nulls else values[vo[i] : vo[i + 1]]
+            headers = self._headers(ho[i], ho[i + 1]) if has_headers and ho[i] != ho[i + 1] else []
+            yield Record(offsets[i], timestamps[i], key, value, headers)
+
+    def _headers(self, start: int, end: int) -> list[tuple[str, bytes | None]]:
+        c = self._c
+        if not hasattr(self, "_hcache"):
+            self._hcache = (
+                bytes(c["hkeys"]),
+                bytes(c["hvalues"]),
+                self._ints("hkey_offsets", "i").tolist(),
+                self._ints("hvalue_offsets", "i").tolist(),
+                _nulls(bytes(c["hvalue_valid"]), c["header_count"]),
+            )
+        hk, hv, hko, hvo, hnulls = self._hcache
+        return [
+            (hk[hko[j] : hko[j + 1]].decode("utf-8", "replace"), None if j in hnulls else hv[hvo[j] : hvo[j + 1]])
+            for j in range(start, end)
+        ]
+
+    def to_arrow(self) -> Any:
+        """A pyarrow.RecordBatch (offset, timestamp, key, value, headers) over the decoder's buffers, no copies."""
+        import pyarrow as pa
+
+        c, n = self._c, self.count
+
+        def buf(name: str) -> Any:
+            return pa.py_buffer(c[name])
+
+        offsets = pa.Array.from_buffers(pa.int64(), n, [None, buf("offsets")])
+        timestamps = pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), n, [None, buf("timestamps")])
+        keys = pa.Array.from_buffers(pa.binary(), n, [buf("key_valid"), buf("key_offsets"), buf("keys")])
+        values = pa.Array.from_buffers(pa.binary(), n, [buf("value_valid"), buf("value_offsets"), buf("values")])
+        h = c["header_count"]
+        hkeys = pa.Array.from_buffers(pa.string(), h, [None, buf("hkey_offsets"), buf("hkeys")])
+        hvalues = pa.Array.from_buffers(pa.binary(), h, [buf("hvalue_valid"), buf("hvalue_offsets"), buf("hvalues")])
+        header_type = pa.struct([("key", pa.string()), ("value", pa.binary())])
+        entries = pa.StructArray.from_arrays([hkeys, hvalues], fields=list(header_type))
+        headers = pa.ListArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), n + 1, [None, buf("header_offsets")]), entries
+        )
+        return pa.RecordBatch.from_arrays(
+            [offsets, timestamps, keys, values, headers], names=["offset", "timestamp", "key", "value", "headers"]
+        )

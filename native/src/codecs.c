@@ -1,0 +1,199 @@
+/* Bounded decompression for Kafka's codecs. Output goes into one buffer reserved at the limit up front
+ * (virtual memory: pages count towards RSS only once written), and each codec is driven with that buffer
+ * as its only output, so inflating stops the moment the limit is reached. */
+#include "spdecode.h"
+
+#include <lz4frame.h>
+#include <snappy-c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_d_stableOutBuffer: a parameter of the stable ABI since 1.4.0 */
+#include <zstd.h>
+#include <zstd_errors.h>
+
+static int reserve_exact(sp_buf *b, size_t cap) {
+    if (b->cap >= cap) return SP_OK;
+    uint8_t *p = realloc(b->data, cap ? cap : 1);
+    if (!p) return SP_ERR_NOMEM;
+    b->data = p;
+    b->cap = cap;
+    return SP_OK;
+}
+
+#define FAIL(kind, ...)                          \
+    do {                                         \
+        snprintf(msg, msglen, __VA_ARGS__);      \
+        return (kind);                           \
+    } while (0)
+
+static int limit_error(char *msg, size_t msglen, size_t limit) {
+    snprintf(msg, msglen, "inflates past the limit of %zu bytes", limit);
+    return SP_ERR_LIMIT;
+}
+
+static int do_gzip(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
+    /* A batch is under 2 GiB (its length is an int32), so sizes fit zlib's uInt. */
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (inflateInit2(&zs, 15 + 32) != Z_OK) FAIL(SP_ERR_NOMEM, "zlib could not start");
+    zs.next_in = (Bytef *)src;
+    zs.avail_in = (uInt)srclen;
+    int rc = SP_OK;
+    while (1) {
+        zs.next_out = out->data + out->len;
+        zs.avail_out = (uInt)(limit - out->len);
+        uInt room = zs.avail_out;
+        int z = inflate(&zs, Z_NO_FLUSH);
+        out->len += room - zs.avail_out;
+        if (z == Z_STREAM_END) {
+            if (zs.avail_in == 0) break;
+            inflateReset(&zs); /* another gzip member follows */
+            continue;
+        }
+        if (z == Z_BUF_ERROR) { /* no progress possible: out of room, or out of input */
+            if (out->len >= limit) rc = limit_error(msg, msglen, limit);
+            else {
+                snprintf(msg, msglen, "gzip data is truncated");
+                rc = SP_ERR_DECOMPRESS;
+            }
+            break;
+        }
+        if (z != Z_OK) {
+            snprintf(msg, msglen, "gzip data is invalid: %s", zs.msg ? zs.msg : "unknown zlib error");
+            rc = SP_ERR_DECOMPRESS;
+            break;
+        }
+    }
+    inflateEnd(&zs);
+    return rc;
+}
+
+static int window_log_for(size_t limit) {
+    int wlog = 10; /* ZSTD_WINDOWLOG_MIN */
+    while (wlog < 31 && ((size_t)1 << wlog) < limit) wlog++;
+    return wlog;
+}
+
+static int do_zstd(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
+    unsigned long long declared = ZSTD_getFrameContentSize(src, srclen);
+    if (declared != ZSTD_CONTENTSIZE_ERROR && declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > limit) {
+        snprintf(msg, msglen, "declares %llu decompressed bytes, past the limit of %zu bytes", declared, limit);
+        return SP_ERR_LIMIT;
+    }
+    ZSTD_DCtx *d = ZSTD_createDCtx();
+    if (!d) FAIL(SP_ERR_NOMEM, "zstd could not start");
+    /* Our output buffer is the window: zstd allocates none of its own, so memory stays within the limit. */
+    ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, 1);
+    ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, window_log_for(limit));
+    ZSTD_inBuffer in = {src, srclen, 0};
+    ZSTD_outBuffer o = {out->data, limit, 0};
+    int rc = SP_OK;
+    while (1) {
+        size_t before_in = in.pos, before_out = o.pos;
+        size_t z = ZSTD_decompressStream(d, &o, &in);
+        if (ZSTD_isError(z)) {
+            ZSTD_ErrorCode code = ZSTD_getErrorCode(z);
+            if (code == ZSTD_error_frameParameter_windowTooLarge || code == ZSTD_error_dstSize_tooSmall)
+                rc = limit_error(msg, msglen, limit);
+            else {
+                snprintf(msg, msglen, "zstd data is invalid: %s", ZSTD_getErrorName(z));
+                rc = SP_ERR_DECOMPRESS;
+            }
+            break;
+        }
+        if (z == 0 && in.pos == in.size) break; /* last frame complete */
+        if (o.pos == o.size) { rc = limit_error(msg, msglen, limit); break; }
+        if (in.pos == in.size && o.pos == before_out) {
+            snprintf(msg, msglen, "zstd data is truncated");
+            rc = SP_ERR_DECOMPRESS;
+            break;
+        }
+        if (in.pos == before_in && o.pos == before_out) {
+            snprintf(msg, msglen, "zstd made no progress");
+            rc = SP_ERR_DECOMPRESS;
+            break;
+        }
+    }
+    out->len = o.pos;
+    ZSTD_freeDCtx(d);
+    return rc;
+}
+
+static int do_lz4(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
+    LZ4F_dctx *d = NULL;
+    if (LZ4F_isError(LZ4F_createDecompressionContext(&d, LZ4F_VERSION))) FAIL(SP_ERR_NOMEM, "lz4 could not start");
+    int rc = SP_OK;
+    size_t pos = 0;
+    while (1) {
+        size_t dst_size = limit - out->len;
+        size_t src_size = srclen - pos;
+        size_t hint = LZ4F_decompress(d, out->data + out->len, &dst_size, src + pos, &src_size, NULL);
+        if (LZ4F_isError(hint)) {
+            snprintf(msg, msglen, "lz4 data is invalid: %s", LZ4F_getErrorName(hint));
+            rc = SP_ERR_DECOMPRESS;
+            break;
+        }
+        out->len += dst_size;
+        pos += src_size;
+        if (hint == 0) {
+            if (pos == srclen) break; /* frame complete; another frame may follow */
+            continue;
+        }
+        if (out->len >= limit) { rc = limit_error(msg, msglen, limit); break; }
+        if (src_size == 0 && dst_size == 0) { /* no progress: the frame needs input that is not there */
+            snprintf(msg, msglen, "lz4 data is truncated");
+            rc = SP_ERR_DECOMPRESS;
+            break;
+        }
+    }
+    LZ4F_freeDecompressionContext(d);
+    return rc;
+}
+
+static int snappy_block(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
+    size_t n;
+    if (snappy_uncompressed_length((const char *)src, srclen, &n) != SNAPPY_OK)
+        FAIL(SP_ERR_DECOMPRESS, "snappy data is invalid: bad length header");
+    if (n > limit - out->len) {
+        snprintf(msg, msglen, "declares %zu more decompressed bytes, past the limit of %zu bytes", n, limit);
+        return SP_ERR_LIMIT;
+    }
+    size_t got = n;
+    if (snappy_uncompress((const char *)src, srclen, (char *)out->data + out->len, &got) != SNAPPY_OK || got != n)
+        FAIL(SP_ERR_DECOMPRESS, "snappy data is invalid");
+    out->len += n;
+    return SP_OK;
+}
+
+static const uint8_t XERIAL_MAGIC[8] = {0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0};
+
+static int do_snappy(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
+    if (srclen < 16 || memcmp(src, XERIAL_MAGIC, 8) != 0) return snappy_block(src, srclen, limit, out, msg, msglen);
+    /* xerial framing (Java clients): 16-byte header, then blocks of [int32 big-endian length][raw snappy] */
+    size_t pos = 16;
+    while (pos < srclen) {
+        if (srclen - pos < 4) FAIL(SP_ERR_DECOMPRESS, "xerial snappy block header is truncated");
+        uint32_t n = ((uint32_t)src[pos] << 24) | ((uint32_t)src[pos + 1] << 16) | ((uint32_t)src[pos + 2] << 8) |
+                     src[pos + 3];
+        pos += 4;
+        if (n > srclen - pos) FAIL(SP_ERR_DECOMPRESS, "xerial snappy block of %u bytes overruns the data", n);
+        int rc = snappy_block(src + pos, n, limit, out, msg, msglen);
+        if (rc) return rc;
+        pos += n;
+    }
+    return SP_OK;
+}
+
+int sp_decompress(int codec, const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
+    out->len = 0;
+    if (reserve_exact(out, limit) != SP_OK) FAIL(SP_ERR_NOMEM, "cannot reserve %zu bytes", limit);
+    switch (codec) {
+    case 1: return do_gzip(src, srclen, limit, out, msg, msglen);
+    case 2: return do_snappy(src, srclen, limit, out, msg, msglen);
+    case 3: return do_lz4(src, srclen, limit, out, msg, msglen);
+    case 4: return do_zstd(src, srclen, limit, out, msg, msglen);
+    default: FAIL(SP_ERR_CODEC, "unknown compression codec %d", codec);
+    }
+}

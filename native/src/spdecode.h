@@ -1,0 +1,102 @@
+/*
+ * streamplane's Kafka RecordBatch v2 decoder: the C core, free of Python so that fuzzers and sanitizer
+ * builds can drive it directly. It turns the record set of one partition (a Fetch response's `records`)
+ * into columns: offsets, timestamps, keys, values (Arrow binary layout with validity bitmaps) and headers.
+ *
+ * Decompression is bounded while it runs: no batch, and no call in total, inflates past `max_decompressed`.
+ * Whatever the input bytes, the decoder never reads outside them and never allocates more than a small
+ * multiple of `max_decompressed` plus the input size.
+ */
+#ifndef SPDECODE_H
+#define SPDECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum sp_error_kind {
+    SP_OK = 0,
+    SP_ERR_CORRUPT = 1,        /* malformed batch or record */
+    SP_ERR_CRC = 2,            /* CRC32C mismatch */
+    SP_ERR_MAGIC = 3,          /* not magic v2 */
+    SP_ERR_CODEC = 4,          /* unknown compression codec */
+    SP_ERR_DECOMPRESS = 5,     /* the codec refused the data */
+    SP_ERR_LIMIT = 6,          /* inflating past max_decompressed */
+    SP_ERR_NOMEM = 7,          /* allocation failed */
+};
+
+enum sp_stop_reason {
+    SP_STOP_END = 0,           /* every byte of the input decoded */
+    SP_STOP_INCOMPLETE = 1,    /* the input ends in a truncated batch (normal at the end of a fetch) */
+    SP_STOP_BUDGET = 2,        /* the next batch would take the call past max_decompressed: fetch it again */
+    SP_STOP_ERROR = 3,         /* the next batch is bad: see the error fields */
+};
+
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} sp_buf;
+
+typedef struct {
+    int64_t base_offset;
+    int64_t last_offset;
+    int32_t partition_leader_epoch;
+    int64_t first_timestamp, max_timestamp;
+    int64_t producer_id;
+    int16_t producer_epoch;
+    int32_t base_sequence;
+    int32_t record_count;
+    int16_t attributes;
+    int32_t codec;
+    int32_t transactional, control, aborted, log_append_time;
+    int64_t position;           /* byte position of the batch in the input */
+    int64_t compressed_size;    /* bytes of the records section as stored */
+    int64_t decompressed_size;  /* bytes of the records section once inflated */
+} sp_batch_info;
+
+typedef struct {
+    int64_t producer_id;
+    int64_t first_offset;
+} sp_aborted_txn;
+
+typedef struct {
+    size_t count;                       /* records emitted */
+    sp_buf offsets, timestamps;         /* int64 each */
+    sp_buf key_offsets, keys, key_valid;        /* int32[count+1], bytes, bitmap */
+    sp_buf value_offsets, values, value_valid;  /* int32[count+1], bytes, bitmap */
+    sp_buf header_offsets;              /* int32[count+1] into the header entries */
+    size_t header_count;
+    sp_buf hkey_offsets, hkeys;         /* int32[header_count+1], bytes */
+    sp_buf hvalue_offsets, hvalues, hvalue_valid;
+    sp_batch_info *batches;
+    size_t nbatches, batches_cap;
+    int64_t next_offset;                /* offset after the last decoded batch, -1 if none */
+    size_t consumed;                    /* input bytes of the decoded batches */
+    int stop;                           /* enum sp_stop_reason */
+    size_t decompressed_total;
+    /* error (stop == SP_STOP_ERROR) */
+    int err_kind;
+    char err_msg[320];
+    int64_t err_position, err_base_offset, err_last_offset, err_size, err_limit;
+    /* scratch */
+    sp_buf scratch;
+} sp_result;
+
+void sp_result_init(sp_result *r);
+void sp_result_free(sp_result *r);
+
+/* Decode `len` bytes at `in`. `aborted` (may be NULL: read uncommitted) lists aborted transactions as a
+ * Fetch response gives them; their records are dropped. Returns the error kind (SP_OK unless stop is
+ * SP_STOP_ERROR). Batches decoded before an error stay in `r`. */
+int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
+              const sp_aborted_txn *aborted, size_t naborted, sp_result *r);
+
+uint32_t sp_crc32c(uint32_t crc, const uint8_t *data, size_t len);
+uint32_t sp_crc32c_sw(uint32_t crc, const uint8_t *data, size_t len);
+int sp_crc32c_hw_available(void);
+
+/* Bounded decompression into r->scratch (reset to length 0 first). Returns SP_OK, SP_ERR_LIMIT,
+ * SP_ERR_DECOMPRESS or SP_ERR_NOMEM; `msg` gets a sentence on error. */
+int sp_decompress(int codec, const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg,
+                  size_t msglen);
+
+#endif
