@@ -77,7 +77,7 @@ def _gzip(data: bytes, limit: int) -> bytes:
             out += d.decompress(data, limit - len(out) + 1)
         except zlib.error as err:
             raise ValueError(f"gzip data is invalid: {err}") from err
-        if len(out) > limit or (d.unconsumed_tail and len(out) >= limit):
+        if len(out) > limit:
             raise _LimitError(f"inflates past the limit of {limit} bytes")
         if not d.eof:
             raise ValueError("gzip data is truncated")
@@ -89,7 +89,12 @@ def _gzip(data: bytes, limit: int) -> bytes:
 def _zstd(data: bytes, limit: int) -> bytes:
     import zstandard
 
-    declared = zstandard.frame_content_size(data) if len(data) >= 4 else -1
+    if not data:
+        raise ValueError("zstd data is truncated")
+    try:
+        declared = zstandard.frame_content_size(data)
+    except zstandard.ZstdError:
+        declared = -1  # an unreadable frame header: decompression says what is wrong
     if declared > limit:
         raise _LimitError(f"declares {declared} decompressed bytes, past the limit of {limit} bytes")
     wlog = 10
@@ -97,6 +102,7 @@ def _zstd(data: bytes, limit: int) -> bytes:
         wlog += 1
     decompressor = zstandard.ZstdDecompressor(max_window_size=1 << wlog)
     try:
+        # First a bounded read, to stop a bomb at the limit ...
         with decompressor.stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
             out = reader.read(limit + 1)
             while len(out) <= limit:
@@ -104,18 +110,28 @@ def _zstd(data: bytes, limit: int) -> bytes:
                 if not more:
                     break
                 out += more
+        if len(out) > limit:
+            raise _LimitError(f"inflates past the limit of {limit} bytes")
+        # ... then, with the output known to fit, frame by frame to notice truncated frames.
+        out, rest = b"", data
+        while rest:
+            frame = decompressor.decompressobj()
+            out += frame.decompress(rest)
+            if not frame.eof:
+                raise ValueError("zstd data is truncated")
+            rest = frame.unused_data
     except zstandard.ZstdError as err:
         if "window" in str(err).lower():
             raise _LimitError(f"inflates past the limit of {limit} bytes") from err
         raise ValueError(f"zstd data is invalid: {err}") from err
-    if len(out) > limit:
-        raise _LimitError(f"inflates past the limit of {limit} bytes")
     return out
 
 
 def _lz4(data: bytes, limit: int) -> bytes:
     import lz4.frame
 
+    if not data:
+        raise ValueError("lz4 data is truncated")
     out = bytearray()
     while data:
         d = lz4.frame.LZ4FrameDecompressor()
@@ -126,9 +142,7 @@ def _lz4(data: bytes, limit: int) -> bytes:
         if len(out) > limit:
             raise _LimitError(f"inflates past the limit of {limit} bytes")
         if not d.eof:
-            if d.needs_input:
-                raise ValueError("lz4 data is truncated")
-            raise _LimitError(f"inflates past the limit of {limit} bytes")
+            raise ValueError("lz4 data is truncated")
         data = d.unused_data
     return bytes(out)
 
@@ -200,12 +214,13 @@ def _varint(data: bytes, pos: int, end: int, maxbytes: int) -> tuple[int, int]:
 
 def _field(data: bytes, p: int, end: int, what: str, bad: Callable[[str, int], Exception]) -> tuple[bytes | None, int]:
     """A length-prefixed field ending by `end`: (None, p) for length -1."""
+    start = p
     try:
         flen, p = _varint(data, p, end, 5)
     except IndexError:
-        raise bad(what, p) from None
+        raise bad(what, start) from None
     if flen < -1 or flen > end - p:
-        raise bad(what, p)
+        raise bad(what, start)
     if flen < 0:
         return None, p
     return data[p : p + flen], p + flen
@@ -268,12 +283,13 @@ def _parse_records(
                 base,
             )
 
+        at = pos  # errors point at the start of the field at fault
         try:
             length, pos = _varint(data, pos, end, 5)
         except IndexError:
-            raise bad("bad record length", pos) from None
+            raise bad("bad record length", at) from None
         if length < MIN_RECORD_BYTES - 1 or length > end - pos:
-            raise bad("bad record length", pos)
+            raise bad("bad record length", at)
         rec_end = pos + length
         p = pos + 1  # attributes
         pos = rec_end
@@ -282,27 +298,30 @@ def _parse_records(
             ts_delta, p = _varint(data, p, rec_end, 10)
         except IndexError:
             raise bad("bad timestamp delta", p) from None
+        at = p
         try:
             off_delta, p = _varint(data, p, rec_end, 5)
         except IndexError:
-            raise bad("bad offset delta", p) from None
+            raise bad("bad offset delta", at) from None
         if off_delta < 0:
-            raise bad("bad offset delta", p)
+            raise bad("bad offset delta", at)
         key, p = _field(data, p, rec_end, "bad key length", bad)
         value, p = _field(data, p, rec_end, "bad value length", bad)
+        at = p
         try:
             hcount, p = _varint(data, p, rec_end, 5)
         except IndexError:
-            raise bad("bad header count", p) from None
+            raise bad("bad header count", at) from None
         if hcount < 0 or hcount > (rec_end - p) // 2:
-            raise bad("bad header count", p)
+            raise bad("bad header count", at)
         if info["control"] and i == 0:
             control_type = struct.unpack_from(">h", key, 2)[0] if key is not None and len(key) >= 4 else -1
         headers = []
         for _ in range(hcount):
+            at = p
             hk, p = _field(data, p, rec_end, "bad header key", bad)
             if hk is None:
-                raise bad("bad header key", p)
+                raise bad("bad header key", at)
             hv, p = _field(data, p, rec_end, "bad header value", bad)
             headers.append((hk, hv))
         if p != rec_end:

@@ -1,4 +1,4 @@
-/* Bounded decompression for Kafka's codecs. Output goes into one buffer reserved at the limit up front
+/* Bounded decompression for Kafka's codecs. Output goes into one buffer reserved at the limit (+1) up front
  * (virtual memory: pages count towards RSS only once written), and each codec is driven with that buffer
  * as its only output, so inflating stops the moment the limit is reached. */
 #include "spdecode.h"
@@ -43,25 +43,23 @@ static int do_gzip(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out,
     int rc = SP_OK;
     while (1) {
         zs.next_out = out->data + out->len;
-        zs.avail_out = (uInt)(limit - out->len);
+        zs.avail_out = (uInt)(limit + 1 - out->len);
         uInt room = zs.avail_out;
         int z = inflate(&zs, Z_NO_FLUSH);
         out->len += room - zs.avail_out;
+        if (z != Z_OK && z != Z_STREAM_END && z != Z_BUF_ERROR) { /* bad data wins over the limit */
+            snprintf(msg, msglen, "gzip data is invalid: %s", zs.msg ? zs.msg : "unknown zlib error");
+            rc = SP_ERR_DECOMPRESS;
+            break;
+        }
+        if (out->len > limit) { rc = limit_error(msg, msglen, limit); break; }
         if (z == Z_STREAM_END) {
             if (zs.avail_in == 0) break;
             inflateReset(&zs); /* another gzip member follows */
             continue;
         }
-        if (z == Z_BUF_ERROR) { /* no progress possible: out of room, or out of input */
-            if (out->len >= limit) rc = limit_error(msg, msglen, limit);
-            else {
-                snprintf(msg, msglen, "gzip data is truncated");
-                rc = SP_ERR_DECOMPRESS;
-            }
-            break;
-        }
-        if (z != Z_OK) {
-            snprintf(msg, msglen, "gzip data is invalid: %s", zs.msg ? zs.msg : "unknown zlib error");
+        if (z == Z_BUF_ERROR) { /* no progress possible: out of input */
+            snprintf(msg, msglen, "gzip data is truncated");
             rc = SP_ERR_DECOMPRESS;
             break;
         }
@@ -88,7 +86,7 @@ static int do_zstd(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out,
     ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, 1);
     ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, window_log_for(limit));
     ZSTD_inBuffer in = {src, srclen, 0};
-    ZSTD_outBuffer o = {out->data, limit, 0};
+    ZSTD_outBuffer o = {out->data, limit + 1, 0};
     int rc = SP_OK;
     while (1) {
         size_t before_in = in.pos, before_out = o.pos;
@@ -103,8 +101,8 @@ static int do_zstd(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out,
             }
             break;
         }
+        if (o.pos > limit) { rc = limit_error(msg, msglen, limit); break; }
         if (z == 0 && in.pos == in.size) break; /* last frame complete */
-        if (o.pos == o.size) { rc = limit_error(msg, msglen, limit); break; }
         if (in.pos == in.size && o.pos == before_out) {
             snprintf(msg, msglen, "zstd data is truncated");
             rc = SP_ERR_DECOMPRESS;
@@ -127,7 +125,7 @@ static int do_lz4(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, 
     int rc = SP_OK;
     size_t pos = 0;
     while (1) {
-        size_t dst_size = limit - out->len;
+        size_t dst_size = limit + 1 - out->len;
         size_t src_size = srclen - pos;
         size_t hint = LZ4F_decompress(d, out->data + out->len, &dst_size, src + pos, &src_size, NULL);
         if (LZ4F_isError(hint)) {
@@ -137,11 +135,11 @@ static int do_lz4(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, 
         }
         out->len += dst_size;
         pos += src_size;
+        if (out->len > limit) { rc = limit_error(msg, msglen, limit); break; }
         if (hint == 0) {
             if (pos == srclen) break; /* frame complete; another frame may follow */
             continue;
         }
-        if (out->len >= limit) { rc = limit_error(msg, msglen, limit); break; }
         if (src_size == 0 && dst_size == 0) { /* no progress: the frame needs input that is not there */
             snprintf(msg, msglen, "lz4 data is truncated");
             rc = SP_ERR_DECOMPRESS;
@@ -188,7 +186,8 @@ static int do_snappy(const uint8_t *src, size_t srclen, size_t limit, sp_buf *ou
 
 int sp_decompress(int codec, const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
     out->len = 0;
-    if (reserve_exact(out, limit) != SP_OK) FAIL(SP_ERR_NOMEM, "cannot reserve %zu bytes", limit);
+    /* Room for one byte past the limit: a batch exceeds it only by really inflating further. */
+    if (reserve_exact(out, limit + 1) != SP_OK) FAIL(SP_ERR_NOMEM, "cannot reserve %zu bytes", limit + 1);
     switch (codec) {
     case 1: return do_gzip(src, srclen, limit, out, msg, msglen);
     case 2: return do_snappy(src, srclen, limit, out, msg, msglen);

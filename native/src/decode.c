@@ -139,10 +139,15 @@ static int bad_record(batch_ctx *ctx, cursor *c, int32_t index, const char *what
                 (long long)b->position, (long long)b->base_offset, what, (long long)(ctx->records_pos + at));
 }
 
-/* A length-prefixed field: -1 is null; anything else must fit in what is left. */
+/* A length-prefixed field: -1 is null; anything else must fit in what is left. On failure the cursor
+ * stays at the start of the field, which is where errors point. */
 static int read_field(cursor *c, const uint8_t **data, int64_t *len) {
+    const uint8_t *start = c->p;
     if (VARINT(c, len)) return -1;
-    if (*len < -1 || *len > (int64_t)(c->end - c->p)) return -1;
+    if (*len < -1 || *len > (int64_t)(c->end - c->p)) {
+        c->p = start;
+        return -1;
+    }
     *data = c->p;
     if (*len > 0) c->p += *len;
     return 0;
@@ -166,19 +171,29 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
     }
     for (int32_t i = 0; i < n; i++) {
         int64_t rec_len, ts_delta, off_delta, hcount;
-        if (VARINT(&c, &rec_len) || rec_len < MIN_RECORD_BYTES - 1 || rec_len > (int64_t)(c.end - c.p))
+        const uint8_t *at = c.p; /* errors point at the start of the field at fault */
+        if (VARINT(&c, &rec_len) || rec_len < MIN_RECORD_BYTES - 1 || rec_len > (int64_t)(c.end - c.p)) {
+            c.p = at;
             return bad_record(ctx, &c, i, "bad record length");
+        }
         cursor rc = {c.p, c.p + rec_len, c.base};
         c.p += rec_len;
         rc.p += 1; /* attributes: unused */
         const uint8_t *key, *value;
         int64_t klen, vlen;
         if (VARLONG(&rc, &ts_delta)) return bad_record(ctx, &rc, i, "bad timestamp delta");
-        if (VARINT(&rc, &off_delta) || off_delta < 0) return bad_record(ctx, &rc, i, "bad offset delta");
+        at = rc.p;
+        if (VARINT(&rc, &off_delta) || off_delta < 0) {
+            rc.p = at;
+            return bad_record(ctx, &rc, i, "bad offset delta");
+        }
         if (read_field(&rc, &key, &klen)) return bad_record(ctx, &rc, i, "bad key length");
         if (read_field(&rc, &value, &vlen)) return bad_record(ctx, &rc, i, "bad value length");
-        if (VARINT(&rc, &hcount) || hcount < 0 || hcount > (int64_t)(rc.end - rc.p) / 2)
+        at = rc.p;
+        if (VARINT(&rc, &hcount) || hcount < 0 || hcount > (int64_t)(rc.end - rc.p) / 2) {
+            rc.p = at;
             return bad_record(ctx, &rc, i, "bad header count");
+        }
         if (ctx->control_type == -2 && i == 0) { /* control record key: version int16, type int16 */
             ctx->control_type = (key && klen >= 4) ? be16(key + 2) : -1;
         }
@@ -210,7 +225,11 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
         for (int64_t h = 0; h < hcount; h++) {
             const uint8_t *hk, *hv;
             int64_t hklen, hvlen;
-            if (read_field(&rc, &hk, &hklen) || hklen < 0) return bad_record(ctx, &rc, i, "bad header key");
+            at = rc.p;
+            if (read_field(&rc, &hk, &hklen) || hklen < 0) {
+                rc.p = at;
+                return bad_record(ctx, &rc, i, "bad header key");
+            }
             if (read_field(&rc, &hv, &hvlen)) return bad_record(ctx, &rc, i, "bad header value");
             if (!ctx->emit) continue;
             if (buf_reserve(&r->hkeys, (size_t)hklen) || buf_reserve(&r->hvalues, hvlen > 0 ? (size_t)hvlen : 0) ||

@@ -1,0 +1,334 @@
+"""The decoder contract, held against both implementations (native C and the pure-Python reference)."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+
+import pytest
+
+from streamplane import native
+from streamplane.errors import (
+    CrcMismatchError,
+    DecodeError,
+    DecodeLimitExceeded,
+    DecompressionError,
+    MalformedBatchError,
+    UnsupportedCodecError,
+    UnsupportedMagicError,
+)
+from streamplane.native import Record, decode
+from streamplane.native.reference import crc32c as py_crc32c
+from tests.recordbatch import CODECS, GZIP, NONE, ZSTD, Rec, build_batch, control_batch
+
+IMPLS = ["native", "python"]
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_native_extension_is_built_and_used_by_default() -> None:
+    assert "native" in native.IMPLEMENTATIONS, "streamplane._native did not load: run scripts/bootstrap.sh"
+    if not os.environ.get("STREAMPLANE_PURE_PYTHON"):
+        assert native.implementation == "native"
+
+
+def test_crc32c_hardware_software_and_reference_agree() -> None:
+    from streamplane import _native
+
+    assert _native.crc32c(b"123456789") == 0xE3069283  # the standard check value
+    assert _native.crc32c(b"123456789", software=True) == 0xE3069283
+    rng = random.Random(7)
+    for n in (0, 1, 7, 8, 9, 63, 64, 65, 1000, 4099):
+        data = rng.randbytes(n)
+        assert _native.crc32c(data) == _native.crc32c(data, software=True) == py_crc32c(data)
+
+
+SAMPLE = [
+    Rec(key=b"k0", value=b"v0", headers=[(b"trace", b"abc"), (b"trace", b"again"), (b"empty", b""), (b"null", None)]),
+    Rec(key=None, value=None),
+    Rec(key=b"", value=b""),
+    Rec(key=b"\x00\xff" * 100, value=bytes(range(256)) * 40, timestamp_delta=-5),
+    Rec(key=b"big-delta", value=b"x", offset_delta=1_000_000, timestamp_delta=2**40),
+]
+
+
+def _expected(base: int, first_ts: int) -> list[Record]:
+    out = []
+    for i, r in enumerate(SAMPLE):
+        delta = r.offset_delta if r.offset_delta is not None else i
+        headers = [(k.decode(), v) for k, v in r.headers]
+        out.append(Record(base + delta, first_ts + r.timestamp_delta, r.key, r.value, headers))
+    return out
+
+
+@pytest.mark.parametrize("codec", list(CODECS))
+def test_every_codec_round_trips_keys_nulls_headers_and_varint_edges(impl: str, codec: str) -> None:
+    data = build_batch(SAMPLE, base_offset=42, codec=CODECS[codec], first_timestamp=1_700_000_000_000)
+    batch = decode(data, impl=impl)
+    assert list(batch.records()) == _expected(42, 1_700_000_000_000)
+    assert batch.next_offset == 42 + 1_000_000 + 1
+    assert (batch.incomplete, batch.error, batch.consumed) == (False, None, len(data))
+    info = batch.batches[0]
+    assert (info.base_offset, info.codec_name, info.record_count) == (42, codec, 5)
+    assert info.compressed_size == len(data) - 61
+    assert info.decompressed_size >= info.compressed_size if codec == "none" else info.decompressed_size > 0
+
+
+def test_arrow_batch_matches_records(impl: str) -> None:
+    import pyarrow as pa
+
+    batch = decode(build_batch(SAMPLE, codec=ZSTD) + build_batch(SAMPLE, base_offset=2_000_000), impl=impl)
+    table = batch.to_arrow()
+    assert table.num_rows == 10
+    assert table.schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
+    records = list(batch.records())
+    assert table.column("offset").to_pylist() == [r.offset for r in records]
+    assert table.column("key").to_pylist() == [r.key for r in records]
+    assert table.column("value").to_pylist() == [r.value for r in records]
+    assert [[(h["key"], h["value"]) for h in hs] for hs in table.column("headers").to_pylist()] == [
+        r.headers for r in records
+    ]
+    table.validate(full=True)
+
+
+def test_empty_input_and_empty_batch(impl: str) -> None:
+    assert decode(b"", impl=impl).count == 0
+    empty = decode(build_batch([]), impl=impl)
+    assert (empty.count, len(empty.batches), empty.to_arrow().num_rows) == (0, 1, 0)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_old_message_formats_get_a_clear_error(impl: str, magic: int) -> None:
+    data = bytearray(build_batch([Rec(value=b"v")]))
+    data[16] = magic
+    with pytest.raises(UnsupportedMagicError, match=f"magic {magic}: only RecordBatch v2") as info:
+        decode(bytes(data), impl=impl)
+    assert info.value.position == 16
+
+
+def test_crc_mismatch_is_reported_unless_disabled(impl: str) -> None:
+    good = build_batch([Rec(value=b"hello")], base_offset=7)
+    bad = build_batch([Rec(value=b"hello")], base_offset=7, crc=0xDEADBEEF)
+    with pytest.raises(CrcMismatchError, match="base offset 7") as info:
+        decode(good + bad if False else bad, impl=impl)
+    assert info.value.position == 17 and info.value.base_offset == 7
+    assert [r.value for r in decode(bad, verify_crc=False, impl=impl).records()] == [b"hello"]
+
+
+def test_unknown_codec(impl: str) -> None:
+    with pytest.raises(UnsupportedCodecError, match="codec 6"):
+        decode(build_batch([Rec(value=b"v")], codec=6, records_bytes=b"\x00" * 8), impl=impl)
+
+
+def test_truncated_last_batch_is_incomplete_not_an_error(impl: str) -> None:
+    first = build_batch([Rec(value=b"a" * 50)] * 3, base_offset=0)
+    second = build_batch([Rec(value=b"b" * 50)] * 3, base_offset=3)
+    for cut in range(len(second)):
+        batch = decode(first + second[:cut], impl=impl)
+        assert (batch.count, batch.next_offset, batch.consumed) == (3, 3, len(first)), cut
+        assert batch.incomplete == (cut > 0) and batch.error is None
+    only_part = decode(second[:40], impl=impl)
+    assert (only_part.count, only_part.incomplete, only_part.next_offset) == (0, True, -1)
+
+
+def test_a_bad_later_batch_ends_the_result_early(impl: str) -> None:
+    good = build_batch([Rec(value=b"ok")], base_offset=0)
+    bad = build_batch([Rec(value=b"no")], base_offset=1, crc=1)
+    batch = decode(good + bad + good, impl=impl)
+    assert [r.value for r in batch.records()] == [b"ok"]
+    assert isinstance(batch.error, CrcMismatchError) and batch.error.base_offset == 1
+    assert batch.next_offset == 1
+
+
+def test_malformed_records_name_the_position(impl: str) -> None:
+    data = bytearray(build_batch([Rec(key=b"k", value=b"v")]))
+    data[61] = 0x7F  # record length far beyond the batch
+    with pytest.raises(MalformedBatchError, match="record 0 .* bad record length, at byte 61 of the input"):
+        decode(bytes(data), verify_crc=False, impl=impl)
+    lying_count = build_batch([Rec(value=b"v")], record_count=10**9)
+    with pytest.raises(MalformedBatchError, match="claims 1000000000 records"):
+        decode(lying_count, impl=impl)
+    short = build_batch([Rec(value=b"v")], record_count=2)
+    with pytest.raises(MalformedBatchError):
+        decode(short, impl=impl)
+
+
+def test_control_batches_are_skipped_and_aborted_transactions_dropped(impl: str) -> None:
+    pid = 77
+    txn = [Rec(value=b"t1"), Rec(value=b"t2")]
+    data = (
+        build_batch([Rec(value=b"plain")], base_offset=0)
+        + build_batch(txn, base_offset=1, producer_id=pid, producer_epoch=0, transactional=True)
+        + control_batch(3, pid, commit=False)
+        + build_batch([Rec(value=b"t3")], base_offset=4, producer_id=pid, producer_epoch=0, transactional=True)
+        + control_batch(5, pid, commit=True)
+    )
+    read_uncommitted = decode(data, impl=impl)
+    assert [r.value for r in read_uncommitted.records()] == [b"plain", b"t1", b"t2", b"t3"]
+    assert [b.control for b in read_uncommitted.batches] == [False, False, True, False, True]
+    read_committed = decode(data, aborted=[(pid, 1)], impl=impl)
+    assert [r.value for r in read_committed.records()] == [b"plain", b"t3"]
+    assert [b.aborted for b in read_committed.batches] == [False, True, False, False, False]
+    assert read_committed.next_offset == 6
+
+
+def test_log_append_time_applies_to_every_record(impl: str) -> None:
+    data = build_batch(
+        [Rec(value=b"a"), Rec(value=b"b", timestamp_delta=50)], log_append_time=True, first_timestamp=1000
+    )
+    assert [r.timestamp for r in decode(data, impl=impl).records()] == [1050, 1050]
+
+
+def test_call_budget_stops_before_a_batch_that_does_not_fit(impl: str) -> None:
+    a = build_batch([Rec(value=b"a" * 600)], base_offset=0, codec=GZIP)
+    b = build_batch([Rec(value=b"b" * 600)], base_offset=1, codec=GZIP)
+    batch = decode(a + b, max_decompressed=1000, impl=impl)
+    assert (batch.count, batch.budget_exhausted, batch.next_offset, batch.error) == (1, True, 1, None)
+    with pytest.raises(DecodeLimitExceeded, match="limit of 500 bytes") as info:
+        decode(a, max_decompressed=500, impl=impl)
+    assert (info.value.base_offset, info.value.last_offset, info.value.limit) == (0, 0, 500)
+    uncompressed = build_batch([Rec(value=b"u" * 600)], codec=NONE)
+    with pytest.raises(DecodeLimitExceeded):
+        decode(uncompressed, max_decompressed=500, impl=impl)
+
+
+def test_bad_arguments_are_rejected() -> None:
+    from streamplane.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="max_decompressed"):
+        decode(b"", max_decompressed=0)
+    with pytest.raises(InvalidArgumentError, match="impl"):
+        decode(b"", impl="java")
+
+
+# -- differential: both implementations agree on every input ---------------------------------------------------------
+
+
+def _kind(err: DecodeError) -> str:
+    """The error kind compared across implementations.
+
+    A compressed batch that is both corrupt and past the limit may be noticed as either first, depending on
+    the codec library's internals (the reference runs python-zstandard's, python-lz4's and zlib's own
+    builds, the C core the system libraries): both implementations still stop at that batch, so the two
+    kinds compare equal.
+    """
+    return "inflate" if isinstance(err, DecompressionError | DecodeLimitExceeded) else type(err).__name__
+
+
+def outcome(impl: str, data: bytes, **kwargs: object) -> tuple:
+    """Everything a caller can observe of one decode call."""
+    try:
+        batch = decode(data, impl=impl, **kwargs)
+    except DecodeError as err:
+        return ("raised", _kind(err), err.position, err.base_offset, err.last_offset)
+    err = batch.error
+    # A batch that only overflows what is left of the call's budget stops the call like an inflate error.
+    stopped = "inflate" if batch.budget_exhausted else None if err is None else _kind(err)
+    return (
+        "ok",
+        [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records()],
+        batch.batches,
+        batch.next_offset,
+        batch.consumed,
+        batch.incomplete,
+        stopped,
+        None if stopped in (None, "inflate") else (err.position, err.base_offset),
+    )
+
+
+def assert_agree(data: bytes, **kwargs: object) -> None:
+    """Both implementations observe the same, with one allowed difference when CRC checks are off.
+
+    Then a damaged compressed payload reaches the codec libraries, and those differ in what damage they
+    notice (python-zstandard bundles a newer zstd than the system libzstd the C core links). So one side
+    may accept a batch the other refuses with an inflate error; everything before that batch must agree.
+    With CRC checks on (the default), the CRC catches the damage first and the outcomes are identical.
+    """
+    a, b = outcome("native", data, **kwargs), outcome("python", data, **kwargs)
+    if a == b:
+        return
+    assert kwargs.get("verify_crc", True) is False, (a, b)
+    refused = [o for o in (a, b) if (o[0] == "raised" and o[1] == "inflate") or (o[0] == "ok" and o[6] == "inflate")]
+    assert refused, (a, b)
+    got = [o[1] if o[0] == "ok" else [] for o in (a, b)]
+    shorter, longer = sorted(got, key=len)
+    assert longer[: len(shorter)] == shorter, (a, b)
+
+
+def _corpus() -> list[bytes]:
+    items = []
+    for codec in range(5):
+        items.append(build_batch(SAMPLE[:3], base_offset=10, codec=codec))
+    items.append(build_batch(SAMPLE, codec=ZSTD) + control_batch(10**6 + 1, 5, commit=True))
+    return items
+
+
+def test_differential_every_single_byte_corruption() -> None:
+    """Flip each byte of real-shaped batches (CRC checks off, so the parsers see the damage)."""
+    rng = random.Random(11)
+    for data in _corpus():
+        for pos in range(len(data)):
+            mutated = bytearray(data)
+            mutated[pos] ^= rng.choice([0x01, 0x80, 0xFF, 0x55])
+            m = bytes(mutated)
+            assert_agree(m, verify_crc=False)
+            assert_agree(m)
+
+
+def test_differential_random_bytes_and_splices() -> None:
+    rng = random.Random(12)
+    corpus = _corpus()
+    for i in range(1500):
+        kind = i % 3
+        if kind == 0:
+            data = rng.randbytes(rng.randrange(0, 200))
+        elif kind == 1:
+            data = rng.choice(corpus)[: rng.randrange(0, 400)] + rng.randbytes(rng.randrange(0, 50))
+        else:
+            base = bytearray(rng.choice(corpus))
+            for _ in range(rng.randrange(1, 6)):
+                base[rng.randrange(len(base))] = rng.randrange(256)
+            data = bytes(base)
+        limit = rng.choice([1, 64, 4096, 1 << 20])
+        assert_agree(data, verify_crc=False, max_decompressed=limit)
+        assert_agree(data, max_decompressed=limit)
+
+
+def test_differential_hypothesis_records() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    blobs = st.one_of(st.none(), st.binary(max_size=40))
+    recs = st.builds(
+        Rec,
+        key=blobs,
+        value=blobs,
+        headers=st.lists(st.tuples(st.binary(max_size=8), blobs), max_size=3),
+        timestamp_delta=st.integers(-(2**40), 2**40),
+    )
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(recs, max_size=8), st.sampled_from(range(5)), st.integers(0, 2**40), st.data())
+    def check(records: list[Rec], codec: int, base: int, data: st.DataObject) -> None:
+        raw = build_batch(records, codec=codec, base_offset=base)
+        cut = data.draw(st.integers(0, len(raw)))
+        for candidate in (raw, raw[:cut]):
+            assert_agree(candidate)
+        got = list(decode(raw).records())
+        assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in records]
+
+    check()
+
+
+def test_header_key_must_not_be_null(impl: str) -> None:
+    data = bytearray(build_batch([Rec(value=b"v", headers=[(b"k", b"v")])]))
+    # the header key length is the byte before b"k"; -1 (zigzag 0x01) makes it null
+    at = bytes(data).rindex(b"\x02k")
+    data[at] = 0x01
+    with pytest.raises(MalformedBatchError, match="bad header key"):
+        decode(bytes(data), verify_crc=False, impl=impl)
+    assert struct.calcsize(">q") == 8
