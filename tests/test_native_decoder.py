@@ -147,7 +147,7 @@ def test_a_bad_later_batch_ends_the_result_early(impl: str) -> None:
 def test_malformed_records_name_the_position(impl: str) -> None:
     data = bytearray(build_batch([Rec(key=b"k", value=b"v")]))
     data[61] = 0x7F  # record length far beyond the batch
-    with pytest.raises(MalformedBatchError, match="record 0 .* bad record length, at byte 61 of the input"):
+    with pytest.raises(MalformedBatchError, match=r"record 0 .* bad record length, at byte 61 of the input"):
         decode(bytes(data), verify_crc=False, impl=impl)
     lying_count = build_batch([Rec(value=b"v")], record_count=10**9)
     with pytest.raises(MalformedBatchError, match="claims 1000000000 records"):
