@@ -69,21 +69,27 @@ class _LimitError(Exception):
 # -- bounded decompression ---------------------------------------------------------------------------------------
 
 
+STEP = 1 << 20  # inflate in steps into one growing buffer: the codecs' own buffers would double peak memory
+
+
 def _gzip(data: bytes, limit: int) -> bytes:
     out = bytearray()
-    while True:
-        d = zlib.decompressobj(15 + 32)
-        try:
-            out += d.decompress(data, limit - len(out) + 1)
-        except zlib.error as err:
-            raise ValueError(f"gzip data is invalid: {err}") from err
-        if len(out) > limit:
-            raise _LimitError(f"inflates past the limit of {limit} bytes")
-        if not d.eof:
-            raise ValueError("gzip data is truncated")
-        data = d.unused_data
-        if not data:
-            return bytes(out)
+    d, pending = zlib.decompressobj(15 + 32), data
+    try:
+        while True:
+            chunk = d.decompress(pending, min(STEP, limit + 1 - len(out)))
+            out += chunk
+            if len(out) > limit:
+                raise _LimitError(f"inflates past the limit of {limit} bytes")
+            pending = d.unconsumed_tail
+            if d.eof:
+                if not d.unused_data:
+                    return bytes(out)
+                d, pending = zlib.decompressobj(15 + 32), d.unused_data  # another gzip member follows
+            elif not pending and not chunk:
+                raise ValueError("gzip data is truncated")
+    except zlib.error as err:
+        raise ValueError(f"gzip data is invalid: {err}") from err
 
 
 def _zstd(data: bytes, limit: int) -> bytes:
@@ -133,18 +139,22 @@ def _lz4(data: bytes, limit: int) -> bytes:
     if not data:
         raise ValueError("lz4 data is truncated")
     out = bytearray()
-    while data:
-        d = lz4.frame.LZ4FrameDecompressor()
-        try:
-            out += d.decompress(data, max_length=limit - len(out) + 1)
-        except RuntimeError as err:
-            raise ValueError(f"lz4 data is invalid: {err}") from err
-        if len(out) > limit:
-            raise _LimitError(f"inflates past the limit of {limit} bytes")
-        if not d.eof:
-            raise ValueError("lz4 data is truncated")
-        data = d.unused_data
-    return bytes(out)
+    d, pending = lz4.frame.LZ4FrameDecompressor(), data
+    try:
+        while True:
+            chunk = d.decompress(pending, max_length=min(STEP, limit + 1 - len(out)))
+            out += chunk
+            if len(out) > limit:
+                raise _LimitError(f"inflates past the limit of {limit} bytes")
+            pending = b""
+            if d.eof:
+                if not d.unused_data:
+                    return bytes(out)
+                d, pending = lz4.frame.LZ4FrameDecompressor(), d.unused_data  # another frame follows
+            elif d.needs_input and not chunk:
+                raise ValueError("lz4 data is truncated")
+    except RuntimeError as err:
+        raise ValueError(f"lz4 data is invalid: {err}") from err
 
 
 def _snappy_block(data: bytes, limit: int, have: int) -> bytes:
