@@ -111,6 +111,17 @@ def _nulls(bitmap: bytes, n: int) -> set[int]:
     return nulls
 
 
+def _utf8(keys: Any) -> Any:
+    """Header keys as Arrow strings. Kafka does not enforce UTF-8, so invalid sequences are replaced with
+    U+FFFD, as Java's client and `records()` do; valid keys (the rule) are cast without copying."""
+    import pyarrow as pa
+
+    try:
+        return keys.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([k.decode("utf-8", "replace") for k in keys.to_pylist()], pa.string())
+
+
 class DecodedBatch:
     """The records decoded from one record set, as columns.
 
@@ -199,7 +210,7 @@ class DecodedBatch:
         keys = pa.Array.from_buffers(pa.binary(), n, [buf("key_valid"), buf("key_offsets"), buf("keys")])
         values = pa.Array.from_buffers(pa.binary(), n, [buf("value_valid"), buf("value_offsets"), buf("values")])
         h = c["header_count"]
-        hkeys = pa.Array.from_buffers(pa.string(), h, [None, buf("hkey_offsets"), buf("hkeys")])
+        hkeys = _utf8(pa.Array.from_buffers(pa.binary(), h, [None, buf("hkey_offsets"), buf("hkeys")]))
         hvalues = pa.Array.from_buffers(pa.binary(), h, [buf("hvalue_valid"), buf("hvalue_offsets"), buf("hvalues")])
         header_type = pa.struct([("key", pa.string()), ("value", pa.binary())])
         entries = pa.StructArray.from_arrays([hkeys, hvalues], fields=list(header_type))

@@ -254,6 +254,32 @@ class _Columns:
         self.hvalues = bytearray()
         self.hvalue_valid: list[bool] = []
 
+    def _columns(self) -> list[Any]:
+        return [
+            self.offsets,
+            self.timestamps,
+            self.key_offsets,
+            self.keys,
+            self.key_valid,
+            self.value_offsets,
+            self.values,
+            self.value_valid,
+            self.header_offsets,
+            self.hkey_offsets,
+            self.hkeys,
+            self.hvalue_offsets,
+            self.hvalues,
+            self.hvalue_valid,
+        ]
+
+    def mark(self) -> tuple[int, list[int]]:
+        return self.count, [len(c) for c in self._columns()]
+
+    def roll_back(self, mark: tuple[int, list[int]]) -> None:
+        self.count, lens = mark
+        for column, length in zip(self._columns(), lens, strict=True):
+            del column[length:]
+
 
 def _bitmap(bits: list[bool]) -> bytes:
     out = bytearray((len(bits) + 7) // 8)
@@ -526,10 +552,12 @@ def decode_columns(
                     emit = False
             if info["control"]:
                 emit = False
+            before = cols.mark()
             try:
                 control_type = _parse_records(cols, info, records, emit, pos + HEADER_SIZE, codec != 0)
-            except _StopError as err:
-                raise _StopError(err.kind, err.message, err.position, err.base_offset) from None
+            except _StopError:
+                cols.roll_back(before)  # a batch that fails half way contributes nothing
+                raise
             if info["control"] and control_type == 0 and aborted is not None:
                 active.discard(pid)
         except _StopError as err:

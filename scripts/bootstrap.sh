@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Install everything streamplane needs on this machine; safe to run again (it skips what is done).
-#   - Debian packages the C build and the compose check need (apt-get, as root or with sudo)
+#   - Debian packages the C build, the fuzz and sanitizer builds, and the compose check need (apt-get)
 #   - a virtualenv at .venv with the package installed editable, with its dev tools
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(build-essential libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev docker-compose)
+APT_PACKAGES=(build-essential libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev clang libclang-rt-14-dev docker-compose)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -95,6 +95,17 @@ def test_arrow_batch_matches_records(impl: str) -> None:
     table.validate(full=True)
 
 
+def test_header_keys_that_are_not_utf8_are_replaced_not_passed_to_arrow(impl: str) -> None:
+    batch = decode(build_batch([Rec(value=b"v", headers=[(b"ok", b"1"), (b"bad\xff\xfe", b"2")])]), impl=impl)
+    (record,) = batch.records()
+    assert record.headers == [("ok", b"1"), ("bad\ufffd\ufffd", b"2")]
+    table = batch.to_arrow()
+    table.validate(full=True)
+    assert table.column("headers").to_pylist() == [
+        [{"key": "ok", "value": b"1"}, {"key": "bad\ufffd\ufffd", "value": b"2"}]
+    ]
+
+
 def test_empty_input_and_empty_batch(impl: str) -> None:
     assert decode(b"", impl=impl).count == 0
     empty = decode(build_batch([]), impl=impl)
@@ -142,6 +153,18 @@ def test_a_bad_later_batch_ends_the_result_early(impl: str) -> None:
     assert [r.value for r in batch.records()] == [b"ok"]
     assert isinstance(batch.error, CrcMismatchError) and batch.error.base_offset == 1
     assert batch.next_offset == 1
+
+
+def test_a_batch_failing_half_way_contributes_no_records(impl: str) -> None:
+    good = build_batch([Rec(value=b"ok")], base_offset=0)
+    half_bad = bytearray(build_batch([Rec(value=b"first"), Rec(value=b"second")], base_offset=1))
+    half_bad[half_bad.rindex(b"second") - 1] = 0x7F  # the second record's value length runs past the batch
+    batch = decode(good + bytes(half_bad), verify_crc=False, impl=impl)
+    assert [r.value for r in batch.records()] == [b"ok"]
+    assert isinstance(batch.error, MalformedBatchError) and batch.error.base_offset == 1
+    table = batch.to_arrow()
+    table.validate(full=True)
+    assert table.column("value").to_pylist() == [b"ok"]
 
 
 def test_malformed_records_name_the_position(impl: str) -> None:

@@ -237,8 +237,7 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
                 return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
             if (r->hkeys.len + hklen > INT32_MAX || r->hvalues.len + (hvlen > 0 ? hvlen : 0) > INT32_MAX)
                 return fail(r, SP_ERR_LIMIT, b->position, b->base_offset, "more than 2 GiB of headers");
-            memcpy(r->hkeys.data + r->hkeys.len, hk, (size_t)hklen);
-            r->hkeys.len += (size_t)hklen;
+            if (hklen > 0) { memcpy(r->hkeys.data + r->hkeys.len, hk, (size_t)hklen); r->hkeys.len += (size_t)hklen; }
             if (hvlen > 0) { memcpy(r->hvalues.data + r->hvalues.len, hv, (size_t)hvlen); r->hvalues.len += (size_t)hvlen; }
             put_i32(&r->hkey_offsets, (int32_t)r->hkeys.len);
             put_i32(&r->hvalue_offsets, (int32_t)r->hvalues.len);
@@ -257,6 +256,39 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
                     "batch at byte %lld (base offset %lld) has %lld bytes after its %d records",
                     (long long)b->position, (long long)b->base_offset, (long long)(c.end - c.p), n);
     return SP_OK;
+}
+
+/* -- all or nothing per batch ------------------------------------------------------------------------------ */
+
+/* Column lengths before a batch, so a batch that fails half way contributes nothing. */
+typedef struct {
+    size_t count, header_count, lens[14];
+} mark;
+
+#define COLUMNS(r)                                                                                            \
+    {&(r)->offsets, &(r)->timestamps, &(r)->key_offsets, &(r)->keys, &(r)->key_valid, &(r)->value_offsets,    \
+     &(r)->values, &(r)->value_valid, &(r)->header_offsets, &(r)->hkey_offsets, &(r)->hkeys,                  \
+     &(r)->hvalue_offsets, &(r)->hvalues, &(r)->hvalue_valid}
+
+static mark take_mark(sp_result *r) {
+    mark m = {r->count, r->header_count, {0}};
+    sp_buf *cols[] = COLUMNS(r);
+    for (size_t i = 0; i < 14; i++) m.lens[i] = cols[i]->len;
+    return m;
+}
+
+static void roll_back(sp_result *r, const mark *m) {
+    sp_buf *cols[] = COLUMNS(r);
+    for (size_t i = 0; i < 14; i++) cols[i]->len = m->lens[i];
+    r->count = m->count;
+    r->header_count = m->header_count;
+    /* validity bitmaps: clear the bits past the kept ones in their last byte */
+    if (r->count & 7) {
+        uint8_t keep = (uint8_t)((1u << (r->count & 7)) - 1);
+        r->key_valid.data[r->key_valid.len - 1] &= keep;
+        r->value_valid.data[r->value_valid.len - 1] &= keep;
+    }
+    if (r->header_count & 7) r->hvalue_valid.data[r->hvalue_valid.len - 1] &= (uint8_t)((1u << (r->header_count & 7)) - 1);
 }
 
 /* -- aborted transactions (read committed) ---------------------------------------------------------------- */
@@ -417,7 +449,11 @@ int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify
             ctx.emit = 0;
             ctx.control_type = -2; /* read from the first record */
         }
-        if ((rc = parse_records(&ctx, records, records_len)) != SP_OK) break;
+        mark before = take_mark(r);
+        if ((rc = parse_records(&ctx, records, records_len)) != SP_OK) {
+            roll_back(r, &before);
+            break;
+        }
         if (b.control && ctx.control_type == 0 && aborted) pid_remove(&active, b.producer_id);
 
         if (r->nbatches == r->batches_cap) {

@@ -1,0 +1,138 @@
+"""Fuzzing the decoder: libFuzzer over the C core, and the extension itself built with ASan and UBSan.
+
+Both start from native/fuzz/corpus (real librdkafka batches of every codec, edge cases, and inputs the
+fuzzer found that reach new code). STREAMPLANE_FUZZ_SECONDS bounds the libFuzzer run (default 60, as CI
+runs it). Both need the compilers that scripts/bootstrap.sh installs (clang with libFuzzer, gcc).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+CORPUS = REPO / "native" / "fuzz" / "corpus"
+SOURCES = [REPO / "native" / "src" / name for name in ("module.c", "decode.c", "codecs.c", "crc32c.c")]
+FUZZ_SECONDS = int(os.environ.get("STREAMPLANE_FUZZ_SECONDS", "60"))
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.fail(f"{tool} is not installed; scripts/bootstrap.sh installs it")
+    return path
+
+
+@pytest.mark.slow
+def test_libfuzzer_finds_nothing_in_a_bounded_run(tmp_path: Path) -> None:
+    _need("clang")
+    build = subprocess.run([str(REPO / "native" / "fuzz" / "build.sh"), str(tmp_path)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    work = tmp_path / "corpus"
+    shutil.copytree(CORPUS, work)
+    run = subprocess.run(
+        [
+            str(tmp_path / "fuzz_decode"),
+            f"-max_total_time={FUZZ_SECONDS}",
+            "-timeout=10",
+            "-rss_limit_mb=2048",
+            "-print_final_stats=1",
+            f"-artifact_prefix={tmp_path}/",
+            str(work),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=FUZZ_SECONDS + 120,
+    )
+    executed = [line for line in run.stderr.splitlines() if "number_of_executed_units" in line]
+    print(f"libFuzzer, {FUZZ_SECONDS} s: {executed}")
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert not list(tmp_path.glob("crash-*")) and not list(tmp_path.glob("timeout-*"))
+
+
+SANITIZED_RUN = r"""
+import importlib.machinery, importlib.util, random, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("streamplane._native", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+sys.modules["streamplane._native"] = module
+from streamplane import native
+from streamplane.errors import DecodeError
+assert native.IMPLEMENTATIONS["native"] is module.decode_columns
+rng = random.Random(5)
+runs = 0
+for path in sorted(Path(sys.argv[2]).iterdir()):
+    seed = path.read_bytes()[1:]
+    variants = [seed, seed[: len(seed) // 2]]
+    for _ in range(200):
+        data = bytearray(seed)
+        for _ in range(rng.randrange(1, 4)):
+            if data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        variants.append(bytes(data))
+    for data in variants:
+        for crc in (True, False):
+            try:
+                batch = native.decode(data, verify_crc=crc, max_decompressed=rng.choice([64, 1 << 20]),
+                                      aborted=[(3, 0)] if crc else None)
+                batch.to_arrow().validate(full=True)
+                list(batch.records())
+            except DecodeError:
+                pass
+            runs += 1
+print(f"{runs} decodes under ASan and UBSan")
+"""
+
+
+def test_extension_built_with_asan_and_ubsan_runs_the_corpus(tmp_path: Path) -> None:
+    gcc = _need("gcc")
+    include = sysconfig.get_paths()["include"]
+    ext = tmp_path / "_native_sanitized.so"
+    build = subprocess.run(
+        [
+            gcc,
+            "-shared",
+            "-fPIC",
+            "-g",
+            "-O1",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+            f"-I{include}",
+            *map(str, SOURCES),
+            "-lzstd",
+            "-lz",
+            "-llz4",
+            "-lsnappy",
+            "-o",
+            str(ext),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr
+    libasan = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()
+    env = {
+        **os.environ,
+        "LD_PRELOAD": libasan,
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", SANITIZED_RUN, str(ext), str(CORPUS)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "under ASan and UBSan" in run.stdout
+    assert "runtime error" not in run.stderr, run.stderr[-4000:]
