@@ -6,29 +6,22 @@ STREAMPLANE_PURE_PYTHON=1. Both implement one contract (`decode_columns`), and t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamplane.errors import DecodeError, DecodeLimitExceeded, InvalidArgumentError
 from streamplane.native import reference
-from streamplane.native.batch import BatchInfo, DecodedBatch, Record, error_from_tuple
+from streamplane.native._loaded import USE_NATIVE, _native
+from streamplane.native.batch import BatchInfo, DecodedBatch, PyRecord, Record, error_from_tuple
 
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
-
-try:
-    from streamplane import _native  # type: ignore[attr-defined]
-except ImportError:  # not built: the reference keeps everything working, slowly
-    _native = None
-
-FORCE_PURE_PYTHON = os.environ.get("STREAMPLANE_PURE_PYTHON", "") not in ("", "0")
 
 DecodeColumns = Callable[..., dict[str, Any]]
 IMPLEMENTATIONS: dict[str, DecodeColumns] = {"python": reference.decode_columns}
 if _native is not None:
     IMPLEMENTATIONS["native"] = _native.decode_columns
 
-implementation = "python" if FORCE_PURE_PYTHON or _native is None else "native"
+implementation = "native" if USE_NATIVE else "python"
 """The implementation `decode` uses: 'native' or 'python'."""
 
 
@@ -74,6 +67,7 @@ __all__ = [
     "DecodeError",
     "DecodeLimitExceeded",
     "DecodedBatch",
+    "PyRecord",
     "Record",
     "decode",
     "implementation",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamplane.errors import (
     CrcMismatchError,
@@ -15,6 +15,7 @@ from streamplane.errors import (
     UnsupportedCodecError,
     UnsupportedMagicError,
 )
+from streamplane.native._loaded import USE_NATIVE, _native
 
 # Error kinds of the decoder contract (native/src/spdecode.h) -> exception classes.
 _ERRORS: dict[int, type[DecodeError]] = {
@@ -69,32 +70,18 @@ class BatchInfo:
         return CODEC_NAMES[self.codec] if self.codec < len(CODEC_NAMES) else f"codec-{self.codec}"
 
 
-class Record:
-    """One record, for application code. Headers are (key, value) pairs; key and values may be None."""
+class PyRecord(NamedTuple):
+    """One decoded record (the pure-Python twin of the C extension's Record)."""
 
-    __slots__ = ("headers", "key", "offset", "timestamp", "value")
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
 
-    def __init__(
-        self,
-        offset: int,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes | None]],
-    ) -> None:
-        self.offset = offset
-        self.timestamp = timestamp
-        self.key = key
-        self.value = value
-        self.headers = headers
 
-    def __repr__(self) -> str:
-        return f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, value={self.value!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Record) and all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
+Record: Any = _native.Record if _native is not None else PyRecord
+"""One decoded record: a named tuple (offset, timestamp in ms, key, value, headers)."""
 
 
 def _nulls(bitmap: bytes, n: int) -> set[int]:
@@ -127,7 +114,6 @@ class DecodedBatch:
 
     Attributes:
         count: records in the batch (control and aborted records are not included).
-        batches: facts about each decoded record batch, in input order.
         next_offset: the offset to fetch next (after the last decoded batch), -1 if none was decoded.
         consumed: input bytes taken by the decoded batches.
         incomplete: the input ended in a truncated batch, as Kafka returns at the end of a fetch.
@@ -139,7 +125,6 @@ class DecodedBatch:
     def __init__(self, columns: dict[str, Any]) -> None:
         self._c = columns
         self.count: int = columns["count"]
-        self.batches = [BatchInfo(*b) for b in columns["batches"]]
         self.next_offset: int = columns["next_offset"]
         self.consumed: int = columns["consumed"]
         stop = columns["stop"]
@@ -149,6 +134,16 @@ class DecodedBatch:
 
     def __len__(self) -> int:
         return self.count
+
+    @property
+    def batches(self) -> list[BatchInfo]:
+        """Facts about each decoded record batch, in input order."""
+        return [BatchInfo(*b) for b in self._c["batches"]]
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """The raw columns of the decoder contract (buffers and counts; see native/src/spdecode.h)."""
+        return self._c
 
     def _ints(self, name: str, fmt: str) -> memoryview:
         return memoryview(self._c[name]).cast("B").cast(fmt)
@@ -163,8 +158,14 @@ class DecodedBatch:
         """int64 timestamps in milliseconds, one per record."""
         return self._ints("timestamps", "q")
 
-    def records(self) -> Iterator[Record]:
-        """The records as light Python objects."""
+    def records(self) -> Iterator[Any]:
+        """The records as light named tuples (`Record`), built in C when the extension is loaded."""
+        if USE_NATIVE and _native is not None:
+            return iter(_native.records(self._c))
+        return self.records_python()
+
+    def records_python(self) -> Iterator[PyRecord]:
+        """`records()` in pure Python: the fallback, and the tests' oracle for the C version."""
         c, n = self._c, self.count
         if n == 0:
             return
@@ -173,28 +174,17 @@ class DecodedBatch:
         ko, vo = self._ints("key_offsets", "i").tolist(), self._ints("value_offsets", "i").tolist()
         key_nulls, value_nulls = _nulls(bytes(c["key_valid"]), n), _nulls(bytes(c["value_valid"]), n)
         ho = self._ints("header_offsets", "i").tolist()
-        has_headers = c["header_count"] > 0
+        hk, hv = bytes(c["hkeys"]), bytes(c["hvalues"])
+        hko, hvo = self._ints("hkey_offsets", "i").tolist(), self._ints("hvalue_offsets", "i").tolist()
+        hnulls = _nulls(bytes(c["hvalue_valid"]), c["header_count"])
         for i in range(n):
             key = None if i in key_nulls else keys[ko[i] : ko[i + 1]]
             value = None if i in value_nulls else values[vo[i] : vo[i + 1]]
-            headers = self._headers(ho[i], ho[i + 1]) if has_headers and ho[i] != ho[i + 1] else []
-            yield Record(offsets[i], timestamps[i], key, value, headers)
-
-    def _headers(self, start: int, end: int) -> list[tuple[str, bytes | None]]:
-        c = self._c
-        if not hasattr(self, "_hcache"):
-            self._hcache = (
-                bytes(c["hkeys"]),
-                bytes(c["hvalues"]),
-                self._ints("hkey_offsets", "i").tolist(),
-                self._ints("hvalue_offsets", "i").tolist(),
-                _nulls(bytes(c["hvalue_valid"]), c["header_count"]),
+            headers = tuple(
+                (hk[hko[j] : hko[j + 1]].decode("utf-8", "replace"), None if j in hnulls else hv[hvo[j] : hvo[j + 1]])
+                for j in range(ho[i], ho[i + 1])
             )
-        hk, hv, hko, hvo, hnulls = self._hcache
-        return [
-            (hk[hko[j] : hko[j + 1]].decode("utf-8", "replace"), None if j in hnulls else hv[hvo[j] : hvo[j + 1]])
-            for j in range(start, end)
-        ]
+            yield PyRecord(offsets[i], timestamps[i], key, value, headers)
 
     def to_arrow(self) -> Any:
         """A pyarrow.RecordBatch (offset, timestamp, key, value, headers) over the decoder's buffers, no copies."""

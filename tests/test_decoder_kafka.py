@@ -51,7 +51,7 @@ def _confluent(bootstrap: str, topic: str) -> list[tuple]:
         assert time.monotonic() < deadline, "confluent-kafka stopped receiving"
         for m in consumer.consume(200, 0.2):  # consume() waits its full timeout unless it fills the batch
             assert m.error() is None
-            got.append((m.partition(), m.offset(), m.timestamp()[1], m.key(), m.value(), m.headers() or []))
+            got.append((m.partition(), m.offset(), m.timestamp()[1], m.key(), m.value(), tuple(m.headers() or ())))
     consumer.close()
     return sorted(got)
 

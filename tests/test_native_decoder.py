@@ -18,7 +18,8 @@ from streamplane.errors import (
     UnsupportedCodecError,
     UnsupportedMagicError,
 )
-from streamplane.native import Record, decode
+from streamplane.native import PyRecord as Record
+from streamplane.native import decode
 from streamplane.native.reference import crc32c as py_crc32c
 from tests.recordbatch import CODECS, GZIP, NONE, ZSTD, Rec, build_batch, control_batch
 
@@ -60,7 +61,7 @@ def _expected(base: int, first_ts: int) -> list[Record]:
     out = []
     for i, r in enumerate(SAMPLE):
         delta = r.offset_delta if r.offset_delta is not None else i
-        headers = [(k.decode(), v) for k, v in r.headers]
+        headers = tuple((k.decode(), v) for k, v in r.headers)
         out.append(Record(base + delta, first_ts + r.timestamp_delta, r.key, r.value, headers))
     return out
 
@@ -89,7 +90,7 @@ def test_arrow_batch_matches_records(impl: str) -> None:
     assert table.column("offset").to_pylist() == [r.offset for r in records]
     assert table.column("key").to_pylist() == [r.key for r in records]
     assert table.column("value").to_pylist() == [r.value for r in records]
-    assert [[(h["key"], h["value"]) for h in hs] for hs in table.column("headers").to_pylist()] == [
+    assert [tuple((h["key"], h["value"]) for h in hs) for hs in table.column("headers").to_pylist()] == [
         r.headers for r in records
     ]
     table.validate(full=True)
@@ -98,12 +99,21 @@ def test_arrow_batch_matches_records(impl: str) -> None:
 def test_header_keys_that_are_not_utf8_are_replaced_not_passed_to_arrow(impl: str) -> None:
     batch = decode(build_batch([Rec(value=b"v", headers=[(b"ok", b"1"), (b"bad\xff\xfe", b"2")])]), impl=impl)
     (record,) = batch.records()
-    assert record.headers == [("ok", b"1"), ("bad\ufffd\ufffd", b"2")]
+    assert record.headers == (("ok", b"1"), ("bad\ufffd\ufffd", b"2"))
     table = batch.to_arrow()
     table.validate(full=True)
     assert table.column("headers").to_pylist() == [
         [{"key": "ok", "value": b"1"}, {"key": "bad\ufffd\ufffd", "value": b"2"}]
     ]
+
+
+def test_records_in_c_match_records_in_python(impl: str) -> None:
+    from streamplane import _native
+
+    batch = decode(build_batch(SAMPLE, codec=ZSTD) + build_batch([], base_offset=2_000_000), impl=impl)
+    in_c, in_python = _native.records(batch.columns), list(batch.records_python())
+    assert in_c == in_python and len(in_c) == 5
+    assert in_c[0].key == b"k0" and in_c[1].value is None and in_c[0].headers[0] == ("trace", b"abc")
 
 
 def test_empty_input_and_empty_batch(impl: str) -> None:

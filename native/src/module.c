@@ -3,6 +3,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <string.h>
+
 #include "spdecode.h"
 
 /* -- Buffer: owns one malloc'd block and exposes it through the buffer protocol ---------------------------- */
@@ -153,6 +155,243 @@ out:
     return result;
 }
 
+/* -- records: light Python objects over the columns ----------------------------------------------------------
+ * A RecordSet holds buffer views of one decode result's columns; each Record is (RecordSet, index) and builds
+ * its fields only when they are read, so a record costs one small allocation until the application looks. */
+
+enum { C_OFF, C_TS, C_KO, C_K, C_KV, C_VO, C_V, C_VV, C_HO, C_HKO, C_HK, C_HVO, C_HV, C_HVV, C_N };
+static const char *column_names[C_N] = {"offsets",      "timestamps",   "key_offsets", "keys",          "key_valid",
+                                        "value_offsets", "values",       "value_valid", "header_offsets", "hkey_offsets",
+                                        "hkeys",        "hvalue_offsets", "hvalues",    "hvalue_valid"};
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer v[C_N];
+    int held;
+    Py_ssize_t count, header_count;
+} RecordSet;
+
+static void RecordSet_dealloc(RecordSet *self) {
+    for (int i = 0; i < self->held; i++) PyBuffer_Release(&self->v[i]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject RecordSetType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "streamplane._native.RecordSet",
+    .tp_basicsize = sizeof(RecordSet),
+    .tp_dealloc = (destructor)RecordSet_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The columns shared by the records of one decode call.",
+};
+
+static inline int32_t at32(const Py_buffer *v, Py_ssize_t i) {
+    int32_t x;
+    memcpy(&x, (const char *)v->buf + 4 * i, 4);
+    return x;
+}
+static inline int64_t at64(const Py_buffer *v, Py_ssize_t i) {
+    int64_t x;
+    memcpy(&x, (const char *)v->buf + 8 * i, 8);
+    return x;
+}
+static inline int bit(const Py_buffer *v, Py_ssize_t i) { return (((const uint8_t *)v->buf)[i >> 3] >> (i & 7)) & 1; }
+
+/* Check once that every offset column is in bounds, so field access needs no checks. */
+static int offsets_ok(const Py_buffer *offsets, Py_ssize_t n, const Py_buffer *data) {
+    if (offsets->len < 4 * (n + 1)) return 0;
+    int32_t prev = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        int32_t x = at32(offsets, i);
+        if (x < prev || (i == 0 && x != 0)) return 0;
+        prev = x;
+    }
+    return data == NULL || (Py_ssize_t)prev <= data->len;
+}
+
+static RecordSet *recordset_new(PyObject *columns) {
+    if (!PyDict_Check(columns)) {
+        PyErr_SetString(PyExc_TypeError, "records() takes the columns dict of decode_columns");
+        return NULL;
+    }
+    RecordSet *rs = PyObject_New(RecordSet, &RecordSetType);
+    if (!rs) return NULL;
+    rs->held = 0;
+    PyObject *count = PyDict_GetItemString(columns, "count"), *hcount = PyDict_GetItemString(columns, "header_count");
+    rs->count = count ? PyLong_AsSsize_t(count) : -1;
+    rs->header_count = hcount ? PyLong_AsSsize_t(hcount) : -1;
+    for (int i = 0; i < C_N; i++) {
+        PyObject *obj = PyDict_GetItemString(columns, column_names[i]);
+        if (!obj) {
+            PyErr_Format(PyExc_KeyError, "columns lack %s", column_names[i]);
+            goto fail;
+        }
+        if (PyObject_GetBuffer(obj, &rs->v[i], PyBUF_SIMPLE) < 0) goto fail;
+        rs->held++;
+    }
+    Py_ssize_t n = rs->count, h = rs->header_count;
+    if (n < 0 || h < 0 || rs->v[C_OFF].len < 8 * n || rs->v[C_TS].len < 8 * n || rs->v[C_KV].len < (n + 7) / 8 ||
+        rs->v[C_VV].len < (n + 7) / 8 || rs->v[C_HVV].len < (h + 7) / 8 || !offsets_ok(&rs->v[C_KO], n, &rs->v[C_K]) ||
+        !offsets_ok(&rs->v[C_VO], n, &rs->v[C_V]) || !offsets_ok(&rs->v[C_HO], n, NULL) ||
+        at32(&rs->v[C_HO], n) != h || !offsets_ok(&rs->v[C_HKO], h, &rs->v[C_HK]) ||
+        !offsets_ok(&rs->v[C_HVO], h, &rs->v[C_HV])) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "columns are inconsistent");
+        goto fail;
+    }
+    return rs;
+fail:
+    Py_DECREF(rs);
+    return NULL;
+}
+
+static PyObject *slice(const Py_buffer *offsets, const Py_buffer *data, const Py_buffer *validity, Py_ssize_t i) {
+    if (validity && !bit(validity, i)) Py_RETURN_NONE;
+    int32_t a = at32(offsets, i);
+    return PyBytes_FromStringAndSize((const char *)data->buf + a, at32(offsets, i + 1) - a);
+}
+
+typedef struct {
+    PyObject_HEAD
+    RecordSet *set;
+    Py_ssize_t index;
+} Record;
+
+static void Record_dealloc(Record *self) {
+    Py_DECREF(self->set);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Record_offset(Record *r, void *c) {
+    (void)c;
+    return PyLong_FromLongLong(at64(&r->set->v[C_OFF], r->index));
+}
+static PyObject *Record_timestamp(Record *r, void *c) {
+    (void)c;
+    return PyLong_FromLongLong(at64(&r->set->v[C_TS], r->index));
+}
+static PyObject *Record_key(Record *r, void *c) {
+    (void)c;
+    return slice(&r->set->v[C_KO], &r->set->v[C_K], &r->set->v[C_KV], r->index);
+}
+static PyObject *Record_value(Record *r, void *c) {
+    (void)c;
+    return slice(&r->set->v[C_VO], &r->set->v[C_V], &r->set->v[C_VV], r->index);
+}
+static PyObject *Record_headers(Record *r, void *c) {
+    (void)c;
+    const RecordSet *s = r->set;
+    int32_t h0 = at32(&s->v[C_HO], r->index), h1 = at32(&s->v[C_HO], r->index + 1);
+    PyObject *headers = PyTuple_New(h1 - h0);
+    for (int32_t j = h0; headers && j < h1; j++) {
+        int32_t a = at32(&s->v[C_HKO], j);
+        PyObject *hk = PyUnicode_DecodeUTF8((const char *)s->v[C_HK].buf + a, at32(&s->v[C_HKO], j + 1) - a, "replace");
+        PyObject *hv = hk ? slice(&s->v[C_HVO], &s->v[C_HV], &s->v[C_HVV], j) : NULL;
+        PyObject *pair = (hk && hv) ? PyTuple_Pack(2, hk, hv) : NULL;
+        Py_XDECREF(hk);
+        Py_XDECREF(hv);
+        if (!pair) {
+            Py_CLEAR(headers);
+            break;
+        }
+        PyTuple_SET_ITEM(headers, j - h0, pair);
+    }
+    return headers;
+}
+
+static PyGetSetDef Record_getset[] = {
+    {"offset", (getter)Record_offset, NULL, "the record's offset", NULL},
+    {"timestamp", (getter)Record_timestamp, NULL, "milliseconds since the epoch", NULL},
+    {"key", (getter)Record_key, NULL, "bytes, or None", NULL},
+    {"value", (getter)Record_value, NULL, "bytes, or None", NULL},
+    {"headers", (getter)Record_headers, NULL, "tuple of (key str, value bytes or None)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* (offset, timestamp, key, value, headers): for comparison, repr and unpacking. */
+static PyObject *Record_astuple(Record *r, PyObject *unused) {
+    (void)unused;
+    PyObject *f[5] = {Record_offset(r, NULL), Record_timestamp(r, NULL), Record_key(r, NULL), Record_value(r, NULL),
+                      Record_headers(r, NULL)};
+    PyObject *t = (f[0] && f[1] && f[2] && f[3] && f[4]) ? PyTuple_Pack(5, f[0], f[1], f[2], f[3], f[4]) : NULL;
+    for (int i = 0; i < 5; i++) Py_XDECREF(f[i]);
+    return t;
+}
+
+static PyObject *Record_richcompare(PyObject *a, PyObject *b, int op);
+
+static PyObject *Record_repr(Record *r) {
+    PyObject *t = Record_astuple(r, NULL);
+    if (!t) return NULL;
+    PyObject *s = PyUnicode_FromFormat("Record(offset=%R, timestamp=%R, key=%R, value=%R, headers=%R)",
+                                       PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1), PyTuple_GET_ITEM(t, 2),
+                                       PyTuple_GET_ITEM(t, 3), PyTuple_GET_ITEM(t, 4));
+    Py_DECREF(t);
+    return s;
+}
+
+static PyObject *Record_iter(Record *r) {
+    PyObject *t = Record_astuple(r, NULL);
+    if (!t) return NULL;
+    PyObject *it = PyObject_GetIter(t);
+    Py_DECREF(t);
+    return it;
+}
+
+static PyMethodDef Record_methods[] = {
+    {"astuple", (PyCFunction)Record_astuple, METH_NOARGS, "(offset, timestamp, key, value, headers)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject RecordType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "streamplane.native.Record",
+    .tp_basicsize = sizeof(Record),
+    .tp_dealloc = (destructor)Record_dealloc,
+    .tp_repr = (reprfunc)Record_repr,
+    .tp_richcompare = Record_richcompare,
+    .tp_iter = (getiterfunc)Record_iter,
+    .tp_getset = Record_getset,
+    .tp_methods = Record_methods,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One decoded record: offset, timestamp (ms), key, value, headers; fields are built when read.",
+};
+
+/* Equal to another Record or to any tuple of the same five fields (such as PyRecord). */
+static PyObject *Record_richcompare(PyObject *a, PyObject *b, int op) {
+    if (op != Py_EQ && op != Py_NE) Py_RETURN_NOTIMPLEMENTED;
+    PyObject *ta = PyObject_TypeCheck(a, &RecordType) ? Record_astuple((Record *)a, NULL) : (Py_INCREF(a), a);
+    PyObject *tb = PyObject_TypeCheck(b, &RecordType) ? Record_astuple((Record *)b, NULL) : (Py_INCREF(b), b);
+    PyObject *result = NULL;
+    if (ta && tb) {
+        if (PyTuple_Check(ta) && PyTuple_Check(tb)) result = PyObject_RichCompare(ta, tb, op);
+        else {
+            result = Py_NotImplemented;
+            Py_INCREF(result);
+        }
+    }
+    Py_XDECREF(ta);
+    Py_XDECREF(tb);
+    return result;
+}
+
+static PyObject *records(PyObject *self, PyObject *columns) {
+    (void)self;
+    RecordSet *set = recordset_new(columns);
+    if (!set) return NULL;
+    PyObject *list = PyList_New(set->count);
+    for (Py_ssize_t i = 0; list && i < set->count; i++) {
+        Record *r = PyObject_New(Record, &RecordType);
+        if (!r) {
+            Py_CLEAR(list);
+            break;
+        }
+        Py_INCREF(set);
+        r->set = set;
+        r->index = i;
+        PyList_SET_ITEM(list, i, (PyObject *)r);
+    }
+    Py_DECREF(set);
+    return list;
+}
+
 static PyObject *crc32c(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *kwlist[] = {"data", "software", NULL};
@@ -179,6 +418,7 @@ static PyMethodDef methods[] = {
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, software=False) -> int (CRC32C; software=True forces the table path)"},
     {"crc32c_hw_available", crc32c_hw_available, METH_NOARGS, "True when SSE4.2's crc32 instruction is used"},
+    {"records", records, METH_O, "records(columns) -> list of Record, from a decode_columns result"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -186,9 +426,16 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "streamplane._native"
                                     "Kafka RecordBatch v2 decoder with bounded decompression (C).", -1, methods};
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&BufferType) < 0) return NULL;
+    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&RecordSetType) < 0 || PyType_Ready(&RecordType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    Py_INCREF(&RecordType);
+    if (PyModule_AddObject(m, "Record", (PyObject *)&RecordType) < 0) {
+        Py_DECREF(&RecordType);
+        Py_DECREF(m);
+        return NULL;
+    }
     Py_INCREF(&BufferType);
     if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0) {
         Py_DECREF(&BufferType);
