@@ -79,6 +79,23 @@ def test_every_codec_round_trips_keys_nulls_headers_and_varint_edges(impl: str, 
     assert info.decompressed_size >= info.compressed_size if codec == "none" else info.decompressed_size > 0
 
 
+def test_snappy_with_java_xerial_framing(impl: str) -> None:
+    """Java producers frame snappy as xerial: a 16-byte header, then [int32 length][raw snappy] blocks."""
+    import cramjam
+
+    from tests.recordbatch import SNAPPY, encode_record
+
+    raw = b"".join(encode_record(r, i) for i, r in enumerate(SAMPLE[:3]))
+    half = len(raw) // 2
+    blocks = [bytes(cramjam.snappy.compress_raw(part)) for part in (raw[:half], raw[half:])]
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + b"".join(struct.pack(">i", len(b)) + b for b in blocks)
+    batch = decode(build_batch(SAMPLE[:3], codec=SNAPPY, records_bytes=framed), impl=impl)
+    assert [r.value for r in batch.records()] == [r.value for r in SAMPLE[:3]]
+    truncated = framed[:-3]
+    with pytest.raises(DecompressionError):
+        decode(build_batch(SAMPLE[:3], codec=SNAPPY, records_bytes=truncated), impl=impl)
+
+
 def test_arrow_batch_matches_records(impl: str) -> None:
     import pyarrow as pa
 
