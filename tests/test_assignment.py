@@ -1,0 +1,134 @@
+"""Properties of the pure assignment function (hypothesis): one holder, stickiness, balance, priority."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamplane.coordinator.assignment import DEFAULT_THRESHOLD, PartitionSpec, WorkerSpec, assign
+
+loads = st.one_of(st.just(1.0), st.floats(min_value=0.1, max_value=1000.0))
+partitions_st = st.lists(
+    st.builds(PartitionSpec, key=st.integers(0, 10_000), priority=st.sampled_from([100, 50, 10]), load=loads),
+    max_size=120,
+    unique_by=lambda p: p.key,
+)
+workers_st = st.lists(
+    st.builds(
+        WorkerSpec, id=st.text("abcdefgh", min_size=1, max_size=3), capacity=st.floats(min_value=0.5, max_value=4.0)
+    ),
+    min_size=1,
+    max_size=12,
+    unique_by=lambda w: w.id,
+)
+
+
+def utilization(result: dict, partitions: list[PartitionSpec], workers: list[WorkerSpec]) -> dict[str, float]:
+    by_key = {p.key: p for p in partitions}
+    load = {w.id: 0.0 for w in workers}
+    for key, worker in result.items():
+        load[worker] += by_key[key].load
+    return {w.id: load[w.id] / w.capacity for w in workers}
+
+
+@settings(max_examples=300, deadline=None)
+@given(partitions_st, workers_st, st.data())
+def test_every_partition_has_exactly_one_live_holder(partitions, workers, data) -> None:
+    ids = [w.id for w in workers] + ["dead-worker"]
+    current = {p.key: data.draw(st.sampled_from(ids)) for p in partitions if data.draw(st.booleans())}
+    result = assign(partitions, workers, current)
+    assert set(result) == {p.key for p in partitions}, "without max_load every partition is assigned"
+    assert set(result.values()) <= {w.id for w in workers}
+
+
+@settings(max_examples=300, deadline=None)
+@given(partitions_st, workers_st)
+def test_balance_within_the_stated_bound(partitions, workers) -> None:
+    result = assign(partitions, workers, {})
+    util = utilization(result, partitions, workers)
+    gap = max(util.values()) - min(util.values())
+    mean = sum(util.values()) / len(util)
+    max_load = max((p.load for p in partitions), default=0.0)
+    bound = max(DEFAULT_THRESHOLD * mean, max_load / min(w.capacity for w in workers))
+    assert gap <= bound + 1e-9
+
+
+@settings(max_examples=300, deadline=None)
+@given(partitions_st, workers_st)
+def test_a_balanced_assignment_is_left_alone(partitions, workers) -> None:
+    first = assign(partitions, workers, {})
+    assert assign(partitions, workers, first) == first
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 30))
+def test_join_moves_only_to_the_newcomer_and_about_a_fair_share(n_partitions, n_workers) -> None:
+    partitions = [PartitionSpec(i) for i in range(n_partitions)]
+    workers = [WorkerSpec(f"w{i}") for i in range(n_workers)]
+    before = assign(partitions, workers, {})
+    after = assign(partitions, [*workers, WorkerSpec("new")], before)
+    moved = {k for k in after if after[k] != before.get(k)}
+    assert all(after[k] == "new" for k in moved), "a join moves partitions only to the new worker"
+    fair = n_partitions // (n_workers + 1)
+    assert len(moved) <= fair + 1, "no more than a fair share moves"
+    util = utilization(after, partitions, [*workers, WorkerSpec("new")])
+    mean = sum(util.values()) / len(util)
+    assert max(util.values()) - min(util.values()) <= max(DEFAULT_THRESHOLD * mean, 1.0) + 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(partitions_st, workers_st.filter(lambda ws: len(ws) >= 2), st.data())
+def test_leave_moves_only_the_leavers_partitions(partitions, workers, data) -> None:
+    before = assign(partitions, workers, {})
+    leaver = data.draw(st.sampled_from(workers))
+    rest = [w for w in workers if w.id != leaver.id]
+    after = assign(partitions, rest, before, max_moves=0)
+    for key, worker in before.items():
+        if worker != leaver.id:
+            assert after[key] == worker, "with rebalancing capped, only the leaver's partitions move"
+    assert leaver.id not in after.values()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            PartitionSpec,
+            key=st.integers(0, 1000),
+            priority=st.sampled_from([100, 50, 10]),
+            load=st.floats(min_value=1.0, max_value=50.0),
+        ),
+        max_size=80,
+        unique_by=lambda p: p.key,
+    ),
+    st.lists(
+        st.builds(
+            WorkerSpec, id=st.text("abcd", min_size=1, max_size=2), max_load=st.floats(min_value=10.0, max_value=200.0)
+        ),
+        min_size=1,
+        max_size=5,
+        unique_by=lambda w: w.id,
+    ),
+)
+def test_priority_is_served_first_under_scarce_capacity(partitions, workers) -> None:
+    result = assign(partitions, workers, {})
+    top = max((p.priority for p in partitions), default=0)
+    assert all(p.key in result for p in partitions if p.priority == top), "the top tier is always served"
+    by_key = {p.key: p for p in partitions}
+    load = {w.id: 0.0 for w in workers}
+    for key, worker in result.items():
+        load[worker] += by_key[key].load
+    for p in partitions:
+        if p.key in result:
+            continue
+        for key, worker in result.items():
+            q = by_key[key]
+            cap = next(w.max_load for w in workers if w.id == worker)
+            if q.priority < p.priority:
+                assert load[worker] - q.load + p.load > cap, (
+                    f"{p} waits while lower-priority {q} holds room on {worker} it would fit in"
+                )
+
+
+def test_no_workers_assigns_nothing() -> None:
+    assert assign([PartitionSpec(1)], [], {}) == {}
