@@ -155,6 +155,48 @@ def cmd_failover(args: argparse.Namespace) -> None:
         )
 
 
+def cmd_group_describe(args: argparse.Namespace) -> None:
+    import time as _time
+
+    from streamplane.v1 import assigner_pb2 as apb
+    from streamplane.v1 import assigner_pb2_grpc as apb_grpc
+
+    with _client(args) as client:
+        stub = apb_grpc.AssignerServiceStub(client._channel)
+        desc = client._call(stub.DescribeGroup, apb.DescribeGroupRequest(group=args.group), idempotent=True)
+    if args.output == "json":
+        print_json(desc)
+        return
+    now = int(_time.time() * 1000)
+    print(f"group {desc.group}  (assignment loop on {desc.leader_replica or 'no leader'})")
+    held: dict[str, list] = {}
+    for lease in desc.leases:
+        held.setdefault(lease.worker_id, []).append(lease)
+    print_table(
+        ["WORKER", "CAPACITY", "CPU", "RECORDS/S", "LEASES", "LAG RECORDS", "SESSION TTL LEFT"],
+        [
+            [
+                m.worker_id,
+                f"{m.capacity:g}",
+                f"{m.cpu:.2f}",
+                f"{m.records_per_s:,.0f}",
+                len(held.get(m.worker_id, [])),
+                sum(x.lag_records for x in held.get(m.worker_id, [])),
+                f"{max(0, m.alive_until_unix_ms - now)} ms",
+            ]
+            for m in desc.members
+        ],
+    )
+    print()
+    print_table(
+        ["LEASE", "EPOCH", "STATE", "WORKER", "RECORDS/S", "LAG RECORDS", "LAG MS"],
+        [
+            [x.lease_id, x.epoch, x.state, x.worker_id or "-", f"{x.records_per_s:,.0f}", x.lag_records, x.lag_ms]
+            for x in desc.leases
+        ],
+    )
+
+
 def describe_event(event: pb.TopologyEvent) -> str:
     """One line saying what an event changed."""
     kind = event.WhichOneof("kind")
@@ -170,6 +212,11 @@ def describe_event(event: pb.TopologyEvent) -> str:
     if kind == "lane_added":
         gen = event.lane_added.lane.generations[-1]
         return f"lane_added {event.lane_added.stream}/{event.lane_added.lane.name} g{gen.number}@{gen.cluster}"
+    if kind == "group_event":
+        g = event.group_event
+        lease = f" {g.lease_id}@{g.epoch}" if g.lease_id else ""
+        reason = f" ({g.reason})" if g.reason else ""
+        return f"{g.type} {g.group}/{g.worker_id}{lease}{reason}"
     if kind == "failed_over":
         f = event.failed_over
         reason = f" reason={f.reason!r}" if f.reason else ""
@@ -299,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=int, required=True, help="0..1000, higher is served first")
     p.add_argument("--partitions", type=int, default=0)
     p.add_argument("--cluster", default="")
+
+    group = sub.add_parser("group", help="consumer groups").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(group, "describe", cmd_group_describe, "show a group's workers, their load, leases, epochs and lag")
+    p.add_argument("group")
 
     p = add(sub, "failover", cmd_failover, "move a lane to another cluster: open g+1 there, drain g")
     p.add_argument("stream")

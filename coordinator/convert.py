@@ -73,6 +73,8 @@ def event_to_pb(e: Event) -> pb.TopologyEvent:
         msg.stream_created.CopyFrom(stream_to_pb(Stream.from_dict(d["stream"])))
     elif e.type == "lane_added":
         msg.lane_added.CopyFrom(pb.LaneAdded(stream=d["stream"], lane=lane_to_pb(Lane.from_dict(d["lane"]))))
+    elif e.type == "group_event":
+        msg.group_event.CopyFrom(pb.GroupEvent(**d))
     elif e.type == "failed_over":
         msg.failed_over.CopyFrom(
             pb.FailedOver(

@@ -9,6 +9,14 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "gen", stream, lane, number)        -> Generation
     ("streamplane", "event", Versionstamp)              -> Event {type, time_ms, actor, data}
     ("streamplane", "event_head")                       -> 8-byte little-endian count of events (a watch key)
+    ("streamplane", "group", group)                     -> Group {name}: groups the assignment loop serves
+    ("streamplane", "member", group, worker_id)         -> Member {session_id, capacity, load, alive_until_ms, ...}
+    ("streamplane", "lease", group, stream, lane, generation, partition)
+                                                        -> Lease {worker_id, epoch, state, target, deadline_ms, load}
+    ("streamplane", "member_version", group, worker_id) -> counter bumped when the member's leases change (watch)
+    ("streamplane", "group_version", group)             -> counter bumped when membership or leases change (watch)
+    ("streamplane", "leader")                           -> Leader {replica, expires_ms}: who runs the assignment loop
+    ("streamplane", "assigner_wake")                    -> counter bumped by every group change (the loop's watch)
 """
 
 from __future__ import annotations
@@ -36,6 +44,13 @@ LANES = ROOT["lane"]
 GENERATIONS = ROOT["gen"]
 EVENTS = ROOT["event"]
 EVENT_HEAD = ROOT.pack(("event_head",))
+GROUPS = ROOT["group"]
+MEMBERS = ROOT["member"]
+LEASES = ROOT["lease"]
+MEMBER_VERSIONS = ROOT["member_version"]
+GROUP_VERSIONS = ROOT["group_version"]
+LEADER = ROOT.pack(("leader",))
+ASSIGNER_WAKE = ROOT.pack(("assigner_wake",))
 
 
 def cluster_key(name: str) -> bytes:
@@ -52,6 +67,26 @@ def lane_key(stream: str, lane: str) -> bytes:
 
 def generation_key(stream: str, lane: str, number: int) -> bytes:
     return GENERATIONS.pack((stream, lane, number))
+
+
+def group_key(group: str) -> bytes:
+    return GROUPS.pack((group,))
+
+
+def member_key(group: str, worker_id: str) -> bytes:
+    return MEMBERS.pack((group, worker_id))
+
+
+def lease_key(group: str, stream: str, lane: str, generation: int, partition: int) -> bytes:
+    return LEASES.pack((group, stream, lane, generation, partition))
+
+
+def member_version_key(group: str, worker_id: str) -> bytes:
+    return MEMBER_VERSIONS.pack((group, worker_id))
+
+
+def group_version_key(group: str) -> bytes:
+    return GROUP_VERSIONS.pack((group,))
 
 
 def event_key_incomplete(user_version: int = 0) -> bytes:

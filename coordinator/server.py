@@ -13,18 +13,23 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from streamplane.coordinator.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.assigner_servicer import AssignerServicer
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
 from streamplane.coordinator.metrics import MetricsInterceptor, serve_metrics
 from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.process import block_stop_signals, wait_for_stop
-from streamplane.v1 import topology_pb2, topology_pb2_grpc
+from streamplane.v1 import assigner_pb2, assigner_pb2_grpc, topology_pb2, topology_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-SERVICE_NAMES = (topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,)
+SERVICE_NAMES = (
+    topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,
+    assigner_pb2.DESCRIPTOR.services_by_name["AssignerService"].full_name,
+)
 
 
 @dataclass
@@ -35,16 +40,24 @@ class RunningCoordinator:
     address: str
     db: Database
     health: health.HealthServicer
+    assigner: Assigner
 
     def stop(self, grace_s: float = 2.0) -> None:
-        """Stop serving (open streams end), then close the store."""
+        """Stop serving (open streams end) and the assignment loop, then close the store."""
         self.health.enter_graceful_shutdown()
         self.server.stop(grace_s).wait()
+        self.assigner.stop()
         self.db.close()
 
 
 def start(
-    db: Database, *, host: str = "127.0.0.1", port: int = 0, admin: ClusterAdmin | None = None, max_workers: int = 64
+    db: Database,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    admin: ClusterAdmin | None = None,
+    assigner_config: AssignerConfig | None = None,
+    max_workers: int = 512,
 ) -> RunningCoordinator:
     """Start the gRPC server on host:port (0 picks a free port) over an open store."""
     server = grpc.server(
@@ -54,6 +67,8 @@ def start(
     )
     topology = Topology(db, admin or RoutingAdmin())
     topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(topology), server)
+    assigner = Assigner(db, assigner_config)
+    assigner_pb2_grpc.add_AssignerServiceServicer_to_server(AssignerServicer(assigner), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -61,11 +76,12 @@ def start(
     if bound == 0:
         raise OSError(f"cannot listen on {host}:{port}: address in use or not available")
     server.start()
+    assigner.start()
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     address = f"{host}:{bound}"
     log.info("coordinator.started", address=address, store=db.driver)
-    return RunningCoordinator(server, address, db, health_servicer)
+    return RunningCoordinator(server, address, db, health_servicer, assigner)
 
 
 def serve_forever(config: StoreConfig, *, host: str, port: int, metrics_port: int = 0) -> int:

@@ -207,8 +207,24 @@ class FailedOver(_message.Message):
     reason: str
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., previous: _Optional[_Union[Generation, _Mapping]] = ..., current: _Optional[_Union[Generation, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class GroupEvent(_message.Message):
+    __slots__ = ("group", "type", "worker_id", "lease_id", "epoch", "reason")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    type: str
+    worker_id: str
+    lease_id: str
+    epoch: int
+    reason: str
+    def __init__(self, group: _Optional[str] = ..., type: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class TopologyEvent(_message.Message):
-    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over")
+    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +233,7 @@ class TopologyEvent(_message.Message):
     STREAM_CREATED_FIELD_NUMBER: _ClassVar[int]
     LANE_ADDED_FIELD_NUMBER: _ClassVar[int]
     FAILED_OVER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EVENT_FIELD_NUMBER: _ClassVar[int]
     version: str
     time_unix_ms: int
     actor: str
@@ -225,4 +242,5 @@ class TopologyEvent(_message.Message):
     stream_created: Stream
     lane_added: LaneAdded
     failed_over: FailedOver
-    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ...) -> None: ...
+    group_event: GroupEvent
+    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ...) -> None: ...

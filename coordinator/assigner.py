@@ -1,0 +1,263 @@
+"""The Assigner: the assignment loop (on the leader replica) and worker sessions (on any replica).
+
+Transport-free: the gRPC servicer feeds sessions what workers send and streams out what `updates` yields.
+A session's updates come from the store (its member's leases, watched), so a session sees the leader's
+decisions whichever replica it is connected to.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from streamplane.coordinator import keys, leadership, leases
+from streamplane.coordinator.leases import REVOKING, Lease, Member, Subscription
+from streamplane.coordinator.store import Database, Transaction
+from streamplane.errors import FencedError, StreamplaneError
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class AssignerConfig:
+    """Timing of the Assigner."""
+
+    ttl_ms: int = 1000
+    """A session silent this long loses its leases."""
+    heartbeat_interval_ms: int = 250
+    """How often workers are asked to heartbeat."""
+    revoke_ms: int = 1000
+    """How long a holder has to hand back a lease that moves to another worker."""
+    loop_ms: int = 50
+    """How often the leader expires sessions and looks for assignment work."""
+    rebalance_ms: int = 500
+    """How often the leader recomputes an unchanged group (new load figures, topology changes)."""
+    threshold: float = 0.1
+    """Imbalance tolerated before moving held leases (see assignment.py)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Update:
+    """Something to tell a worker: a grant, a revoke, or the end of its session."""
+
+    kind: str  # "grant" | "revoke" | "end"
+    lease: Lease | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    deadline_ms: int = 0
+    reason: str = ""
+    error: StreamplaneError | None = None
+
+
+class Session:
+    """One worker's session on this replica."""
+
+    def __init__(self, assigner: Assigner, group: str, member: Member) -> None:
+        self.assigner = assigner
+        self.group = group
+        self.worker_id = member.worker_id
+        self.session_id = member.session_id
+        self._last_heard = time.monotonic()
+        self._failure: StreamplaneError | None = None
+        self._closed = threading.Event()
+        self._sent_grants: set[tuple[str, int]] = set()
+        self._sent_revokes: set[tuple[str, int]] = set()
+
+    @property
+    def db(self) -> Database:
+        return self.assigner.db
+
+    def heartbeat(self, cpu: float, records_per_s: float, lease_loads: list[tuple[str, float, int, int]]) -> None:
+        cfg = self.assigner.config
+        leases.heartbeat(
+            self.db,
+            self.group,
+            self.worker_id,
+            self.session_id,
+            cpu=cpu,
+            records_per_s=records_per_s,
+            lease_loads=lease_loads,
+            now_ms=now_ms(),
+            ttl_ms=cfg.ttl_ms,
+        )
+        self._last_heard = time.monotonic()
+
+    def release(self, lid: str, epoch: int) -> None:
+        leases.release(self.db, self.group, self.worker_id, self.session_id, lid, epoch)
+        self._last_heard = time.monotonic()
+
+    def fail(self, error: StreamplaneError) -> None:
+        """End the session because the worker sent something wrong; `updates` reports it."""
+        self._failure = error
+        self.close(f"bad input: {error.message}")
+
+    def close(self, reason: str) -> None:
+        """End the session and free its leases at once (idempotent)."""
+        if not self._closed.is_set():
+            self._closed.set()
+            if leases.leave(self.db, self.group, self.worker_id, self.session_id, reason):
+                log.info("session.closed", group=self.group, worker=self.worker_id, reason=reason)
+
+    def updates(self, is_active: Callable[[], bool]) -> Iterator[Update]:
+        """Grants and revokes as the leader decides them, until the session ends."""
+        cfg = self.assigner.config
+        while is_active():
+            if self._failure is not None:
+                yield Update("end", error=self._failure)
+                return
+            if time.monotonic() - self._last_heard > cfg.ttl_ms / 1000:
+                self.close("no heartbeat within the session TTL")
+                yield Update(
+                    "end",
+                    error=FencedError(
+                        f"session {self.session_id} ended: no heartbeat within {cfg.ttl_ms} ms; its leases were revoked"
+                    ),
+                )
+                return
+
+            def snapshot(tr: Transaction) -> tuple[Member | None, list[Lease], list[dict], Any]:
+                member, held = leases.read_member_leases(tr, self.group, self.worker_id)
+                details = [leases.grant_details(tr, lease) for lease in held]
+                return member, held, details, tr.watch(keys.member_version_key(self.group, self.worker_id))
+
+            member, held, details, watch = self.db.transact(snapshot)
+            try:
+                if member is None or member.session_id != self.session_id:
+                    self._closed.set()
+                    yield Update(
+                        "end",
+                        error=FencedError(
+                            f"session {self.session_id} of worker {self.worker_id!r} has ended (expired or replaced); "
+                            "its leases were revoked"
+                        ),
+                    )
+                    return
+                now_held = {(lease.lease_id, lease.epoch) for lease in held}
+                for lease, info in zip(held, details, strict=True):
+                    ident = (lease.lease_id, lease.epoch)
+                    if ident not in self._sent_grants:
+                        self._sent_grants.add(ident)
+                        yield Update("grant", lease, info)
+                    if lease.state == REVOKING and ident not in self._sent_revokes:
+                        self._sent_revokes.add(ident)
+                        yield Update(
+                            "revoke",
+                            lease,
+                            deadline_ms=lease.deadline_ms,
+                            reason=f"moving to {lease.target}" if lease.target else "no longer assigned",
+                        )
+                for lid, epoch in sorted(self._sent_grants - now_held):
+                    self._sent_grants.discard((lid, epoch))
+                    yield Update(
+                        "revoke",
+                        Lease(*leases.parse_lease_id(lid), epoch=epoch),
+                        deadline_ms=0,
+                        reason="lease is gone (released, moved after its deadline, or partition removed)",
+                    )
+                    self._sent_revokes.discard((lid, epoch))
+                watch.wait(cfg.heartbeat_interval_ms / 1000)
+            finally:
+                watch.cancel()
+
+
+class Assigner:
+    """The Assigner of one coordinator replica."""
+
+    def __init__(self, db: Database, config: AssignerConfig | None = None, *, replica_id: str | None = None) -> None:
+        self.db = db
+        self.config = config or AssignerConfig()
+        self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_pass: dict[str, tuple[int, float]] = {}
+        self.is_leader = False
+
+    # -- sessions
+    def open_session(
+        self, group: str, worker_id: str, subscriptions: list[Subscription], *, capacity: float, max_load: float
+    ) -> Session:
+        session_id = uuid.uuid4().hex[:12]
+        member = leases.join(
+            self.db,
+            group,
+            worker_id,
+            session_id,
+            subscriptions,
+            capacity=capacity,
+            max_load=max_load,
+            now_ms=now_ms(),
+            ttl_ms=self.config.ttl_ms,
+        )
+        log.info("session.opened", group=group, worker=worker_id, session=session_id)
+        return Session(self, group, member)
+
+    def check_lease(self, group: str, lid: str, epoch: int) -> Lease:
+        return leases.check_lease(self.db, group, lid, epoch)
+
+    def describe(self, group: str) -> tuple[dict[str, Member], dict[tuple, Lease], str]:
+        def read(tr: Transaction) -> tuple[dict[str, Member], dict[tuple, Lease], str]:
+            return leases.read_members(tr, group), leases.read_leases(tr, group), leadership.leader(tr)
+
+        return self.db.transact(read)
+
+    # -- the assignment loop
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="assigner", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        cfg = self.config
+        while not self._stop.is_set():
+            # Wake at once on any group change (a join, a leave, a release), else every loop_ms.
+            wake = self.db.transact(lambda tr: tr.watch(keys.ASSIGNER_WAKE))
+            try:
+                self.run_once()
+            except StreamplaneError as err:
+                log.warning("assigner.pass_failed", error=err.message)
+            except Exception:
+                log.exception("assigner.pass_crashed")
+            wake.wait(cfg.loop_ms / 1000)
+            wake.cancel()
+
+    def run_once(self) -> None:
+        """One pass of the loop: renew leadership; if leader, expire sessions and rebalance groups that need it."""
+        cfg = self.config
+        now = now_ms()
+        self.is_leader = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
+        if not self.is_leader:
+            return
+        for group in leases.read_groups(self.db):
+
+            def step(tr: Transaction, group: str = group) -> leases.Applied | None:
+                leadership.ensure(tr, self.replica_id, now)
+                leases.expire(tr, group, now)
+                version = int.from_bytes(tr.get(keys.group_version_key(group)) or b"\0" * 8, "little")
+                last_version, last_time = self._last_pass.get(group, (-1, 0.0))
+                revoking = any(
+                    lease.state == REVOKING and lease.deadline_ms <= now
+                    for lease in leases.read_leases(tr, group).values()
+                )
+                if version == last_version and not revoking and time.monotonic() - last_time < cfg.rebalance_ms / 1000:
+                    return None
+                return leases.apply_assignment(tr, group, now_ms=now, revoke_ms=cfg.revoke_ms, threshold=cfg.threshold)
+
+            applied = self.db.transact(step)
+            if applied is not None:
+                version = int.from_bytes(
+                    self.db.transact(lambda tr, g=group: tr.get(keys.group_version_key(g))) or b"\0" * 8, "little"
+                )
+                self._last_pass[group] = (version, time.monotonic())

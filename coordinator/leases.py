@@ -1,0 +1,464 @@
+"""Consumer groups: members, leases with epochs, and applying an assignment, each change one transaction.
+
+A lease covers one partition of one generation of a lane. Its epoch grows on every grant, so a worker that
+was paused past its TTL and comes back holds a stale epoch and is refused (fenced). A lease is `granted`
+to one worker, `revoking` (the holder has until a deadline to hand it back, and it moves to `target`), or
+`free`. Liveness is `alive_until_ms` on the member, pushed forward by heartbeats; the assignment loop
+expires members past it. Every change appends group events to the event log, the audit trail of who held
+which partition, when and why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from streamplane.coordinator import events, keys
+from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign
+from streamplane.coordinator.model import DRAINED
+from streamplane.coordinator.store import Transaction, transactional
+from streamplane.coordinator.topology import get_cluster, get_stream
+from streamplane.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    FencedError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from streamplane.names import check_lane_name, check_object_name
+
+GRANTED, REVOKING, FREE = "granted", "revoking", "free"
+_WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+MAX_SUBSCRIPTIONS = 64
+
+
+@dataclass(frozen=True)
+class Subscription:
+    stream: str
+    lanes: tuple[str, ...] = ()
+    """Empty: every lane but dlq."""
+
+
+@dataclass(frozen=True)
+class Member:
+    worker_id: str
+    session_id: str
+    subscriptions: tuple[Subscription, ...]
+    capacity: float = 1.0
+    max_load: float = 0.0
+    cpu: float = 0.0
+    records_per_s: float = 0.0
+    alive_until_ms: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Member:
+        d = json.loads(raw)
+        subs = tuple(Subscription(s["stream"], tuple(s["lanes"])) for s in d.pop("subscriptions"))
+        return cls(subscriptions=subs, **d)
+
+
+@dataclass(frozen=True)
+class Lease:
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+    worker_id: str = ""
+    epoch: int = 0
+    state: str = FREE
+    target: str = ""
+    """While revoking: the worker it moves to."""
+    deadline_ms: int = 0
+    records_per_s: float = 0.0
+    lag_records: int = 0
+    lag_ms: int = 0
+
+    @property
+    def lease_id(self) -> str:
+        return lease_id(self.stream, self.lane, self.generation, self.partition)
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        return (self.stream, self.lane, self.generation, self.partition)
+
+    def to_json(self) -> bytes:
+        d = asdict(self)
+        for k in ("stream", "lane", "generation", "partition"):
+            d.pop(k)
+        return json.dumps(d, sort_keys=True).encode()
+
+
+def lease_id(stream: str, lane: str, generation: int, partition: int) -> str:
+    """stream/lane/g<generation>/p<partition>: stable for a partition; the epoch tells grants apart."""
+    return f"{stream}/{lane}/g{generation}/p{partition}"
+
+
+def parse_lease_id(text: str) -> tuple[str, str, int, int]:
+    m = re.fullmatch(r"([^/]+)/([^/]+)/g(\d+)/p(\d+)", text or "")
+    if not m:
+        raise InvalidArgumentError(f"lease_id {text!r} is not of the form stream/lane/g<generation>/p<partition>")
+    return m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
+
+
+def check_worker_id(worker_id: str) -> str:
+    if not isinstance(worker_id, str) or not _WORKER_ID.fullmatch(worker_id):
+        raise InvalidArgumentError(f"worker_id {worker_id!r} must be 1 to 128 characters of letters, digits, . _ : -")
+    return worker_id
+
+
+def _finite(field_name: str, value: float, *, positive: bool = False) -> float:
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise InvalidArgumentError(
+            f"{field_name} must be a {'positive' if positive else 'non-negative'} number, not {value}"
+        )
+    return value
+
+
+# -- reads ---------------------------------------------------------------------------------------------------------
+
+
+def _lease_from(key: bytes, raw: bytes) -> Lease:
+    _, stream, lane, generation, partition = keys.LEASES.unpack(key)
+    return Lease(stream, lane, generation, partition, **json.loads(raw))
+
+
+@transactional
+def read_members(tr: Transaction, group: str) -> dict[str, Member]:
+    r = keys.MEMBERS.range((group,))
+    return {m.worker_id: m for m in (Member.from_json(v) for _, v in tr.get_range(r.start, r.stop))}
+
+
+@transactional
+def read_leases(tr: Transaction, group: str) -> dict[tuple, Lease]:
+    r = keys.LEASES.range((group,))
+    return {lease.key: lease for lease in (_lease_from(k, v) for k, v in tr.get_range(r.start, r.stop))}
+
+
+@transactional
+def read_groups(tr: Transaction) -> list[str]:
+    r = keys.GROUPS.range()
+    return [keys.GROUPS.unpack(k)[0] for k, _ in tr.get_range(r.start, r.stop)]
+
+
+@transactional
+def read_member_leases(tr: Transaction, group: str, worker_id: str) -> tuple[Member | None, list[Lease]]:
+    """The member and the leases it holds (granted or revoking), with a watch for the next change."""
+    raw = tr.get(keys.member_key(group, worker_id))
+    member = Member.from_json(raw) if raw else None
+    held = [lease for lease in read_leases(tr, group).values() if lease.worker_id == worker_id and lease.state != FREE]
+    return member, held
+
+
+# -- changes --------------------------------------------------------------------------------------------------------
+
+
+def _bump(tr: Transaction, group: str, *workers: str) -> None:
+    tr.add(keys.group_version_key(group), 1)
+    tr.add(keys.ASSIGNER_WAKE, 1)
+    for worker in workers:
+        if worker:
+            tr.add(keys.member_version_key(group, worker), 1)
+
+
+class _Events:
+    """Appends several events in one transaction (each needs its own user version)."""
+
+    def __init__(self, tr: Transaction, actor: str) -> None:
+        self.tr, self.actor, self.n = tr, actor, 0
+
+    def group(self, group: str, type_: str, worker_id: str = "", lease: Lease | None = None, reason: str = "") -> None:
+        data = {
+            "group": group,
+            "type": type_,
+            "worker_id": worker_id,
+            "lease_id": lease.lease_id if lease else "",
+            "epoch": lease.epoch if lease else 0,
+            "reason": reason,
+        }
+        events.append_event(self.tr, "group_event", data, actor=self.actor, user_version=self.n)
+        self.n += 1
+
+
+def validate_subscriptions(tr: Transaction, subscriptions: list[Subscription]) -> tuple[Subscription, ...]:
+    if not subscriptions:
+        raise InvalidArgumentError("subscriptions must name at least one stream")
+    if len(subscriptions) > MAX_SUBSCRIPTIONS:
+        raise InvalidArgumentError(f"subscriptions name {len(subscriptions)} streams; the limit is {MAX_SUBSCRIPTIONS}")
+    out = []
+    for sub in subscriptions:
+        check_object_name("subscriptions.stream", sub.stream)
+        stream = get_stream(tr, sub.stream, "subscriptions.stream")
+        for lane in sub.lanes:
+            check_lane_name("subscriptions.lanes", lane)
+            if stream.lane(lane) is None:
+                raise NotFoundError(f"subscriptions.lanes: lane {lane!r} does not exist in stream {sub.stream!r}")
+        out.append(Subscription(sub.stream, tuple(sub.lanes)))
+    return tuple(out)
+
+
+@transactional
+def join(
+    tr: Transaction,
+    group: str,
+    worker_id: str,
+    session_id: str,
+    subscriptions: list[Subscription],
+    *,
+    capacity: float,
+    max_load: float,
+    now_ms: int,
+    ttl_ms: int,
+) -> Member:
+    """Register a worker's new session; refuse a worker id that another live session holds."""
+    check_object_name("group", group)
+    check_worker_id(worker_id)
+    capacity = _finite("capacity", capacity or 1.0, positive=True)
+    max_load = _finite("max_load", max_load)
+    subs = validate_subscriptions(tr, subscriptions)
+    raw = tr.get(keys.member_key(group, worker_id))
+    if raw:
+        old = Member.from_json(raw)
+        if old.alive_until_ms > now_ms:
+            raise AlreadyExistsError(f"worker_id {worker_id!r} already has a live session in group {group!r}")
+        _leave(tr, group, old, "replaced by a new session after its TTL", _Events(tr, "assigner"))
+    member = Member(worker_id, session_id, subs, capacity, max_load, alive_until_ms=now_ms + ttl_ms)
+    tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
+    tr.set(keys.member_key(group, worker_id), member.to_json())
+    _bump(tr, group, worker_id)
+    _Events(tr, worker_id).group(group, "member_joined", worker_id, reason=f"session {session_id}")
+    return member
+
+
+def _own_member(tr: Transaction, group: str, worker_id: str, session_id: str) -> Member:
+    raw = tr.get(keys.member_key(group, worker_id))
+    member = Member.from_json(raw) if raw else None
+    if member is None or member.session_id != session_id:
+        raise FencedError(
+            f"session {session_id} of worker {worker_id!r} in group {group!r} has ended; "
+            "its leases were revoked: join again"
+        )
+    return member
+
+
+@transactional
+def heartbeat(
+    tr: Transaction,
+    group: str,
+    worker_id: str,
+    session_id: str,
+    *,
+    cpu: float,
+    records_per_s: float,
+    lease_loads: list[tuple[str, float, int, int]],
+    now_ms: int,
+    ttl_ms: int,
+) -> None:
+    """Extend the session and record the worker's load, and each held lease's throughput and lag."""
+    _finite("heartbeat.cpu", cpu)
+    _finite("heartbeat.records_per_s", records_per_s)
+    member = _own_member(tr, group, worker_id, session_id)
+    tr.set(
+        keys.member_key(group, worker_id),
+        replace(member, cpu=cpu, records_per_s=records_per_s, alive_until_ms=now_ms + ttl_ms).to_json(),
+    )
+    for lid, rps, lag_records, lag_ms in lease_loads:
+        _finite("heartbeat.leases.records_per_s", rps)
+        key = keys.lease_key(group, *parse_lease_id(lid))
+        raw = tr.get(key)
+        lease = _lease_from(key, raw) if raw else None
+        if lease is None or lease.worker_id != worker_id or lease.state == FREE:
+            continue  # a lease that moved away in the meantime: its load is the new holder's to report
+        tr.set(key, replace(lease, records_per_s=rps, lag_records=lag_records, lag_ms=lag_ms).to_json())
+
+
+@transactional
+def release(tr: Transaction, group: str, worker_id: str, session_id: str, lid: str, epoch: int) -> Lease:
+    """The holder hands a lease back (after a revoke, or of its own accord)."""
+    _own_member(tr, group, worker_id, session_id)
+    key = keys.lease_key(group, *parse_lease_id(lid))
+    raw = tr.get(key)
+    lease = _lease_from(key, raw) if raw else None
+    if lease is None or lease.worker_id != worker_id or lease.state == FREE:
+        raise FailedPreconditionError(f"worker {worker_id!r} does not hold lease {lid}")
+    if lease.epoch != epoch:
+        raise FencedError(f"lease {lid} is at epoch {lease.epoch}, not {epoch}")
+    freed = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
+    tr.set(key, freed.to_json())
+    _bump(tr, group, worker_id)
+    _Events(tr, worker_id).group(group, "lease_released", worker_id, lease)
+    return freed
+
+
+def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: _Events) -> None:
+    tr.clear(keys.member_key(group, member.worker_id))
+    for lease in read_leases(tr, group).values():
+        if lease.worker_id == member.worker_id and lease.state != FREE:
+            tr.set(
+                keys.lease_key(group, *lease.key),
+                replace(lease, worker_id="", state=FREE, target="", deadline_ms=0).to_json(),
+            )
+            ev.group(group, "lease_revoked", member.worker_id, lease, reason)
+    _bump(tr, group, member.worker_id)
+    ev.group(group, "member_left", member.worker_id, reason=reason)
+
+
+@transactional
+def leave(tr: Transaction, group: str, worker_id: str, session_id: str, reason: str) -> bool:
+    """End a session and free its leases at once; False if it had already ended."""
+    raw = tr.get(keys.member_key(group, worker_id))
+    member = Member.from_json(raw) if raw else None
+    if member is None or member.session_id != session_id:
+        return False
+    _leave(tr, group, member, reason, _Events(tr, "assigner"))
+    return True
+
+
+@transactional
+def expire(tr: Transaction, group: str, now_ms: int) -> list[str]:
+    """End every session past its TTL; return their worker ids."""
+    ev = _Events(tr, "assigner")
+    gone = [m for m in read_members(tr, group).values() if m.alive_until_ms <= now_ms]
+    for member in gone:
+        _leave(tr, group, member, "no heartbeat within the session TTL", ev)
+    return [m.worker_id for m in gone]
+
+
+@transactional
+def check_lease(tr: Transaction, group: str, lid: str, epoch: int) -> Lease:
+    """The lease if it is still held at `epoch`; FencedError otherwise (a newer grant, or none)."""
+    check_object_name("group", group)
+    key = keys.lease_key(group, *parse_lease_id(lid))
+    raw = tr.get(key)
+    lease = _lease_from(key, raw) if raw else None
+    if lease is None:
+        raise NotFoundError(f"lease {lid} does not exist in group {group!r}")
+    if lease.state == FREE or lease.epoch != epoch:
+        holder = f"epoch {lease.epoch}" + (f" held by {lease.worker_id!r}" if lease.worker_id else ", unheld")
+        raise FencedError(f"lease {lid} epoch {epoch} is stale: the lease is at {holder}")
+    return lease
+
+
+# -- assignment --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Applied:
+    """What one assignment pass changed."""
+
+    granted: list[Lease] = field(default_factory=list)
+    revoking: list[Lease] = field(default_factory=list)
+    revoked: list[Lease] = field(default_factory=list)
+
+
+def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[tuple, int]:
+    """Every partition the members subscribe to: {(stream, lane, generation, partition): lane priority}.
+
+    Generations stay until they are drained, so draining and sealed ones keep their holders.
+    """
+    wanted: dict[tuple, int] = {}
+    streams: dict[str, Any] = {}
+    for member in members.values():
+        for sub in member.subscriptions:
+            if sub.stream not in streams:
+                try:
+                    streams[sub.stream] = get_stream(tr, sub.stream)
+                except NotFoundError:
+                    continue
+            stream = streams[sub.stream]
+            for lane in stream.lanes:
+                if (sub.lanes and lane.name not in sub.lanes) or (not sub.lanes and lane.name == "dlq"):
+                    continue
+                for gen in lane.generations:
+                    if gen.state == DRAINED:
+                        continue
+                    for p in range(gen.partitions):
+                        wanted[(stream.name, lane.name, gen.number, p)] = lane.priority
+    return wanted
+
+
+@transactional
+def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int, threshold: float = 0.1) -> Applied:
+    """Compute the group's assignment and move leases towards it: grant free ones, revoke moved ones with a
+    deadline, and force moves whose deadline passed (the old holder's epoch is then stale)."""
+    members = {w: m for w, m in read_members(tr, group).items() if m.alive_until_ms > now_ms}
+    leases = read_leases(tr, group)
+    wanted = group_partitions(tr, members)
+    specs = [
+        PartitionSpec(
+            k, priority=prio, load=(leases[k].records_per_s if k in leases and leases[k].records_per_s > 0 else 1.0)
+        )
+        for k, prio in wanted.items()
+    ]
+    workers = [WorkerSpec(w, m.capacity, m.max_load) for w, m in members.items()]
+    current = {}
+    for k, lease in leases.items():
+        owner = lease.target if lease.state == REVOKING else lease.worker_id
+        if lease.state != FREE and owner in members:
+            current[k] = owner
+    target = assign(specs, workers, current, threshold=threshold)
+    done = Applied()
+    ev = _Events(tr, "assigner")
+    for k in set(wanted) | set(leases):
+        lease = leases.get(k) or Lease(*k)
+        want = target.get(k, "")
+        if lease.state != FREE and lease.worker_id not in members:
+            lease = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)  # holder is gone
+        new = lease
+        if lease.state == GRANTED and lease.worker_id != want:
+            new = replace(lease, state=REVOKING, target=want, deadline_ms=now_ms + revoke_ms)
+            done.revoking.append(new)
+            ev.group(
+                group,
+                "lease_revoking",
+                lease.worker_id,
+                lease,
+                f"rebalance: moving to {want!r}" if want else "no longer assigned",
+            )
+        elif lease.state == REVOKING:
+            if lease.worker_id == want:
+                new = replace(lease, state=GRANTED, target="", deadline_ms=0)  # the move was called off
+            elif now_ms >= lease.deadline_ms:
+                ev.group(group, "lease_revoked", lease.worker_id, lease, "revoke deadline passed")
+                done.revoked.append(lease)
+                new = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
+            elif lease.target != want:
+                new = replace(lease, target=want)
+        if new.state == FREE and want:
+            new = replace(
+                new,
+                worker_id=want,
+                epoch=new.epoch + 1,
+                state=GRANTED,
+                target="",
+                deadline_ms=0,
+                lag_records=0,
+                lag_ms=0,
+            )
+            done.granted.append(new)
+            ev.group(group, "lease_granted", want, new, "assignment")
+        if new != leases.get(k):
+            tr.set(keys.lease_key(group, *k), new.to_json())
+            _bump(tr, group, lease.worker_id, new.worker_id)
+    return done
+
+
+def grant_details(tr: Transaction, lease: Lease) -> dict[str, Any]:
+    """Topic, cluster and bootstrap servers of a lease's generation, for its Grant message."""
+    stream = get_stream(tr, lease.stream)
+    lane = stream.lane(lease.lane)
+    gen = next((g for g in (lane.generations if lane else []) if g.number == lease.generation), None)
+    if gen is None:
+        return {"topic": "", "cluster": "", "bootstrap_servers": "", "state": DRAINED}
+    cluster = get_cluster(tr, gen.cluster)
+    return {
+        "topic": gen.topic,
+        "cluster": gen.cluster,
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "state": gen.state,
+    }

@@ -1,0 +1,210 @@
+from streamplane.v1 import topology_pb2 as _topology_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PartitionRef(_message.Message):
+    __slots__ = ("stream", "lane", "generation", "partition")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class Subscription(_message.Message):
+    __slots__ = ("stream", "lanes")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANES_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lanes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., lanes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOAD_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    worker_id: str
+    capacity: float
+    max_load: float
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+
+class LeaseLoad(_message.Message):
+    __slots__ = ("lease_id", "records_per_s", "lag_records", "lag_ms")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    LAG_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    records_per_s: float
+    lag_records: int
+    lag_ms: int
+    def __init__(self, lease_id: _Optional[str] = ..., records_per_s: _Optional[float] = ..., lag_records: _Optional[int] = ..., lag_ms: _Optional[int] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("cpu", "records_per_s", "leases")
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    cpu: float
+    records_per_s: float
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseLoad]
+    def __init__(self, cpu: _Optional[float] = ..., records_per_s: _Optional[float] = ..., leases: _Optional[_Iterable[_Union[LeaseLoad, _Mapping]]] = ...) -> None: ...
+
+class Release(_message.Message):
+    __slots__ = ("lease_id", "epoch")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    epoch: int
+    def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class WorkerMessage(_message.Message):
+    __slots__ = ("hello", "heartbeat", "release")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    heartbeat: Heartbeat
+    release: Release
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ...) -> None: ...
+
+class Welcome(_message.Message):
+    __slots__ = ("session_id", "heartbeat_interval_ms", "ttl_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    heartbeat_interval_ms: int
+    ttl_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class Grant(_message.Message):
+    __slots__ = ("lease_id", "partition", "epoch", "topic", "cluster", "bootstrap_servers", "start_offset", "generation_state")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_STATE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    partition: PartitionRef
+    epoch: int
+    topic: str
+    cluster: str
+    bootstrap_servers: str
+    start_offset: int
+    generation_state: _topology_pb2.GenerationState
+    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., topic: _Optional[str] = ..., cluster: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., start_offset: _Optional[int] = ..., generation_state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ...) -> None: ...
+
+class Revoke(_message.Message):
+    __slots__ = ("lease_id", "epoch", "deadline_unix_ms", "reason")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    epoch: int
+    deadline_unix_ms: int
+    reason: str
+    def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AssignerMessage(_message.Message):
+    __slots__ = ("welcome", "grant", "revoke")
+    WELCOME_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_FIELD_NUMBER: _ClassVar[int]
+    welcome: Welcome
+    grant: Grant
+    revoke: Revoke
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ...) -> None: ...
+
+class CheckLeaseRequest(_message.Message):
+    __slots__ = ("group", "lease_id", "epoch")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lease_id: str
+    epoch: int
+    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class CheckLeaseResponse(_message.Message):
+    __slots__ = ("worker_id", "epoch")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    epoch: int
+    def __init__(self, worker_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class DescribeGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class LeaseInfo(_message.Message):
+    __slots__ = ("lease_id", "partition", "epoch", "state", "worker_id", "records_per_s", "lag_records", "lag_ms")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    LAG_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    partition: PartitionRef
+    epoch: int
+    state: str
+    worker_id: str
+    records_per_s: float
+    lag_records: int
+    lag_ms: int
+    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., state: _Optional[str] = ..., worker_id: _Optional[str] = ..., records_per_s: _Optional[float] = ..., lag_records: _Optional[int] = ..., lag_ms: _Optional[int] = ...) -> None: ...
+
+class MemberInfo(_message.Message):
+    __slots__ = ("worker_id", "session_id", "capacity", "max_load", "cpu", "records_per_s", "alive_until_unix_ms", "subscriptions")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOAD_FIELD_NUMBER: _ClassVar[int]
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_UNTIL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    session_id: str
+    capacity: float
+    max_load: float
+    cpu: float
+    records_per_s: float
+    alive_until_unix_ms: int
+    subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
+    def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., cpu: _Optional[float] = ..., records_per_s: _Optional[float] = ..., alive_until_unix_ms: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+
+class GroupDescription(_message.Message):
+    __slots__ = ("group", "members", "leases", "leader_replica")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    LEADER_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    members: _containers.RepeatedCompositeFieldContainer[MemberInfo]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseInfo]
+    leader_replica: str
+    def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[LeaseInfo, _Mapping]]] = ..., leader_replica: _Optional[str] = ...) -> None: ...
