@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.errors import FencedError, StreamplaneError, UnavailableError
-from streamplane.rpc import error_from_status
+from streamplane.errors import FencedError, StreamplaneError
+from streamplane.rpc import error_from_rpc_error
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 
@@ -121,9 +121,7 @@ class WorkerSession:
         threading.Thread(target=self._heartbeats, name=f"heartbeat-{self.worker_id}", daemon=True).start()
 
     def _error(self, err: grpc.RpcError) -> StreamplaneError:
-        if err.code() == grpc.StatusCode.UNAVAILABLE:
-            return UnavailableError(f"coordinator at {self._client.target} is unreachable ({err.details()})")
-        return error_from_status(err.code(), err.details() or err.code().name)
+        return error_from_rpc_error(err, self._client.target)
 
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):

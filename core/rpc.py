@@ -66,6 +66,11 @@ def error_from_status(code: grpc.StatusCode, message: str, kind: str = "") -> St
 
 def raise_from_rpc_error(err: grpc.RpcError, target: str = "") -> None:
     """Raise the streamplane error that a failed call stands for, chained to the gRPC error."""
+    raise error_from_rpc_error(err, target) from err
+
+
+def error_from_rpc_error(err: grpc.RpcError, target: str = "") -> StreamplaneError:
+    """The streamplane error a failed call stands for (the exact kind travels in trailing metadata)."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = err.details() if hasattr(err, "details") else str(err)
     kind = ""
@@ -75,7 +80,7 @@ def raise_from_rpc_error(err: grpc.RpcError, target: str = "") -> None:
             kind = value
     if code == grpc.StatusCode.UNAVAILABLE and target:
         details = f"coordinator at {target} is unreachable ({details})"
-    raise error_from_status(code, details or code.name, kind) from err
+    return error_from_status(code, details or code.name, kind)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -34,6 +34,7 @@ class Proc:
     def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
         self.popen = subprocess.Popen(
             list(args),
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -77,6 +78,12 @@ class Proc:
             f"no line matching {pattern!r} within {timeout} s; exit={self.popen.poll()}; "
             f"stdout={self.seen[-10:]}; stderr={''.join(self.stderr)[-2000:]}"
         )
+
+    def send(self, line: str) -> None:
+        """Write one line to the process's stdin."""
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(line + "\n")
+        self.popen.stdin.flush()
 
     def kill9(self) -> None:
         """SIGKILL the process (and only it: children must notice by themselves)."""

@@ -1,0 +1,143 @@
+"""Bad input to the Assigner gets a clear status, ends only the offending session, and changes nothing else."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from streamplane.client import CoordinatorClient, SessionEndedError, WorkerSession
+from streamplane.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    FencedError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from streamplane.v1 import assigner_pb2 as apb
+from streamplane.v1 import assigner_pb2_grpc as apb_grpc
+from streamplane.v1 import topology_pb2 as pb
+
+
+@pytest.fixture
+def address(coordinator, local_cluster) -> str:
+    bootstrap, control = local_cluster
+    with CoordinatorClient(coordinator.address) as client:
+        client.register_cluster(
+            pb.Cluster(
+                name="c", bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control.endpoint
+            )
+        )
+        client.create_stream("jobs", 4)
+    return coordinator.address
+
+
+def session(address: str, worker_id: str, stream: str = "jobs", lanes: list[str] | None = None) -> WorkerSession:
+    return WorkerSession(address, group="g", worker_id=worker_id, subscriptions={stream: lanes or []})
+
+
+def collect(s: WorkerSession) -> tuple[list, list]:
+    """Run the session's events in the background: (received events, [the error that ended it])."""
+    got: list = []
+    ended: list = []
+
+    def run() -> None:
+        try:
+            for event in s.events():
+                got.append(event)
+        except SessionEndedError as err:
+            ended.append(err)
+
+    threading.Thread(target=run, daemon=True).start()
+    return got, ended
+
+
+def wait(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "text"),
+    [
+        ({"stream": "ghost"}, NotFoundError, "ghost"),
+        ({"lanes": ["nolane"]}, NotFoundError, "nolane"),
+        ({"lanes": ["Bad Lane"]}, InvalidArgumentError, "lane"),
+        ({"worker_id": "bad worker!"}, InvalidArgumentError, "worker_id"),
+    ],
+)
+def test_bad_hello_is_refused(address: str, kwargs: dict, error: type, text: str) -> None:
+    s = session(address, kwargs.pop("worker_id", "w"), **kwargs)
+    with pytest.raises(error, match=text):
+        s.join()
+    s.close()
+
+
+def test_duplicate_worker_id_in_a_live_session(address: str) -> None:
+    first = session(address, "dup")
+    first.join()
+    second = session(address, "dup")
+    with pytest.raises(AlreadyExistsError, match="dup"):
+        second.join()
+    second.close()
+    first.close()
+
+
+def test_releasing_a_lease_not_held_ends_only_that_session(address: str) -> None:
+    good, bad = session(address, "good"), session(address, "bad")
+    good.join()
+    bad.join()
+    good_events, good_ended = collect(good)
+    _, bad_ended = collect(bad)
+    wait(lambda: len(good.leases) + len(bad.leases) == 4)
+    bad.release("jobs/realtime/g1/p99", 1)
+    wait(lambda: bad_ended)
+    assert isinstance(bad_ended[0].cause, FailedPreconditionError)
+    assert "does not hold lease jobs/realtime/g1/p99" in bad_ended[0].message
+    wait(lambda: len(good.leases) == 4)  # the other worker takes over, unaffected
+    time.sleep(1.2)  # past a TTL: the good session is still alive
+    assert not good_ended and len(good.leases) == 4
+    good.close()
+
+
+@pytest.mark.parametrize("load", [{"cpu": -1.0}, {"records_per_s": float("nan")}])
+def test_malformed_heartbeat_ends_the_session_with_invalid_argument(address: str, load: dict) -> None:
+    s = session(address, "sick")
+    s.join()
+    _, ended = collect(s)
+    s.report_load(**load)
+    wait(lambda: ended)
+    assert isinstance(ended[0].cause, InvalidArgumentError)
+    assert "heartbeat" in ended[0].message
+    s.close()
+
+
+def test_a_session_must_start_with_hello(address: str) -> None:
+    with grpc.insecure_channel(address) as channel:
+        call = apb_grpc.AssignerServiceStub(channel).Session(
+            iter([apb.WorkerMessage(heartbeat=apb.Heartbeat(cpu=0.5))]), timeout=5
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            next(call)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "hello" in info.value.details()
+
+
+def test_check_lease(address: str) -> None:
+    s = session(address, "holder")
+    s.join()
+    collect(s)
+    wait(lambda: len(s.leases) == 4)
+    grant = s.leases["jobs/realtime/g1/p0"]
+    s.check(grant.lease_id, grant.epoch)
+    with pytest.raises(FencedError, match="stale"):
+        s.check(grant.lease_id, grant.epoch - 1)
+    with pytest.raises(InvalidArgumentError, match="lease_id"):
+        s.check("not-a-lease", 1)
+    with pytest.raises(NotFoundError):
+        s.check("jobs/realtime/g1/p99", 1)
+    s.close()
