@@ -91,7 +91,7 @@ def test_releasing_a_lease_not_held_ends_only_that_session(address: str) -> None
     good, bad = session(address, "good"), session(address, "bad")
     good.join()
     bad.join()
-    good_events, good_ended = collect(good)
+    _, good_ended = collect(good)
     _, bad_ended = collect(bad)
     wait(lambda: len(good.leases) + len(bad.leases) == 4)
     bad.release("jobs/realtime/g1/p99", 1)
