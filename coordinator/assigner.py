@@ -124,9 +124,18 @@ class Session:
                 )
                 return
 
-            def snapshot(tr: Transaction) -> tuple[Member | None, list[Lease], list[dict], Any]:
+            sent = set(self._sent_grants)
+
+            def snapshot(tr: Transaction, sent: set = sent) -> tuple[Member | None, list[Lease], dict[str, dict], Any]:
                 member, held = leases.read_member_leases(tr, self.group, self.worker_id)
-                details = [leases.grant_details(tr, lease) for lease in held]
+                details: dict[str, dict] = {}
+                by_generation: dict[tuple, dict] = {}
+                for lease in held:  # topology lookups only for new grants, once per generation
+                    if (lease.lease_id, lease.epoch) not in sent:
+                        gen = (lease.stream, lease.lane, lease.generation)
+                        if gen not in by_generation:
+                            by_generation[gen] = leases.grant_details(tr, lease)
+                        details[lease.lease_id] = by_generation[gen]
                 return member, held, details, tr.watch(keys.member_version_key(self.group, self.worker_id))
 
             member, held, details, watch = self.db.transact(snapshot)
@@ -142,11 +151,11 @@ class Session:
                     )
                     return
                 now_held = {(lease.lease_id, lease.epoch) for lease in held}
-                for lease, info in zip(held, details, strict=True):
+                for lease in held:
                     ident = (lease.lease_id, lease.epoch)
                     if ident not in self._sent_grants:
                         self._sent_grants.add(ident)
-                        yield Update("grant", lease, info)
+                        yield Update("grant", lease, details[lease.lease_id])
                     if lease.state == REVOKING and ident not in self._sent_revokes:
                         self._sent_revokes.add(ident)
                         yield Update(

@@ -4,8 +4,9 @@ Rules, in order:
   1. Lanes are served by priority. The highest-priority tier is always assigned; lower tiers only where a
      worker has room under its `max_load` (when it set one), so scarce capacity goes to realtime first.
   2. Sticky: a partition stays with its live holder unless moving it narrows the gap between the most and
-     least utilized workers (utilization = load / capacity) and the gap exceeds `threshold` of the mean.
-     With equal loads that means no churn at a one-partition difference.
+     least utilized workers (utilization = load / capacity), and either that gap exceeds `threshold` of the
+     mean or the move narrows it by at least `threshold`. With equal loads, no churn at a one-partition
+     difference; with measured loads, no shuffling within measurement noise.
   3. Orphaned and new partitions go to the least utilized worker that has room.
 Every partition is held by at most one worker in the result, and only live workers appear in it.
 
@@ -109,7 +110,9 @@ def assign(
         for item in skipped:
             heapq.heappush(heap, item)
 
-    # 3. rebalance: move from the most to the least utilized worker while that narrows their gap
+    # 3. rebalance: move from the most to the least utilized worker while that narrows their gap, either
+    #    because the gap is past the tolerance, or because the move narrows it by at least that fraction
+    #    (an exact fix of a small imbalance is worth it; shuffling within measurement noise is not)
     moves = 0
     while max_moves is None or moves < max_moves:
         util = {w: load[w] / by_id[w].capacity for w in by_id}
@@ -117,14 +120,16 @@ def assign(
         lo = min(util, key=lambda w: (util[w], w))
         gap = util[hi] - util[lo]
         mean = sum(util.values()) / len(util)
-        if gap <= threshold * mean or not held[hi]:
+        if gap <= 1e-12 or not held[hi]:
             break
+        wide = gap > threshold * mean
         c_hi, c_lo = by_id[hi].capacity, by_id[lo].capacity
         ideal = (load[hi] * c_lo - load[lo] * c_hi) / (c_hi + c_lo)  # the load whose move equalizes the pair
         best = None
         for p in held[hi].values():
             new_gap = abs((load[hi] - p.load) / c_hi - (load[lo] + p.load) / c_lo)
-            if new_gap < gap - 1e-12 and fits(lo, p):
+            worth = new_gap < gap - 1e-12 and (wide or new_gap <= gap * (1 - threshold))
+            if worth and fits(lo, p):
                 score = (abs(p.load - ideal), p.priority, repr(p.key))  # prefer the exact transfer
                 if best is None or score < best[0]:
                     best = (score, p)

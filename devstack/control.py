@@ -47,5 +47,9 @@ class LocalClusterControl:
     def broker_up(self, broker: int) -> None:
         self._call("POST", "/brokers/up", {"broker": broker})
 
+    def set_consumer_group_session_timeout(self, ms: int) -> None:
+        """Session timeout of KIP-848 consumer groups (classic groups take session.timeout.ms from clients)."""
+        self._call("POST", "/groups/consumer-session-timeout", {"ms": ms})
+
     def set_leader(self, topic: str, partition: int, broker: int) -> None:
         self._call("POST", "/leader", {"topic": topic, "partition": partition, "broker": broker})

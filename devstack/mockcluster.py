@@ -50,6 +50,7 @@ def _load_librdkafka() -> ctypes.CDLL:
         "rd_kafka_mock_broker_set_up": (c_int, [c_void_p, c_int32]),
         "rd_kafka_mock_partition_set_leader": (c_int, [c_void_p, c_char_p, c_int32, c_int32]),
         "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [c_void_p, c_int32]),
+        "rd_kafka_mock_set_group_consumer_session_timeout_ms": (None, [c_void_p, c_int]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -113,6 +114,13 @@ class MockCluster:
                 f"leader of {topic}/{partition}",
             )
 
+    def set_consumer_session_timeout(self, ms: int) -> None:
+        """The broker-side session timeout of KIP-848 consumer groups (group.protocol=consumer)."""
+        if not 1 <= ms <= 3_600_000:
+            raise ValueError(f"session timeout must be between 1 ms and 1 h, not {ms}")
+        with self._lock:
+            self._lib.rd_kafka_mock_set_group_consumer_session_timeout_ms(self._mc, ms)
+
     def close(self) -> None:
         """Destroy the mock cluster before its handle, as librdkafka requires."""
         with self._lock:
@@ -162,6 +170,9 @@ def _handler(cluster: MockCluster) -> type[BaseHTTPRequestHandler]:
                     self._reply(200, {})
                 elif self.path == "/brokers/up":
                     cluster.broker_up(int(body["broker"]))
+                    self._reply(200, {})
+                elif self.path == "/groups/consumer-session-timeout":
+                    cluster.set_consumer_session_timeout(int(body["ms"]))
                     self._reply(200, {})
                 elif self.path == "/leader":
                     cluster.set_leader(str(body["topic"]), int(body["partition"]), int(body["broker"]))

@@ -70,10 +70,7 @@ def test_join_moves_only_to_the_newcomer_and_about_a_fair_share(n_partitions, n_
     moved = {k for k in after if after[k] != before.get(k)}
     assert all(after[k] == "new" for k in moved), "a join moves partitions only to the new worker"
     fair = n_partitions // (n_workers + 1)
-    assert len(moved) <= fair + 1, "no more than a fair share moves"
-    util = utilization(after, partitions, [*workers, WorkerSpec("new")])
-    mean = sum(util.values()) / len(util)
-    assert max(util.values()) - min(util.values()) <= max(DEFAULT_THRESHOLD * mean, 1.0) + 1e-9
+    assert fair <= len(moved) <= fair + 1, "the newcomer gets a fair share, and no more moves"
 
 
 @settings(max_examples=200, deadline=None)
