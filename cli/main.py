@@ -268,14 +268,32 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from streamplane.coordinator.store import StoreConfig
 
     return server.serve_forever(
-        StoreConfig.from_env(args.data_dir), host=args.host, port=args.port, metrics_port=args.metrics_port
+        StoreConfig.from_env(args.data_dir),
+        host=args.host,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        assigner_config=_assigner_config(args),
     )
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
     from streamplane.devstack.stack import run_dev
 
-    return run_dev(clusters=args.clusters, data_dir=Path(args.data_dir), port=args.port, host=args.host)
+    return run_dev(
+        clusters=args.clusters,
+        data_dir=Path(args.data_dir),
+        port=args.port,
+        host=args.host,
+        assigner_config=_assigner_config(args),
+    )
+
+
+def _assigner_config(args: argparse.Namespace):
+    from streamplane.coordinator.assigner import AssignerConfig
+
+    if not 100 <= args.session_ttl_ms <= 60_000:
+        raise errors.InvalidArgumentError(f"--session-ttl-ms must be between 100 and 60000, not {args.session_ttl_ms}")
+    return AssignerConfig(ttl_ms=args.session_ttl_ms, heartbeat_interval_ms=max(50, args.session_ttl_ms // 4))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -379,10 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=7400)
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
+    p.add_argument("--session-ttl-ms", type=int, default=1000, help="a silent worker loses its leases after this")
     p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
 
     p = add(sub, "dev", cmd_dev, "run the local stack (coordinator + local Kafka clusters) in the foreground")
     p.add_argument("--clusters", type=int, default=2)
+    p.add_argument("--session-ttl-ms", type=int, default=1000, help="a silent worker loses its leases after this")
     p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"))
     p.add_argument("--port", type=int, default=7400)
     p.add_argument("--host", default="127.0.0.1")

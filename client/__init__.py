@@ -1,6 +1,14 @@
 """The streamplane Python client: talks to the coordinator; data goes straight to Kafka."""
 
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.client.session import Grant, LeaseLoad, Revoke, SessionEndedError, WorkerSession
+from streamplane.client.session import GenerationChange, Grant, LeaseLoad, Revoke, SessionEndedError, WorkerSession
 
-__all__ = ["CoordinatorClient", "Grant", "LeaseLoad", "Revoke", "SessionEndedError", "WorkerSession"]
+__all__ = [
+    "CoordinatorClient",
+    "GenerationChange",
+    "Grant",
+    "LeaseLoad",
+    "Revoke",
+    "SessionEndedError",
+    "WorkerSession",
+]

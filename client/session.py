@@ -29,6 +29,7 @@ from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 
 Grant = apb.Grant
 Revoke = apb.Revoke
+GenerationChange = apb.GenerationChange
 
 
 class SessionEndedError(FencedError):
@@ -147,9 +148,9 @@ class WorkerSession:
         """The load sent with the next heartbeats (the Assigner balances by it)."""
         self._load = _Load(cpu, records_per_s, dict(leases or {}))
 
-    def events(self) -> Iterator[apb.Grant | apb.Revoke]:
-        """Grants and revokes as they come; ends when the session is closed, raises SessionEndedError when the
-        coordinator ends it."""
+    def events(self) -> Iterator[apb.Grant | apb.Revoke | apb.GenerationChange]:
+        """Grants, revokes and generation changes as they come; ends when the session is closed, raises
+        SessionEndedError when the coordinator ends it."""
         assert self._call is not None, "join() first"
         try:
             for message in self._call:
@@ -161,6 +162,11 @@ class WorkerSession:
                     if message.revoke.deadline_unix_ms == 0:
                         self._held.pop(message.revoke.lease_id, None)
                     yield message.revoke
+                elif kind == "generation_change":
+                    grant = self._held.get(message.generation_change.lease_id)
+                    if grant is not None:
+                        grant.generation_state = message.generation_change.state
+                    yield message.generation_change
         except grpc.RpcError as err:
             if self._stop.is_set() and err.code() == grpc.StatusCode.CANCELLED:
                 return

@@ -50,7 +50,7 @@ def now_ms() -> int:
 class Update:
     """Something to tell a worker: a grant, a revoke, or the end of its session."""
 
-    kind: str  # "grant" | "revoke" | "end"
+    kind: str  # "grant" | "revoke" | "generation" | "end"
     lease: Lease | None = None
     details: dict[str, Any] = field(default_factory=dict)
     deadline_ms: int = 0
@@ -71,6 +71,7 @@ class Session:
         self._closed = threading.Event()
         self._sent_grants: set[tuple[str, int]] = set()
         self._sent_revokes: set[tuple[str, int]] = set()
+        self._sent_states: dict[str, str] = {}
 
     @property
     def db(self) -> Database:
@@ -126,8 +127,9 @@ class Session:
 
             sent = set(self._sent_grants)
 
-            def snapshot(tr: Transaction, sent: set = sent) -> tuple[Member | None, list[Lease], dict[str, dict], Any]:
+            def snapshot(tr: Transaction, sent: set = sent) -> tuple[Member | None, list[Lease], dict, dict, Any]:
                 member, held = leases.read_member_leases(tr, self.group, self.worker_id)
+                states = {(x.stream, x.lane, x.generation): leases.generation_state(tr, x) for x in held}
                 details: dict[str, dict] = {}
                 by_generation: dict[tuple, dict] = {}
                 for lease in held:  # topology lookups only for new grants, once per generation
@@ -136,9 +138,10 @@ class Session:
                         if gen not in by_generation:
                             by_generation[gen] = leases.grant_details(tr, lease)
                         details[lease.lease_id] = by_generation[gen]
-                return member, held, details, tr.watch(keys.member_version_key(self.group, self.worker_id))
+                watch = tr.watch(keys.member_version_key(self.group, self.worker_id))
+                return member, held, details, states, watch
 
-            member, held, details, watch = self.db.transact(snapshot)
+            member, held, details, states, watch = self.db.transact(snapshot)
             try:
                 if member is None or member.session_id != self.session_id:
                     self._closed.set()
@@ -153,9 +156,14 @@ class Session:
                 now_held = {(lease.lease_id, lease.epoch) for lease in held}
                 for lease in held:
                     ident = (lease.lease_id, lease.epoch)
+                    state = states[(lease.stream, lease.lane, lease.generation)]
                     if ident not in self._sent_grants:
                         self._sent_grants.add(ident)
+                        self._sent_states[lease.lease_id] = state
                         yield Update("grant", lease, details[lease.lease_id])
+                    elif self._sent_states.get(lease.lease_id) != state:
+                        self._sent_states[lease.lease_id] = state
+                        yield Update("generation", lease, {"state": state})
                     if lease.state == REVOKING and ident not in self._sent_revokes:
                         self._sent_revokes.add(ident)
                         yield Update(
@@ -166,6 +174,7 @@ class Session:
                         )
                 for lid, epoch in sorted(self._sent_grants - now_held):
                     self._sent_grants.discard((lid, epoch))
+                    self._sent_states.pop(lid, None)
                     yield Update(
                         "revoke",
                         Lease(*leases.parse_lease_id(lid), epoch=epoch),

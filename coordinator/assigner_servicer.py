@@ -51,11 +51,21 @@ def _encode(update: Update) -> apb.AssignerMessage:
                 generation_state=_STATES.get(d["state"], tpb.GENERATION_STATE_UNSPECIFIED),
             )
         )
-    return apb.AssignerMessage(
-        revoke=apb.Revoke(
-            lease_id=lease.lease_id, epoch=lease.epoch, deadline_unix_ms=update.deadline_ms, reason=update.reason
+    if update.kind == "generation":
+        return apb.AssignerMessage(
+            generation_change=apb.GenerationChange(
+                lease_id=lease.lease_id,
+                partition=_partition(lease),
+                state=_STATES.get(update.details["state"], tpb.GENERATION_STATE_UNSPECIFIED),
+            )
         )
-    )
+    if update.kind == "revoke":
+        return apb.AssignerMessage(
+            revoke=apb.Revoke(
+                lease_id=lease.lease_id, epoch=lease.epoch, deadline_unix_ms=update.deadline_ms, reason=update.reason
+            )
+        )
+    raise ValueError(f"no message for a {update.kind!r} update")
 
 
 def _feed(session: Session, requests: Iterator[apb.WorkerMessage]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from streamplane.coordinator import events, keys
 from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign
-from streamplane.coordinator.model import DRAINED
+from streamplane.coordinator.model import DRAINED, Generation
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, get_stream
 from streamplane.errors import (
@@ -446,6 +446,12 @@ def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int
             tr.set(keys.lease_key(group, *k), new.to_json())
             _bump(tr, group, lease.worker_id, new.worker_id)
     return done
+
+
+def generation_state(tr: Transaction, lease: Lease) -> str:
+    """The state of the generation a lease is on (drained once its record is gone)."""
+    raw = tr.get(keys.generation_key(lease.stream, lease.lane, lease.generation))
+    return Generation.from_json(raw).state if raw else DRAINED
 
 
 def grant_details(tr: Transaction, lease: Lease) -> dict[str, Any]:

@@ -84,7 +84,9 @@ def start(
     return RunningCoordinator(server, address, db, health_servicer, assigner)
 
 
-def serve_forever(config: StoreConfig, *, host: str, port: int, metrics_port: int = 0) -> int:
+def serve_forever(
+    config: StoreConfig, *, host: str, port: int, metrics_port: int = 0, assigner_config: AssignerConfig | None = None
+) -> int:
     """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves.
 
     With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics.
@@ -92,7 +94,7 @@ def serve_forever(config: StoreConfig, *, host: str, port: int, metrics_port: in
     block_stop_signals()
     db = open_store(config)
     try:
-        running = start(db, host=host, port=port)
+        running = start(db, host=host, port=port, assigner_config=assigner_config)
     except Exception:
         db.close()
         raise

@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 
 from streamplane.coordinator import server
+from streamplane.coordinator.assigner import AssignerConfig
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.model import ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.coordinator.store import StoreConfig, open_store
@@ -57,6 +58,7 @@ class LocalStack:
     port: int = 7400
     host: str = "127.0.0.1"
     brokers: int = 3
+    assigner_config: AssignerConfig | None = None
     local: list[LocalCluster] = field(default_factory=list)
     coordinator: server.RunningCoordinator | None = None
 
@@ -66,7 +68,9 @@ class LocalStack:
             self._start_clusters(names)
             db = open_store(StoreConfig(driver="embedded", data_dir=Path(self.data_dir)))
             try:
-                self.coordinator = server.start(db, host=self.host, port=self.port)
+                self.coordinator = server.start(
+                    db, host=self.host, port=self.port, assigner_config=self.assigner_config
+                )
             except Exception:
                 db.close()
                 raise
@@ -162,11 +166,13 @@ def _readline_until(proc: subprocess.Popen[str], deadline: float) -> str:
         return ""
 
 
-def run_dev(*, clusters: int, data_dir: Path, port: int, host: str = "127.0.0.1") -> int:
+def run_dev(
+    *, clusters: int, data_dir: Path, port: int, host: str = "127.0.0.1", assigner_config: AssignerConfig | None = None
+) -> int:
     """Run the local stack in the foreground until SIGINT or SIGTERM."""
     block_stop_signals()
     print(f"starting the local stack: {clusters} cluster(s), data in {data_dir}", file=sys.stderr, flush=True)
-    stack = LocalStack(data_dir=data_dir, clusters=clusters, port=port, host=host)
+    stack = LocalStack(data_dir=data_dir, clusters=clusters, port=port, host=host, assigner_config=assigner_config)
     stack.start()
     try:
         print(f"coordinator={stack.coordinator_address} store=embedded data_dir={data_dir}", flush=True)

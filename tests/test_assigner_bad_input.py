@@ -141,3 +141,30 @@ def test_check_lease(address: str) -> None:
     with pytest.raises(NotFoundError):
         s.check("jobs/realtime/g1/p99", 1)
     s.close()
+
+
+def test_a_failover_tells_holders_their_generation_is_draining_and_grants_the_new_one(
+    address: str, local_cluster
+) -> None:
+    bootstrap, control = local_cluster
+    with CoordinatorClient(address) as client:
+        client.register_cluster(
+            pb.Cluster(
+                name="c2", bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control.endpoint
+            )
+        )
+    s = session(address, "holder")
+    s.join()
+    got, _ = collect(s)
+    wait(lambda: len(s.leases) == 4)
+    with CoordinatorClient(address) as client:
+        client.failover("jobs", "realtime", "c2")
+    wait(lambda: len([e for e in got if isinstance(e, apb.GenerationChange)]) == 4)
+    changes = [e for e in got if isinstance(e, apb.GenerationChange)]
+    assert {c.lease_id for c in changes} == {f"jobs/realtime/g1/p{p}" for p in range(4)}
+    assert all(c.state == pb.GENERATION_STATE_DRAINING for c in changes)
+    assert not [e for e in got if isinstance(e, apb.Revoke)], "a draining generation keeps its holder"
+    wait(lambda: len(s.leases) == 8)  # the draining generation stays held while g2 is granted too
+    g2 = [g for lid, g in s.leases.items() if "/g2/" in lid]
+    assert len(g2) == 4 and all(g.cluster == "c2" and g.topic == "sp.jobs.realtime.g2" for g in g2)
+    s.close()

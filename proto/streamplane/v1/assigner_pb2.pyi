@@ -123,15 +123,27 @@ class Revoke(_message.Message):
     reason: str
     def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class GenerationChange(_message.Message):
+    __slots__ = ("lease_id", "partition", "state")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    partition: PartitionRef
+    state: _topology_pb2.GenerationState
+    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ...) -> None: ...
+
 class AssignerMessage(_message.Message):
-    __slots__ = ("welcome", "grant", "revoke")
+    __slots__ = ("welcome", "grant", "revoke", "generation_change")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
     REVOKE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_CHANGE_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     grant: Grant
     revoke: Revoke
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ...) -> None: ...
+    generation_change: GenerationChange
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., generation_change: _Optional[_Union[GenerationChange, _Mapping]] = ...) -> None: ...
 
 class CheckLeaseRequest(_message.Message):
     __slots__ = ("group", "lease_id", "epoch")
