@@ -17,6 +17,16 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "group_version", group)             -> counter bumped when membership or leases change (watch)
     ("streamplane", "leader")                           -> Leader {replica, expires_ms}: who runs the assignment loop
     ("streamplane", "assigner_wake")                    -> counter bumped by every group change (the loop's watch)
+    ("streamplane", "group_config", group)              -> {max_attempts: {lane: n}}
+    ("streamplane", "progress", group, stream, lane, generation, partition)
+                                                        -> Progress {low, high, high_ts_ms, oldest_pending_ts_ms, ...}
+    ("streamplane", "done", group, stream, lane, generation, partition, chunk)
+                                                        -> done ranges above the low watermark with offsets in
+                                                           [chunk * 4096, (chunk + 1) * 4096), as varints
+    ("streamplane", "retry", group, stream, lane, generation, partition, offset)
+                                                        -> {attempts, next_ms, error, exhausted}
+    ("streamplane", "reject", group, stream, lane, generation, partition, offset)
+                                                        -> {reason, dlq, attempts}
 """
 
 from __future__ import annotations
@@ -51,6 +61,11 @@ MEMBER_VERSIONS = ROOT["member_version"]
 GROUP_VERSIONS = ROOT["group_version"]
 LEADER = ROOT.pack(("leader",))
 ASSIGNER_WAKE = ROOT.pack(("assigner_wake",))
+GROUP_CONFIGS = ROOT["group_config"]
+PROGRESS = ROOT["progress"]
+DONE = ROOT["done"]
+RETRIES = ROOT["retry"]
+REJECTS = ROOT["reject"]
 
 
 def cluster_key(name: str) -> bytes:

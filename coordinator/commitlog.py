@@ -1,0 +1,353 @@
+"""The commit log: which offsets of a partition a group has finished, retried or rejected, and its time lag.
+
+Per (group, stream, lane, generation, partition): a low watermark below which everything is done, the done
+ranges above it (split into chunks of CHUNK offsets, one value each, so no value or transaction nears
+FoundationDB's limits), retry state per offset (attempts, next attempt time, last error) and rejected marks
+(reason, where the record went in the dlq lane). A commit is one transaction, fenced by the lease epoch and
+idempotent: acks are a set union, retries keep the highest attempt seen, rejects are marks. As the low
+watermark advances, the chunks below it are deleted, so a fully done partition is a single key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+
+from streamplane.coordinator import keys
+from streamplane.coordinator import ranges as rset
+from streamplane.coordinator.leases import check_lease, parse_lease_id
+from streamplane.coordinator.store import Transaction, transactional
+from streamplane.errors import InvalidArgumentError, LimitExceededError
+from streamplane.names import check_lane_name, check_object_name
+
+CHUNK = 4096
+"""Offsets per done-ranges value: at worst 2,048 ranges, about 4 KB of varints."""
+MAX_ENTRIES = 100_000
+"""Ranges, retries and rejects in one commit, together."""
+DEFAULT_MAX_ATTEMPTS = 5
+MAX_TEXT = 1024
+
+
+@dataclass(frozen=True)
+class Retry:
+    offset: int
+    attempt: int
+    error: str = ""
+    backoff_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Reject:
+    offset: int
+    reason: str
+    dlq: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One batched commit of a lease holder."""
+
+    acked: list[tuple[int, int]] = field(default_factory=list)
+    retries: list[Retry] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    oldest_pending_ts_ms: int = 0
+    high_watermark: int = 0
+    high_watermark_ts_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Header:
+    """The per-partition summary: one small value, read by lag queries without touching the ranges."""
+
+    low: int = 0
+    high: int = 0
+    high_ts_ms: int = 0
+    oldest_pending_ts_ms: int = 0
+    done_above: int = 0
+    retries: int = 0
+    rejects: int = 0
+    updated_ms: int = 0
+
+    def offset_lag(self) -> int:
+        return max(0, self.high - self.low - self.done_above)
+
+    def time_lag_ms(self, now_ms: int) -> int:
+        if self.oldest_pending_ts_ms <= 0 or self.offset_lag() == 0:
+            return 0
+        return max(0, now_ms - self.oldest_pending_ts_ms)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    low_watermark: int
+    exhausted: list[int]
+    newly_done: int
+
+
+PartitionKey = tuple[str, str, str, int, int]  # group, stream, lane, generation, partition
+
+
+def _partition(group: str, lid: str) -> PartitionKey:
+    check_object_name("group", group)
+    return (group, *parse_lease_id(lid))
+
+
+def read_header(tr: Transaction, pk: PartitionKey) -> Header:
+    raw = tr.get(keys.PROGRESS.pack(pk))
+    return Header(**json.loads(raw)) if raw else Header()
+
+
+def _chunk_key(pk: PartitionKey, chunk: int) -> bytes:
+    return keys.DONE.pack((*pk, chunk))
+
+
+def _read_chunk(tr: Transaction, pk: PartitionKey, chunk: int) -> list[rset.Range]:
+    raw = tr.get(_chunk_key(pk, chunk))
+    return rset.decode(raw, chunk * CHUNK) if raw else []
+
+
+def _write_chunk(tr: Transaction, pk: PartitionKey, chunk: int, ranges: list[rset.Range]) -> None:
+    if ranges:
+        tr.set(_chunk_key(pk, chunk), rset.encode(ranges, chunk * CHUNK))
+    else:
+        tr.clear(_chunk_key(pk, chunk))
+
+
+def max_attempts(tr: Transaction, group: str, lane: str) -> int:
+    raw = tr.get(keys.GROUP_CONFIGS.pack((group,)))
+    return json.loads(raw).get("max_attempts", {}).get(lane, DEFAULT_MAX_ATTEMPTS) if raw else DEFAULT_MAX_ATTEMPTS
+
+
+@transactional
+def configure(tr: Transaction, group: str, lane: str, attempts: int) -> None:
+    check_object_name("group", group)
+    check_lane_name("lane", lane)
+    if not 1 <= attempts <= 1000:
+        raise InvalidArgumentError(f"max_attempts must be between 1 and 1000, not {attempts}")
+    key = keys.GROUP_CONFIGS.pack((group,))
+    config = json.loads(tr.get(key) or b"{}")
+    config.setdefault("max_attempts", {})[lane] = attempts
+    tr.set(key, json.dumps(config, sort_keys=True).encode())
+
+
+def validate(c: Commit, header: Header) -> int:
+    """Check a commit against the partition; return the high watermark it is checked against."""
+    entries = len(c.acked) + len(c.retries) + len(c.rejects)
+    if entries > MAX_ENTRIES:
+        raise LimitExceededError(f"a commit holds {entries} ranges, retries and rejects; the limit is {MAX_ENTRIES}")
+    for name, value in (
+        ("oldest_pending_ts_ms", c.oldest_pending_ts_ms),
+        ("high_watermark", c.high_watermark),
+        ("high_watermark_ts_ms", c.high_watermark_ts_ms),
+    ):
+        if value < 0:
+            raise InvalidArgumentError(f"{name} must not be negative, not {value}")
+    high = max(header.high, c.high_watermark)
+    for i, (start, end) in enumerate(c.acked):
+        if start < 0 or start >= end:
+            raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) is empty, reversed or negative")
+        if high and end > high:
+            raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) ends beyond the high watermark {high}")
+    for i, r in enumerate(c.retries):
+        if r.offset < 0 or (high and r.offset >= high):
+            raise InvalidArgumentError(f"retries[{i}] offset {r.offset} is outside the partition [0, {high})")
+        if r.attempt < 1:
+            raise InvalidArgumentError(f"retries[{i}] attempt must be 1 or more, not {r.attempt}")
+        if len(r.error) > MAX_TEXT:
+            raise InvalidArgumentError(f"retries[{i}] error is {len(r.error)} characters; the limit is {MAX_TEXT}")
+    for i, j in enumerate(c.rejects):
+        if j.offset < 0 or (high and j.offset >= high):
+            raise InvalidArgumentError(f"rejects[{i}] offset {j.offset} is outside the partition [0, {high})")
+        if not j.reason.strip():
+            raise InvalidArgumentError(f"rejects[{i}] needs a reason")
+        if len(j.reason) > MAX_TEXT:
+            raise InvalidArgumentError(f"rejects[{i}] reason is {len(j.reason)} characters; the limit is {MAX_TEXT}")
+    return high
+
+
+def _is_done(tr: Transaction, pk: PartitionKey, header: Header, offset: int, cache: dict[int, list]) -> bool:
+    if offset < header.low:
+        return True
+    chunk = offset // CHUNK
+    if chunk not in cache:
+        cache[chunk] = _read_chunk(tr, pk, chunk)
+    return rset.contains(cache[chunk], offset)
+
+
+@transactional
+def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_ms: int) -> CommitResult:
+    """Apply one commit of the lease holder at `epoch` (FencedError if stale); idempotent."""
+    pk = _partition(group, lid)
+    check_lease(tr, group, lid, epoch)
+    header = read_header(tr, pk)
+    high = validate(c, header)
+    limit = max_attempts(tr, group, pk[2])
+
+    # acks and rejects are done offsets: merge them chunk by chunk
+    done_new = [r for r in c.acked if r[1] > header.low]
+    rejected = []
+    chunks: dict[int, list] = {}
+    for j in c.rejects:
+        if not _is_done(tr, pk, header, j.offset, chunks):
+            rejected.append(j)
+    done_new += [(j.offset, j.offset + 1) for j in rejected]
+    by_chunk: dict[int, list[rset.Range]] = {}
+    for start, end in done_new:
+        start = max(start, header.low)
+        for chunk in range(start // CHUNK, (end - 1) // CHUNK + 1):
+            part = (max(start, chunk * CHUNK), min(end, (chunk + 1) * CHUNK))
+            if part[0] < part[1]:
+                by_chunk.setdefault(chunk, []).append(part)
+    added = 0
+    for chunk, parts in by_chunk.items():
+        old = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
+        merged = rset.union(old, parts)
+        added += rset.count(merged) - rset.count(old)
+        chunks[chunk] = merged
+        _write_chunk(tr, pk, chunk, merged)
+    for j in rejected:
+        tr.set(
+            keys.REJECTS.pack((*pk, j.offset)), json.dumps({"reason": j.reason, "dlq": j.dlq}, sort_keys=True).encode()
+        )
+    retries, rejects = header.retries, header.rejects + len(rejected)
+
+    # retry state: the highest attempt wins; at the group's max attempts the offset is exhausted
+    exhausted = []
+    for r in c.retries:
+        if _is_done(tr, pk, header, r.offset, chunks):
+            continue  # acked or rejected meanwhile: nothing to retry
+        key = keys.RETRIES.pack((*pk, r.offset))
+        raw = tr.get(key)
+        old = json.loads(raw) if raw else None
+        attempts = max(r.attempt, old["attempts"] if old else 0)
+        state = {
+            "attempts": attempts,
+            "next_ms": now_ms + r.backoff_ms,
+            "error": r.error,
+            "exhausted": attempts >= limit,
+        }
+        if old and old["attempts"] > r.attempt:
+            state = old  # a late re-send of an older attempt changes nothing
+        if state["exhausted"]:
+            exhausted.append(r.offset)
+        tr.set(key, json.dumps(state, sort_keys=True).encode())
+        retries += 0 if old else 1
+
+    # done offsets need no retry state
+    if header.retries and done_new:
+        span = rset.normalize(done_new)
+        r0 = keys.RETRIES.range(pk)
+        for key, _ in tr.get_range(r0.start, r0.stop):
+            if rset.contains(span, keys.RETRIES.unpack(key)[-1]):
+                tr.clear(key)
+                retries -= 1
+
+    # advance the low watermark over contiguous done offsets, deleting the chunks it passes
+    low = header.low
+    consumed = 0
+    while True:
+        chunk = low // CHUNK
+        rs = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
+        new_low, rest = rset.advance(low, rs)
+        consumed += rset.count(rs) - rset.count(rest)
+        if new_low == low:
+            break
+        _write_chunk(tr, pk, chunk, rest)
+        chunks[chunk] = rest
+        low = new_low
+        if low % CHUNK:  # stopped inside this chunk
+            break
+    new_header = replace(
+        header,
+        low=low,
+        high=max(high, low),
+        high_ts_ms=max(header.high_ts_ms, c.high_watermark_ts_ms),
+        oldest_pending_ts_ms=c.oldest_pending_ts_ms,
+        done_above=header.done_above + added - consumed,
+        retries=retries,
+        rejects=rejects,
+        updated_ms=now_ms,
+    )
+    tr.set(keys.PROGRESS.pack(pk), json.dumps(asdict(new_header), sort_keys=True).encode())
+    return CommitResult(low, sorted(set(exhausted)), added)
+
+
+@dataclass(frozen=True)
+class Progress:
+    header: Header
+    done: list[rset.Range]
+    """The first done ranges above the low watermark."""
+
+
+@transactional
+def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -> Progress:
+    pk = _partition(group, lid)
+    header = read_header(tr, pk)
+    done: list[rset.Range] = []
+    r0 = keys.DONE.range(pk)
+    for key, raw in tr.get_range(r0.start, r0.stop, snapshot=True):
+        if len(done) >= max_ranges:
+            break
+        done.extend(rset.decode(raw, keys.DONE.unpack(key)[-1] * CHUNK))
+    done = rset.normalize(done)[:max_ranges]
+    return Progress(header, done)
+
+
+@transactional
+def due_retries(tr: Transaction, group: str, lid: str, epoch: int, *, now_ms: int, limit: int = 1000) -> list[dict]:
+    """Offsets whose next attempt is due, for the lease holder at `epoch`."""
+    pk = _partition(group, lid)
+    check_lease(tr, group, lid, epoch)
+    r0 = keys.RETRIES.range(pk)
+    due = []
+    for key, raw in tr.get_range(r0.start, r0.stop):
+        state = json.loads(raw)
+        if not state["exhausted"] and state["next_ms"] <= now_ms:
+            due.append({"offset": keys.RETRIES.unpack(key)[-1], **state})
+            if len(due) >= limit:
+                break
+    return due
+
+
+@dataclass(frozen=True)
+class Lag:
+    partitions: list[tuple[str, Header]]
+    now_ms: int
+
+    def lanes(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """{(stream, lane): (offset lag summed, time lag max)}."""
+        out: dict[tuple[str, str], tuple[int, int]] = {}
+        for lid, h in self.partitions:
+            stream, lane, _, _ = parse_lease_id(lid)
+            off, t = out.get((stream, lane), (0, 0))
+            out[(stream, lane)] = (off + h.offset_lag(), max(t, h.time_lag_ms(self.now_ms)))
+        return out
+
+
+@transactional
+def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
+    check_object_name("group", group)
+    prefix: tuple = (group,) + ((stream,) if stream else ()) + ((lane,) if stream and lane else ())
+    r0 = keys.PROGRESS.range(prefix)
+    out = []
+    for key, raw in tr.get_range(r0.start, r0.stop, snapshot=True):
+        _, s, la, g, p = keys.PROGRESS.unpack(key)
+        if lane and la != lane:
+            continue
+        out.append((f"{s}/{la}/g{g}/p{p}", Header(**json.loads(raw))))
+    return Lag(out, now_ms)
+
+
+@transactional
+def read_groups_with_progress(tr: Transaction) -> list[str]:
+    """Groups that have committed anything (for the lag metrics)."""
+    groups: list[str] = []
+    r0 = keys.PROGRESS.range()
+    begin = r0.start
+    while True:
+        rows = tr.get_range(begin, r0.stop, limit=1, snapshot=True)
+        if not rows:
+            return groups
+        group = keys.PROGRESS.unpack(rows[0][0])[0]
+        groups.append(group)
+        begin = keys.PROGRESS.range((group,)).stop

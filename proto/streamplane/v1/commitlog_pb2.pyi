@@ -1,0 +1,211 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OffsetRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class RetryEntry(_message.Message):
+    __slots__ = ("offset", "attempt", "error", "backoff_ms")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    attempt: int
+    error: str
+    backoff_ms: int
+    def __init__(self, offset: _Optional[int] = ..., attempt: _Optional[int] = ..., error: _Optional[str] = ..., backoff_ms: _Optional[int] = ...) -> None: ...
+
+class DlqLocation(_message.Message):
+    __slots__ = ("stream", "lane", "generation", "partition", "offset")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+    offset: int
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class RejectEntry(_message.Message):
+    __slots__ = ("offset", "reason", "dlq")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DLQ_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    reason: str
+    dlq: DlqLocation
+    def __init__(self, offset: _Optional[int] = ..., reason: _Optional[str] = ..., dlq: _Optional[_Union[DlqLocation, _Mapping]] = ...) -> None: ...
+
+class CommitRequest(_message.Message):
+    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    REJECTS_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_PENDING_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lease_id: str
+    epoch: int
+    acked: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    retries: _containers.RepeatedCompositeFieldContainer[RetryEntry]
+    rejects: _containers.RepeatedCompositeFieldContainer[RejectEntry]
+    oldest_pending_ts_ms: int
+    high_watermark: int
+    high_watermark_ts_ms: int
+    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ...) -> None: ...
+
+class CommitResponse(_message.Message):
+    __slots__ = ("low_watermark", "exhausted")
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    low_watermark: int
+    exhausted: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetProgressRequest(_message.Message):
+    __slots__ = ("group", "lease_id", "max_ranges")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_RANGES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lease_id: str
+    max_ranges: int
+    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., max_ranges: _Optional[int] = ...) -> None: ...
+
+class RetryState(_message.Message):
+    __slots__ = ("offset", "attempts", "next_attempt_unix_ms", "last_error", "exhausted")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    attempts: int
+    next_attempt_unix_ms: int
+    last_error: str
+    exhausted: bool
+    def __init__(self, offset: _Optional[int] = ..., attempts: _Optional[int] = ..., next_attempt_unix_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., exhausted: _Optional[bool] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ("lease_id", "low_watermark", "high_watermark", "done", "done_above_low_watermark", "retries", "rejects", "offset_lag", "time_lag_ms", "oldest_pending_ts_ms")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    DONE_ABOVE_LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    REJECTS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
+    TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_PENDING_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    low_watermark: int
+    high_watermark: int
+    done: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    done_above_low_watermark: int
+    retries: int
+    rejects: int
+    offset_lag: int
+    time_lag_ms: int
+    oldest_pending_ts_ms: int
+    def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., done: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., done_above_low_watermark: _Optional[int] = ..., retries: _Optional[int] = ..., rejects: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., oldest_pending_ts_ms: _Optional[int] = ...) -> None: ...
+
+class DueRetriesRequest(_message.Message):
+    __slots__ = ("group", "lease_id", "epoch", "limit")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lease_id: str
+    epoch: int
+    limit: int
+    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class DueRetriesResponse(_message.Message):
+    __slots__ = ("due",)
+    DUE_FIELD_NUMBER: _ClassVar[int]
+    due: _containers.RepeatedCompositeFieldContainer[RetryState]
+    def __init__(self, due: _Optional[_Iterable[_Union[RetryState, _Mapping]]] = ...) -> None: ...
+
+class GetLagRequest(_message.Message):
+    __slots__ = ("group", "stream", "lane")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    stream: str
+    lane: str
+    def __init__(self, group: _Optional[str] = ..., stream: _Optional[str] = ..., lane: _Optional[str] = ...) -> None: ...
+
+class PartitionLag(_message.Message):
+    __slots__ = ("lease_id", "low_watermark", "high_watermark", "offset_lag", "time_lag_ms")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
+    TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    low_watermark: int
+    high_watermark: int
+    offset_lag: int
+    time_lag_ms: int
+    def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ...) -> None: ...
+
+class LaneLag(_message.Message):
+    __slots__ = ("stream", "lane", "offset_lag", "time_lag_ms")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
+    TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    offset_lag: int
+    time_lag_ms: int
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ...) -> None: ...
+
+class GetLagResponse(_message.Message):
+    __slots__ = ("group", "partitions", "lanes", "offset_lag", "time_lag_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    LANES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
+    TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
+    lanes: _containers.RepeatedCompositeFieldContainer[LaneLag]
+    offset_lag: int
+    time_lag_ms: int
+    def __init__(self, group: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., lanes: _Optional[_Iterable[_Union[LaneLag, _Mapping]]] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ...) -> None: ...
+
+class ConfigureGroupRequest(_message.Message):
+    __slots__ = ("group", "lane", "max_attempts")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lane: str
+    max_attempts: int
+    def __init__(self, group: _Optional[str] = ..., lane: _Optional[str] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+
+class ConfigureGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,172 @@
+"""The commit log against a model (Python sets and dicts), with hypothesis; and at scale."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamplane.coordinator import commitlog as cl
+from streamplane.coordinator import keys, leases
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.store.api import MAX_VALUE_BYTES
+from streamplane.coordinator.topology import Topology
+from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError
+
+LEASE = "s/realtime/g1/p0"
+HIGH = 200
+
+
+@pytest.fixture(scope="module")
+def held(local_cluster, tmp_path_factory):
+    """An embedded store with stream s and a lease on s/realtime/g1/p0 held by worker w at epoch 1."""
+    bootstrap, control = local_cluster
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path_factory.mktemp("commitlog")))
+    topology = Topology(db, RoutingAdmin())
+    topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
+    topology.create_stream("s", 1, "c")
+    now = int(time.time() * 1000)
+    leases.join(db, "g", "w", "sess", [leases.Subscription("s")], capacity=1, max_load=0, now_ms=now, ttl_ms=3_600_000)
+    leases.apply_assignment(db, "g", now_ms=now, revoke_ms=1000)
+    assert leases.check_lease(db, "g", LEASE, 1).worker_id == "w"
+    yield db
+    db.close()
+
+
+def reset(db) -> None:
+    def clear(tr) -> None:
+        for sub in (keys.PROGRESS, keys.DONE, keys.RETRIES, keys.REJECTS, keys.GROUP_CONFIGS):
+            r = sub.range(("g",))
+            tr.clear_range(r.start, r.stop)
+
+    db.transact(clear)
+
+
+offsets = st.integers(0, HIGH - 1)
+ack = st.tuples(offsets, st.integers(1, 12)).map(lambda t: (t[0], min(HIGH, t[0] + t[1])))
+retry = st.builds(
+    cl.Retry, offset=offsets, attempt=st.integers(1, 7), error=st.just("boom"), backoff_ms=st.integers(0, 50)
+)
+reject = st.builds(cl.Reject, offset=offsets, reason=st.just("poison"))
+commits = st.builds(
+    cl.Commit,
+    acked=st.lists(ack, max_size=6),
+    retries=st.lists(retry, max_size=4),
+    rejects=st.lists(reject, max_size=2),
+    high_watermark=st.just(HIGH),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(commits, min_size=1, max_size=8))
+def test_any_commit_sequence_matches_the_model_and_replays_change_nothing(held, sequence) -> None:
+    reset(held)
+    done: set[int] = set()
+    attempts: dict[int, int] = {}
+    rejected: set[int] = set()
+    for c in sequence:
+        for i, commit in enumerate((c, c)):  # every commit twice: the replay must change nothing
+            before = state(held)
+            result = cl.commit(held, "g", LEASE, 1, commit, now_ms=1000)
+            if i == 1:
+                assert state(held) == before, "replaying a commit changed the log"
+                continue
+            for r in commit.rejects:
+                if r.offset not in done:
+                    rejected.add(r.offset)
+                    done.add(r.offset)
+            for a, b in commit.acked:
+                done.update(range(a, b))
+            for r in commit.retries:
+                if r.offset not in done:
+                    attempts[r.offset] = max(attempts.get(r.offset, 0), r.attempt)
+            for o in list(attempts):
+                if o in done:
+                    del attempts[o]
+            low = 0
+            while low in done:
+                low += 1
+            assert result.low_watermark == low
+            assert sorted(result.exhausted) == sorted(
+                {r.offset for r in commit.retries if r.offset in attempts and attempts[r.offset] >= 5}
+            )
+    header, progress = state(held)
+    assert header["low"] == low
+    assert header["done_above"] == len({o for o in done if o >= low})
+    assert progress["retries"] == attempts
+    assert progress["rejects"] == rejected
+
+
+def state(db) -> tuple[dict, dict]:
+    def read(tr):
+        pk = ("g", "s", "realtime", 1, 0)
+        header = json.loads(tr.get(keys.PROGRESS.pack(pk)) or b"{}")
+        r = keys.RETRIES.range(pk)
+        retries = {keys.RETRIES.unpack(k)[-1]: json.loads(v)["attempts"] for k, v in tr.get_range(r.start, r.stop)}
+        r = keys.REJECTS.range(pk)
+        rejects = {keys.REJECTS.unpack(k)[-1] for k, _ in tr.get_range(r.start, r.stop)}
+        r = keys.DONE.range(pk)
+        chunks = tr.get_range(r.start, r.stop)
+        return header, {"retries": retries, "rejects": rejects, "chunks": chunks}
+
+    return db.transact(read)
+
+
+def test_a_stale_epoch_changes_nothing(held) -> None:
+    reset(held)
+    cl.commit(held, "g", LEASE, 1, cl.Commit(acked=[(0, 5)]), now_ms=1)
+    before = state(held)
+    with pytest.raises(FencedError, match="stale"):
+        cl.commit(held, "g", LEASE, 0, cl.Commit(acked=[(5, 50)]), now_ms=2)
+    assert state(held) == before
+
+
+@pytest.mark.parametrize(
+    ("commit", "error", "text"),
+    [
+        (cl.Commit(acked=[(5, 3)]), InvalidArgumentError, r"acked\[0\] \[5, 3\) is empty, reversed"),
+        (cl.Commit(acked=[(-1, 3)]), InvalidArgumentError, "negative"),
+        (cl.Commit(acked=[(0, 5000)], high_watermark=100), InvalidArgumentError, "beyond the high watermark 1000"),
+        (cl.Commit(rejects=[cl.Reject(3, "")]), InvalidArgumentError, r"rejects\[0\] needs a reason"),
+        (cl.Commit(retries=[cl.Retry(3, 0)]), InvalidArgumentError, "attempt must be 1 or more"),
+        (cl.Commit(acked=[(i, i + 1) for i in range(0, 2 * cl.MAX_ENTRIES + 2, 2)]), LimitExceededError, "limit"),
+    ],
+)
+def test_bad_commits_change_nothing(held, commit, error, text) -> None:
+    reset(held)
+    cl.commit(held, "g", LEASE, 1, cl.Commit(acked=[(0, 2)], high_watermark=1000), now_ms=1)
+    before = state(held)
+    with pytest.raises(error, match=text):
+        cl.commit(held, "g", LEASE, 1, commit, now_ms=2)
+    assert state(held) == before
+
+
+def test_a_million_scattered_acks_fit_and_compact_to_one_key(held) -> None:
+    """Every other offset first (the worst case for ranges), then the gaps; in shuffled batches."""
+    reset(held)
+    n, batch = 1_000_000, 20_000
+    rng = random.Random(3)
+    for parity in (1, 0):
+        offsets = list(range(parity, n, 2))
+        for i in range(0, len(offsets), batch):
+            chunk = offsets[i : i + batch]
+            rng.shuffle(chunk)
+            cl.commit(held, "g", LEASE, 1, cl.Commit(acked=[(o, o + 1) for o in chunk], high_watermark=n), now_ms=1)
+        header, progress = state(held)
+        if parity == 1:
+            sizes = [len(v) for _, v in progress["chunks"]]
+            assert header["low"] == 0 and header["done_above"] == n // 2
+            assert max(sizes) < MAX_VALUE_BYTES / 10, "no value comes near the store's limit"
+            started = time.perf_counter()
+            p = cl.progress(held, "g", LEASE)
+            assert time.perf_counter() - started < 0.5, "GetProgress stays fast"
+            assert p.done[:2] == [(1, 2), (3, 4)] and len(p.done) == 1000
+    header, progress = state(held)
+    assert header["low"] == n and header["done_above"] == 0
+    assert progress["chunks"] == [], "a fully done partition is just its header"
