@@ -197,6 +197,55 @@ def cmd_group_describe(args: argparse.Namespace) -> None:
     )
 
 
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.1f} s"
+
+
+def cmd_lag(args: argparse.Namespace) -> None:
+    import time as _time
+
+    if args.watch is not None and args.watch <= 0:
+        raise errors.InvalidArgumentError(f"--watch takes a positive number of seconds, not {args.watch}")
+    with _client(args) as client:
+        while True:
+            lag = client.lag(args.group or "", args.stream, args.lane)
+            if args.output == "json":
+                print_json(lag)
+            else:
+                if args.watch is not None:
+                    print("\033[H\033[2J", end="")  # clear the screen between refreshes
+                title = f"group {args.group}" if args.group else "all groups"
+                print(f"{title}: offset lag {lag.offset_lag:,}, time lag {_seconds(lag.time_lag_ms)}")
+                print_table(
+                    ["STREAM", "LANE", "OFFSET LAG", "TIME LAG"],
+                    [[x.stream, x.lane, f"{x.offset_lag:,}", _seconds(x.time_lag_ms)] for x in lag.lanes],
+                )
+                if args.partitions:
+                    print()
+                    print_table(
+                        ["PARTITION", "LOW WATERMARK", "HIGH WATERMARK", "OFFSET LAG", "TIME LAG"],
+                        [
+                            [
+                                x.lease_id,
+                                x.low_watermark,
+                                x.high_watermark,
+                                f"{x.offset_lag:,}",
+                                _seconds(x.time_lag_ms),
+                            ]
+                            for x in lag.partitions
+                        ],
+                    )
+            if args.watch is None:
+                return
+            _time.sleep(args.watch)
+
+
+def cmd_group_configure(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        client.configure_group(args.group, args.lane, args.max_attempts)
+    print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
+
+
 def describe_event(event: pb.TopologyEvent) -> str:
     """One line saying what an event changed."""
     kind = event.WhichOneof("kind")
@@ -370,6 +419,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = add(group, "describe", cmd_group_describe, "show a group's workers, their load, leases, epochs and lag")
     p.add_argument("group")
+    p = add(group, "configure", cmd_group_configure, "set how many attempts a lane's records get before rejection")
+    p.add_argument("group")
+    p.add_argument("--lane", required=True)
+    p.add_argument("--max-attempts", type=int, required=True)
+
+    p = add(sub, "lag", cmd_lag, "offset and time lag per stream and lane, of one group or all")
+    p.add_argument("group", nargs="?", default="")
+    p.add_argument("--stream", default="")
+    p.add_argument("--lane", default="")
+    p.add_argument("--partitions", action="store_true", help="also one line per partition")
+    p.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
 
     p = add(sub, "failover", cmd_failover, "move a lane to another cluster: open g+1 there, drain g")
     p.add_argument("stream")

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import grpc
 
 from streamplane.rpc import raise_from_rpc_error
+from streamplane.v1 import commitlog_pb2 as cpb
+from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
 from streamplane.v1 import topology_pb2 as pb
 from streamplane.v1 import topology_pb2_grpc as pb_grpc
 
@@ -53,6 +55,7 @@ class CoordinatorClient:
         self._retries = retries
         self._channel = grpc.insecure_channel(self.target)
         self.topology = pb_grpc.TopologyServiceStub(self._channel)
+        self.commitlog = cpb_grpc.CommitLogServiceStub(self._channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -111,6 +114,27 @@ class CoordinatorClient:
                 stream=stream, lane=lane, target_cluster=target_cluster, partitions=partitions, reason=reason
             ),
         )
+
+    def commit(self, request: cpb.CommitRequest) -> cpb.CommitResponse:
+        """Record progress of a lease (idempotent, so it is retried while the coordinator is unavailable)."""
+        return self._call(self.commitlog.Commit, request, idempotent=True)
+
+    def progress(self, group: str, lease_id: str, max_ranges: int = 1000) -> cpb.Progress:
+        request = cpb.GetProgressRequest(group=group, lease_id=lease_id, max_ranges=max_ranges)
+        return self._call(self.commitlog.GetProgress, request, idempotent=True)
+
+    def due_retries(self, group: str, lease_id: str, epoch: int, limit: int = 1000) -> list[cpb.RetryState]:
+        request = cpb.DueRetriesRequest(group=group, lease_id=lease_id, epoch=epoch, limit=limit)
+        return list(self._call(self.commitlog.DueRetries, request, idempotent=True).due)
+
+    def lag(self, group: str = "", stream: str = "", lane: str = "") -> cpb.GetLagResponse:
+        """Lag of a group (of every group that committed, when empty)."""
+        request = cpb.GetLagRequest(group=group, stream=stream, lane=lane)
+        return self._call(self.commitlog.GetLag, request, idempotent=True)
+
+    def configure_group(self, group: str, lane: str, max_attempts: int) -> None:
+        request = cpb.ConfigureGroupRequest(group=group, lane=lane, max_attempts=max_attempts)
+        self._call(self.commitlog.ConfigureGroup, request)
 
     def watch_topology(
         self, from_version: str = "", *, idle_timeout_s: float | None = None

@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from streamplane.coordinator import keys, leadership, leases
+from streamplane.coordinator import commitlog, keys, leadership, leases
 from streamplane.coordinator.leases import REVOKING, Lease, Member, Subscription
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
@@ -137,7 +137,11 @@ class Session:
                         gen = (lease.stream, lease.lane, lease.generation)
                         if gen not in by_generation:
                             by_generation[gen] = leases.grant_details(tr, lease)
-                        details[lease.lease_id] = by_generation[gen]
+                        header = commitlog.read_header(tr, (self.group, *lease.key))
+                        details[lease.lease_id] = {
+                            **by_generation[gen],
+                            "start_offset": header.low if header.updated_ms else -1,
+                        }
                 watch = tr.watch(keys.member_version_key(self.group, self.worker_id))
                 return member, held, details, states, watch
 

@@ -47,7 +47,7 @@ def _encode(update: Update) -> apb.AssignerMessage:
                 topic=d["topic"],
                 cluster=d["cluster"],
                 bootstrap_servers=d["bootstrap_servers"],
-                start_offset=-1,
+                start_offset=d["start_offset"],
                 generation_state=_STATES.get(d["state"], tpb.GENERATION_STATE_UNSPECIFIED),
             )
         )

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 RPCS = Counter("streamplane_rpc_total", "gRPC calls handled, by method and status code", ["method", "code"])
 RPC_SECONDS = Histogram(
@@ -16,6 +17,43 @@ RPC_SECONDS = Histogram(
     ["method"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
+
+
+COMMITS = Counter("streamplane_commits_total", "Commits applied to the commit log, by group", ["group"])
+ACKED = Counter("streamplane_acked_offsets_total", "Offsets acknowledged in commits, by group", ["group"])
+RETRIES = Counter("streamplane_retries_total", "Retry entries in commits, by group", ["group"])
+REJECTS = Counter("streamplane_rejects_total", "Reject entries in commits, by group", ["group"])
+STALE_EPOCH = Counter(
+    "streamplane_stale_epoch_refusals_total", "Calls refused for a stale lease epoch, by group", ["group"]
+)
+
+
+class LagCollector:
+    """Time and offset lag per group, stream and lane, read from the commit log at scrape time."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Any] | None = None
+
+    def collect(self) -> Any:
+        time_lag = GaugeMetricFamily(
+            "streamplane_time_lag_seconds",
+            "Now minus the ingestion time of the oldest record not yet processed",
+            labels=["group", "stream", "lane"],
+        )
+        offset_lag = GaugeMetricFamily(
+            "streamplane_offset_lag", "Records not yet processed", labels=["group", "stream", "lane"]
+        )
+        response = self.source() if self.source else None
+        for lane in response.lanes if response else ():
+            group, _, stream = lane.stream.partition(":")
+            time_lag.add_metric([group, stream, lane.lane], lane.time_lag_ms / 1000)
+            offset_lag.add_metric([group, stream, lane.lane], lane.offset_lag)
+        yield time_lag
+        yield offset_lag
+
+
+LAG = LagCollector()
+REGISTRY.register(LAG)
 
 
 def _code_of(context: grpc.ServicerContext) -> str:

@@ -16,12 +16,20 @@ from grpc_reflection.v1alpha import reflection
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.assigner_servicer import AssignerServicer
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
-from streamplane.coordinator.metrics import MetricsInterceptor, serve_metrics
+from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag_response
+from streamplane.coordinator.metrics import LAG, MetricsInterceptor, serve_metrics
 from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.process import block_stop_signals, wait_for_stop
-from streamplane.v1 import assigner_pb2, assigner_pb2_grpc, topology_pb2, topology_pb2_grpc
+from streamplane.v1 import (
+    assigner_pb2,
+    assigner_pb2_grpc,
+    commitlog_pb2,
+    commitlog_pb2_grpc,
+    topology_pb2,
+    topology_pb2_grpc,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -29,6 +37,7 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 SERVICE_NAMES = (
     topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,
     assigner_pb2.DESCRIPTOR.services_by_name["AssignerService"].full_name,
+    commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name,
 )
 
 
@@ -68,6 +77,8 @@ def start(
     topology = Topology(db, admin or RoutingAdmin())
     topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(topology), server)
     assigner = Assigner(db, assigner_config)
+    commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db), server)
+    LAG.source = lambda: lag_response(db, "")
     assigner_pb2_grpc.add_AssignerServiceServicer_to_server(AssignerServicer(assigner), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -1,0 +1,192 @@
+"""The commit log through a real coordinator process: lag from GetLag, the CLI and /metrics agree; retries
+run out into rejects; stale epochs are refused and counted; a new holder starts at the low watermark."""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from streamplane.client import CoordinatorClient, WorkerSession
+from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError
+from streamplane.v1 import commitlog_pb2 as cpb
+from streamplane.v1 import topology_pb2 as pb
+from tests.helpers import Proc, cli
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory, local_cluster) -> Iterator[tuple[str, int]]:
+    metrics_port = _free_port()
+    proc = Proc(
+        [
+            sys.executable,
+            "-m",
+            "streamplane.cli.main",
+            "coordinator",
+            "--port",
+            "0",
+            "--metrics-port",
+            str(metrics_port),
+            "--data-dir",
+            str(tmp_path_factory.mktemp("commitlog") / "store"),
+        ]
+    )
+    address = proc.wait_for(r"coordinator=(\S+)").group(1)
+    bootstrap, control = local_cluster
+    with CoordinatorClient(address) as client:
+        client.register_cluster(
+            pb.Cluster(
+                name="c", bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control.endpoint
+            )
+        )
+        client.create_stream("clicks", 2)
+    yield address, metrics_port
+    proc.stop()
+
+
+def holder(address: str, group: str, worker: str = "w") -> WorkerSession:
+    session = WorkerSession(address, group=group, worker_id=worker, subscriptions={"clicks": []})
+    session.join()
+    threading.Thread(target=lambda: [None for _ in session.events()], daemon=True).start()
+    deadline = time.monotonic() + 10
+    while len(session.leases) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return session
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    m = re.search(rf"^{name}\{{{re.escape(want)}\}} (\S+)$", text, re.M)
+    assert m, f"{name}{{{want}}} not in /metrics"
+    return float(m.group(1))
+
+
+def test_time_lag_agrees_in_getlag_cli_and_metrics(service: tuple[str, int]) -> None:
+    address, port = service
+    session = holder(address, "lagging")
+    p0 = session.leases["clicks/realtime/g1/p0"]
+    oldest = int(time.time() * 1000) - 30_000  # the oldest unprocessed record was ingested 30 s ago
+    with CoordinatorClient(address) as client:
+        client.commit(
+            cpb.CommitRequest(
+                group="lagging",
+                lease_id=p0.lease_id,
+                epoch=p0.epoch,
+                acked=[cpb.OffsetRange(start=0, end=40)],
+                oldest_pending_ts_ms=oldest,
+                high_watermark=100,
+                high_watermark_ts_ms=oldest + 25_000,
+            )
+        )
+        lag = client.lag("lagging")
+    assert lag.offset_lag == 60
+    assert 30_000 <= lag.time_lag_ms < 33_000
+    (lane,) = lag.lanes
+    assert (lane.stream, lane.lane, lane.offset_lag) == ("clicks", "realtime", 60)
+    out = cli("lag", "lagging", "--partitions", coordinator=address)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"clicks\s+realtime\s+60\s+3[0-2]\.\d s", out.stdout), out.stdout
+    assert "clicks/realtime/g1/p0" in out.stdout
+    seconds = metric(port, "streamplane_time_lag_seconds", group="lagging", stream="clicks", lane="realtime")
+    assert 30 <= seconds < 33
+    assert metric(port, "streamplane_offset_lag", group="lagging", stream="clicks", lane="realtime") == 60
+    assert metric(port, "streamplane_commits_total", group="lagging") == 1
+    session.close()
+
+
+def test_retries_run_out_into_rejects_and_a_new_holder_starts_at_the_low_watermark(service: tuple[str, int]) -> None:
+    address, port = service
+    session = holder(address, "retrying")
+    lease = session.leases["clicks/realtime/g1/p1"]
+    with CoordinatorClient(address) as client:
+        client.configure_group("retrying", "realtime", 2)
+
+        def commit(**fields: object) -> cpb.CommitResponse:
+            return client.commit(
+                cpb.CommitRequest(
+                    group="retrying", lease_id=lease.lease_id, epoch=lease.epoch, high_watermark=10, **fields
+                )
+            )
+
+        commit(acked=[cpb.OffsetRange(start=0, end=5)], retries=[cpb.RetryEntry(offset=5, attempt=1, error="x")])
+        assert [r.offset for r in client.due_retries("retrying", lease.lease_id, lease.epoch)] == [5]
+        response = commit(retries=[cpb.RetryEntry(offset=5, attempt=2, error="again", backoff_ms=60_000)])
+        assert list(response.exhausted) == [5], "the second failure uses up the lane's 2 attempts"
+        assert client.due_retries("retrying", lease.lease_id, lease.epoch) == []
+        response = commit(
+            rejects=[
+                cpb.RejectEntry(
+                    offset=5, reason="max attempts: again", dlq=cpb.DlqLocation(stream="clicks", lane="dlq", offset=0)
+                )
+            ],
+            acked=[cpb.OffsetRange(start=6, end=8)],
+        )
+        assert response.low_watermark == 8
+        progress = client.progress("retrying", lease.lease_id)
+        assert (progress.low_watermark, progress.rejects, progress.retries) == (8, 1, 0)
+        assert metric(port, "streamplane_rejects_total", group="retrying") == 1
+    session.close()
+    successor = holder(address, "retrying", "successor")
+    assert successor.leases["clicks/realtime/g1/p1"].start_offset == 8
+    assert successor.leases["clicks/realtime/g1/p0"].start_offset == -1, "nothing committed there yet"
+    successor.close()
+
+
+def test_stale_epochs_and_bad_commits_are_refused(service: tuple[str, int]) -> None:
+    address, port = service
+    session = holder(address, "strict")
+    lease = session.leases["clicks/realtime/g1/p0"]
+    with CoordinatorClient(address) as client:
+        with pytest.raises(FencedError, match="stale"):
+            client.commit(
+                cpb.CommitRequest(
+                    group="strict",
+                    lease_id=lease.lease_id,
+                    epoch=lease.epoch + 7,
+                    acked=[cpb.OffsetRange(start=0, end=1)],
+                )
+            )
+        assert metric(port, "streamplane_stale_epoch_refusals_total", group="strict") == 1
+        with pytest.raises(InvalidArgumentError, match="reversed"):
+            client.commit(
+                cpb.CommitRequest(
+                    group="strict", lease_id=lease.lease_id, epoch=lease.epoch, acked=[cpb.OffsetRange(start=9, end=2)]
+                )
+            )
+        with pytest.raises(LimitExceededError):
+            client.commit(
+                cpb.CommitRequest(
+                    group="strict",
+                    lease_id=lease.lease_id,
+                    epoch=lease.epoch,
+                    acked=[cpb.OffsetRange(start=i, end=i + 1) for i in range(0, 300_000, 2)],
+                )
+            )
+        with pytest.raises(InvalidArgumentError, match="lease_id"):
+            client.progress("strict", "nonsense")
+        assert client.progress("strict", lease.lease_id).low_watermark == 0, "nothing was written"
+    session.close()
+
+
+def test_lag_cli_bad_input(service: tuple[str, int]) -> None:
+    address, _ = service
+    out = cli("lag", "Bad Group", coordinator=address)
+    assert out.returncode == 2 and "not a valid name" in out.stderr
+    out = cli("group", "configure", "g", "--lane", "realtime", "--max-attempts", "0", coordinator=address)
+    assert out.returncode == 2 and "max_attempts" in out.stderr
