@@ -200,7 +200,8 @@ class Assigner:
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_pass: dict[str, tuple[int, float]] = {}
+        self._last_pass: dict[str, tuple[int, float, int]] = {}  # group: (version, time, next deadline ms)
+        self._renew_at = 0
         self.is_leader = False
 
     # -- sessions
@@ -259,7 +260,9 @@ class Assigner:
         """One pass of the loop: renew leadership; if leader, expire sessions and rebalance groups that need it."""
         cfg = self.config
         now = now_ms()
-        self.is_leader = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
+        if now >= self._renew_at or not self.is_leader:
+            self.is_leader = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
+            self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
         if not self.is_leader:
             return
         for group in leases.read_groups(self.db):
@@ -268,12 +271,9 @@ class Assigner:
                 leadership.ensure(tr, self.replica_id, now)
                 leases.expire(tr, group, now)
                 version = int.from_bytes(tr.get(keys.group_version_key(group)) or b"\0" * 8, "little")
-                last_version, last_time = self._last_pass.get(group, (-1, 0.0))
-                revoking = any(
-                    lease.state == REVOKING and lease.deadline_ms <= now
-                    for lease in leases.read_leases(tr, group).values()
-                )
-                if version == last_version and not revoking and time.monotonic() - last_time < cfg.rebalance_ms / 1000:
+                last_version, last_time, deadline = self._last_pass.get(group, (-1, 0.0, 0))
+                due = bool(deadline) and now >= deadline
+                if version == last_version and not due and time.monotonic() - last_time < cfg.rebalance_ms / 1000:
                     return None
                 return leases.apply_assignment(tr, group, now_ms=now, revoke_ms=cfg.revoke_ms, threshold=cfg.threshold)
 
@@ -282,4 +282,4 @@ class Assigner:
                 version = int.from_bytes(
                     self.db.transact(lambda tr, g=group: tr.get(keys.group_version_key(g))) or b"\0" * 8, "little"
                 )
-                self._last_pass[group] = (version, time.monotonic())
+                self._last_pass[group] = (version, time.monotonic(), applied.next_deadline_ms)

@@ -1,7 +1,7 @@
 """The commit log: which offsets of a partition a group has finished, retried or rejected, and its time lag.
 
 Per (group, stream, lane, generation, partition): a low watermark below which everything is done, the done
-ranges above it (split into chunks of CHUNK offsets, one value each, so no value or transaction nears
+offsets above it (bitmaps of CHUNK offsets, 512 bytes a value at most, so no value or transaction nears
 FoundationDB's limits), retry state per offset (attempts, next attempt time, last error) and rejected marks
 (reason, where the record went in the dlq lane). A commit is one transaction, fenced by the lease epoch and
 idempotent: acks are a set union, retries keep the highest attempt seen, rejects are marks. As the low
@@ -21,7 +21,7 @@ from streamplane.errors import InvalidArgumentError, LimitExceededError
 from streamplane.names import check_lane_name, check_object_name
 
 CHUNK = 4096
-"""Offsets per done-ranges value: at worst 2,048 ranges, about 4 KB of varints."""
+"""Offsets per done-offsets value: a bitmap of at most 512 bytes (a big Python int while in use)."""
 MAX_ENTRIES = 100_000
 """Ranges, retries and rejects in one commit, together."""
 DEFAULT_MAX_ATTEMPTS = 5
@@ -101,16 +101,31 @@ def _chunk_key(pk: PartitionKey, chunk: int) -> bytes:
     return keys.DONE.pack((*pk, chunk))
 
 
-def _read_chunk(tr: Transaction, pk: PartitionKey, chunk: int) -> list[rset.Range]:
+def _read_chunk(tr: Transaction, pk: PartitionKey, chunk: int) -> int:
+    """Bit i set: offset chunk * CHUNK + i is done."""
     raw = tr.get(_chunk_key(pk, chunk))
-    return rset.decode(raw, chunk * CHUNK) if raw else []
+    return int.from_bytes(raw, "little") if raw else 0
 
 
-def _write_chunk(tr: Transaction, pk: PartitionKey, chunk: int, ranges: list[rset.Range]) -> None:
-    if ranges:
-        tr.set(_chunk_key(pk, chunk), rset.encode(ranges, chunk * CHUNK))
+def _write_chunk(tr: Transaction, pk: PartitionKey, chunk: int, mask: int) -> None:
+    if mask:
+        tr.set(_chunk_key(pk, chunk), mask.to_bytes((mask.bit_length() + 7) // 8, "little"))
     else:
         tr.clear(_chunk_key(pk, chunk))
+
+
+def _mask_ranges(mask: int, base: int) -> list[rset.Range]:
+    """The runs of set bits of a chunk, as offset ranges."""
+    out, shift = [], 0
+    while mask:
+        skip = (mask & -mask).bit_length() - 1  # zeros before the next run
+        mask >>= skip
+        shift += skip
+        run = (~mask & (mask + 1)).bit_length() - 1  # ones in the run
+        out.append((base + shift, base + shift + run))
+        mask >>= run
+        shift += run
+    return out
 
 
 def max_attempts(tr: Transaction, group: str, lane: str) -> int:
@@ -143,11 +158,16 @@ def validate(c: Commit, header: Header) -> int:
         if value < 0:
             raise InvalidArgumentError(f"{name} must not be negative, not {value}")
     high = max(header.high, c.high_watermark)
-    for i, (start, end) in enumerate(c.acked):
-        if start < 0 or start >= end:
-            raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) is empty, reversed or negative")
-        if high and end > high:
-            raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) ends beyond the high watermark {high}")
+    acked = c.acked
+    # fast checks over all ranges first; the offending one is looked for only when one fails
+    if acked and (
+        min(s for s, _ in acked) < 0 or any(s >= e for s, e in acked) or (high and max(e for _, e in acked) > high)
+    ):
+        for i, (start, end) in enumerate(acked):
+            if start < 0 or start >= end:
+                raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) is empty, reversed or negative")
+            if high and end > high:
+                raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) ends beyond the high watermark {high}")
     for i, r in enumerate(c.retries):
         if r.offset < 0 or (high and r.offset >= high):
             raise InvalidArgumentError(f"retries[{i}] offset {r.offset} is outside the partition [0, {high})")
@@ -165,13 +185,13 @@ def validate(c: Commit, header: Header) -> int:
     return high
 
 
-def _is_done(tr: Transaction, pk: PartitionKey, header: Header, offset: int, cache: dict[int, list]) -> bool:
+def _is_done(tr: Transaction, pk: PartitionKey, header: Header, offset: int, chunks: dict[int, int]) -> bool:
     if offset < header.low:
         return True
     chunk = offset // CHUNK
-    if chunk not in cache:
-        cache[chunk] = _read_chunk(tr, pk, chunk)
-    return rset.contains(cache[chunk], offset)
+    if chunk not in chunks:
+        chunks[chunk] = _read_chunk(tr, pk, chunk)
+    return bool(chunks[chunk] >> (offset - chunk * CHUNK) & 1)
 
 
 @transactional
@@ -183,28 +203,34 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
     high = validate(c, header)
     limit = max_attempts(tr, group, pk[2])
 
-    # acks and rejects are done offsets: merge them chunk by chunk
-    done_new = [r for r in c.acked if r[1] > header.low]
-    rejected = []
-    chunks: dict[int, list] = {}
-    for j in c.rejects:
-        if not _is_done(tr, pk, header, j.offset, chunks):
-            rejected.append(j)
-    done_new += [(j.offset, j.offset + 1) for j in rejected]
-    by_chunk: dict[int, list[rset.Range]] = {}
+    # acks and rejects are done offsets: OR them into the chunks' bitmaps
+    chunks: dict[int, int] = {}
+    rejected = [j for j in c.rejects if not _is_done(tr, pk, header, j.offset, chunks)]
+    done_new = [r for r in c.acked if r[1] > header.low] + [(j.offset, j.offset + 1) for j in rejected]
+    adds: dict[int, bytearray] = {}
     for start, end in done_new:
         start = max(start, header.low)
-        for chunk in range(start // CHUNK, (end - 1) // CHUNK + 1):
-            part = (max(start, chunk * CHUNK), min(end, (chunk + 1) * CHUNK))
-            if part[0] < part[1]:
-                by_chunk.setdefault(chunk, []).append(part)
+        while start < end:
+            chunk = start // CHUNK
+            bits = adds.get(chunk)
+            if bits is None:
+                bits = adds[chunk] = bytearray(CHUNK // 8)
+            i, stop = start - chunk * CHUNK, min(end, (chunk + 1) * CHUNK)
+            if stop - start == 1:  # the common case of out-of-order acks
+                bits[i >> 3] |= 1 << (i & 7)
+            else:
+                run = int.from_bytes(bits, "little") | (((1 << (stop - start)) - 1) << i)
+                bits[:] = run.to_bytes(CHUNK // 8, "little")
+            start = stop
     added = 0
-    for chunk, parts in by_chunk.items():
+    for chunk, raw_bits in adds.items():
+        bits = int.from_bytes(raw_bits, "little")
         old = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
-        merged = rset.union(old, parts)
-        added += rset.count(merged) - rset.count(old)
+        merged = old | bits
+        added += (merged ^ old).bit_count()
         chunks[chunk] = merged
-        _write_chunk(tr, pk, chunk, merged)
+        if merged != old:
+            _write_chunk(tr, pk, chunk, merged)
     for j in rejected:
         tr.set(
             keys.REJECTS.pack((*pk, j.offset)), json.dumps({"reason": j.reason, "dlq": j.dlq}, sort_keys=True).encode()
@@ -218,44 +244,45 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
             continue  # acked or rejected meanwhile: nothing to retry
         key = keys.RETRIES.pack((*pk, r.offset))
         raw = tr.get(key)
-        old = json.loads(raw) if raw else None
-        attempts = max(r.attempt, old["attempts"] if old else 0)
+        old_state = json.loads(raw) if raw else None
+        attempts = max(r.attempt, old_state["attempts"] if old_state else 0)
         state = {
             "attempts": attempts,
             "next_ms": now_ms + r.backoff_ms,
             "error": r.error,
             "exhausted": attempts >= limit,
         }
-        if old and old["attempts"] > r.attempt:
-            state = old  # a late re-send of an older attempt changes nothing
+        if old_state and old_state["attempts"] > r.attempt:
+            state = old_state  # a late re-send of an older attempt changes nothing
         if state["exhausted"]:
             exhausted.append(r.offset)
         tr.set(key, json.dumps(state, sort_keys=True).encode())
-        retries += 0 if old else 1
+        retries += 0 if old_state else 1
 
     # done offsets need no retry state
-    if header.retries and done_new:
-        span = rset.normalize(done_new)
+    if retries and done_new:
         r0 = keys.RETRIES.range(pk)
         for key, _ in tr.get_range(r0.start, r0.stop):
-            if rset.contains(span, keys.RETRIES.unpack(key)[-1]):
+            if _is_done(tr, pk, header, keys.RETRIES.unpack(key)[-1], chunks):
                 tr.clear(key)
                 retries -= 1
 
     # advance the low watermark over contiguous done offsets, deleting the chunks it passes
-    low = header.low
-    consumed = 0
+    low, consumed = header.low, 0
     while True:
         chunk = low // CHUNK
-        rs = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
-        new_low, rest = rset.advance(low, rs)
-        consumed += rset.count(rs) - rset.count(rest)
-        if new_low == low:
+        base = chunk * CHUNK
+        mask = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
+        rest = mask >> (low - base)
+        ones = (~rest & (rest + 1)).bit_length() - 1  # done offsets from the low watermark on
+        if ones == 0:
             break
-        _write_chunk(tr, pk, chunk, rest)
-        chunks[chunk] = rest
-        low = new_low
-        if low % CHUNK:  # stopped inside this chunk
+        low += ones
+        kept = mask & ~((1 << (low - base)) - 1)
+        consumed += (mask ^ kept).bit_count()
+        chunks[chunk] = kept
+        _write_chunk(tr, pk, chunk, kept)
+        if low < base + CHUNK:
             break
     new_header = replace(
         header,
@@ -288,7 +315,8 @@ def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -
     for key, raw in tr.get_range(r0.start, r0.stop, snapshot=True):
         if len(done) >= max_ranges:
             break
-        done.extend(rset.decode(raw, keys.DONE.unpack(key)[-1] * CHUNK))
+        chunk = keys.DONE.unpack(key)[-1]
+        done.extend(_mask_ranges(int.from_bytes(raw, "little"), chunk * CHUNK))
     done = rset.normalize(done)[:max_ranges]
     return Progress(header, done)
 

@@ -78,7 +78,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             metrics.STALE_EPOCH.labels(request.group).inc()
             raise
         metrics.COMMITS.labels(request.group).inc()
-        metrics.ACKED.labels(request.group).inc(sum(r.end - r.start for r in request.acked))
+        metrics.ACKED.labels(request.group).inc(result.newly_done)
         metrics.RETRIES.labels(request.group).inc(len(request.retries))
         metrics.REJECTS.labels(request.group).inc(len(request.rejects))
         return cpb.CommitResponse(low_watermark=result.low_watermark, exhausted=result.exhausted)

@@ -354,6 +354,8 @@ class Applied:
     granted: list[Lease] = field(default_factory=list)
     revoking: list[Lease] = field(default_factory=list)
     revoked: list[Lease] = field(default_factory=list)
+    next_deadline_ms: int = 0
+    """The earliest revoke deadline still pending after the pass (0: none): when to look again."""
 
 
 def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[tuple, int]:
@@ -445,6 +447,8 @@ def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int
         if new != leases.get(k):
             tr.set(keys.lease_key(group, *k), new.to_json())
             _bump(tr, group, lease.worker_id, new.worker_id)
+        if new.state == REVOKING and (not done.next_deadline_ms or new.deadline_ms < done.next_deadline_ms):
+            done.next_deadline_ms = new.deadline_ms
     return done
 
 

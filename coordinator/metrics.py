@@ -20,7 +20,7 @@ RPC_SECONDS = Histogram(
 
 
 COMMITS = Counter("streamplane_commits_total", "Commits applied to the commit log, by group", ["group"])
-ACKED = Counter("streamplane_acked_offsets_total", "Offsets acknowledged in commits, by group", ["group"])
+ACKED = Counter("streamplane_acked_offsets_total", "Offsets newly done (acked or rejected), by group", ["group"])
 RETRIES = Counter("streamplane_retries_total", "Retry entries in commits, by group", ["group"])
 REJECTS = Counter("streamplane_rejects_total", "Reject entries in commits, by group", ["group"])
 STALE_EPOCH = Counter(
