@@ -1,8 +1,8 @@
 """The commit log under load: out-of-order per-record acks from 4 workers, commit latency, storage size.
 
 A real coordinator process (embedded store, gRPC server) and 4 worker sessions, each holding its own lease. Each
-worker acks offsets in a shuffled order inside windows of 10,000 and sends them in batched commits as
-ranges (what the client does every ~100 ms), as fast as the coordinator takes them. Then the storage of a
+worker acks offsets in a shuffled order inside windows of 10,000 and sends them in batched commits, as
+acked bitmaps (what the client does every ~100 ms). Then the storage of a
 million offsets acked every other one first, before and after the gaps are filled.
 acks_per_s is the saturation throughput (workers committing back to back); commit_p99_ms the latency at
 the goal's load (4 workers x 2,500 acks every 100 ms = 100,000 acks/s).
@@ -30,7 +30,6 @@ from _local import local_cluster
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator import keys
-from streamplane.coordinator import ranges as rset
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.log import configure_logging
 from streamplane.v1 import commitlog_pb2 as cpb
@@ -41,7 +40,8 @@ BATCH = 2_500  # acks per commit: 25k acks/s per worker at one commit per 100 ms
 
 
 def requests_for(lease: str, epoch: int, count: int, seed: int) -> list[cpb.CommitRequest]:
-    """`count` commits of BATCH acks each, shuffled within windows of WINDOW offsets, as ranges."""
+    """`count` commits of BATCH acks each, shuffled within windows of WINDOW offsets, sent as acked bitmaps
+    (the dense form for scattered acks: 1,250 bytes a commit instead of ~2,000 ranges)."""
     rng = random.Random(seed)
     out: list[cpb.CommitRequest] = []
     base = 0
@@ -49,13 +49,16 @@ def requests_for(lease: str, epoch: int, count: int, seed: int) -> list[cpb.Comm
         window = list(range(base, base + WINDOW))
         rng.shuffle(window)
         for i in range(0, WINDOW, BATCH):
-            batch = rset.normalize((o, o + 1) for o in window[i : i + BATCH])
+            bits = bytearray(WINDOW // 8)
+            for o in window[i : i + BATCH]:
+                bits[(o - base) >> 3] |= 1 << ((o - base) & 7)
             out.append(
                 cpb.CommitRequest(
                     group="bench",
                     lease_id=lease,
                     epoch=epoch,
-                    acked=[cpb.OffsetRange(start=a, end=b) for a, b in batch],
+                    acked_bitmap=bytes(bits),
+                    acked_bitmap_base=base,
                     high_watermark=base + WINDOW,
                     oldest_pending_ts_ms=1,
                 )

@@ -53,6 +53,12 @@ class Commit:
     oldest_pending_ts_ms: int = 0
     high_watermark: int = 0
     high_watermark_ts_ms: int = 0
+    acked_bitmap: bytes = b""
+    """Scattered acks: bit i (little-endian) set = offset acked_bitmap_base + i acked."""
+    acked_bitmap_base: int = 0
+
+
+MAX_BITMAP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,14 @@ def validate(c: Commit, header: Header) -> int:
         if value < 0:
             raise InvalidArgumentError(f"{name} must not be negative, not {value}")
     high = max(header.high, c.high_watermark)
+    if c.acked_bitmap:
+        if len(c.acked_bitmap) > MAX_BITMAP_BYTES:
+            raise LimitExceededError(f"acked_bitmap is {len(c.acked_bitmap)} bytes; the limit is {MAX_BITMAP_BYTES}")
+        if c.acked_bitmap_base < 0:
+            raise InvalidArgumentError(f"acked_bitmap_base must not be negative, not {c.acked_bitmap_base}")
+        top = c.acked_bitmap_base + int.from_bytes(c.acked_bitmap, "little").bit_length()
+        if high and top > high:
+            raise InvalidArgumentError(f"acked_bitmap acks offset {top - 1}, beyond the high watermark {high}")
     acked = c.acked
     # fast checks over all ranges first; the offending one is looked for only when one fails
     if acked and (
@@ -223,8 +237,20 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
                 bits[:] = run.to_bytes(CHUNK // 8, "little")
             start = stop
     added = 0
-    for chunk, raw_bits in adds.items():
-        bits = int.from_bytes(raw_bits, "little")
+    merged_bits = {chunk: int.from_bytes(raw, "little") for chunk, raw in adds.items()}
+    if c.acked_bitmap:  # dense acks: shift the bitmap onto chunk boundaries and cut it per chunk
+        first, shift = divmod(c.acked_bitmap_base, CHUNK)
+        dense = int.from_bytes(c.acked_bitmap, "little") << shift
+        chunk = first
+        while dense:
+            bits = dense & ((1 << CHUNK) - 1)
+            if chunk * CHUNK + CHUNK > header.low and bits:
+                if chunk * CHUNK < header.low:
+                    bits &= ~((1 << (header.low - chunk * CHUNK)) - 1)  # below the low watermark: done already
+                merged_bits[chunk] = merged_bits.get(chunk, 0) | bits
+            dense >>= CHUNK
+            chunk += 1
+    for chunk, bits in merged_bits.items():
         old = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
         merged = old | bits
         added += (merged ^ old).bit_count()
@@ -260,7 +286,7 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         retries += 0 if old_state else 1
 
     # done offsets need no retry state
-    if retries and done_new:
+    if retries and (done_new or c.acked_bitmap):
         r0 = keys.RETRIES.range(pk)
         for key, _ in tr.get_range(r0.start, r0.stop):
             if _is_done(tr, pk, header, keys.RETRIES.unpack(key)[-1], chunks):

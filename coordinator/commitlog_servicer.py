@@ -71,6 +71,8 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             oldest_pending_ts_ms=request.oldest_pending_ts_ms,
             high_watermark=request.high_watermark,
             high_watermark_ts_ms=request.high_watermark_ts_ms,
+            acked_bitmap=request.acked_bitmap,
+            acked_bitmap_base=request.acked_bitmap_base,
         )
         try:
             result = cl.commit(self._db, request.group, request.lease_id, request.epoch, c, now_ms=_now_ms())

@@ -83,6 +83,8 @@ def test_any_commit_sequence_matches_the_model_and_replays_change_nothing(held, 
                     done.add(r.offset)
             for a, b in commit.acked:
                 done.update(range(a, b))
+            bits = int.from_bytes(commit.acked_bitmap, "little")
+            done.update(commit.acked_bitmap_base + i for i in range(bits.bit_length()) if bits >> i & 1)
             for r in commit.retries:
                 if r.offset not in done:
                     attempts[r.offset] = max(attempts.get(r.offset, 0), r.attempt)
@@ -136,6 +138,9 @@ def test_a_stale_epoch_changes_nothing(held) -> None:
         (cl.Commit(rejects=[cl.Reject(3, "")]), InvalidArgumentError, r"rejects\[0\] needs a reason"),
         (cl.Commit(retries=[cl.Retry(3, 0)]), InvalidArgumentError, "attempt must be 1 or more"),
         (cl.Commit(acked=[(i, i + 1) for i in range(0, 2 * cl.MAX_ENTRIES + 2, 2)]), LimitExceededError, "limit"),
+        (cl.Commit(acked_bitmap=b"\x01", acked_bitmap_base=-3), InvalidArgumentError, "acked_bitmap_base"),
+        (cl.Commit(acked_bitmap=b"\x00\x80", acked_bitmap_base=990), InvalidArgumentError, "offset 1005, beyond"),
+        (cl.Commit(acked_bitmap=b"\x01" * (cl.MAX_BITMAP_BYTES + 1)), LimitExceededError, "acked_bitmap"),
     ],
 )
 def test_bad_commits_change_nothing(held, commit, error, text) -> None:
