@@ -26,7 +26,6 @@ import time
 import uuid
 from pathlib import Path
 
-import grpc
 from confluent_kafka import Consumer, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,8 +37,6 @@ from streamplane.coordinator import server
 from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.log import configure_logging
-from streamplane.v1 import assigner_pb2 as apb
-from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import topology_pb2 as pb
 
 
@@ -96,8 +93,7 @@ def _regrant_runs(address: str, bootstrap: str, control, runs: int, results: lis
             )
         )
         client.create_stream("bench", 64)
-    channel = grpc.insecure_channel(address)
-    stub = apb_grpc.AssignerServiceStub(channel)
+    watcher = CoordinatorClient(address)
     for run in range(runs):
         group = f"bench-{run}"
         survivor = WorkerSession(address, group=group, worker_id="survivor", subscriptions={"bench": []})
@@ -107,9 +103,9 @@ def _regrant_runs(address: str, bootstrap: str, control, runs: int, results: lis
         victim = subprocess.Popen([sys.executable, "-c", VICTIM, address, group], stdout=subprocess.PIPE, text=True)
         assert victim.stdout is not None and victim.stdout.readline().strip() == "joined"
         deadline = time.monotonic() + 15
-        while not _settled(stub, group) and time.monotonic() < deadline:
+        while not _settled(watcher, group) and time.monotonic() < deadline:
             time.sleep(0.01)
-        if not _settled(stub, group):
+        if not _settled(watcher, group):
             victim.kill()
             raise SystemExit(f"run {run}: the group did not settle at 32 + 32 leases")
         victim_leases = {f"bench/realtime/g1/p{p}" for p in range(64)} - set(survivor.leases)
@@ -124,9 +120,9 @@ def _regrant_runs(address: str, bootstrap: str, control, runs: int, results: lis
         survivor.close()
 
 
-def _settled(stub: apb_grpc.AssignerServiceStub, group: str) -> bool:
+def _settled(client: CoordinatorClient, group: str) -> bool:
     """Both workers hold 32 leases each and nothing is moving."""
-    leases = stub.DescribeGroup(apb.DescribeGroupRequest(group=group), timeout=5).leases
+    leases = client.describe_group(group).leases
     by_worker: dict[str, int] = {}
     for lease in leases:
         if lease.state != "granted":

@@ -158,12 +158,8 @@ def cmd_failover(args: argparse.Namespace) -> None:
 def cmd_group_describe(args: argparse.Namespace) -> None:
     import time as _time
 
-    from streamplane.v1 import assigner_pb2 as apb
-    from streamplane.v1 import assigner_pb2_grpc as apb_grpc
-
     with _client(args) as client:
-        stub = apb_grpc.AssignerServiceStub(client._channel)
-        desc = client._call(stub.DescribeGroup, apb.DescribeGroupRequest(group=args.group), idempotent=True)
+        desc = client.describe_group(args.group)
     if args.output == "json":
         print_json(desc)
         return

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import grpc
 
 from streamplane.rpc import raise_from_rpc_error
+from streamplane.v1 import assigner_pb2 as apb
+from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
 from streamplane.v1 import topology_pb2 as pb
@@ -56,6 +58,12 @@ class CoordinatorClient:
         self._channel = grpc.insecure_channel(self.target)
         self.topology = pb_grpc.TopologyServiceStub(self._channel)
         self.commitlog = cpb_grpc.CommitLogServiceStub(self._channel)
+        self.assigner = apb_grpc.AssignerServiceStub(self._channel)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata every call carries (who acts)."""
+        return self._metadata
 
     def close(self) -> None:
         self._channel.close()
@@ -114,6 +122,9 @@ class CoordinatorClient:
                 stream=stream, lane=lane, target_cluster=target_cluster, partitions=partitions, reason=reason
             ),
         )
+
+    def describe_group(self, group: str) -> apb.GroupDescription:
+        return self._call(self.assigner.DescribeGroup, apb.DescribeGroupRequest(group=group), idempotent=True)
 
     def commit(self, request: cpb.CommitRequest) -> cpb.CommitResponse:
         """Record progress of a lease (idempotent, so it is retried while the coordinator is unavailable)."""

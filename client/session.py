@@ -25,7 +25,6 @@ from streamplane.client.coordinator import CoordinatorClient
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.rpc import error_from_rpc_error
 from streamplane.v1 import assigner_pb2 as apb
-from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 
 Grant = apb.Grant
 Revoke = apb.Revoke
@@ -80,7 +79,7 @@ class WorkerSession:
         max_load: float = 0.0,
     ) -> None:
         self._client = CoordinatorClient(coordinator)
-        self._stub = apb_grpc.AssignerServiceStub(self._client._channel)
+        self._stub = self._client.assigner
         self.group, self.worker_id = group, worker_id
         self._hello = apb.Hello(
             group=group,
@@ -112,7 +111,7 @@ class WorkerSession:
 
     def join(self, timeout_s: float = 10.0) -> None:
         """Open the session; raises the coordinator's error (unknown stream, duplicate worker id, ...)."""
-        self._call = self._stub.Session(self._requests(), metadata=self._client._metadata)
+        self._call = self._stub.Session(self._requests(), metadata=self._client.metadata)
         try:
             first = next(self._call)
         except grpc.RpcError as err:
@@ -187,7 +186,7 @@ class WorkerSession:
             self._stub.CheckLease(
                 apb.CheckLeaseRequest(group=self.group, lease_id=lease_id, epoch=epoch),
                 timeout=10,
-                metadata=self._client._metadata,
+                metadata=self._client.metadata,
             )
         except grpc.RpcError as err:
             raise self._error(err) from err

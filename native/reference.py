@@ -496,33 +496,15 @@ def decode_columns(
                     )
                 try:
                     records = _DECOMPRESSORS[codec](records, budget)
-                except _LimitError as err:
-                    if batches and budget < max_decompressed:
+                except (_LimitError, ValueError) as err:
+                    kind = LIMIT if isinstance(err, _LimitError) else DECOMPRESS
+                    if kind == LIMIT and batches and budget < max_decompressed:
                         stop = STOP_BUDGET
                         break
-                    error = (
-                        LIMIT,
-                        f"batch at byte {pos} (base offset {base_offset}, {CODECS[codec]}, "
-                        f"{size - HEADER_SIZE} bytes): {err}",
-                        pos,
-                        base_offset,
-                        info["last_offset"],
-                        size - HEADER_SIZE,
-                        budget,
+                    where = (
+                        f"batch at byte {pos} (base offset {base_offset}, {CODECS[codec]}, {size - HEADER_SIZE} bytes)"
                     )
-                    stop = STOP_ERROR
-                    break
-                except ValueError as err:
-                    error = (
-                        DECOMPRESS,
-                        f"batch at byte {pos} (base offset {base_offset}, {CODECS[codec]}, "
-                        f"{size - HEADER_SIZE} bytes): {err}",
-                        pos,
-                        base_offset,
-                        info["last_offset"],
-                        size - HEADER_SIZE,
-                        budget,
-                    )
+                    error = (kind, f"{where}: {err}", pos, base_offset, info["last_offset"], size - HEADER_SIZE, budget)
                     stop = STOP_ERROR
                     break
             elif len(records) > budget:

@@ -13,7 +13,6 @@ import pytest
 
 from streamplane.client import CoordinatorClient
 from streamplane.v1 import assigner_pb2 as apb
-from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from tests.helpers import Proc, cli, start_dev
 
 pytestmark = pytest.mark.e2e
@@ -34,9 +33,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def describe(address: str, group: str) -> apb.GroupDescription:
     with CoordinatorClient(address) as client:
-        return apb_grpc.AssignerServiceStub(client._channel).DescribeGroup(
-            apb.DescribeGroupRequest(group=group), timeout=10
-        )
+        return client.describe_group(group)
 
 
 def holders(address: str, group: str) -> dict[str, str]:
