@@ -31,6 +31,7 @@ def decode(
     max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
     verify_crc: bool = True,
     aborted: Sequence[tuple[int, int]] | None = None,
+    min_offset: int | None = None,
     impl: str | None = None,
 ) -> DecodedBatch:
     """Decode a Fetch response's records for one partition into a columnar batch.
@@ -43,6 +44,8 @@ def decode(
         verify_crc: check each batch's CRC32C.
         aborted: the Fetch response's aborted transactions as (producer_id, first_offset), to drop their
             records (read committed); None returns every record (read uncommitted).
+        min_offset: leave out records below it (Kafka returns whole batches, so a fetch from the middle of
+            one starts earlier than asked).
         impl: 'native' or 'python' to force an implementation (tests and benchmarks).
 
     Raises:
@@ -54,7 +57,13 @@ def decode(
     fn = IMPLEMENTATIONS.get(impl or implementation)
     if fn is None:
         raise InvalidArgumentError(f"impl must be one of {sorted(IMPLEMENTATIONS)}, not {impl!r}")
-    columns = fn(record_set, max_decompressed, verify_crc, None if aborted is None else list(aborted))
+    columns = fn(
+        record_set,
+        max_decompressed,
+        verify_crc,
+        None if aborted is None else list(aborted),
+        -(1 << 63) if min_offset is None else min_offset,
+    )
     if columns["error"] and not columns["batches"]:
         raise error_from_tuple(columns["error"])
     return DecodedBatch(columns)

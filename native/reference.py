@@ -103,10 +103,8 @@ def _zstd(data: bytes, limit: int) -> bytes:
         declared = -1  # an unreadable frame header: decompression says what is wrong
     if declared > limit:
         raise _LimitError(f"declares {declared} decompressed bytes, past the limit of {limit} bytes")
-    wlog = 10
-    while wlog < 31 and (1 << wlog) < limit:
-        wlog += 1
-    decompressor = zstandard.ZstdDecompressor(max_window_size=1 << wlog)
+    # Any declared window: the bounded read below is what caps memory (as in the C core).
+    decompressor = zstandard.ZstdDecompressor(max_window_size=1 << 31)
     try:
         # First a bounded read, to stop a bomb at the limit ...
         with decompressor.stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
@@ -290,7 +288,13 @@ def _bitmap(bits: list[bool]) -> bytes:
 
 
 def _parse_records(
-    cols: _Columns, info: dict[str, Any], data: bytes, emit: bool, records_pos: int, compressed: bool
+    cols: _Columns,
+    info: dict[str, Any],
+    data: bytes,
+    emit: bool,
+    records_pos: int,
+    compressed: bool,
+    min_offset: int,
 ) -> int:
     """Parse a batch's records; append them to `cols` when `emit`. Returns the control type (-1 if none)."""
     n, end, pos = info["record_count"], len(data), 0
@@ -362,7 +366,7 @@ def _parse_records(
             headers.append((hk, hv))
         if p != rec_end:
             raise bad("record length disagrees with its fields", p)
-        if emit:
+        if emit and _wrap(base + off_delta) >= min_offset:
             cols.offsets.append(_wrap(base + off_delta))
             ts = info["max_timestamp"] if info["log_append_time"] else _wrap(info["first_timestamp"] + ts_delta)
             cols.timestamps.append(ts)
@@ -398,6 +402,7 @@ def decode_columns(
     max_decompressed: int,
     verify_crc: bool = True,
     aborted: list[tuple[int, int]] | None = None,
+    min_offset: int = -(1 << 63),
 ) -> dict[str, Any]:
     """Decode a record set into the column dict of the C core's `decode_columns`."""
     if max_decompressed <= 0:
@@ -536,7 +541,7 @@ def decode_columns(
                 emit = False
             before = cols.mark()
             try:
-                control_type = _parse_records(cols, info, records, emit, pos + HEADER_SIZE, codec != 0)
+                control_type = _parse_records(cols, info, records, emit, pos + HEADER_SIZE, codec != 0, min_offset)
             except _StopError:
                 cols.roll_back(before)  # a batch that fails half way contributes nothing
                 raise

@@ -226,11 +226,34 @@ def test_control_batches_are_skipped_and_aborted_transactions_dropped(impl: str)
     assert read_committed.next_offset == 6
 
 
+def test_min_offset_leaves_out_the_records_before_it(impl: str) -> None:
+    data = build_batch([Rec(value=b"%d" % i) for i in range(10)], base_offset=100, codec=ZSTD)
+    batch = decode(data, min_offset=104, impl=impl)
+    assert [r.offset for r in batch.records()] == list(range(104, 110))
+    assert batch.next_offset == 110 and batch.batches[0].record_count == 10
+    assert decode(data, min_offset=500, impl=impl).count == 0
+
+
 def test_log_append_time_applies_to_every_record(impl: str) -> None:
     data = build_batch(
         [Rec(value=b"a"), Rec(value=b"b", timestamp_delta=50)], log_append_time=True, first_timestamp=1000
     )
     assert [r.timestamp for r in decode(data, impl=impl).records()] == [1050, 1050]
+
+
+def test_a_small_zstd_frame_with_a_large_window_is_not_over_a_small_limit(impl: str) -> None:
+    """librdkafka declares a 2 MiB window for small batches of unknown size: the window is no measure of
+    the output, so a 64 KiB limit must still decode them."""
+    import zstandard
+
+    from tests.recordbatch import encode_record
+
+    raw = b"".join(encode_record(r, i) for i, r in enumerate(SAMPLE[:3]))
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=21, write_content_size=False)
+    cobj = zstandard.ZstdCompressor(compression_params=params).compressobj()
+    frame = cobj.compress(raw) + cobj.flush()
+    batch = decode(build_batch(SAMPLE[:3], codec=ZSTD, records_bytes=frame), max_decompressed=64 << 10, impl=impl)
+    assert [r.value for r in batch.records()] == [r.value for r in SAMPLE[:3]]
 
 
 def test_call_budget_stops_before_a_batch_that_does_not_fit(impl: str) -> None:

@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     sp_result r;
     sp_result_init(&r);
-    int rc = sp_decode(data + 1, size - 1, limit, verify_crc, use_aborted ? aborted : NULL, use_aborted ? 2 : 0, &r);
+    int rc = sp_decode(data + 1, size - 1, limit, verify_crc, use_aborted ? aborted : NULL, use_aborted ? 2 : 0, (opts >> 7) ? 3 : INT64_MIN, &r);
     CHECK((rc == SP_OK) == (r.stop != SP_STOP_ERROR));
     CHECK(r.consumed <= size - 1);
     CHECK(r.decompressed_total <= limit);

@@ -68,12 +68,6 @@ static int do_gzip(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out,
     return rc;
 }
 
-static int window_log_for(size_t limit) {
-    int wlog = 10; /* ZSTD_WINDOWLOG_MIN */
-    while (wlog < 31 && ((size_t)1 << wlog) < limit) wlog++;
-    return wlog;
-}
-
 static int do_zstd(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
     unsigned long long declared = ZSTD_getFrameContentSize(src, srclen);
     if (declared != ZSTD_CONTENTSIZE_ERROR && declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > limit) {
@@ -82,9 +76,11 @@ static int do_zstd(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out,
     }
     ZSTD_DCtx *d = ZSTD_createDCtx();
     if (!d) FAIL(SP_ERR_NOMEM, "zstd could not start");
-    /* Our output buffer is the window: zstd allocates none of its own, so memory stays within the limit. */
+    /* Our output buffer is the window: zstd allocates none of its own, so memory stays within the limit
+     * whatever window a frame declares (librdkafka declares 2 MiB for small batches when it does not know
+     * their size, so a cap on the window would refuse good batches under small limits). */
     ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, 1);
-    ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, window_log_for(limit));
+    ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, ZSTD_WINDOWLOG_MAX);
     ZSTD_inBuffer in = {src, srclen, 0};
     ZSTD_outBuffer o = {out->data, limit + 1, 0};
     int rc = SP_OK;

@@ -121,6 +121,7 @@ typedef struct {
     sp_result *r;
     const sp_batch_info *batch;
     int emit;            /* append to the columns (0 for control and aborted batches) */
+    int64_t min_offset;  /* records below it are parsed but not emitted */
     int64_t records_pos; /* input position of the records section, when uncompressed */
     int compressed;
     int control_type;    /* for control batches: 0 abort, 1 commit, -1 unknown */
@@ -197,7 +198,8 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
         if (ctx->control_type == -2 && i == 0) { /* control record key: version int16, type int16 */
             ctx->control_type = (key && klen >= 4) ? be16(key + 2) : -1;
         }
-        if (ctx->emit) {
+        int emit = ctx->emit && wrap_add(b->base_offset, off_delta) >= ctx->min_offset;
+        if (emit) {
             size_t idx = r->count;
             if (idx == 0 && r->key_offsets.len == 0) {
                 /* first record of the call: the leading zero offsets */
@@ -231,7 +233,7 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
                 return bad_record(ctx, &rc, i, "bad header key");
             }
             if (read_field(&rc, &hv, &hvlen)) return bad_record(ctx, &rc, i, "bad header value");
-            if (!ctx->emit) continue;
+            if (!emit) continue;
             if (buf_reserve(&r->hkeys, (size_t)hklen) || buf_reserve(&r->hvalues, hvlen > 0 ? (size_t)hvlen : 0) ||
                 buf_reserve(&r->hkey_offsets, 4) || buf_reserve(&r->hvalue_offsets, 4))
                 return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
@@ -246,7 +248,7 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
             r->header_count++;
         }
         if (rc.p != rc.end) return bad_record(ctx, &rc, i, "record length disagrees with its fields");
-        if (ctx->emit) {
+        if (emit) {
             put_i32(&r->header_offsets, (int32_t)r->header_count);
             r->count++;
         }
@@ -328,7 +330,7 @@ static int cmp_aborted(const void *a, const void *b) {
 /* -- batches ---------------------------------------------------------------------------------------------- */
 
 int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
-              const sp_aborted_txn *aborted_in, size_t naborted, sp_result *r) {
+              const sp_aborted_txn *aborted_in, size_t naborted, int64_t min_offset, sp_result *r) {
     size_t pos = 0;
     pid_set active = {0};
     sp_aborted_txn *aborted = NULL;
@@ -433,7 +435,7 @@ int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify
         }
         b.decompressed_size = (int64_t)records_len;
 
-        batch_ctx ctx = {r, &b, 1, (int64_t)pos + HEADER_SIZE, b.codec != 0, -1};
+        batch_ctx ctx = {r, &b, 1, min_offset, (int64_t)pos + HEADER_SIZE, b.codec != 0, -1};
         if (aborted && b.producer_id >= 0) {
             while (next_aborted < naborted && aborted[next_aborted].first_offset <= b.last_offset)
                 if (pid_add(&active, aborted[next_aborted++].producer_id)) {

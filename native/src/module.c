@@ -77,13 +77,14 @@ static int set_item(PyObject *d, const char *key, PyObject *value) {
 
 static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *kwlist[] = {"data", "max_decompressed", "verify_crc", "aborted", NULL};
+    static char *kwlist[] = {"data", "max_decompressed", "verify_crc", "aborted", "min_offset", NULL};
     Py_buffer in;
     Py_ssize_t max_decompressed;
     int verify_crc = 1;
     PyObject *aborted_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*n|pO", kwlist, &in, &max_decompressed, &verify_crc,
-                                     &aborted_obj))
+    long long min_offset = INT64_MIN;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*n|pOL", kwlist, &in, &max_decompressed, &verify_crc,
+                                     &aborted_obj, &min_offset))
         return NULL;
     sp_aborted_txn *aborted = NULL;
     Py_ssize_t naborted = 0;
@@ -115,7 +116,7 @@ static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs
     sp_result_init(&r);
     Py_BEGIN_ALLOW_THREADS
     sp_decode(in.buf, (size_t)in.len, (size_t)max_decompressed, verify_crc, aborted_obj == Py_None ? NULL : aborted,
-              (size_t)naborted, &r);
+              (size_t)naborted, (int64_t)min_offset, &r);
     Py_END_ALLOW_THREADS
 
     result = PyDict_New();

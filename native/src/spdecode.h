@@ -86,9 +86,10 @@ void sp_result_free(sp_result *r);
 
 /* Decode `len` bytes at `in`. `aborted` (may be NULL: read uncommitted) lists aborted transactions as a
  * Fetch response gives them; their records are dropped. Returns the error kind (SP_OK unless stop is
- * SP_STOP_ERROR). Batches decoded before an error stay in `r`. */
+ * SP_STOP_ERROR). Batches decoded before an error stay in `r`. Records below `min_offset` are not emitted
+ * (Kafka returns whole batches, so a fetch from the middle of one starts earlier than asked). */
 int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
-              const sp_aborted_txn *aborted, size_t naborted, sp_result *r);
+              const sp_aborted_txn *aborted, size_t naborted, int64_t min_offset, sp_result *r);
 
 uint32_t sp_crc32c(uint32_t crc, const uint8_t *data, size_t len);
 uint32_t sp_crc32c_sw(uint32_t crc, const uint8_t *data, size_t len);

@@ -1,0 +1,197 @@
+"""Fetching one partition's records straight from Kafka, decoded by the native decoder.
+
+A PartitionFetcher finds the partition's leader, starts at a given offset (or the earliest one), and returns
+decoded batches. It follows leader moves and retriable errors with backoff, and never stalls the partition on
+a bad batch: a batch past the decompression limit, or corrupt, is skipped and reported as a rejected range.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import structlog
+
+from streamplane.client.kafka_protocol import EARLIEST, LATEST, KafkaConnection, KafkaProtocolError
+from streamplane.errors import DecodeError, UnavailableError
+from streamplane.native import DEFAULT_MAX_DECOMPRESSED, DecodedBatch, decode
+
+log = structlog.get_logger(__name__)
+
+OFFSET_OUT_OF_RANGE = 1
+# Kafka errors after which the leader must be looked up again.
+_RELOOKUP = {3, 5, 6, 74, 75}  # unknown topic/partition, leader not available, not leader, fenced/unknown epoch
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A batch the fetcher stepped over: [first_offset, next_offset) with the reason (a DecodeError)."""
+
+    first_offset: int
+    next_offset: int
+    error: DecodeError
+
+
+@dataclass
+class Fetched:
+    """What one fetch produced: decoded records, skipped bad batches, and the partition's high watermark."""
+
+    batch: DecodedBatch | None
+    skipped: list[Skipped] = field(default_factory=list)
+    high_watermark: int = -1
+
+
+class PartitionFetcher:
+    """Reads one partition from its leader.
+
+    Args:
+        bootstrap_servers: the cluster's bootstrap list.
+        topic, partition: what to read.
+        start_offset: the first offset to read; -1 starts at the earliest offset still kept.
+        max_decompressed: the decoder's limit for each batch and each fetch.
+        partition_max_bytes: how much one fetch asks for.
+        max_wait_ms: how long the broker may hold a fetch open when there is nothing new.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        partition: int,
+        *,
+        start_offset: int = -1,
+        max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+        partition_max_bytes: int = 1 << 20,
+        max_wait_ms: int = 100,
+        retry_backoff_s: float = 0.1,
+        max_backoff_s: float = 2.0,
+    ) -> None:
+        if partition < 0:
+            raise ValueError(f"partition must not be negative, not {partition}")
+        if partition_max_bytes <= 0 or max_decompressed <= 0:
+            raise ValueError("partition_max_bytes and max_decompressed must be positive")
+        self.bootstrap_servers, self.topic, self.partition = bootstrap_servers, topic, partition
+        self.position = start_offset
+        self.max_decompressed = max_decompressed
+        self.partition_max_bytes = partition_max_bytes
+        self.max_wait_ms = max_wait_ms
+        self._backoff = (retry_backoff_s, max_backoff_s)
+        self._leader: KafkaConnection | None = None
+
+    def close(self) -> None:
+        if self._leader is not None:
+            self._leader.close()
+            self._leader = None
+
+    def _connect_leader(self) -> KafkaConnection:
+        if self._leader is not None:
+            return self._leader
+        with KafkaConnection.connect_any(self.bootstrap_servers) as bootstrap:
+            metadata = bootstrap.metadata([self.topic])
+        parts = {p.partition: p for p in metadata.topics.get(self.topic, [])}
+        part = parts.get(self.partition)
+        if part is None or part.leader < 0 or part.leader not in metadata.brokers:
+            raise KafkaProtocolError(f"{self.topic}/{self.partition} has no leader now", code=5)
+        broker = metadata.brokers[part.leader]
+        self._leader = KafkaConnection(broker.host, broker.port)
+        return self._leader
+
+    def _drop_leader(self) -> None:
+        self.close()
+
+    def _with_retries(self, what: str, fn):
+        delay, cap = self._backoff
+        while True:
+            try:
+                return fn(self._connect_leader())
+            except (UnavailableError, KafkaProtocolError) as err:
+                if isinstance(err, KafkaProtocolError) and not err.retryable and err.code not in _RELOOKUP:
+                    raise
+                log.info(
+                    "fetcher.retry",
+                    topic=self.topic,
+                    partition=self.partition,
+                    what=what,
+                    error=err.message,
+                    backoff_s=delay,
+                )
+                self._drop_leader()
+                time.sleep(delay)
+                delay = min(cap, delay * 2)
+
+    def offsets(self) -> tuple[int, int]:
+        """(earliest, latest) offsets of the partition now."""
+        earliest = self._with_retries(
+            "ListOffsets", lambda c: c.list_offsets(self.topic, [self.partition], EARLIEST)[self.partition]
+        )
+        latest = self._with_retries(
+            "ListOffsets", lambda c: c.list_offsets(self.topic, [self.partition], LATEST)[self.partition]
+        )
+        return earliest, latest
+
+    def fetch(self) -> Fetched:
+        """The next records from the current position (none when caught up), moving the position past them."""
+        if self.position < 0:
+            self.position = self.offsets()[0]
+        while True:
+            (part,) = self._with_retries(
+                "Fetch",
+                lambda c: c.fetch(
+                    self.topic,
+                    {self.partition: self.position},
+                    max_wait_ms=self.max_wait_ms,
+                    partition_max_bytes=self.partition_max_bytes,
+                ),
+            )
+            if part.error_code == OFFSET_OUT_OF_RANGE:
+                earliest, _ = self.offsets()
+                if self.position < earliest:  # retention removed what we had not read: say so, go on
+                    log.warning(
+                        "fetcher.data_lost",
+                        topic=self.topic,
+                        partition=self.partition,
+                        lost_from=self.position,
+                        lost_to=earliest,
+                    )
+                    self.position = earliest
+                    continue
+                return Fetched(None, high_watermark=part.high_watermark)
+            if part.error_code in _RELOOKUP or part.error_code in KafkaProtocolError.RETRIABLE:
+                self._drop_leader()
+                time.sleep(self._backoff[0])
+                continue
+            if part.error_code:
+                raise KafkaProtocolError(
+                    f"Fetch {self.topic}/{self.partition} failed with error {part.error_code}", code=part.error_code
+                )
+            return self._decode(part.records, part.high_watermark, part.aborted)
+
+    def _decode(self, records: memoryview, high_watermark: int, aborted: list | None) -> Fetched:
+        """Decode a fetched record set. Fetch v3+ always carries the first batch whole (KIP-74); a bad batch
+        after good ones ends the result early and comes first in the next fetch, where it is skipped."""
+        if not len(records):
+            return Fetched(None, high_watermark=high_watermark)
+        try:
+            batch = decode(records, max_decompressed=self.max_decompressed, aborted=aborted, min_offset=self.position)
+        except DecodeError as err:
+            return self._skip(err, high_watermark)
+        if batch.next_offset >= 0:
+            self.position = max(self.position, batch.next_offset)
+        return Fetched(batch, [], high_watermark)
+
+    def _skip(self, err: DecodeError, high_watermark: int) -> Fetched:
+        """Step past a batch that cannot be decoded, so the partition keeps flowing."""
+        first = self.position
+        if err.last_offset >= 0 and err.last_offset >= first:
+            self.position = err.last_offset + 1
+        else:
+            self.position = first + 1  # the header is unreadable: move on record by record
+        log.warning(
+            "fetcher.batch_skipped",
+            topic=self.topic,
+            partition=self.partition,
+            first=first,
+            next=self.position,
+            error=err.message,
+        )
+        return Fetched(None, [Skipped(first, self.position, err)], high_watermark)

@@ -1,0 +1,88 @@
+"""The partition fetcher against a real local cluster: reading, leader moves, a broker down, a zstd bomb."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from streamplane.client.fetcher import PartitionFetcher
+from streamplane.errors import DecodeLimitExceeded
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], **config: object) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "zstd", "linger.ms": 5, **config})
+    for v in values:
+        producer.produce(topic, v, partition=0)
+    assert producer.flush(10) == 0
+
+
+def read_all(fetcher: PartitionFetcher, expected: int, timeout: float = 20) -> tuple[list, list]:
+    values, skipped = [], []
+    deadline = time.monotonic() + timeout
+    while len(values) < expected:
+        assert time.monotonic() < deadline, f"read {len(values)} of {expected}"
+        got = fetcher.fetch()
+        skipped += got.skipped
+        if got.batch is not None:
+            values += [r.value for r in got.batch.records()]
+    return values, skipped
+
+
+@pytest.fixture
+def topic(local_cluster) -> str:
+    name = f"fetch-{uuid.uuid4().hex[:8]}"
+    local_cluster[1].create_topic(name, 1)
+    return name
+
+
+def test_reads_from_the_earliest_or_a_given_offset(local_cluster, topic: str) -> None:
+    bootstrap, _ = local_cluster
+    values = [b"v%d" % i for i in range(500)]
+    produce(bootstrap, topic, values)
+    fetcher = PartitionFetcher(bootstrap, topic, 0, partition_max_bytes=2048)
+    assert read_all(fetcher, 500)[0] == values
+    assert fetcher.position == 500 and fetcher.fetch().batch is None, "caught up: nothing more"
+    fetcher.close()
+    middle = PartitionFetcher(bootstrap, topic, 0, start_offset=300)
+    got, _ = read_all(middle, 200)
+    assert got[0] == b"v300" and got[-1] == b"v499"
+    middle.close()
+
+
+def test_follows_a_leader_move_and_waits_out_a_broker_down(local_cluster, topic: str) -> None:
+    bootstrap, control = local_cluster
+    produce(bootstrap, topic, [b"a%d" % i for i in range(100)])
+    fetcher = PartitionFetcher(bootstrap, topic, 0, partition_max_bytes=1024, retry_backoff_s=0.05)
+    first = fetcher.fetch()
+    assert first.batch is not None and first.batch.count > 0
+    control.set_leader(topic, 0, 2)  # the leader moves (twice), then its broker goes down for half a second
+    assert fetcher.fetch() is not None
+    control.set_leader(topic, 0, 3)
+    control.broker_down(3)
+    threading.Timer(0.5, control.broker_up, args=(3,)).start()
+    rest, _ = read_all(fetcher, 100 - fetcher.position)
+    assert fetcher.position == 100
+    assert rest == [b"a%d" % i for i in range(100 - len(rest), 100)]
+    fetcher.close()
+
+
+def test_a_zstd_bomb_is_skipped_and_the_partition_keeps_flowing(local_cluster, topic: str) -> None:
+    bootstrap, _ = local_cluster
+    produce(bootstrap, topic, [b"before"])
+    produce(bootstrap, topic, [b"\0" * (8 << 20)], **{"message.max.bytes": 16 << 20})  # 8 MiB, ~1 KB as zstd
+    produce(bootstrap, topic, [b"after-%d" % i for i in range(10)])
+    fetcher = PartitionFetcher(bootstrap, topic, 0, max_decompressed=1 << 20)
+    values, skipped = read_all(fetcher, 11)
+    assert values == [b"before"] + [b"after-%d" % i for i in range(10)]
+    (bomb,) = skipped
+    assert isinstance(bomb.error, DecodeLimitExceeded) and (bomb.first_offset, bomb.next_offset) == (1, 2)
+    fetcher.close()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="partition"):
+        PartitionFetcher("127.0.0.1:1", "t", -1)
