@@ -1,0 +1,80 @@
+"""The producer against a real coordinator and local cluster: routing, failover switch, ingestion time."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
+from streamplane.client.producer import INGEST_HEADER
+from streamplane.errors import InvalidArgumentError, NotFoundError
+from streamplane.v1 import topology_pb2 as pb
+
+
+@pytest.fixture
+def address(coordinator, local_cluster) -> str:
+    bootstrap, control = local_cluster
+    with CoordinatorClient(coordinator.address) as client:
+        for name in ("east", "west"):
+            client.register_cluster(
+                pb.Cluster(
+                    name=name,
+                    bootstrap_servers=bootstrap,
+                    admin=pb.CLUSTER_ADMIN_LOCAL,
+                    control_endpoint=control.endpoint,
+                )
+            )
+        client.create_stream("orders", 1, cluster="east")
+    return coordinator.address
+
+
+def read_topic(bootstrap: str, topic: str, expected: int) -> list:
+    fetcher = PartitionFetcher(bootstrap, topic, 0)
+    records: list = []
+    deadline = time.monotonic() + 10
+    while len(records) < expected:
+        assert time.monotonic() < deadline, f"{topic}: {len(records)} of {expected}"
+        got = fetcher.fetch()
+        if got.batch is not None:
+            records += list(got.batch.records())
+    fetcher.close()
+    return records
+
+
+def test_records_follow_a_failover_and_none_is_lost(address: str, local_cluster) -> None:
+    bootstrap, _ = local_cluster
+    acked: list[int] = []
+    with Producer(address, **{"linger.ms": 5}) as producer:
+        before = time.time() * 1000
+        for i in range(100):
+            route = producer.produce("orders", b"%d" % i, on_delivery=lambda err, msg: acked.append(err is None))
+        assert (route.generation, route.cluster, route.topic) == (1, "east", "sp.orders.realtime.g1")
+        assert producer.flush() == 0
+        with CoordinatorClient(address) as client:
+            client.failover("orders", "realtime", "west")
+        deadline = time.monotonic() + 5
+        while producer.route("orders").generation != 2:
+            assert time.monotonic() < deadline, "the producer did not follow the failover"
+            time.sleep(0.01)
+        for i in range(100, 200):
+            route = producer.produce("orders", b"%d" % i, on_delivery=lambda err, msg: acked.append(err is None))
+        assert (route.generation, route.cluster) == (2, "west")
+    assert acked == [True] * 200
+    g1 = read_topic(bootstrap, "sp.orders.realtime.g1", 100)
+    g2 = read_topic(bootstrap, "sp.orders.realtime.g2", 100)
+    assert [r.value for r in g1 + g2] == [b"%d" % i for i in range(200)]
+    stamp = dict(g1[0].headers)[INGEST_HEADER]
+    assert int(stamp) == g1[0].timestamp and before - 1000 <= g1[0].timestamp <= time.time() * 1000
+
+
+def test_bad_input(address: str) -> None:
+    with Producer(address) as producer:
+        with pytest.raises(NotFoundError, match="ghost"):
+            producer.produce("ghost", b"x")
+        with pytest.raises(NotFoundError, match="nolane"):
+            producer.produce("orders", b"x", lane="nolane")
+    with pytest.raises(InvalidArgumentError, match=r"bootstrap\.servers"):
+        Producer(address, **{"bootstrap.servers": "h:1"})
+    with pytest.raises(InvalidArgumentError, match="max_batch_decompressed"):
+        Producer(address, max_batch_decompressed=1 << 40)
