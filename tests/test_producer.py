@@ -25,7 +25,7 @@ def address(coordinator, local_cluster) -> str:
                     control_endpoint=control.endpoint,
                 )
             )
-        client.create_stream("orders", 1, cluster="east")
+        client.create_stream("purchases", 1, cluster="east")
     return coordinator.address
 
 
@@ -48,21 +48,21 @@ def test_records_follow_a_failover_and_none_is_lost(address: str, local_cluster)
     with Producer(address, **{"linger.ms": 5}) as producer:
         before = time.time() * 1000
         for i in range(100):
-            route = producer.produce("orders", b"%d" % i, on_delivery=lambda err, msg: acked.append(err is None))
-        assert (route.generation, route.cluster, route.topic) == (1, "east", "sp.orders.realtime.g1")
+            route = producer.produce("purchases", b"%d" % i, on_delivery=lambda err, msg: acked.append(err is None))
+        assert (route.generation, route.cluster, route.topic) == (1, "east", "sp.purchases.realtime.g1")
         assert producer.flush() == 0
         with CoordinatorClient(address) as client:
-            client.failover("orders", "realtime", "west")
+            client.failover("purchases", "realtime", "west")
         deadline = time.monotonic() + 5
-        while producer.route("orders").generation != 2:
+        while producer.route("purchases").generation != 2:
             assert time.monotonic() < deadline, "the producer did not follow the failover"
             time.sleep(0.01)
         for i in range(100, 200):
-            route = producer.produce("orders", b"%d" % i, on_delivery=lambda err, msg: acked.append(err is None))
+            route = producer.produce("purchases", b"%d" % i, on_delivery=lambda err, msg: acked.append(err is None))
         assert (route.generation, route.cluster) == (2, "west")
     assert acked == [True] * 200
-    g1 = read_topic(bootstrap, "sp.orders.realtime.g1", 100)
-    g2 = read_topic(bootstrap, "sp.orders.realtime.g2", 100)
+    g1 = read_topic(bootstrap, "sp.purchases.realtime.g1", 100)
+    g2 = read_topic(bootstrap, "sp.purchases.realtime.g2", 100)
     assert [r.value for r in g1 + g2] == [b"%d" % i for i in range(200)]
     stamp = dict(g1[0].headers)[INGEST_HEADER]
     assert int(stamp) == g1[0].timestamp and before - 1000 <= g1[0].timestamp <= time.time() * 1000
@@ -73,7 +73,7 @@ def test_bad_input(address: str) -> None:
         with pytest.raises(NotFoundError, match="ghost"):
             producer.produce("ghost", b"x")
         with pytest.raises(NotFoundError, match="nolane"):
-            producer.produce("orders", b"x", lane="nolane")
+            producer.produce("purchases", b"x", lane="nolane")
     with pytest.raises(InvalidArgumentError, match=r"bootstrap\.servers"):
         Producer(address, **{"bootstrap.servers": "h:1"})
     with pytest.raises(InvalidArgumentError, match="max_batch_decompressed"):
