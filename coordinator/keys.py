@@ -13,6 +13,8 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "member", group, worker_id)         -> Member {session_id, capacity, load, alive_until_ms, ...}
     ("streamplane", "lease", group, stream, lane, generation, partition)
                                                         -> Lease {worker_id, epoch, state, target, deadline_ms, load}
+    ("streamplane", "held", group, worker_id, stream, lane, generation, partition)
+                                                        -> b"": index of the leases a member holds
     ("streamplane", "member_version", group, worker_id) -> counter bumped when the member's leases change (watch)
     ("streamplane", "group_version", group)             -> counter bumped when membership or leases change (watch)
     ("streamplane", "leader")                           -> Leader {replica, expires_ms}: who runs the assignment loop
@@ -57,6 +59,7 @@ EVENT_HEAD = ROOT.pack(("event_head",))
 GROUPS = ROOT["group"]
 MEMBERS = ROOT["member"]
 LEASES = ROOT["lease"]
+HELD = ROOT["held"]
 MEMBER_VERSIONS = ROOT["member_version"]
 GROUP_VERSIONS = ROOT["group_version"]
 LEADER = ROOT.pack(("leader",))

@@ -148,11 +148,31 @@ def read_groups(tr: Transaction) -> list[str]:
 
 @transactional
 def read_member_leases(tr: Transaction, group: str, worker_id: str) -> tuple[Member | None, list[Lease]]:
-    """The member and the leases it holds (granted or revoking), with a watch for the next change."""
+    """The member and the leases it holds (granted or revoking), through the member's index of them."""
     raw = tr.get(keys.member_key(group, worker_id))
     member = Member.from_json(raw) if raw else None
-    held = [lease for lease in read_leases(tr, group).values() if lease.worker_id == worker_id and lease.state != FREE]
+    r = keys.HELD.range((group, worker_id))
+    held = []
+    for key, _ in tr.get_range(r.start, r.stop):
+        k = keys.HELD.unpack(key)[2:]
+        lease_key = keys.lease_key(group, *k)
+        lease_raw = tr.get(lease_key)
+        if lease_raw is not None:
+            lease = _lease_from(lease_key, lease_raw)
+            if lease.worker_id == worker_id and lease.state != FREE:
+                held.append(lease)
     return member, held
+
+
+def _write_lease(tr: Transaction, group: str, old: Lease | None, new: Lease) -> None:
+    """Store a lease and keep the holder index (held/...) in step with it."""
+    old_holder = old.worker_id if old is not None and old.state != FREE else ""
+    new_holder = new.worker_id if new.state != FREE else ""
+    if old_holder and old_holder != new_holder:
+        tr.clear(keys.HELD.pack((group, old_holder, *new.key)))
+    if new_holder and new_holder != old_holder:
+        tr.set(keys.HELD.pack((group, new_holder, *new.key)), b"")
+    tr.set(keys.lease_key(group, *new.key), new.to_json())
 
 
 # -- changes --------------------------------------------------------------------------------------------------------
@@ -289,7 +309,7 @@ def release(tr: Transaction, group: str, worker_id: str, session_id: str, lid: s
     if lease.epoch != epoch:
         raise FencedError(f"lease {lid} is at epoch {lease.epoch}, not {epoch}")
     freed = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
-    tr.set(key, freed.to_json())
+    _write_lease(tr, group, lease, freed)
     _bump(tr, group, worker_id)
     _Events(tr, worker_id).group(group, "lease_released", worker_id, lease)
     return freed
@@ -297,13 +317,10 @@ def release(tr: Transaction, group: str, worker_id: str, session_id: str, lid: s
 
 def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: _Events) -> None:
     tr.clear(keys.member_key(group, member.worker_id))
-    for lease in read_leases(tr, group).values():
-        if lease.worker_id == member.worker_id and lease.state != FREE:
-            tr.set(
-                keys.lease_key(group, *lease.key),
-                replace(lease, worker_id="", state=FREE, target="", deadline_ms=0).to_json(),
-            )
-            ev.group(group, "lease_revoked", member.worker_id, lease, reason)
+    _, held = read_member_leases(tr, group, member.worker_id)
+    for lease in held:
+        _write_lease(tr, group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
+        ev.group(group, "lease_revoked", member.worker_id, lease, reason)
     _bump(tr, group, member.worker_id)
     ev.group(group, "member_left", member.worker_id, reason=reason)
 
@@ -445,8 +462,8 @@ def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int
             done.granted.append(new)
             ev.group(group, "lease_granted", want, new, "assignment")
         if new != leases.get(k):
-            tr.set(keys.lease_key(group, *k), new.to_json())
-            _bump(tr, group, lease.worker_id, new.worker_id)
+            _write_lease(tr, group, leases.get(k), new)
+            _bump(tr, group, leases[k].worker_id if k in leases else "", new.worker_id)
         if new.state == REVOKING and (not done.next_deadline_ms or new.deadline_ms < done.next_deadline_ms):
             done.next_deadline_ms = new.deadline_ms
     return done

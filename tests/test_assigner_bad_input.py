@@ -168,3 +168,24 @@ def test_a_failover_tells_holders_their_generation_is_draining_and_grants_the_ne
     g2 = [g for lid, g in s.leases.items() if "/g2/" in lid]
     assert len(g2) == 4 and all(g.cluster == "c2" and g.topic == "sp.jobs.realtime.g2" for g in g2)
     s.close()
+
+
+def test_the_holder_index_matches_the_leases_through_joins_and_leaves(coordinator, address: str) -> None:
+    from streamplane.coordinator import keys, leases
+
+    first, second = session(address, "ix-1"), session(address, "ix-2")
+    first.join()
+    second.join()
+    collect(first)
+    collect(second)
+    wait(lambda: len(first.leases) == 2 and len(second.leases) == 2)
+    second.close()
+    wait(lambda: len(first.leases) == 4)
+
+    def index(tr) -> set:
+        r = keys.HELD.range(("g",))
+        return {(k[1], tuple(k[2:])) for k in (keys.HELD.unpack(key) for key, _ in tr.get_range(r.start, r.stop))}
+
+    held = {(x.worker_id, x.key) for x in leases.read_leases(coordinator.db, "g").values() if x.state != leases.FREE}
+    assert coordinator.db.transact(index) == held and {w for w, _ in held} == {"ix-1"}
+    first.close()
