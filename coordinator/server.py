@@ -21,6 +21,7 @@ from streamplane.coordinator.metrics import LAG, MetricsInterceptor, serve_metri
 from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
+from streamplane.errors import UnavailableError
 from streamplane.process import block_stop_signals, wait_for_stop
 from streamplane.v1 import (
     assigner_pb2,
@@ -83,9 +84,12 @@ def start(
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:  # grpc's way of saying the address could not be bound
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot listen on {host}:{port}: address in use or not available")
+        raise UnavailableError(f"cannot listen on {host}:{port}: the address is in use or not available")
     server.start()
     assigner.start()
     for name in ("", *SERVICE_NAMES):

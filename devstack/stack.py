@@ -26,6 +26,7 @@ from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.model import ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
+from streamplane.errors import InvalidArgumentError
 from streamplane.process import block_stop_signals, wait_for_stop
 
 log = structlog.get_logger(__name__)
@@ -37,7 +38,7 @@ ACTOR = "streamplane-dev"
 def cluster_names(count: int) -> list[str]:
     """local-a, local-b, ... (at most 26)."""
     if not 1 <= count <= 26:
-        raise ValueError(f"--clusters must be between 1 and 26, not {count}")
+        raise InvalidArgumentError(f"--clusters must be between 1 and 26, not {count}")
     return [f"local-{letter}" for letter in string.ascii_lowercase[:count]]
 
 

@@ -114,3 +114,47 @@ def test_cli_reports_an_unreachable_coordinator(tmp_path: Path) -> None:
     assert result.returncode == 6
     assert "127.0.0.1:1" in result.stderr and "unreachable" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_cli_reports_a_busy_port_and_a_bad_cluster_count(tmp_path: Path) -> None:
+    proc, address = start_coordinator(tmp_path / "first")
+    try:
+        port = address.rsplit(":", 1)[1]
+        busy = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "streamplane.cli.main",
+                "coordinator",
+                "--port",
+                port,
+                "--data-dir",
+                str(tmp_path / "second"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        proc.stop()
+    assert busy.returncode == 6 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    assert "Traceback" not in busy.stderr
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streamplane.cli.main",
+            "dev",
+            "--clusters",
+            "30",
+            "--data-dir",
+            str(tmp_path / "dev"),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "--clusters must be between 1 and 26" in bad.stderr
+    assert "Traceback" not in bad.stderr
