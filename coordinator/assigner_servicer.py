@@ -12,21 +12,14 @@ import grpc
 import structlog
 
 from streamplane.coordinator.assigner import Assigner, Session, Update
+from streamplane.coordinator.convert import generation_state_to_pb
 from streamplane.coordinator.leases import Lease, Subscription
 from streamplane.errors import InvalidArgumentError, StreamplaneError
 from streamplane.rpc import grpc_errors, grpc_stream_errors
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
-from streamplane.v1 import topology_pb2 as tpb
 
 log = structlog.get_logger(__name__)
-
-_STATES = {
-    "active": tpb.GENERATION_STATE_ACTIVE,
-    "draining": tpb.GENERATION_STATE_DRAINING,
-    "sealed": tpb.GENERATION_STATE_SEALED,
-    "drained": tpb.GENERATION_STATE_DRAINED,
-}
 
 
 def _partition(lease: Lease) -> apb.PartitionRef:
@@ -48,7 +41,7 @@ def _encode(update: Update) -> apb.AssignerMessage:
                 cluster=d["cluster"],
                 bootstrap_servers=d["bootstrap_servers"],
                 start_offset=d["start_offset"],
-                generation_state=_STATES.get(d["state"], tpb.GENERATION_STATE_UNSPECIFIED),
+                generation_state=generation_state_to_pb(d["state"]),
             )
         )
     if update.kind == "generation":
@@ -56,7 +49,7 @@ def _encode(update: Update) -> apb.AssignerMessage:
             generation_change=apb.GenerationChange(
                 lease_id=lease.lease_id,
                 partition=_partition(lease),
-                state=_STATES.get(update.details["state"], tpb.GENERATION_STATE_UNSPECIFIED),
+                state=generation_state_to_pb(update.details["state"]),
             )
         )
     if update.kind == "revoke":

@@ -46,13 +46,18 @@ def cluster_from_pb(m: pb.Cluster) -> Cluster:
     )
 
 
+def generation_state_to_pb(state: str) -> int:
+    """The GenerationState enum value of a domain generation state."""
+    return _STATE_TO_PB.get(state, pb.GENERATION_STATE_UNSPECIFIED)
+
+
 def generation_to_pb(g: Generation) -> pb.Generation:
     return pb.Generation(
         number=g.number,
         cluster=g.cluster,
         topic=g.topic,
         partitions=g.partitions,
-        state=_STATE_TO_PB.get(g.state, pb.GENERATION_STATE_UNSPECIFIED),
+        state=generation_state_to_pb(g.state),
     )
 
 

@@ -71,10 +71,3 @@ def read_events(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> l
 def read_events_and_watch(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> tuple[list[Event], Watch]:
     """Like `read_events`, plus a watch that fires on the next append: read and watch are atomic, so none is missed."""
     return read_events(tr, after, limit=limit), tr.watch(keys.EVENT_HEAD)
-
-
-@transactional
-def read_recent_events(tr: Transaction, *, limit: int) -> list[Event]:
-    """The newest `limit` events, oldest first."""
-    rows = tr.get_range(keys.EVENTS.range().start, keys.EVENTS.range().stop, limit=limit, reverse=True)
-    return [_decode(k, v) for k, v in reversed(rows)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from streamplane.coordinator import events, keys
@@ -366,11 +366,8 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int) -> Lease:
 
 @dataclass
 class Applied:
-    """What one assignment pass changed."""
+    """What one assignment pass leaves for later."""
 
-    granted: list[Lease] = field(default_factory=list)
-    revoking: list[Lease] = field(default_factory=list)
-    revoked: list[Lease] = field(default_factory=list)
     next_deadline_ms: int = 0
     """The earliest revoke deadline still pending after the pass (0: none): when to look again."""
 
@@ -431,7 +428,6 @@ def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int
         new = lease
         if lease.state == GRANTED and lease.worker_id != want:
             new = replace(lease, state=REVOKING, target=want, deadline_ms=now_ms + revoke_ms)
-            done.revoking.append(new)
             ev.group(
                 group,
                 "lease_revoking",
@@ -444,7 +440,6 @@ def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int
                 new = replace(lease, state=GRANTED, target="", deadline_ms=0)  # the move was called off
             elif now_ms >= lease.deadline_ms:
                 ev.group(group, "lease_revoked", lease.worker_id, lease, "revoke deadline passed")
-                done.revoked.append(lease)
                 new = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
             elif lease.target != want:
                 new = replace(lease, target=want)
@@ -459,7 +454,6 @@ def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int
                 lag_records=0,
                 lag_ms=0,
             )
-            done.granted.append(new)
             ev.group(group, "lease_granted", want, new, "assignment")
         if new != leases.get(k):
             _write_lease(tr, group, leases.get(k), new)

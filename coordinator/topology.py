@@ -306,9 +306,6 @@ class Topology:
         return self._commit(change)
 
     # events
-    def read_events(self, after: bytes | None, limit: int = 1000) -> list[Event]:
-        return events.read_events(self.db, after, limit=limit)
-
     def read_events_and_watch(self, after: bytes | None, limit: int = 1000) -> tuple[list[Event], Watch]:
         return events.read_events_and_watch(self.db, after, limit=limit)
 

@@ -13,7 +13,7 @@ import pytest
 
 from streamplane.client import CoordinatorClient
 from streamplane.v1 import assigner_pb2 as apb
-from tests.helpers import Proc, cli, start_dev
+from tests.helpers import Proc, cli, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -49,13 +49,6 @@ def events(proc: Proc, kind: str) -> list[dict]:
     while not proc.lines.empty():
         proc.seen.append(proc.lines.get())
     return [e for e in map(json.loads, proc.seen) if e["event"] == kind]
-
-
-def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 def counts(address: str, group: str) -> dict[str, int]:

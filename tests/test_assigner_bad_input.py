@@ -19,6 +19,7 @@ from streamplane.errors import (
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import topology_pb2 as pb
+from tests.helpers import wait_until
 
 
 @pytest.fixture
@@ -54,13 +55,6 @@ def collect(s: WorkerSession) -> tuple[list, list]:
     return got, ended
 
 
-def wait(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize(
     ("kwargs", "error", "text"),
     [
@@ -93,12 +87,12 @@ def test_releasing_a_lease_not_held_ends_only_that_session(address: str) -> None
     bad.join()
     _, good_ended = collect(good)
     _, bad_ended = collect(bad)
-    wait(lambda: len(good.leases) + len(bad.leases) == 4)
+    wait_until(lambda: len(good.leases) + len(bad.leases) == 4)
     bad.release("jobs/realtime/g1/p99", 1)
-    wait(lambda: bad_ended)
+    wait_until(lambda: bad_ended)
     assert isinstance(bad_ended[0].cause, FailedPreconditionError)
     assert "does not hold lease jobs/realtime/g1/p99" in bad_ended[0].message
-    wait(lambda: len(good.leases) == 4)  # the other worker takes over, unaffected
+    wait_until(lambda: len(good.leases) == 4)  # the other worker takes over, unaffected
     time.sleep(1.2)  # past a TTL: the good session is still alive
     assert not good_ended and len(good.leases) == 4
     good.close()
@@ -110,7 +104,7 @@ def test_malformed_heartbeat_ends_the_session_with_invalid_argument(address: str
     s.join()
     _, ended = collect(s)
     s.report_load(**load)
-    wait(lambda: ended)
+    wait_until(lambda: ended)
     assert isinstance(ended[0].cause, InvalidArgumentError)
     assert "heartbeat" in ended[0].message
     s.close()
@@ -131,7 +125,7 @@ def test_check_lease(address: str) -> None:
     s = session(address, "holder")
     s.join()
     collect(s)
-    wait(lambda: len(s.leases) == 4)
+    wait_until(lambda: len(s.leases) == 4)
     grant = s.leases["jobs/realtime/g1/p0"]
     s.check(grant.lease_id, grant.epoch)
     with pytest.raises(FencedError, match="stale"):
@@ -156,15 +150,15 @@ def test_a_failover_tells_holders_their_generation_is_draining_and_grants_the_ne
     s = session(address, "holder")
     s.join()
     got, _ = collect(s)
-    wait(lambda: len(s.leases) == 4)
+    wait_until(lambda: len(s.leases) == 4)
     with CoordinatorClient(address) as client:
         client.failover("jobs", "realtime", "c2")
-    wait(lambda: len([e for e in got if isinstance(e, apb.GenerationChange)]) == 4)
+    wait_until(lambda: len([e for e in got if isinstance(e, apb.GenerationChange)]) == 4)
     changes = [e for e in got if isinstance(e, apb.GenerationChange)]
     assert {c.lease_id for c in changes} == {f"jobs/realtime/g1/p{p}" for p in range(4)}
     assert all(c.state == pb.GENERATION_STATE_DRAINING for c in changes)
     assert not [e for e in got if isinstance(e, apb.Revoke)], "a draining generation keeps its holder"
-    wait(lambda: len(s.leases) == 8)  # the draining generation stays held while g2 is granted too
+    wait_until(lambda: len(s.leases) == 8)  # the draining generation stays held while g2 is granted too
     g2 = [g for lid, g in s.leases.items() if "/g2/" in lid]
     assert len(g2) == 4 and all(g.cluster == "c2" and g.topic == "sp.jobs.realtime.g2" for g in g2)
     s.close()
@@ -178,9 +172,9 @@ def test_the_holder_index_matches_the_leases_through_joins_and_leaves(coordinato
     second.join()
     collect(first)
     collect(second)
-    wait(lambda: len(first.leases) == 2 and len(second.leases) == 2)
+    wait_until(lambda: len(first.leases) == 2 and len(second.leases) == 2)
     second.close()
-    wait(lambda: len(first.leases) == 4)
+    wait_until(lambda: len(first.leases) == 4)
 
     def index(tr) -> set:
         r = keys.HELD.range(("g",))

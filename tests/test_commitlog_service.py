@@ -4,7 +4,6 @@ run out into rejects; stale epochs are refused and counted; a new holder starts 
 from __future__ import annotations
 
 import re
-import socket
 import sys
 import threading
 import time
@@ -17,20 +16,14 @@ from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import topology_pb2 as pb
-from tests.helpers import Proc, cli
+from tests.helpers import Proc, cli, free_port
 
 pytestmark = pytest.mark.e2e
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, local_cluster) -> Iterator[tuple[str, int]]:
-    metrics_port = _free_port()
+    metrics_port = free_port()
     proc = Proc(
         [
             sys.executable,

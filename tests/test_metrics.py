@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import urllib.request
 from pathlib import Path
@@ -11,17 +10,11 @@ import pytest
 
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.errors import NotFoundError
-from tests.helpers import Proc
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers import Proc, free_port
 
 
 def test_metrics_count_calls_by_method_and_code(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     proc = Proc(
         [
             sys.executable,
