@@ -73,13 +73,17 @@ def test_kill9_regrant_graceful_leave_and_join(stack: str) -> None:
             lambda: set(holders(stack, group)) == set(before) and "w2" not in holders(stack, group).values(), timeout=5
         )
 
-        def regranted() -> list[dict]:
-            return [
-                e for w in ("w1", "w3") for e in events(ws[w], "grant") if e["lease"] in victim and e["t"] >= killed_at
-            ]
+        def regranted() -> dict[str, float]:
+            """When each of the victim's leases was first granted again (a lease may move once more after)."""
+            first: dict[str, float] = {}
+            for w in ("w1", "w3"):
+                for e in events(ws[w], "grant"):
+                    if e["lease"] in victim and e["t"] >= killed_at:
+                        first[e["lease"]] = min(e["t"], first.get(e["lease"], e["t"]))
+            return first
 
-        wait_until(lambda: len(regranted()) == len(victim))  # the workers' own reports of the grants
-        slowest = max(e["t"] for e in regranted()) - killed_at
+        wait_until(lambda: set(regranted()) == set(victim))  # the workers' own reports of the grants
+        slowest = max(regranted().values()) - killed_at
         assert slowest <= TTL_S + 0.5, f"re-grant took {slowest:.3f} s"
         assert counts(stack, group) == {"w1": 6, "w3": 6}
 
@@ -97,7 +101,7 @@ def test_kill9_regrant_graceful_leave_and_join(stack: str) -> None:
         w1_before = set(holders(stack, group))
         joined_at = time.time()
         ws["w4"] = worker(stack, group, "w4")
-        wait_until(lambda: counts(stack, group) == {"w1": 6, "w4": 6} and len(events(ws["w4"], "grant")) == 6)
+        wait_until(lambda: counts(stack, group) == {"w1": 6, "w4": 6} and len(events(ws["w4"], "grant")) >= 6)
         moved = [e["lease"] for e in events(ws["w4"], "grant")]
         assert len(moved) == 6 and set(moved) <= w1_before
         wait_until(lambda: len([e for e in events(ws["w1"], "revoke") if e["deadline"] and e["t"] >= joined_at]) >= 6)
