@@ -67,8 +67,8 @@ def test_kill9_regrant_graceful_leave_and_join(stack: str) -> None:
         # kill -9: the dead worker's leases go to the others within TTL + 0.5 s
         before = holders(stack, group)
         victim = [lease for lease, w in before.items() if w == "w2"]
+        killed_at = time.time()  # before the kill: the coordinator may see the closed stream before wait() returns
         ws["w2"].kill9()
-        killed_at = time.time()
         wait_until(
             lambda: set(holders(stack, group)) == set(before) and "w2" not in holders(stack, group).values(), timeout=5
         )
