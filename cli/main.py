@@ -269,6 +269,13 @@ def describe_event(event: pb.TopologyEvent) -> str:
             f"failed_over {f.stream}/{f.lane} g{f.previous.number}@{f.previous.cluster} "
             f"({STATE_NAMES[f.previous.state]}) -> g{f.current.number}@{f.current.cluster}{reason}"
         )
+    if kind == "generation_sealed":
+        s = event.generation_sealed
+        ends = ",".join(str(x) for x in s.generation.end_offsets)
+        return f"generation_sealed {s.stream}/{s.lane} g{s.generation.number} end_offsets=[{ends}] ({s.reason})"
+    if kind == "generation_drained":
+        d = event.generation_drained
+        return f"generation_drained {d.stream}/{d.lane} g{d.generation.number} groups={','.join(d.groups)}"
     return kind or "unknown"
 
 

@@ -100,7 +100,25 @@ class CoordinatorClient:
         )
 
     def describe_stream(self, name: str) -> pb.Stream:
-        return self._call(self.topology.DescribeStream, pb.DescribeStreamRequest(name=name), idempotent=True).stream
+        return self.describe_stream_versioned(name)[0]
+
+    def describe_stream_versioned(self, name: str) -> tuple[pb.Stream, str]:
+        """The stream and the newest event version it reflects: a watch from there misses no later change."""
+        got = self._call(self.topology.DescribeStream, pb.DescribeStreamRequest(name=name), idempotent=True)
+        return got.stream, got.version
+
+    def producer_heartbeat(
+        self, producer_id: str, topology_version: str, in_flight: list[tuple[str, str, int]]
+    ) -> pb.ProducerHeartbeatResponse:
+        request = pb.ProducerHeartbeatRequest(
+            producer_id=producer_id,
+            topology_version=topology_version,
+            in_flight=[pb.GenerationRef(stream=s, lane=lane, generation=g) for s, lane, g in in_flight],
+        )
+        return self._call(self.topology.ProducerHeartbeat, request, idempotent=True)
+
+    def close_producer(self, producer_id: str) -> None:
+        self._call(self.topology.CloseProducer, pb.CloseProducerRequest(producer_id=producer_id), idempotent=True)
 
     def list_streams(self) -> list[pb.Stream]:
         return list(self._call(self.topology.ListStreams, pb.ListStreamsRequest(), idempotent=True).streams)

@@ -71,7 +71,7 @@ class Session:
         self._closed = threading.Event()
         self._sent_grants: set[tuple[str, int]] = set()
         self._sent_revokes: set[tuple[str, int]] = set()
-        self._sent_states: dict[str, str] = {}
+        self._sent_states: dict[str, tuple[str, int]] = {}  # lease: (generation state, end offset)
 
     @property
     def db(self) -> Database:
@@ -129,7 +129,7 @@ class Session:
 
             def snapshot(tr: Transaction, sent: set = sent) -> tuple[Member | None, list[Lease], dict, dict, Any]:
                 member, held = leases.read_member_leases(tr, self.group, self.worker_id)
-                states = {(x.stream, x.lane, x.generation): leases.generation_state(tr, x) for x in held}
+                states = {x.lease_id: leases.generation_state(tr, x) for x in held}
                 details: dict[str, dict] = {}
                 by_generation: dict[tuple, dict] = {}
                 for lease in held:  # topology lookups only for new grants, once per generation
@@ -141,6 +141,8 @@ class Session:
                         details[lease.lease_id] = {
                             **by_generation[gen],
                             "start_offset": header.low if header.updated_ms else -1,
+                            "state": states[lease.lease_id][0],
+                            "end_offset": states[lease.lease_id][1],
                         }
                 watch = tr.watch(keys.member_version_key(self.group, self.worker_id))
                 return member, held, details, states, watch
@@ -160,14 +162,14 @@ class Session:
                 now_held = {(lease.lease_id, lease.epoch) for lease in held}
                 for lease in held:
                     ident = (lease.lease_id, lease.epoch)
-                    state = states[(lease.stream, lease.lane, lease.generation)]
+                    state = states[lease.lease_id]
                     if ident not in self._sent_grants:
                         self._sent_grants.add(ident)
                         self._sent_states[lease.lease_id] = state
                         yield Update("grant", lease, details[lease.lease_id])
                     elif self._sent_states.get(lease.lease_id) != state:
                         self._sent_states[lease.lease_id] = state
-                        yield Update("generation", lease, {"state": state})
+                        yield Update("generation", lease, {"state": state[0], "end_offset": state[1]})
                     if lease.state == REVOKING and ident not in self._sent_revokes:
                         self._sent_revokes.add(ident)
                         yield Update(

@@ -42,6 +42,7 @@ def _encode(update: Update) -> apb.AssignerMessage:
                 bootstrap_servers=d["bootstrap_servers"],
                 start_offset=d["start_offset"],
                 generation_state=generation_state_to_pb(d["state"]),
+                end_offset=d["end_offset"],
             )
         )
     if update.kind == "generation":
@@ -50,6 +51,7 @@ def _encode(update: Update) -> apb.AssignerMessage:
                 lease_id=lease.lease_id,
                 partition=_partition(lease),
                 state=generation_state_to_pb(update.details["state"]),
+                end_offset=update.details["end_offset"],
             )
         )
     if update.kind == "revoke":

@@ -1,4 +1,5 @@
-"""Creating topics on the registered clusters: Kafka's admin API for real clusters, the control channel for local ones.
+"""What the coordinator asks of Kafka clusters: topic creation (Kafka's admin API for real clusters, the control
+channel for local ones) and end offsets (ListOffsets, the same on both kinds) for sealing generations.
 
 Topic creation is idempotent: a topic that exists with the wanted partition count is success, so a retried
 Failover or CreateStream never fails on its own earlier attempt.
@@ -18,6 +19,31 @@ class ClusterAdmin(Protocol):
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
         """Create `topic` with `partitions` partitions on `cluster` unless it exists with that many."""
         ...
+
+    def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
+        """The offset after the last record of each partition of `topic` (UnavailableError if unreachable)."""
+        ...
+
+
+def kafka_end_offsets(cluster: Cluster, topic: str, partitions: int, timeout_s: float = 10.0) -> list[int]:
+    """End offsets through librdkafka's ListOffsets; any Kafka-protocol cluster, real or local."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "streamplane-coordinator", "log_level": 3}
+    )
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)[1]
+            for p in range(partitions)
+        ]
+    except KafkaException as err:
+        raise UnavailableError(
+            f"cannot read the end offsets of topic {topic} on cluster {cluster.name} ({cluster.bootstrap_servers}): "
+            f"{err.args[0].str()}"
+        ) from err
+    finally:
+        consumer.close()
 
 
 class KafkaAdmin:
@@ -54,6 +80,9 @@ class KafkaAdmin:
                 f"topic {topic} exists on cluster {cluster.name} with {found} partitions, not {partitions}"
             )
 
+    def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
+        return kafka_end_offsets(cluster, topic, partitions, self._timeout_s)
+
 
 class LocalAdmin:
     """Topics on local Kafka-protocol clusters started by `streamplane dev`, through their control channel."""
@@ -62,6 +91,9 @@ class LocalAdmin:
         from streamplane.devstack.control import LocalClusterControl
 
         LocalClusterControl(cluster.control_endpoint, name=cluster.name).create_topic(topic, partitions)
+
+    def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
+        return kafka_end_offsets(cluster, topic, partitions)
 
 
 class RoutingAdmin:
@@ -72,5 +104,10 @@ class RoutingAdmin:
         self._local = local or LocalAdmin()
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
-        admin = self._local if cluster.admin == ADMIN_LOCAL else self._kafka
-        admin.ensure_topic(cluster, topic, partitions)
+        self._admin(cluster).ensure_topic(cluster, topic, partitions)
+
+    def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
+        return self._admin(cluster).end_offsets(cluster, topic, partitions)
+
+    def _admin(self, cluster: Cluster) -> ClusterAdmin:
+        return self._local if cluster.admin == ADMIN_LOCAL else self._kafka

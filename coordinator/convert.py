@@ -58,6 +58,7 @@ def generation_to_pb(g: Generation) -> pb.Generation:
         topic=g.topic,
         partitions=g.partitions,
         state=generation_state_to_pb(g.state),
+        end_offsets=g.end_offsets,
     )
 
 
@@ -88,6 +89,24 @@ def event_to_pb(e: Event) -> pb.TopologyEvent:
                 reason=d.get("reason", ""),
                 previous=generation_to_pb(Generation.from_dict(d["previous"])),
                 current=generation_to_pb(Generation.from_dict(d["current"])),
+            )
+        )
+    elif e.type == "generation_sealed":
+        msg.generation_sealed.CopyFrom(
+            pb.GenerationSealed(
+                stream=d["stream"],
+                lane=d["lane"],
+                generation=generation_to_pb(Generation.from_dict(d["generation"])),
+                reason=d.get("reason", ""),
+            )
+        )
+    elif e.type == "generation_drained":
+        msg.generation_drained.CopyFrom(
+            pb.GenerationDrained(
+                stream=d["stream"],
+                lane=d["lane"],
+                generation=generation_to_pb(Generation.from_dict(d["generation"])),
+                groups=d.get("groups", []),
             )
         )
     return msg

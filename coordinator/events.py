@@ -68,6 +68,14 @@ def read_events(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> l
 
 
 @transactional
+def head_version(tr: Transaction) -> str:
+    """The version of the newest event ("" for an empty log)."""
+    r = keys.EVENTS.range()
+    last = tr.get_range(r.start, r.stop, limit=1, reverse=True, snapshot=True)
+    return format_version(keys.event_version(last[0][0])) if last else ""
+
+
+@transactional
 def read_events_and_watch(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> tuple[list[Event], Watch]:
     """Like `read_events`, plus a watch that fires on the next append: read and watch are atomic, so none is missed."""
     return read_events(tr, after, limit=limit), tr.watch(keys.EVENT_HEAD)

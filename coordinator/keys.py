@@ -29,6 +29,9 @@ documented for operators in fdb/KEYS.md:
                                                         -> {attempts, next_ms, error, exhausted}
     ("streamplane", "reject", group, stream, lane, generation, partition, offset)
                                                         -> {reason, dlq, attempts}
+    ("streamplane", "producer", producer_id)           -> ProducerSession {topology_version, in_flight, alive_until_ms}
+    ("streamplane", "seal_wait", stream, lane, generation)
+                                                        -> event version producers must route by before a seal
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ PROGRESS = ROOT["progress"]
 DONE = ROOT["done"]
 RETRIES = ROOT["retry"]
 REJECTS = ROOT["reject"]
+PRODUCERS = ROOT["producer"]
+SEAL_WAITS = ROOT["seal_wait"]
 
 
 def cluster_key(name: str) -> bytes:

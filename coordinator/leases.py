@@ -106,9 +106,11 @@ def parse_lease_id(text: str) -> tuple[str, str, int, int]:
     return m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
 
 
-def check_worker_id(worker_id: str) -> str:
+def check_worker_id(worker_id: str, field_name: str = "worker_id") -> str:
     if not isinstance(worker_id, str) or not _WORKER_ID.fullmatch(worker_id):
-        raise InvalidArgumentError(f"worker_id {worker_id!r} must be 1 to 128 characters of letters, digits, . _ : -")
+        raise InvalidArgumentError(
+            f"{field_name} {worker_id!r} must be 1 to 128 characters of letters, digits, . _ : -"
+        )
     return worker_id
 
 
@@ -463,10 +465,15 @@ def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int
     return done
 
 
-def generation_state(tr: Transaction, lease: Lease) -> str:
-    """The state of the generation a lease is on (drained once its record is gone)."""
+def generation_state(tr: Transaction, lease: Lease) -> tuple[str, int]:
+    """The state of the generation a lease is on (drained once its record is gone) and the lease partition's
+    end offset (-1 until the generation is sealed)."""
     raw = tr.get(keys.generation_key(lease.stream, lease.lane, lease.generation))
-    return Generation.from_json(raw).state if raw else DRAINED
+    if raw is None:
+        return DRAINED, -1
+    gen = Generation.from_json(raw)
+    ends = gen.end_offsets
+    return gen.state, (ends[lease.partition] if lease.partition < len(ends) else -1)
 
 
 def grant_details(tr: Transaction, lease: Lease) -> dict[str, Any]:

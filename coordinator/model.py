@@ -66,6 +66,8 @@ class Generation(_Record):
     topic: str
     partitions: int
     state: str = ACTIVE
+    end_offsets: list[int] = field(default_factory=list)
+    """Fixed when sealed: per partition, the offset after its last record."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from streamplane.coordinator.assigner_servicer import AssignerServicer
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
 from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag_response
 from streamplane.coordinator.metrics import LAG, MetricsInterceptor, serve_metrics
+from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
@@ -51,12 +52,14 @@ class RunningCoordinator:
     db: Database
     health: health.HealthServicer
     assigner: Assigner
+    sealer: Sealer
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop serving (open streams end) and the assignment loop, then close the store."""
         self.health.enter_graceful_shutdown()
         self.server.stop(grace_s).wait()
         self.assigner.stop()
+        self.sealer.stop()
         self.db.close()
 
 
@@ -67,6 +70,7 @@ def start(
     port: int = 0,
     admin: ClusterAdmin | None = None,
     assigner_config: AssignerConfig | None = None,
+    sealing_config: SealingConfig | None = None,
     max_workers: int = 512,
 ) -> RunningCoordinator:
     """Start the gRPC server on host:port (0 picks a free port) over an open store."""
@@ -76,8 +80,9 @@ def start(
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
     )
     topology = Topology(db, admin or RoutingAdmin())
-    topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(topology), server)
+    topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(topology, sealing_config), server)
     assigner = Assigner(db, assigner_config)
+    sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config)
     commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db), server)
     LAG.source = lambda: lag_response(db, "")
     assigner_pb2_grpc.add_AssignerServiceServicer_to_server(AssignerServicer(assigner), server)
@@ -92,11 +97,12 @@ def start(
         raise UnavailableError(f"cannot listen on {host}:{port}: the address is in use or not available")
     server.start()
     assigner.start()
+    sealer.start()
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     address = f"{host}:{bound}"
     log.info("coordinator.started", address=address, store=db.driver)
-    return RunningCoordinator(server, address, db, health_servicer, assigner)
+    return RunningCoordinator(server, address, db, health_servicer, assigner, sealer)
 
 
 def serve_forever(

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import grpc
 
-from streamplane.coordinator import convert, events
+from streamplane.coordinator import convert, events, sealing
+from streamplane.coordinator.assigner import now_ms
+from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.topology import Topology
 from streamplane.rpc import grpc_errors, grpc_stream_errors
 from streamplane.v1 import topology_pb2 as pb
@@ -30,8 +32,9 @@ def actor_of(context: grpc.ServicerContext) -> str:
 
 
 class TopologyServicer(pb_grpc.TopologyServiceServicer):
-    def __init__(self, topology: Topology) -> None:
+    def __init__(self, topology: Topology, sealing_config: SealingConfig | None = None) -> None:
         self._topology = topology
+        self._sealing = sealing_config or SealingConfig()
 
     @grpc_errors
     def RegisterCluster(
@@ -53,7 +56,8 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
 
     @grpc_errors
     def DescribeStream(self, request: pb.DescribeStreamRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
-        return pb.StreamResponse(stream=convert.stream_to_pb(self._topology.get_stream(request.name)))
+        done = self._topology.describe_stream(request.name)
+        return pb.StreamResponse(stream=convert.stream_to_pb(done.value), version=done.version)
 
     @grpc_errors
     def ListStreams(self, request: pb.ListStreamsRequest, context: grpc.ServicerContext) -> pb.ListStreamsResponse:
@@ -96,3 +100,27 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
                     watch.wait(WATCH_POLL_S)
             finally:
                 watch.cancel()
+
+    @grpc_errors
+    def ProducerHeartbeat(
+        self, request: pb.ProducerHeartbeatRequest, context: grpc.ServicerContext
+    ) -> pb.ProducerHeartbeatResponse:
+        cfg = self._sealing
+        head = sealing.producer_heartbeat(
+            self._topology.db,
+            request.producer_id,
+            request.topology_version,
+            [(g.stream, g.lane, g.generation) for g in request.in_flight],
+            now_ms=now_ms(),
+            ttl_ms=cfg.producer_ttl_ms,
+        )
+        return pb.ProducerHeartbeatResponse(
+            heartbeat_interval_ms=cfg.producer_heartbeat_ms, ttl_ms=cfg.producer_ttl_ms, topology_version=head
+        )
+
+    @grpc_errors
+    def CloseProducer(
+        self, request: pb.CloseProducerRequest, context: grpc.ServicerContext
+    ) -> pb.CloseProducerResponse:
+        sealing.close_producer(self._topology.db, request.producer_id)
+        return pb.CloseProducerResponse()

@@ -187,6 +187,11 @@ class Topology:
         check_object_name("name", name)
         return get_stream(self.db, name, "stream")
 
+    def describe_stream(self, name: str) -> Committed:
+        """The stream and the newest event version it reflects (a watch resumed there misses no change)."""
+        check_object_name("name", name)
+        return Committed(*self.db.transact(lambda tr: (get_stream(tr, name, "stream"), events.head_version(tr))))
+
     def list_streams(self) -> list[Stream]:
         return list_streams(self.db)
 

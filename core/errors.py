@@ -33,8 +33,9 @@ class StreamplaneError(Exception):
         return self._retryable
 
 
-class InvalidArgumentError(StreamplaneError):
-    """A request field is malformed or out of range; the message names the field."""
+class InvalidArgumentError(StreamplaneError, ValueError):
+    """A request field or a setting is malformed or out of range; the message names it. Also a ValueError,
+    so invalid client configuration can be caught as one."""
 
 
 class NotFoundError(StreamplaneError):

@@ -7,6 +7,7 @@ import time
 
 import grpc
 import pytest
+from confluent_kafka import Producer as KafkaProducer
 
 from streamplane.client import CoordinatorClient, SessionEndedError, WorkerSession
 from streamplane.errors import (
@@ -151,12 +152,21 @@ def test_a_failover_tells_holders_their_generation_is_draining_and_grants_the_ne
     s.join()
     got, _ = collect(s)
     wait_until(lambda: len(s.leases) == 4)
+    writer = KafkaProducer({"bootstrap.servers": bootstrap})
+    for p in range(4):  # one record per partition: g1 is not drained until the group has processed it
+        writer.produce("sp.jobs.realtime.g1", b"x", partition=p)
+    assert writer.flush(10) == 0
     with CoordinatorClient(address) as client:
         client.failover("jobs", "realtime", "c2")
-    wait_until(lambda: len([e for e in got if isinstance(e, apb.GenerationChange)]) == 4)
-    changes = [e for e in got if isinstance(e, apb.GenerationChange)]
-    assert {c.lease_id for c in changes} == {f"jobs/realtime/g1/p{p}" for p in range(4)}
-    assert all(c.state == pb.GENERATION_STATE_DRAINING for c in changes)
+
+    def latest() -> dict[str, apb.GenerationChange]:
+        return {e.lease_id: e for e in got if isinstance(e, apb.GenerationChange)}
+
+    # draining at once, then sealed (no producer session holds it back) with each partition's end offset
+    wait_until(lambda: [c.state for c in latest().values()] == [pb.GENERATION_STATE_SEALED] * 4)
+    assert set(latest()) == {f"jobs/realtime/g1/p{p}" for p in range(4)}
+    assert all(c.end_offset == 1 for c in latest().values())
+
     assert not [e for e in got if isinstance(e, apb.Revoke)], "a draining generation keeps its holder"
     wait_until(lambda: len(s.leases) == 8)  # the draining generation stays held while g2 is granted too
     g2 = [g for lid, g in s.leases.items() if "/g2/" in lid]

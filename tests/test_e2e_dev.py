@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.helpers import cli, start_dev
+from tests.helpers import cli, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -19,16 +20,18 @@ def _topics(bootstrap: str) -> set[str]:
 
 
 def _check_state(address: str, data_dir: Path) -> None:
-    """describe, inspect and events all show g2 active on local-b and g1 draining on local-a."""
+    """describe, inspect and events all show g2 active on local-b and g1 left behind on local-a: draining, and
+    sealed (no producer session holds it) within moments."""
+    sealed = re.compile(r"g1\s+sealed\s+local-a\s+sp\.logs\.realtime\.g1")
+    wait_until(lambda: sealed.search(cli("stream", "describe", "logs", coordinator=address).stdout))
     described = cli("stream", "describe", "logs", coordinator=address)
     assert described.returncode == 0, described.stderr
-    assert "g1          draining  local-a  sp.logs.realtime.g1" in described.stdout
-    assert "g2          active    local-b  sp.logs.realtime.g2" in described.stdout
+    assert re.search(r"g2\s+active\s+local-b\s+sp\.logs\.realtime\.g2", described.stdout)
 
     as_json = json.loads(cli("--output", "json", "stream", "describe", "logs", coordinator=address).stdout)
     realtime = next(lane for lane in as_json["lanes"] if lane["name"] == "realtime")
     assert [(g["number"], g["state"]) for g in realtime["generations"]] == [
-        (1, "GENERATION_STATE_DRAINING"),
+        (1, "GENERATION_STATE_SEALED"),
         (2, "GENERATION_STATE_ACTIVE"),
     ]
 
@@ -36,13 +39,14 @@ def _check_state(address: str, data_dir: Path) -> None:
     assert inspected.returncode == 0, inspected.stderr
     lines = inspected.stdout.splitlines()
     assert len(lines) == 2
-    assert "('streamplane', 'gen', 'logs', 'realtime', 1)" in lines[0] and '"state": "draining"' in lines[0]
+    assert "('streamplane', 'gen', 'logs', 'realtime', 1)" in lines[0] and '"state": "sealed"' in lines[0]
     assert "('streamplane', 'gen', 'logs', 'realtime', 2)" in lines[1] and '"state": "active"' in lines[1]
 
     events = cli("events", coordinator=address)
     assert events.returncode == 0, events.stderr
     assert "stream_created logs" in events.stdout
     assert "failed_over logs/realtime g1@local-a (draining) -> g2@local-b reason='drill'" in events.stdout
+    assert "generation_sealed logs/realtime g1 end_offsets=[0,0,0,0] (no live producer session)" in events.stdout
 
 
 def test_dev_stack_cli_failover_kill9_restart(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ class Welcome(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class Grant(_message.Message):
-    __slots__ = ("lease_id", "partition", "epoch", "topic", "cluster", "bootstrap_servers", "start_offset", "generation_state")
+    __slots__ = ("lease_id", "partition", "epoch", "topic", "cluster", "bootstrap_servers", "start_offset", "generation_state", "end_offset")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,7 @@ class Grant(_message.Message):
     BOOTSTRAP_SERVERS_FIELD_NUMBER: _ClassVar[int]
     START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     GENERATION_STATE_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     partition: PartitionRef
     epoch: int
@@ -109,7 +110,8 @@ class Grant(_message.Message):
     bootstrap_servers: str
     start_offset: int
     generation_state: _topology_pb2.GenerationState
-    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., topic: _Optional[str] = ..., cluster: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., start_offset: _Optional[int] = ..., generation_state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ...) -> None: ...
+    end_offset: int
+    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., topic: _Optional[str] = ..., cluster: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., start_offset: _Optional[int] = ..., generation_state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ..., end_offset: _Optional[int] = ...) -> None: ...
 
 class Revoke(_message.Message):
     __slots__ = ("lease_id", "epoch", "deadline_unix_ms", "reason")
@@ -124,14 +126,16 @@ class Revoke(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., deadline_unix_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GenerationChange(_message.Message):
-    __slots__ = ("lease_id", "partition", "state")
+    __slots__ = ("lease_id", "partition", "state", "end_offset")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     partition: PartitionRef
     state: _topology_pb2.GenerationState
-    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ...) -> None: ...
+    end_offset: int
+    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ..., end_offset: _Optional[int] = ...) -> None: ...
 
 class AssignerMessage(_message.Message):
     __slots__ = ("welcome", "grant", "revoke", "generation_change")

@@ -50,18 +50,20 @@ class Cluster(_message.Message):
     def __init__(self, name: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., zone: _Optional[str] = ..., capacity_weight: _Optional[float] = ..., health: _Optional[str] = ..., config_ref: _Optional[str] = ..., admin: _Optional[_Union[ClusterAdmin, str]] = ..., control_endpoint: _Optional[str] = ...) -> None: ...
 
 class Generation(_message.Message):
-    __slots__ = ("number", "cluster", "topic", "partitions", "state")
+    __slots__ = ("number", "cluster", "topic", "partitions", "state", "end_offsets")
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     number: int
     cluster: str
     topic: str
     partitions: int
     state: GenerationState
-    def __init__(self, number: _Optional[int] = ..., cluster: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[int] = ..., state: _Optional[_Union[GenerationState, str]] = ...) -> None: ...
+    end_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, number: _Optional[int] = ..., cluster: _Optional[str] = ..., topic: _Optional[str] = ..., partitions: _Optional[int] = ..., state: _Optional[_Union[GenerationState, str]] = ..., end_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Lane(_message.Message):
     __slots__ = ("name", "priority", "generations")
@@ -207,6 +209,70 @@ class FailedOver(_message.Message):
     reason: str
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., previous: _Optional[_Union[Generation, _Mapping]] = ..., current: _Optional[_Union[Generation, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class GenerationSealed(_message.Message):
+    __slots__ = ("stream", "lane", "generation", "reason")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    generation: Generation
+    reason: str
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class GenerationDrained(_message.Message):
+    __slots__ = ("stream", "lane", "generation", "groups")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    generation: Generation
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GenerationRef(_message.Message):
+    __slots__ = ("stream", "lane", "generation")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    generation: int
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class ProducerHeartbeatRequest(_message.Message):
+    __slots__ = ("producer_id", "topology_version", "in_flight")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    topology_version: str
+    in_flight: _containers.RepeatedCompositeFieldContainer[GenerationRef]
+    def __init__(self, producer_id: _Optional[str] = ..., topology_version: _Optional[str] = ..., in_flight: _Optional[_Iterable[_Union[GenerationRef, _Mapping]]] = ...) -> None: ...
+
+class ProducerHeartbeatResponse(_message.Message):
+    __slots__ = ("heartbeat_interval_ms", "ttl_ms", "topology_version")
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval_ms: int
+    ttl_ms: int
+    topology_version: str
+    def __init__(self, heartbeat_interval_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., topology_version: _Optional[str] = ...) -> None: ...
+
+class CloseProducerRequest(_message.Message):
+    __slots__ = ("producer_id",)
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    def __init__(self, producer_id: _Optional[str] = ...) -> None: ...
+
+class CloseProducerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class GroupEvent(_message.Message):
     __slots__ = ("group", "type", "worker_id", "lease_id", "epoch", "reason")
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -224,7 +290,7 @@ class GroupEvent(_message.Message):
     def __init__(self, group: _Optional[str] = ..., type: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class TopologyEvent(_message.Message):
-    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event")
+    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +300,8 @@ class TopologyEvent(_message.Message):
     LANE_ADDED_FIELD_NUMBER: _ClassVar[int]
     FAILED_OVER_FIELD_NUMBER: _ClassVar[int]
     GROUP_EVENT_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_SEALED_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_DRAINED_FIELD_NUMBER: _ClassVar[int]
     version: str
     time_unix_ms: int
     actor: str
@@ -243,4 +311,6 @@ class TopologyEvent(_message.Message):
     lane_added: LaneAdded
     failed_over: FailedOver
     group_event: GroupEvent
-    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ...) -> None: ...
+    generation_sealed: GenerationSealed
+    generation_drained: GenerationDrained
+    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ...) -> None: ...

@@ -74,6 +74,16 @@ class TopologyServiceStub:
                 request_serializer=streamplane_dot_v1_dot_topology__pb2.WatchTopologyRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_topology__pb2.TopologyEvent.FromString,
                 _registered_method=True)
+        self.ProducerHeartbeat = channel.unary_unary(
+                '/streamplane.v1.TopologyService/ProducerHeartbeat',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.ProducerHeartbeatRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.ProducerHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.CloseProducer = channel.unary_unary(
+                '/streamplane.v1.TopologyService/CloseProducer',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.CloseProducerRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.CloseProducerResponse.FromString,
+                _registered_method=True)
 
 
 class TopologyServiceServicer:
@@ -128,6 +138,20 @@ class TopologyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProducerHeartbeat(self, request, context):
+        """Open or renew a producer session (see ProducerHeartbeatRequest).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseProducer(self, request, context):
+        """End a producer session at once: it no longer holds back any seal.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopologyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +194,16 @@ def add_TopologyServiceServicer_to_server(servicer, server):
                     servicer.WatchTopology,
                     request_deserializer=streamplane_dot_v1_dot_topology__pb2.WatchTopologyRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_topology__pb2.TopologyEvent.SerializeToString,
+            ),
+            'ProducerHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProducerHeartbeat,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.ProducerHeartbeatRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.ProducerHeartbeatResponse.SerializeToString,
+            ),
+            'CloseProducer': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseProducer,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.CloseProducerRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.CloseProducerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -388,6 +422,60 @@ class TopologyService:
             '/streamplane.v1.TopologyService/WatchTopology',
             streamplane_dot_v1_dot_topology__pb2.WatchTopologyRequest.SerializeToString,
             streamplane_dot_v1_dot_topology__pb2.TopologyEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProducerHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/ProducerHeartbeat',
+            streamplane_dot_v1_dot_topology__pb2.ProducerHeartbeatRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.ProducerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseProducer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/CloseProducer',
+            streamplane_dot_v1_dot_topology__pb2.CloseProducerRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.CloseProducerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,289 @@
+"""Producer sessions, and the life of a generation after a failover: draining -> sealed -> drained.
+
+A failover leaves generation g draining: producers may still hold records for it. g is *sealed* once no live
+producer can write to it again: every producer session routes by a topology version that includes the
+failover and has nothing in flight to g (a session that stops heartbeating expires and no longer counts).
+Sealing reads g's end offsets from its cluster and commits them with a `generation_sealed` event in one
+transaction. g is *drained* once every group with leases on it has processed it to those end offsets (a
+generation no group has read stays sealed, for groups still to come); the Assigner then stops handing out its
+partitions.
+
+Producers that write without a session (other Kafka clients) are invisible here: for them a seal may come
+before their last write, which consumers will then not read. Route every producer through streamplane.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+
+import structlog
+
+from streamplane.coordinator import commitlog, events, keys, leases
+from streamplane.coordinator.assigner import now_ms as clock
+from streamplane.coordinator.cluster_admin import ClusterAdmin
+from streamplane.coordinator.model import DRAINED, DRAINING, SEALED, Generation
+from streamplane.coordinator.store import Database, Transaction, transactional
+from streamplane.coordinator.topology import get_cluster
+from streamplane.errors import InvalidArgumentError, StreamplaneError
+from streamplane.names import check_lane_name, check_object_name
+
+log = structlog.get_logger(__name__)
+
+GenerationKey = tuple[str, str, int]  # (stream, lane, generation)
+
+
+@dataclass(frozen=True)
+class SealingConfig:
+    """Timing of producer sessions and of the sealing loop."""
+
+    producer_ttl_ms: int = 10_000
+    """A producer session silent this long no longer holds back seals."""
+    producer_heartbeat_ms: int = 1_000
+    """How often producers are asked to heartbeat."""
+    loop_ms: int = 200
+    """How often the leader looks for generations to seal or mark drained."""
+
+
+@dataclass(frozen=True)
+class ProducerSession:
+    producer_id: str
+    topology_version: str
+    in_flight: list[GenerationKey] = field(default_factory=list)
+    alive_until_ms: int = 0
+
+    def holds_back(self, gen: GenerationKey, wait_version: str) -> bool:
+        """Whether this producer may still write records to `gen` (seal waits for it)."""
+        return self.topology_version < wait_version or gen in self.in_flight
+
+
+def _producer_key(producer_id: str) -> bytes:
+    return keys.PRODUCERS.pack((producer_id,))
+
+
+def _seal_wait_key(gen: GenerationKey) -> bytes:
+    return keys.SEAL_WAITS.pack(gen)
+
+
+def _check_version(text: str) -> str:
+    events.parse_version(text, "topology_version")
+    return text
+
+
+# -- producer sessions -------------------------------------------------------------------------------------
+
+
+@transactional
+def producer_heartbeat(
+    tr: Transaction,
+    producer_id: str,
+    topology_version: str,
+    in_flight: list[GenerationKey],
+    *,
+    now_ms: int,
+    ttl_ms: int,
+) -> str:
+    """Open or renew a producer session; return the newest event version (producers with no routes adopt it)."""
+    leases.check_worker_id(producer_id, "producer_id")
+    _check_version(topology_version)
+    if len(in_flight) > 10_000:
+        raise InvalidArgumentError(f"in_flight lists {len(in_flight)} generations; the limit is 10000")
+    for stream, lane, number in in_flight:
+        check_object_name("in_flight.stream", stream)
+        check_lane_name("in_flight.lane", lane)
+        if number < 1:
+            raise InvalidArgumentError(f"in_flight.generation must be at least 1, not {number}")
+    session = ProducerSession(producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms)
+    tr.set(_producer_key(producer_id), json.dumps(asdict(session)).encode())
+    return events.head_version(tr)
+
+
+@transactional
+def close_producer(tr: Transaction, producer_id: str) -> None:
+    leases.check_worker_id(producer_id, "producer_id")
+    tr.clear(_producer_key(producer_id))
+
+
+@transactional
+def read_producers(tr: Transaction) -> list[ProducerSession]:
+    r = keys.PRODUCERS.range()
+    out = []
+    for _, raw in tr.get_range(r.start, r.stop):
+        data = json.loads(raw)
+        data["in_flight"] = [tuple(g) for g in data.get("in_flight", [])]
+        out.append(ProducerSession(**data))
+    return out
+
+
+def _expire_producers(tr: Transaction, now_ms: int) -> list[ProducerSession]:
+    """Drop expired sessions; return the live ones."""
+    live = []
+    for p in read_producers(tr):
+        if p.alive_until_ms <= now_ms:
+            tr.clear(_producer_key(p.producer_id))
+            log.info("producer.expired", producer=p.producer_id)
+        else:
+            live.append(p)
+    return live
+
+
+# -- generations -------------------------------------------------------------------------------------------
+
+
+def _generations_in(tr: Transaction, *states: str) -> list[tuple[str, str, Generation]]:
+    r = keys.GENERATIONS.range()
+    found = []
+    for key, raw in tr.get_range(r.start, r.stop):
+        gen = Generation.from_json(raw)
+        if gen.state in states:
+            stream, lane, _ = keys.GENERATIONS.unpack(key)
+            found.append((stream, lane, gen))
+    return found
+
+
+@dataclass(frozen=True)
+class SealPlan:
+    stream: str
+    lane: str
+    generation: Generation
+    reason: str
+
+
+@transactional
+def plan_seals(tr: Transaction, now_ms: int) -> list[SealPlan]:
+    """Draining generations no live producer can write to any more. Records, the first time it sees a draining
+    generation, the event version every producer must route by before it can be sealed."""
+    live = _expire_producers(tr, now_ms)
+    plans = []
+    for stream, lane, gen in _generations_in(tr, DRAINING):
+        ref = (stream, lane, gen.number)
+        raw = tr.get(_seal_wait_key(ref))
+        if raw is None:
+            # The failover's event is already in the log, so the head is at or after it.
+            tr.set(_seal_wait_key(ref), events.head_version(tr).encode())
+            continue
+        waiting = [p.producer_id for p in live if p.holds_back(ref, raw.decode())]
+        if not waiting:
+            reason = "every live producer has switched" if live else "no live producer session"
+            plans.append(SealPlan(stream, lane, gen, reason))
+    return plans
+
+
+def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms: int) -> Generation | None:
+    """Seal in one transaction with its event, if nothing changed since the plan (else None)."""
+    key = keys.generation_key(plan.stream, plan.lane, plan.generation.number)
+    raw = tr.get(key)
+    if raw is None or Generation.from_json(raw) != plan.generation:
+        return None
+    ref = (plan.stream, plan.lane, plan.generation.number)
+    wait = tr.get(_seal_wait_key(ref))
+    live = _expire_producers(tr, now_ms)
+    if wait is None or any(p.holds_back(ref, wait.decode()) for p in live):
+        return None
+    sealed = replace(plan.generation, state=SEALED, end_offsets=end_offsets)
+    tr.set(key, sealed.to_json())
+    tr.clear(_seal_wait_key(ref))
+    events.append_event(
+        tr,
+        "generation_sealed",
+        {"stream": plan.stream, "lane": plan.lane, "generation": asdict(sealed), "reason": plan.reason},
+        actor="sealer",
+    )
+    return sealed
+
+
+def _groups_on(tr: Transaction, stream: str, lane: str, number: int) -> list[str]:
+    """Groups that have had leases on a generation: the ones that must process it before it is drained."""
+    found = []
+    for group in leases.read_groups(tr):
+        r = keys.LEASES.range((group, stream, lane, number))
+        if tr.get_range(r.start, r.stop, limit=1):
+            found.append(group)
+    return found
+
+
+@transactional
+def mark_drained(tr: Transaction) -> list[tuple[str, str, Generation, list[str]]]:
+    """Mark drained every sealed generation that each of its groups has processed to its end offsets."""
+    done = []
+    for stream, lane, gen in _generations_in(tr, SEALED):
+        groups = _groups_on(tr, stream, lane, gen.number)
+        finished = bool(groups) and all(
+            commitlog.read_header(tr, (group, stream, lane, gen.number, p)).low >= end
+            for group in groups
+            for p, end in enumerate(gen.end_offsets)
+        )
+        if not finished:
+            continue
+        drained = replace(gen, state=DRAINED)
+        tr.set(keys.generation_key(stream, lane, gen.number), drained.to_json())
+        events.append_event(
+            tr,
+            "generation_drained",
+            {"stream": stream, "lane": lane, "generation": asdict(drained), "groups": groups},
+            actor="sealer",
+        )
+        done.append((stream, lane, drained, groups))
+    return done
+
+
+class Sealer:
+    """Seals and drains generations; runs on every replica but acts only while `is_leader()` is true."""
+
+    def __init__(
+        self,
+        db: Database,
+        admin: ClusterAdmin,
+        is_leader: Callable[[], bool],
+        config: SealingConfig | None = None,
+    ) -> None:
+        self.db = db
+        self.admin = admin
+        self.is_leader = is_leader
+        self.config = config or SealingConfig()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="sealer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=15)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.config.loop_ms / 1000):
+            if not self.is_leader():
+                continue
+            try:
+                self.run_once()
+            except StreamplaneError as err:
+                log.warning("sealer.pass_failed", error=err.message)
+            except Exception:
+                log.exception("sealer.pass_crashed")
+
+    def run_once(self, now_ms: int | None = None) -> None:
+        """Seal what can be sealed, then mark drained what every group has finished."""
+        for plan in plan_seals(self.db, now_ms or clock()):
+            cluster = get_cluster(self.db, plan.generation.cluster)
+            try:
+                ends = self.admin.end_offsets(cluster, plan.generation.topic, plan.generation.partitions)
+            except StreamplaneError as err:  # the old cluster may be the one that failed: try again later
+                log.warning("sealer.end_offsets_unavailable", stream=plan.stream, lane=plan.lane, error=err.message)
+                continue
+            sealed = self.db.transact(lambda tr, p=plan, e=ends: _commit_seal(tr, p, e, now_ms or clock()))
+            if sealed is not None:
+                log.info(
+                    "generation.sealed",
+                    stream=plan.stream,
+                    lane=plan.lane,
+                    generation=sealed.number,
+                    end_offsets=sealed.end_offsets,
+                    reason=plan.reason,
+                )
+        for stream, lane, gen, groups in mark_drained(self.db):
+            log.info("generation.drained", stream=stream, lane=lane, generation=gen.number, groups=groups)

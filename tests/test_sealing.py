@@ -1,0 +1,103 @@
+"""Sealing: a draining generation is sealed with its true end offsets once no live producer can write to it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamplane.client import CoordinatorClient, Producer
+from streamplane.coordinator import server
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.sealing import SealingConfig
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.errors import InvalidArgumentError
+from streamplane.v1 import topology_pb2 as pb
+from tests.helpers import wait_until
+
+TTL_MS = 1500
+
+
+@pytest.fixture
+def address(tmp_path: Path, local_cluster) -> Iterator[str]:
+    bootstrap, control = local_cluster
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
+        admin=RoutingAdmin(),
+        sealing_config=SealingConfig(producer_ttl_ms=TTL_MS, producer_heartbeat_ms=200, loop_ms=50),
+    )
+    with CoordinatorClient(running.address) as client:
+        for name in ("east", "west"):
+            client.register_cluster(
+                pb.Cluster(
+                    name=name,
+                    bootstrap_servers=bootstrap,
+                    admin=pb.CLUSTER_ADMIN_LOCAL,
+                    control_endpoint=control.endpoint,
+                )
+            )
+    yield running.address
+    running.stop(0)
+
+
+def generation(client: CoordinatorClient, stream: str, number: int) -> pb.Generation:
+    lane = next(x for x in client.describe_stream(stream).lanes if x.name == "realtime")
+    return next(g for g in lane.generations if g.number == number)
+
+
+def sealed_events(client: CoordinatorClient) -> list[pb.GenerationSealed]:
+    return [
+        e.generation_sealed
+        for e in client.watch_topology("", idle_timeout_s=0.3)
+        if e.WhichOneof("kind") == "generation_sealed"
+    ]
+
+
+def test_seal_waits_for_every_live_producer_then_records_the_end_offsets(address: str) -> None:
+    with CoordinatorClient(address) as client, Producer(address, **{"linger.ms": 5}) as producer:
+        client.create_stream("sealme", 3, cluster="east")
+        for i in range(90):
+            producer.produce("sealme", b"%d" % i, key=b"%d" % i)
+        assert producer.flush() == 0
+        # A second producer that heard of no topology change yet: the seal must wait for it.
+        client.producer_heartbeat("laggard", "", [])
+        client.failover("sealme", "realtime", "west", reason="test")
+        time.sleep(TTL_MS / 1000 / 2)
+        assert generation(client, "sealme", 1).state == pb.GENERATION_STATE_DRAINING
+        # The switched producer writes to generation 2 meanwhile.
+        wait_until(lambda: producer.route("sealme").generation == 2)
+        producer.produce("sealme", b"after")
+        assert producer.flush() == 0
+        # The laggard's session expires: now nothing holds the seal back.
+        wait_until(
+            lambda: generation(client, "sealme", 1).state == pb.GENERATION_STATE_SEALED, timeout=TTL_MS / 1000 + 5
+        )
+        g1 = generation(client, "sealme", 1)
+        assert sum(g1.end_offsets) == 90 and len(g1.end_offsets) == 3
+        (event,) = [e for e in sealed_events(client) if e.stream == "sealme"]
+        assert list(event.generation.end_offsets) == list(g1.end_offsets)
+        assert generation(client, "sealme", 2).state == pb.GENERATION_STATE_ACTIVE
+
+
+def test_a_closed_producer_no_longer_holds_back_a_seal(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("sealnow", 1, cluster="east")
+        client.producer_heartbeat("p1", "", [])
+        client.failover("sealnow", "realtime", "west")
+        time.sleep(0.3)
+        assert generation(client, "sealnow", 1).state == pb.GENERATION_STATE_DRAINING
+        client.close_producer("p1")
+        wait_until(lambda: generation(client, "sealnow", 1).state == pb.GENERATION_STATE_SEALED, timeout=3)
+        assert list(generation(client, "sealnow", 1).end_offsets) == [0]
+
+
+def test_bad_producer_heartbeats_are_refused_by_name(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        with pytest.raises(InvalidArgumentError, match="producer_id"):
+            client.producer_heartbeat("bad id!", "", [])
+        with pytest.raises(InvalidArgumentError, match="topology_version"):
+            client.producer_heartbeat("p", "xyz", [])
+        with pytest.raises(InvalidArgumentError, match=r"in_flight\.generation"):
+            client.producer_heartbeat("p", "", [("s", "realtime", 0)])
