@@ -7,6 +7,7 @@ a bad batch: a batch past the decompression limit, or corrupt, is skipped and re
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -51,6 +52,7 @@ class PartitionFetcher:
         max_decompressed: the decoder's limit for each batch and each fetch.
         partition_max_bytes: how much one fetch asks for.
         max_wait_ms: how long the broker may hold a fetch open when there is nothing new.
+        ssl_context: TLS for the connections (see streamplane.client.tls); None is plaintext.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class PartitionFetcher:
         max_wait_ms: int = 100,
         retry_backoff_s: float = 0.1,
         max_backoff_s: float = 2.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must not be negative, not {partition}")
@@ -77,6 +80,7 @@ class PartitionFetcher:
         self.max_wait_ms = max_wait_ms
         self._backoff = (retry_backoff_s, max_backoff_s)
         self._leader: KafkaConnection | None = None
+        self._ssl = ssl_context
 
     def close(self) -> None:
         if self._leader is not None:
@@ -86,14 +90,14 @@ class PartitionFetcher:
     def _connect_leader(self) -> KafkaConnection:
         if self._leader is not None:
             return self._leader
-        with KafkaConnection.connect_any(self.bootstrap_servers) as bootstrap:
+        with KafkaConnection.connect_any(self.bootstrap_servers, ssl_context=self._ssl) as bootstrap:
             metadata = bootstrap.metadata([self.topic])
         parts = {p.partition: p for p in metadata.topics.get(self.topic, [])}
         part = parts.get(self.partition)
         if part is None or part.leader < 0 or part.leader not in metadata.brokers:
             raise KafkaProtocolError(f"{self.topic}/{self.partition} has no leader now", code=5)
         broker = metadata.brokers[part.leader]
-        self._leader = KafkaConnection(broker.host, broker.port)
+        self._leader = KafkaConnection(broker.host, broker.port, ssl_context=self._ssl)
         return self._leader
 
     def _drop_leader(self) -> None:

@@ -8,6 +8,7 @@ ApiVersions v0, Metadata v1, ListOffsets v1, Fetch v4.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -125,13 +126,22 @@ class FetchedPartition:
 class KafkaConnection:
     """One connection to one broker. Calls are serialized; the connection is reusable and thread-safe."""
 
-    def __init__(self, host: str, port: int, *, client_id: str = "streamplane", timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "streamplane",
+        timeout_s: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.address = f"{host}:{port}"
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as err:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = ssl_context.wrap_socket(sock, server_hostname=host) if ssl_context else sock
+        except OSError as err:  # ssl.SSLError included
             raise UnavailableError(f"cannot connect to Kafka broker {self.address}: {err}") from err
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._client_id = client_id
         self._correlation = 0
         self._lock = threading.Lock()

@@ -349,14 +349,15 @@ def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -
 
 @transactional
 def due_retries(tr: Transaction, group: str, lid: str, epoch: int, *, now_ms: int, limit: int = 1000) -> list[dict]:
-    """Offsets whose next attempt is due, for the lease holder at `epoch`."""
+    """Offsets whose next attempt is due, and exhausted ones still waiting for their reject (so a new holder
+    finishes what a crashed one left), for the lease holder at `epoch`."""
     pk = _partition(group, lid)
     check_lease(tr, group, lid, epoch)
     r0 = keys.RETRIES.range(pk)
     due = []
     for key, raw in tr.get_range(r0.start, r0.stop):
         state = json.loads(raw)
-        if not state["exhausted"] and state["next_ms"] <= now_ms:
+        if state["exhausted"] or state["next_ms"] <= now_ms:
             due.append({"offset": keys.RETRIES.unpack(key)[-1], **state})
             if len(due) >= limit:
                 break

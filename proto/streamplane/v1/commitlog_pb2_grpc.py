@@ -78,7 +78,9 @@ class CommitLogServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DueRetries(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Offsets whose next attempt is due, and exhausted ones (exhausted=true) not yet rejected: the holder
+        copies those to the dlq lane and rejects them.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

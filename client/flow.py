@@ -1,0 +1,63 @@
+"""The consumer's limits on what it holds: decoded bytes (a hard cap) and records in flight.
+
+Readers reserve the most a fetch can decode before fetching, keep the decoded size while any record of the
+batch is pending, and release it when the last one ends, so the decoded data held never exceeds the cap.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class Held:
+    """The memory account of one decoded batch: released when its last record ends."""
+
+    __slots__ = ("_budget", "_lock", "bytes", "records")
+
+    def __init__(self, budget: Budget, nbytes: int, records: int) -> None:
+        self._budget = budget
+        self._lock = threading.Lock()
+        self.bytes = nbytes
+        self.records = records
+
+    def release_one(self) -> None:
+        with self._lock:
+            self.records -= 1
+            last = self.records == 0
+        self._budget.release(1, self.bytes if last else 0)
+
+
+class Budget:
+    """Records in flight and bytes held, shared by every reader of a consumer."""
+
+    def __init__(self, max_records: int, max_bytes: int) -> None:
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.records = 0
+        self.bytes = 0
+        self.peak_bytes = 0
+        self._cond = threading.Condition()
+
+    def reserve(self, nbytes: int, timeout_s: float) -> bool:
+        """Reserve `nbytes` for a fetch when the records in flight are under their limit; False on timeout."""
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: self.records < self.max_records and self.bytes + nbytes <= self.max_bytes, timeout_s
+            )
+            if ok:
+                self.bytes += nbytes
+                self.peak_bytes = max(self.peak_bytes, self.bytes)
+            return ok
+
+    def settle(self, reserved: int, used: int, records: int) -> None:
+        """Turn a fetch's reservation into what its batch really holds (`used` <= `reserved`)."""
+        with self._cond:
+            self.bytes += used - reserved
+            self.records += records
+            self._cond.notify_all()
+
+    def release(self, records: int, nbytes: int) -> None:
+        with self._cond:
+            self.records -= records
+            self.bytes -= nbytes
+            self._cond.notify_all()

@@ -1,0 +1,96 @@
+"""A record handed to application code, and how it ends: `ack()`, `retry(...)` or `reject(...)`.
+
+Outcomes: the first call decides. Repeating it is a no-op (so acking twice is harmless); a different outcome
+after it (ack after reject, say) raises OutcomeError. A record whose lease moved to another worker before
+its outcome keeps its outcome here, but nothing is recorded: the new holder reads it again (at least once).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from streamplane.errors import FailedPreconditionError
+
+if TYPE_CHECKING:
+    from streamplane.client.lease_reader import LeaseReader
+
+PENDING, ACKED, RETRIED, REJECTED = "pending", "acked", "retried", "rejected"
+
+
+class OutcomeError(FailedPreconditionError):
+    """A record already ended one way was asked to end another way."""
+
+
+class Message:
+    """One record of a stream, as the consumer delivers it.
+
+    Attributes:
+        offset, timestamp (ms, the ingestion time), key, value, headers ((name, value) pairs).
+        attempt: 1 on first delivery; n on its n-th attempt after retries.
+    """
+
+    __slots__ = ("_held", "_outcome", "_reader", "attempt", "headers", "key", "offset", "timestamp", "value")
+
+    def __init__(self, reader: LeaseReader, record: Any, attempt: int = 1, held: Any = None) -> None:
+        self._reader = reader
+        self._held = held  # the decoded batch's memory account, released when its last record ends
+        self._outcome = PENDING
+        self.offset: int = record.offset
+        self.timestamp: int = record.timestamp
+        self.key: bytes | None = record.key
+        self.value: bytes | None = record.value
+        self.headers: tuple[tuple[str, bytes | None], ...] = record.headers
+        self.attempt = attempt
+
+    @property
+    def stream(self) -> str:
+        return self._reader.stream
+
+    @property
+    def lane(self) -> str:
+        return self._reader.lane
+
+    @property
+    def generation(self) -> int:
+        return self._reader.generation
+
+    @property
+    def partition(self) -> int:
+        return self._reader.partition
+
+    @property
+    def lease_id(self) -> str:
+        return self._reader.lease_id
+
+    @property
+    def outcome(self) -> str:
+        """pending, acked, retried or rejected."""
+        return self._outcome
+
+    def ack(self) -> None:
+        """Done: the offset is recorded as processed."""
+        self._reader.finish(self, ACKED)
+
+    def retry(self, error: str | BaseException = "", backoff_s: float | None = None) -> None:
+        """Try again later (after `backoff_s`, default the consumer's retry_backoff_s); live records go on
+        meanwhile. After the group's max attempts the record is rejected instead."""
+        self._reader.finish(self, RETRIED, error=_text(error), backoff_s=backoff_s)
+
+    def reject(self, reason: str) -> None:
+        """Never processable: copy it to the stream's dlq lane with its origin, and mark it rejected."""
+        if not str(reason).strip():
+            raise ValueError("reject needs a reason")
+        self._reader.finish(self, REJECTED, error=str(reason))
+
+    def header(self, name: str) -> bytes | None:
+        """The value of the first header called `name`, or None."""
+        return next((v for k, v in self.headers if k == name), None)
+
+    def __repr__(self) -> str:
+        return f"Message({self.lease_id}@{self.offset}, attempt={self.attempt}, {self._outcome})"
+
+
+def _text(error: str | BaseException) -> str:
+    if isinstance(error, BaseException):
+        return f"{type(error).__name__}: {error}"[:1000]
+    return str(error)[:1000]

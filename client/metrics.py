@@ -1,0 +1,54 @@
+"""The client's Prometheus metrics: off unless a Consumer or Producer is given `metrics_port`.
+
+They live in their own registry, so a process that also runs a coordinator keeps both sets apart.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+RECORDS_IN = Counter(
+    "streamplane_client_records_in", "Records fetched by consumers", ["group", "stream", "lane"], registry=REGISTRY
+)
+RECORDS_OUT = Counter("streamplane_client_records_out", "Records produced", ["stream", "lane"], registry=REGISTRY)
+ACKS = Counter("streamplane_client_acks", "Records acked", ["group", "stream", "lane"], registry=REGISTRY)
+RETRIES = Counter("streamplane_client_retries", "Records sent to retry", ["group", "stream", "lane"], registry=REGISTRY)
+REJECTS = Counter(
+    "streamplane_client_rejects",
+    "Records rejected (copied to the dlq lane)",
+    ["group", "stream", "lane"],
+    registry=REGISTRY,
+)
+FETCH_BYTES = Counter(
+    "streamplane_client_fetch_bytes",
+    "Record-set bytes fetched from Kafka",
+    ["group", "stream", "lane"],
+    registry=REGISTRY,
+)
+DECODE_ERRORS = Counter(
+    "streamplane_client_decode_errors",
+    "Batches that could not be decoded (corrupt, or over the decompression limit) and were rejected",
+    ["group", "stream", "lane"],
+    registry=REGISTRY,
+)
+TIME_LAG = Gauge(
+    "streamplane_client_time_lag_seconds",
+    "Now minus the ingestion time of the oldest record not yet processed, by lease",
+    ["group", "lease"],
+    registry=REGISTRY,
+)
+
+_served: set[int] = set()
+_lock = threading.Lock()
+
+
+def serve(port: int, host: str = "0.0.0.0") -> None:
+    """Serve the client's metrics on host:port/metrics (once per port per process)."""
+    with _lock:
+        if port not in _served:
+            start_http_server(port, host, registry=REGISTRY)
+            _served.add(port)

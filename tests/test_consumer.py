@@ -1,0 +1,206 @@
+"""The Consumer against a real coordinator and local cluster: both APIs, retries, rejects to the dlq lane,
+draining a failed-over generation, bombs, limits and bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from streamplane.client import Consumer, CoordinatorClient, Message, OutcomeError, PartitionFetcher, Producer
+from streamplane.client.consumer import ORIGIN_HEADERS, REASON_HEADER
+from streamplane.errors import NotFoundError, UnavailableError
+from streamplane.v1 import topology_pb2 as pb
+from tests.helpers import free_port, wait_until
+
+
+@pytest.fixture
+def address(coordinator, local_cluster) -> str:
+    bootstrap, control = local_cluster
+    with CoordinatorClient(coordinator.address) as client:
+        for name in ("east", "west"):
+            client.register_cluster(
+                pb.Cluster(
+                    name=name,
+                    bootstrap_servers=bootstrap,
+                    admin=pb.CLUSTER_ADMIN_LOCAL,
+                    control_endpoint=control.endpoint,
+                )
+            )
+    return coordinator.address
+
+
+def produce(address: str, stream: str, values: list[bytes], lane: str = "realtime") -> None:
+    with Producer(address, **{"linger.ms": 5}) as producer:
+        for v in values:
+            producer.produce(stream, v, key=v, lane=lane)
+        assert producer.flush() == 0
+
+
+def lag(address: str, group: str) -> tuple[int, int]:
+    with CoordinatorClient(address) as client:
+        got = client.lag(group)
+    return got.offset_lag, len(got.partitions)
+
+
+def read_lane(bootstrap: str, topic: str, partitions: int) -> list:
+    out = []
+    for p in range(partitions):
+        f = PartitionFetcher(bootstrap, topic, p)
+        while True:
+            got = f.fetch()
+            if got.batch is None:
+                break
+            out += list(got.batch.records())
+        f.close()
+    return out
+
+
+def test_handler_api_processes_everything_and_commits(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-orders", 4, cluster="east")
+    values = [b"o%d" % i for i in range(2000)]
+    produce(address, "c-orders", values)
+    seen: Counter[bytes] = Counter()
+    lock = threading.Lock()
+
+    def handle(msg: Message) -> None:
+        with lock:
+            seen[msg.value] += 1
+
+    stop = threading.Event()
+    with Consumer(address, group="c-g1", stream="c-orders", concurrency=4) as consumer:
+        runner = threading.Thread(target=consumer.run, args=(handle,), kwargs={"stop": stop})
+        runner.start()
+        wait_until(lambda: len(seen) == 2000, timeout=20)
+        wait_until(lambda: lag(address, "c-g1") == (0, 4), timeout=5)
+        stop.set()
+        runner.join()
+    assert set(seen) == set(values)
+
+
+def test_iterator_api_with_retry_and_reject_to_the_dlq(address: str, local_cluster) -> None:
+    bootstrap, _ = local_cluster
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-mixed", 1, cluster="east")
+        client.configure_group("c-g2", "realtime", 2)
+    produce(address, "c-mixed", [b"ok1", b"flaky", b"poison", b"bad", b"ok2"])
+    attempts: Counter[bytes] = Counter()
+    with Consumer(address, group="c-g2", stream="c-mixed", retry_backoff_s=0.1) as consumer:
+        for msg in consumer:
+            attempts[msg.value] += 1
+            if msg.value == b"flaky" and msg.attempt == 1:
+                msg.retry("try again")
+            elif msg.value == b"poison":
+                msg.retry(RuntimeError("always fails"))
+            elif msg.value == b"bad":
+                msg.reject("schema violation")
+                msg.reject("schema violation")  # the same outcome again: no-op
+                with pytest.raises(OutcomeError, match="already rejected"):
+                    msg.ack()
+            else:
+                msg.ack()
+                msg.ack()  # idempotent
+            if attempts[b"flaky"] == 2 and attempts[b"poison"] == 2:
+                break
+        wait_until(lambda: lag(address, "c-g2")[0] == 0, timeout=10)
+    assert attempts == {b"ok1": 1, b"flaky": 2, b"poison": 2, b"bad": 1, b"ok2": 1}
+    dlq = read_lane(bootstrap, "sp.c-mixed.dlq.g1", 1)
+    by_value = {r.value: dict(r.headers) for r in dlq}
+    assert set(by_value) == {b"poison", b"bad"}
+    assert by_value[b"bad"][REASON_HEADER] == b"schema violation"
+    assert b"gave up after 2 attempts: RuntimeError: always fails" in by_value[b"poison"][REASON_HEADER]
+    origin = [by_value[b"poison"][h] for h in ORIGIN_HEADERS]
+    assert origin == [b"c-mixed", b"realtime", b"1", b"0", b"2"]
+    with CoordinatorClient(address) as client:
+        progress = client.progress("c-g2", "c-mixed/realtime/g1/p0")
+    assert progress.low_watermark == 5 and progress.rejects == 2
+
+
+def test_a_failed_over_generation_is_read_to_its_end_then_drained(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-move", 2, cluster="east")
+    produce(address, "c-move", [b"old%d" % i for i in range(300)])
+    seen: set[bytes] = set()
+    stop = threading.Event()
+    with Consumer(address, group="c-g3", stream="c-move") as consumer:
+        runner = threading.Thread(target=consumer.run, args=(lambda m: seen.add(m.value),), kwargs={"stop": stop})
+        runner.start()
+        with CoordinatorClient(address) as client:
+            client.failover("c-move", "realtime", "west")
+        produce(address, "c-move", [b"new%d" % i for i in range(300)])
+
+        def g1_state() -> int:
+            with CoordinatorClient(address) as client:
+                lane = next(x for x in client.describe_stream("c-move").lanes if x.name == "realtime")
+            return lane.generations[0].state
+
+        wait_until(lambda: g1_state() == pb.GENERATION_STATE_DRAINED, timeout=20)
+        wait_until(lambda: len(seen) == 600, timeout=10)
+        wait_until(lambda: all("/g2/" in lease for lease in consumer.leases), timeout=10)
+        stop.set()
+        runner.join()
+
+
+def test_a_zstd_bomb_is_a_rejected_batch_and_the_partition_keeps_flowing(address: str, local_cluster) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    bootstrap, _ = local_cluster
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-bomb", 1, cluster="east")
+    raw = KafkaProducer({"bootstrap.servers": bootstrap, "compression.type": "zstd", "message.max.bytes": 64 << 20})
+    raw.produce("sp.c-bomb.realtime.g1", b"before")
+    raw.flush(10)
+    raw.produce("sp.c-bomb.realtime.g1", b"\0" * (32 << 20))  # 32 MiB of zeros: a few KB as zstd
+    raw.flush(10)
+    raw.produce("sp.c-bomb.realtime.g1", b"after")
+    assert raw.flush(10) == 0
+    got: list[bytes] = []
+    with Consumer(address, group="c-g4", stream="c-bomb", max_decompressed=4 << 20, max_buffered_bytes=16 << 20) as c:
+        for msg in c:
+            got.append(msg.value)
+            msg.ack()
+            if len(got) == 2:
+                break
+        assert c.budget.peak_bytes <= 16 << 20
+        wait_until(lambda: lag(address, "c-g4")[0] == 0, timeout=10)
+    assert got == [b"before", b"after"]
+    with CoordinatorClient(address) as client:
+        progress = client.progress("c-g4", "c-bomb/realtime/g1/p0")
+    assert progress.low_watermark == 3 and progress.rejects == 1
+
+
+def test_bad_input_is_a_clear_error(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-bad", 1, cluster="east")
+    with pytest.raises(NotFoundError, match="ghost"):
+        Consumer(address, group="g", stream="ghost")
+    with pytest.raises(NotFoundError, match="nolane"):
+        Consumer(address, group="g", stream="c-bad", lanes=["nolane"])
+    with pytest.raises(UnavailableError, match=r"127\.0\.0\.1:1"):
+        Consumer("127.0.0.1:1", group="g", stream="c-bad")
+    for key, value in [("concurrency", 0), ("max_in_flight", -1), ("max_decompressed", 1 << 40), ("ordering", "x")]:
+        with pytest.raises(ValueError, match=key):
+            Consumer(address, group="g", stream="c-bad", **{key: value})
+    with pytest.raises(ValueError, match=r"security\.protocol"):
+        Consumer(address, group="g", stream="c-bad", kafka_config={"security.protocol": "sasl_ssl"})
+
+
+def test_metrics_are_served_when_asked(address: str) -> None:
+    import urllib.request
+
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-metrics", 1, cluster="east")
+    produce(address, "c-metrics", [b"m%d" % i for i in range(20)])
+    port = free_port()
+    with Consumer(address, group="c-g5", stream="c-metrics", metrics_port=port) as consumer:
+        for n, msg in enumerate(consumer, 1):
+            msg.ack()
+            if n == 20:
+                break
+        time.sleep(0.3)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    assert 'streamplane_client_records_in_total{group="c-g5",lane="realtime",stream="c-metrics"} 20.0' in text
+    assert 'streamplane_client_acks_total{group="c-g5",lane="realtime",stream="c-metrics"} 20.0' in text
