@@ -36,6 +36,9 @@ RECORD_OVERHEAD = 320
 REVOKE_MARGIN_S = 0.25
 """How long before a revoke deadline the reader stops waiting for in-flight records and commits."""
 RETRY_CHECK_S = 0.5
+GAVE_UP = "max attempts reached; last error"
+"""Reject reason of a record whose retries used up the group's max attempts (the count lives in the commit
+log, not here: a new holder may have read the record afresh)."""
 
 
 @dataclass
@@ -86,6 +89,7 @@ class LeaseReader:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{self.lease_id}", daemon=True)
         self.records_seen = 0
+        self._done_above: list[tuple[int, int]] = []
         self.finished_reading = False
 
     # -- control (from the consumer's session thread)
@@ -166,6 +170,8 @@ class LeaseReader:
         next_retry_check = 0.0
         try:
             fetcher = self.consumer.new_fetcher(self, self.start_offset)
+            if self.start_offset >= 0:
+                self._load_done_ranges()
             if fetcher.position < 0 and self.consumer.start_from_latest:
                 fetcher.position = fetcher.offsets()[1]
             while not self._lost.is_set():
@@ -227,6 +233,8 @@ class LeaseReader:
                 records = list(batch.records())
                 if self.end_offset >= 0:
                     records = [r for r in records if r.offset < self.end_offset]
+                if self._done_above:
+                    records = self._not_done(records)
                 count = len(records)
                 if count:
                     held = Held(self.budget, used, count)
@@ -246,6 +254,27 @@ class LeaseReader:
         if delivered:
             self.records_seen += len(delivered)
             self.consumer.deliver(delivered)
+
+    def _load_done_ranges(self) -> None:
+        """Offsets above the low watermark a previous holder finished (past a retrying record, say): skipped,
+        so a moved lease does not process them again."""
+        progress = self.consumer.client.progress(self.consumer.group, self.lease_id, max_ranges=100_000)
+        self._done_above = sorted((r.start, r.end) for r in progress.done if r.end > self.start_offset)
+
+    def _not_done(self, records: list) -> list:
+        ranges = self._done_above
+        while ranges and records and ranges[0][1] <= records[0].offset:
+            ranges.pop(0)
+        if not ranges:
+            return records
+        out, i = [], 0
+        for r in records:  # both sorted by offset: one merge walk
+            while i < len(ranges) and ranges[i][1] <= r.offset:
+                i += 1
+            if i < len(ranges) and ranges[i][0] <= r.offset:
+                continue
+            out.append(r)
+        return out
 
     def _gaps(self, before: int, after: int, delivered: list[Message], skipped: list) -> list[tuple[int, int]]:
         """Offsets the fetch stepped over without a record (control batches, aborted or compacted records):
@@ -319,7 +348,7 @@ class LeaseReader:
                         self.pending[m.offset] = m
                     self._retrying.update(m.offset for m in found)
                 for m, error in exhausted:
-                    self.finish(m, REJECTED, error=f"gave up after {m.attempt} attempts: {error}")
+                    self.finish(m, REJECTED, error=f"{GAVE_UP}: {error}")
                 exhausted.clear()
                 if found:
                     self.consumer.deliver(found)
@@ -368,7 +397,7 @@ class LeaseReader:
                     to_reject.append(msg)
         for msg in to_reject:
             error = next((r.error for r in out.retries if r.offset == msg.offset), "")
-            self.consumer.send_to_dlq(self, msg, f"gave up after {msg.attempt} attempts: {error}")
+            self.consumer.send_to_dlq(self, msg, f"{GAVE_UP}: {error}")
 
     def _finish_revoke(self) -> bool:
         """While revoking: True once in-flight work is done (or the deadline is near) and the lease released."""

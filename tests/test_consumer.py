@@ -111,7 +111,7 @@ def test_iterator_api_with_retry_and_reject_to_the_dlq(address: str, local_clust
     by_value = {r.value: dict(r.headers) for r in dlq}
     assert set(by_value) == {b"poison", b"bad"}
     assert by_value[b"bad"][REASON_HEADER] == b"schema violation"
-    assert b"gave up after 2 attempts: RuntimeError: always fails" in by_value[b"poison"][REASON_HEADER]
+    assert b"max attempts reached; last error: RuntimeError: always fails" in by_value[b"poison"][REASON_HEADER]
     origin = [by_value[b"poison"][h] for h in ORIGIN_HEADERS]
     assert origin == [b"c-mixed", b"realtime", b"1", b"0", b"2"]
     with CoordinatorClient(address) as client:

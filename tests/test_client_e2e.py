@@ -1,0 +1,246 @@
+"""The client end to end, with real processes: 200,000 records through a failover, a worker killed with -9,
+a worker joining, a coordinator restart and 0.1% poison records; then a zstd bomb against a worker's RSS."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
+from streamplane.client.consumer import REASON_HEADER
+from streamplane.errors import StreamplaneError
+from streamplane.v1 import topology_pb2 as pb
+from tests.helpers import Proc, free_port, start_coordinator, wait_until
+
+pytestmark = pytest.mark.e2e
+
+WORKER = str(Path(__file__).with_name("e2e_worker.py"))
+TOTAL = int(os.environ.get("STREAMPLANE_E2E_RECORDS", "200000"))
+PARTITIONS = 8
+GROUP = "e2e"
+STREAM = "events"
+MAX_ATTEMPTS = 3
+
+
+class Stack:
+    """Two local clusters and a coordinator on a fixed port (so it can be restarted where clients look)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.clusters = {}
+        for name in ("a", "b"):
+            proc = Proc([sys.executable, "-m", "streamplane.devstack.mockcluster", "--name", name])
+            info = proc.wait_for(r'"bootstrap_servers": "([^"]+)", "control_endpoint": "([^"]+)"')
+            self.clusters[name] = (proc, info.group(1), info.group(2))
+        self.port = free_port()
+        self.coordinator, self.address = start_coordinator(tmp / "coordinator", self.port)
+
+    def restart_coordinator(self) -> None:
+        self.coordinator.stop()
+        self.coordinator, _ = start_coordinator(self.tmp / "coordinator", self.port)
+
+    def bootstrap(self, name: str) -> str:
+        return self.clusters[name][1]
+
+    def stop(self) -> None:
+        self.coordinator.stop()
+        for proc, _, _ in self.clusters.values():
+            proc.stop()
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(tmp_path)
+    with CoordinatorClient(s.address) as client:
+        for name, (_, bootstrap, control) in s.clusters.items():
+            client.register_cluster(
+                pb.Cluster(
+                    name=name, bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control
+                )
+            )
+        client.create_stream(STREAM, PARTITIONS, cluster="a")
+        client.configure_group(GROUP, "realtime", MAX_ATTEMPTS)
+    yield s
+    s.stop()
+
+
+def worker(stack: Stack, name: str, **extra: object) -> Proc:
+    out = stack.tmp / f"{name}.ids"
+    proc = Proc([sys.executable, WORKER, stack.address, GROUP, STREAM, name, str(out), json.dumps(extra)])
+    proc.wait_for(r'"event": "started"')
+    return proc
+
+
+class LagProbe:
+    """Samples the group's time lag every 250 ms (skipping while the coordinator is away)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                with CoordinatorClient(self.address, timeout_s=2, retries=0) as client:
+                    lag = client.lag(GROUP, STREAM, "realtime")
+                self.samples.append((time.monotonic(), max((p.time_lag_ms for p in lag.partitions), default=0)))
+            except StreamplaneError:
+                continue
+
+    def recovered_after(self, t: float, within_s: float = 10.0, under_ms: int = 2000) -> float | None:
+        """Seconds after `t` until the first sample under `under_ms` (None if none within `within_s`)."""
+        for at, lag_ms in self.samples:
+            if t <= at <= t + within_s and lag_ms < under_ms:
+                return at - t
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def produce_all(address: str, done: threading.Event, errors: list) -> None:
+    """TOTAL records over about 20 s; every 1000th is poison."""
+    with Producer(address, **{"linger.ms": 20}) as producer:
+        started = time.monotonic()
+        for i in range(TOTAL):
+            value = b"poison-%d" % i if i % 1000 == 999 else b"id-%d" % i
+            producer.produce(
+                STREAM, value, key=b"%d" % i, on_delivery=lambda err, msg: err is not None and errors.append(err)
+            )
+            if i % 1000 == 0:
+                ahead = started + i / (TOTAL / 20) - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+        left = producer.flush(60)
+    assert left == 0
+    done.set()
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int) -> list:
+    out = []
+    for p in range(partitions):
+        f = PartitionFetcher(bootstrap, topic, p)
+        while (got := f.fetch()).batch is not None or got.skipped:
+            out += list(got.batch.records()) if got.batch is not None else []
+        f.close()
+    return out
+
+
+def test_records_survive_failover_kill9_join_restart_and_poison(stack: Stack) -> None:
+    workers = {"w1": worker(stack, "w1", retry_backoff_s=0.2), "w2": worker(stack, "w2", retry_backoff_s=0.2)}
+    probe = LagProbe(stack.address)
+    produced, errors = threading.Event(), []
+    producer = threading.Thread(target=produce_all, args=(stack.address, produced, errors))
+    producer.start()
+    faults: dict[str, float] = {}
+    try:
+        time.sleep(4)
+        with CoordinatorClient(stack.address) as client:
+            client.failover(STREAM, "realtime", "b", reason="e2e drill")
+        faults["failover"] = time.monotonic()
+        time.sleep(4)
+        workers["w1"].kill9()
+        faults["kill -9"] = time.monotonic()
+        workers["w3"] = worker(stack, "w3", retry_backoff_s=0.2)
+        faults["join"] = time.monotonic()
+        time.sleep(4)
+        stack.restart_coordinator()
+        faults["coordinator restart"] = time.monotonic()
+        producer.join(timeout=120)
+        assert produced.is_set() and not errors, errors[:3]
+
+        poison = {b"poison-%d" % i for i in range(TOTAL) if i % 1000 == 999}
+        wanted = {b"id-%d" % i for i in range(TOTAL) if i % 1000 != 999}
+        dlq_topic = f"sp.{STREAM}.dlq.g1"
+
+        def processed() -> Counter[bytes]:
+            seen: Counter[bytes] = Counter()
+            for name in workers:
+                path = stack.tmp / f"{name}.ids"
+                if path.exists():
+                    seen.update(path.read_bytes().splitlines())
+            return seen
+
+        wait_until(lambda: wanted <= set(processed()), timeout=90)
+        wait_until(lambda: {r.value for r in read_topic(stack.bootstrap("a"), dlq_topic, PARTITIONS)} >= poison, 60)
+
+        def rejects() -> int:
+            with CoordinatorClient(stack.address) as client:
+                desc = client.describe_group(GROUP)
+                return sum(
+                    client.progress(GROUP, x.lease_id).rejects for x in desc.leases if "/realtime/" in x.lease_id
+                )
+
+        wait_until(lambda: rejects() == len(poison), timeout=30)
+    finally:
+        probe.stop()
+        for proc in workers.values():
+            proc.stop()
+
+    seen = processed()
+    assert not (set(seen) & poison), "a poison record was recorded as processed"
+    assert wanted <= set(seen)
+    dlq = read_topic(stack.bootstrap("a"), dlq_topic, PARTITIONS)
+    reasons = {r.value: dict(r.headers)[REASON_HEADER] for r in dlq}
+    assert set(reasons) == poison, f"{len(poison - set(reasons))} poison records missing from the dlq lane"
+    assert all(r.startswith(b"max attempts reached; last error: ValueError") for r in reasons.values())
+    failures: Counter[bytes] = Counter()
+    for line, n in seen.items():
+        if line.startswith(b"failed "):
+            failures[line.split(b" ")[1]] += n
+    short = {p: failures[p] for p in poison if failures[p] < MAX_ATTEMPTS}
+    assert not short, f"poison records rejected before {MAX_ATTEMPTS} attempts: {list(short.items())[:5]}"
+    duplicates = sum(n - 1 for value, n in seen.items() if value in wanted)
+    print(f"\nprocessed {len(wanted)} records at least once; duplicates {duplicates} ({duplicates / len(wanted):.2%})")
+    peak = max(lag for _, lag in probe.samples)
+    print(f"{len(probe.samples)} time-lag samples, the highest {peak} ms")
+    assert len(probe.samples) > 40, "the time lag was hardly observed"
+    for fault, at in faults.items():
+        took = probe.recovered_after(at)
+        print(f"time lag under 2 s {took:.1f} s after {fault}" if took is not None else f"no recovery after {fault}")
+        assert took is not None, f"time lag did not fall under 2 s within 10 s after the {fault}"
+
+
+def test_a_zstd_bomb_keeps_the_worker_under_its_memory_limit(stack: Stack) -> None:
+    from confluent_kafka import Producer as KafkaProducer
+
+    limit = 64 << 20
+    w = worker(stack, "bomb", max_decompressed=8 << 20, max_buffered_bytes=limit)
+
+    def rss_kib(field: str) -> int:
+        status = Path(f"/proc/{w.popen.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith(field)))
+
+    baseline_kib = rss_kib("VmRSS:")
+    try:
+        raw = KafkaProducer(
+            {"bootstrap.servers": stack.bootstrap("a"), "compression.type": "zstd", "message.max.bytes": 200 << 20}
+        )
+        topic = f"sp.{STREAM}.realtime.g1"
+        raw.produce(topic, b"id-before", partition=0)
+        raw.produce(topic, b"\0" * (128 << 20), partition=0)  # 128 MiB of zeros: a few KB as zstd
+        raw.produce(topic, b"id-after", partition=0)
+        assert raw.flush(30) == 0
+        del raw
+        out = stack.tmp / "bomb.ids"
+        wait_until(lambda: out.exists() and b"id-after" in out.read_bytes().splitlines(), timeout=30)
+        peak_kib = rss_kib("VmHWM:")
+    finally:
+        w.stop()
+    print(
+        f"\nworker RSS {baseline_kib >> 10} MiB at start, peak {peak_kib >> 10} MiB with a 128 MiB bomb "
+        f"(buffer limit {limit >> 20} MiB)"
+    )
+    assert (peak_kib - baseline_kib) * 1024 < limit, "the worker held more than its buffer limit"
