@@ -41,7 +41,7 @@ from streamplane.client.fetcher import PartitionFetcher
 from streamplane.client.flow import Budget
 from streamplane.client.lease_reader import LeaseReader, Outcomes, to_ranges
 from streamplane.client.message import ACKED, PENDING, Message
-from streamplane.client.producer import INGEST_HEADER, Producer
+from streamplane.client.producer import Producer
 from streamplane.client.session import LeaseLoad, SessionEndedError, WorkerSession
 from streamplane.client.tls import tls_context
 from streamplane.errors import (
@@ -289,7 +289,7 @@ class Consumer:
     def send_to_dlq(self, reader: LeaseReader, msg: Message, reason: str) -> None:
         """Copy a rejected record to its stream's dlq lane; it is marked rejected once the copy is stored."""
         origin = (reader.stream, reader.lane, str(reader.generation), str(reader.partition), str(msg.offset))
-        headers = [(k, v) for k, v in msg.headers if k != INGEST_HEADER and not k.startswith("sp-origin-")]
+        headers = [(k, v) for k, v in msg.headers if not k.startswith("sp-origin-")]
         headers += [(name, value.encode()) for name, value in zip(ORIGIN_HEADERS, origin, strict=True)]
         headers += [(REASON_HEADER, reason[:1000].encode()), ("sp-origin-ingest-ms", str(msg.timestamp).encode())]
 
@@ -346,14 +346,15 @@ class Consumer:
             high_watermark=reader.high_watermark,
             high_watermark_ts_ms=reader.last_ts,
         )
-        ranges = out.ranges + to_ranges(out.acked) if len(out.acked) < 4096 else out.ranges
-        if len(out.acked) >= 4096:  # many scattered acks: a bitmap is smaller than ranges
-            base = min(out.acked)
-            bits = 0
+        ranges = to_ranges(out.acked)
+        if len(ranges) > 4096:  # scattered acks: a bitmap is smaller than that many ranges
+            base = ranges[0][0]
+            bits = bytearray((ranges[-1][1] - base + 7) // 8)
             for o in out.acked:
-                bits |= 1 << (o - base)
-            request.acked_bitmap = bits.to_bytes((bits.bit_length() + 7) // 8, "little")
-            request.acked_bitmap_base = base
+                bits[(o - base) >> 3] |= 1 << ((o - base) & 7)
+            request.acked_bitmap, request.acked_bitmap_base = bytes(bits), base
+            ranges = []
+        ranges += out.ranges
         request.acked.extend(cpb.OffsetRange(start=s, end=e) for s, e in ranges)
         labels = reader.labels
         try:
@@ -401,56 +402,70 @@ class Consumer:
         Returning acks the record unless the handler ended it itself; raising retries it (after
         retry_backoff_s), and after the group's max attempts rejects it to the dlq lane.
         """
-        queues: list[queue.Queue[Any]] = [queue.Queue() for _ in range(self.concurrency)]
+        halt = threading.Event()
 
-        def work(q: queue.Queue[Any]) -> None:
-            while True:
-                item = q.get()
-                if item is _STOP:
-                    return
+        def stopped() -> bool:
+            return halt.is_set() or (stop is not None and stop.is_set())
+
+        def handle(item: list[Message]) -> None:
+            reader = item[0]._reader
+            if not reader.lost:
                 for msg in item:
-                    reader = msg._reader
-                    if reader.lost:
-                        reader.finish(msg, ACKED)
-                        continue
                     try:
                         handler(msg)
                     except Exception as err:  # the handler's failure is the record's retry
-                        if msg._outcome == PENDING:
+                        if msg._outcome is PENDING:
                             msg.retry(err)
-                        continue
-                    if msg._outcome == PENDING:
-                        msg.ack()
+            reader.ack_many(item)  # what the handler did not end itself (and what a lost lease holds)
 
-        threads = [
-            threading.Thread(target=work, args=(q,), name=f"handler-{i}", daemon=True) for i, q in enumerate(queues)
-        ]
-        for t in threads:
-            t.start()
-        turn = 0
-        try:
-            while not (stop is not None and stop.is_set()):
+        def work(source: queue.Queue[Any]) -> None:
+            while not stopped():
                 try:
-                    item = self._work.get(timeout=0.1)
+                    item = source.get(timeout=0.1)
                 except queue.Empty:
                     continue
                 if item is _STOP:
-                    self._work.put(_STOP)
-                    break
-                if self.ordering == "key":
-                    parts: dict[int, list[Message]] = {}
-                    for msg in item:
-                        parts.setdefault(zlib.crc32(msg.key or b"") % self.concurrency, []).append(msg)
-                    for i, part in parts.items():
-                        queues[i].put(part)
-                else:
-                    queues[turn].put(item)
-                    turn = (turn + 1) % self.concurrency
+                    source.put(_STOP)  # for the other threads
+                    return
+                handle(item)
+
+        if self.ordering == "none":  # every thread takes chunks from the shared queue; this one too
+            queues = [self._work]
+            threads = [
+                threading.Thread(target=work, args=(self._work,), daemon=True) for _ in range(self.concurrency - 1)
+            ]
+        else:  # this thread deals chunks out by key hash, so one key is always on one thread, in order
+            queues = [queue.Queue() for _ in range(self.concurrency)]
+            threads = [threading.Thread(target=work, args=(q,), daemon=True) for q in queues]
+        for i, t in enumerate(threads):
+            t.name = f"handler-{i}"
+            t.start()
+        try:
+            if self.ordering == "none":
+                work(self._work)
+            else:
+                self._deal_by_key(queues, stopped)
         finally:
-            for q in queues:
-                q.put(_STOP)
+            halt.set()
             for t in threads:
                 t.join()
+
+    def _deal_by_key(self, queues: list[queue.Queue[Any]], stopped: Callable[[], bool]) -> None:
+        while not stopped():
+            try:
+                item = self._work.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item is _STOP:
+                self._work.put(_STOP)
+                for q in queues:
+                    q.put(_STOP)
+                return
+            parts: dict[int, list[Message]] = {}
+            for msg in item:
+                parts.setdefault(zlib.crc32(msg.key or b"") % len(queues), []).append(msg)
+            for i, part in parts.items():
+                queues[i].put(part)
 
     # -- lifecycle
     def close(self, timeout_s: float = 10.0) -> None:
@@ -478,6 +493,7 @@ class Consumer:
             if not r.lost:
                 self.commit_lease(r)
         self._closed.set()
+        self._threads[1].join(timeout=5)  # the committer: no commit may race the final ones or the client's close
         self._work.put(_STOP)
         for r in readers:
             r.lose()

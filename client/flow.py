@@ -1,7 +1,8 @@
 """The consumer's limits on what it holds: decoded bytes (a hard cap) and records in flight.
 
-Readers reserve the most a fetch can decode before fetching, keep the decoded size while any record of the
-batch is pending, and release it when the last one ends, so the decoded data held never exceeds the cap.
+Readers reserve the most a fetch can decode before fetching, and keep the decoded size and record count of
+a batch while any of its records is pending: both go back when its last record ends. So the decoded data
+held never exceeds the cap, and fetching pauses while the records held reach their limit.
 """
 
 from __future__ import annotations
@@ -12,19 +13,22 @@ import threading
 class Held:
     """The memory account of one decoded batch: released when its last record ends."""
 
-    __slots__ = ("_budget", "_lock", "bytes", "records")
+    __slots__ = ("_budget", "_lock", "_total", "bytes", "records")
 
     def __init__(self, budget: Budget, nbytes: int, records: int) -> None:
         self._budget = budget
         self._lock = threading.Lock()
         self.bytes = nbytes
         self.records = records
+        self._total = records
 
-    def release_one(self) -> None:
+    def release(self, n: int = 1) -> None:
+        """`n` of its records ended; the last one gives the batch's records and bytes back to the budget."""
         with self._lock:
-            self.records -= 1
+            self.records -= n
             last = self.records == 0
-        self._budget.release(1, self.bytes if last else 0)
+        if last:
+            self._budget.release(self._total, self.bytes)
 
 
 class Budget:

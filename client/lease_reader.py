@@ -51,6 +51,22 @@ class Outcomes:
     rejects: list[cpb.RejectEntry]
 
 
+def _release_all(msgs: list[Message]) -> None:
+    """Give back the memory accounts of ended records, one call per batch."""
+    counts: dict[int, list] = {}
+    for m in msgs:
+        held = m._held
+        if held is not None:
+            m._held = None
+            entry = counts.get(id(held))
+            if entry is None:
+                counts[id(held)] = [held, 1]
+            else:
+                entry[1] += 1
+    for held, n in counts.values():
+        held.release(n)
+
+
 def to_ranges(offsets: list[int]) -> list[tuple[int, int]]:
     """Sorted offsets as half-open [start, end) ranges."""
     out: list[tuple[int, int]] = []
@@ -159,9 +175,25 @@ class LeaseReader:
         with self._lock:
             self._out.rejects.append(cpb.RejectEntry(offset=msg.offset, reason=reason[:1000], dlq=dlq))
 
+    def ack_many(self, msgs: list[Message]) -> None:
+        """Ack every still-pending record of `msgs` at once (the handler API's path)."""
+        released: list[Message] = []
+        with self._lock:
+            record = not self._lost.is_set()
+            pending, acked, retrying = self.pending, self._out.acked, self._retrying
+            for m in msgs:
+                if m._outcome is PENDING:
+                    m._outcome = ACKED
+                    if pending.pop(m._record.offset, None) is not None and record:
+                        acked.append(m._record.offset)
+                    released.append(m)
+            if retrying:
+                retrying.difference_update(m._record.offset for m in released)
+        _release_all(released)
+
     def _release(self, msg: Message) -> None:
         if msg._held is not None:
-            msg._held.release_one()
+            msg._held.release()
             msg._held = None
 
     # -- the fetch thread
@@ -227,14 +259,18 @@ class LeaseReader:
                 self._reject_range(s.first_offset, s.next_offset, s.error.message)
             batch = got.batch
             delivered: list[Message] = []
+            offsets: list[int] = []
             if batch is not None and batch.count:
                 c = batch.columns
                 used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + RECORD_OVERHEAD * batch.count
                 records = list(batch.records())
-                if self.end_offset >= 0:
+                offsets = batch.offsets.tolist()
+                if self.end_offset >= 0 and offsets[-1] >= self.end_offset:
                     records = [r for r in records if r.offset < self.end_offset]
+                    offsets = offsets[: len(records)]
                 if self._done_above:
                     records = self._not_done(records)
+                    offsets = [r.offset for r in records]
                 count = len(records)
                 if count:
                     held = Held(self.budget, used, count)
@@ -244,12 +280,12 @@ class LeaseReader:
                     metrics.FETCH_BYTES.labels(*self.labels).inc(batch.consumed)
                 else:
                     used = 0
-            gaps = self._gaps(before, fetcher.position, delivered, got.skipped)
+            gaps = self._gaps(before, fetcher.position, offsets if delivered else [], got.skipped)
         finally:
             self.budget.settle(reserve, used, count)
         with self._lock:
-            for m in delivered:
-                self.pending[m.offset] = m
+            if delivered:
+                self.pending.update(zip(offsets, delivered, strict=True))
             self._out.ranges.extend(gaps)
         if delivered:
             self.records_seen += len(delivered)
@@ -276,18 +312,18 @@ class LeaseReader:
             out.append(r)
         return out
 
-    def _gaps(self, before: int, after: int, delivered: list[Message], skipped: list) -> list[tuple[int, int]]:
-        """Offsets the fetch stepped over without a record (control batches, aborted or compacted records):
-        done by themselves."""
+    def _gaps(self, before: int, after: int, offsets: list[int], skipped: list) -> list[tuple[int, int]]:
+        """Offsets the fetch stepped over without a record (control batches, aborted or compacted records, or
+        ones a previous holder finished): done by themselves."""
         if before < 0 or after <= before:
             return []
         if self.end_offset >= 0:
             after = min(after, self.end_offset)
-        covered = {m.offset for m in delivered}
+        if len(offsets) + sum(s.next_offset - s.first_offset for s in skipped) >= after - before:
+            return []
+        covered = set(offsets)
         for s in skipped:
             covered.update(range(s.first_offset, s.next_offset))
-        if len(covered) == after - before:
-            return []
         return to_ranges([o for o in range(before, after) if o not in covered])
 
     def _reject_range(self, first: int, end: int, reason: str) -> None:
@@ -372,10 +408,10 @@ class LeaseReader:
     def oldest_pending_ts(self) -> int:
         """Ingestion time of the oldest record the live path has not finished (0: none); retries are tracked
         by the commit log's retry state instead, so a poison record does not hold the time lag up."""
-        with self._lock:
-            live = [m.timestamp for o, m in self.pending.items() if o not in self._retrying]
-        if live:
-            return min(live)
+        with self._lock:  # pending is in fetch order: the first live record is the oldest
+            oldest = next((m for o, m in self.pending.items() if o not in self._retrying), None)
+        if oldest is not None:
+            return oldest.timestamp
         if self.position < self.high_watermark and self.last_ts:
             return self.last_ts  # not fetched yet: at most as old as the newest record read
         return 0

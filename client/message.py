@@ -29,18 +29,34 @@ class Message:
         attempt: 1 on first delivery; n on its n-th attempt after retries.
     """
 
-    __slots__ = ("_held", "_outcome", "_reader", "attempt", "headers", "key", "offset", "timestamp", "value")
+    __slots__ = ("_held", "_outcome", "_reader", "_record", "attempt")
 
     def __init__(self, reader: LeaseReader, record: Any, attempt: int = 1, held: Any = None) -> None:
         self._reader = reader
+        self._record = record  # the decoder's record: fields are read from it when asked for
         self._held = held  # the decoded batch's memory account, released when its last record ends
         self._outcome = PENDING
-        self.offset: int = record.offset
-        self.timestamp: int = record.timestamp
-        self.key: bytes | None = record.key
-        self.value: bytes | None = record.value
-        self.headers: tuple[tuple[str, bytes | None], ...] = record.headers
         self.attempt = attempt
+
+    @property
+    def offset(self) -> int:
+        return self._record.offset
+
+    @property
+    def timestamp(self) -> int:
+        return self._record.timestamp
+
+    @property
+    def key(self) -> bytes | None:
+        return self._record.key
+
+    @property
+    def value(self) -> bytes | None:
+        return self._record.value
+
+    @property
+    def headers(self) -> tuple[tuple[str, bytes | None], ...]:
+        return self._record.headers
 
     @property
     def stream(self) -> str:

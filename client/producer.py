@@ -26,7 +26,6 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as KafkaProducer
 
+from streamplane.client import metrics
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
@@ -42,8 +42,6 @@ from streamplane.v1 import topology_pb2 as pb
 
 log = structlog.get_logger(__name__)
 
-INGEST_HEADER = "sp-ingest-ms"
-"""Header with the ingestion time in milliseconds (also the record's CreateTime)."""
 
 GenerationKey = tuple[str, str, int]  # (stream, lane, generation)
 
@@ -114,10 +112,11 @@ class Producer:
         self._client = CoordinatorClient(coordinator)
         self._lock = threading.Lock()
         self._routes: dict[tuple[str, str], Route] = {}
-        self._topics: dict[str, GenerationKey] = {}
-        self._producers: dict[str, KafkaProducer] = {}
-        self._in_flight: Counter[GenerationKey] = Counter()
-        self._resend: list[tuple[Any, GenerationKey]] = []
+        self._senders: dict[GenerationKey, _Sender] = {}
+        self._active: dict[tuple[str, str], _Sender] = {}  # the sender of each lane's current route
+        self._resend: list[tuple[Any, Route, Any]] = []
+        self.failed = 0
+        """Records whose delivery finally failed (each also logged, and reported to its on_delivery)."""
         self._version = ""  # the event version the routes are current as of
         self._resolving = 0
         self._closed = threading.Event()
@@ -134,7 +133,7 @@ class Producer:
     def _heartbeat(self) -> None:
         with self._lock:
             version = self._version
-            in_flight = [g for g, n in self._in_flight.items() if n > 0]
+            in_flight = self._in_flight_generations()
         answer = self._client.producer_heartbeat(self.producer_id, version, in_flight)
         self._heartbeat_s = max(0.05, answer.heartbeat_interval_ms / 1000)
         with self._lock:
@@ -189,7 +188,7 @@ class Producer:
             old = self._routes.get((stream, lane))
             if old is None or new.generation >= old.generation:
                 self._routes[(stream, lane)] = new
-                self._topics[new.topic] = new.key
+                self._active.pop((stream, lane), None)
         if old is not None and old.generation != new.generation:
             log.info("producer.switched", stream=stream, lane=lane, previous=old.generation, current=new.generation)
 
@@ -216,13 +215,12 @@ class Producer:
                 self._closed.wait(delay)
                 delay = min(5.0, delay * 2)
 
-    def _producer_for(self, route: Route) -> KafkaProducer:
-        with self._lock:
-            producer = self._producers.get(route.bootstrap_servers)
-            if producer is None:
-                producer = KafkaProducer({**self._config, "bootstrap.servers": route.bootstrap_servers})
-                self._producers[route.bootstrap_servers] = producer
-            return producer
+    def _sender(self, route: Route) -> _Sender:
+        """The librdkafka producers of a route (call with the lock held)."""
+        sender = self._senders.get(route.key)
+        if sender is None:
+            sender = self._senders[route.key] = _Sender(self, route)
+        return sender
 
     # -- writing
     def produce(
@@ -237,93 +235,104 @@ class Producer:
         """Hand one record to librdkafka for the lane's active generation; return the route it took.
 
         Delivery is asynchronous: `on_delivery(err, msg)` is called once the record is acknowledged (err is
-        None) or has finally failed.
+        None) or has finally failed. Records with and without `on_delivery` go through separate librdkafka
+        instances, so their relative order is not kept (order among records of one kind is).
         """
         if self._closed.is_set():
             raise StreamplaneError("the producer is closed")
-        with self._lock:
-            route = self._routes.get((stream, lane))
-            if route is not None:
-                self._in_flight[route.key] += 1  # under the lock that switches routes: see _heartbeat
-        if route is None:
-            self.route(stream, lane)
-            return self.produce(stream, value, key, lane, headers, on_delivery)
-        now_ms = int(time.time() * 1000)
-        all_headers = [
-            *(headers.items() if isinstance(headers, dict) else headers or []),
-            (INGEST_HEADER, str(now_ms).encode()),
-        ]
-        callback = self._delivered if on_delivery is None else _WithCallback(self, on_delivery)
-        try:
-            self._send(route, value, key, all_headers, now_ms, callback)
-        except BaseException:
-            self._done(route.key)
-            raise
-        return route
-
-    def _send(self, route: Route, value: Any, key: Any, headers: Any, ts: int, callback: Any) -> None:
-        producer = self._producer_for(route)
-        while True:
-            try:
-                producer.produce(route.topic, value=value, key=key, headers=headers, timestamp=ts, on_delivery=callback)
-                return
-            except BufferError:  # librdkafka's queue is full: let deliveries drain
-                producer.poll(0.05)
-
-    def _done(self, gen: GenerationKey) -> None:
-        with self._lock:
-            self._in_flight[gen] -= 1
-            if self._in_flight[gen] > 0:
-                return
-            del self._in_flight[gen]
-            current = self._routes.get(gen[:2])
-            left_behind = current is not None and current.generation != gen[2]
-        if left_behind:
-            self._beat_now.set()  # the last record of an old generation landed: tell the coordinator now
-
-    def _delivered(self, err: Any, msg: Any, callback: Any = None) -> bool:
-        """Account for one delivery report; True when it is final (not sent again to a new generation)."""
-        gen = self._topics.get(msg.topic())
-        final = True
-        if err is not None and gen is not None and err.code() != KafkaError._PURGE_QUEUE:
+        if headers is None and on_delivery is None:  # the common case, kept short
             with self._lock:
-                current = self._routes.get(gen[:2])
-                if current is not None and current.generation != gen[2]:
-                    self._in_flight[current.key] += 1
-                    self._resend.append((msg, current, callback or self._delivered))
-                    final = False
-        if gen is not None:
-            self._done(gen)
-        return final
+                sender = self._active.get((stream, lane))
+                if sender is not None:
+                    try:
+                        sender.quiet.produce(sender.route.topic, value, key)
+                        sender.produced += 1
+                        return sender.route
+                    except BufferError:
+                        pass  # the general path below waits for room
+        if isinstance(headers, dict):
+            headers = list(headers.items())
+        # Under the lock that switches routes and snapshots what is in flight (see _heartbeat): a record is
+        # either counted in flight to its generation or routed to the new one, never neither.
+        with self._lock:
+            sender = self._active.get((stream, lane))
+            if sender is None and (route := self._routes.get((stream, lane))) is not None:
+                sender = self._active[(stream, lane)] = self._sender(route)
+            if sender is not None:
+                sender.send(value, key, headers, 0, on_delivery)
+                sender.produced += 1
+                return sender.route
+        self.route(stream, lane)
+        return self.produce(stream, value, key, lane, headers, on_delivery)
+
+    def _failed(self, gen: GenerationKey, err: Any, msg: Any, on_delivery: Any = None) -> None:
+        """A record that finally failed on `gen`: sent again if its lane has moved on, else reported."""
+        with self._lock:
+            current = self._routes.get(gen[:2])
+        if current is not None and current.generation != gen[2] and err.code() != KafkaError._PURGE_QUEUE:
+            with self._lock:
+                self._resend.append((msg, current, on_delivery))
+            return
+        self.failed += 1
+        log.error("producer.delivery_failed", topic=msg.topic(), partition=msg.partition(), error=err.str())
+        if on_delivery is not None:
+            on_delivery(err, msg)
+
+    def _in_flight_generations(self) -> list[GenerationKey]:
+        return [g for g, sender in self._senders.items() if len(sender)]
 
     def _poll_loop(self) -> None:
-        """Serve delivery reports and resend records that failed on a generation the lane has left."""
+        """Serve delivery reports, resend records that failed on a generation the lane has left, retire the
+        producers of generations left behind once they are empty, and count what was produced."""
+        last_count = time.monotonic()
         while not self._closed.is_set():
             with self._lock:
-                producers = list(self._producers.values())
+                senders = list(self._senders.values())
                 resend, self._resend = self._resend, []
-            for msg, route, callback in resend:
+            for msg, route, on_delivery in resend:
                 log.info("producer.resend", topic=msg.topic(), to=route.topic)
-                self._send(route, msg.value(), msg.key(), msg.headers(), msg.timestamp()[1], callback)
-            if not producers:
-                self._closed.wait(0.05)
-            for p in producers:
-                p.poll(0.05 / len(producers))
+                with self._lock:
+                    sender = self._sender(route)
+                    sender.send(msg.value(), msg.key(), msg.headers(), msg.timestamp()[1], on_delivery)
+            for sender in senders:
+                sender.poll()
+            self._retire(senders)
+            if time.monotonic() - last_count > 1.0:
+                last_count = time.monotonic()
+                for sender in senders:
+                    sender.count_produced()
+            self._closed.wait(0.02)
+
+    def _retire(self, senders: list[_Sender]) -> None:
+        """Close the producers of generations the lanes have left once nothing is in flight there."""
+        retired = []
+        with self._lock:
+            for sender in senders:
+                route = sender.route
+                current = self._routes.get((route.stream, route.lane))
+                if current is not None and current.generation != route.generation and not len(sender):
+                    self._senders.pop(route.key, None)
+                    retired.append(sender)
+        for sender in retired:
+            sender.count_produced()
+            sender.close()
+            self._beat_now.set()  # the last record of an old generation landed: tell the coordinator now
 
     def poll(self, timeout_s: float = 0) -> int:
-        """Serve delivery callbacks; the number served."""
+        """Serve delivery callbacks now (the background thread also does); the number served."""
         with self._lock:
-            producers = list(self._producers.values())
-        return sum(p.poll(timeout_s) for p in producers)
+            senders = list(self._senders.values())
+        return sum(sender.poll(timeout_s) for sender in senders)
 
     def flush(self, timeout_s: float = 30) -> int:
-        """Wait for every handed-over record to be acknowledged; the number still outstanding."""
+        """Wait for every handed-over record to be acknowledged (or finally failed, see `failed`); the number
+        still outstanding."""
         deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
-                producers = list(self._producers.values())
-                left = sum(self._in_flight.values())
-            left = max(left, sum(p.flush(max(0.0, min(0.1, deadline - time.monotonic()))) for p in producers))
+                senders = list(self._senders.values())
+                left = len(self._resend)
+            left += sum(sender.flush(max(0.0, min(0.1, deadline - time.monotonic()))) for sender in senders)
             if left == 0 or time.monotonic() >= deadline:
                 return left
 
@@ -333,6 +342,11 @@ class Producer:
         self._closed.set()
         self._beat_now.set()
         self._poller.join(timeout=5)
+        with self._lock:
+            senders, self._senders, self._active = list(self._senders.values()), {}, {}
+        for sender in senders:
+            sender.count_produced()
+            sender.close()
         try:
             self._client.close_producer(self.producer_id)
         except StreamplaneError as err:  # the session then expires by its TTL
@@ -347,15 +361,77 @@ class Producer:
         self.close()
 
 
-class _WithCallback:
-    """Delivery report handler for a record with the application's own `on_delivery`."""
+class _Sender:
+    """The librdkafka producers of one route (one lane generation). Records without `on_delivery` go through
+    one that reports failures only (cheap); records with it through one that reports every delivery. What
+    the two hold is what is in flight to the generation."""
 
-    __slots__ = ("_on_delivery", "_producer")
+    def __init__(self, owner: Producer, route: Route) -> None:
+        self.owner = owner
+        self.route = route
+        self._config = {**owner._config, "bootstrap.servers": route.bootstrap_servers}
+        self.quiet = KafkaProducer(
+            {
+                **self._config,
+                "delivery.report.only.error": True,
+                "on_delivery": lambda err, msg: owner._failed(route.key, err, msg),
+            }
+        )
+        self.reported: KafkaProducer | None = None
+        self.produced = 0
+        self._counted = 0
 
-    def __init__(self, producer: Producer, on_delivery: Callable[[Any, Any], None]) -> None:
-        self._producer = producer
-        self._on_delivery = on_delivery
+    def send(self, value: Any, key: Any, headers: Any, ts: int, on_delivery: Any) -> None:
+        """Hand one record to librdkafka; `ts` 0 lets it stamp the time of this call (CreateTime)."""
+        if on_delivery is None:
+            producer, extra = self.quiet, {}
+        else:
+            if self.reported is None:
+                self.reported = KafkaProducer(self._config)
+            producer, extra = self.reported, {"on_delivery": _Reported(self.owner, self.route.key, on_delivery)}
+        if headers:
+            extra["headers"] = headers
+        if ts:
+            extra["timestamp"] = ts
+        topic = self.route.topic
+        while True:
+            try:
+                producer.produce(topic, value, key, **extra)
+                return
+            except BufferError:  # librdkafka's queue is full: let deliveries drain
+                producer.poll(0.05)
+
+    def __len__(self) -> int:
+        return len(self.quiet) + (len(self.reported) if self.reported is not None else 0)
+
+    def _all(self) -> list[KafkaProducer]:
+        return [self.quiet] if self.reported is None else [self.quiet, self.reported]
+
+    def poll(self, timeout_s: float = 0) -> int:
+        return sum(p.poll(timeout_s) for p in self._all())
+
+    def flush(self, timeout_s: float) -> int:
+        return sum(p.flush(timeout_s) for p in self._all())
+
+    def count_produced(self) -> None:
+        n, self._counted = self.produced - self._counted, self.produced
+        if n:
+            metrics.RECORDS_OUT.labels(self.route.stream, self.route.lane).inc(n)
+
+    def close(self) -> None:
+        self.flush(0)
+
+
+class _Reported:
+    """Delivery report handler of a record with the application's own `on_delivery`."""
+
+    __slots__ = ("_gen", "_on_delivery", "_owner")
+
+    def __init__(self, owner: Producer, gen: GenerationKey, on_delivery: Callable[[Any, Any], None]) -> None:
+        self._owner, self._gen, self._on_delivery = owner, gen, on_delivery
 
     def __call__(self, err: Any, msg: Any) -> None:
-        if self._producer._delivered(err, msg, self):
+        if err is None:
             self._on_delivery(err, msg)
+        else:
+            self._owner._failed(self._gen, err, msg, self._on_delivery)

@@ -1,0 +1,216 @@
+"""End to end through the client: our Producer -> a local cluster -> our Consumer with a trivial handler, side by
+side with confluent-kafka's own Producer and group Consumer on the same records and partition counts.
+
+Each round writes the same ~100-byte records (zstd, the same batching settings) once through our Producer to a
+stream and once through confluent-kafka's Producer to a plain topic, then reads each back: ours with
+`Consumer.run(handler)`, theirs with a subscribed group Consumer's `poll()` loop calling the same handler
+(tuned fetch settings; its batch `consume()` is shown for context). Consumption is timed from the first record
+to the last, so group joins do not count on either side. Rounds alternate who goes first; the best of the
+rounds is kept for each (this machine's noise makes single runs swing by 2x and more).
+
+The last line is `consume_vs_confluent=<ratio of records/s> produce_vs_confluent=<ratio of records/s>`.
+Goals: consume >= 1.0 (our fetch path is not slower than librdkafka's), produce >= 0.9. `--quick` runs in
+under 45 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Producer as KafkaProducer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _local import local_cluster
+from decode import make_value
+
+from streamplane.client import Consumer, CoordinatorClient, Message, Producer
+from streamplane.log import configure_logging
+from streamplane.v1 import topology_pb2 as pb
+
+PRODUCER_CONFIG = {"compression.type": "zstd", "linger.ms": 10, "batch.size": 1_000_000, "enable.idempotence": True}
+
+
+def produce_ours(address: str, stream: str, values: list[bytes]) -> float:
+    with Producer(address, **PRODUCER_CONFIG) as producer:
+        producer.route(stream)  # the route lookup is a one-off, like librdkafka's first metadata request
+        started = time.perf_counter()
+        for value in values:
+            producer.produce(stream, value)
+        if producer.flush(120):
+            raise SystemExit("our producer left records unacknowledged")
+        return time.perf_counter() - started
+
+
+def produce_confluent(bootstrap: str, topic: str, values: list[bytes]) -> float:
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    producer.list_topics(topic, timeout=10)
+    started = time.perf_counter()
+    for i, value in enumerate(values):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise SystemExit("confluent-kafka's producer left records unacknowledged")
+    return time.perf_counter() - started
+
+
+class Counted:
+    """The trivial handler: reads the value, counts, notes when the first and the last record came."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.count = itertools.count(1)
+        self.first = 0.0
+        self.last = 0.0
+        self.done = threading.Event()
+
+    def __call__(self, value: bytes | None) -> None:
+        n = next(self.count)
+        if n == 1:
+            self.first = time.perf_counter()
+        if n == self.total:
+            self.last = time.perf_counter()
+            self.done.set()
+
+    def seconds(self) -> float:
+        return self.last - self.first
+
+
+def consume_ours(address: str, stream: str, total: int) -> float:
+    counted = Counted(total)
+
+    def handler(msg: Message) -> None:
+        counted(msg.value)
+
+    consumer = Consumer(
+        address,
+        group=f"bench-{uuid.uuid4().hex[:6]}",
+        stream=stream,
+        concurrency=int(os.environ.get("BENCH_CONCURRENCY", "2")),
+    )
+    runner = threading.Thread(target=consumer.run, args=(handler,), kwargs={"stop": counted.done}, daemon=True)
+    runner.start()
+    if not counted.done.wait(120):
+        raise SystemExit("our consumer did not read every record")
+    consumer.close()
+    return counted.seconds()
+
+
+def consume_confluent(bootstrap: str, topic: str, total: int, *, batched: bool) -> float:
+    counted = Counted(total)
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "fetch.queue.backoff.ms": 10,
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 16 << 20,
+            "queued.max.messages.kbytes": 1 << 20,
+            "queued.min.messages": 1_000_000,
+        }
+    )
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 120
+    while not counted.done.is_set():
+        if time.monotonic() > deadline:
+            raise SystemExit("confluent-kafka's consumer did not read every record")
+        messages = consumer.consume(1000, 0.5) if batched else [consumer.poll(0.5)]
+        for message in messages:
+            if message is not None and message.error() is None:
+                counted(message.value())
+    consumer.close()
+    return counted.seconds()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer records and rounds (under 45 s)")
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    configure_logging("warning")
+    per_partition = 40_000 if args.quick else 100_000  # the local cluster keeps ~5 MiB of batches per partition
+    total = per_partition * args.partitions
+    rounds = 3 if args.quick else 5
+    rng = random.Random(7)
+    values = [make_value(i, rng) for i in range(total)]
+    results: dict[str, list[float]] = {}
+
+    def note(name: str, seconds: float) -> None:
+        results.setdefault(name, []).append(total / seconds)
+        print(f"  {name:<34} {total / seconds:>12,.0f} records/s", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp, local_cluster(brokers=1) as (bootstrap, control):
+        coordinator = subprocess.Popen(  # its own process, as in production: it does not share our GIL
+            [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", tmp, "--port", "0"],
+            env={**os.environ, "STREAMPLANE_LOG_LEVEL": "warning"},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = coordinator.stdout.readline() if coordinator.stdout else ""
+        if not line.startswith("coordinator="):
+            raise SystemExit("the coordinator did not start")
+        address = line.split()[0].split("=", 1)[1]
+        try:
+            with CoordinatorClient(address) as client:
+                client.register_cluster(
+                    pb.Cluster(
+                        name="local",
+                        bootstrap_servers=bootstrap,
+                        admin=pb.CLUSTER_ADMIN_LOCAL,
+                        control_endpoint=control.endpoint,
+                    )
+                )
+                print(f"{total:,} records of ~100 bytes, {args.partitions} partitions, {rounds} round(s)", flush=True)
+                for r in range(rounds):
+                    print(f"round {r + 1}", flush=True)
+                    stream, topic = f"bench{r}", f"confluent-{r}"
+                    client.create_stream(stream, args.partitions)
+                    control.create_topic(topic, args.partitions)
+                    ours_first = r % 2 == 0  # alternate who goes first: the machine is noisy
+                    for who in ("ours", "theirs") if ours_first else ("theirs", "ours"):
+                        if who == "ours":
+                            note("produce: streamplane Producer", produce_ours(address, stream, values))
+                        else:
+                            note("produce: confluent-kafka Producer", produce_confluent(bootstrap, topic, values))
+                    for who in ("ours", "theirs") if ours_first else ("theirs", "ours"):
+                        if who == "ours":
+                            note("consume: streamplane Consumer.run", consume_ours(address, stream, total))
+                        else:
+                            seconds = consume_confluent(bootstrap, topic, total, batched=False)
+                            note("consume: confluent-kafka poll()", seconds)
+                    if r == 0:
+                        batched = consume_confluent(bootstrap, topic, total, batched=True)
+                        note("consume: confluent consume(1000)", batched)
+        finally:
+            coordinator.terminate()
+            coordinator.wait(10)
+    best = {name: max(rates) for name, rates in results.items()}
+    consume = best["consume: streamplane Consumer.run"] / best["consume: confluent-kafka poll()"]
+    produce = best["produce: streamplane Producer"] / best["produce: confluent-kafka Producer"]
+    print(
+        f"best of {rounds}: ours consume {best['consume: streamplane Consumer.run']:,.0f}/s, "
+        f"produce {best['produce: streamplane Producer']:,.0f}/s (goals: consume >= 1.0x, produce >= 0.9x)"
+    )
+    print(f"consume_vs_confluent={consume:.2f} produce_vs_confluent={produce:.2f}")
+
+
+if __name__ == "__main__":
+    main()
