@@ -17,7 +17,7 @@ from streamplane.coordinator import keys
 from streamplane.coordinator import ranges as rset
 from streamplane.coordinator.leases import check_lease, parse_lease_id
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.errors import InvalidArgumentError, LimitExceededError
+from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError, NotFoundError
 from streamplane.names import check_lane_name, check_object_name
 
 CHUNK = 4096
@@ -199,6 +199,23 @@ def validate(c: Commit, header: Header) -> int:
     return high
 
 
+def check_writer(tr: Transaction, group: str, lid: str, epoch: int) -> None:
+    """Who may write a partition's progress: the lease holder at `epoch`; or, with epoch 0, an unmanaged group
+    (one the Assigner never served, whose progress an external engine such as Spark tracks and fences with
+    its own checkpoints)."""
+    if epoch:
+        check_lease(tr, group, lid, epoch)
+        return
+    stream, lane, generation, _ = parse_lease_id(lid)
+    if tr.get(keys.group_key(group)) is not None:
+        raise FencedError(
+            f"lease {lid} epoch 0 is stale: group {group!r} has Assigner sessions, so commits carry the lease's "
+            "epoch (epoch 0 is for unmanaged groups)"
+        )
+    if tr.get(keys.generation_key(stream, lane, generation)) is None:
+        raise NotFoundError(f"{stream}/{lane} has no generation {generation}")
+
+
 def _is_done(tr: Transaction, pk: PartitionKey, header: Header, offset: int, chunks: dict[int, int]) -> bool:
     if offset < header.low:
         return True
@@ -212,7 +229,7 @@ def _is_done(tr: Transaction, pk: PartitionKey, header: Header, offset: int, chu
 def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_ms: int) -> CommitResult:
     """Apply one commit of the lease holder at `epoch` (FencedError if stale); idempotent."""
     pk = _partition(group, lid)
-    check_lease(tr, group, lid, epoch)
+    check_writer(tr, group, lid, epoch)
     header = read_header(tr, pk)
     high = validate(c, header)
     limit = max_attempts(tr, group, pk[2])
@@ -352,7 +369,7 @@ def due_retries(tr: Transaction, group: str, lid: str, epoch: int, *, now_ms: in
     """Offsets whose next attempt is due, and exhausted ones still waiting for their reject (so a new holder
     finishes what a crashed one left), for the lease holder at `epoch`."""
     pk = _partition(group, lid)
-    check_lease(tr, group, lid, epoch)
+    check_writer(tr, group, lid, epoch)
     r0 = keys.RETRIES.range(pk)
     due = []
     for key, raw in tr.get_range(r0.start, r0.stop):

@@ -195,12 +195,15 @@ def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms
 
 
 def _groups_on(tr: Transaction, stream: str, lane: str, number: int) -> list[str]:
-    """Groups that have had leases on a generation: the ones that must process it before it is drained."""
+    """Groups that have had leases on a generation, or recorded progress on it (unmanaged groups such as Spark
+    queries): the ones that must process it before it is drained."""
     found = []
-    for group in leases.read_groups(tr):
-        r = keys.LEASES.range((group, stream, lane, number))
-        if tr.get_range(r.start, r.stop, limit=1):
-            found.append(group)
+    for group in sorted(set(leases.read_groups(tr)) | set(commitlog.read_groups_with_progress(tr))):
+        for space in (keys.LEASES, keys.PROGRESS):
+            r = space.range((group, stream, lane, number))
+            if tr.get_range(r.start, r.stop, limit=1):
+                found.append(group)
+                break
     return found
 
 

@@ -17,7 +17,7 @@ from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.api import MAX_VALUE_BYTES
 from streamplane.coordinator.topology import Topology
-from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError
+from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError, NotFoundError
 
 LEASE = "s/realtime/g1/p0"
 HIGH = 200
@@ -175,3 +175,13 @@ def test_a_million_scattered_acks_fit_and_compact_to_one_key(held) -> None:
     header, progress = state(held)
     assert header["low"] == n and header["done_above"] == 0
     assert progress["chunks"] == [], "a fully done partition is just its header"
+
+
+def test_an_unmanaged_group_commits_with_epoch_0_and_a_managed_one_cannot(held) -> None:
+    result = cl.commit(held, "spark-q", LEASE, 0, cl.Commit(acked=[(0, 7)], high_watermark=7), now_ms=1)
+    assert result.low_watermark == 7
+    assert cl.progress(held, "spark-q", LEASE).header.low == 7
+    with pytest.raises(NotFoundError, match="no generation 9"):
+        cl.commit(held, "spark-q", "s/realtime/g9/p0", 0, cl.Commit(acked=[(0, 1)]), now_ms=2)
+    with pytest.raises(FencedError, match="epoch 0 is stale: group 'g' has Assigner sessions"):
+        cl.commit(held, "g", LEASE, 0, cl.Commit(acked=[(0, 1)]), now_ms=3)
