@@ -37,7 +37,7 @@ want=$(cat pyproject.toml $(ls setup.py native/src/*.c native/src/*.h 2>/dev/nul
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: installing streamplane and its dependencies into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  .venv/bin/python -m pip install -q -e ".[dev,spark]"
   echo "$want" > "$stamp"
 fi
 .venv/bin/python -c "import streamplane.coordinator.server, streamplane.v1.topology_pb2, streamplane._native" \

@@ -106,3 +106,26 @@ def docker_compose() -> str:
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("docker-compose is not installed (scripts/bootstrap.sh installs Debian's package)")
     return "docker-compose"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local[2] SparkSession for every Spark test, quiet, with the streamplane source registered."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_CONF_DIR"] = str(Path(__file__).with_name("spark_conf"))  # log4j2: errors only
+    from pyspark.sql import SparkSession
+
+    from streamplane.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("streamplane-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    register(session)
+    yield session
+    session.stop()

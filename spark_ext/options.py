@@ -1,0 +1,107 @@
+"""The source's and the sink's options, checked once with errors that name the option.
+
+Names follow Spark's own Kafka source where they mean the same (startingOffsets, maxOffsetsPerTrigger,
+minPartitions, failOnDataLoss, includeHeaders); `maxRecordsPerTrigger` is accepted as another name for
+maxOffsetsPerTrigger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from streamplane.errors import InvalidArgumentError
+from streamplane.native import DEFAULT_MAX_DECOMPRESSED
+from streamplane.spark.offsets import parse_starting_offsets
+
+
+def _get(options: Any, name: str, default: str | None = None) -> str | None:
+    # Spark hands options over case-insensitively (keys may arrive lower-cased)
+    for key in (name, name.lower()):
+        if key in options:
+            return str(options[key])
+    return default
+
+
+def _int(options: Any, name: str, default: int | None, *, minimum: int) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"option {name} must be an integer, not {raw!r}") from None
+    if value < minimum:
+        raise InvalidArgumentError(f"option {name} must be at least {minimum}, not {value}")
+    return value
+
+
+def _bool(options: Any, name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.lower() not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, not {raw!r}")
+    return raw.lower() == "true"
+
+
+def _max_decompressed(options: Any) -> int:
+    value = _int(options, "maxDecompressedBytes", DEFAULT_MAX_DECOMPRESSED, minimum=1024)
+    assert value is not None
+    if value > DEFAULT_MAX_DECOMPRESSED:
+        raise InvalidArgumentError(
+            f"option maxDecompressedBytes must be at most {DEFAULT_MAX_DECOMPRESSED}, not {value}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    coordinator: str
+    stream: str
+    lanes: tuple[str, ...]
+    """Empty: every lane but dlq."""
+    group: str
+    """Empty: derived from the query's name (or id) by the progress listener."""
+    starting: str | dict[str, int]
+    max_rows: int | None
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    max_decompressed: int
+
+    @staticmethod
+    def parse(options: Any) -> SourceOptions:
+        stream = _get(options, "stream")
+        if not stream:
+            raise InvalidArgumentError("option stream is required: .option('stream', 'logs')")
+        max_rows = _int(options, "maxOffsetsPerTrigger", None, minimum=1)
+        max_rows = _int(options, "maxRecordsPerTrigger", max_rows, minimum=1)
+        return SourceOptions(
+            coordinator=_get(options, "coordinator", "") or "",
+            stream=stream,
+            lanes=tuple(x.strip() for x in (_get(options, "lanes", "") or "").split(",") if x.strip()),
+            group=_get(options, "group", "") or "",
+            starting=parse_starting_offsets(_get(options, "startingOffsets", "earliest") or "earliest"),
+            max_rows=max_rows,
+            min_partitions=_int(options, "minPartitions", None, minimum=1),
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            include_headers=_bool(options, "includeHeaders", False),
+            max_decompressed=_max_decompressed(options),
+        )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    coordinator: str
+    stream: str
+    lane: str
+
+    @staticmethod
+    def parse(options: Any) -> SinkOptions:
+        stream = _get(options, "stream")
+        if not stream:
+            raise InvalidArgumentError("option stream is required: .option('stream', 'logs')")
+        return SinkOptions(
+            _get(options, "coordinator", "") or "", stream, _get(options, "lane", "realtime") or "realtime"
+        )

@@ -1,0 +1,133 @@
+"""Recording a Spark query's progress in the commit log, so `streamplane lag` shows it like any group.
+
+Spark calls a reader's `commit(end)` only when it plans the *next* batch, one batch late, and never for the
+last batch of an availableNow run. So progress is recorded from a StreamingQueryListener on the driver:
+`onQueryProgress` fires right after each batch with its end offsets. For each partition the listener acks
+everything below the end, and, where the source had more (its latest offset), reads the timestamp of the
+first unread record, so the time lag is current to within one trigger interval.
+
+The query's group is the `group` option, else `spark-<query name>`, else `spark-<query id>` (stable across
+restarts from a checkpoint). Spark's groups are unmanaged: they commit with epoch 0, fenced by Spark's own
+checkpoints rather than by Assigner leases.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from pyspark.sql.streaming import StreamingQueryListener
+
+from streamplane.client import CoordinatorClient
+from streamplane.client.fetcher import PartitionFetcher
+from streamplane.errors import StreamplaneError
+from streamplane.v1 import commitlog_pb2 as cpb
+
+log = structlog.get_logger(__name__)
+
+
+def lease_id(stream: str, key: str) -> str:
+    """The commit log's partition id of a source position key lane/generation/partition."""
+    lane, generation, partition = key.rsplit("/", 2)
+    return f"{stream}/{lane}/g{generation}/p{partition}"
+
+
+def commit_positions(
+    client: CoordinatorClient,
+    group: str,
+    stream: str,
+    positions: dict[str, int],
+    pending_ts: dict[str, int] | None = None,
+    latest: dict[str, int] | None = None,
+) -> None:
+    """Everything below each position is processed; `pending_ts` gives the oldest unprocessed record's time."""
+    for key, end in positions.items():
+        high = max(end, (latest or {}).get(key, end))
+        if high <= 0:
+            continue
+        request = cpb.CommitRequest(
+            group=group,
+            lease_id=lease_id(stream, key),
+            epoch=0,
+            high_watermark=high,
+            oldest_pending_ts_ms=(pending_ts or {}).get(key, 0),
+        )
+        if end > 0:
+            request.acked.append(cpb.OffsetRange(start=0, end=end))
+        client.commit(request)
+
+
+def _json(text: Any) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except (TypeError, ValueError):
+        return None
+
+
+def group_of(source: dict[str, Any], query_name: str | None, query_id: str) -> str:
+    return source.get("group") or f"spark-{query_name or query_id}"
+
+
+class ProgressListener(StreamingQueryListener):
+    """Commits each finished micro-batch of every streamplane source of every query of the session."""
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        for source in progress.sources:
+            try:
+                end = _json(source.endOffset)
+                if not isinstance(end, dict) or "positions" not in end or "source" not in end:
+                    continue  # not one of ours
+                latest = _json(source.latestOffset)
+                self.record(end, latest if isinstance(latest, dict) else None, progress.name, str(progress.id))
+            except StreamplaneError as err:
+                log.warning("spark.progress_not_recorded", query=progress.name or str(progress.id), error=err.message)
+            except Exception:
+                log.exception("spark.progress_failed", query=progress.name or str(progress.id))
+
+    def record(self, end: dict, latest: dict | None, query_name: str | None, query_id: str) -> None:
+        meta, positions = end["source"], {k: int(v) for k, v in end["positions"].items()}
+        newest = {k: int(v) for k, v in (latest or {}).get("positions", {}).items()}
+        group = group_of(meta, query_name, query_id)
+        with CoordinatorClient(meta["coordinator"]) as client:
+            pending = _pending_times(client, meta["stream"], positions, newest)
+            commit_positions(client, group, meta["stream"], positions, pending, newest)
+
+
+def _pending_times(
+    client: CoordinatorClient, stream: str, positions: dict[str, int], latest: dict[str, int]
+) -> dict[str, int]:
+    """The timestamp of the first unread record of each partition that has more than was read."""
+    behind = {k: v for k, v in positions.items() if latest.get(k, v) > v}
+    if not behind:
+        return {}
+    described = client.describe_stream(stream)
+    clusters = {c.name: c.bootstrap_servers for c in client.list_clusters()}
+    where = {}
+    for lane in described.lanes:
+        for gen in lane.generations:
+            where[(lane.name, gen.number)] = (clusters.get(gen.cluster, ""), gen.topic)
+    out = {}
+    for key, pos in behind.items():
+        lane, generation, partition = key.rsplit("/", 2)
+        bootstrap, topic = where.get((lane, int(generation)), ("", ""))
+        if not bootstrap:
+            continue
+        fetcher = PartitionFetcher(bootstrap, topic, int(partition), start_offset=pos, max_wait_ms=0)
+        try:
+            got = fetcher.fetch()
+            if got.batch is not None and got.batch.count:
+                out[key] = int(got.batch.timestamps[0])
+        finally:
+            fetcher.close()
+    return out

@@ -1,0 +1,260 @@
+"""The streaming reader: plans micro-batches over the generations and partitions of a stream's lanes (on the
+driver side) and reads them with the client's fetcher and the native decoder as Arrow batches (on executors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from streamplane.client import CoordinatorClient
+from streamplane.client.fetcher import PartitionFetcher
+from streamplane.errors import StreamplaneError, UnavailableError
+from streamplane.spark import offsets as off
+from streamplane.spark.options import SourceOptions
+from streamplane.spark.progress import commit_positions
+from streamplane.v1 import topology_pb2 as pb
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Slice(InputPartition):
+    """One range of one partition: what one Spark task reads."""
+
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+    topic: str
+    bootstrap_servers: str
+    begin: int
+    end: int
+
+
+def lanes_of(stream: pb.Stream, wanted: tuple[str, ...]) -> list[pb.Lane]:
+    """The lanes to read: the named ones, or every lane but dlq."""
+    return [lane for lane in stream.lanes if (lane.name in wanted if wanted else lane.name != "dlq")]
+
+
+class Watermarks:
+    """Low and high watermarks of partitions, through librdkafka (one client per cluster, kept)."""
+
+    def __init__(self) -> None:
+        self._consumers: dict[str, Any] = {}
+
+    def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        consumer = self._consumers.get(bootstrap)
+        if consumer is None:
+            consumer = self._consumers[bootstrap] = Consumer(
+                {"bootstrap.servers": bootstrap, "group.id": "streamplane-spark-planner", "log_level": 3}
+            )
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+        except KafkaException as err:
+            raise UnavailableError(f"cannot read offsets of {topic}/{partition} at {bootstrap}: {err}") from err
+
+    def close(self) -> None:
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._client: CoordinatorClient | None = None
+        self._watermarks: Watermarks | None = None
+        self.source = {"coordinator": self.client.target, "stream": opts.stream, "group": opts.group}
+        self.target: dict[str, int] | None = None
+
+    # Spark pickles the reader to ship read() to executors: connections stay behind, made again when needed.
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None, "_watermarks": None}
+
+    @property
+    def client(self) -> CoordinatorClient:
+        if self._client is None:
+            self._client = CoordinatorClient(self.opts.coordinator or None)
+        return self._client
+
+    @property
+    def watermarks(self) -> Watermarks:
+        if self._watermarks is None:
+            self._watermarks = Watermarks()
+        return self._watermarks
+
+    # -- planning (driver side)
+    def states(self) -> list[off.PartState]:
+        """Every partition of every generation of the chosen lanes, with where it starts and ends now."""
+        stream = self.client.describe_stream(self.opts.stream)
+        clusters = {c.name: c.bootstrap_servers for c in self.client.list_clusters()}
+        out = []
+        for lane in lanes_of(stream, self.opts.lanes):
+            for gen in lane.generations:
+                bootstrap = clusters.get(gen.cluster, "")
+                sealed = len(gen.end_offsets) == gen.partitions
+                drained = gen.state == pb.GENERATION_STATE_DRAINED
+                for p in range(gen.partitions):
+                    part = off.Part(gen.number, lane.name, p)
+                    try:
+                        low, high = self.watermarks.get(bootstrap, gen.topic, p)
+                    except UnavailableError as err:
+                        if not sealed:
+                            log.warning("spark.partition_unavailable", partition=part.key, error=err.message)
+                            continue  # no news from it this time; its position is kept
+                        low, high = 0, gen.end_offsets[p]
+                    end = gen.end_offsets[p] if sealed else high
+                    out.append(off.PartState(part, gen.topic, bootstrap, min(low, end), end, drained))
+        return out
+
+    def initialOffset(self) -> dict:
+        return off.make_offset(self.source, off.initial_positions(self.states(), self.opts.starting))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.opts.max_rows) if self.opts.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {s.part.key: s.latest for s in self.states()}
+
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        states = self.states()
+        begin = off.positions_of(start) if start else off.initial_positions(states, self.opts.starting)
+        max_rows = getattr(limit, "max_rows", None) if isinstance(limit, ReadMaxRows) else None
+        known = {s.part.key for s in states}
+        end = off.plan_end(begin, states, max_rows, self.target)
+        for key, pos in begin.items():  # partitions we could not look at this time keep their position
+            if key not in known:
+                end.setdefault(key, pos)
+        return off.make_offset(self.source, end)
+
+    def partitions(self, start: dict, end: dict) -> list[Slice]:
+        begin, stop = off.positions_of(start), off.positions_of(end)
+        states = {s.part.key: s for s in self.states()}
+        ranges = []
+        for key, until in stop.items():
+            frm = begin.get(key, states[key].earliest if key in states else until)
+            if until > frm:
+                ranges.append((key, frm, until))
+        pieces = 1
+        if self.opts.min_partitions and ranges and len(ranges) < self.opts.min_partitions:
+            pieces = -(-self.opts.min_partitions // len(ranges))
+        slices = []
+        for key, frm, until in ranges:
+            part = off.Part.parse(key)
+            state = states.get(key)
+            if state is None:
+                raise UnavailableError(f"partition {key} of stream {self.opts.stream} is no longer in the topology")
+            for a, b in off.split(frm, until, pieces):
+                slices.append(
+                    Slice(
+                        self.opts.stream,
+                        part.lane,
+                        part.generation,
+                        part.partition,
+                        state.topic,
+                        state.bootstrap_servers,
+                        a,
+                        b,
+                    )
+                )
+        return slices
+
+    def commit(self, end: dict) -> None:
+        """Spark calls this one batch late (see progress.py); with an explicit group, record it anyway."""
+        if self.opts.group:
+            try:
+                commit_positions(self.client, self.opts.group, self.opts.stream, off.positions_of(end))
+            except StreamplaneError as err:
+                log.warning("spark.commit_failed", group=self.opts.group, error=err.message)
+
+    def stop(self) -> None:
+        if self._watermarks is not None:
+            self._watermarks.close()
+        if self._client is not None:
+            self._client.close()
+
+    # -- reading (executors)
+    def read(self, partition: Slice) -> Iterator[Any]:  # type: ignore[override]
+        yield from read_slice(partition, self.opts)
+
+
+def read_slice(s: Slice, opts: SourceOptions) -> Iterator[Any]:
+    """The records of [s.begin, s.end) as pyarrow.RecordBatches built from the decoder's columns."""
+    import pyarrow as pa
+
+    fetcher = PartitionFetcher(
+        s.bootstrap_servers, s.topic, s.partition, start_offset=s.begin, max_decompressed=opts.max_decompressed
+    )
+    try:
+        earliest, _ = fetcher.offsets()
+        if earliest > s.begin:
+            if opts.fail_on_data_loss:
+                raise UnavailableError(
+                    f"{s.topic}/{s.partition}: offsets {s.begin} to {earliest} are gone (retention); "
+                    "set failOnDataLoss=false to go on without them"
+                )
+            log.warning("spark.data_lost", topic=s.topic, partition=s.partition, lost_from=s.begin, lost_to=earliest)
+            fetcher.position = earliest
+        while fetcher.position < s.end:
+            got = fetcher.fetch()
+            for skipped in got.skipped:
+                log.warning(
+                    "spark.batch_skipped",
+                    topic=s.topic,
+                    partition=s.partition,
+                    first=skipped.first_offset,
+                    next=skipped.next_offset,
+                    reason=skipped.error.message,
+                )
+            if got.batch is None or not got.batch.count:
+                if not got.skipped and fetcher.position < s.end and got.high_watermark <= fetcher.position:
+                    raise UnavailableError(f"{s.topic}/{s.partition} ends at {got.high_watermark}, before {s.end}")
+                continue
+            table = got.batch.to_arrow()
+            offsets = table.column(0)
+            lo = _first_at_least(offsets, s.begin)
+            hi = _first_at_least(offsets, s.end)
+            if hi <= lo:
+                continue
+            yield _with_origin(table.slice(lo, hi - lo), s, opts.include_headers, pa)
+    finally:
+        fetcher.close()
+
+
+def _first_at_least(sorted_offsets: Any, value: int) -> int:
+    """Index of the first offset >= value in an ascending Arrow int64 array."""
+    lo, hi = 0, len(sorted_offsets)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_offsets[mid].as_py() < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _with_origin(batch: Any, s: Slice, headers: bool, pa: Any) -> Any:
+    n = batch.num_rows
+    columns = [
+        pa.repeat(pa.scalar(s.stream, pa.string()), n),
+        pa.repeat(pa.scalar(s.lane, pa.string()), n),
+        pa.repeat(pa.scalar(s.generation, pa.int32()), n),
+        pa.repeat(pa.scalar(s.partition, pa.int32()), n),
+        batch.column(0),
+        batch.column(1).cast(pa.timestamp("us", tz="UTC")),
+        batch.column(2),
+        batch.column(3),
+    ]
+    names = ["stream", "lane", "generation", "partition", "offset", "timestamp", "key", "value"]
+    if headers:
+        columns.append(batch.column(4))
+        names.append("headers")
+    return pa.RecordBatch.from_arrays(columns, names=names)

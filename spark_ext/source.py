@@ -1,0 +1,54 @@
+"""The `streamplane` data source: `spark.readStream.format("streamplane")` and
+`df.writeStream.format("streamplane")` (register it first with `streamplane.spark.register(spark)`)."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from streamplane.client import CoordinatorClient
+from streamplane.errors import InvalidArgumentError, NotFoundError
+from streamplane.spark.options import SinkOptions, SourceOptions
+from streamplane.spark.reader import StreamReader, lanes_of
+from streamplane.spark.writer import StreamWriter
+
+SCHEMA = (
+    "stream string, lane string, generation int, partition int, offset long, timestamp timestamp, "
+    "key binary, value binary"
+)
+HEADERS = ", headers array<struct<key: string, value: binary>>"
+
+
+class StreamplaneDataSource(DataSource):
+    """Streams as a Spark source and sink. Options: see streamplane.spark.options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "streamplane"
+
+    def schema(self) -> str:
+        opts = SourceOptions.parse(self.options)
+        _check_lanes(opts.coordinator, opts.stream, opts.lanes)  # at load(): a bad name fails there
+        return SCHEMA + (HEADERS if opts.include_headers else "")
+
+    def streamReader(self, schema: StructType) -> StreamReader:
+        return StreamReader(SourceOptions.parse(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        opts = SinkOptions.parse(self.options)
+        names = set(schema.fieldNames())
+        if "value" not in names:
+            raise InvalidArgumentError(f"the streamplane sink needs a value column; the DataFrame has {sorted(names)}")
+        _check_lanes(opts.coordinator, opts.stream, (opts.lane,), allow_dlq=True)
+        return StreamWriter(opts, "key" in names, "headers" in names)
+
+
+def _check_lanes(coordinator: str, stream: str, lanes: tuple[str, ...], *, allow_dlq: bool = False) -> None:
+    with CoordinatorClient(coordinator or None, retries=1) as client:
+        described = client.describe_stream(stream)
+    names = {lane.name for lane in described.lanes}
+    for lane in lanes:
+        if lane not in names:
+            raise NotFoundError(f"lane {lane!r} does not exist in stream {stream!r} (it has {sorted(names)})")
+    if not lanes_of(described, lanes) and not allow_dlq:
+        raise NotFoundError(f"stream {stream!r} has no lane to read")

@@ -1,0 +1,57 @@
+"""The streaming sink: writes a DataFrame's `key`, `value` and optional `headers` to a stream lane through the
+Producer, at least once (a replayed batch is written again)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+
+from streamplane.client import Producer
+from streamplane.spark.options import SinkOptions
+
+
+@dataclass
+class Written(WriterCommitMessage):
+    records: int
+
+
+class StreamWriter(DataSourceStreamWriter):
+    def __init__(self, opts: SinkOptions, has_key: bool, has_headers: bool) -> None:
+        self.opts = opts
+        self.has_key = has_key
+        self.has_headers = has_headers
+
+    def write(self, iterator: Iterator[Any]) -> Written:
+        count = 0
+        with Producer(self.opts.coordinator or None) as producer:
+            for row in iterator:
+                headers = [(h["key"], h["value"]) for h in row["headers"] or ()] if self.has_headers else None
+                producer.produce(
+                    self.opts.stream,
+                    _bytes(row["value"]),
+                    key=_bytes(row["key"]) if self.has_key else None,
+                    lane=self.opts.lane,
+                    headers=headers,
+                )
+                count += 1
+            left = producer.flush(120)
+        if left:
+            raise RuntimeError(f"{left} records were not acknowledged by {self.opts.stream}/{self.opts.lane}")
+        return Written(count)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # every task flushed its records before it reported: nothing left to do
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # records already written stay written (at least once); Spark replays the batch
+
+
+def _bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return str(value).encode()

@@ -1,0 +1,186 @@
+"""The Spark source and sink with real Spark (local[2]), a real coordinator and the local cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streamplane.client import Consumer, CoordinatorClient, Producer
+from streamplane.v1 import topology_pb2 as pb
+from tests.helpers import cli, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def address(coordinator, local_cluster) -> str:
+    bootstrap, control = local_cluster
+    with CoordinatorClient(coordinator.address) as client:
+        for name in ("east", "west"):
+            client.register_cluster(
+                pb.Cluster(
+                    name=name,
+                    bootstrap_servers=bootstrap,
+                    admin=pb.CLUSTER_ADMIN_LOCAL,
+                    control_endpoint=control.endpoint,
+                )
+            )
+    return coordinator.address
+
+
+def produce(address: str, stream: str, ids: range, lane: str = "realtime") -> None:
+    with Producer(address, **{"linger.ms": 20}) as producer:
+        for i in ids:
+            producer.produce(stream, b"id-%d" % i, key=b"%d" % i, lane=lane)
+        assert producer.flush(60) == 0
+
+
+def source(spark, address: str, stream: str, **options: str):
+    reader = spark.readStream.format("streamplane").option("coordinator", address).option("stream", stream)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def run_available_now(df, out: Path, name: str):
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(180), "the availableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def values(spark, out: Path) -> list[bytes]:
+    return [bytes(r.value) for r in spark.read.parquet(str(out / "data")).select("value").collect()]
+
+
+def test_available_now_then_restart_from_the_checkpoint_loses_and_duplicates_nothing(
+    spark, address: str, tmp_path: Path
+) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("sp-orders", 4, cluster="east")
+    produce(address, "sp-orders", range(100_000))
+    query = run_available_now(source(spark, address, "sp-orders", maxRecordsPerTrigger="40000"), tmp_path, "orders")
+    rows = [p["numInputRows"] for p in query.recentProgress]
+    assert max(rows) <= 40_000 and sum(rows) == 100_000, rows
+    got = values(spark, tmp_path)
+    assert len(got) == 100_000 and len(set(got)) == 100_000
+
+    produce(address, "sp-orders", range(100_000, 130_000))
+    run_available_now(source(spark, address, "sp-orders", maxRecordsPerTrigger="40000"), tmp_path, "orders")
+    got = values(spark, tmp_path)
+    assert len(got) == 130_000 and set(got) == {b"id-%d" % i for i in range(130_000)}
+
+    # the query's progress is in the commit log: `streamplane lag` shows its group, caught up
+    shown = cli("lag", "spark-orders", coordinator=address)
+    assert shown.returncode == 0, shown.stderr
+    assert "spark-orders" in shown.stdout and "sp-orders" in shown.stdout
+    with CoordinatorClient(address) as client:
+        lag = client.lag("spark-orders")
+    assert lag.offset_lag == 0 and len(lag.partitions) == 4
+
+
+def test_a_failover_during_a_running_query_delivers_every_record_exactly_once(
+    spark, address: str, tmp_path: Path
+) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("sp-moving", 2, cluster="east")
+    produce(address, "sp-moving", range(5_000))
+    query = (
+        source(spark, address, "sp-moving", group="moving-q")
+        .writeStream.format("parquet")
+        .option("path", str(tmp_path / "data"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    try:
+        wait_until(lambda: query.lastProgress is not None and query.lastProgress["numInputRows"] > 0, timeout=60)
+        with CoordinatorClient(address) as client:
+            client.failover("sp-moving", "realtime", "west", reason="spark test")
+        produce(address, "sp-moving", range(5_000, 10_000))
+
+        def lag_zero() -> bool:
+            with CoordinatorClient(address) as client:
+                lag = client.lag("moving-q")
+            return len(lag.partitions) == 4 and lag.offset_lag == 0
+
+        wait_until(lag_zero, timeout=60)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    got = values(spark, tmp_path)
+    assert len(got) == 10_000 and set(got) == {b"id-%d" % i for i in range(10_000)}
+    generations = {r.generation for r in spark.read.parquet(str(tmp_path / "data")).select("generation").collect()}
+    assert generations == {1, 2}
+
+
+def test_the_sink_writes_a_dataframe_into_a_lane_and_a_consumer_reads_it_back(
+    spark, address: str, tmp_path: Path
+) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("sp-in", 2, cluster="east")
+        client.create_stream("sp-out", 2, cluster="west")
+    produce(address, "sp-in", range(500))
+    from pyspark.sql import functions as sf
+
+    df = source(spark, address, "sp-in").select("key", sf.concat(sf.lit(b"copy-"), sf.col("value")).alias("value"))
+    query = (
+        df.writeStream.format("streamplane")
+        .option("coordinator", address)
+        .option("stream", "sp-out")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    seen: set[bytes] = set()
+    with Consumer(address, group="sink-reader", stream="sp-out") as consumer:
+        for msg in consumer:
+            seen.add(msg.value)
+            msg.ack()
+            if len(seen) == 500:
+                break
+    assert seen == {b"copy-id-%d" % i for i in range(500)}
+
+
+def test_bad_options_fail_at_load_or_start_with_a_clear_message(spark, address: str, tmp_path: Path) -> None:
+    from pyspark.errors import PySparkException
+
+    with CoordinatorClient(address) as client:
+        client.create_stream("sp-bad", 1, cluster="east")
+    cases = [
+        ({"stream": "ghost"}, "stream 'ghost' does not exist"),
+        ({"stream": "sp-bad", "lanes": "nolane"}, "lane 'nolane' does not exist"),
+        ({"stream": "sp-bad", "startingOffsets": "{not json"}, "startingOffsets is not"),
+        ({"stream": "sp-bad", "maxRecordsPerTrigger": "-5"}, "maxRecordsPerTrigger must be at least 1"),
+    ]
+    for options, message in cases:
+        reader = spark.readStream.format("streamplane").option("coordinator", address)
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        with pytest.raises(PySparkException, match=message):
+            reader.load()
+    reader = spark.readStream.format("streamplane").option("coordinator", "127.0.0.1:1").option("stream", "sp-bad")
+    with pytest.raises(PySparkException, match=r"127\.0\.0\.1:1"):
+        reader.load()
+
+
+def test_starting_offsets_json_picks_positions_per_generation_and_partition(
+    spark, address: str, tmp_path: Path
+) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("sp-start", 1, cluster="east")
+    produce(address, "sp-start", range(100))
+    starting = json.dumps({"realtime/1": {"0": 90}})
+    run_available_now(source(spark, address, "sp-start", startingOffsets=starting), tmp_path, "start-q")
+    assert sorted(values(spark, tmp_path)) == sorted(b"id-%d" % i for i in range(90, 100))
