@@ -10,7 +10,7 @@ from streamplane.client import CoordinatorClient
 from streamplane.errors import InvalidArgumentError, NotFoundError
 from streamplane.spark.options import SinkOptions, SourceOptions
 from streamplane.spark.reader import StreamReader, lanes_of
-from streamplane.spark.writer import StreamWriter
+from streamplane.spark.writer import BatchWriter, StreamWriter
 
 SCHEMA = (
     "stream string, lane string, generation int, partition int, offset long, timestamp timestamp, "
@@ -35,12 +35,18 @@ class StreamplaneDataSource(DataSource):
         return StreamReader(SourceOptions.parse(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        return StreamWriter(*self._sink(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        return BatchWriter(*self._sink(schema))
+
+    def _sink(self, schema: StructType) -> tuple[SinkOptions, bool, bool]:
         opts = SinkOptions.parse(self.options)
         names = set(schema.fieldNames())
         if "value" not in names:
             raise InvalidArgumentError(f"the streamplane sink needs a value column; the DataFrame has {sorted(names)}")
         _check_lanes(opts.coordinator, opts.stream, (opts.lane,), allow_dlq=True)
-        return StreamWriter(opts, "key" in names, "headers" in names)
+        return opts, "key" in names, "headers" in names
 
 
 def _check_lanes(coordinator: str, stream: str, lanes: tuple[str, ...], *, allow_dlq: bool = False) -> None:

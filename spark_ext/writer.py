@@ -1,5 +1,6 @@
-"""The streaming sink: writes a DataFrame's `key`, `value` and optional `headers` to a stream lane through the
-Producer, at least once (a replayed batch is written again)."""
+"""The sink: writes a DataFrame's `key`, `value` and optional `headers` to a stream lane through the Producer,
+at least once (a replayed batch is written again). Streaming (`writeStream`) and batch (`write`, for
+foreachBatch) share one write path."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 
 from streamplane.client import Producer
 from streamplane.spark.options import SinkOptions
@@ -18,7 +19,7 @@ class Written(WriterCommitMessage):
     records: int
 
 
-class StreamWriter(DataSourceStreamWriter):
+class _Writing:
     def __init__(self, opts: SinkOptions, has_key: bool, has_headers: bool) -> None:
         self.opts = opts
         self.has_key = has_key
@@ -42,11 +43,21 @@ class StreamWriter(DataSourceStreamWriter):
             raise RuntimeError(f"{left} records were not acknowledged by {self.opts.stream}/{self.opts.lane}")
         return Written(count)
 
+
+class StreamWriter(_Writing, DataSourceStreamWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass  # every task flushed its records before it reported: nothing left to do
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass  # records already written stay written (at least once); Spark replays the batch
+
+
+class BatchWriter(_Writing, DataSourceWriter):
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
 
 
 def _bytes(value: Any) -> bytes | None:

@@ -184,3 +184,36 @@ def test_starting_offsets_json_picks_positions_per_generation_and_partition(
     starting = json.dumps({"realtime/1": {"0": 90}})
     run_available_now(source(spark, address, "sp-start", startingOffsets=starting), tmp_path, "start-q")
     assert sorted(values(spark, tmp_path)) == sorted(b"id-%d" % i for i in range(90, 100))
+
+
+def test_the_example_pipeline_counts_per_minute_into_a_stream_and_parquet(spark, address: str, tmp_path: Path) -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "pipeline.py"
+    spec = importlib.util.spec_from_file_location("pipeline_example", path)
+    assert spec is not None and spec.loader is not None
+    pipeline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pipeline)
+    with CoordinatorClient(address) as client:
+        client.create_stream("sp-events", 2, cluster="east")
+        client.create_stream("sp-per-minute", 1, cluster="east")
+    produce(address, "sp-events", range(3_000))
+    query = pipeline.start(
+        spark, address, "sp-events", "sp-per-minute", str(tmp_path / "out"), str(tmp_path / "ck"), available_now=True
+    )
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    last = {}
+    for r in sorted(rows, key=lambda r: r.batch_id):
+        last[(r.minute, r.lane)] = r["count"]
+    assert sum(last.values()) == 3_000
+    counts: dict[str, int] = {}
+    with Consumer(address, group="per-minute-reader", stream="sp-per-minute") as consumer:
+        for msg in consumer:
+            record = json.loads(msg.value)
+            counts[record["minute"] + record["lane"]] = record["count"]
+            msg.ack()
+            if sum(counts.values()) == 3_000:
+                break
+    assert sum(counts.values()) == 3_000
