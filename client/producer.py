@@ -79,6 +79,7 @@ class Producer:
         max_batch_decompressed: the largest batch, before compression, librdkafka may build; keep it at or
             under the consumers' max_decompressed.
         producer_id: names this producer's session (default host-pid-random).
+        metrics_port: serve Prometheus metrics (records out, by stream and lane) on this port; off by default.
         **kafka_config: librdkafka settings under their own names (bootstrap.servers comes from the routes).
 
     Raises UnavailableError if the coordinator cannot be reached, InvalidArgumentError (a ValueError) for a
@@ -91,6 +92,7 @@ class Producer:
         *,
         max_batch_decompressed: int = 1_000_000,
         producer_id: str | None = None,
+        metrics_port: int | None = None,
         **kafka_config: Any,
     ) -> None:
         if not 1024 <= max_batch_decompressed <= DEFAULT_MAX_DECOMPRESSED:
@@ -108,6 +110,8 @@ class Producer:
             "batch.size": min(int(kafka_config.get("batch.size", max_batch_decompressed)), max_batch_decompressed),
         }
         check_kafka_config(self._config)
+        if metrics_port is not None and not 0 < metrics_port < 65536:
+            raise InvalidArgumentError(f"metrics_port must be between 1 and 65535, not {metrics_port}")
         self.producer_id = producer_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._client = CoordinatorClient(coordinator)
         self._lock = threading.Lock()
@@ -128,6 +132,8 @@ class Producer:
         threading.Thread(target=self._heartbeats, name="producer-session", daemon=True).start()
         self._poller = threading.Thread(target=self._poll_loop, name="producer-poll", daemon=True)
         self._poller.start()
+        if metrics_port:
+            metrics.serve(metrics_port)
 
     # -- the session
     def _heartbeat(self) -> None:

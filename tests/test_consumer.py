@@ -204,3 +204,33 @@ def test_metrics_are_served_when_asked(address: str) -> None:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
     assert 'streamplane_client_records_in_total{group="c-g5",lane="realtime",stream="c-metrics"} 20.0' in text
     assert 'streamplane_client_acks_total{group="c-g5",lane="realtime",stream="c-metrics"} 20.0' in text
+
+
+def test_ordering_by_key_handles_each_key_in_offset_order_across_threads(address: str) -> None:
+    import random
+
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-keyed", 1, cluster="east")
+    with Producer(address, **{"linger.ms": 5}) as producer:
+        for i in range(2000):
+            producer.produce("c-keyed", b"%d" % i, key=b"k%d" % (i % 7))
+        assert producer.flush() == 0
+    seen: dict[bytes, list[int]] = {}
+    lock = threading.Lock()
+    threads: set[str] = set()
+
+    def handle(msg: Message) -> None:
+        time.sleep(random.random() / 10_000)
+        with lock:
+            seen.setdefault(msg.key, []).append(int(msg.value))
+            threads.add(threading.current_thread().name)
+
+    stop = threading.Event()
+    with Consumer(address, group="c-g6", stream="c-keyed", concurrency=4, ordering="key") as consumer:
+        runner = threading.Thread(target=consumer.run, args=(handle,), kwargs={"stop": stop})
+        runner.start()
+        wait_until(lambda: sum(len(v) for v in seen.values()) == 2000, timeout=20)
+        stop.set()
+        runner.join()
+    assert len(threads) > 1, "the keys were spread over several threads"
+    assert all(values == sorted(values) for values in seen.values())

@@ -7,8 +7,9 @@ import time
 import pytest
 
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
-from streamplane.errors import InvalidArgumentError, NotFoundError
+from streamplane.errors import InvalidArgumentError, NotFoundError, UnavailableError
 from streamplane.v1 import topology_pb2 as pb
+from tests.helpers import free_port
 
 
 @pytest.fixture
@@ -76,3 +77,24 @@ def test_bad_input(address: str) -> None:
         Producer(address, **{"bootstrap.servers": "h:1"})
     with pytest.raises(InvalidArgumentError, match="max_batch_decompressed"):
         Producer(address, max_batch_decompressed=1 << 40)
+
+
+def test_bad_settings_and_an_unreachable_coordinator_are_clear_errors(address: str) -> None:
+    with pytest.raises(ValueError, match=r"linger\.mss"):
+        Producer(address, **{"linger.mss": 5})
+    with pytest.raises(ValueError, match="metrics_port"):
+        Producer(address, metrics_port=70000)
+    with pytest.raises(UnavailableError, match=r"127\.0\.0\.1:1"):
+        Producer("127.0.0.1:1")
+
+
+def test_metrics_count_records_out_when_asked(address: str) -> None:
+    import urllib.request
+
+    port = free_port()
+    with Producer(address, metrics_port=port) as producer:
+        for i in range(30):
+            producer.produce("purchases", b"%d" % i, lane="dlq")
+        assert producer.flush() == 0
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    assert 'streamplane_client_records_out_total{lane="dlq",stream="purchases"} 30.0' in text
