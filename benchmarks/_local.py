@@ -28,3 +28,35 @@ def local_cluster(brokers: int = 1) -> Iterator[tuple[str, LocalClusterControl]]
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextmanager
+def coordinator_process(data_dir: str) -> Iterator[str]:
+    """The address of a coordinator in its own process (as in production: it does not share our GIL)."""
+    import os
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", data_dir, "--port", "0"],
+        env={**os.environ, "STREAMPLANE_LOG_LEVEL": "warning"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if not line.startswith("coordinator="):
+            raise SystemExit("the coordinator did not start")
+        yield line.split()[0].split("=", 1)[1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def register_local(client: object, bootstrap: str, control: LocalClusterControl, name: str = "local") -> None:
+    """Register a local cluster with a coordinator (through a CoordinatorClient)."""
+    from streamplane.v1 import topology_pb2 as pb
+
+    client.register_cluster(  # type: ignore[attr-defined]
+        pb.Cluster(
+            name=name, bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control.endpoint
+        )
+    )

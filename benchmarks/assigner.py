@@ -30,14 +30,13 @@ from confluent_kafka import Consumer, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _local import local_cluster
+from _local import local_cluster, register_local
 
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.coordinator import server
 from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.log import configure_logging
-from streamplane.v1 import topology_pb2 as pb
 
 
 def compute_ms() -> tuple[float, float]:
@@ -84,14 +83,7 @@ def regrant_ms(runs: int) -> list[float]:
 
 def _regrant_runs(address: str, bootstrap: str, control, runs: int, results: list[float]) -> None:
     with CoordinatorClient(address) as client:
-        client.register_cluster(
-            pb.Cluster(
-                name="local",
-                bootstrap_servers=bootstrap,
-                admin=pb.CLUSTER_ADMIN_LOCAL,
-                control_endpoint=control.endpoint,
-            )
-        )
+        register_local(client, bootstrap, control)
         client.create_stream("bench", 64)
     watcher = CoordinatorClient(address)
     for run in range(runs):

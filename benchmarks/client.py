@@ -5,8 +5,8 @@ Each round writes the same ~100-byte records (zstd, the same batching settings) 
 stream and once through confluent-kafka's Producer to a plain topic, then reads each back: ours with
 `Consumer.run(handler)`, theirs with a subscribed group Consumer's `poll()` loop calling the same handler
 (tuned fetch settings; its batch `consume()` is shown for context). Consumption is timed from the first record
-to the last, so group joins do not count on either side. Rounds alternate who goes first; the best of the
-rounds is kept for each (this machine's noise makes single runs swing by 2x and more).
+to the last, so group joins do not count on either side. Rounds alternate who goes first, and the ratios
+compare medians over the rounds: this machine's noise makes single runs swing by 2x and more, both ways.
 
 The last line is `consume_vs_confluent=<ratio of records/s> produce_vs_confluent=<ratio of records/s>`.
 Goals: consume >= 1.0 (our fetch path is not slower than librdkafka's), produce >= 0.9. `--quick` runs in
@@ -19,7 +19,7 @@ import argparse
 import itertools
 import os
 import random
-import subprocess
+import statistics
 import sys
 import tempfile
 import threading
@@ -32,12 +32,11 @@ from confluent_kafka import Producer as KafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _local import local_cluster
+from _local import coordinator_process, local_cluster, register_local
 from decode import make_value
 
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.log import configure_logging
-from streamplane.v1 import topology_pb2 as pb
 
 PRODUCER_CONFIG = {"compression.type": "zstd", "linger.ms": 10, "batch.size": 1_000_000, "enable.idempotence": True}
 
@@ -148,7 +147,7 @@ def main() -> None:
     configure_logging("warning")
     per_partition = 40_000 if args.quick else 100_000  # the local cluster keeps ~5 MiB of batches per partition
     total = per_partition * args.partitions
-    rounds = 3 if args.quick else 5
+    rounds = 5 if args.quick else 7
     rng = random.Random(7)
     values = [make_value(i, rng) for i in range(total)]
     results: dict[str, list[float]] = {}
@@ -157,58 +156,41 @@ def main() -> None:
         results.setdefault(name, []).append(total / seconds)
         print(f"  {name:<34} {total / seconds:>12,.0f} records/s", flush=True)
 
-    with tempfile.TemporaryDirectory() as tmp, local_cluster(brokers=1) as (bootstrap, control):
-        coordinator = subprocess.Popen(  # its own process, as in production: it does not share our GIL
-            [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", tmp, "--port", "0"],
-            env={**os.environ, "STREAMPLANE_LOG_LEVEL": "warning"},
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        line = coordinator.stdout.readline() if coordinator.stdout else ""
-        if not line.startswith("coordinator="):
-            raise SystemExit("the coordinator did not start")
-        address = line.split()[0].split("=", 1)[1]
-        try:
-            with CoordinatorClient(address) as client:
-                client.register_cluster(
-                    pb.Cluster(
-                        name="local",
-                        bootstrap_servers=bootstrap,
-                        admin=pb.CLUSTER_ADMIN_LOCAL,
-                        control_endpoint=control.endpoint,
-                    )
-                )
-                print(f"{total:,} records of ~100 bytes, {args.partitions} partitions, {rounds} round(s)", flush=True)
-                for r in range(rounds):
-                    print(f"round {r + 1}", flush=True)
-                    stream, topic = f"bench{r}", f"confluent-{r}"
-                    client.create_stream(stream, args.partitions)
-                    control.create_topic(topic, args.partitions)
-                    ours_first = r % 2 == 0  # alternate who goes first: the machine is noisy
-                    for who in ("ours", "theirs") if ours_first else ("theirs", "ours"):
-                        if who == "ours":
-                            note("produce: streamplane Producer", produce_ours(address, stream, values))
-                        else:
-                            note("produce: confluent-kafka Producer", produce_confluent(bootstrap, topic, values))
-                    for who in ("ours", "theirs") if ours_first else ("theirs", "ours"):
-                        if who == "ours":
-                            note("consume: streamplane Consumer.run", consume_ours(address, stream, total))
-                        else:
-                            seconds = consume_confluent(bootstrap, topic, total, batched=False)
-                            note("consume: confluent-kafka poll()", seconds)
-                    if r == 0:
-                        batched = consume_confluent(bootstrap, topic, total, batched=True)
-                        note("consume: confluent consume(1000)", batched)
-        finally:
-            coordinator.terminate()
-            coordinator.wait(10)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        local_cluster(brokers=1) as (bootstrap, control),
+        coordinator_process(tmp) as address,
+        CoordinatorClient(address) as client,
+    ):
+        register_local(client, bootstrap, control)
+        print(f"{total:,} records of ~100 bytes, {args.partitions} partitions, {rounds} round(s)", flush=True)
+        for r in range(rounds):
+            print(f"round {r + 1}", flush=True)
+            stream, topic = f"bench{r}", f"confluent-{r}"
+            client.create_stream(stream, args.partitions)
+            control.create_topic(topic, args.partitions)
+            ours_first = r % 2 == 0  # alternate who goes first: the machine is noisy
+            for who in ("ours", "theirs") if ours_first else ("theirs", "ours"):
+                if who == "ours":
+                    note("produce: streamplane Producer", produce_ours(address, stream, values))
+                else:
+                    note("produce: confluent-kafka Producer", produce_confluent(bootstrap, topic, values))
+            for who in ("ours", "theirs") if ours_first else ("theirs", "ours"):
+                if who == "ours":
+                    note("consume: streamplane Consumer.run", consume_ours(address, stream, total))
+                else:
+                    seconds = consume_confluent(bootstrap, topic, total, batched=False)
+                    note("consume: confluent-kafka poll()", seconds)
+            if r == 0:
+                batched = consume_confluent(bootstrap, topic, total, batched=True)
+                note("consume: confluent consume(1000)", batched)
+    median = {name: statistics.median(rates) for name, rates in results.items()}
     best = {name: max(rates) for name, rates in results.items()}
-    consume = best["consume: streamplane Consumer.run"] / best["consume: confluent-kafka poll()"]
-    produce = best["produce: streamplane Producer"] / best["produce: confluent-kafka Producer"]
-    print(
-        f"best of {rounds}: ours consume {best['consume: streamplane Consumer.run']:,.0f}/s, "
-        f"produce {best['produce: streamplane Producer']:,.0f}/s (goals: consume >= 1.0x, produce >= 0.9x)"
-    )
+    for name in median:
+        print(f"  {name:<34} median {median[name]:>12,.0f}   best {best[name]:>12,.0f} records/s")
+    consume = median["consume: streamplane Consumer.run"] / median["consume: confluent-kafka poll()"]
+    produce = median["produce: streamplane Producer"] / median["produce: confluent-kafka Producer"]
+    print(f"medians of {rounds} rounds (goals: consume >= 1.0x, produce >= 0.9x)")
     print(f"consume_vs_confluent={consume:.2f} produce_vs_confluent={produce:.2f}")
 
 

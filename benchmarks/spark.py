@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,12 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _local import local_cluster
+from _local import coordinator_process, local_cluster, register_local
 from decode import make_value
 
 from streamplane.client import CoordinatorClient
 from streamplane.log import configure_logging
-from streamplane.v1 import topology_pb2 as pb
 
 PARTITIONS = 4
 BATCH_ROWS = 10_000
@@ -122,73 +120,56 @@ def main() -> None:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent.parent / "tests" / "spark_conf"))
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, local_cluster(brokers=1) as (bootstrap, control):
-        coordinator = subprocess.Popen(
-            [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", tmp + "/db", "--port", "0"],
-            env={**os.environ, "STREAMPLANE_LOG_LEVEL": "warning"},
-            stdout=subprocess.PIPE,
-            text=True,
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        local_cluster(brokers=1) as (bootstrap, control),
+        coordinator_process(tmp + "/db") as address,
+    ):
+        with CoordinatorClient(address) as client:
+            register_local(client, bootstrap, control)
+            client.create_stream("bench", PARTITIONS)
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "compression.type": "zstd", "linger.ms": 50, "batch.size": 1_000_000}
         )
-        line = coordinator.stdout.readline() if coordinator.stdout else ""
-        if not line.startswith("coordinator="):
-            raise SystemExit("the coordinator did not start")
-        address = line.split()[0].split("=", 1)[1]
-        try:
-            with CoordinatorClient(address) as client:
-                client.register_cluster(
-                    pb.Cluster(
-                        name="local",
-                        bootstrap_servers=bootstrap,
-                        admin=pb.CLUSTER_ADMIN_LOCAL,
-                        control_endpoint=control.endpoint,
-                    )
-                )
-                client.create_stream("bench", PARTITIONS)
-            from confluent_kafka import Producer
+        rng = random.Random(1)
+        for i in range(total):
+            producer.produce("sp.bench.realtime.g1", make_value(i, rng), partition=i % PARTITIONS)
+            if i % 50_000 == 0:
+                producer.poll(0)
+        producer.flush(60)
+        print(f"{total:,} rows of ~100 bytes on {PARTITIONS} partitions; starting Spark", flush=True)
 
-            producer = Producer(
-                {"bootstrap.servers": bootstrap, "compression.type": "zstd", "linger.ms": 50, "batch.size": 1_000_000}
+        from pyspark.sql import SparkSession
+
+        from streamplane.spark import register
+
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        register(spark)
+        spark.dataSource.register(ceiling_source(per_partition))
+        print(f"Spark ready after {time.monotonic() - started:.0f} s", flush=True)
+        ours, ceiling = [], []
+        for r in range(rounds):
+            df = (
+                spark.readStream.format("streamplane")
+                .option("coordinator", address)
+                .option("stream", "bench")
+                .option("group", f"bench-{r}")
+                .load()
             )
-            rng = random.Random(1)
-            for i in range(total):
-                producer.produce("sp.bench.realtime.g1", make_value(i, rng), partition=i % PARTITIONS)
-                if i % 50_000 == 0:
-                    producer.poll(0)
-            producer.flush(60)
-            print(f"{total:,} rows of ~100 bytes on {PARTITIONS} partitions; starting Spark", flush=True)
-
-            from pyspark.sql import SparkSession
-
-            from streamplane.spark import register
-
-            spark = (
-                SparkSession.builder.master("local[2]")
-                .config("spark.ui.enabled", "false")
-                .config("spark.ui.showConsoleProgress", "false")
-                .getOrCreate()
+            ours.append(timed_rows_per_s(df, f"{tmp}/ours-{r}"))
+            ceiling.append(timed_rows_per_s(spark.readStream.format("arrowceiling").load(), f"{tmp}/ceil-{r}"))
+            print(
+                f"round {r + 1}: streamplane {ours[-1]:>12,.0f} rows/s   ceiling {ceiling[-1]:>12,.0f} rows/s",
+                flush=True,
             )
-            register(spark)
-            spark.dataSource.register(ceiling_source(per_partition))
-            print(f"Spark ready after {time.monotonic() - started:.0f} s", flush=True)
-            ours, ceiling = [], []
-            for r in range(rounds):
-                df = (
-                    spark.readStream.format("streamplane")
-                    .option("coordinator", address)
-                    .option("stream", "bench")
-                    .option("group", f"bench-{r}")
-                    .load()
-                )
-                ours.append(timed_rows_per_s(df, f"{tmp}/ours-{r}"))
-                ceiling.append(timed_rows_per_s(spark.readStream.format("arrowceiling").load(), f"{tmp}/ceil-{r}"))
-                print(
-                    f"round {r + 1}: streamplane {ours[-1]:>12,.0f} rows/s   ceiling {ceiling[-1]:>12,.0f} rows/s",
-                    flush=True,
-                )
-            spark.stop()
-        finally:
-            coordinator.terminate()
-            coordinator.wait(10)
+        spark.stop()
     print(
         f"best: streamplane source {max(ours):,.0f} rows/s, in-memory Arrow source {max(ceiling):,.0f} rows/s "
         f"(goal >= 0.7x); {time.monotonic() - started:.0f} s in all"

@@ -13,22 +13,13 @@ from streamplane.client import Consumer, CoordinatorClient, Message, OutcomeErro
 from streamplane.client.consumer import ORIGIN_HEADERS, REASON_HEADER
 from streamplane.errors import NotFoundError, UnavailableError
 from streamplane.v1 import topology_pb2 as pb
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, register_local_clusters, wait_until
 
 
 @pytest.fixture
 def address(coordinator, local_cluster) -> str:
     bootstrap, control = local_cluster
-    with CoordinatorClient(coordinator.address) as client:
-        for name in ("east", "west"):
-            client.register_cluster(
-                pb.Cluster(
-                    name=name,
-                    bootstrap_servers=bootstrap,
-                    admin=pb.CLUSTER_ADMIN_LOCAL,
-                    control_endpoint=control.endpoint,
-                )
-            )
+    register_local_clusters(coordinator.address, bootstrap, control.endpoint, ("east", "west"))
     return coordinator.address
 
 

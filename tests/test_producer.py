@@ -8,23 +8,14 @@ import pytest
 
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
 from streamplane.errors import InvalidArgumentError, NotFoundError, UnavailableError
-from streamplane.v1 import topology_pb2 as pb
-from tests.helpers import free_port
+from tests.helpers import free_port, register_local_clusters
 
 
 @pytest.fixture
 def address(coordinator, local_cluster) -> str:
     bootstrap, control = local_cluster
+    register_local_clusters(coordinator.address, bootstrap, control.endpoint, ("east", "west"))
     with CoordinatorClient(coordinator.address) as client:
-        for name in ("east", "west"):
-            client.register_cluster(
-                pb.Cluster(
-                    name=name,
-                    bootstrap_servers=bootstrap,
-                    admin=pb.CLUSTER_ADMIN_LOCAL,
-                    control_endpoint=control.endpoint,
-                )
-            )
         client.create_stream("purchases", 1, cluster="east")
     return coordinator.address
 

@@ -15,7 +15,7 @@ from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.errors import InvalidArgumentError
 from streamplane.v1 import topology_pb2 as pb
-from tests.helpers import wait_until
+from tests.helpers import register_local_clusters, wait_until
 
 TTL_MS = 1500
 
@@ -28,16 +28,7 @@ def address(tmp_path: Path, local_cluster) -> Iterator[str]:
         admin=RoutingAdmin(),
         sealing_config=SealingConfig(producer_ttl_ms=TTL_MS, producer_heartbeat_ms=200, loop_ms=50),
     )
-    with CoordinatorClient(running.address) as client:
-        for name in ("east", "west"):
-            client.register_cluster(
-                pb.Cluster(
-                    name=name,
-                    bootstrap_servers=bootstrap,
-                    admin=pb.CLUSTER_ADMIN_LOCAL,
-                    control_endpoint=control.endpoint,
-                )
-            )
+    register_local_clusters(running.address, bootstrap, control.endpoint, ("east", "west"))
     yield running.address
     running.stop(0)
 

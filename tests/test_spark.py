@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.client import Consumer, CoordinatorClient, Producer
-from streamplane.v1 import topology_pb2 as pb
-from tests.helpers import cli, wait_until
+from tests.helpers import cli, register_local_clusters, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -17,16 +16,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture
 def address(coordinator, local_cluster) -> str:
     bootstrap, control = local_cluster
-    with CoordinatorClient(coordinator.address) as client:
-        for name in ("east", "west"):
-            client.register_cluster(
-                pb.Cluster(
-                    name=name,
-                    bootstrap_servers=bootstrap,
-                    admin=pb.CLUSTER_ADMIN_LOCAL,
-                    control_endpoint=control.endpoint,
-                )
-            )
+    register_local_clusters(coordinator.address, bootstrap, control.endpoint, ("east", "west"))
     return coordinator.address
 
 
