@@ -170,10 +170,16 @@ def test_starting_offsets_json_picks_positions_per_generation_and_partition(
 ) -> None:
     with CoordinatorClient(address) as client:
         client.create_stream("sp-start", 1, cluster="east")
-    produce(address, "sp-start", range(100))
+    with Producer(address) as producer:
+        for i in range(100):
+            producer.produce("sp-start", b"id-%d" % i, headers=[("trace", b"t-%d" % i)])
+        assert producer.flush(60) == 0
     starting = json.dumps({"realtime/1": {"0": 90}})
-    run_available_now(source(spark, address, "sp-start", startingOffsets=starting), tmp_path, "start-q")
-    assert sorted(values(spark, tmp_path)) == sorted(b"id-%d" % i for i in range(90, 100))
+    df = source(spark, address, "sp-start", startingOffsets=starting, includeHeaders="true", minPartitions="3")
+    run_available_now(df, tmp_path, "start-q")
+    rows = spark.read.parquet(str(tmp_path / "data")).collect()
+    assert sorted(bytes(r.value) for r in rows) == sorted(b"id-%d" % i for i in range(90, 100))
+    assert all([(h.key, bytes(h.value)) for h in r.headers] == [("trace", b"t" + bytes(r.value)[2:])] for r in rows)
 
 
 def test_the_example_pipeline_counts_per_minute_into_a_stream_and_parquet(spark, address: str, tmp_path: Path) -> None:
