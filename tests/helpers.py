@@ -25,11 +25,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    """Poll `predicate` until it is true; fail the test if `timeout` seconds pass first."""
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: Callable[[], str] | None = None) -> None:
+    """Poll `predicate` until it is true; fail the test if `timeout` seconds pass first (saying `what()`)."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"condition not reached within {timeout} s"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not reached within {timeout} s" + (f": {what()}" if what else ""))
         time.sleep(0.02)
 
 

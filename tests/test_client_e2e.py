@@ -173,17 +173,31 @@ def test_records_survive_failover_kill9_join_restart_and_poison(stack: Stack) ->
                     seen.update(path.read_bytes().splitlines())
             return seen
 
-        wait_until(lambda: wanted <= set(processed()), timeout=90)
-        wait_until(lambda: {r.value for r in read_topic(stack.bootstrap("a"), dlq_topic, PARTITIONS)} >= poison, 60)
+        def missing() -> str:
+            left = sorted(wanted - set(processed()))
+            return f"{len(left)} records not processed, e.g. {left[:5]}"
 
-        def rejects() -> int:
+        def dlq_missing() -> str:
+            left = sorted(poison - {r.value for r in read_topic(stack.bootstrap("a"), dlq_topic, PARTITIONS)})
+            return f"{len(left)} poison records not in the dlq lane, e.g. {left[:5]}"
+
+        wait_until(lambda: wanted <= set(processed()), timeout=90, what=missing)
+        wait_until(lambda: dlq_missing().startswith("0 "), timeout=60, what=dlq_missing)
+
+        def progress() -> dict[str, tuple[int, int, int, int]]:
+            """(low watermark, high watermark, rejects, retries) of every realtime partition of the group."""
             with CoordinatorClient(stack.address) as client:
-                desc = client.describe_group(GROUP)
-                return sum(
-                    client.progress(GROUP, x.lease_id).rejects for x in desc.leases if "/realtime/" in x.lease_id
-                )
+                leases = [x.lease_id for x in client.describe_group(GROUP).leases if "/realtime/" in x.lease_id]
+                got = {lid: client.progress(GROUP, lid, max_ranges=1) for lid in leases}
+            return {lid: (p.low_watermark, p.high_watermark, p.rejects, p.retries) for lid, p in got.items()}
 
-        wait_until(lambda: rejects() == len(poison), timeout=30)
+        def all_done() -> bool:
+            now = progress()
+            return len(now) == 2 * PARTITIONS and all(low == high for low, high, _, _ in now.values())
+
+        # everything done in the commit log: poison offsets can only be done by their reject
+        wait_until(all_done, timeout=60, what=lambda: str(progress()))
+        assert sum(r for _, _, r, _ in progress().values()) >= len(poison)
     finally:
         probe.stop()
         for proc in workers.values():
