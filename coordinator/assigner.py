@@ -151,9 +151,11 @@ class Session:
             try:
                 if member is None or member.session_id != self.session_id:
                     self._closed.set()
+                    # fail() records its error before it removes the member: report that cause, if it was one
                     yield Update(
                         "end",
-                        error=FencedError(
+                        error=self._failure
+                        or FencedError(
                             f"session {self.session_id} of worker {self.worker_id!r} has ended (expired or replaced); "
                             "its leases were revoked"
                         ),
