@@ -39,7 +39,7 @@ from streamplane.client import metrics
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
 from streamplane.client.flow import Budget
-from streamplane.client.lease_reader import LeaseReader, Outcomes, to_ranges
+from streamplane.client.lease_reader import LeaseReader, to_ranges
 from streamplane.client.message import ACKED, PENDING, Message
 from streamplane.client.producer import Producer
 from streamplane.client.session import LeaseLoad, SessionEndedError, WorkerSession
@@ -375,12 +375,20 @@ class Consumer:
         reader.committed(out, list(response.exhausted))
 
     def _report_load(self, readers: list[LeaseReader]) -> None:
+        """Tell the Assigner each lease's throughput and lag: it balances partitions by measured load."""
         session = self._session
         if session is None:
             return
-        session.report_load(
-            leases={r.lease_id: LeaseLoad(0.0, r.records_behind(), 0) for r in readers if not r.lost},
-        )
+        now_s = time.monotonic()
+        now_ms = int(time.time() * 1000)
+        loads = {}
+        for r in readers:
+            if r.lost:
+                continue
+            rate = r.take_rate(now_s)
+            oldest = r.oldest_pending_ts()
+            loads[r.lease_id] = LeaseLoad(rate, r.records_behind(), max(0, now_ms - oldest) if oldest else 0)
+        session.report_load(records_per_s=sum(x.records_per_s for x in loads.values()), leases=loads)
 
     # -- the two APIs
     def __iter__(self) -> Iterator[Message]:
@@ -517,4 +525,4 @@ class Consumer:
             return sorted(lid for lid, r in self._readers.items() if not r.lost)
 
 
-__all__ = ["Consumer", "Message", "Outcomes"]
+__all__ = ["Consumer", "Message"]

@@ -104,9 +104,9 @@ class LeaseReader:
         self._revoke_deadline = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{self.lease_id}", daemon=True)
-        self.records_seen = 0
         self._done_above: list[tuple[int, int]] = []
-        self.finished_reading = False
+        self._fetched = 0
+        self._rate_since = time.monotonic()
 
     # -- control (from the consumer's session thread)
     def start(self) -> None:
@@ -223,7 +223,6 @@ class LeaseReader:
                     except StreamplaneError as err:  # the coordinator is away: live records go on
                         log.info("lease.retries_unavailable", lease=self.lease_id, error=err.message)
                 if 0 <= self.end_offset <= max(fetcher.position, 0):
-                    self.finished_reading = True
                     self._stop.wait(0.1)
                     continue
                 self._fetch_once(fetcher)
@@ -288,8 +287,14 @@ class LeaseReader:
                 self.pending.update(zip(offsets, delivered, strict=True))
             self._out.ranges.extend(gaps)
         if delivered:
-            self.records_seen += len(delivered)
+            self._fetched += len(delivered)
             self.consumer.deliver(delivered)
+
+    def take_rate(self, now_s: float) -> float:
+        """Records per second fetched since the last call."""
+        n, self._fetched = self._fetched, 0
+        elapsed, self._rate_since = now_s - self._rate_since, now_s
+        return n / elapsed if elapsed > 0 else 0.0
 
     def _load_done_ranges(self) -> None:
         """Offsets above the low watermark a previous holder finished (past a retrying record, say): skipped,
