@@ -1,43 +1,57 @@
 """The main job on one machine: start the local stack, then run a short pipeline through a failover.
 
-It creates a stream, produces records with the streamplane Producer (which routes them to the lane's active
-generation), reads them back with the partition fetcher and the native decoder, fails the stream over to
-the second local cluster while the producer keeps writing (it follows the failover by itself), reads both
-generations, and prints what happened, including the event log.
+It creates a stream, starts a consumer group member (the streamplane Consumer, reading straight from Kafka
+through the native decoder, handlers on 4 threads), produces records with the streamplane Producer, fails
+the stream over to the second local cluster while both keep going, and shows the old generation sealed and
+drained, a malformed record rejected to the dlq lane, the group's lag and the event log.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from streamplane.cli.main import describe_event
-from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
+from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.devstack.stack import LocalStack
 from streamplane.v1 import topology_pb2 as pb
 
 STREAM = "demo-logs"
+GROUP = "demo-readers"
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def _read(bootstrap: str, topic: str, partitions: int, expected: int) -> set[int]:
-    """Every record id of a generation, read raw with the partition fetcher and decoded natively."""
-    seen: set[int] = set()
-    fetchers = [PartitionFetcher(bootstrap, topic, p) for p in range(partitions)]
-    deadline = time.monotonic() + 30
-    while len(seen) < expected and time.monotonic() < deadline:
-        for fetcher in fetchers:
-            got = fetcher.fetch()
-            if got.batch is not None:
-                seen.update(int(r.value.split(b",")[0].split(b":")[1]) for r in got.batch.records())
-    for fetcher in fetchers:
-        fetcher.close()
-    return seen
+class _Handler:
+    """Counts the ids of well-formed records; rejects the others to the dlq lane."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, msg: Message) -> None:
+        try:
+            record = json.loads(msg.value or b"")
+        except ValueError:
+            msg.reject("not JSON")
+            return
+        with self.lock:
+            self.ids.add(record["id"])
+
+
+def _wait(condition, seconds: float = 30) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def run_demo(*, records: int = 2000, data_dir: Path | None = None) -> int:
@@ -56,46 +70,74 @@ def run_demo(*, records: int = 2000, data_dir: Path | None = None) -> int:
 def _pipeline(client: CoordinatorClient, clusters: dict[str, str], records: int) -> int:
     if STREAM not in {s.name for s in client.list_streams()}:
         client.create_stream(STREAM, partitions=4, cluster="local-a")
-    lane = _realtime(client.describe_stream(STREAM))
-    g1 = lane.generations[-1]
+    g1 = _realtime(client.describe_stream(STREAM)).generations[-1]
     _say(f"[2/6] stream {STREAM}: realtime lane active on {g1.cluster} as {g1.topic} ({g1.partitions} partitions)")
 
+    handler, stop = _Handler(), threading.Event()
+    consumer = Consumer(client.target, group=GROUP, stream=STREAM, concurrency=4)
+    runner = threading.Thread(target=consumer.run, args=(handler,), kwargs={"stop": stop}, daemon=True)
+    runner.start()
     half = records // 2
-    with Producer(client.target, **{"linger.ms": 20}) as producer:
-        for i in range(half):
-            producer.produce(STREAM, b'{"id":%d,"msg":"hello from the demo"}' % i, key=b"k%d" % (i % 8))
-        if producer.flush():
-            raise RuntimeError("records were not acknowledged")
-        got1 = _read(clusters[g1.cluster], g1.topic, g1.partitions, half)
-        _say(f"[3/6] produced {half} records to g{g1.number} and read {len(got1)} back (native decoder)")
+    try:
+        with Producer(client.target, **{"linger.ms": 20}) as producer:
+            for i in range(half):
+                producer.produce(STREAM, b'{"id":%d,"msg":"hello from the demo"}' % i, key=b"k%d" % (i % 8))
+            if producer.flush():
+                raise RuntimeError("records were not acknowledged")
+            _wait(lambda: len(handler.ids) >= half)
+            _say(f"[3/6] produced {half} records to g{g1.number}; group {GROUP} processed {len(handler.ids)}")
 
-        target = next(name for name in clusters if name != g1.cluster)
-        done = client.failover(STREAM, "realtime", target, reason="demo: move traffic off " + g1.cluster)
-        g2 = done.current
+            target = next(name for name in clusters if name != g1.cluster)
+            done = client.failover(STREAM, "realtime", target, reason="demo: move traffic off " + g1.cluster)
+            g2 = done.current
+            _say(
+                f"[4/6] failed over realtime to {target}: g{done.previous.number} is draining, "
+                f"g{g2.number} is active as {g2.topic}"
+            )
+            _wait(lambda: producer.route(STREAM).generation == g2.number, 10)  # it follows the event log
+            for i in range(half, records):
+                producer.produce(STREAM, b'{"id":%d,"msg":"hello from the demo"}' % i, key=b"k%d" % (i % 8))
+            producer.produce(STREAM, b"this is not JSON", key=b"bad")
+            if producer.flush():
+                raise RuntimeError("records were not acknowledged")
+        _wait(lambda: len(handler.ids) >= records)
+        drained = _wait(lambda: _generation(client, g1.number).state == pb.GENERATION_STATE_DRAINED)
+        sealed = _generation(client, g1.number)
+        _wait(lambda: _rejects(client) >= 1, 10)  # marked once its copy is in the dlq lane
+        rejects = _rejects(client)
+        lag = client.lag(GROUP)
         _say(
-            f"[4/6] failed over realtime to {target}: g{done.previous.number} is draining, "
-            f"g{g2.number} is active as {g2.topic}"
+            f"[5/6] the producer switched by itself; {GROUP} processed {len(handler.ids)} records across "
+            f"g{g1.number} and g{g2.number}; g{g1.number} sealed at end offsets {list(sealed.end_offsets)} and "
+            f"{'drained' if drained else 'not drained'}; {rejects} malformed record(s) rejected to the dlq lane; "
+            f"offset lag {lag.offset_lag}"
         )
-        deadline = time.monotonic() + 10
-        while producer.route(STREAM).generation != g2.number and time.monotonic() < deadline:
-            time.sleep(0.01)  # the producer follows the failover through the event log
-        for i in range(half, records):
-            producer.produce(STREAM, b'{"id":%d,"msg":"hello from the demo"}' % i, key=b"k%d" % (i % 8))
-        if producer.flush():
-            raise RuntimeError("records were not acknowledged")
-    got2 = _read(clusters[g2.cluster], g2.topic, g2.partitions, records - half)
-    _say(f"[5/6] the producer switched by itself: {records - half} records went to g{g2.number}, read {len(got2)} back")
+    finally:
+        stop.set()
+        runner.join(10)
+        consumer.close()
 
-    _say("[6/6] the event log:")
+    _say("[6/6] the event log (group events left out):")
     for event in client.watch_topology("", idle_timeout_s=1.0):
-        _say(f"      {event.version}  {describe_event(event)}")
-    missing = set(range(records)) - (got1 | got2)
-    ok = not missing
+        if event.WhichOneof("kind") != "group_event":
+            _say(f"      {event.version}  {describe_event(event)}")
+    missing = set(range(records)) - handler.ids
+    ok = not missing and drained and rejects == 1 and lag.offset_lag == 0
     _say(
-        f"summary: {records} produced, {len(got1 | got2)} consumed across 2 generations on 2 clusters, "
+        f"summary: {records} produced, {len(handler.ids)} consumed across 2 generations on 2 clusters, "
         f"{len(missing)} missing -> {'OK' if ok else 'FAILED'}"
     )
     return 0 if ok else 1
+
+
+def _rejects(client: CoordinatorClient) -> int:
+    """Records the group marked rejected, over every partition it has leases on."""
+    leases = [x.lease_id for x in client.describe_group(GROUP).leases]
+    return sum(client.progress(GROUP, lid).rejects for lid in leases)
+
+
+def _generation(client: CoordinatorClient, number: int) -> pb.Generation:
+    return next(g for g in _realtime(client.describe_stream(STREAM)).generations if g.number == number)
 
 
 def _realtime(stream: pb.Stream) -> pb.Lane:
