@@ -165,6 +165,7 @@ class WorkerSession:
                     grant = self._held.get(message.generation_change.lease_id)
                     if grant is not None:
                         grant.generation_state = message.generation_change.state
+                        grant.end_offset = message.generation_change.end_offset
                     yield message.generation_change
         except grpc.RpcError as err:
             if self._stop.is_set() and err.code() == grpc.StatusCode.CANCELLED:
