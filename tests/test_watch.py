@@ -89,9 +89,14 @@ def test_watch_stream_ends_cleanly_when_the_server_stops(tmp_path: Path) -> None
     channel = grpc.insecure_channel(address)
     from streamplane.v1 import topology_pb2_grpc
 
+    with CoordinatorClient(address) as client:
+        _register(client, ["s1"])
     # The deadline only bounds a broken run; a clean stop ends the stream long before it.
     call = topology_pb2_grpc.TopologyServiceStub(channel).WatchTopology(pb.WatchTopologyRequest(), timeout=60)
     try:
+        # The stream must be live first: a call still waiting for its connection when the server goes away is
+        # queued by gRPC until a server is back (what a client wants across a restart), not failed.
+        assert next(call).cluster_registered.name == "s1"
         started = time.monotonic()
         proc.stop()
         with pytest.raises(grpc.RpcError) as info:
