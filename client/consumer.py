@@ -165,8 +165,8 @@ class Consumer:
         self._closed = threading.Event()
         self._dlq: Producer | None = None
         self._dlq_lock = threading.Lock()
-        self._session: WorkerSession | None = None
-        self._session = self._join()  # an unreachable coordinator or an unknown stream fails here
+        # an unreachable coordinator or an unknown stream fails here
+        self._session: WorkerSession | None = self._join()
         if metrics_port:
             metrics.serve(metrics_port)
         self._threads = [
@@ -282,7 +282,7 @@ class Consumer:
         )
 
     def deliver(self, messages: list[Message]) -> None:
-        """Queue records for the handlers (in chunks; by key hash when ordering by key)."""
+        """Queue records for the handlers, in chunks (run() deals them out by key when ordering by key)."""
         for i in range(0, len(messages), CHUNK):
             self._work.put(messages[i : i + CHUNK])
 
@@ -315,8 +315,7 @@ class Consumer:
     def _dlq_producer(self) -> Producer:
         with self._dlq_lock:
             if self._dlq is None:
-                config = {k: v for k, v in self.kafka_config.items()}
-                self._dlq = Producer(self._coordinator, **{"linger.ms": 5, **config})
+                self._dlq = Producer(self._coordinator, **{"linger.ms": 5, **self.kafka_config})
             return self._dlq
 
     # -- commits

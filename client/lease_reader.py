@@ -129,10 +129,6 @@ class LeaseReader:
     def lost(self) -> bool:
         return self._lost.is_set()
 
-    def join(self, timeout_s: float) -> None:
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-
     def seal(self, end_offset: int) -> None:
         self.end_offset = end_offset
 
@@ -390,7 +386,6 @@ class LeaseReader:
                     self._retrying.update(m.offset for m in found)
                 for m, error in exhausted:
                     self.finish(m, REJECTED, error=f"{GAVE_UP}: {error}")
-                exhausted.clear()
                 if found:
                     self.consumer.deliver(found)
         finally:

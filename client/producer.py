@@ -275,9 +275,10 @@ class Producer:
         """A record that finally failed on `gen`: sent again if its lane has moved on, else reported."""
         with self._lock:
             current = self._routes.get(gen[:2])
-        if current is not None and current.generation != gen[2] and err.code() != KafkaError._PURGE_QUEUE:
-            with self._lock:
+            moved_on = current is not None and current.generation != gen[2] and err.code() != KafkaError._PURGE_QUEUE
+            if moved_on:
                 self._resend.append((msg, current, on_delivery))
+        if moved_on:
             return
         self.failed += 1
         log.error("producer.delivery_failed", topic=msg.topic(), partition=msg.partition(), error=err.str())

@@ -4,6 +4,7 @@ driver side) and reads them with the client's fetcher and the native decoder as 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -218,27 +219,13 @@ def read_slice(s: Slice, opts: SourceOptions) -> Iterator[Any]:
                 if not got.skipped and fetcher.position < s.end and got.high_watermark <= fetcher.position:
                     raise UnavailableError(f"{s.topic}/{s.partition} ends at {got.high_watermark}, before {s.end}")
                 continue
-            table = got.batch.to_arrow()
-            offsets = table.column(0)
-            lo = _first_at_least(offsets, s.begin)
-            hi = _first_at_least(offsets, s.end)
+            offsets = got.batch.offsets  # ascending
+            lo, hi = bisect.bisect_left(offsets, s.begin), bisect.bisect_left(offsets, s.end)
             if hi <= lo:
                 continue
-            yield _with_origin(table.slice(lo, hi - lo), s, opts.include_headers, pa)
+            yield _with_origin(got.batch.to_arrow().slice(lo, hi - lo), s, opts.include_headers, pa)
     finally:
         fetcher.close()
-
-
-def _first_at_least(sorted_offsets: Any, value: int) -> int:
-    """Index of the first offset >= value in an ascending Arrow int64 array."""
-    lo, hi = 0, len(sorted_offsets)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if sorted_offsets[mid].as_py() < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def _with_origin(batch: Any, s: Slice, headers: bool, pa: Any) -> Any:
