@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _local import local_cluster
 
-from streamplane.client.kafka_protocol import EARLIEST, LATEST, KafkaConnection
+from streamplane.client.kafka import EARLIEST, LATEST, KafkaConnection
 from streamplane.log import configure_logging
 from streamplane.native import decode
 

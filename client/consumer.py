@@ -15,9 +15,10 @@ Handler (`concurrency` threads; an exception is a retry, and after the group's m
 
     Consumer("127.0.0.1:7400", group="billing", stream="orders", concurrency=8).run(handle)
 
-The consumer holds the group session (rejoining with backoff when the coordinator goes away), runs one
-LeaseReader per lease, commits outcomes in batches about every `commit_interval_s` with the lease epoch, and
-copies rejected records to the stream's `dlq` lane with their origin in headers before marking them
+The consumer holds the group session (rejoining with backoff when the coordinator goes away), keeps one
+ledger per lease and reads every lease through one fetch loop (one connection per broker, whatever the lease
+count), commits every lease that changed in one call about every `commit_interval_s`, each with its epoch,
+and copies rejected records to the stream's `dlq` lane with their origin in headers before marking them
 rejected. Decoded data held is capped by `max_buffered_bytes`; fetching pauses at `max_in_flight` records.
 """
 
@@ -36,23 +37,24 @@ from typing import Any
 import structlog
 
 from streamplane.client import metrics
+from streamplane.client.config import ConsumerConfig
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.client.fetcher import PartitionFetcher
+from streamplane.client.fetch_loop import FetchLoop
+from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget
-from streamplane.client.lease_reader import LeaseReader, to_ranges
-from streamplane.client.message import ACKED, PENDING, Message
+from streamplane.client.kafka import ConnectionConfig, KafkaAuthenticationError
+from streamplane.client.ledger import LeaseInfo, LeaseLedger, Outcomes, to_ranges
+from streamplane.client.message import PENDING, Message
 from streamplane.client.producer import Producer
 from streamplane.client.session import LeaseLoad, SessionEndedError, WorkerSession
-from streamplane.client.tls import tls_context
 from streamplane.errors import (
     AlreadyExistsError,
     FencedError,
-    InvalidArgumentError,
     NotFoundError,
     StreamplaneError,
     UnavailableError,
 )
-from streamplane.native import DEFAULT_MAX_DECOMPRESSED
+from streamplane.rpc import error_from_code
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import topology_pb2 as pb
@@ -69,18 +71,59 @@ ORIGIN_HEADERS = (
 REASON_HEADER = "sp-reject-reason"
 CHUNK = 256
 """Records handed to one handler thread at a time (parallelism inside a partition, little queueing cost)."""
+REVOKE_MARGIN_S = 0.25
+"""How long before a revoke deadline the consumer stops waiting for a lease's in-flight records and commits."""
+RETRY_CHECK_S = 0.5
+"""How often leases with retry state ask which retries are due."""
+LOAD_REPORT_S = 1.0
+"""How often lease loads that changed are reported to the Assigner."""
+MAX_COMMIT_LEASES = 1024
+"""Leases in one CommitBatch call (one store transaction each)."""
 _STOP = object()
 
 
-def _positive(name: str, value: float, *, integer: bool = True) -> Any:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or value <= 0
-        or (integer and value != int(value))
-    ):
-        raise InvalidArgumentError(f"{name} must be a positive {'integer' if integer else 'number'}, not {value!r}")
-    return int(value) if integer else float(value)
+class _Receiver:
+    """What the fetch loop talks to for one lease: its ledger, through the consumer."""
+
+    __slots__ = ("consumer", "ledger")
+
+    def __init__(self, consumer: Consumer, ledger: LeaseLedger) -> None:
+        self.consumer, self.ledger = consumer, ledger
+
+    def fetchable(self) -> bool:
+        return self.ledger.fetchable()
+
+    def received(self, fetched: Fetched) -> tuple[int, int]:
+        ledger = self.ledger
+        for s in fetched.skipped:
+            metrics.DECODE_ERRORS.labels(*ledger.labels).inc()
+            metrics.REJECTS.labels(*ledger.labels).inc(max(0, s.next_offset - s.first_offset))
+            log.warning(
+                "consumer.batch_rejected",
+                lease=ledger.lease_id,
+                first=s.first_offset,
+                end=s.next_offset,
+                reason=s.error.message,
+            )
+        delivered, used, count = ledger.accept(fetched)
+        if delivered:
+            metrics.RECORDS_IN.labels(*ledger.labels).inc(count)
+            if fetched.batch is not None:
+                metrics.FETCH_BYTES.labels(*ledger.labels).inc(fetched.batch.consumed)
+            self.consumer.deliver(delivered)
+        return used, count
+
+    def failed(self, error: StreamplaneError) -> None:
+        self.consumer.lease_failed(self.ledger, error)
+
+
+def _changed(last: LeaseLoad, now: LeaseLoad) -> bool:
+    """Whether a lease's load moved enough to be worth telling the Assigner (noise is not)."""
+    return (
+        abs(now.records_per_s - last.records_per_s) > max(1.0, 0.2 * last.records_per_s)
+        or abs(now.lag_records - last.lag_records) > max(100, last.lag_records // 5)
+        or abs(now.lag_ms - last.lag_ms) > max(1000, last.lag_ms // 5)
+    )
 
 
 class Consumer:
@@ -91,19 +134,7 @@ class Consumer:
         group: the consumer group.
         stream: the stream to read.
         lanes: lanes to read; default every lane but dlq.
-        concurrency: handler threads of `run()`.
-        ordering: "none" (default: records of a partition may finish in any order) or "key" (records with the
-            same key are handled one at a time, in offset order; `run()` only).
-        max_decompressed: the decoder's limit for one batch; a bigger batch is rejected (a zstd bomb).
-        max_in_flight: records delivered and not yet ended above which fetching pauses.
-        max_buffered_bytes: the decoded data the consumer may hold, a hard cap.
-        retry_backoff_s: default wait before a retried record is tried again.
-        commit_interval_s: how often outcomes are committed.
-        start: where a partition with no progress starts: "earliest" (default) or "latest".
-        worker_id: this member's id in the group (default host-pid-random).
-        metrics_port: serve Prometheus metrics on this port (off by default).
-        kafka_config: librdkafka-style settings for the connections to Kafka (security.protocol, ssl.*) and
-            for the dlq producer.
+        config: the consumer's settings (ConsumerConfig); its fields may also be given as keywords.
 
     Raises NotFoundError for an unknown stream or lane, UnavailableError if the coordinator cannot be reached,
     InvalidArgumentError (a ValueError) naming a bad setting.
@@ -116,59 +147,44 @@ class Consumer:
         group: str,
         stream: str,
         lanes: Sequence[str] = (),
-        concurrency: int = 4,
-        ordering: str = "none",
-        max_decompressed: int = 16 << 20,
-        max_in_flight: int = 50_000,
-        max_buffered_bytes: int = 256 << 20,
-        retry_backoff_s: float = 1.0,
-        commit_interval_s: float = 0.1,
-        start: str = "earliest",
-        worker_id: str | None = None,
-        metrics_port: int | None = None,
-        kafka_config: dict[str, Any] | None = None,
+        config: ConsumerConfig | None = None,
+        **settings: Any,
     ) -> None:
-        self.concurrency = _positive("concurrency", concurrency)
-        if ordering not in ("none", "key"):
-            raise InvalidArgumentError(f"ordering must be 'none' or 'key', not {ordering!r}")
-        self.max_decompressed = _positive("max_decompressed", max_decompressed)
-        if self.max_decompressed > DEFAULT_MAX_DECOMPRESSED:
-            raise InvalidArgumentError(
-                f"max_decompressed must be at most {DEFAULT_MAX_DECOMPRESSED}, not {max_decompressed}"
-            )
-        max_in_flight = _positive("max_in_flight", max_in_flight)
-        max_buffered_bytes = _positive("max_buffered_bytes", max_buffered_bytes)
-        if max_buffered_bytes < 2 * (self.max_decompressed + (1 << 20)):
-            raise InvalidArgumentError(
-                f"max_buffered_bytes ({max_buffered_bytes}) must be at least twice max_decompressed plus 1 MiB "
-                f"per fetch ({2 * (self.max_decompressed + (1 << 20))})"
-            )
-        self.retry_backoff_s = _positive("retry_backoff_s", retry_backoff_s, integer=False) if retry_backoff_s else 0.0
-        self.commit_interval_s = _positive("commit_interval_s", commit_interval_s, integer=False)
-        if start not in ("earliest", "latest"):
-            raise InvalidArgumentError(f"start must be 'earliest' or 'latest', not {start!r}")
-        if metrics_port is not None and not 0 < metrics_port < 65536:
-            raise InvalidArgumentError(f"metrics_port must be between 1 and 65535, not {metrics_port}")
-        self.ordering = ordering
-        self.start_from_latest = start == "latest"
-        self.kafka_config = dict(kafka_config or {})
-        self._ssl = tls_context(self.kafka_config)
+        cfg = self.config = ConsumerConfig.build(config, settings)
+        self.concurrency = cfg.concurrency
+        self.ordering = cfg.ordering
+        self.max_decompressed = cfg.max_decompressed
+        self.retry_backoff_s = cfg.retry_backoff_s
+        self.commit_interval_s = cfg.commit_interval_s
+        self.start_from_latest = cfg.start == "latest"
+        self.kafka_config = dict(cfg.kafka_config or {})
+        connection = ConnectionConfig.from_settings(self.kafka_config)
         self.group, self.stream, self.lanes = group, stream, list(lanes)
-        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.budget = Budget(max_in_flight, max_buffered_bytes)
+        self.worker_id = cfg.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.budget = Budget(cfg.max_in_flight, cfg.max_buffered_bytes)
         self.client = CoordinatorClient(coordinator)
         self._coordinator = self.client.target
         self._check_subscription()
-        self._readers: dict[str, LeaseReader] = {}
-        self._readers_lock = threading.Lock()
+        self._ledgers: dict[str, LeaseLedger] = {}
+        self._ledgers_lock = threading.Lock()
         self._work: queue.Queue[Any] = queue.Queue()
         self._closed = threading.Event()
+        self._fatal: StreamplaneError | None = None
         self._dlq: Producer | None = None
         self._dlq_lock = threading.Lock()
+        self._loads: dict[str, LeaseLoad] = {}
+        self._fetch = FetchLoop(
+            budget=self.budget,
+            max_decompressed=self.max_decompressed,
+            partition_max_bytes=cfg.partition_max_bytes,
+            read_committed=cfg.isolation_level == "read_committed",
+            default_config=connection,
+        )
         # an unreachable coordinator or an unknown stream fails here
         self._session: WorkerSession | None = self._join()
-        if metrics_port:
-            metrics.serve(metrics_port)
+        if cfg.metrics_port:
+            metrics.serve(cfg.metrics_port)
+        self._fetch.start()
         self._threads = [
             threading.Thread(target=self._session_loop, name="consumer-session", daemon=True),
             threading.Thread(target=self._commit_loop, name="consumer-commits", daemon=True),
@@ -223,93 +239,121 @@ class Consumer:
 
     def _on_event(self, event: apb.Grant | apb.Revoke | apb.GenerationChange) -> None:
         if isinstance(event, apb.Grant):
-            with self._readers_lock:
-                old = self._readers.get(event.lease_id)
-                if old is not None:
-                    old.lose()
-                reader = self._readers[event.lease_id] = LeaseReader(self, event)
-            log.info("consumer.lease_granted", lease=event.lease_id, epoch=event.epoch, start=event.start_offset)
-            reader.start()
+            self._grant(event)
         elif isinstance(event, apb.Revoke):
-            with self._readers_lock:
-                reader = self._readers.get(event.lease_id)
-                if reader is None or reader.epoch != event.epoch:
+            with self._ledgers_lock:
+                ledger = self._ledgers.get(event.lease_id)
+                if ledger is None or ledger.epoch != event.epoch:
                     return
                 if not event.deadline_unix_ms:
-                    self._readers.pop(event.lease_id)
+                    self._ledgers.pop(event.lease_id)
             if event.deadline_unix_ms:
-                reader.revoke(event.deadline_unix_ms)
+                ledger.revoke_deadline = event.deadline_unix_ms / 1000
             else:
-                reader.lose()
+                self._lose(ledger)
             log.info(
                 "consumer.lease_revoked", lease=event.lease_id, deadline=event.deadline_unix_ms, reason=event.reason
             )
         elif isinstance(event, apb.GenerationChange):
-            with self._readers_lock:
-                reader = self._readers.get(event.lease_id)
-            if reader is not None and event.state == pb.GENERATION_STATE_SEALED:
-                reader.seal(event.end_offset)
+            with self._ledgers_lock:
+                ledger = self._ledgers.get(event.lease_id)
+            if ledger is not None and event.state == pb.GENERATION_STATE_SEALED:
+                ledger.seal(event.end_offset)
+                self._fetch.wake()
+
+    def _grant(self, grant: apb.Grant) -> None:
+        p = grant.partition
+        info = LeaseInfo(
+            lease_id=grant.lease_id,
+            epoch=grant.epoch,
+            stream=p.stream,
+            lane=p.lane,
+            generation=p.generation,
+            partition=p.partition,
+            topic=grant.topic,
+            bootstrap_servers=grant.bootstrap_servers,
+            start_offset=grant.start_offset,
+            end_offset=grant.end_offset if grant.generation_state == pb.GENERATION_STATE_SEALED else -1,
+        )
+        ledger = LeaseLedger(self, info, self.budget, self.group)
+        if grant.start_offset >= 0:  # progress exists: skip what a previous holder finished above it
+            try:
+                progress = self.client.progress(self.group, grant.lease_id, max_ranges=100_000)
+                ledger.skip_done([(r.start, r.end) for r in progress.done])
+                ledger.may_have_retries = progress.retries > 0
+            except StreamplaneError as err:
+                log.warning("consumer.progress_unavailable", lease=grant.lease_id, error=err.message)
+                ledger.may_have_retries = True
+        with self._ledgers_lock:
+            old = self._ledgers.get(grant.lease_id)
+            self._ledgers[grant.lease_id] = ledger
+        if old is not None:
+            old.drop()
+        position = grant.start_offset if grant.start_offset >= 0 else -2 if self.start_from_latest else -1
+        receiver = _Receiver(self, ledger)
+        self._fetch.add(grant.lease_id, grant.bootstrap_servers, grant.topic, p.partition, position, receiver)
+        log.info("consumer.lease_granted", lease=grant.lease_id, epoch=grant.epoch, start=grant.start_offset)
+
+    def _lose(self, ledger: LeaseLedger) -> None:
+        """The lease is gone: stop reading it; what it had in flight is the next holder's to read again."""
+        ledger.drop()
+        self._fetch.remove(ledger.lease_id)
 
     def _lose_all(self) -> None:
-        with self._readers_lock:
-            readers, self._readers = list(self._readers.values()), {}
-        for r in readers:
-            r.lose()
+        with self._ledgers_lock:
+            ledgers, self._ledgers = list(self._ledgers.values()), {}
+        for ledger in ledgers:
+            self._lose(ledger)
 
-    def release(self, reader: LeaseReader) -> None:
-        """Hand a revoked lease back (its reader committed what was done)."""
-        with self._readers_lock:
-            if self._readers.get(reader.lease_id) is reader:
-                del self._readers[reader.lease_id]
+    def _release(self, ledger: LeaseLedger) -> None:
+        """Hand a revoked lease back (what was done is committed)."""
+        with self._ledgers_lock:
+            if self._ledgers.get(ledger.lease_id) is ledger:
+                del self._ledgers[ledger.lease_id]
+        self._lose(ledger)
         session = self._session
         if session is not None:
-            session.release(reader.lease_id, reader.epoch)
+            session.release(ledger.lease_id, ledger.epoch)
 
-    def reader_failed(self, reader: LeaseReader) -> None:
-        """A reader stopped on an error it cannot retry: give the lease back so it is granted again."""
-        time.sleep(1.0)
-        self.release(reader)
+    def lease_failed(self, ledger: LeaseLedger, error: StreamplaneError) -> None:
+        """The fetch loop cannot read this lease (bad credentials, a broker refusing our versions): give it
+        back; an authentication error also ends `run()` and the iterator with that error."""
+        log.error("consumer.lease_failed", lease=ledger.lease_id, error=error.message)
+        if isinstance(error, KafkaAuthenticationError):
+            self._fatal = error
+            self._work.put(_STOP)
+        self._release(ledger)
 
-    # -- what readers use
-    def new_fetcher(self, reader: LeaseReader, start_offset: int) -> PartitionFetcher:
-        return PartitionFetcher(
-            reader.bootstrap_servers,
-            reader.topic,
-            reader.partition,
-            start_offset=start_offset,
-            max_decompressed=self.max_decompressed,
-            ssl_context=self._ssl,
-        )
-
+    # -- what ledgers use
     def deliver(self, messages: list[Message]) -> None:
         """Queue records for the handlers, in chunks (run() deals them out by key when ordering by key)."""
         for i in range(0, len(messages), CHUNK):
             self._work.put(messages[i : i + CHUNK])
 
-    def send_to_dlq(self, reader: LeaseReader, msg: Message, reason: str) -> None:
+    def send_to_dlq(self, ledger: LeaseLedger, msg: Message, reason: str) -> None:
         """Copy a rejected record to its stream's dlq lane; it is marked rejected once the copy is stored."""
-        origin = (reader.stream, reader.lane, str(reader.generation), str(reader.partition), str(msg.offset))
+        origin = (ledger.stream, ledger.lane, str(ledger.generation), str(ledger.partition), str(msg.offset))
         headers = [(k, v) for k, v in msg.headers if not k.startswith("sp-origin-")]
         headers += [(name, value.encode()) for name, value in zip(ORIGIN_HEADERS, origin, strict=True)]
         headers += [(REASON_HEADER, reason[:1000].encode()), ("sp-origin-ingest-ms", str(msg.timestamp).encode())]
 
         def stored(err: Any, kmsg: Any) -> None:
             if err is not None:
-                log.error("consumer.dlq_failed", lease=reader.lease_id, offset=msg.offset, error=str(err))
+                log.error("consumer.dlq_failed", lease=ledger.lease_id, offset=msg.offset, error=str(err))
                 return  # stays unfinished: the next holder retries it, nothing is lost
-            route = self._dlq_producer().route(reader.stream, "dlq")
+            route = self._dlq_producer().route(ledger.stream, "dlq")
             where = cpb.DlqLocation(
-                stream=reader.stream,
+                stream=ledger.stream,
                 lane="dlq",
                 generation=route.generation if route.topic == kmsg.topic() else 0,
                 partition=kmsg.partition(),
                 offset=kmsg.offset(),
             )
-            reader.rejected(msg, reason, where)
+            ledger.rejected(msg, reason, where)
 
-        metrics.REJECTS.labels(*reader.labels).inc()
+        metrics.REJECTS.labels(*ledger.labels).inc()
         self._dlq_producer().produce(
-            reader.stream, msg.value, key=msg.key, lane="dlq", headers=headers, on_delivery=stored
+            ledger.stream, msg.value, key=msg.key, lane="dlq", headers=headers, on_delivery=stored
         )
 
     def _dlq_producer(self) -> Producer:
@@ -318,32 +362,56 @@ class Consumer:
                 self._dlq = Producer(self._coordinator, **{"linger.ms": 5, **self.kafka_config})
             return self._dlq
 
-    # -- commits
+    # -- commits, revokes, retries and load reports: one thread for every lease
     def _commit_loop(self) -> None:
-        last_load = 0.0
+        next_load = next_retries = 0.0
         while not self._closed.wait(self.commit_interval_s):
-            with self._readers_lock:
-                readers = list(self._readers.values())
-            for reader in readers:
-                if not reader.lost:
-                    self.commit_lease(reader)
-            if time.monotonic() - last_load > 1.0:
-                last_load = time.monotonic()
-                self._report_load(readers)
+            with self._ledgers_lock:
+                ledgers = list(self._ledgers.values())
+            done_revoking = self._revokes_done(ledgers)
+            self.commit(ledgers)
+            for ledger in done_revoking:
+                self._release(ledger)
+            now = time.monotonic()
+            if now >= next_retries:
+                next_retries = now + RETRY_CHECK_S
+                self._due_retries([x for x in ledgers if x.may_have_retries and not x.lost])
+            if now >= next_load:
+                next_load = now + LOAD_REPORT_S
+                self._report_load(ledgers)
 
-    def commit_lease(self, reader: LeaseReader) -> None:
-        """Commit what ended on one lease since its last commit (kept for the next try if it fails)."""
-        out = reader.take_outcomes()
-        oldest = reader.oldest_pending_ts()
+    def _revokes_done(self, ledgers: list[LeaseLedger]) -> list[LeaseLedger]:
+        """Revoking leases whose in-flight work has ended, or whose deadline is near: commit and hand back."""
+        now = time.time()
+        return [
+            x
+            for x in ledgers
+            if x.revoke_deadline and not x.lost and (not x.busy or now >= x.revoke_deadline - REVOKE_MARGIN_S)
+        ]
+
+    def commit(self, ledgers: list[LeaseLedger]) -> None:
+        """Commit what changed on these leases, in as few calls as the batch limit allows (outcomes are kept
+        for the next try when a call fails)."""
+        pending: list[tuple[LeaseLedger, Outcomes, cpb.CommitRequest]] = []
+        for ledger in ledgers:
+            if ledger.lost:
+                continue
+            taken = ledger.take_outcomes()
+            if taken is not None:
+                out, oldest = taken
+                pending.append((ledger, out, self._request(ledger, out, oldest)))
+        for i in range(0, len(pending), MAX_COMMIT_LEASES):
+            self._commit_batch(pending[i : i + MAX_COMMIT_LEASES])
+
+    def _request(self, ledger: LeaseLedger, out: Outcomes, oldest: int) -> cpb.CommitRequest:
         request = cpb.CommitRequest(
-            group=self.group,
-            lease_id=reader.lease_id,
-            epoch=reader.epoch,
+            lease_id=ledger.lease_id,
+            epoch=ledger.epoch,
             retries=out.retries,
             rejects=out.rejects,
             oldest_pending_ts_ms=oldest,
-            high_watermark=reader.high_watermark,
-            high_watermark_ts_ms=reader.last_ts,
+            high_watermark=ledger.high_watermark,
+            high_watermark_ts_ms=ledger.last_ts,
         )
         ranges = to_ranges(out.acked)
         if len(ranges) > 4096:  # scattered acks: a bitmap is smaller than that many ranges
@@ -355,39 +423,93 @@ class Consumer:
             ranges = []
         ranges += out.ranges
         request.acked.extend(cpb.OffsetRange(start=s, end=e) for s, e in ranges)
-        labels = reader.labels
-        try:
-            response = self.client.commit(request)
-        except FencedError:
-            log.info("consumer.lease_fenced", lease=reader.lease_id, epoch=reader.epoch)
-            reader.lose()
-            return
-        except StreamplaneError as err:
-            log.warning("consumer.commit_failed", lease=reader.lease_id, error=err.message)
-            reader.put_back(out)
-            return
-        metrics.ACKS.labels(*labels).inc(len(out.acked))
-        metrics.RETRIES.labels(*labels).inc(len(out.retries))
-        metrics.TIME_LAG.labels(self.group, reader.lease_id).set(
-            max(0, time.time() * 1000 - oldest) / 1000 if oldest else 0
-        )
-        reader.committed(out, list(response.exhausted))
+        return request
 
-    def _report_load(self, readers: list[LeaseReader]) -> None:
-        """Tell the Assigner each lease's throughput and lag: it balances partitions by measured load."""
+    def _commit_batch(self, batch: list[tuple[LeaseLedger, Outcomes, cpb.CommitRequest]]) -> None:
+        try:
+            response = self.client.commit_batch(self.group, [r for _, _, r in batch])
+        except StreamplaneError as err:
+            log.warning("consumer.commit_failed", leases=len(batch), error=err.message)
+            for ledger, out, _ in batch:
+                ledger.put_back(out)
+            return
+        now_ms = time.time() * 1000
+        for (ledger, out, request), result in zip(batch, response.results, strict=True):
+            if result.code:
+                error = error_from_code(result.code, result.message, result.kind)
+                if isinstance(error, FencedError):
+                    log.info("consumer.lease_fenced", lease=ledger.lease_id, epoch=ledger.epoch)
+                    with self._ledgers_lock:
+                        if self._ledgers.get(ledger.lease_id) is ledger:
+                            del self._ledgers[ledger.lease_id]
+                    self._lose(ledger)
+                else:
+                    log.warning("consumer.commit_refused", lease=ledger.lease_id, error=error.message)
+                    ledger.put_back(out)
+                continue
+            labels = ledger.labels
+            metrics.ACKS.labels(*labels).inc(len(out.acked))
+            metrics.RETRIES.labels(*labels).inc(len(out.retries))
+            oldest = request.oldest_pending_ts_ms
+            metrics.TIME_LAG.labels(self.group, ledger.lease_id).set(max(0, now_ms - oldest) / 1000 if oldest else 0)
+            ledger.may_have_retries = result.retries > 0 or (ledger.may_have_retries and bool(out.retries))
+            for msg, reason in ledger.committed(out, list(result.exhausted)):
+                self.send_to_dlq(ledger, msg, reason)
+
+    def _due_retries(self, ledgers: list[LeaseLedger]) -> None:
+        """Re-read records whose retry is due, and reject exhausted ones a previous holder left."""
+        for ledger in ledgers:
+            try:
+                due = self.client.due_retries(self.group, ledger.lease_id, ledger.epoch, limit=200)
+            except FencedError:
+                continue  # the next commit finds it fenced and drops it
+            except StreamplaneError as err:  # the coordinator is away: live records go on
+                log.info("consumer.retries_unavailable", lease=ledger.lease_id, error=err.message)
+                return
+            busy = ledger.busy_offsets()
+            want = {d.offset: d for d in due if d.offset not in busy}
+            if want:
+                self._read_retries(ledger, want)
+
+    def _read_retries(self, ledger: LeaseLedger, want: dict[int, Any]) -> None:
+        def got(fetched: Fetched | None, error: StreamplaneError | None) -> None:
+            if fetched is None or ledger.lost:
+                return  # tried again at the next check
+            before = len(want)
+            found, _ = ledger.retried(fetched, want)
+            if found:
+                self.deliver(found)
+            if want and len(want) < before:
+                self._fetch.fetch_at(ledger.lease_id, min(want), got)
+
+        self._fetch.fetch_at(ledger.lease_id, min(want), got)
+
+    def _report_load(self, ledgers: list[LeaseLedger]) -> None:
+        """Tell the Assigner the throughput and lag of each lease whose load changed: it balances by them."""
         session = self._session
         if session is None:
             return
         now_s = time.monotonic()
         now_ms = int(time.time() * 1000)
-        loads = {}
-        for r in readers:
-            if r.lost:
+        total = 0.0
+        changed: dict[str, LeaseLoad] = {}
+        for x in ledgers:
+            if x.lost:
                 continue
-            rate = r.take_rate(now_s)
-            oldest = r.oldest_pending_ts()
-            loads[r.lease_id] = LeaseLoad(rate, r.records_behind(), max(0, now_ms - oldest) if oldest else 0)
-        session.report_load(records_per_s=sum(x.records_per_s for x in loads.values()), leases=loads)
+            last = self._loads.get(x.lease_id)
+            if last is not None and x.idle and not (last.records_per_s or last.lag_records or last.lag_ms):
+                continue  # idle before and now: nothing to compute, nothing to tell
+            rate = x.take_rate(now_s)
+            total += rate
+            oldest = x.oldest_pending_ts()
+            load = LeaseLoad(rate, x.records_behind(), max(0, now_ms - oldest) if oldest else 0)
+            if last is None or _changed(last, load):
+                self._loads[x.lease_id] = load
+                changed[x.lease_id] = load
+        live = {x.lease_id for x in ledgers}
+        for lid in [lid for lid in self._loads if lid not in live]:
+            del self._loads[lid]
+        session.report_load(records_per_s=total, leases=changed)
 
     # -- the two APIs
     def __iter__(self) -> Iterator[Message]:
@@ -397,11 +519,14 @@ class Consumer:
             if item is _STOP:
                 self._work.put(_STOP)
                 return
+            now = time.time()
             for msg in item:
-                if msg._reader.lost:
-                    msg._reader.finish(msg, ACKED)  # its lease moved: releases it, records nothing
+                if not msg._reader.live(now):
+                    msg._reader.forget(msg)  # its lease is gone or past its deadline: the next holder reads it
                     continue
                 yield msg
+        if self._fatal is not None:
+            raise self._fatal
 
     def run(self, handler: Callable[[Message], Any], *, stop: threading.Event | None = None) -> None:
         """Call `handler(msg)` for every record on `concurrency` threads until `close()` (or `stop` is set).
@@ -415,15 +540,19 @@ class Consumer:
             return halt.is_set() or (stop is not None and stop.is_set())
 
         def handle(item: list[Message]) -> None:
-            reader = item[0]._reader
-            if not reader.lost:
-                for msg in item:
-                    try:
-                        handler(msg)
-                    except Exception as err:  # the handler's failure is the record's retry
-                        if msg._outcome is PENDING:
-                            msg.retry(err)
-            reader.ack_many(item)  # what the handler did not end itself (and what a lost lease holds)
+            ledger = item[0]._reader
+            for msg in item:
+                if not ledger.live(time.time()):  # lost, or past its revoke deadline: hand nothing more out
+                    for rest in item:
+                        if rest._outcome is PENDING:
+                            ledger.forget(rest)
+                    return
+                try:
+                    handler(msg)
+                except Exception as err:  # the handler's failure is the record's retry
+                    if msg._outcome is PENDING:
+                        msg.retry(err)
+            ledger.ack_many(item)  # what the handler did not end itself
 
         def work(source: queue.Queue[Any]) -> None:
             while not stopped():
@@ -456,6 +585,8 @@ class Consumer:
             halt.set()
             for t in threads:
                 t.join()
+        if self._fatal is not None:
+            raise self._fatal
 
     def _deal_by_key(self, queues: list[queue.Queue[Any]], stopped: Callable[[], bool]) -> None:
         while not stopped():
@@ -480,10 +611,9 @@ class Consumer:
         leases go to the other members at once)."""
         if self._closed.is_set():
             return
-        with self._readers_lock:
-            readers = list(self._readers.values())
-        for r in readers:
-            r.stop()
+        self._fetch.close()
+        with self._ledgers_lock:
+            ledgers = list(self._ledgers.values())
         while True:  # records still queued were never handed out: nothing to wait for
             try:
                 item = self._work.get_nowait()
@@ -492,18 +622,16 @@ class Consumer:
             for msg in item if item is not _STOP else ():
                 msg._reader.forget(msg)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(r.pending for r in readers if not r.lost):
+        while time.monotonic() < deadline and any(x.pending for x in ledgers if not x.lost):
             time.sleep(0.02)
         if self._dlq is not None:
             self._dlq.flush(max(0.0, deadline - time.monotonic()))
-        for r in readers:
-            if not r.lost:
-                self.commit_lease(r)
         self._closed.set()
-        self._threads[1].join(timeout=5)  # the committer: no commit may race the final ones or the client's close
+        self._threads[1].join(timeout=5)  # the committer: no commit may race the final one or the client's close
+        self.commit(ledgers)
         self._work.put(_STOP)
-        for r in readers:
-            r.lose()
+        for x in ledgers:
+            x.drop()
         if self._session is not None:
             self._session.close()
         if self._dlq is not None:
@@ -520,8 +648,13 @@ class Consumer:
     @property
     def leases(self) -> list[str]:
         """The leases this member reads now."""
-        with self._readers_lock:
-            return sorted(lid for lid, r in self._readers.items() if not r.lost)
+        with self._ledgers_lock:
+            return sorted(lid for lid, x in self._ledgers.items() if not x.lost)
+
+    @property
+    def connections(self) -> int:
+        """Connections to Kafka brokers open now (one per broker read from, whatever the lease count)."""
+        return self._fetch.connections
 
 
-__all__ = ["Consumer", "Message"]
+__all__ = ["Consumer", "ConsumerConfig", "Message"]

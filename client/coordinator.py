@@ -148,6 +148,11 @@ class CoordinatorClient:
         """Record progress of a lease (idempotent, so it is retried while the coordinator is unavailable)."""
         return self._call(self.commitlog.Commit, request, idempotent=True)
 
+    def commit_batch(self, group: str, commits: list[cpb.CommitRequest]) -> cpb.CommitBatchResponse:
+        """Commit many leases of one group in one call; each lease's result says whether it was recorded."""
+        request = cpb.CommitBatchRequest(group=group, commits=commits)
+        return self._call(self.commitlog.CommitBatch, request, idempotent=True)
+
     def progress(self, group: str, lease_id: str, max_ranges: int = 1000) -> cpb.Progress:
         request = cpb.GetProgressRequest(group=group, lease_id=lease_id, max_ranges=max_ranges)
         return self._call(self.commitlog.GetProgress, request, idempotent=True)

@@ -7,21 +7,18 @@ a bad batch: a batch past the decompression limit, or corrupt, is skipped and re
 
 from __future__ import annotations
 
-import ssl
 import time
 from dataclasses import dataclass, field
 
 import structlog
 
-from streamplane.client.kafka_protocol import EARLIEST, LATEST, KafkaConnection, KafkaProtocolError
+from streamplane.client.kafka import EARLIEST, LATEST, ConnectionConfig, KafkaConnection, KafkaProtocolError
+from streamplane.client.kafka.codec import OFFSET_OUT_OF_RANGE, RELOOKUP
 from streamplane.errors import DecodeError, UnavailableError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED, DecodedBatch, decode
 
 log = structlog.get_logger(__name__)
 
-OFFSET_OUT_OF_RANGE = 1
-# Kafka errors after which the leader must be looked up again.
-_RELOOKUP = {3, 5, 6, 74, 75}  # unknown topic/partition, leader not available, not leader, fenced/unknown epoch
 
 
 @dataclass(frozen=True)
@@ -35,11 +32,14 @@ class Skipped:
 
 @dataclass
 class Fetched:
-    """What one fetch produced: decoded records, skipped bad batches, and the partition's high watermark."""
+    """What one fetch of a partition produced: decoded records, skipped bad batches, the partition's high
+    watermark, and the position it was read from and the one to read next."""
 
     batch: DecodedBatch | None
     skipped: list[Skipped] = field(default_factory=list)
     high_watermark: int = -1
+    position: int = -1
+    next_position: int = -1
 
 
 class PartitionFetcher:
@@ -52,7 +52,7 @@ class PartitionFetcher:
         max_decompressed: the decoder's limit for each batch and each fetch.
         partition_max_bytes: how much one fetch asks for.
         max_wait_ms: how long the broker may hold a fetch open when there is nothing new.
-        ssl_context: TLS for the connections (see streamplane.client.tls); None is plaintext.
+        connection: TLS, SASL and client settings of the connections (default plaintext).
     """
 
     def __init__(
@@ -67,7 +67,7 @@ class PartitionFetcher:
         max_wait_ms: int = 100,
         retry_backoff_s: float = 0.1,
         max_backoff_s: float = 2.0,
-        ssl_context: ssl.SSLContext | None = None,
+        connection: ConnectionConfig | None = None,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must not be negative, not {partition}")
@@ -80,7 +80,7 @@ class PartitionFetcher:
         self.max_wait_ms = max_wait_ms
         self._backoff = (retry_backoff_s, max_backoff_s)
         self._leader: KafkaConnection | None = None
-        self._ssl = ssl_context
+        self._connection = connection
 
     def close(self) -> None:
         if self._leader is not None:
@@ -90,14 +90,14 @@ class PartitionFetcher:
     def _connect_leader(self) -> KafkaConnection:
         if self._leader is not None:
             return self._leader
-        with KafkaConnection.connect_any(self.bootstrap_servers, ssl_context=self._ssl) as bootstrap:
+        with KafkaConnection.connect_any(self.bootstrap_servers, self._connection) as bootstrap:
             metadata = bootstrap.metadata([self.topic])
         parts = {p.partition: p for p in metadata.topics.get(self.topic, [])}
         part = parts.get(self.partition)
         if part is None or part.leader < 0 or part.leader not in metadata.brokers:
             raise KafkaProtocolError(f"{self.topic}/{self.partition} has no leader now", code=5)
         broker = metadata.brokers[part.leader]
-        self._leader = KafkaConnection(broker.host, broker.port, ssl_context=self._ssl)
+        self._leader = KafkaConnection(broker.host, broker.port, self._connection)
         return self._leader
 
     def _drop_leader(self) -> None:
@@ -109,7 +109,7 @@ class PartitionFetcher:
             try:
                 return fn(self._connect_leader())
             except (UnavailableError, KafkaProtocolError) as err:
-                if isinstance(err, KafkaProtocolError) and not err.retryable and err.code not in _RELOOKUP:
+                if isinstance(err, KafkaProtocolError) and not err.retryable and err.code not in RELOOKUP:
                     raise
                 log.info(
                     "fetcher.retry",
@@ -160,7 +160,7 @@ class PartitionFetcher:
                     self.position = earliest
                     continue
                 return Fetched(None, high_watermark=part.high_watermark)
-            if part.error_code in _RELOOKUP or part.error_code in KafkaProtocolError.RETRIABLE:
+            if part.error_code in RELOOKUP or part.error_code in KafkaProtocolError.RETRIABLE:
                 self._drop_leader()
                 time.sleep(self._backoff[0])
                 continue
@@ -171,31 +171,35 @@ class PartitionFetcher:
             return self._decode(part.records, part.high_watermark, part.aborted)
 
     def _decode(self, records: memoryview, high_watermark: int, aborted: list | None) -> Fetched:
-        """Decode a fetched record set. Fetch v3+ always carries the first batch whole (KIP-74); a bad batch
-        after good ones ends the result early and comes first in the next fetch, where it is skipped."""
-        if not len(records):
-            return Fetched(None, high_watermark=high_watermark)
-        try:
-            batch = decode(records, max_decompressed=self.max_decompressed, aborted=aborted, min_offset=self.position)
-        except DecodeError as err:
-            return self._skip(err, high_watermark)
-        if batch.next_offset >= 0:
-            self.position = max(self.position, batch.next_offset)
-        return Fetched(batch, [], high_watermark)
-
-    def _skip(self, err: DecodeError, high_watermark: int) -> Fetched:
-        """Step past a batch that cannot be decoded, so the partition keeps flowing."""
-        first = self.position
-        if err.last_offset >= 0 and err.last_offset >= first:
-            self.position = err.last_offset + 1
-        else:
-            self.position = first + 1  # the header is unreadable: move on record by record
-        log.warning(
-            "fetcher.batch_skipped",
-            topic=self.topic,
-            partition=self.partition,
-            first=first,
-            next=self.position,
-            error=err.message,
+        got = decode_records(
+            records, self.position, high_watermark, max_decompressed=self.max_decompressed, aborted=aborted
         )
-        return Fetched(None, [Skipped(first, self.position, err)], high_watermark)
+        if got.skipped:
+            log.warning(
+                "fetcher.batch_skipped",
+                topic=self.topic,
+                partition=self.partition,
+                first=got.position,
+                next=got.next_position,
+                error=got.skipped[0].error.message,
+            )
+        self.position = got.next_position
+        return got
+
+
+def decode_records(
+    records: memoryview, position: int, high_watermark: int, *, max_decompressed: int, aborted: list | None
+) -> Fetched:
+    """Decode one partition's fetched record set read from `position`. Fetch v3+ always carries the first
+    batch whole (KIP-74); a bad batch after good ones ends the result early and comes first in the next
+    fetch, where it is stepped over as Skipped, so the partition keeps flowing."""
+    if not len(records):
+        return Fetched(None, high_watermark=high_watermark, position=position, next_position=position)
+    try:
+        batch = decode(records, max_decompressed=max_decompressed, aborted=aborted, min_offset=position)
+    except DecodeError as err:
+        # past the bad batch; when its header is unreadable, record by record
+        after = err.last_offset + 1 if err.last_offset >= position else position + 1
+        return Fetched(None, [Skipped(position, after, err)], high_watermark, position, after)
+    after = max(position, batch.next_offset) if batch.next_offset >= 0 else position
+    return Fetched(batch, [], high_watermark, position, after)

@@ -53,6 +53,10 @@ class Budget:
                 self.peak_bytes = max(self.peak_bytes, self.bytes)
             return ok
 
+    def has_room(self, nbytes: int) -> bool:
+        """Whether a fetch that may decode `nbytes` could start now."""
+        return self.records < self.max_records and self.bytes + nbytes <= self.max_bytes
+
     def settle(self, reserved: int, used: int, records: int) -> None:
         """Turn a fetch's reservation into what its batch really holds (`used` <= `reserved`)."""
         with self._cond:

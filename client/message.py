@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from streamplane.errors import FailedPreconditionError
 
 if TYPE_CHECKING:
-    from streamplane.client.lease_reader import LeaseReader
+    from streamplane.client.ledger import LeaseLedger
 
 PENDING, ACKED, RETRIED, REJECTED = "pending", "acked", "retried", "rejected"
 
@@ -31,7 +31,7 @@ class Message:
 
     __slots__ = ("_held", "_outcome", "_reader", "_record", "attempt")
 
-    def __init__(self, reader: LeaseReader, record: Any, attempt: int = 1, held: Any = None) -> None:
+    def __init__(self, reader: LeaseLedger, record: Any, attempt: int = 1, held: Any = None) -> None:
         self._reader = reader
         self._record = record  # the decoder's record: fields are read from it when asked for
         self._held = held  # the decoded batch's memory account, released when its last record ends

@@ -126,6 +126,8 @@ class WorkerSession:
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):
             load = self._load
+            if load.leases:  # lease loads go out once; later heartbeats carry only the worker's totals
+                self._load = _Load(load.cpu, load.records_per_s)
             self._outbox.put(
                 apb.WorkerMessage(
                     heartbeat=apb.Heartbeat(
@@ -144,7 +146,8 @@ class WorkerSession:
     def report_load(
         self, *, cpu: float = 0.0, records_per_s: float = 0.0, leases: Mapping[str, LeaseLoad] | None = None
     ) -> None:
-        """The load sent with the next heartbeats (the Assigner balances by it)."""
+        """The load sent with the next heartbeats (the Assigner balances by it). Lease loads are sent once,
+        with the next heartbeat: report only the leases whose load changed."""
         self._load = _Load(cpu, records_per_s, dict(leases or {}))
 
     def events(self) -> Iterator[apb.Grant | apb.Revoke | apb.GenerationChange]:

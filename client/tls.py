@@ -23,8 +23,6 @@ def tls_context(config: dict[str, Any]) -> ssl.SSLContext | None:
     protocol = str(config.get("security.protocol", "plaintext")).lower()
     if protocol == "plaintext":
         return None
-    if protocol in ("sasl_plaintext", "sasl_ssl"):
-        raise InvalidArgumentError(f"security.protocol {protocol!r}: SASL is not supported yet; use plaintext or ssl")
     if protocol != "ssl":
         raise InvalidArgumentError(f"security.protocol must be plaintext or ssl, not {protocol!r}")
     try:

@@ -17,7 +17,13 @@ from streamplane.coordinator import keys
 from streamplane.coordinator import ranges as rset
 from streamplane.coordinator.leases import check_lease, parse_lease_id
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError, NotFoundError
+from streamplane.errors import (
+    FencedError,
+    InvalidArgumentError,
+    LimitExceededError,
+    NotFoundError,
+    StreamplaneError,
+)
 from streamplane.names import check_lane_name, check_object_name
 
 CHUNK = 4096
@@ -88,6 +94,8 @@ class CommitResult:
     low_watermark: int
     exhausted: list[int]
     newly_done: int
+    retries: int = 0
+    """Offsets with retry state after the commit."""
 
 
 PartitionKey = tuple[str, str, str, int, int]  # group, stream, lane, generation, partition
@@ -339,7 +347,41 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         updated_ms=now_ms,
     )
     tr.set(keys.PROGRESS.pack(pk), json.dumps(asdict(new_header), sort_keys=True).encode())
-    return CommitResult(low, sorted(set(exhausted)), added)
+    return CommitResult(low, sorted(set(exhausted)), added, retries)
+
+
+MAX_BATCH_LEASES = 4096
+"""Leases in one batched commit."""
+
+
+def check_batch(commits: list[tuple[str, int, Commit]]) -> None:
+    """Bound a batched commit's work before any transaction starts."""
+    if len(commits) > MAX_BATCH_LEASES:
+        raise LimitExceededError(f"a batched commit holds {len(commits)} leases; the limit is {MAX_BATCH_LEASES}")
+    entries = sum(len(c.acked) + len(c.retries) + len(c.rejects) for _, _, c in commits)
+    if entries > MAX_ENTRIES:
+        raise LimitExceededError(
+            f"a batched commit holds {entries} ranges, retries and rejects; the limit is {MAX_ENTRIES}"
+        )
+    bitmaps = sum(len(c.acked_bitmap) for _, _, c in commits)
+    if bitmaps > MAX_BITMAP_BYTES:
+        raise LimitExceededError(f"a batched commit holds {bitmaps} bitmap bytes; the limit is {MAX_BITMAP_BYTES}")
+
+
+@transactional
+def commit_many(
+    tr: Transaction, group: str, commits: list[tuple[str, int, Commit]], *, now_ms: int
+) -> list[CommitResult | StreamplaneError]:
+    """Apply one worker's commits of many leases in one transaction. Each is fenced and validated on its own
+    (before it writes anything), so a stale or bad one is refused in its result and the others apply."""
+    check_batch(commits)
+    out: list[CommitResult | StreamplaneError] = []
+    for lid, epoch, c in commits:
+        try:
+            out.append(commit(tr, group, lid, epoch, c, now_ms=now_ms))
+        except StreamplaneError as err:
+            out.append(err)
+    return out
 
 
 @dataclass(frozen=True)

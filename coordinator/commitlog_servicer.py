@@ -9,8 +9,8 @@ import grpc
 from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator import metrics
 from streamplane.coordinator.store import Database
-from streamplane.errors import FencedError
-from streamplane.rpc import grpc_errors
+from streamplane.errors import FencedError, StreamplaneError
+from streamplane.rpc import grpc_errors, status_for
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
 
@@ -43,47 +43,85 @@ def lag_response(db: Database, group: str, stream: str = "", lane: str = "") -> 
     return out
 
 
+def commit_from_pb(request: cpb.CommitRequest) -> cl.Commit:
+    return cl.Commit(
+        acked=[(r.start, r.end) for r in request.acked],
+        retries=[cl.Retry(r.offset, r.attempt, r.error, r.backoff_ms) for r in request.retries],
+        rejects=[
+            cl.Reject(
+                r.offset,
+                r.reason,
+                {
+                    "stream": r.dlq.stream,
+                    "lane": r.dlq.lane,
+                    "generation": r.dlq.generation,
+                    "partition": r.dlq.partition,
+                    "offset": r.dlq.offset,
+                }
+                if r.HasField("dlq")
+                else {},
+            )
+            for r in request.rejects
+        ],
+        oldest_pending_ts_ms=request.oldest_pending_ts_ms,
+        high_watermark=request.high_watermark,
+        high_watermark_ts_ms=request.high_watermark_ts_ms,
+        acked_bitmap=request.acked_bitmap,
+        acked_bitmap_base=request.acked_bitmap_base,
+    )
+
+
+def _count(group: str, request: cpb.CommitRequest, result: cl.CommitResult) -> None:
+    metrics.COMMITS.labels(group).inc()
+    metrics.ACKED.labels(group).inc(result.newly_done)
+    metrics.RETRIES.labels(group).inc(len(request.retries))
+    metrics.REJECTS.labels(group).inc(len(request.rejects))
+
+
 class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     def __init__(self, db: Database) -> None:
         self._db = db
 
     @grpc_errors
     def Commit(self, request: cpb.CommitRequest, context: grpc.ServicerContext) -> cpb.CommitResponse:
-        c = cl.Commit(
-            acked=[(r.start, r.end) for r in request.acked],
-            retries=[cl.Retry(r.offset, r.attempt, r.error, r.backoff_ms) for r in request.retries],
-            rejects=[
-                cl.Reject(
-                    r.offset,
-                    r.reason,
-                    {
-                        "stream": r.dlq.stream,
-                        "lane": r.dlq.lane,
-                        "generation": r.dlq.generation,
-                        "partition": r.dlq.partition,
-                        "offset": r.dlq.offset,
-                    }
-                    if r.HasField("dlq")
-                    else {},
-                )
-                for r in request.rejects
-            ],
-            oldest_pending_ts_ms=request.oldest_pending_ts_ms,
-            high_watermark=request.high_watermark,
-            high_watermark_ts_ms=request.high_watermark_ts_ms,
-            acked_bitmap=request.acked_bitmap,
-            acked_bitmap_base=request.acked_bitmap_base,
-        )
         try:
-            result = cl.commit(self._db, request.group, request.lease_id, request.epoch, c, now_ms=_now_ms())
+            result = cl.commit(
+                self._db, request.group, request.lease_id, request.epoch, commit_from_pb(request), now_ms=_now_ms()
+            )
         except FencedError:
             metrics.STALE_EPOCH.labels(request.group).inc()
             raise
-        metrics.COMMITS.labels(request.group).inc()
-        metrics.ACKED.labels(request.group).inc(result.newly_done)
-        metrics.RETRIES.labels(request.group).inc(len(request.retries))
-        metrics.REJECTS.labels(request.group).inc(len(request.rejects))
+        _count(request.group, request, result)
         return cpb.CommitResponse(low_watermark=result.low_watermark, exhausted=result.exhausted)
+
+    @grpc_errors
+    def CommitBatch(self, request: cpb.CommitBatchRequest, context: grpc.ServicerContext) -> cpb.CommitBatchResponse:
+        items = [(c.lease_id, c.epoch, commit_from_pb(c)) for c in request.commits]
+        results = cl.commit_many(self._db, request.group, items, now_ms=_now_ms())
+        out = cpb.CommitBatchResponse()
+        for c, result in zip(request.commits, results, strict=True):
+            if isinstance(result, StreamplaneError):
+                if isinstance(result, FencedError):
+                    metrics.STALE_EPOCH.labels(request.group).inc()
+                out.results.append(
+                    cpb.CommitResult(
+                        lease_id=c.lease_id,
+                        code=status_for(result).value[0],
+                        message=result.message,
+                        kind=type(result).__name__,
+                    )
+                )
+                continue
+            _count(request.group, c, result)
+            out.results.append(
+                cpb.CommitResult(
+                    lease_id=c.lease_id,
+                    low_watermark=result.low_watermark,
+                    exhausted=result.exhausted,
+                    retries=result.retries,
+                )
+            )
+        return out
 
     @grpc_errors
     def GetProgress(self, request: cpb.GetProgressRequest, context: grpc.ServicerContext) -> cpb.Progress:

@@ -1,4 +1,4 @@
-"""Foreground processes that stop cleanly on SIGINT or SIGTERM.
+"""Foreground processes that stop cleanly on SIGINT or SIGTERM, and what a process costs (`usage`).
 
 Stop signals are blocked and then waited for with `sigtimedwait`, rather than handled: a Python handler
 runs between bytecodes of the main thread and can deadlock on a lock the main thread holds (seen with
@@ -7,8 +7,12 @@ runs between bytecodes of the main thread and can deadlock on a lock the main th
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
@@ -26,3 +30,32 @@ def wait_for_stop(should_stop: Callable[[], bool] = lambda: False, interval_s: f
             return signal.Signals(info.si_signo).name
         if should_stop():
             return "condition"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a process holds and has used, read from /proc (Linux)."""
+
+    threads: int
+    sockets: int
+    cpu_s: float
+    """User plus system CPU time since it started."""
+    rss_kib: int
+
+
+def usage(pid: int) -> Usage:
+    """Threads, open sockets, CPU time and resident memory of a running process."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    sockets = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            sockets += os.readlink(fd).startswith("socket:")
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return Usage(
+        threads=int(fields["Threads"]),
+        sockets=sockets,
+        cpu_s=(int(stat[11]) + int(stat[12])) / ticks,
+        rss_kib=int(fields["VmRSS"].split()[0]),
+    )

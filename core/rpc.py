@@ -64,6 +64,12 @@ def error_from_status(code: grpc.StatusCode, message: str, kind: str = "") -> St
     return StreamplaneError(f"{code.name}: {message}")
 
 
+def error_from_code(code: int, message: str, kind: str = "") -> StreamplaneError:
+    """The streamplane error for a status code carried as a number (one result of a batched call)."""
+    status = next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)
+    return error_from_status(status, message, kind)
+
+
 def raise_from_rpc_error(err: grpc.RpcError, target: str = "") -> None:
     """Raise the streamplane error that a failed call stands for, chained to the gRPC error."""
     raise error_from_rpc_error(err, target) from err

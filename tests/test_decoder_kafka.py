@@ -9,7 +9,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from streamplane.client.kafka_protocol import EARLIEST, LATEST, KafkaConnection
+from streamplane.client.kafka import EARLIEST, LATEST, KafkaConnection
 from streamplane.native import decode
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -61,7 +61,7 @@ def _raw(bootstrap: str, topic: str, impl: str) -> tuple[list[tuple], list[str]]
     got: list[tuple] = []
     codecs: set[str] = set()
     with KafkaConnection.connect_any(bootstrap) as bootstrap_conn:
-        versions = bootstrap_conn.api_versions()
+        versions = bootstrap_conn.versions
         assert versions[1][1] >= 4, "the broker must speak Fetch v4"
         metadata = bootstrap_conn.metadata([topic])
     for part in metadata.topics[topic]:

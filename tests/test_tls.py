@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streamplane.client.kafka_protocol import KafkaConnection
+from streamplane.client.kafka import ConnectionConfig, KafkaConnection
 from streamplane.client.tls import tls_context
 from streamplane.errors import InvalidArgumentError, UnavailableError
 
@@ -79,23 +79,29 @@ def tls_proxy(local_cluster, tmp_path: Path):
 
 def test_a_kafka_connection_speaks_tls_with_librdkafka_style_settings(tls_proxy) -> None:
     host, port, ca = tls_proxy
-    context = tls_context({"security.protocol": "SSL", "ssl.ca.location": ca})
-    with KafkaConnection(host, port, ssl_context=context) as conn:
-        versions = conn.api_versions()
+    config = ConnectionConfig.from_settings({"security.protocol": "SSL", "ssl.ca.location": ca})
+    with KafkaConnection(host, port, config) as conn:
+        versions = conn.versions
     assert 1 in versions and 3 in versions  # Fetch and Metadata, through the TLS tunnel
-    untrusted = tls_context({"security.protocol": "ssl"})  # the system CAs do not know our certificate
+    untrusted = ConnectionConfig.from_settings({"security.protocol": "ssl"})  # the system CAs do not know it
     with pytest.raises(UnavailableError, match="certificate verify failed"):
-        KafkaConnection(host, port, ssl_context=untrusted)
-    unchecked = tls_context({"security.protocol": "ssl", "enable.ssl.certificate.verification": "false"})
-    with KafkaConnection(host, port, ssl_context=unchecked) as conn:
-        assert conn.api_versions()
+        KafkaConnection(host, port, untrusted)
+    unchecked = ConnectionConfig.from_settings(
+        {"security.protocol": "ssl", "enable.ssl.certificate.verification": "false"}
+    )
+    with KafkaConnection(host, port, unchecked) as conn:
+        assert conn.metadata().brokers
 
 
 def test_bad_tls_settings_name_the_setting(tmp_path: Path) -> None:
     assert tls_context({}) is None and tls_context({"security.protocol": "plaintext"}) is None
     with pytest.raises(InvalidArgumentError, match=r"ssl\.ca\.location"):
         tls_context({"security.protocol": "ssl", "ssl.ca.location": str(tmp_path / "missing.pem")})
-    with pytest.raises(InvalidArgumentError, match="SASL is not supported yet"):
-        tls_context({"security.protocol": "SASL_SSL"})
+    with pytest.raises(InvalidArgumentError, match=r"sasl\.mechanism"):
+        ConnectionConfig.from_settings({"security.protocol": "SASL_SSL"})  # GSSAPI, librdkafka's default
+    with pytest.raises(InvalidArgumentError, match=r"sasl\.username"):
+        ConnectionConfig.from_settings({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"})
+    with pytest.raises(InvalidArgumentError, match=r"security\.protocol"):
+        ConnectionConfig.from_settings({"security.protocol": "tls"})
     with pytest.raises(InvalidArgumentError, match=r"enable\.ssl\.certificate\.verification"):
         tls_context({"security.protocol": "ssl", "enable.ssl.certificate.verification": "maybe"})

@@ -84,6 +84,38 @@ class CommitResponse(_message.Message):
     exhausted: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class CommitBatchRequest(_message.Message):
+    __slots__ = ("group", "commits")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    COMMITS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    commits: _containers.RepeatedCompositeFieldContainer[CommitRequest]
+    def __init__(self, group: _Optional[str] = ..., commits: _Optional[_Iterable[_Union[CommitRequest, _Mapping]]] = ...) -> None: ...
+
+class CommitResult(_message.Message):
+    __slots__ = ("lease_id", "code", "message", "kind", "low_watermark", "exhausted", "retries")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    code: int
+    message: str
+    kind: str
+    low_watermark: int
+    exhausted: _containers.RepeatedScalarFieldContainer[int]
+    retries: int
+    def __init__(self, lease_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., kind: _Optional[str] = ..., low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ..., retries: _Optional[int] = ...) -> None: ...
+
+class CommitBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CommitResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CommitResult, _Mapping]]] = ...) -> None: ...
+
 class GetProgressRequest(_message.Message):
     __slots__ = ("group", "lease_id", "max_ranges")
     GROUP_FIELD_NUMBER: _ClassVar[int]

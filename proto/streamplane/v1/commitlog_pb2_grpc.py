@@ -39,6 +39,11 @@ class CommitLogServiceStub:
                 request_serializer=streamplane_dot_v1_dot_commitlog__pb2.CommitRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.CommitResponse.FromString,
                 _registered_method=True)
+        self.CommitBatch = channel.unary_unary(
+                '/streamplane.v1.CommitLogService/CommitBatch',
+                request_serializer=streamplane_dot_v1_dot_commitlog__pb2.CommitBatchRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.CommitBatchResponse.FromString,
+                _registered_method=True)
         self.GetProgress = channel.unary_unary(
                 '/streamplane.v1.CommitLogService/GetProgress',
                 request_serializer=streamplane_dot_v1_dot_commitlog__pb2.GetProgressRequest.SerializeToString,
@@ -66,6 +71,13 @@ class CommitLogServiceServicer:
 
     def Commit(self, request, context):
         """Batched and idempotent: re-sending a commit changes nothing. A stale epoch is refused (FAILED_PRECONDITION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitBatch(self, request, context):
+        """One worker's commits of many leases in one call (what the consumer sends each commit interval).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,6 +116,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.Commit,
                     request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.CommitRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_commitlog__pb2.CommitResponse.SerializeToString,
+            ),
+            'CommitBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitBatch,
+                    request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.CommitBatchRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_commitlog__pb2.CommitBatchResponse.SerializeToString,
             ),
             'GetProgress': grpc.unary_unary_rpc_method_handler(
                     servicer.GetProgress,
@@ -153,6 +170,33 @@ class CommitLogService:
             '/streamplane.v1.CommitLogService/Commit',
             streamplane_dot_v1_dot_commitlog__pb2.CommitRequest.SerializeToString,
             streamplane_dot_v1_dot_commitlog__pb2.CommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.CommitLogService/CommitBatch',
+            streamplane_dot_v1_dot_commitlog__pb2.CommitBatchRequest.SerializeToString,
+            streamplane_dot_v1_dot_commitlog__pb2.CommitBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

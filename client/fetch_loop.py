@@ -1,0 +1,539 @@
+"""One fetch loop per worker: one connection per broker, one Fetch per broker for every partition it leads.
+
+However many leases a worker holds, it runs one thread here and one connection per broker it reads from.
+Each round sends one Fetch (in an incremental fetch session where the broker has them) to every broker
+with fetchable partitions and nothing in flight, waits on all their sockets at once, and decodes each
+partition's record set on its own: a bomb or a corrupt batch in one partition is that partition's skipped
+range, never a delay for the others. Partitions join and leave between rounds; leader moves, lost
+connections and retriable errors re-route partitions without touching the others. One-off reads at an
+offset (records whose retry is due) go to the same connections, between session fetches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+
+from streamplane.client.fetcher import Fetched, decode_records
+from streamplane.client.flow import Budget
+from streamplane.client.kafka import ConnectionConfig, KafkaConnection, KafkaProtocolError, codec, fetch, list_offsets
+from streamplane.client.kafka.codec import KafkaAuthenticationError
+from streamplane.errors import StreamplaneError, UnavailableError
+
+log = structlog.get_logger(__name__)
+
+MAX_WAIT_MS = 500
+"""How long a broker may hold a Fetch open when none of its partitions has new data (Kafka's default)."""
+METADATA_BACKOFF_S = (0.1, 2.0)
+"""First and longest wait before a cluster's metadata is asked again for leaderless partitions."""
+
+
+class Receiver(Protocol):
+    """What the loop tells the owner of one partition (a lease's ledger, through the consumer)."""
+
+    def fetchable(self) -> bool:
+        """False pauses this partition (revoking, lost, at its sealed end)."""
+
+    def received(self, fetched: Fetched) -> tuple[int, int]:
+        """Records (or skipped bad batches) read from the partition's position, which has moved past them.
+        Returns the decoded bytes and records it keeps (counted against the budget until they end)."""
+
+    def failed(self, error: StreamplaneError) -> None:
+        """An error no retry will mend (authentication, a version the broker refuses): the partition left."""
+
+
+@dataclass(eq=False)
+class _Partition:
+    key: str
+    cluster: str
+    topic: str
+    partition: int
+    receiver: Receiver
+    position: int  # -1: the earliest kept offset; -2: the latest
+    node: int = -1  # the broker we read it from; -1 while unknown
+    leader_epoch: int = -1
+    log_start: int = -1
+    not_before: float = 0.0  # backoff after a retriable error
+    backoff_s: float = 0.1
+    reset: bool = False  # out of range: look the earliest offset up again
+    high_watermark: int = -1
+    asked: fetch.PartitionFetch | None = None  # what the last request asked (reused while nothing moved)
+
+    def request(self, max_bytes: int) -> fetch.PartitionFetch:
+        f = self.asked
+        if f is None or f.offset != self.position or f.log_start_offset != self.log_start:
+            f = self.asked = fetch.PartitionFetch(self.position, max_bytes, self.log_start, self.leader_epoch)
+        return f
+
+    @property
+    def tp(self) -> fetch.TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(eq=False)
+class _Link:
+    """One broker of one cluster: its connection, fetch session, and what is in flight on it."""
+
+    cluster: str
+    node: int
+    host: str
+    port: int
+    conn: KafkaConnection | None = None
+    session: fetch.FetchSession = field(default_factory=fetch.FetchSession)
+    in_flight: str = ""  # "" | "session" | "oneoff"
+    sent: dict = field(default_factory=dict)  # tp: PartitionFetch of the request in flight
+    forgotten: list = field(default_factory=list)
+    parts: dict = field(default_factory=dict)  # tp: _Partition of the request in flight
+    version: int = 0
+    reserved: int = 0
+
+
+@dataclass
+class _Cluster:
+    bootstrap: str
+    config: ConnectionConfig
+    brokers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    next_metadata: float = 0.0
+    backoff_s: float = METADATA_BACKOFF_S[0]
+
+
+OneOff = Callable[[Fetched | None, StreamplaneError | None], None]
+
+
+class FetchLoop:
+    """The worker's fetch thread.
+
+    Args:
+        budget: the consumer's memory and in-flight limits; a partition's record set is decoded only when its
+            worst case fits, else it is fetched again later.
+        max_decompressed: the decoder's limit per batch and per partition of a response.
+        partition_max_bytes: how much one Fetch asks per partition; max_bytes: per response.
+        read_committed: drop records of aborted transactions and stop at the last stable offset.
+        config: TLS, SASL, rack and client id of every connection, by cluster bootstrap list (`configs`) or
+            for all (`default_config`).
+    """
+
+    def __init__(
+        self,
+        *,
+        budget: Budget,
+        max_decompressed: int,
+        partition_max_bytes: int = 1 << 20,
+        max_bytes: int = 16 << 20,
+        read_committed: bool = False,
+        default_config: ConnectionConfig | None = None,
+        max_wait_ms: int = MAX_WAIT_MS,
+    ) -> None:
+        self.budget = budget
+        self.max_decompressed = max_decompressed
+        self.partition_max_bytes = partition_max_bytes
+        self.max_bytes = max_bytes
+        self.read_committed = read_committed
+        self.default_config = default_config or ConnectionConfig()
+        self.max_wait_ms = max_wait_ms
+        self._parts: dict[str, _Partition] = {}
+        self._clusters: dict[str, _Cluster] = {}
+        self._links: dict[tuple[str, int], _Link] = {}
+        self._oneoffs: dict[str, list[tuple[int, OneOff]]] = {}
+        self._control: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fetch-loop", daemon=True)
+        self.requests = 0  # Fetch requests sent (for tests and metrics)
+
+    # -- control, from any thread
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.wake()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        for link in self._links.values():
+            if link.conn is not None:
+                link.conn.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def wake(self) -> None:
+        """Let the loop look at its partitions now (one became fetchable again, budget was freed)."""
+        with contextlib.suppress(OSError):  # BlockingIOError too: a wake-up is already pending
+            self._wake_w.send(b"\0")
+
+    def _do(self, fn: Callable[[], None]) -> None:
+        self._control.put(fn)
+        self.wake()
+
+    def add(self, key: str, cluster: str, topic: str, partition: int, position: int, receiver: Receiver) -> None:
+        """Read `topic`/`partition` of the cluster at `cluster` (its bootstrap list) from `position`
+        (-1: earliest, -2: latest) and hand what is read to `receiver`."""
+
+        def add() -> None:
+            self._remove(key)
+            self._cluster(cluster)
+            self._parts[key] = _Partition(key, cluster, topic, partition, receiver, position)
+
+        self._do(add)
+
+    def remove(self, key: str) -> None:
+        self._do(lambda: self._remove(key))
+
+    def fetch_at(self, key: str, offset: int, callback: OneOff) -> None:
+        """Read the partition once from `offset` (without moving its position); `callback(fetched, error)` is
+        called on the loop's thread."""
+        self._do(lambda: self._oneoffs.setdefault(key, []).append((offset, callback)))
+
+    def configure(self, cluster: str, config: ConnectionConfig) -> None:
+        """Connection settings for one cluster (before its first partition is added)."""
+        self._do(lambda: self._clusters.setdefault(cluster, _Cluster(cluster, config)))
+
+    @property
+    def connections(self) -> int:
+        return sum(1 for link in self._links.values() if link.conn is not None)
+
+    # -- the loop
+    def _cluster(self, bootstrap: str) -> _Cluster:
+        c = self._clusters.get(bootstrap)
+        if c is None:
+            c = self._clusters[bootstrap] = _Cluster(bootstrap, self.default_config)
+        return c
+
+    def _remove(self, key: str) -> None:
+        self._parts.pop(key, None)
+        for offset, callback in self._oneoffs.pop(key, []):
+            callback(None, UnavailableError(f"partition {key} left the fetch loop before offset {offset} was read"))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._round()
+            except Exception:  # a bug must not stop every partition of the worker: log, wait, go on
+                log.exception("fetch_loop.round_crashed")
+                self._stop.wait(0.5)
+
+    def _round(self) -> None:
+        while True:
+            try:
+                self._control.get_nowait()()
+            except queue.Empty:
+                break
+        now = time.monotonic()
+        self._route(now)
+        by_link: dict[tuple[str, int], list[_Partition]] = {}
+        for p in self._parts.values():
+            if p.node >= 0 and p.not_before <= now:
+                by_link.setdefault((p.cluster, p.node), []).append(p)
+        for (cluster, node), parts in by_link.items():
+            if (cluster, node) not in self._links:
+                self._link(parts[0])
+        for key, link in list(self._links.items()):
+            if not link.in_flight:
+                self._send(link, by_link.get(key, []))
+        waiting = [link for link in self._links.values() if link.in_flight and link.conn is not None]
+        timeout = 0.5 if waiting else 0.05 if self._parts else 0.5
+        try:
+            ready, _, _ = select.select([self._wake_r, *[link.conn for link in waiting]], [], [], timeout)
+        except (OSError, ValueError):  # a connection closed under us: the next round re-routes
+            return
+        for item in ready:
+            if item is self._wake_r:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+                continue
+            link = next(x for x in waiting if x.conn is item)
+            self._receive(link)
+
+    def _route(self, now: float) -> None:
+        """Find the leader of every partition that has none, one Metadata request per cluster."""
+        lost: dict[str, list[_Partition]] = {}
+        for p in self._parts.values():
+            if p.node < 0:
+                lost.setdefault(p.cluster, []).append(p)
+        for bootstrap, parts in lost.items():
+            cluster = self._cluster(bootstrap)
+            if now < cluster.next_metadata:
+                continue
+            try:
+                md = self._metadata(cluster, sorted({p.topic for p in parts}))
+            except KafkaAuthenticationError as err:
+                self._fail_cluster(bootstrap, err)
+                continue
+            except StreamplaneError as err:
+                cluster.next_metadata = now + cluster.backoff_s
+                cluster.backoff_s = min(METADATA_BACKOFF_S[1], cluster.backoff_s * 2)
+                log.info("fetch_loop.metadata_failed", cluster=bootstrap, error=err.message)
+                continue
+            cluster.backoff_s = METADATA_BACKOFF_S[0]
+            cluster.next_metadata = now + cluster.backoff_s
+            cluster.brokers = {b.node_id: (b.host, b.port) for b in md.brokers.values()}
+            for p in parts:
+                meta = next((m for m in md.topics.get(p.topic, []) if m.partition == p.partition), None)
+                if meta is None or meta.leader < 0 or meta.leader not in cluster.brokers:
+                    continue  # no leader now: asked again after the backoff
+                p.node, p.leader_epoch = meta.leader, meta.leader_epoch
+
+    def _metadata(self, cluster: _Cluster, topics: list[str]):  # type: ignore[no-untyped-def]
+        """Ask through a connection the worker has to that cluster, else a short-lived bootstrap one."""
+        for link in self._links.values():
+            if link.cluster == cluster.bootstrap and link.conn is not None and not link.in_flight:
+                try:
+                    return link.conn.metadata(topics)
+                except UnavailableError:
+                    self._drop(link)
+        with KafkaConnection.connect_any(cluster.bootstrap, cluster.config) as conn:
+            return conn.metadata(topics)
+
+    def _fail_cluster(self, bootstrap: str, err: StreamplaneError) -> None:
+        log.error("fetch_loop.cluster_failed", cluster=bootstrap, error=err.message)
+        for key, p in list(self._parts.items()):
+            if p.cluster == bootstrap:
+                self._remove(key)
+                p.receiver.failed(err)
+
+    def _link(self, p: _Partition) -> _Link | None:
+        cluster = self._cluster(p.cluster)
+        link = self._links.get((p.cluster, p.node))
+        if link is None:
+            address = cluster.brokers.get(p.node)
+            if address is None:
+                p.node = -1
+                return None
+            link = self._links[(p.cluster, p.node)] = _Link(p.cluster, p.node, *address)
+        return link
+
+    def _connect(self, link: _Link) -> bool:
+        if link.conn is not None:
+            return True
+        cluster = self._cluster(link.cluster)
+        try:
+            link.conn = KafkaConnection(link.host, link.port, cluster.config)
+            link.version = link.conn.version(fetch.KEY, fetch.VERSIONS)
+        except KafkaAuthenticationError as err:
+            self._fail_cluster(link.cluster, err)
+            return False
+        except KafkaProtocolError as err:
+            if err.code == codec.UNSUPPORTED_VERSION:
+                self._fail_cluster(link.cluster, err)
+            self._drop(link)
+            return False
+        except StreamplaneError as err:
+            log.info("fetch_loop.connect_failed", broker=f"{link.host}:{link.port}", error=err.message)
+            self._drop(link)
+            return False
+        link.session.reset()
+        return True
+
+    def _drop(self, link: _Link) -> None:
+        """The connection is gone: its partitions look their leader up again; a new one starts a new session."""
+        if link.conn is not None:
+            link.conn.close()
+            link.conn = None
+        self._release(link)
+        link.in_flight = ""
+        link.session.reset()
+        for p in self._parts.values():
+            if p.cluster == link.cluster and p.node == link.node:
+                p.node = -1
+        self._links.pop((link.cluster, link.node), None)
+
+    def _release(self, link: _Link) -> None:
+        if link.reserved:
+            self.budget.settle(link.reserved, 0, 0)
+            link.reserved = 0
+
+    def _positions(self, link: _Link, parts: list[_Partition]) -> None:
+        """Look up where partitions that start at the earliest or latest offset (or fell out of range) are."""
+        assert link.conn is not None
+        by_topic: dict[str, dict[int, int]] = {}
+        for p in parts:
+            ts = list_offsets.LATEST if p.position == -2 else list_offsets.EARLIEST
+            by_topic.setdefault(p.topic, {})[p.partition] = ts
+        v = link.conn.version(list_offsets.KEY, list_offsets.VERSIONS)
+        for topic, wanted in by_topic.items():
+            body = list_offsets.encode(v, topic, wanted, read_committed=self.read_committed)
+            answer = list_offsets.decode(v, link.conn.request(list_offsets.KEY, v, body))
+            for p in parts:
+                if p.topic != topic or p.partition not in answer:
+                    continue
+                code, offset, _ = answer[p.partition]
+                if code:
+                    self._error(p, code, "ListOffsets")
+                elif p.reset:
+                    p.reset = False
+                    if p.position < offset:  # retention removed what we had not read: say so, go on
+                        log.warning("fetch_loop.data_lost", partition=p.key, lost_from=p.position, lost_to=offset)
+                        p.position = offset
+                else:
+                    p.position = offset
+
+    def _send(self, link: _Link, mine: list[_Partition]) -> None:
+        if not mine and not link.session.incremental:
+            return
+        if not self._connect(link):
+            return
+        try:
+            unknown = [p for p in mine if p.position < 0 or p.reset]
+            if unknown:
+                self._positions(link, unknown)
+            oneoffs = {p.tp: p for p in mine if self._oneoffs.get(p.key)}
+            if oneoffs:
+                self._send_oneoff(link, oneoffs)
+                return
+            if not self.budget.has_room(self.max_decompressed + self.partition_max_bytes):
+                return  # paused: the handlers hold as many records (or bytes) as allowed
+            max_bytes = self.partition_max_bytes
+            wanted = {
+                p.tp: p.request(max_bytes)
+                for p in mine
+                if p.position >= 0 and not p.reset and p.receiver.fetchable()
+            }
+            if not wanted and not link.session.incremental:
+                return
+            session_id, epoch, send, forget = link.session.next_request(wanted)
+            if link.version < fetch.SESSIONS_FROM:
+                session_id, epoch, send, forget = 0, fetch.NO_SESSION_EPOCH, wanted, []
+            if not send and not forget and not wanted:
+                return
+            body = fetch.encode(
+                link.version,
+                send,
+                max_wait_ms=self.max_wait_ms,
+                max_bytes=self.max_bytes,
+                read_committed=self.read_committed,
+                session_id=session_id,
+                session_epoch=epoch,
+                forgotten=forget,
+                rack=self._cluster(link.cluster).config.rack,
+            )
+            link.conn.send(fetch.KEY, link.version, body)  # type: ignore[union-attr]
+        except StreamplaneError as err:
+            log.info("fetch_loop.send_failed", broker=f"{link.host}:{link.port}", error=err.message)
+            self._drop(link)
+            return
+        self.requests += 1
+        link.in_flight, link.sent, link.forgotten = "session", send, forget
+        link.parts = {p.tp: p for p in mine if p.tp in wanted}
+
+    def _send_oneoff(self, link: _Link, parts: dict[fetch.TopicPartition, _Partition]) -> None:
+        wanted = {
+            tp: fetch.PartitionFetch(min(o for o, _ in self._oneoffs[p.key]), self.partition_max_bytes)
+            for tp, p in parts.items()
+        }
+        body = fetch.encode(
+            link.version,
+            wanted,
+            max_wait_ms=0,
+            max_bytes=self.max_bytes,
+            read_committed=self.read_committed,
+            session_id=0,
+            session_epoch=fetch.NO_SESSION_EPOCH,
+        )
+        link.conn.send(fetch.KEY, link.version, body)  # type: ignore[union-attr]
+        self.requests += 1
+        link.in_flight, link.sent, link.forgotten, link.parts = "oneoff", wanted, [], parts
+
+    def _receive(self, link: _Link) -> None:
+        kind, sent, parts = link.in_flight, link.sent, link.parts
+        link.in_flight = ""
+        try:
+            response = fetch.decode(link.version, link.conn.receive())  # type: ignore[union-attr]
+        except StreamplaneError as err:
+            log.info("fetch_loop.receive_failed", broker=f"{link.host}:{link.port}", error=err.message)
+            self._drop(link)
+            return
+        if kind == "session" and link.version >= fetch.SESSIONS_FROM:
+            link.session.handled(response, sent, link.forgotten)
+        if response.error_code:
+            log.info("fetch_loop.fetch_error", broker=f"{link.host}:{link.port}", code=response.error_code)
+            return
+        for got in response.partitions:
+            p = parts.get((got.topic, got.partition))
+            if p is None or self._parts.get(p.key) is not p:
+                continue  # left the loop while its fetch was in flight
+            if kind == "oneoff":
+                self._deliver_oneoff(p, got, sent[p.tp].offset)
+            else:
+                self._deliver(p, got, sent.get(p.tp))
+
+    def _error(self, p: _Partition, code: int, what: str) -> None:
+        if code == codec.OFFSET_OUT_OF_RANGE:
+            p.reset = True
+            return
+        if code in codec.RELOOKUP:
+            p.node = -1
+            return
+        if code in codec.RETRIABLE:
+            p.not_before = time.monotonic() + p.backoff_s
+            p.backoff_s = min(2.0, p.backoff_s * 2)
+            return
+        err = KafkaProtocolError(f"{what} {p.topic}/{p.partition} failed with Kafka error {code}", code=code)
+        self._remove(p.key)
+        p.receiver.failed(err)
+
+    def _deliver(self, p: _Partition, got: fetch.FetchedPartition, asked: fetch.PartitionFetch | None) -> None:
+        if got.error_code:
+            self._error(p, got.error_code, "Fetch")
+            return
+        p.backoff_s = 0.1
+        if got.log_start_offset >= 0:
+            p.log_start = got.log_start_offset
+        if got.preferred_read_replica >= 0 and got.preferred_read_replica != p.node:
+            p.node = got.preferred_read_replica  # KIP-392: the broker names the nearest replica to read from
+        position = asked.offset if asked is not None else p.position
+        if position != p.position:
+            return  # the partition was moved meanwhile: this data is for an old position
+        if not len(got.records) and got.high_watermark == p.high_watermark:
+            return  # nothing new: an idle partition costs nothing more
+        p.high_watermark = got.high_watermark
+        reserve = self.max_decompressed + len(got.records)
+        if len(got.records) and not self.budget.reserve(reserve, 0):
+            return  # no room now: read again once handlers free some
+        used = count = 0
+        try:
+            fetched = decode_records(
+                got.records,
+                position,
+                got.high_watermark,
+                max_decompressed=self.max_decompressed,
+                aborted=got.aborted if self.read_committed else None,
+            )
+            p.position = fetched.next_position
+            used, count = p.receiver.received(fetched)
+        finally:
+            if len(got.records):
+                self.budget.settle(reserve, used, count)
+
+    def _deliver_oneoff(self, p: _Partition, got: fetch.FetchedPartition, offset: int) -> None:
+        pending = self._oneoffs.pop(p.key, [])
+        now_due = [(o, cb) for o, cb in pending if o == offset]
+        later = [(o, cb) for o, cb in pending if o != offset]
+        if later:
+            self._oneoffs[p.key] = later
+        if got.error_code:
+            err = KafkaProtocolError(f"Fetch {p.topic}/{p.partition}@{offset} failed", code=got.error_code)
+            for _, cb in now_due:
+                cb(None, err)
+            return
+        fetched = decode_records(
+            got.records,
+            offset,
+            got.high_watermark,
+            max_decompressed=self.max_decompressed,
+            aborted=got.aborted if self.read_committed else None,
+        )
+        for _, cb in now_due:
+            cb(fetched, None)

@@ -1,0 +1,244 @@
+"""One connection to one Kafka broker: framing, TLS, SASL, and version negotiation.
+
+On connect it asks ApiVersions, authenticates when configured, and from then on speaks, for each API, the
+highest version both sides support within the range we test (`VERSIONS` of each API module). A broker with
+no overlap is one clear error naming the API. Calls are serialized; `send` and `receive` are also exposed
+apart so one thread can keep a request in flight on many brokers at once (the consumer's fetch loop).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+from streamplane.client.kafka import api_versions, codec, fetch, list_offsets, metadata, sasl
+from streamplane.client.kafka.codec import KafkaAuthenticationError, KafkaProtocolError, Reader
+from streamplane.client.kafka.config import ConnectionConfig
+from streamplane.errors import MalformedBatchError, UnavailableError
+
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+API_NAMES = {
+    1: "Fetch",
+    2: "ListOffsets",
+    3: "Metadata",
+    17: "SaslHandshake",
+    18: "ApiVersions",
+    36: "SaslAuthenticate",
+}
+
+
+class KafkaConnection:
+    """A negotiated, authenticated connection to one broker."""
+
+    def __init__(self, host: str, port: int, config: ConnectionConfig | None = None) -> None:
+        self.config = config or ConnectionConfig()
+        self.address = f"{host}:{port}"
+        timeout = self.config.timeout_s
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            ctx = self.config.ssl_context
+            self._sock = ctx.wrap_socket(sock, server_hostname=host) if ctx else sock
+        except OSError as err:  # ssl.SSLError included
+            raise UnavailableError(f"cannot connect to Kafka broker {self.address}: {err}") from err
+        self._correlation = 0
+        self._in_flight: tuple[int, int, int] | None = None  # (correlation id, api key, version)
+        self._lock = threading.Lock()
+        try:
+            self.versions = self._negotiate()
+            if self.config.sasl_mechanism:
+                self._authenticate()
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def connect_any(cls, bootstrap_servers: str, config: ConnectionConfig | None = None) -> KafkaConnection:
+        """Connect to the first reachable host:port of a bootstrap list (authentication errors are not
+        hidden behind the next host: they are raised at once)."""
+        errors = []
+        for server in bootstrap_servers.split(","):
+            host, _, port = server.strip().rpartition(":")
+            try:
+                return cls(host, int(port), config)
+            except (UnavailableError, ValueError) as err:
+                errors.append(str(err))
+        raise UnavailableError(f"no Kafka broker of {bootstrap_servers} is reachable: {'; '.join(errors)}")
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def __enter__(self) -> KafkaConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- versions
+    def _negotiate(self) -> dict[int, tuple[int, int]]:
+        version = api_versions.VERSIONS[1]
+        for _ in range(2):
+            self._send(api_versions.KEY, version, api_versions.encode(version))
+            code, versions = api_versions.decode(version, self._receive())
+            if code == codec.UNSUPPORTED_VERSION and version > 0:
+                version = min(version - 1, versions.get(api_versions.KEY, (0, 0))[1])
+                continue
+            if code:
+                raise KafkaProtocolError(f"ApiVersions failed on {self.address} with error {code}", code=code)
+            return versions
+        raise KafkaProtocolError(f"{self.address} refuses every ApiVersions version we speak", code=35)
+
+    def version(self, api_key: int, ours: tuple[int, int]) -> int:
+        """The highest version of `api_key` both sides speak."""
+        theirs = self.versions.get(api_key)
+        if theirs is not None:
+            hi = min(ours[1], theirs[1])
+            if hi >= max(ours[0], theirs[0]):
+                return hi
+        name = API_NAMES.get(api_key, str(api_key))
+        raise KafkaProtocolError(
+            f"Kafka broker {self.address} speaks {name} versions {theirs or 'none'}, we speak {ours[0]}-{ours[1]}",
+            code=codec.UNSUPPORTED_VERSION,
+        )
+
+    # -- SASL
+    def _authenticate(self) -> None:
+        cfg = self.config
+        mech = cfg.sasl_mechanism
+        try:
+            hs = self.version(sasl.HANDSHAKE_KEY, sasl.HANDSHAKE_VERSIONS)
+            auth = self.version(sasl.AUTHENTICATE_KEY, sasl.AUTHENTICATE_VERSIONS)
+        except KafkaProtocolError as err:
+            raise KafkaAuthenticationError(
+                f"Kafka broker {self.address} does not offer SASL on this listener ({err.message})", code=err.code
+            ) from err
+        code, enabled = sasl.decode_handshake(self.request(sasl.HANDSHAKE_KEY, hs, sasl.encode_handshake(mech)))
+        if code:
+            raise KafkaAuthenticationError(
+                f"Kafka broker {self.address} does not enable SASL mechanism {mech} (it has {', '.join(enabled)})",
+                code=code,
+            )
+        client = sasl.mechanism_for(mech, cfg.sasl_username, cfg.sasl_password)
+        challenge: bytes | None = None
+        while True:
+            payload = client.step(challenge)
+            if payload is None:
+                return
+            reader = self.request(sasl.AUTHENTICATE_KEY, auth, sasl.encode_authenticate(payload))
+            code, message, challenge = sasl.decode_authenticate(auth, reader)
+            if code:
+                raise KafkaAuthenticationError(
+                    f"SASL {mech} authentication as {cfg.sasl_username!r} failed on {self.address}: "
+                    f"{message or f'error {code}'}",
+                    code=code,
+                )
+
+    # -- framing
+    def _send(self, api_key: int, version: int, body: bytes) -> int:
+        self._correlation += 1
+        cid = self._correlation
+        header = struct.pack(">hhi", api_key, version, cid) + codec.string(self.config.client_id)
+        if api_key == api_versions.KEY and version >= api_versions.FLEXIBLE_FROM:
+            header += codec.NO_TAGS  # request header v2
+        try:
+            self._sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+        except OSError as err:
+            raise UnavailableError(f"Kafka broker {self.address}: {err}") from err
+        self._in_flight = (cid, api_key, version)
+        return cid
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise UnavailableError(f"Kafka broker {self.address} closed the connection")
+            got += k
+        return bytes(buf)
+
+    def _receive(self) -> Reader:
+        assert self._in_flight is not None, "nothing was sent"
+        cid = self._in_flight[0]
+        self._in_flight = None
+        try:
+            (size,) = struct.unpack(">i", self._recv_exact(4))
+            if not 4 <= size <= MAX_RESPONSE_BYTES:
+                raise MalformedBatchError(f"Kafka broker {self.address} sent a response of {size} bytes")
+            reader = Reader(self._recv_exact(size))
+        except OSError as err:
+            raise UnavailableError(f"Kafka broker {self.address}: {err}") from err
+        if reader.i32() != cid:
+            raise MalformedBatchError(f"Kafka broker {self.address} answered another request (correlation id)")
+        return reader
+
+    def send(self, api_key: int, version: int, body: bytes) -> None:
+        """Send one request; `receive` reads its response (one request in flight at a time)."""
+        with self._lock:
+            self._send(api_key, version, body)
+
+    def receive(self) -> Reader:
+        with self._lock:
+            return self._receive()
+
+    def request(self, api_key: int, version: int, body: bytes) -> Reader:
+        """Send one request and return a reader over its response body."""
+        with self._lock:
+            self._send(api_key, version, body)
+            return self._receive()
+
+    # -- the calls
+    def metadata(self, topics: list[str] | None = None) -> metadata.Metadata:
+        v = self.version(metadata.KEY, metadata.VERSIONS)
+        return metadata.decode(v, self.request(metadata.KEY, v, metadata.encode(v, topics)))
+
+    def list_offsets(
+        self, topic: str, partitions: list[int], timestamp: int, *, read_committed: bool = False
+    ) -> dict[int, int]:
+        """{partition: offset} for EARLIEST (-2), LATEST (-1) or a time in ms (-1 when nothing is at or after
+        it); the partitions must be led by this broker."""
+        v = self.version(list_offsets.KEY, list_offsets.VERSIONS)
+        body = list_offsets.encode(v, topic, dict.fromkeys(partitions, timestamp), read_committed=read_committed)
+        out = {}
+        for p, (code, offset, _) in list_offsets.decode(v, self.request(list_offsets.KEY, v, body)).items():
+            if code:
+                raise KafkaProtocolError(
+                    f"ListOffsets {topic}/{p} failed on {self.address} with error {code}", code=code
+                )
+            out[p] = offset
+        return out
+
+    def fetch(
+        self,
+        topic: str,
+        offsets: dict[int, int],
+        *,
+        max_wait_ms: int = 100,
+        min_bytes: int = 1,
+        max_bytes: int = 50 * 1024 * 1024,
+        partition_max_bytes: int = 8 * 1024 * 1024,
+        read_committed: bool = False,
+    ) -> list[fetch.FetchedPartition]:
+        """A one-off Fetch (no session) from `offsets` ({partition: offset}) led by this broker."""
+        v = self.version(fetch.KEY, fetch.VERSIONS)
+        wanted = {(topic, p): fetch.PartitionFetch(o, partition_max_bytes) for p, o in offsets.items()}
+        body = fetch.encode(
+            v,
+            wanted,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            read_committed=read_committed,
+            rack=self.config.rack,
+        )
+        response = fetch.decode(v, self.request(fetch.KEY, v, body))
+        if response.error_code:
+            raise KafkaProtocolError(
+                f"Fetch failed on {self.address} with error {response.error_code}", code=response.error_code
+            )
+        return response.partitions

@@ -1,0 +1,412 @@
+"""The ledger of one lease: every record read from it until its outcome, and what to commit next.
+
+No threads, no sockets: the fetch loop hands it what it read (`accept`), application threads end records
+(`finish`, `ack_many`), and the consumer's committer takes what changed (`take_outcomes`) and reports what
+the coordinator recorded (`committed`). It knows the lease's life too: a revoked lease is dead at its
+deadline and a lost one at once, and `live` is checked where records are handed to the application, so no
+record of a dead lease reaches a handler.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from streamplane.client.fetcher import Fetched
+from streamplane.client.flow import Budget, Held
+from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, Message, OutcomeError
+from streamplane.v1 import commitlog_pb2 as cpb
+
+RECORD_OVERHEAD = 320
+"""Bytes counted per decoded record beyond its key, value and headers (the Python objects around it)."""
+GAVE_UP = "max attempts reached; last error"
+"""Reject reason of a record whose retries used up the group's max attempts (the count lives in the commit
+log, not here: a new holder may have read the record afresh)."""
+
+
+class LedgerOwner(Protocol):
+    """What a ledger needs from its consumer: the retry default and the dlq copy of a rejected record."""
+
+    retry_backoff_s: float
+
+    def send_to_dlq(self, ledger: LeaseLedger, msg: Message, reason: str) -> None: ...
+
+
+@dataclass
+class Outcomes:
+    """What ended since the last commit."""
+
+    acked: list[int] = field(default_factory=list)
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+    retries: list[cpb.RetryEntry] = field(default_factory=list)
+    rejects: list[cpb.RejectEntry] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.acked or self.ranges or self.retries or self.rejects)
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """The granted lease a ledger keeps: where to read and from where."""
+
+    lease_id: str
+    epoch: int
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+    topic: str
+    bootstrap_servers: str
+    start_offset: int
+    end_offset: int
+    """The sealed generation's end, -1 while producers may still write."""
+
+
+def to_ranges(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted offsets as half-open [start, end) ranges."""
+    out: list[tuple[int, int]] = []
+    for o in sorted(offsets):
+        if out and out[-1][1] == o:
+            out[-1] = (out[-1][0], o + 1)
+        elif not out or o >= out[-1][1]:
+            out.append((o, o + 1))
+    return out
+
+
+def _release_all(msgs: list[Message]) -> None:
+    """Give back the memory accounts of ended records, one call per batch."""
+    counts: dict[int, list] = {}
+    for m in msgs:
+        held = m._held
+        if held is not None:
+            m._held = None
+            entry = counts.get(id(held))
+            if entry is None:
+                counts[id(held)] = [held, 1]
+            else:
+                entry[1] += 1
+    for held, n in counts.values():
+        held.release(n)
+
+
+class LeaseLedger:
+    """One lease's records from fetch to outcome; thread-safe, passive."""
+
+    def __init__(self, owner: LedgerOwner, lease: LeaseInfo, budget: Budget, group: str) -> None:
+        self.owner = owner
+        self.lease = lease
+        self.lease_id, self.epoch = lease.lease_id, lease.epoch
+        self.stream, self.lane, self.generation, self.partition = (
+            lease.stream,
+            lease.lane,
+            lease.generation,
+            lease.partition,
+        )
+        self.end_offset = lease.end_offset
+        self.budget = budget
+        self.labels = (group, self.stream, self.lane)
+        self._lock = threading.Lock()
+        self.pending: dict[int, Message] = {}  # delivered, no outcome yet
+        self._waiting: dict[int, Message] = {}  # retried or rejected, until the coordinator has recorded it
+        self._out = Outcomes()
+        self._retrying: set[int] = set()  # offsets re-read for a due retry and not yet ended
+        self._done_above: list[tuple[int, int]] = []
+        self.high_watermark = 0
+        self.last_ts = 0
+        self.position = lease.start_offset
+        self.lost = False
+        self.revoke_deadline = 0.0  # unix seconds; 0 while not revoking
+        self.may_have_retries = False  # the commit log may hold retry state for this lease
+        self._fetched = 0
+        self._rate_since = time.monotonic()
+        self._reported: tuple[int, int] = (0, 0)  # (oldest pending ts, high watermark) last committed
+        self._dirty = False  # something happened since the last commit (an idle lease costs nothing)
+
+    # -- the lease's life
+    def live(self, now_s: float) -> bool:
+        """Records of this lease may still be handed to the application."""
+        return not self.lost and (not self.revoke_deadline or now_s < self.revoke_deadline)
+
+    def fetchable(self) -> bool:
+        if self.lost or self.revoke_deadline:
+            return False
+        return not 0 <= self.end_offset <= max(self.position, 0)
+
+    def seal(self, end_offset: int) -> None:
+        self.end_offset = end_offset
+
+    def skip_done(self, done: list[tuple[int, int]]) -> None:
+        """Offsets above the start a previous holder finished: not handed out again."""
+        self._done_above = sorted((s, e) for s, e in done if e > self.lease.start_offset)
+
+    @property
+    def busy(self) -> bool:
+        """Records handed out and not yet recorded by the coordinator."""
+        with self._lock:
+            return bool(self.pending) or bool(self._waiting)
+
+    def drop(self) -> None:
+        """The lease is gone: forget what is in flight; outcomes from now on are not recorded."""
+        with self._lock:
+            self.lost = True
+            dropped = list(self.pending.values()) + list(self._waiting.values())
+            self.pending.clear()
+            self._waiting.clear()
+        _release_all(dropped)
+
+    # -- from the fetch loop
+    def accept(self, fetched: Fetched) -> tuple[list[Message], int, int]:
+        """Turn what was read into messages to hand out; returns them, their decoded bytes and count."""
+        before, after = fetched.position, fetched.next_position
+        self.position = after
+        self._dirty = True
+        if fetched.high_watermark >= 0:
+            self.high_watermark = fetched.high_watermark
+        rejects = [self._reject_entries(s.first_offset, s.next_offset, s.error.message) for s in fetched.skipped]
+        batch = fetched.batch
+        delivered: list[Message] = []
+        offsets: list[int] = []
+        used = 0
+        if batch is not None and batch.count and not self.lost:
+            c = batch.columns
+            records = list(batch.records())
+            if self.end_offset >= 0 and records[-1].offset >= self.end_offset:
+                records = [r for r in records if r.offset < self.end_offset]
+            if self._done_above:
+                records = self._not_done(records)
+            offsets = [r.offset for r in records]
+            if records:
+                used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + RECORD_OVERHEAD * len(records)
+                held = Held(self.budget, used, len(records))
+                delivered = [Message(self, r, 1, held) for r in records]
+                self.last_ts = records[-1].timestamp
+        gaps = self._gaps(before, after, offsets, fetched.skipped)
+        with self._lock:
+            if self.lost:
+                return [], 0, 0
+            if delivered:
+                self.pending.update(zip(offsets, delivered, strict=True))
+            self._out.ranges.extend(gaps)
+            for entries in rejects:
+                self._out.rejects.extend(entries)
+        self._fetched += len(delivered)
+        return delivered, used, len(delivered)
+
+    def _not_done(self, records: list) -> list:
+        ranges = self._done_above
+        while ranges and records and ranges[0][1] <= records[0].offset:
+            ranges.pop(0)
+        if not ranges:
+            return records
+        out, i = [], 0
+        for r in records:  # both sorted by offset: one merge walk
+            while i < len(ranges) and ranges[i][1] <= r.offset:
+                i += 1
+            if i < len(ranges) and ranges[i][0] <= r.offset:
+                continue
+            out.append(r)
+        return out
+
+    def _gaps(self, before: int, after: int, offsets: list[int], skipped: list) -> list[tuple[int, int]]:
+        """Offsets the read stepped over without a record (control batches, aborted or compacted records, or
+        ones a previous holder finished): done by themselves."""
+        if before < 0 or after <= before:
+            return []
+        if self.end_offset >= 0:
+            after = min(after, self.end_offset)
+        if len(offsets) + sum(s.next_offset - s.first_offset for s in skipped) >= after - before:
+            return []
+        covered = set(offsets)
+        for s in skipped:
+            covered.update(range(s.first_offset, s.next_offset))
+        return to_ranges([o for o in range(before, after) if o not in covered])
+
+    def _reject_entries(self, first: int, end: int, reason: str) -> list[cpb.RejectEntry]:
+        """A batch that cannot be decoded (corrupt, or a decompression bomb): its offsets are rejected."""
+        if self.end_offset >= 0:
+            end = min(end, self.end_offset)
+        text = f"undecodable batch [{first}, {end}): {reason}"[:1000]
+        return [cpb.RejectEntry(offset=o, reason=text) for o in range(first, end)]
+
+    def retried(self, fetched: Fetched, want: dict[int, Any]) -> tuple[list[Message], list[tuple[Message, str]]]:
+        """Records re-read for a due retry: (to hand out again, exhausted ones to reject). `want` maps offsets
+        to their retry state; what was read (or is no longer in the log) is taken out of it."""
+        for s in fetched.skipped:
+            for o in range(s.first_offset, s.next_offset):
+                want.pop(o, None)
+        found: list[Message] = []
+        exhausted: list[tuple[Message, str]] = []
+        batch = fetched.batch
+        if batch is None or not batch.count:
+            return found, exhausted
+        with self._lock:
+            busy = set(self.pending) | set(self._waiting) | self._retrying
+        records = [r for r in batch.records() if r.offset in want and r.offset not in busy]
+        used = RECORD_OVERHEAD * len(records) + sum(len(r.value or b"") + len(r.key or b"") for r in records)
+        held = Held(self.budget, used, len(records)) if records else None
+        if records:
+            self.budget.settle(0, used, len(records))
+        for r in records:
+            state = want.pop(r.offset)
+            if state.exhausted:  # a previous holder used up its attempts and did not reject it
+                exhausted.append((Message(self, r, state.attempts, held), state.last_error))
+            else:
+                found.append(Message(self, r, state.attempts + 1, held))
+        for o in [o for o in want if o < batch.next_offset]:
+            want.pop(o)  # not in the log (aborted or compacted away)
+        with self._lock:
+            for m in found + [m for m, _ in exhausted]:
+                self.pending[m.offset] = m
+            self._retrying.update(m.offset for m in found)
+        for m, error in exhausted:
+            self.finish(m, REJECTED, error=f"{GAVE_UP}: {error}")
+        return found, exhausted
+
+    # -- outcomes, from application threads
+    def finish(self, msg: Message, outcome: str, *, error: str = "", backoff_s: float | None = None) -> None:
+        with self._lock:
+            if msg._outcome == outcome:
+                return
+            if msg._outcome != PENDING:
+                raise OutcomeError(
+                    f"record {self.lease_id}@{msg.offset} is already {msg._outcome}; cannot {outcome[:-2]}"
+                )
+            msg._outcome = outcome
+            self._dirty = True
+            if self.pending.pop(msg.offset, None) is None or self.lost:
+                _release_all([msg])
+                return
+            if outcome == ACKED:
+                self._out.acked.append(msg.offset)
+                self._retrying.discard(msg.offset)
+                _release_all([msg])
+                return
+            self._waiting[msg.offset] = msg  # kept (and counted) until the coordinator has it
+            if outcome == RETRIED:
+                backoff = self.owner.retry_backoff_s if backoff_s is None else max(0.0, backoff_s)
+                self._out.retries.append(
+                    cpb.RetryEntry(offset=msg.offset, attempt=msg.attempt, error=error, backoff_ms=int(backoff * 1000))
+                )
+                self.may_have_retries = True
+                return
+        self.owner.send_to_dlq(self, msg, error)
+
+    def forget(self, msg: Message) -> None:
+        """A delivered record the application never received (it was dropped or the consumer is closing)."""
+        with self._lock:
+            if self.pending.pop(msg.offset, None) is None:
+                return
+        _release_all([msg])
+
+    def rejected(self, msg: Message, reason: str, dlq: cpb.DlqLocation | None) -> None:
+        """The record's copy is in the dlq lane (or it had none to copy): mark it rejected in the next commit."""
+        with self._lock:
+            self._out.rejects.append(cpb.RejectEntry(offset=msg.offset, reason=reason[:1000], dlq=dlq))
+            self._dirty = True
+
+    def ack_many(self, msgs: list[Message]) -> None:
+        """Ack every still-pending record of `msgs` at once (the handler API's path)."""
+        released: list[Message] = []
+        with self._lock:
+            record = not self.lost
+            pending, acked, retrying = self.pending, self._out.acked, self._retrying
+            for m in msgs:
+                if m._outcome is PENDING:
+                    m._outcome = ACKED
+                    if pending.pop(m._record.offset, None) is not None and record:
+                        acked.append(m._record.offset)
+                    released.append(m)
+            if retrying:
+                retrying.difference_update(m._record.offset for m in released)
+        _release_all(released)
+
+    def ack_offsets(self, first: int, end: int) -> None:
+        """Ack the pending records in [first, end) (the batch API's path)."""
+        released: list[Message] = []
+        with self._lock:
+            record = not self.lost
+            for o in range(first, end):
+                m = self.pending.pop(o, None)
+                if m is not None and m._outcome is PENDING:
+                    m._outcome = ACKED
+                    released.append(m)
+                    if record:
+                        self._out.acked.append(o)
+            self._retrying.difference_update(range(first, end))
+        _release_all(released)
+
+    # -- commits, from the committer
+    def take_outcomes(self) -> tuple[Outcomes, int] | None:
+        """What to commit now, with the oldest pending record's time; None when nothing changed."""
+        if not self._dirty and not self.pending:
+            return None
+        self._dirty = False
+        oldest = self.oldest_pending_ts()
+        with self._lock:
+            if not self._out and (oldest, self.high_watermark) == self._reported:
+                return None
+            out, self._out = self._out, Outcomes()
+            self._reported = (oldest, self.high_watermark)
+        return out, oldest
+
+    def put_back(self, out: Outcomes) -> None:
+        """A commit that failed: its outcomes go into the next one."""
+        with self._lock:
+            self._out.acked.extend(out.acked)
+            self._out.ranges.extend(out.ranges)
+            self._out.retries.extend(out.retries)
+            self._out.rejects.extend(out.rejects)
+            self._reported = (-1, -1)
+            self._dirty = True
+
+    def committed(self, out: Outcomes, exhausted: list[int]) -> list[tuple[Message, str]]:
+        """The coordinator recorded `out`: forget what it now keeps. Returns the records whose retries used
+        up their attempts, with the reason to reject them with."""
+        gave_up = set(exhausted)
+        done = [r.offset for r in out.retries if r.offset not in gave_up] + [r.offset for r in out.rejects]
+        to_reject = []
+        with self._lock:
+            for o in done:
+                self._retrying.discard(o)
+                msg = self._waiting.pop(o, None)
+                if msg is not None:
+                    _release_all([msg])
+            for o in gave_up:
+                msg = self._waiting.pop(o, None)
+                if msg is not None:
+                    error = next((r.error for r in out.retries if r.offset == o), "")
+                    to_reject.append((msg, f"{GAVE_UP}: {error}"))
+        return to_reject
+
+    def oldest_pending_ts(self) -> int:
+        """Ingestion time of the oldest record the live path has not finished (0: none); retries are tracked
+        by the commit log's retry state instead, so a poison record does not hold the time lag up."""
+        with self._lock:  # pending is in fetch order: the first live record is the oldest
+            oldest = next((m for o, m in self.pending.items() if o not in self._retrying), None)
+        if oldest is not None:
+            return oldest.timestamp
+        if self.position < self.high_watermark and self.last_ts:
+            return self.last_ts  # not fetched yet: at most as old as the newest record read
+        return 0
+
+    def busy_offsets(self) -> set[int]:
+        with self._lock:
+            return set(self.pending) | set(self._waiting) | self._retrying
+
+    # -- load, for the Assigner
+    def take_rate(self, now_s: float) -> float:
+        """Records per second read since the last call."""
+        n, self._fetched = self._fetched, 0
+        elapsed, self._rate_since = now_s - self._rate_since, now_s
+        return n / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def idle(self) -> bool:
+        """Nothing read since the last load report, nothing in flight, nothing left to read."""
+        return not self._fetched and not self.pending and self.position >= self.high_watermark
+
+    def records_behind(self) -> int:
+        """Records read and not finished, plus those not read yet."""
+        return max(0, self.high_watermark - max(self.position, 0)) + len(self.pending)

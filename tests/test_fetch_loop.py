@@ -1,0 +1,173 @@
+"""The worker's fetch loop against a local cluster: one connection per broker and one Fetch per broker for
+all of its partitions, a bomb in one partition of a shared response, protocol version negotiation; and the
+pure parts beside it: fetch sessions (KIP-227) and SCRAM (RFC 7677's test vector)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer as KafkaProducer
+
+from streamplane.client.fetch_loop import FetchLoop
+from streamplane.client.fetcher import Fetched
+from streamplane.client.flow import Budget
+from streamplane.client.kafka import ConnectionConfig, KafkaConnection, codec, fetch
+from streamplane.client.kafka.sasl import Scram
+from streamplane.devstack.mockcluster import MockCluster
+from streamplane.errors import DecodeLimitExceeded, StreamplaneError
+from tests.helpers import wait_until
+
+
+class Collect:
+    """A receiver that keeps what it is given, and the loop's request count when it came."""
+
+    def __init__(self, loop: FetchLoop) -> None:
+        self.loop = loop
+        self.values: list[bytes] = []
+        self.skipped: list = []
+        self.at_request: list[int] = []
+        self.errors: list[StreamplaneError] = []
+
+    def fetchable(self) -> bool:
+        return True
+
+    def received(self, fetched: Fetched) -> tuple[int, int]:
+        if fetched.batch is not None and fetched.batch.count:
+            self.values += [r.value for r in fetched.batch.records()]
+            self.at_request.append(self.loop.requests)
+        if fetched.skipped:
+            self.skipped += fetched.skipped
+            self.at_request.append(self.loop.requests)
+        return 0, 0
+
+    def failed(self, error: StreamplaneError) -> None:
+        self.errors.append(error)
+
+
+@pytest.fixture
+def one_broker() -> Iterator[MockCluster]:
+    cluster = MockCluster(1)
+    yield cluster
+    cluster.close()
+
+
+def make_loop(**kwargs: object) -> FetchLoop:
+    loop = FetchLoop(budget=Budget(100_000, 1 << 30), max_decompressed=4 << 20, **kwargs)  # type: ignore[arg-type]
+    loop.start()
+    return loop
+
+
+def test_a_bomb_in_one_partition_never_holds_up_the_others_in_the_same_response(one_broker: MockCluster) -> None:
+    one_broker.create_topic("mixed", 4)
+    raw = KafkaProducer(
+        {"bootstrap.servers": one_broker.bootstrap_servers, "compression.type": "zstd", "message.max.bytes": 64 << 20}
+    )
+    raw.produce("mixed", b"\0" * (32 << 20), partition=0)  # 32 MiB of zeros: a few KB as zstd
+    for p in (1, 2, 3):
+        for i in range(50):
+            raw.produce("mixed", b"p%d-%d" % (p, i), partition=p)
+    assert raw.flush(10) == 0
+    loop = make_loop()
+    try:
+        got = [Collect(loop) for _ in range(4)]
+        for p, receiver in enumerate(got):
+            loop.add(f"mixed/{p}", one_broker.bootstrap_servers, "mixed", p, -1, receiver)
+        wait_until(lambda: all(len(r.values) == 50 for r in got[1:]) and got[0].skipped, timeout=10)
+        assert isinstance(got[0].skipped[0].error, DecodeLimitExceeded)
+        assert got[0].values == []
+        first = {r.at_request[0] for r in got}
+        assert len(first) == 1, "the bomb and the good partitions came in one Fetch response"
+        assert loop.connections == 1
+    finally:
+        loop.close()
+
+
+def test_one_connection_per_broker_and_one_fetch_per_broker_whatever_the_partition_count(local_cluster) -> None:
+    bootstrap, control = local_cluster
+    control.create_topic("wide", 256)
+    loop = make_loop(max_wait_ms=200)
+    try:
+        receivers = [Collect(loop) for _ in range(256)]
+        for p, r in enumerate(receivers):
+            loop.add(f"wide/{p}", bootstrap, "wide", p, -1, r)
+        wait_until(lambda: loop.connections == 3, timeout=10)
+        before = loop.requests
+        threading.Event().wait(1.0)  # idle: each broker holds a Fetch open up to max_wait_ms
+        per_second = loop.requests - before
+        assert loop.connections == 3, "one connection per broker of the cluster"
+        assert per_second <= 3 * (1000 / 200) + 3, f"{per_second} Fetch requests in 1 s for 256 idle partitions"
+        loop.remove("wide/0")
+        wait_until(lambda: loop.connections == 3)
+    finally:
+        loop.close()
+
+
+def test_versions_are_negotiated_within_what_we_speak(one_broker: MockCluster) -> None:
+    with KafkaConnection.connect_any(one_broker.bootstrap_servers) as conn:
+        # the mock knows ApiVersions up to v2: our v3 is refused and we fall back, as the protocol prescribes
+        assert conn.versions[18][1] < 3
+        assert conn.version(fetch.KEY, fetch.VERSIONS) == 11  # it speaks Fetch up to 16; we stop at 11
+        with pytest.raises(codec.KafkaProtocolError, match="Fetch versions"):
+            conn.version(fetch.KEY, (40, 41))
+
+
+def test_sasl_on_a_listener_without_it_is_one_clear_error(one_broker: MockCluster) -> None:
+    config = ConnectionConfig.from_settings(
+        {"security.protocol": "sasl_plaintext", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "u"}
+    )
+    with pytest.raises(codec.KafkaAuthenticationError, match="does not offer SASL"):
+        KafkaConnection.connect_any(one_broker.bootstrap_servers, config)
+    one_broker.create_topic("auth", 1)
+    loop = make_loop(default_config=config)
+    try:
+        r = Collect(loop)
+        loop.add("auth/0", one_broker.bootstrap_servers, "auth", 0, -1, r)
+        wait_until(lambda: r.errors, timeout=10)
+        assert "does not offer SASL" in r.errors[0].message
+    finally:
+        loop.close()
+
+
+def pf(offset: int) -> fetch.PartitionFetch:
+    return fetch.PartitionFetch(offset, 1 << 20)
+
+
+def test_a_fetch_session_lists_only_what_changed() -> None:
+    s = fetch.FetchSession()
+    wanted = {("t", 0): pf(10), ("t", 1): pf(20)}
+    sid, epoch, send, forget = s.next_request(wanted)
+    assert (sid, epoch, send, forget) == (0, 0, wanted, [])  # a full request opens the session
+    s.handled(fetch.FetchResponse(0, 77, []), send, forget)
+    sid, epoch, send, forget = s.next_request(wanted)
+    assert (sid, epoch, send, forget) == (77, 1, {}, [])  # steady state: nothing listed
+    s.handled(fetch.FetchResponse(0, 77, []), send, forget)
+    moved = {("t", 0): pf(15), ("t", 2): pf(0)}
+    sid, epoch, send, forget = s.next_request(moved)
+    assert epoch == 2 and send == {("t", 0): pf(15), ("t", 2): pf(0)} and forget == [("t", 1)]
+    s.handled(fetch.FetchResponse(codec.FETCH_SESSION_ID_NOT_FOUND, 0, []), send, forget)
+    assert s.next_request(moved) == (0, 0, moved, [])  # the broker lost it: start over with a full fetch
+
+
+def test_a_broker_without_sessions_gets_full_fetches() -> None:
+    s = fetch.FetchSession()
+    wanted = {("t", 0): pf(1)}
+    _, _, send, forget = s.next_request(wanted)
+    s.handled(fetch.FetchResponse(0, 0, []), send, forget)  # session id 0: the broker keeps none
+    assert s.next_request(wanted) == (0, 0, wanted, [])
+
+
+def test_scram_sha_256_matches_rfc_7677() -> None:
+    client = Scram("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    assert client.step(None) == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    server_first = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    assert client.step(server_first) == (
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
+    assert client.step(b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=") is None and client.done
+    forged = Scram("SCRAM-SHA-256", "user", "pencil", nonce="rOprNGfwEbeRWgbNEkqO")
+    forged.step(None)
+    forged.step(server_first)
+    with pytest.raises(codec.KafkaAuthenticationError, match="signature"):
+        forged.step(b"v=AAAA")
