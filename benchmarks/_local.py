@@ -30,8 +30,14 @@ def local_cluster(brokers: int = 1) -> Iterator[tuple[str, LocalClusterControl]]
         proc.wait(timeout=10)
 
 
+class Address(str):
+    """A coordinator's host:port that also knows the coordinator's process id (to measure what it costs)."""
+
+    pid: int
+
+
 @contextmanager
-def coordinator_process(data_dir: str) -> Iterator[str]:
+def coordinator_process(data_dir: str) -> Iterator[Address]:
     """The address of a coordinator in its own process (as in production: it does not share our GIL)."""
     import os
 
@@ -45,7 +51,9 @@ def coordinator_process(data_dir: str) -> Iterator[str]:
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("coordinator="):
             raise SystemExit("the coordinator did not start")
-        yield line.split()[0].split("=", 1)[1]
+        address = Address(line.split()[0].split("=", 1)[1])
+        address.pid = proc.pid
+        yield address
     finally:
         proc.terminate()
         proc.wait(timeout=10)

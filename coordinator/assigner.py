@@ -46,6 +46,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _counter(tr: Transaction, key: bytes) -> int:
+    """A little-endian counter kept with atomic adds (0 when absent)."""
+    return int.from_bytes(tr.get(key) or b"\0" * 8, "little")
+
+
 @dataclass
 class Update:
     """Something to tell a worker: a grant, a revoke, or the end of its session."""
@@ -72,6 +77,7 @@ class Session:
         self._sent_grants: set[tuple[str, int]] = set()
         self._sent_revokes: set[tuple[str, int]] = set()
         self._sent_states: dict[str, tuple[str, int]] = {}  # lease: (generation state, end offset)
+        self._seen_versions: tuple[int, int] = (-1, -1)  # (member version, event head) of the last snapshot
 
     @property
     def db(self) -> Database:
@@ -125,6 +131,20 @@ class Session:
                 )
                 return
 
+            member_key = keys.member_version_key(self.group, self.worker_id)
+
+            def probe(tr: Transaction, member_key: bytes = member_key) -> tuple[tuple[int, int], Any]:
+                return (_counter(tr, member_key), _counter(tr, keys.EVENT_HEAD)), tr.watch(member_key)
+
+            versions, watch = self.db.transact(probe)
+            if versions == self._seen_versions:  # nothing changed for this member: no reads, no work
+                try:
+                    watch.wait(cfg.heartbeat_interval_ms / 1000)
+                finally:
+                    watch.cancel()
+                continue
+            watch.cancel()
+            self._seen_versions = versions
             sent = set(self._sent_grants)
 
             def snapshot(tr: Transaction, sent: set = sent) -> tuple[Member | None, list[Lease], dict, dict, Any]:
@@ -204,7 +224,8 @@ class Assigner:
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_pass: dict[str, tuple[int, float, int]] = {}  # group: (version, time, next deadline ms)
+        # group: (version, time, next deadline ms, loads version) of the last pass that computed it
+        self._last_pass: dict[str, tuple[int, float, int, tuple[int, int]]] = {}
         self._renew_at = 0
         self.is_leader = False
 
@@ -274,16 +295,23 @@ class Assigner:
             def step(tr: Transaction, group: str = group) -> leases.Applied | None:
                 leadership.ensure(tr, self.replica_id, now)
                 leases.expire(tr, group, now)
-                version = int.from_bytes(tr.get(keys.group_version_key(group)) or b"\0" * 8, "little")
-                last_version, last_time, deadline = self._last_pass.get(group, (-1, 0.0, 0))
+                version = _counter(tr, keys.group_version_key(group))
+                loads = (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD))
+                last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
                 due = bool(deadline) and now >= deadline
-                if version == last_version and not due and time.monotonic() - last_time < cfg.rebalance_ms / 1000:
+                # an unchanged group costs nothing: recompute on a change, a deadline, or (at most every
+                # rebalance_ms) new loads or topology events (a failover's new generation)
+                fresh_loads = loads != last_loads and time.monotonic() - last_time >= cfg.rebalance_ms / 1000
+                if version == last_version and not due and not fresh_loads:
                     return None
                 return leases.apply_assignment(tr, group, now_ms=now, revoke_ms=cfg.revoke_ms, threshold=cfg.threshold)
 
             applied = self.db.transact(step)
             if applied is not None:
-                version = int.from_bytes(
-                    self.db.transact(lambda tr, g=group: tr.get(keys.group_version_key(g))) or b"\0" * 8, "little"
+                version, loads = self.db.transact(
+                    lambda tr, g=group: (
+                        _counter(tr, keys.group_version_key(g)),
+                        (_counter(tr, keys.group_loads_key(g)), _counter(tr, keys.EVENT_HEAD)),
+                    )
                 )
-                self._last_pass[group] = (version, time.monotonic(), applied.next_deadline_ms)
+                self._last_pass[group] = (version, time.monotonic(), applied.next_deadline_ms, loads)

@@ -17,6 +17,7 @@ documented for operators in fdb/KEYS.md:
                                                         -> b"": index of the leases a member holds
     ("streamplane", "member_version", group, worker_id) -> counter bumped when the member's leases change (watch)
     ("streamplane", "group_version", group)             -> counter bumped when membership or leases change (watch)
+    ("streamplane", "group_loads", group)               -> counter bumped when a worker reports changed lease loads
     ("streamplane", "leader")                           -> Leader {replica, expires_ms}: who runs the assignment loop
     ("streamplane", "assigner_wake")                    -> counter bumped by every group change (the loop's watch)
     ("streamplane", "group_config", group)              -> {max_attempts: {lane: n}}
@@ -60,6 +61,7 @@ GENERATIONS = ROOT["gen"]
 EVENTS = ROOT["event"]
 EVENT_HEAD = ROOT.pack(("event_head",))
 GROUPS = ROOT["group"]
+GROUP_LOADS = ROOT["group_loads"]
 MEMBERS = ROOT["member"]
 LEASES = ROOT["lease"]
 HELD = ROOT["held"]
@@ -110,6 +112,10 @@ def member_version_key(group: str, worker_id: str) -> bytes:
 
 def group_version_key(group: str) -> bytes:
     return GROUP_VERSIONS.pack((group,))
+
+
+def group_loads_key(group: str) -> bytes:
+    return GROUP_LOADS.pack((group,))
 
 
 def event_key_incomplete(user_version: int = 0) -> bytes:

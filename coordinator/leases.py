@@ -289,6 +289,8 @@ def heartbeat(
         keys.member_key(group, worker_id),
         replace(member, cpu=cpu, records_per_s=records_per_s, alive_until_ms=now_ms + ttl_ms).to_json(),
     )
+    if lease_loads:
+        tr.add(keys.group_loads_key(group), 1)  # the assignment loop looks again only when loads moved
     for lid, rps, lag_records, lag_ms in lease_loads:
         _finite("heartbeat.leases.records_per_s", rps)
         key = keys.lease_key(group, *parse_lease_id(lid))

@@ -1,0 +1,58 @@
+"""A worker process for benchmarks/scale.py: a streamplane Consumer (no-op handler) or a confluent-kafka
+consumer on the same topic. Prints {"pid": ...} once started; answers "count" on stdin with the records
+processed so far; "stop" ends it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+from streamplane.client import Consumer
+from streamplane.log import configure_logging
+
+
+def main() -> None:
+    kind, target, group, name = sys.argv[1:5]
+    configure_logging("warning")
+    count = [0]
+    stop = threading.Event()
+
+    def commands() -> None:
+        for line in sys.stdin:
+            if line.strip() == "count":
+                print(json.dumps({"count": count[0]}), flush=True)
+            elif line.strip() == "stop":
+                stop.set()
+                return
+        stop.set()
+
+    threading.Thread(target=commands, daemon=True).start()
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    if kind == "streamplane":
+        consumer = Consumer(target, group=group, stream=name, concurrency=4)
+        lock = threading.Lock()
+
+        def handle(msg: object) -> None:
+            with lock:
+                count[0] += 1
+
+        consumer.run(handle, stop=stop)
+        consumer.close()
+    else:
+        from confluent_kafka import Consumer as KafkaConsumer
+
+        c = KafkaConsumer(
+            {"bootstrap.servers": target, "group.id": group, "auto.offset.reset": "earliest"}
+        )
+        c.subscribe([name])
+        while not stop.is_set():
+            msg = c.poll(0.1)
+            if msg is not None and not msg.error():
+                count[0] += 1
+        c.close()
+
+
+if __name__ == "__main__":
+    main()
