@@ -178,6 +178,33 @@ def test_stale_epochs_and_bad_commits_are_refused(service: tuple[str, int]) -> N
     session.close()
 
 
+def test_a_batched_commit_refuses_a_stale_lease_alone(service: tuple[str, int]) -> None:
+    from streamplane.rpc import error_from_code
+
+    address, port = service
+    session = holder(address, "batched")
+    p0, p1 = session.leases["clicks/realtime/g1/p0"], session.leases["clicks/realtime/g1/p1"]
+    with CoordinatorClient(address) as client:
+        response = client.commit_batch(
+            "batched",
+            [
+                cpb.CommitRequest(lease_id=p0.lease_id, epoch=p0.epoch + 3, acked=[cpb.OffsetRange(start=0, end=1)]),
+                cpb.CommitRequest(lease_id=p1.lease_id, epoch=p1.epoch, oldest_pending_ts_ms=1, high_watermark=0),
+                cpb.CommitRequest(lease_id="nonsense", epoch=1),
+            ],
+        )
+        stale, good, bad = response.results
+        assert isinstance(error_from_code(stale.code, stale.message, stale.kind), FencedError)
+        assert good.code == 0 and good.lease_id == p1.lease_id
+        assert isinstance(error_from_code(bad.code, bad.message, bad.kind), InvalidArgumentError)
+        assert client.progress("batched", p0.lease_id).low_watermark == 0, "the stale lease wrote nothing"
+        assert client.progress("batched", p1.lease_id).oldest_pending_ts_ms == 1, "the good one was recorded"
+        assert metric(port, "streamplane_stale_epoch_refusals_total", group="batched") == 1
+        with pytest.raises(LimitExceededError, match="4096"):
+            client.commit_batch("batched", [cpb.CommitRequest(lease_id=p1.lease_id, epoch=p1.epoch)] * 4097)
+    session.close()
+
+
 def test_lag_cli_bad_input(service: tuple[str, int]) -> None:
     address, _ = service
     out = cli("lag", "Bad Group", coordinator=address)
