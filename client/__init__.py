@@ -1,14 +1,17 @@
 """The streamplane Python client: talks to the coordinator; data goes straight to Kafka."""
 
+from streamplane.client.config import ConsumerConfig
 from streamplane.client.consumer import Consumer
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
-from streamplane.client.message import Message, OutcomeError
+from streamplane.client.message import BatchOutcome, Message, OutcomeError
 from streamplane.client.producer import Producer
 from streamplane.client.session import GenerationChange, Grant, LeaseLoad, Revoke, SessionEndedError, WorkerSession
 
 __all__ = [
+    "BatchOutcome",
     "Consumer",
+    "ConsumerConfig",
     "CoordinatorClient",
     "GenerationChange",
     "Grant",

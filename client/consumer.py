@@ -43,13 +43,14 @@ from streamplane.client.fetch_loop import FetchLoop
 from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaAuthenticationError
-from streamplane.client.ledger import LeaseInfo, LeaseLedger, Outcomes, to_ranges
-from streamplane.client.message import PENDING, Message
+from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes, to_ranges
+from streamplane.client.message import PENDING, BatchOutcome, Message, _text
 from streamplane.client.producer import Producer
 from streamplane.client.session import LeaseLoad, SessionEndedError, WorkerSession
 from streamplane.errors import (
     AlreadyExistsError,
     FencedError,
+    InvalidArgumentError,
     NotFoundError,
     StreamplaneError,
     UnavailableError,
@@ -80,6 +81,11 @@ LOAD_REPORT_S = 1.0
 MAX_COMMIT_LEASES = 1024
 """Leases in one CommitBatch call (one store transaction each)."""
 _STOP = object()
+BATCH_COLUMNS = (
+    *("stream", "lane", "generation", "partition"),
+    *("offset", "timestamp", "key", "value", "headers", "attempt"),
+)
+"""The columns of the batches `run_batches` hands out."""
 
 
 class _Receiver:
@@ -105,16 +111,41 @@ class _Receiver:
                 end=s.next_offset,
                 reason=s.error.message,
             )
-        delivered, used, count = ledger.accept(fetched)
+        consumer = self.consumer
+        delivered, used, count = ledger.accept(fetched, batches=consumer.mode == "batches")
         if delivered:
             metrics.RECORDS_IN.labels(*ledger.labels).inc(count)
             if fetched.batch is not None:
                 metrics.FETCH_BYTES.labels(*ledger.labels).inc(fetched.batch.consumed)
-            self.consumer.deliver(delivered)
+            consumer.deliver(delivered)
         return used, count
 
     def failed(self, error: StreamplaneError) -> None:
         self.consumer.lease_failed(self.ledger, error)
+
+
+def _messages_to_arrow(msgs: list[Message]) -> Any:
+    """Records re-read for a retry, as one batch with the batch API's columns."""
+    import pyarrow as pa
+
+    first = msgs[0]
+    n = len(msgs)
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([first.stream] * n, pa.string()),
+            pa.array([first.lane] * n, pa.string()),
+            pa.array([first.generation] * n, pa.int32()),
+            pa.array([first.partition] * n, pa.int32()),
+            pa.array([m.offset for m in msgs], pa.int64()),
+            pa.array([m.timestamp * 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
+            pa.array([m.key for m in msgs], pa.binary()),
+            pa.array([m.value for m in msgs], pa.binary()),
+            pa.array([[{"key": k, "value": v} for k, v in m.headers] for m in msgs], header_type),
+            pa.array([m.attempt for m in msgs], pa.int32()),
+        ],
+        names=[*BATCH_COLUMNS],
+    )
 
 
 def _changed(last: LeaseLoad, now: LeaseLoad) -> bool:
@@ -180,11 +211,12 @@ class Consumer:
             read_committed=cfg.isolation_level == "read_committed",
             default_config=connection,
         )
+        self.mode = ""  # "records" or "batches": set by the first of run(), iteration, run_batches()
+        self._mode_lock = threading.Lock()
         # an unreachable coordinator or an unknown stream fails here
         self._session: WorkerSession | None = self._join()
         if cfg.metrics_port:
             metrics.serve(cfg.metrics_port)
-        self._fetch.start()
         self._threads = [
             threading.Thread(target=self._session_loop, name="consumer-session", daemon=True),
             threading.Thread(target=self._commit_loop, name="consumer-commits", daemon=True),
@@ -325,10 +357,26 @@ class Consumer:
         self._release(ledger)
 
     # -- what ledgers use
-    def deliver(self, messages: list[Message]) -> None:
-        """Queue records for the handlers, in chunks (run() deals them out by key when ordering by key)."""
-        for i in range(0, len(messages), CHUNK):
-            self._work.put(messages[i : i + CHUNK])
+    def _start(self, mode: str) -> None:
+        """Fetching starts with the first way of consuming asked for; records are then delivered that way."""
+        with self._mode_lock:
+            if self.mode and self.mode != mode:
+                raise InvalidArgumentError(
+                    f"this consumer delivers {self.mode}; run_batches() and run()/iteration cannot be mixed"
+                )
+            if not self.mode:
+                self.mode = mode
+                self._fetch.start()
+
+    def deliver(self, items: list[Any]) -> None:
+        """Queue what was read for the handlers: records in chunks (run() deals them out by key when
+        ordering by key), batches one by one."""
+        if items and isinstance(items[0], Batch):
+            for batch in items:
+                self._work.put(batch)
+            return
+        for i in range(0, len(items), CHUNK):
+            self._work.put(items[i : i + CHUNK])
 
     def send_to_dlq(self, ledger: LeaseLedger, msg: Message, reason: str) -> None:
         """Copy a rejected record to its stream's dlq lane; it is marked rejected once the copy is stored."""
@@ -448,7 +496,7 @@ class Consumer:
                     ledger.put_back(out)
                 continue
             labels = ledger.labels
-            metrics.ACKS.labels(*labels).inc(len(out.acked))
+            metrics.ACKS.labels(*labels).inc(len(out.acked) + out.batch_acked)
             metrics.RETRIES.labels(*labels).inc(len(out.retries))
             oldest = request.oldest_pending_ts_ms
             metrics.TIME_LAG.labels(self.group, ledger.lease_id).set(max(0, now_ms - oldest) / 1000 if oldest else 0)
@@ -514,6 +562,7 @@ class Consumer:
     # -- the two APIs
     def __iter__(self) -> Iterator[Message]:
         """Records as they arrive, until `close()`; end each with ack(), retry() or reject()."""
+        self._start("records")
         while True:
             item = self._work.get()
             if item is _STOP:
@@ -534,6 +583,7 @@ class Consumer:
         Returning acks the record unless the handler ended it itself; raising retries it (after
         retry_backoff_s), and after the group's max attempts rejects it to the dlq lane.
         """
+        self._start("records")
         halt = threading.Event()
 
         def stopped() -> bool:
@@ -588,6 +638,85 @@ class Consumer:
         if self._fatal is not None:
             raise self._fatal
 
+    def run_batches(
+        self, handler: Callable[[Any], BatchOutcome | None], *, stop: threading.Event | None = None
+    ) -> None:
+        """Call `handler(batch)` with pyarrow.RecordBatches of one lease each (columns stream, lane, generation,
+        partition, offset, timestamp, key, value, headers, attempt) on `concurrency` threads, until `close()`
+        (or `stop` is set). The path for pipelines where a Python object per record costs more than the work.
+
+        Returning None acks the whole batch; a BatchOutcome retries or rejects the offsets it names and acks
+        the rest; raising retries the whole batch (and after the group's max attempts, rejects its records).
+        """
+        if self.ordering != "none":
+            raise InvalidArgumentError("ordering='key' is for run(); run_batches hands out whole batches")
+        self._start("batches")
+        halt = threading.Event()
+
+        def stopped() -> bool:
+            return halt.is_set() or (stop is not None and stop.is_set())
+
+        def work() -> None:
+            while not stopped():
+                try:
+                    item = self._work.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if item is _STOP:
+                    self._work.put(_STOP)
+                    return
+                self._handle_batch(handler, item)
+
+        threads = [
+            threading.Thread(target=work, name=f"handler-{i}", daemon=True) for i in range(self.concurrency - 1)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            work()
+        finally:
+            halt.set()
+            for t in threads:
+                t.join()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _handle_batch(self, handler: Callable[[Any], BatchOutcome | None], item: Any) -> None:
+        if isinstance(item, Batch):
+            ledger = item.ledger
+            if not ledger.live(time.time()):
+                ledger.forget_batch(item)
+                return
+            try:
+                outcome = handler(item.to_arrow())
+            except Exception as err:  # the handler's failure is every record's retry
+                outcome = BatchOutcome(retry=dict.fromkeys(item.offsets, _text(err)))
+            ledger.finish_batch(item, outcome)
+            return
+        # records re-read for a due retry come as messages: handed over as one batch too
+        ledger = item[0]._reader
+        if not ledger.live(time.time()):
+            for msg in item:
+                ledger.forget(msg)
+            return
+        try:
+            outcome = handler(_messages_to_arrow(item))
+        except Exception as err:
+            outcome = BatchOutcome(retry={m.offset: _text(err) for m in item})
+        for msg in item:
+            if outcome is not None and msg.offset in outcome.retry:
+                msg.retry(outcome.retry[msg.offset], outcome.backoff_s)
+            elif outcome is not None and msg.offset in outcome.reject:
+                msg.reject(outcome.reject[msg.offset] or "rejected")
+        ledger.ack_many(item)
+
+    def _forget(self, item: Any) -> None:
+        if isinstance(item, Batch):
+            item.ledger.forget_batch(item)
+        elif item is not _STOP:
+            for msg in item:
+                msg._reader.forget(msg)
+
     def _deal_by_key(self, queues: list[queue.Queue[Any]], stopped: Callable[[], bool]) -> None:
         while not stopped():
             try:
@@ -619,8 +748,7 @@ class Consumer:
                 item = self._work.get_nowait()
             except queue.Empty:
                 break
-            for msg in item if item is not _STOP else ():
-                msg._reader.forget(msg)
+            self._forget(item)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and any(x.pending for x in ledgers if not x.lost):
             time.sleep(0.02)
@@ -657,4 +785,4 @@ class Consumer:
         return self._fetch.connections
 
 
-__all__ = ["Consumer", "ConsumerConfig", "Message"]
+__all__ = ["BatchOutcome", "Consumer", "ConsumerConfig", "Message"]

@@ -9,6 +9,7 @@ record of a dead lease reaches a handler.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,9 @@ from typing import Any, Protocol
 
 from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget, Held
-from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, Message, OutcomeError
+from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError
+from streamplane.errors import InvalidArgumentError
+from streamplane.native.batch import with_origin
 from streamplane.v1 import commitlog_pb2 as cpb
 
 RECORD_OVERHEAD = 320
@@ -24,6 +27,15 @@ RECORD_OVERHEAD = 320
 GAVE_UP = "max attempts reached; last error"
 """Reject reason of a record whose retries used up the group's max attempts (the count lives in the commit
 log, not here: a new holder may have read the record afresh)."""
+
+
+class _Off:
+    """An offset dressed as a record, for the done-range filter."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
 
 
 class LedgerOwner(Protocol):
@@ -40,6 +52,8 @@ class Outcomes:
 
     acked: list[int] = field(default_factory=list)
     ranges: list[tuple[int, int]] = field(default_factory=list)
+    batch_acked: int = 0
+    """Records acked as whole batches (their offsets are in `ranges`)."""
     retries: list[cpb.RetryEntry] = field(default_factory=list)
     rejects: list[cpb.RejectEntry] = field(default_factory=list)
 
@@ -73,6 +87,38 @@ def to_ranges(offsets: list[int]) -> list[tuple[int, int]]:
         elif not out or o >= out[-1][1]:
             out.append((o, o + 1))
     return out
+
+
+def runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Ascending offsets as ranges; one range, at once, when they are contiguous (the common case)."""
+    if offsets and offsets[-1] - offsets[0] + 1 == len(offsets):
+        return [(offsets[0], offsets[-1] + 1)]
+    return to_ranges(offsets)
+
+
+class Batch:
+    """Records of one lease handed out together (the batch API): the decoded columns, not Python objects."""
+
+    __slots__ = ("attempt", "decoded", "held", "hi", "ledger", "lo", "offsets")
+
+    def __init__(self, ledger: LeaseLedger, decoded: Any, lo: int, hi: int, offsets: list[int], held: Held) -> None:
+        self.ledger, self.decoded, self.lo, self.hi, self.offsets, self.held = ledger, decoded, lo, hi, offsets, held
+        self.attempt = 1
+
+    def to_arrow(self) -> Any:
+        """The records as a pyarrow.RecordBatch with their origin (stream, lane, generation, partition) and
+        attempt columns."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        arrow = self.decoded.to_arrow().slice(self.lo, self.hi - self.lo)
+        if len(self.offsets) != self.hi - self.lo:  # a previous holder finished some: leave them out
+            arrow = arrow.filter(pc.is_in(arrow.column(0), value_set=pa.array(self.offsets, pa.int64())))
+        x = self.ledger
+        return with_origin(arrow, x.stream, x.lane, x.generation, x.partition, attempt=self.attempt)
+
+    def records(self, wanted: set[int]) -> list[Any]:
+        return [r for r in self.decoded.records() if r.offset in wanted]
 
 
 def _release_all(msgs: list[Message]) -> None:
@@ -154,11 +200,20 @@ class LeaseLedger:
             dropped = list(self.pending.values()) + list(self._waiting.values())
             self.pending.clear()
             self._waiting.clear()
-        _release_all(dropped)
+        batches: dict[int, list] = {}
+        for item in dropped:
+            if isinstance(item, Batch):
+                batches.setdefault(id(item), [item, 0])[1] += 1
+        for batch, n in batches.values():
+            batch.held.release(n)
+        _release_all([m for m in dropped if not isinstance(m, Batch)])
 
     # -- from the fetch loop
-    def accept(self, fetched: Fetched) -> tuple[list[Message], int, int]:
-        """Turn what was read into messages to hand out; returns them, their decoded bytes and count."""
+    def accept(self, fetched: Fetched, *, batches: bool = False) -> tuple[list[Any], int, int]:
+        """Turn what was read into what to hand out: messages, or one Batch with `batches`; returns them,
+        their decoded bytes and record count."""
+        if batches:
+            return self._accept_batch(fetched)
         before, after = fetched.position, fetched.next_position
         self.position = after
         self._dirty = True
@@ -193,6 +248,87 @@ class LeaseLedger:
                 self._out.rejects.extend(entries)
         self._fetched += len(delivered)
         return delivered, used, len(delivered)
+
+    def _accept_batch(self, fetched: Fetched) -> tuple[list[Any], int, int]:
+        before, after = fetched.position, fetched.next_position
+        self.position = after
+        self._dirty = True
+        if fetched.high_watermark >= 0:
+            self.high_watermark = fetched.high_watermark
+        rejects = [self._reject_entries(s.first_offset, s.next_offset, s.error.message) for s in fetched.skipped]
+        decoded = fetched.batch
+        out: list[Any] = []
+        offsets: list[int] = []
+        used = 0
+        if decoded is not None and decoded.count and not self.lost:
+            offsets = decoded.offsets.tolist()
+            lo, hi = 0, len(offsets)
+            if self.end_offset >= 0 and offsets[-1] >= self.end_offset:
+                hi = bisect.bisect_left(offsets, self.end_offset)
+            offsets = offsets[lo:hi]
+            if self._done_above and offsets:
+                offsets = [r.offset for r in self._not_done([_Off(o) for o in offsets])]
+            if offsets:
+                c = decoded.columns
+                used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + 16 * len(offsets)
+                out = [Batch(self, decoded, lo, hi, offsets, Held(self.budget, used, len(offsets)))]
+                self.last_ts = decoded.timestamps[hi - 1]
+        gaps = self._gaps(before, after, offsets, fetched.skipped)
+        with self._lock:
+            if self.lost:
+                return [], 0, 0
+            if out:
+                self.pending.update(dict.fromkeys(offsets, out[0]))
+            self._out.ranges.extend(gaps)
+            for entries in rejects:
+                self._out.rejects.extend(entries)
+        self._fetched += len(offsets)
+        return out, used, len(offsets)
+
+    def finish_batch(self, batch: Batch, outcome: BatchOutcome | None) -> None:
+        """End a handed-out batch: the records `outcome` retries or rejects that way, every other one acked."""
+        special: dict[int, tuple[str, str]] = {}
+        if outcome is not None:
+            mine = set(batch.offsets)
+            for kind, named in ((RETRIED, outcome.retry), (REJECTED, outcome.reject)):
+                for o, text in named.items():
+                    if o not in mine:
+                        raise InvalidArgumentError(f"offset {o} is not in this batch of {self.lease_id}")
+                    special[o] = (kind, str(text)[:1000])
+        with self._lock:
+            record = not self.lost
+            pending = self.pending
+            acked = [o for o in batch.offsets if o not in special and pending.get(o) is batch]
+            for o in acked:
+                del pending[o]
+            if record and acked:
+                self._out.ranges.extend(runs(acked))
+                self._out.batch_acked += len(acked)
+                self._dirty = True
+            if self._retrying:
+                self._retrying.difference_update(acked)
+        if acked:
+            batch.held.release(len(acked))
+        if not special:
+            return
+        msgs = [Message(self, r, batch.attempt, batch.held) for r in batch.records(set(special))]
+        with self._lock:
+            for m in msgs:
+                if pending.get(m.offset) is batch:
+                    pending[m.offset] = m
+        for m in msgs:
+            kind, text = special[m.offset]
+            backoff = outcome.backoff_s if outcome is not None else None
+            self.finish(m, kind, error=text or ("retry" if kind == RETRIED else "rejected"), backoff_s=backoff)
+
+    def forget_batch(self, batch: Batch) -> None:
+        """A handed-out batch the application never received (its lease is gone, or the consumer closes)."""
+        with self._lock:
+            gone = [o for o in batch.offsets if self.pending.get(o) is batch]
+            for o in gone:
+                del self.pending[o]
+        if gone:
+            batch.held.release(len(gone))
 
     def _not_done(self, records: list) -> list:
         ranges = self._done_above
@@ -385,6 +521,8 @@ class LeaseLedger:
         by the commit log's retry state instead, so a poison record does not hold the time lag up."""
         with self._lock:  # pending is in fetch order: the first live record is the oldest
             oldest = next((m for o, m in self.pending.items() if o not in self._retrying), None)
+        if isinstance(oldest, Batch):
+            return int(oldest.decoded.timestamps[oldest.lo])
         if oldest is not None:
             return oldest.timestamp
         if self.position < self.high_watermark and self.last_ts:

@@ -7,6 +7,8 @@ its outcome keeps its outcome here, but nothing is recorded: the new holder read
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streamplane.errors import FailedPreconditionError
@@ -104,6 +106,21 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message({self.lease_id}@{self.offset}, attempt={self.attempt}, {self._outcome})"
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What a `run_batches` handler decided for a batch: every record it does not name is acked.
+
+    Attributes:
+        retry: {offset: error} to try again later (after `backoff_s`, default the consumer's).
+        reject: {offset: reason} never processable: copied to the dlq lane and marked rejected.
+        backoff_s: the wait before the retried records are tried again.
+    """
+
+    retry: Mapping[int, str] = field(default_factory=dict)
+    reject: Mapping[int, str] = field(default_factory=dict)
+    backoff_s: float | None = None
 
 
 def _text(error: str | BaseException) -> str:

@@ -210,3 +210,32 @@ class DecodedBatch:
         return pa.RecordBatch.from_arrays(
             [offsets, timestamps, keys, values, headers], names=["offset", "timestamp", "key", "value", "headers"]
         )
+
+
+def with_origin(
+    batch: Any, stream: str, lane: str, generation: int, partition: int, *, headers: bool = True, attempt: int = 0
+) -> Any:
+    """A decoded Arrow batch (`DecodedBatch.to_arrow`) with where its records come from in front: stream,
+    lane, generation, partition, then offset, timestamp (microseconds, as Spark wants), key, value, and
+    headers when asked; `attempt` (when > 0) adds an attempt column last."""
+    import pyarrow as pa
+
+    n = batch.num_rows
+    columns = [
+        pa.repeat(pa.scalar(stream, pa.string()), n),
+        pa.repeat(pa.scalar(lane, pa.string()), n),
+        pa.repeat(pa.scalar(generation, pa.int32()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        batch.column(0),
+        batch.column(1).cast(pa.timestamp("us", tz="UTC")),
+        batch.column(2),
+        batch.column(3),
+    ]
+    names = ["stream", "lane", "generation", "partition", "offset", "timestamp", "key", "value"]
+    if headers:
+        columns.append(batch.column(4))
+        names.append("headers")
+    if attempt:
+        columns.append(pa.repeat(pa.scalar(attempt, pa.int32()), n))
+        names.append("attempt")
+    return pa.RecordBatch.from_arrays(columns, names=names)

@@ -16,6 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from streamplane.client import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
+from streamplane.native.batch import with_origin
 from streamplane.spark import offsets as off
 from streamplane.spark.options import SourceOptions
 from streamplane.spark.progress import commit_positions
@@ -189,8 +190,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def read_slice(s: Slice, opts: SourceOptions) -> Iterator[Any]:
     """The records of [s.begin, s.end) as pyarrow.RecordBatches built from the decoder's columns."""
-    import pyarrow as pa
-
     fetcher = PartitionFetcher(
         s.bootstrap_servers, s.topic, s.partition, start_offset=s.begin, max_decompressed=opts.max_decompressed
     )
@@ -223,25 +222,13 @@ def read_slice(s: Slice, opts: SourceOptions) -> Iterator[Any]:
             lo, hi = bisect.bisect_left(offsets, s.begin), bisect.bisect_left(offsets, s.end)
             if hi <= lo:
                 continue
-            yield _with_origin(got.batch.to_arrow().slice(lo, hi - lo), s, opts.include_headers, pa)
+            yield with_origin(
+                got.batch.to_arrow().slice(lo, hi - lo),
+                s.stream,
+                s.lane,
+                s.generation,
+                s.partition,
+                headers=opts.include_headers,
+            )
     finally:
         fetcher.close()
-
-
-def _with_origin(batch: Any, s: Slice, headers: bool, pa: Any) -> Any:
-    n = batch.num_rows
-    columns = [
-        pa.repeat(pa.scalar(s.stream, pa.string()), n),
-        pa.repeat(pa.scalar(s.lane, pa.string()), n),
-        pa.repeat(pa.scalar(s.generation, pa.int32()), n),
-        pa.repeat(pa.scalar(s.partition, pa.int32()), n),
-        batch.column(0),
-        batch.column(1).cast(pa.timestamp("us", tz="UTC")),
-        batch.column(2),
-        batch.column(3),
-    ]
-    names = ["stream", "lane", "generation", "partition", "offset", "timestamp", "key", "value"]
-    if headers:
-        columns.append(batch.column(4))
-        names.append("headers")
-    return pa.RecordBatch.from_arrays(columns, names=names)

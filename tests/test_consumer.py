@@ -225,3 +225,50 @@ def test_ordering_by_key_handles_each_key_in_offset_order_across_threads(address
         runner.join()
     assert len(threads) > 1, "the keys were spread over several threads"
     assert all(values == sorted(values) for values in seen.values())
+
+
+def test_batch_api_hands_out_arrow_batches_and_takes_outcomes_per_offset(address: str) -> None:
+    from streamplane.client import BatchOutcome
+
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-batches", 4, cluster="east")
+        client.configure_group("c-g7", "realtime", 2)
+    values = [b"ok%d" % i for i in range(3000)] + [b"poison-1", b"bad-1"]
+    produce(address, "c-batches", values)
+    seen: Counter[bytes] = Counter()
+    attempts: dict[bytes, list[int]] = {}
+    lock = threading.Lock()
+
+    def handle(batch) -> BatchOutcome | None:
+        assert batch.schema.names[:4] == ["stream", "lane", "generation", "partition"]
+        rows = batch.to_pydict()
+        retry, reject = {}, {}
+        with lock:
+            for offset, value, attempt in zip(rows["offset"], rows["value"], rows["attempt"], strict=True):
+                seen[value] += 1
+                attempts.setdefault(value, []).append(attempt)
+                if value.startswith(b"poison"):
+                    retry[offset] = "cannot parse"
+                elif value.startswith(b"bad"):
+                    reject[offset] = "malformed"
+        return BatchOutcome(retry=retry, reject=reject, backoff_s=0.05) if retry or reject else None
+
+    stop = threading.Event()
+    with Consumer(address, group="c-g7", stream="c-batches", concurrency=3) as consumer:
+        runner = threading.Thread(target=consumer.run_batches, args=(handle,), kwargs={"stop": stop})
+        runner.start()
+        wait_until(lambda: lag(address, "c-g7")[0] == 0 and len(seen) == len(values), timeout=30)
+        with pytest.raises(ValueError, match="cannot be mixed"):
+            next(iter(consumer))
+        stop.set()
+        runner.join()
+    assert all(seen[v] == 1 for v in values if v.startswith(b"ok")), "every good record once"
+    assert attempts[b"poison-1"] == [1, 2], "retried with its attempt counted, then rejected at the max"
+    with CoordinatorClient(address) as client:
+        described = client.describe_stream("c-batches")
+        dlq = next(lane for lane in described.lanes if lane.name == "dlq")
+        rejected = read_lane(
+            client.list_clusters()[0].bootstrap_servers, dlq.generations[-1].topic, dlq.generations[-1].partitions
+        )
+    reasons = sorted(dict(r.headers)[REASON_HEADER] for r in rejected if r.value in (b"poison-1", b"bad-1"))
+    assert len(reasons) == 2 and reasons[0] == b"malformed"
