@@ -1,6 +1,7 @@
-"""A worker process for benchmarks/scale.py: a streamplane Consumer (no-op handler) or a confluent-kafka
-consumer on the same topic. Prints {"pid": ...} once started; answers "count" on stdin with the records
-processed so far; "stop" ends it."""
+"""A worker process for benchmarks/scale.py: a streamplane Consumer (`run` with a no-op handler, or
+`run_batches`) or a confluent-kafka consumer (`poll()` or `consume(num_messages=1000)`) on the same topic.
+Prints {"pid": ...} once started; answers "count" on stdin with the records processed so far; "stop" ends
+it."""
 
 from __future__ import annotations
 
@@ -40,6 +41,16 @@ def main() -> None:
 
         consumer.run(handle, stop=stop)
         consumer.close()
+    elif kind == "streamplane-batches":
+        consumer = Consumer(target, group=group, stream=name, concurrency=4)
+        lock = threading.Lock()
+
+        def handle_batch(batch: object) -> None:
+            with lock:
+                count[0] += batch.num_rows  # type: ignore[attr-defined]
+
+        consumer.run_batches(handle_batch, stop=stop)
+        consumer.close()
     else:
         from confluent_kafka import Consumer as KafkaConsumer
 
@@ -48,6 +59,9 @@ def main() -> None:
         )
         c.subscribe([name])
         while not stop.is_set():
+            if kind == "confluent-consume":
+                count[0] += sum(1 for m in c.consume(num_messages=1000, timeout=0.1) if not m.error())
+                continue
             msg = c.poll(0.1)
             if msg is not None and not msg.error():
                 count[0] += 1

@@ -2,8 +2,9 @@
 
 For each partition count (256, 1,024 and, without --quick, 4,096) on a local 3-broker cluster and a
 coordinator in its own process: the idle cost of each worker (threads, sockets, CPU cores) and of the
-coordinator, sessions lost, then records/s through each over the same records (a no-op handler on 4
-threads against confluent-kafka's poll() loop). Each figure is printed beside its peer's in one run.
+coordinator, sessions lost; then records/s through each over the same records, one at a time: `run` with a
+no-op handler on 4 threads against confluent-kafka's poll() loop, and `run_batches` against its
+consume(num_messages=1000) loop. Each figure is printed beside its peer's in one run.
 
     .venv/bin/python benchmarks/scale.py --quick     # under 3 minutes
 """
@@ -73,25 +74,41 @@ def idle_cost(pids: list[int], seconds: float) -> list[tuple[int, int, float]]:
     return [(a, b, (e.cpu_s - s.cpu_s) / elapsed) for (a, b), s, e in zip(peaks, start, end, strict=True)]
 
 
-def drain(workers: list[Worker], total: int, timeout: float) -> list[float]:
-    """Records/s of each worker, side by side, from its first record until it has processed `total`."""
+def drain(worker: Worker, total: int, timeout: float) -> float:
+    """Records/s of a worker from its first record until it has processed `total`."""
     deadline = time.monotonic() + timeout
-    first: list[float | None] = [None] * len(workers)
-    done: list[float | None] = [None] * len(workers)
-    counts = [0] * len(workers)
-    while time.monotonic() < deadline and not all(done):
-        for i, w in enumerate(workers):
-            if done[i] is not None:
-                continue
-            counts[i] = w.count()
-            now = time.monotonic()
-            if counts[i] and first[i] is None:
-                first[i] = now
-            if counts[i] >= total:
-                done[i] = now
+    first = None
+    n = 0
+    while time.monotonic() < deadline:
+        n = worker.count()
+        if n and first is None:
+            first = time.monotonic()
+        if n >= total:
+            break
         time.sleep(0.05)
-    end = time.monotonic()
-    return [c / max(1e-9, (d or end) - (f or end)) for c, f, d in zip(counts, first, done, strict=True)]
+    return n / max(1e-9, time.monotonic() - (first or time.monotonic()))
+
+
+def wait_granted(client: CoordinatorClient, group: str, n: int) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if sum(1 for x in client.describe_group(group).leases if x.state == "granted") == n:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"{group}: not every one of {n} leases was granted within 120 s")
+
+
+def produce(bootstrap: str, topic: str, partitions: int, records: int) -> None:
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "zstd"})
+    value = b'{"level":"info","msg":"request served","status":200,"bytes":5120}'
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:  # librdkafka's queue is full: let it send
+                producer.poll(0.05)
+    producer.flush(60)
 
 
 def main() -> None:
@@ -113,50 +130,49 @@ def main() -> None:
             stream = f"scale{n}"
             client.create_stream(stream, n, cluster="local")
             topic = f"sp.{stream}.realtime.g1"
-            print(f"\n{n} partitions: starting one streamplane worker and one confluent-kafka consumer", flush=True)
-            ours = Worker("streamplane", address, f"sp-{n}", stream)
-            theirs = Worker("confluent", bootstrap, f"ck-{n}", topic)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                held = sum(1 for x in client.describe_group(f"sp-{n}").leases if x.state == "granted")
-                if held == n:
-                    break
-                time.sleep(0.5)
-            time.sleep(3.0)
-            before = {x.lease_id: x.epoch for x in client.describe_group(f"sp-{n}").leases}
+            print(f"\n{n} partitions: one streamplane worker and one confluent-kafka consumer, idle", flush=True)
+            ours = Worker("streamplane", address, f"idle-{n}", stream)
+            theirs = Worker("confluent", bootstrap, f"idle-ck-{n}", topic)
+            wait_granted(client, f"idle-{n}", n)
+            time.sleep(3.0)  # let the first fetches and commits settle
+            before = {x.lease_id: x.epoch for x in client.describe_group(f"idle-{n}").leases}
             (ot, osk, oc), (tt, tsk, tc), (_, _, cc) = idle_cost([ours.pid, theirs.pid, address.pid], idle_s)
-            after = {x.lease_id: x.epoch for x in client.describe_group(f"sp-{n}").leases}
+            after = {x.lease_id: x.epoch for x in client.describe_group(f"idle-{n}").leases}
             lost = sum(1 for lid, e in after.items() if before.get(lid) != e)
-            print(f"  idle streamplane worker:  {ot:4d} threads {osk:4d} sockets {oc:.3f} cores")
-            print(f"  idle confluent consumer:  {tt:4d} threads {tsk:4d} sockets {tc:.3f} cores")
-            print(f"  idle coordinator:         {cc:.3f} cores; leases regranted while idle: {lost}")
-            producer = KafkaProducer(
-                {"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "zstd"}
-            )
-            value = b'{"level":"info","msg":"request served","status":200,"bytes":5120}'
-            for i in range(records):
-                producer.produce(topic, value, partition=i % n)
-                if i % 50_000 == 0:
-                    producer.poll(0)
-            producer.flush(60)
-            ours_rate = drain(ours, records, 120)
-            theirs_rate = drain(theirs, records, 120)
-            print(f"  load: streamplane run() {ours_rate:,.0f} records/s, confluent poll() {theirs_rate:,.0f}")
             ours.stop()
             theirs.stop()
+            print(f"  streamplane worker:  {ot:4d} threads {osk:4d} sockets {oc:.3f} cores")
+            print(f"  confluent consumer:  {tt:4d} threads {tsk:4d} sockets {tc:.3f} cores")
+            print(f"  coordinator:         {cc:.3f} cores; sessions lost (leases regranted): {lost}")
+            produce(bootstrap, topic, n, records)
+            rates = {}
+            for kind, target, name in (
+                ("streamplane", address, stream),
+                ("confluent", bootstrap, topic),
+                ("streamplane-batches", address, stream),
+                ("confluent-consume", bootstrap, topic),
+            ):  # one at a time over the same records, each in a group of its own
+                w = Worker(kind, target, f"{kind}-{n}", name)
+                rates[kind] = drain(w, records, 180)
+                w.stop()
+            print(
+                f"  load: streamplane run() {rates['streamplane']:,.0f} records/s, "
+                f"confluent poll() {rates['confluent']:,.0f}; streamplane run_batches() "
+                f"{rates['streamplane-batches']:,.0f}, confluent consume(1000) {rates['confluent-consume']:,.0f}",
+                flush=True,
+            )
             results[n] = {
                 "worker_cores": oc,
                 "coordinator_cores": cc,
                 "threads": ot,
-                "ratio": ours_rate / max(1.0, theirs_rate),
-                "lost": lost,
+                "ratio": rates["streamplane"] / max(1.0, rates["confluent"]),
+                "batches": rates["streamplane-batches"] / max(1.0, rates["confluent-consume"]),
             }
     k = results[1024]
     print(
-        "\nrun_batches() does not exist yet: batches_vs_confluent_consume is n/a (see the issue's note)"
         f"\nidle_worker_cores_1k={k['worker_cores']:.3f} idle_coordinator_cores_1k={k['coordinator_cores']:.3f} "
         f"worker_threads_1k={int(k['threads'])} consume_1k_vs_confluent={k['ratio']:.2f} "
-        "batches_vs_confluent_consume=n/a"
+        f"batches_vs_confluent_consume={k['batches']:.2f}"
     )
 
 

@@ -1,0 +1,129 @@
+"""The per-lease ledger alone, no threads or sockets: whatever order reads and outcomes come in, every record
+handed out is committed exactly as it ended, nothing is committed twice or for a lost lease, and the
+consumer's budget gets every byte and record back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamplane.client.fetcher import decode_records
+from streamplane.client.flow import Budget
+from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger
+from streamplane.client.message import BatchOutcome
+from streamplane.native import DEFAULT_MAX_DECOMPRESSED
+from tests.recordbatch import Rec, build_batch
+
+
+class Owner:
+    retry_backoff_s = 0.0
+
+    def __init__(self) -> None:
+        self.dlq: list[tuple[int, str]] = []
+
+    def send_to_dlq(self, ledger: LeaseLedger, msg: Any, reason: str) -> None:
+        self.dlq.append((msg.offset, reason))
+        ledger.rejected(msg, reason, None)
+
+
+def ledger(budget: Budget, owner: Owner, end_offset: int = -1) -> LeaseLedger:
+    info = LeaseInfo("s/realtime/g1/p0", 1, "s", "realtime", 1, 0, "t", "b", 0, end_offset)
+    return LeaseLedger(owner, info, budget, "g")
+
+
+def read(x: LeaseLedger, start: int, count: int, *, batches: bool) -> list[Any]:
+    raw = build_batch([Rec(value=b"v%d" % (start + i)) for i in range(count)], base_offset=start)
+    fetched = decode_records(
+        memoryview(raw), start, start + count, max_decompressed=DEFAULT_MAX_DECOMPRESSED, aborted=None
+    )
+    items, used, n = x.accept(fetched, batches=batches)
+    x.budget.settle(0, used, n)  # as the fetch loop does once the receiver took them
+    return items
+
+
+def committed(x: LeaseLedger) -> tuple[set[int], set[int], set[int]]:
+    taken = x.take_outcomes()
+    if taken is None:
+        return set(), set(), set()
+    out, _ = taken
+    acked = set(out.acked)
+    for s, e in out.ranges:
+        acked.update(range(s, e))
+    result = (acked, {r.offset for r in out.retries}, {r.offset for r in out.rejects})
+    x.committed(out, [])
+    return result
+
+
+outcomes = st.sampled_from(["ack", "retry", "reject"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=5),
+    choices=st.lists(outcomes, min_size=200, max_size=200),
+    batches=st.booleans(),
+    lose_after=st.integers(0, 6),
+)
+def test_every_record_is_committed_as_it_ended_and_the_budget_comes_back(
+    sizes: list[int], choices: list[str], batches: bool, lose_after: int
+) -> None:
+    budget, owner = Budget(10_000, 1 << 30), Owner()
+    x = ledger(budget, owner)
+    expected: dict[int, str] = {}
+    seen: dict[str, set[int]] = {"ack": set(), "retry": set(), "reject": set()}
+    start = 0
+    for i, n in enumerate(sizes):
+        if i == lose_after:
+            x.drop()  # the lease is gone: what ends from now on is not recorded
+        items = read(x, start, n, batches=batches)
+        start += n
+        for item in items:
+            if isinstance(item, Batch):
+                retry = {o: "e" for o in item.offsets if choices[o % 200] == "retry"}
+                reject = {o: "r" for o in item.offsets if choices[o % 200] == "reject"}
+                x.finish_batch(item, BatchOutcome(retry=retry, reject=reject))
+                offsets = item.offsets
+            else:
+                msg = item
+                {"ack": msg.ack, "retry": lambda m=msg: m.retry("e"), "reject": lambda m=msg: m.reject("r")}[
+                    choices[msg.offset % 200]
+                ]()
+                offsets = [msg.offset]
+            if not x.lost:
+                expected.update((o, choices[o % 200]) for o in offsets)
+        acked, retried, rejected = committed(x)
+        seen["ack"] |= acked
+        seen["retry"] |= retried
+        seen["reject"] |= rejected
+    assert seen["ack"] == {o for o, c in expected.items() if c == "ack"}
+    assert seen["retry"] == {o for o, c in expected.items() if c == "retry"}
+    assert seen["reject"] == {o for o, c in expected.items() if c == "reject"}
+    assert {o for o, _ in owner.dlq} == seen["reject"], "each reject was copied to the dlq once"
+    assert committed(x) == (set(), set(), set()), "nothing is committed twice"
+    x.drop()
+    assert (budget.records, budget.bytes) == (0, 0), "every record and byte went back to the budget"
+
+
+def test_an_idle_lease_commits_nothing_and_a_sealed_one_stops_at_its_end() -> None:
+    budget, owner = Budget(10_000, 1 << 30), Owner()
+    x = ledger(budget, owner, end_offset=5)
+    assert x.take_outcomes() is None
+    items = read(x, 0, 8, batches=False)
+    assert [m.offset for m in items] == [0, 1, 2, 3, 4], "records past the sealed end are not handed out"
+    assert not x.fetchable()
+    for m in items:
+        m.ack()
+    acked, _, _ = committed(x)
+    assert acked == {0, 1, 2, 3, 4}
+    assert x.take_outcomes() is None
+
+
+def test_a_revoked_lease_is_dead_at_its_deadline() -> None:
+    x = ledger(Budget(10, 1 << 20), Owner())
+    assert x.live(100.0)
+    x.revoke_deadline = 101.0
+    assert x.live(100.5) and not x.live(101.0) and not x.fetchable()
+    x.drop()
+    assert not x.live(0.0)
