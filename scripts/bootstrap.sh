@@ -42,3 +42,19 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 .venv/bin/python -c "import streamplane.coordinator.server, streamplane.v1.topology_pb2, streamplane._native" \
   || { rm -f "$stamp"; echo "bootstrap: the installed package does not import; run again" >&2; exit 1; }
+
+# Apache Kafka's broker from Maven Central, once, for the real-broker engine and tests (.cache/kafka, ignored
+# by git). Without Java or Maven, or if an artifact does not resolve, say so in one sentence: the local mock
+# engine keeps working and the real-broker tests are skipped with that reason.
+.venv/bin/python - <<'PY' || true
+import sys
+from streamplane.devstack.kafka import KAFKA_VERSION, ensure_jars, jar_dir
+from streamplane.errors import UnavailableError
+
+if not jar_dir().exists():
+    print(f"bootstrap: fetching Apache Kafka {KAFKA_VERSION} from Maven Central (once)", file=sys.stderr)
+try:
+    ensure_jars()
+except UnavailableError as err:
+    print(f"bootstrap: {err.message}; real-Kafka tests will be skipped", file=sys.stderr)
+PY

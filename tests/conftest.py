@@ -89,6 +89,22 @@ def local_cluster() -> Iterator[tuple[str, LocalClusterControl]]:
     proc.stop()
 
 
+@pytest.fixture(scope="session")
+def real_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real Apache Kafka broker (KRaft, its own JVM) for the session, with a PLAINTEXT listener and a
+    SASL_SSL one (SCRAM-SHA-256/512 and PLAIN). Skipped, saying why, when its jars cannot be had here."""
+    from streamplane.devstack.kafka import KafkaBroker, ensure_jars
+    from streamplane.errors import UnavailableError
+
+    try:
+        ensure_jars()
+    except UnavailableError as err:
+        pytest.skip(f"real-Kafka tests skipped: {err.message}")
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), sasl=True).start()
+    yield broker
+    broker.stop()
+
+
 @pytest.fixture
 def coordinator(tmp_path: Path) -> Iterator[server.RunningCoordinator]:
     """A real coordinator (gRPC server over the embedded store) in this process."""

@@ -1,0 +1,231 @@
+"""Real Apache Kafka brokers on this machine: the broker's jars from Maven Central, one JVM per broker in
+KRaft combined mode (broker and controller in one process), no Docker.
+
+`ensure_jars()` fetches the pinned version once with Maven into `.cache/kafka/<version>/lib` (inside the
+repository, ignored by git) and reuses it. `KafkaBroker` formats a data directory and starts one broker on
+free loopback ports with a PLAINTEXT listener and, when asked, a SASL_SSL listener (SCRAM-SHA-256,
+SCRAM-SHA-512 and PLAIN, with a generated self-signed certificate and users).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamplane.errors import UnavailableError
+
+KAFKA_VERSION = "4.4.0"
+"""The newest 4.x whose artifacts resolve on Maven Central (share groups are production-ready from 4.2)."""
+ROOT = Path(__file__).resolve().parent.parent
+POM = Path(__file__).resolve().parent / "kafka" / "pom.xml"
+
+
+def jar_dir(version: str = KAFKA_VERSION) -> Path:
+    return ROOT / ".cache" / "kafka" / version / "lib"
+
+
+def ensure_jars(version: str = KAFKA_VERSION) -> Path:
+    """The directory of the broker's jars, fetched with Maven the first time. UnavailableError says in one
+    sentence why they cannot be had (no Java, no Maven, an artifact that does not resolve)."""
+    lib = jar_dir(version)
+    if (lib / f"kafka_2.13-{version}.jar").exists():
+        return lib
+    for tool in ("java", "mvn"):
+        if shutil.which(tool) is None:
+            raise UnavailableError(f"real Kafka brokers need {tool} on PATH to fetch and run Apache Kafka {version}")
+    tmp = lib.with_name("lib.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    result = subprocess.run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(POM),
+            f"-Dkafka.version={version}",
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={tmp}",
+            "-DincludeScope=runtime",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        last = (result.stdout + result.stderr).strip().splitlines()[-3:]
+        raise UnavailableError(f"Apache Kafka {version} did not resolve from Maven Central: {' / '.join(last)}")
+    tmp.rename(lib)
+    return lib
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class SaslUser:
+    name: str
+    password: str
+
+
+USERS = (SaslUser("alice", "alice-secret"), SaslUser("bob", "bob-secret"))
+"""The users of a broker's SASL_SSL listener (SCRAM credentials and PLAIN)."""
+
+
+class KafkaBroker:
+    """One real Kafka broker (KRaft combined mode) in its own JVM.
+
+    Args:
+        data_dir: where its log, configuration and certificate go (made if missing).
+        sasl: also open a SASL_SSL listener for USERS, with a self-signed certificate for localhost.
+        heap_mb: the JVM's heap.
+    """
+
+    def __init__(self, data_dir: Path, *, sasl: bool = False, heap_mb: int = 256, node_id: int = 1) -> None:
+        self.data_dir = Path(data_dir)
+        self.sasl = sasl
+        self.heap_mb = heap_mb
+        self.node_id = node_id
+        self.port, self.controller_port = free_port(), free_port()
+        self.sasl_port = free_port() if sasl else 0
+        self.ca_file = self.data_dir / "cert.pem"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        return f"localhost:{self.sasl_port}"
+
+    def _properties(self) -> str:
+        listeners = [f"PLAINTEXT://127.0.0.1:{self.port}", f"CONTROLLER://127.0.0.1:{self.controller_port}"]
+        advertised = [f"PLAINTEXT://127.0.0.1:{self.port}"]
+        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        lines = []
+        if self.sasl:
+            listeners.append(f"SASL_SSL://localhost:{self.sasl_port}")
+            advertised.append(f"SASL_SSL://localhost:{self.sasl_port}")
+            protocols.append("SASL_SSL:SASL_SSL")
+            plain_users = " ".join(f'user_{u.name}="{u.password}"' for u in USERS)
+            lines += [
+                "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+                "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};",
+                "ssl.keystore.type=PEM",
+                f"ssl.keystore.location={self.data_dir / 'keystore.pem'}",
+            ]
+        lines += [
+            "process.roles=broker,controller",
+            f"node.id={self.node_id}",
+            f"controller.quorum.voters={self.node_id}@127.0.0.1:{self.controller_port}",
+            f"listeners={','.join(listeners)}",
+            f"advertised.listeners={','.join(advertised)}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"listener.security.protocol.map={','.join(protocols)}",
+            f"log.dirs={self.data_dir / 'log'}",
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _certificate(self) -> None:
+        key, cert = self.data_dir / "key.pem", self.ca_file
+        subprocess.run(
+            [
+                "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert),
+            ],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+        # Kafka's PEM keystore: the private key (PKCS#8) then the certificate chain
+        (self.data_dir / "keystore.pem").write_text(key.read_text() + cert.read_text())
+
+    def _java(self, lib: Path, main: str, *args: str) -> list[str]:
+        return [
+            "java",
+            f"-Xmx{self.heap_mb}m",
+            "-Xms32m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Xss512k",
+            "-cp",
+            f"{lib}/*",
+            main,
+            *args,
+        ]
+
+    def start(self, timeout_s: float = 60.0) -> KafkaBroker:
+        """Format (first time) and start the broker; return once it accepts requests."""
+        lib = ensure_jars()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "server.properties"
+        if self.sasl and not self.ca_file.exists():
+            self._certificate()
+        config.write_text(self._properties())
+        if not (self.data_dir / "log" / "meta.properties").exists():
+            scram = []
+            for u in USERS if self.sasl else ():
+                for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                    scram += ["--add-scram", f"{mech}=[name={u.name},password={u.password}]"]
+            fmt = ["format", "-t", uuid.uuid4().hex[:22], "-c", str(config), *scram]
+            result = subprocess.run(self._java(lib, "kafka.tools.StorageTool", *fmt), capture_output=True, text=True)
+            if result.returncode != 0:
+                raise UnavailableError(f"formatting the Kafka broker's storage failed: {result.stdout[-500:]}")
+        log = open(self.data_dir / "broker.log", "ab")  # noqa: SIM115 - the broker writes to it while it runs
+        self._proc = subprocess.Popen(
+            self._java(lib, "kafka.Kafka", str(config)), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise UnavailableError(f"the Kafka broker exited with {self._proc.returncode}; see {log.name}")
+            if self._ready():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise UnavailableError(f"the Kafka broker did not become ready within {timeout_s} s; see {log.name}")
+
+    def _ready(self) -> bool:
+        from streamplane.client.kafka import KafkaConnection
+
+        try:
+            with KafkaConnection.connect_any(self.bootstrap_servers) as conn:
+                return bool(conn.metadata([]).brokers)
+        except Exception:  # not listening yet, or still starting
+            return False
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._proc.pid, 9)
+                self._proc.wait()
+        self._proc = None
