@@ -146,19 +146,29 @@ def main() -> None:
             print(f"  coordinator:         {cc:.3f} cores; sessions lost (leases regranted): {lost}")
             produce(bootstrap, topic, n, records)
             rates = {}
+            lost_loaded = 0
             for kind, target, name in (
                 ("streamplane", address, stream),
                 ("confluent", bootstrap, topic),
                 ("streamplane-batches", address, stream),
                 ("confluent-consume", bootstrap, topic),
             ):  # one at a time over the same records, each in a group of its own
-                w = Worker(kind, target, f"{kind}-{n}", name)
-                rates[kind] = drain(w, records, 180)
+                group = f"{kind}-{n}"
+                w = Worker(kind, target, group, name)
+                epochs = {}
+                if kind.startswith("streamplane"):
+                    wait_granted(client, group, n)
+                    epochs = {x.lease_id: x.epoch for x in client.describe_group(group).leases}
+                rates[kind] = drain(w, records, 300)
+                if epochs:  # a lease granted again means its session was lost under load
+                    now = {x.lease_id: x.epoch for x in client.describe_group(group).leases}
+                    lost_loaded += sum(1 for lid, e in now.items() if epochs.get(lid) != e)
                 w.stop()
             print(
                 f"  load: streamplane run() {rates['streamplane']:,.0f} records/s, "
                 f"confluent poll() {rates['confluent']:,.0f}; streamplane run_batches() "
-                f"{rates['streamplane-batches']:,.0f}, confluent consume(1000) {rates['confluent-consume']:,.0f}",
+                f"{rates['streamplane-batches']:,.0f}, confluent consume(1000) {rates['confluent-consume']:,.0f}; "
+                f"leases regranted under load: {lost_loaded}",
                 flush=True,
             )
             results[n] = {
@@ -167,8 +177,10 @@ def main() -> None:
                 "threads": ot,
                 "ratio": rates["streamplane"] / max(1.0, rates["confluent"]),
                 "batches": rates["streamplane-batches"] / max(1.0, rates["confluent-consume"]),
+                "lost": lost + lost_loaded,
             }
     k = results[1024]
+    print(f"\nsessions lost (leases granted again), idle and under load: {sum(r['lost'] for r in results.values())}")
     print(
         f"\nidle_worker_cores_1k={k['worker_cores']:.3f} idle_coordinator_cores_1k={k['coordinator_cores']:.3f} "
         f"worker_threads_1k={int(k['threads'])} consume_1k_vs_confluent={k['ratio']:.2f} "

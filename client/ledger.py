@@ -454,6 +454,7 @@ class LeaseLedger:
                     if pending.pop(m._record.offset, None) is not None and record:
                         acked.append(m._record.offset)
                     released.append(m)
+            self._dirty = True
             if retrying:
                 retrying.difference_update(m._record.offset for m in released)
         _release_all(released)
@@ -470,6 +471,7 @@ class LeaseLedger:
                     released.append(m)
                     if record:
                         self._out.acked.append(o)
+            self._dirty = True
             self._retrying.difference_update(range(first, end))
         _release_all(released)
 

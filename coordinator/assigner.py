@@ -28,9 +28,11 @@ log = structlog.get_logger(__name__)
 class AssignerConfig:
     """Timing of the Assigner."""
 
-    ttl_ms: int = 1000
-    """A session silent this long loses its leases."""
-    heartbeat_interval_ms: int = 250
+    ttl_ms: int = 3000
+    """A session silent this long loses its leases. A closed stream (a crashed worker) loses them at once;
+    this only bounds a hung or cut-off one. Measured: at 1 s, a worker reading 1,024 busy partitions on a
+    2-core machine lost its session under load in one run of two; at 3 s, none did."""
+    heartbeat_interval_ms: int = 750
     """How often workers are asked to heartbeat."""
     revoke_ms: int = 1000
     """How long a holder has to hand back a lease that moves to another worker."""

@@ -303,15 +303,19 @@ def heartbeat(
 
 @transactional
 def release(tr: Transaction, group: str, worker_id: str, session_id: str, lid: str, epoch: int) -> Lease:
-    """The holder hands a lease back (after a revoke, or of its own accord)."""
+    """The holder hands a lease back (after a revoke, or of its own accord). A release racing the lease's own
+    end (freed, or granted again at a newer epoch) changes nothing; one of a lease never held at that epoch
+    is bad input."""
     _own_member(tr, group, worker_id, session_id)
     key = keys.lease_key(group, *parse_lease_id(lid))
     raw = tr.get(key)
     lease = _lease_from(key, raw) if raw else None
-    if lease is None or lease.worker_id != worker_id or lease.state == FREE:
-        raise FailedPreconditionError(f"worker {worker_id!r} does not hold lease {lid}")
-    if lease.epoch != epoch:
-        raise FencedError(f"lease {lid} is at epoch {lease.epoch}, not {epoch}")
+    if lease is None or epoch > lease.epoch:
+        raise FailedPreconditionError(f"worker {worker_id!r} does not hold lease {lid} (epoch {epoch})")
+    if lease.worker_id != worker_id or lease.state == FREE or lease.epoch != epoch:
+        # a late release: the lease was freed (its generation drained, say) or moved on since this worker
+        # held it at `epoch`; nothing to do, and no reason to end the session
+        return lease
     freed = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
     _write_lease(tr, group, lease, freed)
     _bump(tr, group, worker_id)

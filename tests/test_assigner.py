@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 
 WORKER = str(Path(__file__).with_name("assigner_worker.py"))
 PARTITIONS = 12
-TTL_S = 1.0
+TTL_S = 3.0
 
 
 @pytest.fixture(scope="module")

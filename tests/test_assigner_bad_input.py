@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer as KafkaProducer
 
 from streamplane.client import CoordinatorClient, SessionEndedError, WorkerSession
+from streamplane.coordinator.assigner import AssignerConfig
 from streamplane.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -72,6 +73,19 @@ def test_bad_hello_is_refused(address: str, kwargs: dict, error: type, text: str
     s.close()
 
 
+def test_a_late_release_of_a_lease_already_freed_keeps_the_session(address: str) -> None:
+    s = session(address, "late")
+    s.join()
+    got, ended = collect(s)
+    wait_until(lambda: len(s.leases) == 4)
+    grant = s.leases["jobs/realtime/g1/p0"]
+    s.release(grant.lease_id, grant.epoch)
+    s.release(grant.lease_id, grant.epoch)  # raced its own end (a drained generation frees leases too)
+    wait_until(lambda: any(getattr(e, "lease_id", "") == grant.lease_id and e.epoch > grant.epoch for e in got))
+    assert not ended, "a late release is not bad input"
+    s.close()
+
+
 def test_duplicate_worker_id_in_a_live_session(address: str) -> None:
     first = session(address, "dup")
     first.join()
@@ -94,7 +108,7 @@ def test_releasing_a_lease_not_held_ends_only_that_session(address: str) -> None
     assert isinstance(bad_ended[0].cause, FailedPreconditionError)
     assert "does not hold lease jobs/realtime/g1/p99" in bad_ended[0].message
     wait_until(lambda: len(good.leases) == 4)  # the other worker takes over, unaffected
-    time.sleep(1.2)  # past a TTL: the good session is still alive
+    time.sleep(AssignerConfig().ttl_ms / 1000 + 0.2)  # real time past a TTL: the good session is still alive
     assert not good_ended and len(good.leases) == 4
     good.close()
 

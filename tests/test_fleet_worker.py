@@ -13,7 +13,7 @@ import pytest
 from streamplane.client import CoordinatorClient
 from streamplane.coordinator import metrics
 from streamplane.process import usage
-from tests.helpers import Proc, register_local_clusters, wait_until
+from tests.helpers import Proc, register_local_clusters, start_coordinator, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -62,3 +62,88 @@ def test_a_worker_with_1024_idle_leases_keeps_few_threads_one_connection_per_bro
     finally:
         worker.send("stop")
         worker.stop()
+
+
+def test_a_worker_with_1024_leases_processes_every_record_through_retries_rejects_and_a_failover(
+    local_cluster, tmp_path: Path
+) -> None:
+    bootstrap, control = local_cluster
+    proc, address = start_coordinator(tmp_path / "coordinator")  # its own process, as in production
+    try:
+        _busy_worker(address, bootstrap, control)
+    finally:
+        proc.stop()
+
+
+def _busy_worker(address: str, bootstrap: str, control) -> None:  # type: ignore[no-untyped-def]
+    from collections import Counter
+    from threading import Event, Lock, Thread
+
+    from streamplane.client import Consumer, Message, Producer
+    from streamplane.client.consumer import REASON_HEADER
+    from streamplane.client.fetcher import PartitionFetcher
+    from streamplane.v1 import topology_pb2 as pb
+
+    register_local_clusters(address, bootstrap, control.endpoint, ("wide-a", "wide-b"))
+    with CoordinatorClient(address) as client:
+        client.create_stream("fleet-busy", LEASES, cluster="wide-a")
+        client.configure_group("fleet-busy-g", "realtime", 2)
+
+    def produce(prefix: bytes, n: int) -> list[bytes]:
+        values = [(b"poison-" if i % 997 == 0 else b"") + prefix + b"%d" % i for i in range(n)]
+        with Producer(address, **{"linger.ms": 20}) as producer:
+            for v in values:
+                producer.produce("fleet-busy", v, key=v)
+            assert producer.flush() == 0
+        return values
+
+    seen: Counter[bytes] = Counter()
+    lock = Lock()
+
+    def handle(msg: Message) -> None:
+        if msg.value.startswith(b"poison-"):
+            raise ValueError("cannot parse")
+        with lock:
+            seen[msg.value] += 1
+
+    old = produce(b"a", 20_000)
+    stop = Event()
+    with Consumer(address, group="fleet-busy-g", stream="fleet-busy", retry_backoff_s=0.05) as consumer:
+        runner = Thread(target=consumer.run, args=(handle,), kwargs={"stop": stop})
+        runner.start()
+        wait_until(lambda: len(seen) > 5_000, timeout=60)
+        with CoordinatorClient(address) as client:
+            client.failover("fleet-busy", "realtime", "wide-b")
+        new = produce(b"b", 20_000)
+
+        def states() -> list[int]:
+            with CoordinatorClient(address) as client:
+                lane = next(x for x in client.describe_stream("fleet-busy").lanes if x.name == "realtime")
+            return [g.state for g in lane.generations]
+
+        good = {v for v in old + new if not v.startswith(b"poison-")}
+        wait_until(lambda: good <= set(seen), timeout=120, what=lambda: f"{len(good - set(seen))} not processed")
+        def behind() -> str:
+            with CoordinatorClient(address) as client:
+                lag = client.lag("fleet-busy-g")
+            rows = [(x.lease_id, x.low_watermark, x.offset_lag) for x in lag.partitions if x.offset_lag]
+            return f"{states()} {len(rows)} partitions behind: {rows[:5]} leases={len(consumer.leases)}"
+
+        wait_until(lambda: states()[0] == pb.GENERATION_STATE_DRAINED, timeout=60, what=behind)
+        with CoordinatorClient(address) as client:
+            wait_until(lambda: client.lag("fleet-busy-g").offset_lag == 0, timeout=60)
+        stop.set()
+        runner.join()
+    duplicates = sum(n - 1 for n in seen.values())
+    print(f"\n40,000 records over 2 x 1,024 partitions: {duplicates} processed twice")
+    with CoordinatorClient(address) as client:
+        dlq = next(x for x in client.describe_stream("fleet-busy").lanes if x.name == "dlq").generations[-1]
+    rejected = []
+    for p in range(dlq.partitions):
+        fetcher = PartitionFetcher(bootstrap, dlq.topic, p)
+        while (got := fetcher.fetch()).batch is not None:
+            rejected += [r for r in got.batch.records()]
+        fetcher.close()
+    poison = {v for v in old + new if v.startswith(b"poison-")}
+    assert {r.value for r in rejected} == poison, "every poison record reached the dlq lane"
+    assert all(b"max attempts reached" in dict(r.headers)[REASON_HEADER] for r in rejected)
