@@ -135,3 +135,30 @@ def test_the_consumer_reads_a_stream_on_a_real_cluster(real_kafka, coordinator) 
         stop.set()
         runner.join()
     assert set(seen) == set(values) and max(seen.values()) == 1
+
+
+def test_read_committed_leaves_out_an_aborted_transaction(real_kafka) -> None:
+    create_topic(real_kafka.bootstrap_servers, "rk-txn", 1)
+    producer = KafkaProducer({"bootstrap.servers": real_kafka.bootstrap_servers, "transactional.id": "rk-txn-1"})
+    producer.init_transactions(30)
+    for values, commit in (([b"c1", b"c2"], True), ([b"a1", b"a2", b"a3"], False), ([b"c3"], True)):
+        producer.begin_transaction()
+        for v in values:
+            producer.produce("rk-txn", v, partition=0)
+        producer.flush(10)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    everything = [b"c1", b"c2", b"a1", b"a2", b"a3", b"c3"]
+    for read_committed, expected in ((True, [b"c1", b"c2", b"c3"]), (False, everything)):
+        loop = FetchLoop(budget=Budget(1000, 1 << 30), max_decompressed=4 << 20, read_committed=read_committed)
+        loop.start()
+        try:
+            r = Collect(loop)
+            loop.add("txn/0", real_kafka.bootstrap_servers, "rk-txn", 0, -1, r)
+            wait_until(lambda r=r, expected=expected: len(r.values) >= len(expected), timeout=20)
+            threading.Event().wait(0.3)  # nothing more arrives after the last committed record
+            assert r.values == expected
+        finally:
+            loop.close()
