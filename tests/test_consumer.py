@@ -257,7 +257,8 @@ def test_batch_api_hands_out_arrow_batches_and_takes_outcomes_per_offset(address
     with Consumer(address, group="c-g7", stream="c-batches", concurrency=3) as consumer:
         runner = threading.Thread(target=consumer.run_batches, args=(handle,), kwargs={"stop": stop})
         runner.start()
-        wait_until(lambda: lag(address, "c-g7")[0] == 0 and len(seen) == len(values), timeout=30)
+        wait_until(lambda: len(attempts.get(b"poison-1", [])) == 2, timeout=30)
+        wait_until(lambda: lag(address, "c-g7") == (0, 4) and len(seen) == len(values), timeout=30)
         with pytest.raises(ValueError, match="cannot be mixed"):
             next(iter(consumer))
         stop.set()
