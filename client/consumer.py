@@ -584,10 +584,6 @@ class Consumer:
         retry_backoff_s), and after the group's max attempts rejects it to the dlq lane.
         """
         self._start("records")
-        halt = threading.Event()
-
-        def stopped() -> bool:
-            return halt.is_set() or (stop is not None and stop.is_set())
 
         def handle(item: list[Message]) -> None:
             ledger = item[0]._reader
@@ -604,39 +600,7 @@ class Consumer:
                         msg.retry(err)
             ledger.ack_many(item)  # what the handler did not end itself
 
-        def work(source: queue.Queue[Any]) -> None:
-            while not stopped():
-                try:
-                    item = source.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                if item is _STOP:
-                    source.put(_STOP)  # for the other threads
-                    return
-                handle(item)
-
-        if self.ordering == "none":  # every thread takes chunks from the shared queue; this one too
-            queues = [self._work]
-            threads = [
-                threading.Thread(target=work, args=(self._work,), daemon=True) for _ in range(self.concurrency - 1)
-            ]
-        else:  # this thread deals chunks out by key hash, so one key is always on one thread, in order
-            queues = [queue.Queue() for _ in range(self.concurrency)]
-            threads = [threading.Thread(target=work, args=(q,), daemon=True) for q in queues]
-        for i, t in enumerate(threads):
-            t.name = f"handler-{i}"
-            t.start()
-        try:
-            if self.ordering == "none":
-                work(self._work)
-            else:
-                self._deal_by_key(queues, stopped)
-        finally:
-            halt.set()
-            for t in threads:
-                t.join()
-        if self._fatal is not None:
-            raise self._fatal
+        self._serve(handle, stop, by_key=self.ordering == "key")
 
     def run_batches(
         self, handler: Callable[[Any], BatchOutcome | None], *, stop: threading.Event | None = None
@@ -651,29 +615,41 @@ class Consumer:
         if self.ordering != "none":
             raise InvalidArgumentError("ordering='key' is for run(); run_batches hands out whole batches")
         self._start("batches")
+        self._serve(lambda item: self._handle_batch(handler, item), stop, by_key=False)
+
+    def _serve(self, handle: Callable[[Any], None], stop: threading.Event | None, *, by_key: bool) -> None:
+        """Run `handle` over what is delivered on `concurrency` threads (this one among them), until `close()`
+        or `stop`. By key, this thread deals records out by key hash, so one key stays on one thread."""
         halt = threading.Event()
 
         def stopped() -> bool:
             return halt.is_set() or (stop is not None and stop.is_set())
 
-        def work() -> None:
+        def work(source: queue.Queue[Any]) -> None:
             while not stopped():
                 try:
-                    item = self._work.get(timeout=0.1)
+                    item = source.get(timeout=0.1)
                 except queue.Empty:
                     continue
                 if item is _STOP:
-                    self._work.put(_STOP)
+                    source.put(_STOP)  # for the other threads
                     return
-                self._handle_batch(handler, item)
+                handle(item)
 
+        if by_key:
+            queues: list[queue.Queue[Any]] = [queue.Queue() for _ in range(self.concurrency)]
+        else:  # every thread takes from the shared queue; this one too
+            queues = [self._work] * (self.concurrency - 1)
         threads = [
-            threading.Thread(target=work, name=f"handler-{i}", daemon=True) for i in range(self.concurrency - 1)
+            threading.Thread(target=work, args=(q,), name=f"handler-{i}", daemon=True) for i, q in enumerate(queues)
         ]
         for t in threads:
             t.start()
         try:
-            work()
+            if by_key:
+                self._deal_by_key(queues, stopped)
+            else:
+                work(self._work)
         finally:
             halt.set()
             for t in threads:

@@ -212,44 +212,6 @@ class LeaseLedger:
     def accept(self, fetched: Fetched, *, batches: bool = False) -> tuple[list[Any], int, int]:
         """Turn what was read into what to hand out: messages, or one Batch with `batches`; returns them,
         their decoded bytes and record count."""
-        if batches:
-            return self._accept_batch(fetched)
-        before, after = fetched.position, fetched.next_position
-        self.position = after
-        self._dirty = True
-        if fetched.high_watermark >= 0:
-            self.high_watermark = fetched.high_watermark
-        rejects = [self._reject_entries(s.first_offset, s.next_offset, s.error.message) for s in fetched.skipped]
-        batch = fetched.batch
-        delivered: list[Message] = []
-        offsets: list[int] = []
-        used = 0
-        if batch is not None and batch.count and not self.lost:
-            c = batch.columns
-            records = list(batch.records())
-            if self.end_offset >= 0 and records[-1].offset >= self.end_offset:
-                records = [r for r in records if r.offset < self.end_offset]
-            if self._done_above:
-                records = self._not_done(records)
-            offsets = [r.offset for r in records]
-            if records:
-                used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + RECORD_OVERHEAD * len(records)
-                held = Held(self.budget, used, len(records))
-                delivered = [Message(self, r, 1, held) for r in records]
-                self.last_ts = records[-1].timestamp
-        gaps = self._gaps(before, after, offsets, fetched.skipped)
-        with self._lock:
-            if self.lost:
-                return [], 0, 0
-            if delivered:
-                self.pending.update(zip(offsets, delivered, strict=True))
-            self._out.ranges.extend(gaps)
-            for entries in rejects:
-                self._out.rejects.extend(entries)
-        self._fetched += len(delivered)
-        return delivered, used, len(delivered)
-
-    def _accept_batch(self, fetched: Fetched) -> tuple[list[Any], int, int]:
         before, after = fetched.position, fetched.next_position
         self.position = after
         self._dirty = True
@@ -257,33 +219,54 @@ class LeaseLedger:
             self.high_watermark = fetched.high_watermark
         rejects = [self._reject_entries(s.first_offset, s.next_offset, s.error.message) for s in fetched.skipped]
         decoded = fetched.batch
-        out: list[Any] = []
-        offsets: list[int] = []
+        items: list[Any] = []
+        entries: dict[int, Any] = {}
         used = 0
         if decoded is not None and decoded.count and not self.lost:
-            offsets = decoded.offsets.tolist()
-            lo, hi = 0, len(offsets)
-            if self.end_offset >= 0 and offsets[-1] >= self.end_offset:
-                hi = bisect.bisect_left(offsets, self.end_offset)
-            offsets = offsets[lo:hi]
-            if self._done_above and offsets:
-                offsets = [r.offset for r in self._not_done([_Off(o) for o in offsets])]
-            if offsets:
-                c = decoded.columns
-                used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + 16 * len(offsets)
-                out = [Batch(self, decoded, lo, hi, offsets, Held(self.budget, used, len(offsets)))]
-                self.last_ts = decoded.timestamps[hi - 1]
-        gaps = self._gaps(before, after, offsets, fetched.skipped)
+            items, entries, used = self._batch(decoded) if batches else self._messages(decoded)
+        gaps = self._gaps(before, after, list(entries), fetched.skipped)
         with self._lock:
             if self.lost:
                 return [], 0, 0
-            if out:
-                self.pending.update(dict.fromkeys(offsets, out[0]))
+            self.pending.update(entries)
             self._out.ranges.extend(gaps)
-            for entries in rejects:
-                self._out.rejects.extend(entries)
-        self._fetched += len(offsets)
-        return out, used, len(offsets)
+            for reject in rejects:
+                self._out.rejects.extend(reject)
+        self._fetched += len(entries)
+        return items, used, len(entries)
+
+    def _messages(self, decoded: Any) -> tuple[list[Any], dict[int, Any], int]:
+        """One Message per record to hand out (leaving out what is past a sealed end or done already)."""
+        records = list(decoded.records())
+        if self.end_offset >= 0 and records[-1].offset >= self.end_offset:
+            records = [r for r in records if r.offset < self.end_offset]
+        if self._done_above:
+            records = self._not_done(records)
+        if not records:
+            return [], {}, 0
+        c = decoded.columns
+        used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + RECORD_OVERHEAD * len(records)
+        held = Held(self.budget, used, len(records))
+        messages = [Message(self, r, 1, held) for r in records]
+        self.last_ts = records[-1].timestamp
+        return messages, {m.offset: m for m in messages}, used
+
+    def _batch(self, decoded: Any) -> tuple[list[Any], dict[int, Any], int]:
+        """One Batch over the decoded columns (no object per record)."""
+        offsets = decoded.offsets.tolist()
+        lo, hi = 0, len(offsets)
+        if self.end_offset >= 0 and offsets[-1] >= self.end_offset:
+            hi = bisect.bisect_left(offsets, self.end_offset)
+        offsets = offsets[lo:hi]
+        if self._done_above and offsets:
+            offsets = [r.offset for r in self._not_done([_Off(o) for o in offsets])]
+        if not offsets:
+            return [], {}, 0
+        c = decoded.columns
+        used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + 16 * len(offsets)
+        batch = Batch(self, decoded, lo, hi, offsets, Held(self.budget, used, len(offsets)))
+        self.last_ts = decoded.timestamps[hi - 1]
+        return [batch], dict.fromkeys(offsets, batch), used
 
     def finish_batch(self, batch: Batch, outcome: BatchOutcome | None) -> None:
         """End a handed-out batch: the records `outcome` retries or rejects that way, every other one acked."""
