@@ -1,12 +1,14 @@
 """Cost per partition: one streamplane worker beside one confluent-kafka consumer on the same topic.
 
-For each partition count (256, 1,024 and, without --quick, 4,096) on a local 3-broker cluster and a
-coordinator in its own process: the idle cost of each worker (threads, sockets, CPU cores) and of the
+For each partition count (256, 1,024 and, without --quick, 4,096) on a local 3-broker mock cluster (or,
+with --engine kafka, a real Apache Kafka broker, which keeps fetch sessions) and a coordinator in its own
+process: the idle cost of each worker (threads, sockets, CPU cores) and of the
 coordinator, sessions lost; then records/s through each over the same records, one at a time: `run` with a
 no-op handler on 4 threads against confluent-kafka's poll() loop, and `run_batches` against its
 consume(num_messages=1000) loop. Each figure is printed beside its peer's in one run.
 
-    .venv/bin/python benchmarks/scale.py --quick     # under 3 minutes
+    .venv/bin/python benchmarks/scale.py --quick                  # about 4 minutes
+    .venv/bin/python benchmarks/scale.py --quick --engine kafka   # the same on a real broker
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -25,7 +29,9 @@ from _local import coordinator_process, local_cluster, register_local
 from confluent_kafka import Producer as KafkaProducer
 
 from streamplane.client import CoordinatorClient
+from streamplane.devstack.kafka import KafkaBroker
 from streamplane.process import usage
+from streamplane.v1 import topology_pb2 as pb
 
 WORKER = str(Path(__file__).with_name("_scale_worker.py"))
 
@@ -74,6 +80,22 @@ def idle_cost(pids: list[int], seconds: float) -> list[tuple[int, int, float]]:
     return [(a, b, (e.cpu_s - s.cpu_s) / elapsed) for (a, b), s, e in zip(peaks, start, end, strict=True)]
 
 
+@contextmanager
+def engine(kind: str) -> Iterator[tuple[str, Callable[[CoordinatorClient], None]]]:
+    """(bootstrap servers, how to register the cluster as "local") of the chosen Kafka engine."""
+    if kind == "mock":
+        with local_cluster(3) as (bootstrap, control):
+            yield bootstrap, lambda client: register_local(client, bootstrap, control, "local")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = KafkaBroker(Path(tmp), heap_mb=768).start()
+        try:
+            cluster = pb.Cluster(name="local", bootstrap_servers=broker.bootstrap_servers, admin=pb.CLUSTER_ADMIN_KAFKA)
+            yield broker.bootstrap_servers, lambda client: client.register_cluster(cluster)
+        finally:
+            broker.stop()
+
+
 def drain(worker: Worker, total: int, timeout: float) -> float:
     """Records/s of a worker from its first record until it has processed `total`."""
     deadline = time.monotonic() + timeout
@@ -114,18 +136,25 @@ def produce(bootstrap: str, topic: str, partitions: int, records: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="256 and 1,024 partitions, shorter samples")
+    parser.add_argument(
+        "--engine",
+        choices=["mock", "kafka"],
+        default="mock",
+        help="a local 3-broker mock cluster (no fetch sessions), or a real Apache Kafka broker from Maven Central",
+    )
     args = parser.parse_args()
     counts = [256, 1024] if args.quick else [256, 1024, 4096]
     idle_s = 8.0 if args.quick else 30.0
     records = 200_000 if args.quick else 1_000_000
     results: dict[int, dict[str, float]] = {}
     with (
-        local_cluster(3) as (bootstrap, control),
+        engine(args.engine) as (bootstrap, register),
         tempfile.TemporaryDirectory() as tmp,
         coordinator_process(tmp) as address,
         CoordinatorClient(address) as client,
     ):
-        register_local(client, bootstrap, control, "local")
+        register(client)
+        print(f"engine: {args.engine} ({bootstrap})", flush=True)
         for n in counts:
             stream = f"scale{n}"
             client.create_stream(stream, n, cluster="local")

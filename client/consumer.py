@@ -281,6 +281,7 @@ class Consumer:
                     self._ledgers.pop(event.lease_id)
             if event.deadline_unix_ms:
                 ledger.revoke_deadline = event.deadline_unix_ms / 1000
+                self._fetch.touch()  # stop fetching it now
             else:
                 self._lose(ledger)
             log.info(
@@ -291,7 +292,7 @@ class Consumer:
                 ledger = self._ledgers.get(event.lease_id)
             if ledger is not None and event.state == pb.GENERATION_STATE_SEALED:
                 ledger.seal(event.end_offset)
-                self._fetch.wake()
+                self._fetch.touch()
 
     def _grant(self, grant: apb.Grant) -> None:
         p = grant.partition
@@ -442,8 +443,8 @@ class Consumer:
         for the next try when a call fails)."""
         pending: list[tuple[LeaseLedger, Outcomes, cpb.CommitRequest]] = []
         for ledger in ledgers:
-            if ledger.lost:
-                continue
+            if ledger.lost or not (ledger.dirty or ledger.pending):
+                continue  # an idle lease: nothing to look at
             taken = ledger.take_outcomes()
             if taken is not None:
                 out, oldest = taken

@@ -95,6 +95,11 @@ class _Link:
     parts: dict = field(default_factory=dict)  # tp: _Partition of the request in flight
     version: int = 0
     reserved: int = 0
+    built_at: int = -1  # the loop's change count when `wanted` and `body` below were built
+    wanted: dict = field(default_factory=dict)
+    body: bytes = b""  # the full-fetch request as last encoded (brokers without sessions)
+    synced_at: int = -1  # the change count whose partitions the broker's session holds as they are
+    sent_at: int = -1  # the change count the request in flight was built at
 
 
 @dataclass
@@ -102,6 +107,7 @@ class _Cluster:
     bootstrap: str
     config: ConnectionConfig
     brokers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    lost: bool = False  # it has partitions without a known leader
     next_metadata: float = 0.0
     backoff_s: float = METADATA_BACKOFF_S[0]
 
@@ -150,6 +156,12 @@ class FetchLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fetch-loop", daemon=True)
         self.requests = 0  # Fetch requests sent (for tests and metrics)
+        # Work proportional to what changed: requests are rebuilt only after a change (a partition joined,
+        # left, moved, read records, or its owner touched it); an idle round resends what it sent.
+        self._changes = 0
+        self._seen = -1
+        self._by_link: dict[tuple[str, int], list[_Partition]] = {}
+        self._retry_at = float("inf")  # the earliest end of a partition's backoff
 
     # -- control, from any thread
     def start(self) -> None:
@@ -174,6 +186,10 @@ class FetchLoop:
     def _do(self, fn: Callable[[], None]) -> None:
         self._control.put(fn)
         self.wake()
+
+    def touch(self) -> None:
+        """A partition's owner changed whether it is fetchable (revoked, sealed): rebuild the requests."""
+        self._do(lambda: None)
 
     def add(self, key: str, cluster: str, topic: str, partition: int, position: int, receiver: Receiver) -> None:
         """Read `topic`/`partition` of the cluster at `cluster` (its bootstrap list) from `position`
@@ -228,18 +244,24 @@ class FetchLoop:
                 self._control.get_nowait()()
             except queue.Empty:
                 break
+            self._changes += 1
         now = time.monotonic()
-        self._route(now)
-        by_link: dict[tuple[str, int], list[_Partition]] = {}
-        for p in self._parts.values():
-            if p.node >= 0 and p.not_before <= now:
-                by_link.setdefault((p.cluster, p.node), []).append(p)
-        for (cluster, node), parts in by_link.items():
-            if (cluster, node) not in self._links:
-                self._link(parts[0])
+        if now >= self._retry_at:
+            self._retry_at = float("inf")
+            self._changes += 1
+        if self._changes != self._seen or self._routing_due(now):
+            self._route(now)
+            by_link: dict[tuple[str, int], list[_Partition]] = {}
+            for p in self._parts.values():
+                if p.node >= 0 and p.not_before <= now:
+                    by_link.setdefault((p.cluster, p.node), []).append(p)
+            for (cluster, node), parts in by_link.items():
+                if (cluster, node) not in self._links:
+                    self._link(parts[0])
+            self._by_link, self._seen = by_link, self._changes
         for key, link in list(self._links.items()):
             if not link.in_flight:
-                self._send(link, by_link.get(key, []))
+                self._send(link, self._by_link.get(key, []))
         waiting = [link for link in self._links.values() if link.in_flight and link.conn is not None]
         timeout = 0.5 if waiting else 0.05 if self._parts else 0.5
         try:
@@ -257,12 +279,18 @@ class FetchLoop:
             link = next(x for x in waiting if x.conn is item)
             self._receive(link)
 
+    def _routing_due(self, now: float) -> bool:
+        """Whether a cluster with leaderless partitions may be asked for metadata again."""
+        return any(c.lost and now >= c.next_metadata for c in self._clusters.values())
+
     def _route(self, now: float) -> None:
         """Find the leader of every partition that has none, one Metadata request per cluster."""
         lost: dict[str, list[_Partition]] = {}
         for p in self._parts.values():
             if p.node < 0:
                 lost.setdefault(p.cluster, []).append(p)
+        for c in self._clusters.values():
+            c.lost = c.bootstrap in lost
         for bootstrap, parts in lost.items():
             cluster = self._cluster(bootstrap)
             if now < cluster.next_metadata:
@@ -285,6 +313,7 @@ class FetchLoop:
                 if meta is None or meta.leader < 0 or meta.leader not in cluster.brokers:
                     continue  # no leader now: asked again after the backoff
                 p.node, p.leader_epoch = meta.leader, meta.leader_epoch
+                self._changes += 1
 
     def _metadata(self, cluster: _Cluster, topics: list[str]):  # type: ignore[no-untyped-def]
         """Ask through a connection the worker has to that cluster, else a short-lived bootstrap one."""
@@ -349,6 +378,7 @@ class FetchLoop:
             if p.cluster == link.cluster and p.node == link.node:
                 p.node = -1
         self._links.pop((link.cluster, link.node), None)
+        self._changes += 1
 
     def _release(self, link: _Link) -> None:
         if link.reserved:
@@ -386,39 +416,56 @@ class FetchLoop:
         if not self._connect(link):
             return
         try:
-            unknown = [p for p in mine if p.position < 0 or p.reset]
-            if unknown:
-                self._positions(link, unknown)
-            oneoffs = {p.tp: p for p in mine if self._oneoffs.get(p.key)}
-            if oneoffs:
-                self._send_oneoff(link, oneoffs)
-                return
+            steady = link.built_at == self._changes
+            if not steady:
+                unknown = [p for p in mine if p.position < 0 or p.reset]
+                if unknown:
+                    self._positions(link, unknown)
+                    self._changes += 1
+                oneoffs = {p.tp: p for p in mine if self._oneoffs.get(p.key)}
+                if oneoffs:
+                    self._send_oneoff(link, oneoffs)
+                    return
             if not self.budget.has_room(self.max_decompressed + self.partition_max_bytes):
                 return  # paused: the handlers hold as many records (or bytes) as allowed
-            max_bytes = self.partition_max_bytes
-            wanted = {
-                p.tp: p.request(max_bytes)
-                for p in mine
-                if p.position >= 0 and not p.reset and p.receiver.fetchable()
-            }
+            if not steady:
+                max_bytes = self.partition_max_bytes
+                link.wanted = {
+                    p.tp: p.request(max_bytes)
+                    for p in mine
+                    if p.position >= 0 and not p.reset and p.receiver.fetchable()
+                }
+                link.parts = {p.tp: p for p in mine if p.tp in link.wanted}
+                link.built_at, link.body = self._changes, b""
+            wanted = link.wanted
             if not wanted and not link.session.incremental:
                 return
-            session_id, epoch, send, forget = link.session.next_request(wanted)
-            if link.version < fetch.SESSIONS_FROM:
-                session_id, epoch, send, forget = 0, fetch.NO_SESSION_EPOCH, wanted, []
+            if link.version < fetch.SESSIONS_FROM or not link.session.incremental:
+                session_id, epoch, send, forget = link.session.next_request(wanted)
+                if link.version < fetch.SESSIONS_FROM:
+                    session_id, epoch = 0, fetch.NO_SESSION_EPOCH
+            elif link.synced_at == self._changes:  # the broker's session holds exactly these: list nothing
+                session_id, epoch, send, forget = link.session.session_id, link.session.epoch, {}, []
+            else:
+                session_id, epoch, send, forget = link.session.next_request(wanted)
             if not send and not forget and not wanted:
                 return
-            body = fetch.encode(
-                link.version,
-                send,
-                max_wait_ms=self.max_wait_ms,
-                max_bytes=self.max_bytes,
-                read_committed=self.read_committed,
-                session_id=session_id,
-                session_epoch=epoch,
-                forgotten=forget,
-                rack=self._cluster(link.cluster).config.rack,
-            )
+            full = session_id == 0
+            if not (full and link.body):  # a full fetch of unchanged partitions is the same bytes again
+                link.body = fetch.encode(
+                    link.version,
+                    send,
+                    max_wait_ms=self.max_wait_ms,
+                    max_bytes=self.max_bytes,
+                    read_committed=self.read_committed,
+                    session_id=session_id,
+                    session_epoch=epoch,
+                    forgotten=forget,
+                    rack=self._cluster(link.cluster).config.rack,
+                )
+            body = link.body
+            if not full:
+                link.body = b""
             link.conn.send(fetch.KEY, link.version, body)  # type: ignore[union-attr]
         except StreamplaneError as err:
             log.info("fetch_loop.send_failed", broker=f"{link.host}:{link.port}", error=err.message)
@@ -426,7 +473,7 @@ class FetchLoop:
             return
         self.requests += 1
         link.in_flight, link.sent, link.forgotten = "session", send, forget
-        link.parts = {p.tp: p for p in mine if p.tp in wanted}
+        link.sent_at = link.built_at
 
     def _send_oneoff(self, link: _Link, parts: dict[fetch.TopicPartition, _Partition]) -> None:
         wanted = {
@@ -445,6 +492,7 @@ class FetchLoop:
         link.conn.send(fetch.KEY, link.version, body)  # type: ignore[union-attr]
         self.requests += 1
         link.in_flight, link.sent, link.forgotten, link.parts = "oneoff", wanted, [], parts
+        link.built_at = -1  # its cached request's partitions were replaced for this one-off read
 
     def _receive(self, link: _Link) -> None:
         kind, sent, parts = link.in_flight, link.sent, link.parts
@@ -457,6 +505,7 @@ class FetchLoop:
             return
         if kind == "session" and link.version >= fetch.SESSIONS_FROM:
             link.session.handled(response, sent, link.forgotten)
+            link.synced_at = link.sent_at if link.session.incremental and not response.error_code else -1
         if response.error_code:
             log.info("fetch_loop.fetch_error", broker=f"{link.host}:{link.port}", code=response.error_code)
             return
@@ -470,6 +519,7 @@ class FetchLoop:
                 self._deliver(p, got, sent.get(p.tp))
 
     def _error(self, p: _Partition, code: int, what: str) -> None:
+        self._changes += 1
         if code == codec.OFFSET_OUT_OF_RANGE:
             p.reset = True
             return
@@ -478,6 +528,7 @@ class FetchLoop:
             return
         if code in codec.RETRIABLE:
             p.not_before = time.monotonic() + p.backoff_s
+            self._retry_at = min(self._retry_at, p.not_before)
             p.backoff_s = min(2.0, p.backoff_s * 2)
             return
         err = KafkaProtocolError(f"{what} {p.topic}/{p.partition} failed with Kafka error {code}", code=code)
@@ -493,6 +544,7 @@ class FetchLoop:
             p.log_start = got.log_start_offset
         if got.preferred_read_replica >= 0 and got.preferred_read_replica != p.node:
             p.node = got.preferred_read_replica  # KIP-392: the broker names the nearest replica to read from
+            self._changes += 1
         position = asked.offset if asked is not None else p.position
         if position != p.position:
             return  # the partition was moved meanwhile: this data is for an old position
@@ -511,6 +563,8 @@ class FetchLoop:
                 max_decompressed=self.max_decompressed,
                 aborted=got.aborted if self.read_committed else None,
             )
+            if fetched.next_position != p.position:
+                self._changes += 1
             p.position = fetched.next_position
             used, count = p.receiver.received(fetched)
         finally:

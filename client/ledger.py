@@ -168,7 +168,8 @@ class LeaseLedger:
         self._fetched = 0
         self._rate_since = time.monotonic()
         self._reported: tuple[int, int] = (0, 0)  # (oldest pending ts, high watermark) last committed
-        self._dirty = False  # something happened since the last commit (an idle lease costs nothing)
+        self.dirty = False
+        """Something happened since the last commit (the committer skips a lease that is not, at no cost)."""
 
     # -- the lease's life
     def live(self, now_s: float) -> bool:
@@ -214,7 +215,7 @@ class LeaseLedger:
         their decoded bytes and record count."""
         before, after = fetched.position, fetched.next_position
         self.position = after
-        self._dirty = True
+        self.dirty = True
         if fetched.high_watermark >= 0:
             self.high_watermark = fetched.high_watermark
         rejects = [self._reject_entries(s.first_offset, s.next_offset, s.error.message) for s in fetched.skipped]
@@ -287,7 +288,7 @@ class LeaseLedger:
             if record and acked:
                 self._out.ranges.extend(runs(acked))
                 self._out.batch_acked += len(acked)
-                self._dirty = True
+                self.dirty = True
             if self._retrying:
                 self._retrying.difference_update(acked)
         if acked:
@@ -393,7 +394,7 @@ class LeaseLedger:
                     f"record {self.lease_id}@{msg.offset} is already {msg._outcome}; cannot {outcome[:-2]}"
                 )
             msg._outcome = outcome
-            self._dirty = True
+            self.dirty = True
             if self.pending.pop(msg.offset, None) is None or self.lost:
                 _release_all([msg])
                 return
@@ -423,7 +424,7 @@ class LeaseLedger:
         """The record's copy is in the dlq lane (or it had none to copy): mark it rejected in the next commit."""
         with self._lock:
             self._out.rejects.append(cpb.RejectEntry(offset=msg.offset, reason=reason[:1000], dlq=dlq))
-            self._dirty = True
+            self.dirty = True
 
     def ack_many(self, msgs: list[Message]) -> None:
         """Ack every still-pending record of `msgs` at once (the handler API's path)."""
@@ -437,7 +438,7 @@ class LeaseLedger:
                     if pending.pop(m._record.offset, None) is not None and record:
                         acked.append(m._record.offset)
                     released.append(m)
-            self._dirty = True
+            self.dirty = True
             if retrying:
                 retrying.difference_update(m._record.offset for m in released)
         _release_all(released)
@@ -454,16 +455,16 @@ class LeaseLedger:
                     released.append(m)
                     if record:
                         self._out.acked.append(o)
-            self._dirty = True
+            self.dirty = True
             self._retrying.difference_update(range(first, end))
         _release_all(released)
 
     # -- commits, from the committer
     def take_outcomes(self) -> tuple[Outcomes, int] | None:
         """What to commit now, with the oldest pending record's time; None when nothing changed."""
-        if not self._dirty and not self.pending:
+        if not self.dirty and not self.pending:
             return None
-        self._dirty = False
+        self.dirty = False
         oldest = self.oldest_pending_ts()
         with self._lock:
             if not self._out and (oldest, self.high_watermark) == self._reported:
@@ -480,7 +481,7 @@ class LeaseLedger:
             self._out.retries.extend(out.retries)
             self._out.rejects.extend(out.rejects)
             self._reported = (-1, -1)
-            self._dirty = True
+            self.dirty = True
 
     def committed(self, out: Outcomes, exhausted: list[int]) -> list[tuple[Message, str]]:
         """The coordinator recorded `out`: forget what it now keeps. Returns the records whose retries used
