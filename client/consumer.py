@@ -138,7 +138,7 @@ def _messages_to_arrow(msgs: list[Message]) -> Any:
             pa.array([first.generation] * n, pa.int32()),
             pa.array([first.partition] * n, pa.int32()),
             pa.array([m.offset for m in msgs], pa.int64()),
-            pa.array([m.timestamp * 1000 for m in msgs], pa.timestamp("us", tz="UTC")),
+            pa.array([m.timestamp for m in msgs], pa.timestamp("ms", tz="UTC")),
             pa.array([m.key for m in msgs], pa.binary()),
             pa.array([m.value for m in msgs], pa.binary()),
             pa.array([[{"key": k, "value": v} for k, v in m.headers] for m in msgs], header_type),

@@ -108,14 +108,16 @@ class Batch:
     def to_arrow(self) -> Any:
         """The records as a pyarrow.RecordBatch with their origin (stream, lane, generation, partition) and
         attempt columns."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         arrow = self.decoded.to_arrow().slice(self.lo, self.hi - self.lo)
         if len(self.offsets) != self.hi - self.lo:  # a previous holder finished some: leave them out
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
             arrow = arrow.filter(pc.is_in(arrow.column(0), value_set=pa.array(self.offsets, pa.int64())))
         x = self.ledger
-        return with_origin(arrow, x.stream, x.lane, x.generation, x.partition, attempt=self.attempt)
+        return with_origin(
+            arrow, x.stream, x.lane, x.generation, x.partition, attempt=self.attempt, micros=False, constants=x.columns
+        )
 
     def records(self, wanted: set[int]) -> list[Any]:
         return [r for r in self.decoded.records() if r.offset in wanted]
@@ -168,6 +170,7 @@ class LeaseLedger:
         self._fetched = 0
         self._rate_since = time.monotonic()
         self._reported: tuple[int, int] = (0, 0)  # (oldest pending ts, high watermark) last committed
+        self.columns: dict[str, Any] = {}  # the batch API's constant columns of this lease, cached
         self.dirty = False
         """Something happened since the last commit (the committer skips a lease that is not, at no cost)."""
 

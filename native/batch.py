@@ -109,6 +109,22 @@ def _utf8(keys: Any) -> Any:
         return pa.array([k.decode("utf-8", "replace") for k in keys.to_pylist()], pa.string())
 
 
+_CACHE: dict[str, Any] = {}
+
+
+def _header_type(pa: Any) -> Any:
+    if "type" not in _CACHE:
+        _CACHE["type"] = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    return _CACHE["type"]
+
+
+def _no_headers(pa: Any) -> Any:
+    """An empty header entries array (built once)."""
+    if "empty" not in _CACHE:
+        _CACHE["empty"] = pa.array([], _header_type(pa))
+    return _CACHE["empty"]
+
+
 class DecodedBatch:
     """The records decoded from one record set, as columns.
 
@@ -200,10 +216,14 @@ class DecodedBatch:
         keys = pa.Array.from_buffers(pa.binary(), n, [buf("key_valid"), buf("key_offsets"), buf("keys")])
         values = pa.Array.from_buffers(pa.binary(), n, [buf("value_valid"), buf("value_offsets"), buf("values")])
         h = c["header_count"]
-        hkeys = _utf8(pa.Array.from_buffers(pa.binary(), h, [None, buf("hkey_offsets"), buf("hkeys")]))
-        hvalues = pa.Array.from_buffers(pa.binary(), h, [buf("hvalue_valid"), buf("hvalue_offsets"), buf("hvalues")])
-        header_type = pa.struct([("key", pa.string()), ("value", pa.binary())])
-        entries = pa.StructArray.from_arrays([hkeys, hvalues], fields=list(header_type))
+        if h:
+            hkeys = _utf8(pa.Array.from_buffers(pa.binary(), h, [None, buf("hkey_offsets"), buf("hkeys")]))
+            hvalues = pa.Array.from_buffers(
+                pa.binary(), h, [buf("hvalue_valid"), buf("hvalue_offsets"), buf("hvalues")]
+            )
+            entries = pa.StructArray.from_arrays([hkeys, hvalues], fields=list(_header_type(pa)))
+        else:  # the common case: no headers at all
+            entries = _no_headers(pa)
         headers = pa.ListArray.from_arrays(
             pa.Array.from_buffers(pa.int32(), n + 1, [None, buf("header_offsets")]), entries
         )
@@ -213,21 +233,43 @@ class DecodedBatch:
 
 
 def with_origin(
-    batch: Any, stream: str, lane: str, generation: int, partition: int, *, headers: bool = True, attempt: int = 0
+    batch: Any,
+    stream: str,
+    lane: str,
+    generation: int,
+    partition: int,
+    *,
+    headers: bool = True,
+    attempt: int = 0,
+    micros: bool = True,
+    constants: dict[str, Any] | None = None,
 ) -> Any:
     """A decoded Arrow batch (`DecodedBatch.to_arrow`) with where its records come from in front: stream,
-    lane, generation, partition, then offset, timestamp (microseconds, as Spark wants), key, value, and
-    headers when asked; `attempt` (when > 0) adds an attempt column last."""
+    lane, generation, partition, then offset, timestamp (microseconds, as Spark wants, unless `micros` is
+    False), key, value, and headers when asked; `attempt` (when > 0) adds an attempt column last.
+    `constants`, a dict the caller keeps per origin, caches the constant columns between calls."""
     import pyarrow as pa
 
     n = batch.num_rows
+    cache = constants if constants is not None else {}
+    if cache.get("n", 0) < n:  # long enough for this batch and the next ones: sliced, never rebuilt
+        size = max(n, 4096)
+        cache.update(
+            n=size,
+            stream=pa.repeat(pa.scalar(stream, pa.string()), size),
+            lane=pa.repeat(pa.scalar(lane, pa.string()), size),
+            generation=pa.repeat(pa.scalar(generation, pa.int32()), size),
+            partition=pa.repeat(pa.scalar(partition, pa.int32()), size),
+        )
+        cache.pop("attempts", None)
+    ts = batch.column(1)
     columns = [
-        pa.repeat(pa.scalar(stream, pa.string()), n),
-        pa.repeat(pa.scalar(lane, pa.string()), n),
-        pa.repeat(pa.scalar(generation, pa.int32()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        cache["stream"].slice(0, n),
+        cache["lane"].slice(0, n),
+        cache["generation"].slice(0, n),
+        cache["partition"].slice(0, n),
         batch.column(0),
-        batch.column(1).cast(pa.timestamp("us", tz="UTC")),
+        ts.cast(pa.timestamp("us", tz="UTC")) if micros else ts,
         batch.column(2),
         batch.column(3),
     ]
@@ -236,6 +278,9 @@ def with_origin(
         columns.append(batch.column(4))
         names.append("headers")
     if attempt:
-        columns.append(pa.repeat(pa.scalar(attempt, pa.int32()), n))
+        attempts = cache.get("attempts")
+        if attempts is None or attempts[0] != attempt:
+            attempts = cache["attempts"] = (attempt, pa.repeat(pa.scalar(attempt, pa.int32()), cache["n"]))
+        columns.append(attempts[1].slice(0, n))
         names.append("attempt")
     return pa.RecordBatch.from_arrays(columns, names=names)

@@ -11,6 +11,7 @@
 #include <zlib.h>
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_d_stableOutBuffer: a parameter of the stable ABI since 1.4.0 */
 #include <zstd.h>
+#include <pthread.h>
 #include <zstd_errors.h>
 
 static int reserve_exact(sp_buf *b, size_t cap) {
@@ -68,13 +69,37 @@ static int do_gzip(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out,
     return rc;
 }
 
+/* One zstd context per thread, reused from batch to batch (creating one costs more than decoding a small
+ * batch), freed when the thread ends. */
+static pthread_key_t zstd_key;
+static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
+
+static void zstd_free_context(void *d) { ZSTD_freeDCtx((ZSTD_DCtx *)d); }
+
+static void zstd_make_key(void) { pthread_key_create(&zstd_key, zstd_free_context); }
+
+static ZSTD_DCtx *zstd_context(void) {
+    pthread_once(&zstd_once, zstd_make_key);
+    ZSTD_DCtx *d = pthread_getspecific(zstd_key);
+    if (d) {
+        ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
+        return d;
+    }
+    d = ZSTD_createDCtx();
+    if (d && pthread_setspecific(zstd_key, d) != 0) {
+        ZSTD_freeDCtx(d);
+        return NULL;
+    }
+    return d;
+}
+
 static int do_zstd(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
     unsigned long long declared = ZSTD_getFrameContentSize(src, srclen);
     if (declared != ZSTD_CONTENTSIZE_ERROR && declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > limit) {
         snprintf(msg, msglen, "declares %llu decompressed bytes, past the limit of %zu bytes", declared, limit);
         return SP_ERR_LIMIT;
     }
-    ZSTD_DCtx *d = ZSTD_createDCtx();
+    ZSTD_DCtx *d = zstd_context();
     if (!d) FAIL(SP_ERR_NOMEM, "zstd could not start");
     /* Our output buffer is the window: zstd allocates none of its own, so memory stays within the limit
      * whatever window a frame declares (librdkafka declares 2 MiB for small batches when it does not know
@@ -111,8 +136,7 @@ static int do_zstd(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out,
         }
     }
     out->len = o.pos;
-    ZSTD_freeDCtx(d);
-    return rc;
+    return rc; /* the context stays with this thread for its next batch */
 }
 
 static int do_lz4(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
