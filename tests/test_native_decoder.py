@@ -79,6 +79,20 @@ def test_every_codec_round_trips_keys_nulls_headers_and_varint_edges(impl: str, 
     assert info.decompressed_size >= info.compressed_size if codec == "none" else info.decompressed_size > 0
 
 
+@pytest.mark.parametrize("first", [16, 15, 17, 32])
+def test_a_first_batch_that_fills_the_column_buffers_exactly(impl: str, first: int) -> None:
+    """Seen against a real broker: a first batch of 16 records made the offset columns (4 bytes each, plus
+    their leading zero) one entry longer than reserved; the C core wrote past them (the sanitized run of
+    the fuzz corpus holds that input)."""
+    raw = build_batch([Rec(key=b"k%d" % i, value=b"v" * 70) for i in range(first)], codec=ZSTD)
+    raw += build_batch([Rec(value=b"w%d" % i) for i in range(83)], base_offset=first, codec=ZSTD)
+    batch = decode(raw, impl=impl)
+    records = list(batch.records())
+    assert [r.offset for r in records] == list(range(first + 83))
+    assert records[first - 1].key == b"k%d" % (first - 1) and records[-1].value == b"w82"
+    assert batch.to_arrow().column("offset").to_pylist() == list(range(first + 83))
+
+
 def test_snappy_with_java_xerial_framing(impl: str) -> None:
     """Java producers frame snappy as xerial: a 16-byte header, then [int32 length][raw snappy] blocks."""
     import cramjam

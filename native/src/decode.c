@@ -165,9 +165,11 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
                     (long long)b->base_offset, n, len);
     if (ctx->emit) {
         size_t k = (size_t)n;
+        /* + 4: the offset columns start with a zero, written with the call's first record (the first batch
+         * whose record count fills a power of two exactly overflowed by that one entry) */
         if (buf_reserve(&r->offsets, k * 8) || buf_reserve(&r->timestamps, k * 8) ||
-            buf_reserve(&r->key_offsets, k * 4) || buf_reserve(&r->value_offsets, k * 4) ||
-            buf_reserve(&r->header_offsets, k * 4) || buf_reserve(&r->keys, len) || buf_reserve(&r->values, len))
+            buf_reserve(&r->key_offsets, k * 4 + 4) || buf_reserve(&r->value_offsets, k * 4 + 4) ||
+            buf_reserve(&r->header_offsets, k * 4 + 4) || buf_reserve(&r->keys, len) || buf_reserve(&r->values, len))
             return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
     }
     for (int32_t i = 0; i < n; i++) {
