@@ -589,7 +589,8 @@ class Consumer:
         def handle(item: list[Message]) -> None:
             ledger = item[0]._reader
             for msg in item:
-                if not ledger.live(time.time()):  # lost, or past its revoke deadline: hand nothing more out
+                # lost, or past its revoke deadline: hand nothing more out (ledger.live, inlined: per record)
+                if ledger.lost or (ledger.revoke_deadline and time.time() >= ledger.revoke_deadline):
                     for rest in item:
                         if rest._outcome is PENDING:
                             ledger.forget(rest)
