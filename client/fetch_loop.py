@@ -124,8 +124,7 @@ class FetchLoop:
         max_decompressed: the decoder's limit per batch and per partition of a response.
         partition_max_bytes: how much one Fetch asks per partition; max_bytes: per response.
         read_committed: drop records of aborted transactions and stop at the last stable offset.
-        config: TLS, SASL, rack and client id of every connection, by cluster bootstrap list (`configs`) or
-            for all (`default_config`).
+        default_config: TLS, SASL, rack and client id of every connection.
     """
 
     def __init__(
@@ -209,10 +208,6 @@ class FetchLoop:
         """Read the partition once from `offset` (without moving its position); `callback(fetched, error)` is
         called on the loop's thread."""
         self._do(lambda: self._oneoffs.setdefault(key, []).append((offset, callback)))
-
-    def configure(self, cluster: str, config: ConnectionConfig) -> None:
-        """Connection settings for one cluster (before its first partition is added)."""
-        self._do(lambda: self._clusters.setdefault(cluster, _Cluster(cluster, config)))
 
     @property
     def connections(self) -> int:
@@ -556,13 +551,7 @@ class FetchLoop:
             return  # no room now: read again once handlers free some
         used = count = 0
         try:
-            fetched = decode_records(
-                got.records,
-                position,
-                got.high_watermark,
-                max_decompressed=self.max_decompressed,
-                aborted=got.aborted if self.read_committed else None,
-            )
+            fetched = self._decode(got, position)
             if fetched.next_position != p.position:
                 self._changes += 1
             p.position = fetched.next_position
@@ -570,6 +559,15 @@ class FetchLoop:
         finally:
             if len(got.records):
                 self.budget.settle(reserve, used, count)
+
+    def _decode(self, got: fetch.FetchedPartition, position: int) -> Fetched:
+        return decode_records(
+            got.records,
+            position,
+            got.high_watermark,
+            max_decompressed=self.max_decompressed,
+            aborted=got.aborted if self.read_committed else None,
+        )
 
     def _deliver_oneoff(self, p: _Partition, got: fetch.FetchedPartition, offset: int) -> None:
         pending = self._oneoffs.pop(p.key, [])
@@ -582,12 +580,6 @@ class FetchLoop:
             for _, cb in now_due:
                 cb(None, err)
             return
-        fetched = decode_records(
-            got.records,
-            offset,
-            got.high_watermark,
-            max_decompressed=self.max_decompressed,
-            aborted=got.aborted if self.read_committed else None,
-        )
+        fetched = self._decode(got, offset)
         for _, cb in now_due:
             cb(fetched, None)

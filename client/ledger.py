@@ -446,22 +446,6 @@ class LeaseLedger:
                 retrying.difference_update(m._record.offset for m in released)
         _release_all(released)
 
-    def ack_offsets(self, first: int, end: int) -> None:
-        """Ack the pending records in [first, end) (the batch API's path)."""
-        released: list[Message] = []
-        with self._lock:
-            record = not self.lost
-            for o in range(first, end):
-                m = self.pending.pop(o, None)
-                if m is not None and m._outcome is PENDING:
-                    m._outcome = ACKED
-                    released.append(m)
-                    if record:
-                        self._out.acked.append(o)
-            self.dirty = True
-            self._retrying.difference_update(range(first, end))
-        _release_all(released)
-
     # -- commits, from the committer
     def take_outcomes(self) -> tuple[Outcomes, int] | None:
         """What to commit now, with the oldest pending record's time; None when nothing changed."""
