@@ -54,9 +54,7 @@ def main() -> None:
     else:
         from confluent_kafka import Consumer as KafkaConsumer
 
-        c = KafkaConsumer(
-            {"bootstrap.servers": target, "group.id": group, "auto.offset.reset": "earliest"}
-        )
+        c = KafkaConsumer({"bootstrap.servers": target, "group.id": group, "auto.offset.reset": "earliest"})
         c.subscribe([name])
         while not stop.is_set():
             if kind == "confluent-consume":

@@ -123,7 +123,16 @@ def wait_granted(client: CoordinatorClient, group: str, n: int) -> None:
 
 
 def produce(bootstrap: str, topic: str, partitions: int, records: int) -> None:
-    producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 50, "compression.type": "zstd"})
+    # a queue that holds every record, so writing never waits on a broker still creating 1,000s of logs
+    producer = KafkaProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 200,
+            "acks": 1,
+            "compression.type": "zstd",
+            "queue.buffering.max.messages": records,
+        }
+    )
     value = b'{"level":"info","msg":"request served","status":200,"bytes":5120}'
     for i in range(records):
         while True:

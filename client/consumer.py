@@ -198,6 +198,8 @@ class Consumer:
         self._check_subscription()
         self._ledgers: dict[str, LeaseLedger] = {}
         self._ledgers_lock = threading.Lock()
+        self.active: set[LeaseLedger] = set()
+        """Leases the committer looks at: those that read, ended records or are revoking since it last did."""
         self._work: queue.Queue[Any] = queue.Queue()
         self._closed = threading.Event()
         self._fatal: StreamplaneError | None = None
@@ -280,7 +282,7 @@ class Consumer:
                 if not event.deadline_unix_ms:
                     self._ledgers.pop(event.lease_id)
             if event.deadline_unix_ms:
-                ledger.revoke_deadline = event.deadline_unix_ms / 1000
+                ledger.revoking(event.deadline_unix_ms / 1000)
                 self._fetch.touch()  # stop fetching it now
             else:
                 self._lose(ledger)
@@ -405,6 +407,9 @@ class Consumer:
             ledger.stream, msg.value, key=msg.key, lane="dlq", headers=headers, on_delivery=stored
         )
 
+    def changed(self, ledger: LeaseLedger) -> None:
+        self.active.add(ledger)
+
     def _dlq_producer(self) -> Producer:
         with self._dlq_lock:
             if self._dlq is None:
@@ -415,13 +420,20 @@ class Consumer:
     def _commit_loop(self) -> None:
         next_load = next_retries = 0.0
         while not self._closed.wait(self.commit_interval_s):
-            with self._ledgers_lock:
-                ledgers = list(self._ledgers.values())
-            done_revoking = self._revokes_done(ledgers)
-            self.commit(ledgers)
+            active = list(self.active)  # the leases that read, ended records or are revoking: idle ones cost nothing
+            done_revoking = self._revokes_done(active)
+            self.commit(active)
             for ledger in done_revoking:
                 self._release(ledger)
+            for ledger in active:
+                if ledger.lost or ledger.quiet:
+                    self.active.discard(ledger)
+                    if not ledger.lost and not ledger.quiet:  # it read again meanwhile: keep it
+                        self.active.add(ledger)
             now = time.monotonic()
+            if now >= next_retries or now >= next_load:
+                with self._ledgers_lock:
+                    ledgers = list(self._ledgers.values())
             if now >= next_retries:
                 next_retries = now + RETRY_CHECK_S
                 self._due_retries([x for x in ledgers if x.may_have_retries and not x.lost])

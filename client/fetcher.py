@@ -20,7 +20,6 @@ from streamplane.native import DEFAULT_MAX_DECOMPRESSED, DecodedBatch, decode
 log = structlog.get_logger(__name__)
 
 
-
 @dataclass(frozen=True)
 class Skipped:
     """A batch the fetcher stepped over: [first_offset, next_offset) with the reason (a DecodeError)."""

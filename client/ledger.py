@@ -39,11 +39,14 @@ class _Off:
 
 
 class LedgerOwner(Protocol):
-    """What a ledger needs from its consumer: the retry default and the dlq copy of a rejected record."""
+    """What a ledger needs from its consumer: the retry default, the dlq copy of a rejected record, and to be
+    told when it has something to commit (so the committer never scans idle leases)."""
 
     retry_backoff_s: float
 
     def send_to_dlq(self, ledger: LeaseLedger, msg: Message, reason: str) -> None: ...
+
+    def changed(self, ledger: LeaseLedger) -> None: ...
 
 
 @dataclass
@@ -174,7 +177,16 @@ class LeaseLedger:
         self.dirty = False
         """Something happened since the last commit (the committer skips a lease that is not, at no cost)."""
 
+    def _changed(self) -> None:
+        self.dirty = True
+        self.owner.changed(self)
+
     # -- the lease's life
+    def revoking(self, deadline_s: float) -> None:
+        """The lease moves to another worker: nothing more is fetched; what is in flight may end until then."""
+        self.revoke_deadline = deadline_s
+        self.owner.changed(self)
+
     def live(self, now_s: float) -> bool:
         """Records of this lease may still be handed to the application."""
         return not self.lost and (not self.revoke_deadline or now_s < self.revoke_deadline)
@@ -190,6 +202,12 @@ class LeaseLedger:
     def skip_done(self, done: list[tuple[int, int]]) -> None:
         """Offsets above the start a previous holder finished: not handed out again."""
         self._done_above = sorted((s, e) for s, e in done if e > self.lease.start_offset)
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing to commit, nothing in flight, not being revoked: the committer leaves this lease alone
+        until it reads again."""
+        return not self.dirty and not self.pending and not self._waiting and not self.revoke_deadline
 
     @property
     def busy(self) -> bool:
@@ -218,7 +236,7 @@ class LeaseLedger:
         their decoded bytes and record count."""
         before, after = fetched.position, fetched.next_position
         self.position = after
-        self.dirty = True
+        self._changed()
         if fetched.high_watermark >= 0:
             self.high_watermark = fetched.high_watermark
         rejects = [self._reject_entries(s.first_offset, s.next_offset, s.error.message) for s in fetched.skipped]
@@ -291,7 +309,7 @@ class LeaseLedger:
             if record and acked:
                 self._out.ranges.extend(runs(acked))
                 self._out.batch_acked += len(acked)
-                self.dirty = True
+                self._changed()
             if self._retrying:
                 self._retrying.difference_update(acked)
         if acked:
@@ -383,6 +401,8 @@ class LeaseLedger:
             for m in found + [m for m, _ in exhausted]:
                 self.pending[m.offset] = m
             self._retrying.update(m.offset for m in found)
+        if found or exhausted:
+            self.owner.changed(self)
         for m, error in exhausted:
             self.finish(m, REJECTED, error=f"{GAVE_UP}: {error}")
         return found, exhausted
@@ -397,7 +417,7 @@ class LeaseLedger:
                     f"record {self.lease_id}@{msg.offset} is already {msg._outcome}; cannot {outcome[:-2]}"
                 )
             msg._outcome = outcome
-            self.dirty = True
+            self._changed()
             if self.pending.pop(msg.offset, None) is None or self.lost:
                 _release_all([msg])
                 return
@@ -427,7 +447,7 @@ class LeaseLedger:
         """The record's copy is in the dlq lane (or it had none to copy): mark it rejected in the next commit."""
         with self._lock:
             self._out.rejects.append(cpb.RejectEntry(offset=msg.offset, reason=reason[:1000], dlq=dlq))
-            self.dirty = True
+            self._changed()
 
     def ack_many(self, msgs: list[Message]) -> None:
         """Ack every still-pending record of `msgs` at once (the handler API's path)."""
@@ -441,7 +461,7 @@ class LeaseLedger:
                     if pending.pop(m._record.offset, None) is not None and record:
                         acked.append(m._record.offset)
                     released.append(m)
-            self.dirty = True
+            self._changed()
             if retrying:
                 retrying.difference_update(m._record.offset for m in released)
         _release_all(released)
@@ -468,7 +488,7 @@ class LeaseLedger:
             self._out.retries.extend(out.retries)
             self._out.rejects.extend(out.rejects)
             self._reported = (-1, -1)
-            self.dirty = True
+            self._changed()
 
     def committed(self, out: Outcomes, exhausted: list[int]) -> list[tuple[Message, str]]:
         """The coordinator recorded `out`: forget what it now keeps. Returns the records whose retries used

@@ -37,7 +37,8 @@ class AssignerConfig:
     revoke_ms: int = 1000
     """How long a holder has to hand back a lease that moves to another worker."""
     loop_ms: int = 50
-    """How often the leader expires sessions and looks for assignment work."""
+    """The shortest pause between passes of the assignment loop. It sleeps until the next session expiry,
+    revoke deadline or load check is due (or a group changes), not a fixed beat: an idle fleet costs nothing."""
     rebalance_ms: int = 500
     """How often the leader recomputes an unchanged group (new load figures, topology changes)."""
     threshold: float = 0.1
@@ -274,29 +275,34 @@ class Assigner:
         while not self._stop.is_set():
             # Wake at once on any group change (a join, a leave, a release), else every loop_ms.
             wake = self.db.transact(lambda tr: tr.watch(keys.ASSIGNER_WAKE))
+            due_ms = now_ms() + cfg.loop_ms
             try:
-                self.run_once()
+                due_ms = self.run_once()
             except StreamplaneError as err:
                 log.warning("assigner.pass_failed", error=err.message)
             except Exception:
                 log.exception("assigner.pass_crashed")
-            wake.wait(cfg.loop_ms / 1000)
+            wake.wait(max(cfg.loop_ms, due_ms - now_ms()) / 1000)
             wake.cancel()
 
-    def run_once(self) -> None:
-        """One pass of the loop: renew leadership; if leader, expire sessions and rebalance groups that need it."""
+    def run_once(self) -> int:
+        """One pass of the loop: renew leadership; if leader, expire sessions and rebalance groups that need it.
+        Returns when the next pass is due (ms since the epoch), unless a group changes first."""
         cfg = self.config
         now = now_ms()
         if now >= self._renew_at or not self.is_leader:
             self.is_leader = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
             self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
         if not self.is_leader:
-            return
+            return now + cfg.rebalance_ms  # a standby: try again soon enough to take over after the leader's TTL
+        due = self._renew_at
+        # loads and topology events do not wake the loop: each group with members looks again every rebalance_ms
+        poll = now + cfg.rebalance_ms
         for group in leases.read_groups(self.db):
 
-            def step(tr: Transaction, group: str = group) -> leases.Applied | None:
+            def step(tr: Transaction, group: str = group) -> tuple[int, leases.Applied | None]:
                 leadership.ensure(tr, self.replica_id, now)
-                leases.expire(tr, group, now)
+                next_expiry = leases.expire(tr, group, now)
                 version = _counter(tr, keys.group_version_key(group))
                 loads = (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD))
                 last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
@@ -305,10 +311,15 @@ class Assigner:
                 # rebalance_ms) new loads or topology events (a failover's new generation)
                 fresh_loads = loads != last_loads and time.monotonic() - last_time >= cfg.rebalance_ms / 1000
                 if version == last_version and not due and not fresh_loads:
-                    return None
-                return leases.apply_assignment(tr, group, now_ms=now, revoke_ms=cfg.revoke_ms, threshold=cfg.threshold)
+                    return next_expiry, None
+                applied = leases.apply_assignment(
+                    tr, group, now_ms=now, revoke_ms=cfg.revoke_ms, threshold=cfg.threshold
+                )
+                return next_expiry, applied
 
-            applied = self.db.transact(step)
+            next_expiry, applied = self.db.transact(step)
+            if next_expiry:
+                due = min(due, next_expiry, poll)
             if applied is not None:
                 version, loads = self.db.transact(
                     lambda tr, g=group: (
@@ -317,3 +328,7 @@ class Assigner:
                     )
                 )
                 self._last_pass[group] = (version, time.monotonic(), applied.next_deadline_ms, loads)
+            deadline = self._last_pass.get(group, (0, 0.0, 0, ()))[2]
+            if deadline:
+                due = min(due, deadline)
+        return due

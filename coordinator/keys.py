@@ -7,6 +7,8 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "stream", name)                     -> Stream header {name}
     ("streamplane", "lane", stream, lane)               -> Lane header {name, priority}
     ("streamplane", "gen", stream, lane, number)        -> Generation
+    ("streamplane", "unsettled", stream, lane, number)  -> b"": index of the generations draining or sealed
+                                                           (the sealer's work: it never scans every generation)
     ("streamplane", "event", Versionstamp)              -> Event {type, time_ms, actor, data}
     ("streamplane", "event_head")                       -> 8-byte little-endian count of events (a watch key)
     ("streamplane", "group", group)                     -> Group {name}: groups the assignment loop serves
@@ -33,6 +35,7 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "producer", producer_id)           -> ProducerSession {topology_version, in_flight, alive_until_ms}
     ("streamplane", "seal_wait", stream, lane, generation)
                                                         -> event version producers must route by before a seal
+    ("streamplane", "unsettled_indexed")                -> b"1" once the unsettled index covers older stores
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ CLUSTERS = ROOT["cluster"]
 STREAMS = ROOT["stream"]
 LANES = ROOT["lane"]
 GENERATIONS = ROOT["gen"]
+UNSETTLED = ROOT["unsettled"]
+UNSETTLED_INDEXED = ROOT.pack(("unsettled_indexed",))
 EVENTS = ROOT["event"]
 EVENT_HEAD = ROOT.pack(("event_head",))
 GROUPS = ROOT["group"]

@@ -345,13 +345,15 @@ def leave(tr: Transaction, group: str, worker_id: str, session_id: str, reason: 
 
 
 @transactional
-def expire(tr: Transaction, group: str, now_ms: int) -> list[str]:
-    """End every session past its TTL; return their worker ids."""
+def expire(tr: Transaction, group: str, now_ms: int) -> int:
+    """End every session past its TTL; return when the next live one would expire (0: none left). Heartbeats
+    only move that time later, and a new member wakes the loop, so nothing can expire sooner."""
     ev = _Events(tr, "assigner")
-    gone = [m for m in read_members(tr, group).values() if m.alive_until_ms <= now_ms]
-    for member in gone:
-        _leave(tr, group, member, "no heartbeat within the session TTL", ev)
-    return [m.worker_id for m in gone]
+    members = read_members(tr, group).values()
+    for member in members:
+        if member.alive_until_ms <= now_ms:
+            _leave(tr, group, member, "no heartbeat within the session TTL", ev)
+    return min((m.alive_until_ms for m in members if m.alive_until_ms > now_ms), default=0)
 
 
 @transactional

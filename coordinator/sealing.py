@@ -26,7 +26,7 @@ from streamplane.coordinator.assigner import now_ms as clock
 from streamplane.coordinator.cluster_admin import ClusterAdmin
 from streamplane.coordinator.model import DRAINED, DRAINING, SEALED, Generation
 from streamplane.coordinator.store import Database, Transaction, transactional
-from streamplane.coordinator.topology import get_cluster
+from streamplane.coordinator.topology import get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
 from streamplane.names import check_lane_name, check_object_name
 
@@ -132,13 +132,27 @@ def _expire_producers(tr: Transaction, now_ms: int) -> list[ProducerSession]:
 # -- generations -------------------------------------------------------------------------------------------
 
 
-def _generations_in(tr: Transaction, *states: str) -> list[tuple[str, str, Generation]]:
+def _index_unsettled(tr: Transaction) -> None:
+    """Build the index of unsettled generations once, for a store written before the index existed."""
+    if tr.get(keys.UNSETTLED_INDEXED) is not None:
+        return
     r = keys.GENERATIONS.range()
-    found = []
     for key, raw in tr.get_range(r.start, r.stop):
         gen = Generation.from_json(raw)
-        if gen.state in states:
-            stream, lane, _ = keys.GENERATIONS.unpack(key)
+        if gen.state in (DRAINING, SEALED):
+            tr.set(keys.UNSETTLED.pack(keys.GENERATIONS.unpack(key)), b"")
+    tr.set(keys.UNSETTLED_INDEXED, b"1")
+
+
+def _generations_in(tr: Transaction, state: str) -> list[tuple[str, str, Generation]]:
+    """Unsettled generations in `state`, through the index: the cost is the sealer's work, not the fleet's size."""
+    r = keys.UNSETTLED.range()
+    found = []
+    for key, _ in tr.get_range(r.start, r.stop):
+        stream, lane, number = keys.UNSETTLED.unpack(key)
+        raw = tr.get(keys.generation_key(stream, lane, number))
+        gen = Generation.from_json(raw) if raw is not None else None
+        if gen is not None and gen.state == state:
             found.append((stream, lane, gen))
     return found
 
@@ -154,10 +168,15 @@ class SealPlan:
 @transactional
 def plan_seals(tr: Transaction, now_ms: int) -> list[SealPlan]:
     """Draining generations no live producer can write to any more. Records, the first time it sees a draining
-    generation, the event version every producer must route by before it can be sealed."""
+    generation, the event version every producer must route by before it can be sealed. With nothing draining,
+    it reads nothing else (expired producer sessions wait until they could matter)."""
+    _index_unsettled(tr)
+    draining = _generations_in(tr, DRAINING)
+    if not draining:
+        return []
     live = _expire_producers(tr, now_ms)
     plans = []
-    for stream, lane, gen in _generations_in(tr, DRAINING):
+    for stream, lane, gen in draining:
         ref = (stream, lane, gen.number)
         raw = tr.get(_seal_wait_key(ref))
         if raw is None:
@@ -183,7 +202,7 @@ def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms
     if wait is None or any(p.holds_back(ref, wait.decode()) for p in live):
         return None
     sealed = replace(plan.generation, state=SEALED, end_offsets=end_offsets)
-    tr.set(key, sealed.to_json())
+    write_generation(tr, plan.stream, plan.lane, sealed)
     tr.clear(_seal_wait_key(ref))
     events.append_event(
         tr,
@@ -221,7 +240,7 @@ def mark_drained(tr: Transaction) -> list[tuple[str, str, Generation, list[str]]
         if not finished:
             continue
         drained = replace(gen, state=DRAINED)
-        tr.set(keys.generation_key(stream, lane, gen.number), drained.to_json())
+        write_generation(tr, stream, lane, drained)
         events.append_event(
             tr,
             "generation_drained",

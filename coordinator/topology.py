@@ -20,6 +20,7 @@ from streamplane.coordinator.model import (
     ADMIN_LOCAL,
     DEFAULT_LANES,
     DRAINING,
+    SEALED,
     Cluster,
     Event,
     Generation,
@@ -130,10 +131,20 @@ def _pick_cluster(clusters: list[Cluster]) -> Cluster:
 # -- writes (each one transaction: event + state) -------------------------------------------------------------
 
 
+def write_generation(tr: Transaction, stream: str, lane: str, gen: Generation) -> None:
+    """Store a generation, keeping the index of unsettled ones (draining or sealed: the sealer's work)."""
+    tr.set(keys.generation_key(stream, lane, gen.number), gen.to_json())
+    marker = keys.UNSETTLED.pack((stream, lane, gen.number))
+    if gen.state in (DRAINING, SEALED):
+        tr.set(marker, b"")
+    else:
+        tr.clear(marker)
+
+
 def _write_lane(tr: Transaction, stream: str, lane: Lane) -> None:
     tr.set(keys.lane_key(stream, lane.name), Lane(lane.name, lane.priority).to_json())
     for gen in lane.generations:
-        tr.set(keys.generation_key(stream, lane.name, gen.number), gen.to_json())
+        write_generation(tr, stream, lane.name, gen)
 
 
 @dataclass(frozen=True)
@@ -292,8 +303,8 @@ class Topology:
             if planned != nxt:
                 raise FailedPreconditionError(f"lane {stream}/{lane} changed during the failover; retry it")
             draining = replace(prev_now, state=DRAINING)
-            tr.set(keys.generation_key(stream, lane, draining.number), draining.to_json())
-            tr.set(keys.generation_key(stream, lane, nxt.number), nxt.to_json())
+            write_generation(tr, stream, lane, draining)
+            write_generation(tr, stream, lane, nxt)
             events.append_event(
                 tr,
                 "failed_over",

@@ -123,6 +123,7 @@ def _busy_worker(address: str, bootstrap: str, control) -> None:  # type: ignore
 
         good = {v for v in old + new if not v.startswith(b"poison-")}
         wait_until(lambda: good <= set(seen), timeout=120, what=lambda: f"{len(good - set(seen))} not processed")
+
         def behind() -> str:
             with CoordinatorClient(address) as client:
                 lag = client.lag("fleet-busy-g")

@@ -27,6 +27,9 @@ class Owner:
         self.dlq.append((msg.offset, reason))
         ledger.rejected(msg, reason, None)
 
+    def changed(self, ledger: LeaseLedger) -> None:
+        pass
+
 
 def ledger(budget: Budget, owner: Owner, end_offset: int = -1) -> LeaseLedger:
     info = LeaseInfo("s/realtime/g1/p0", 1, "s", "realtime", 1, 0, "t", "b", 0, end_offset)

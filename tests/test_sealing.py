@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from streamplane.client import CoordinatorClient, Producer
-from streamplane.coordinator import server
+from streamplane.coordinator import keys, server
 from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.sealing import SealingConfig
+from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
+from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology import Topology
 from streamplane.errors import InvalidArgumentError
 from streamplane.v1 import topology_pb2 as pb
 from tests.helpers import register_local_clusters, wait_until
@@ -92,3 +94,29 @@ def test_bad_producer_heartbeats_are_refused_by_name(address: str) -> None:
             client.producer_heartbeat("p", "xyz", [])
         with pytest.raises(InvalidArgumentError, match=r"in_flight\.generation"):
             client.producer_heartbeat("p", "", [("s", "realtime", 0)])
+
+
+def test_a_store_written_before_the_unsettled_index_still_gets_its_draining_generations_sealed(
+    tmp_path: Path, local_cluster
+) -> None:
+    bootstrap, control = local_cluster
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    topology = Topology(db, RoutingAdmin())
+    for name in ("east", "west"):
+        topology.register_cluster(Cluster(name, bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
+    topology.create_stream("legacy", 1, "east")
+    topology.failover("legacy", "realtime", "west", reason="test")
+
+    def forget_index(tr) -> None:  # what a store written by an older coordinator looks like
+        r = keys.UNSETTLED.range()
+        tr.clear_range(r.start, r.stop)
+        tr.clear(keys.UNSETTLED_INDEXED)
+
+    db.transact(forget_index)
+    sealer = Sealer(db, RoutingAdmin(), is_leader=lambda: True)
+    now = int(time.time() * 1000)
+    sealer.run_once(now)  # first sight of the draining generation: records what producers must reach
+    sealer.run_once(now)
+    lane = next(x for x in topology.get_stream("legacy").lanes if x.name == "realtime")
+    assert [g.state for g in lane.generations] == ["sealed", "active"]
+    db.close()

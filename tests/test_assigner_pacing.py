@@ -1,0 +1,60 @@
+"""The assignment loop's pace: it sleeps until something is due (a session expiry, a revoke deadline, the next
+load check, leadership renewal), so an idle fleet costs the coordinator almost nothing; a change wakes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamplane.coordinator.assigner import Assigner, AssignerConfig, now_ms
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.leases import Subscription
+from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology import Topology
+
+CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500)
+
+
+def test_with_no_group_the_next_pass_is_the_leadership_renewal(tmp_path: Path) -> None:
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    assigner = Assigner(db, CONFIG, replica_id="a")
+    before = now_ms()
+    due = assigner.run_once()
+    assert assigner.is_leader
+    assert before + CONFIG.ttl_ms // 3 <= due <= now_ms() + CONFIG.ttl_ms // 3
+    db.close()
+
+
+def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_its_expiry(
+    tmp_path: Path, local_cluster
+) -> None:
+    bootstrap, control = local_cluster
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    topology = Topology(db, RoutingAdmin())
+    topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
+    topology.create_stream("paced", 2, "c")
+    assigner = Assigner(db, CONFIG, replica_id="a")
+    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    assigner.run_once()  # grants both leases
+    before = now_ms()
+    due = assigner.run_once()
+    # not the 50 ms beat: the next load check, well before the session could expire
+    assert before + CONFIG.rebalance_ms <= due <= now_ms() + CONFIG.rebalance_ms
+
+    short = Assigner(db, AssignerConfig(ttl_ms=3000, rebalance_ms=10_000), replica_id="a")
+    short.is_leader, short._renew_at = True, now_ms() + 10_000
+    members = short.describe("g")[0]
+    due = short.run_once()
+    assert due == members["w1"].alive_until_ms, "the loop wakes when the member's session would expire"
+    db.close()
+
+
+def test_a_standby_replica_checks_for_a_dead_leader_every_rebalance_interval(tmp_path: Path) -> None:
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    Assigner(db, CONFIG, replica_id="a").run_once()
+    standby = Assigner(db, CONFIG, replica_id="b")
+    before = now_ms()
+    due = standby.run_once()
+    assert not standby.is_leader
+    assert before + CONFIG.rebalance_ms <= due <= now_ms() + CONFIG.rebalance_ms
+    db.close()
