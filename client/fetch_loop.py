@@ -504,10 +504,21 @@ class FetchLoop:
         if response.error_code:
             log.info("fetch_loop.fetch_error", broker=f"{link.host}:{link.port}", code=response.error_code)
             return
+        mine = self._parts
         for got in response.partitions:
             p = parts.get((got.topic, got.partition))
-            if p is None or self._parts.get(p.key) is not p:
+            if p is None or mine.get(p.key) is not p:
                 continue  # left the loop while its fetch was in flight
+            if (
+                not got.records
+                and got.high_watermark == p.high_watermark
+                and got.log_start_offset == p.log_start
+                and kind != "oneoff"
+                and not got.error_code
+                and got.preferred_read_replica < 0
+            ):
+                p.backoff_s = 0.1
+                continue  # nothing new (a broker without fetch sessions lists idle partitions each time)
             if kind == "oneoff":
                 self._deliver_oneoff(p, got, sent[p.tp].offset)
             else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from streamplane.client.kafka import codec
 from streamplane.client.kafka.codec import Reader
@@ -37,9 +38,9 @@ class PartitionFetch:
     leader_epoch: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class FetchedPartition:
-    """One partition of a Fetch response; `records` is the raw record set (may end in a truncated batch)."""
+class FetchedPartition(NamedTuple):
+    """One partition of a Fetch response; `records` is the raw record set (may end in a truncated batch).
+    A named tuple: a response lists hundreds of partitions, and tuples are the cheapest to build."""
 
     topic: str
     partition: int
@@ -97,9 +98,11 @@ def encode(
 
 _I32 = struct.Struct(">i")
 _I16_I32 = struct.Struct(">hi")
-_PART_V4 = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
-_PART_V5 = struct.Struct(">ihqqq")  # ... log start offset
+_PART_V4 = struct.Struct(">ihqqi")  # partition, error, high watermark, last stable offset, aborted count
+_PART_V5 = struct.Struct(">ihqqqi")  # ... log start offset before the aborted count
 _ABORTED = struct.Struct(">qq")
+_TAIL_V11 = struct.Struct(">ii")  # preferred read replica, record bytes
+_EMPTY = memoryview(b"")
 
 
 def decode(version: int, r: Reader) -> FetchResponse:
@@ -109,7 +112,9 @@ def decode(version: int, r: Reader) -> FetchResponse:
     error, session = (r.i16(), r.i32()) if version >= SESSIONS_FROM else (0, 0)
     data, pos = r.data, r.pos
     view = memoryview(data)
-    head = _PART_V5 if version >= 5 else _PART_V4
+    v5, v11 = version >= 5, version >= 11
+    head = _PART_V5 if v5 else _PART_V4
+    head_size, end = head.size, len(data)
     out = []
     try:
         (topics,) = _I32.unpack_from(data, pos)
@@ -122,26 +127,41 @@ def decode(version: int, r: Reader) -> FetchResponse:
             pos += 4
             for _ in range(parts):
                 fields = head.unpack_from(data, pos)
-                pos += head.size
-                (n,) = _I32.unpack_from(data, pos)
-                pos += 4
+                pos += head_size
+                n = fields[-1]
                 aborted = None
-                if n >= 0:
+                if n > 0:
                     aborted = [_ABORTED.unpack_from(data, pos + 16 * i) for i in range(n)]
                     pos += 16 * n
-                preferred = -1
-                if version >= 11:
-                    (preferred,) = _I32.unpack_from(data, pos)
+                elif n == 0:
+                    aborted = []
+                if v11:
+                    preferred, size = _TAIL_V11.unpack_from(data, pos)
+                    pos += 8
+                else:
+                    preferred = -1
+                    (size,) = _I32.unpack_from(data, pos)
                     pos += 4
-                (size,) = _I32.unpack_from(data, pos)
-                pos += 4
-                if size > len(data) - pos:
-                    raise MalformedBatchError(f"Fetch response declares {size} record bytes at {pos}, past the end")
-                records = view[pos : pos + size] if size > 0 else memoryview(b"")
-                pos += max(size, 0)
-                log_start = fields[4] if version >= 5 else -1
-                p, code, hw, lso = fields[:4]
-                out.append(FetchedPartition(topic, p, code, hw, lso, log_start, aborted, preferred, records))
+                if size > 0:
+                    if size > end - pos:
+                        raise MalformedBatchError(f"Fetch response declares {size} record bytes at {pos}, past the end")
+                    records = view[pos : pos + size]
+                    pos += size
+                else:
+                    records = _EMPTY
+                out.append(
+                    FetchedPartition(
+                        topic,
+                        fields[0],
+                        fields[1],
+                        fields[2],
+                        fields[3],
+                        fields[4] if v5 else -1,
+                        aborted,
+                        preferred,
+                        records,
+                    )
+                )
     except struct.error as err:
         raise MalformedBatchError(f"Kafka Fetch response ends inside a field near byte {pos}: {err}") from err
     r.pos = pos
