@@ -1,14 +1,15 @@
 """Cost per partition: one streamplane worker beside one confluent-kafka consumer on the same topic.
 
-For each partition count (256, 1,024 and, without --quick, 4,096) on a local 3-broker mock cluster (or,
-with --engine kafka, a real Apache Kafka broker, which keeps fetch sessions) and a coordinator in its own
-process: the idle cost of each worker (threads, sockets, CPU cores) and of the
+For each partition count (256, 1,024 and, without --quick, 4,096) on a real Apache Kafka broker (the
+default when its jars can be had: what users run, with fetch sessions) or librdkafka's 3-broker mock cluster
+(--engine mock, which has no fetch sessions and serves fetches slower than either client reads), and a
+coordinator in its own process: the idle cost of each worker (threads, sockets, CPU cores) and of the
 coordinator, sessions lost; then records/s through each over the same records, one at a time: `run` with a
 no-op handler on 4 threads against confluent-kafka's poll() loop, and `run_batches` against its
 consume(num_messages=1000) loop. Each figure is printed beside its peer's in one run.
 
-    .venv/bin/python benchmarks/scale.py --quick                  # about 4 minutes
-    .venv/bin/python benchmarks/scale.py --quick --engine kafka   # the same on a real broker
+    .venv/bin/python benchmarks/scale.py --quick                  # about 3 minutes
+    .venv/bin/python benchmarks/scale.py --quick --engine mock    # the same on the mock cluster
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from _local import coordinator_process, local_cluster, register_local
 from confluent_kafka import Producer as KafkaProducer
 
 from streamplane.client import CoordinatorClient
-from streamplane.devstack.kafka import KafkaBroker
+from streamplane.devstack.kafka import KafkaBroker, ensure_jars
+from streamplane.errors import UnavailableError
 from streamplane.process import usage
 from streamplane.v1 import topology_pb2 as pb
 
@@ -149,14 +151,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="256 and 1,024 partitions, shorter samples")
     parser.add_argument(
         "--engine",
-        choices=["mock", "kafka"],
-        default="mock",
-        help="a local 3-broker mock cluster (no fetch sessions), or a real Apache Kafka broker from Maven Central",
+        choices=["auto", "mock", "kafka"],
+        default="auto",
+        help="a real Apache Kafka broker from Maven Central (auto: when it can be had), or a 3-broker mock cluster",
     )
     args = parser.parse_args()
+    if args.engine == "auto":
+        try:
+            ensure_jars()
+            args.engine = "kafka"
+        except UnavailableError as err:
+            print(f"engine: mock, because {err.message}", flush=True)
+            args.engine = "mock"
     counts = [256, 1024] if args.quick else [256, 1024, 4096]
     idle_s = 8.0 if args.quick else 30.0
-    records = 200_000 if args.quick else 1_000_000
+    # enough records that the measured middle (10 % to 90 %) lasts about a second at a million records/s
+    records = 1_000_000 if args.quick else 3_000_000
     results: dict[int, dict[str, float]] = {}
     with (
         engine(args.engine) as (bootstrap, register),
@@ -174,7 +184,7 @@ def main() -> None:
             ours = Worker("streamplane", address, f"idle-{n}", stream)
             theirs = Worker("confluent", bootstrap, f"idle-ck-{n}", topic)
             wait_granted(client, f"idle-{n}", n)
-            time.sleep(3.0)  # let the first fetches and commits settle
+            time.sleep(8.0)  # let the first fetches, commits and load reports settle
             before = {x.lease_id: x.epoch for x in client.describe_group(f"idle-{n}").leases}
             (ot, osk, oc), (tt, tsk, tc), (_, _, cc) = idle_cost([ours.pid, theirs.pid, address.pid], idle_s)
             after = {x.lease_id: x.epoch for x in client.describe_group(f"idle-{n}").leases}

@@ -455,7 +455,7 @@ class Consumer:
         for the next try when a call fails)."""
         pending: list[tuple[LeaseLedger, Outcomes, cpb.CommitRequest]] = []
         for ledger in ledgers:
-            if ledger.lost or not (ledger.dirty or ledger.pending):
+            if ledger.lost or not (ledger.dirty or ledger.in_hand):
                 continue  # an idle lease: nothing to look at
             taken = ledger.take_outcomes()
             if taken is not None:
@@ -740,7 +740,7 @@ class Consumer:
                 break
             self._forget(item)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(x.pending for x in ledgers if not x.lost):
+        while time.monotonic() < deadline and any(x.in_hand for x in ledgers if not x.lost):
             time.sleep(0.02)
         if self._dlq is not None:
             self._dlq.flush(max(0.0, deadline - time.monotonic()))

@@ -11,6 +11,7 @@ offset (records whose retry is due) go to the same connections, between session 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import select
@@ -67,6 +68,7 @@ class _Partition:
     reset: bool = False  # out of range: look the earliest offset up again
     high_watermark: int = -1
     asked: fetch.PartitionFetch | None = None  # what the last request asked (reused while nothing moved)
+    parked: fetch.FetchedPartition | None = None  # read but not decoded: no room until handlers free some
 
     def request(self, max_bytes: int) -> fetch.PartitionFetch:
         f = self.asked
@@ -161,6 +163,9 @@ class FetchLoop:
         self._seen = -1
         self._by_link: dict[tuple[str, int], list[_Partition]] = {}
         self._retry_at = float("inf")  # the earliest end of a partition's backoff
+        # Partitions read while the budget was full, in arrival order: decoded as room frees, not fetched again
+        # meanwhile (a response for every partition is never thrown away and read again).
+        self._parked: collections.deque[_Partition] = collections.deque()
 
     # -- control, from any thread
     def start(self) -> None:
@@ -240,6 +245,8 @@ class FetchLoop:
             except queue.Empty:
                 break
             self._changes += 1
+        if self._parked:
+            self._unpark()
         now = time.monotonic()
         if now >= self._retry_at:
             self._retry_at = float("inf")
@@ -422,13 +429,14 @@ class FetchLoop:
                     self._send_oneoff(link, oneoffs)
                     return
             if not self.budget.has_room(self.max_decompressed + self.partition_max_bytes):
+                self.budget.call_on_release(self.wake)
                 return  # paused: the handlers hold as many records (or bytes) as allowed
             if not steady:
                 max_bytes = self.partition_max_bytes
                 link.wanted = {
                     p.tp: p.request(max_bytes)
                     for p in mine
-                    if p.position >= 0 and not p.reset and p.receiver.fetchable()
+                    if p.position >= 0 and not p.reset and p.parked is None and p.receiver.fetchable()
                 }
                 link.parts = {p.tp: p for p in mine if p.tp in link.wanted}
                 link.built_at, link.body = self._changes, b""
@@ -557,9 +565,31 @@ class FetchLoop:
         if not len(got.records) and got.high_watermark == p.high_watermark:
             return  # nothing new: an idle partition costs nothing more
         p.high_watermark = got.high_watermark
+        if not self._hand_over(p, got, position):
+            p.parked = got  # no room now: decoded once handlers free some, and not fetched meanwhile
+            self._parked.append(p)
+            self._changes += 1
+            self.budget.call_on_release(self.wake)
+
+    def _unpark(self) -> None:
+        """Decode what was read while the budget was full, oldest first, as far as room allows."""
+        parked = self._parked
+        while parked:
+            p = parked[0]
+            got = p.parked
+            if got is not None and self._parts.get(p.key) is p and not self._hand_over(p, got, p.position):
+                self.budget.call_on_release(self.wake)
+                return
+            parked.popleft()
+            p.parked = None
+            self._changes += 1  # fetched again from its new position
+
+    def _hand_over(self, p: _Partition, got: fetch.FetchedPartition, position: int) -> bool:
+        """Decode a partition's records from `position` and give them to its receiver; False (nothing done)
+        when the budget has no room for them now."""
         reserve = self.max_decompressed + len(got.records)
         if len(got.records) and not self.budget.reserve(reserve, 0):
-            return  # no room now: read again once handlers free some
+            return False
         used = count = 0
         try:
             fetched = self._decode(got, position)
@@ -570,6 +600,7 @@ class FetchLoop:
         finally:
             if len(got.records):
                 self.budget.settle(reserve, used, count)
+        return True
 
     def _decode(self, got: fetch.FetchedPartition, position: int) -> Fetched:
         return decode_records(

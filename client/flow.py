@@ -8,6 +8,7 @@ held never exceeds the cap, and fetching pauses while the records held reach the
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 
 class Held:
@@ -41,6 +42,7 @@ class Budget:
         self.bytes = 0
         self.peak_bytes = 0
         self._cond = threading.Condition()
+        self._on_room: Callable[[], None] | None = None
 
     def reserve(self, nbytes: int, timeout_s: float) -> bool:
         """Reserve `nbytes` for a fetch when the records in flight are under their limit; False on timeout."""
@@ -69,3 +71,11 @@ class Budget:
             self.records -= records
             self.bytes -= nbytes
             self._cond.notify_all()
+            on_room, self._on_room = self._on_room, None
+        if on_room is not None:
+            on_room()
+
+    def call_on_release(self, fn: Callable[[], None]) -> None:
+        """Call `fn` once, at the next release (a paused fetch loop's wake-up)."""
+        with self._cond:
+            self._on_room = fn

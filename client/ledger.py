@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget, Held
-from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError
+from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError, messages
 from streamplane.errors import InvalidArgumentError
 from streamplane.native.batch import with_origin
 from streamplane.v1 import commitlog_pb2 as cpb
@@ -118,9 +118,7 @@ class Batch:
 
             arrow = arrow.filter(pc.is_in(arrow.column(0), value_set=pa.array(self.offsets, pa.int64())))
         x = self.ledger
-        return with_origin(
-            arrow, x.stream, x.lane, x.generation, x.partition, attempt=self.attempt, micros=False, constants=x.columns
-        )
+        return with_origin(arrow, x.stream, x.lane, x.generation, x.partition, attempt=self.attempt, micros=False)
 
     def records(self, wanted: set[int]) -> list[Any]:
         return [r for r in self.decoded.records() if r.offset in wanted]
@@ -160,6 +158,8 @@ class LeaseLedger:
         self.labels = (group, self.stream, self.lane)
         self._lock = threading.Lock()
         self.pending: dict[int, Message] = {}  # delivered, no outcome yet
+        self._batches: dict[Batch, None] = {}  # handed out whole (the batch API), in fetch order
+        self._batch_records = 0  # records in those batches
         self._waiting: dict[int, Message] = {}  # retried or rejected, until the coordinator has recorded it
         self._out = Outcomes()
         self._retrying: set[int] = set()  # offsets re-read for a due retry and not yet ended
@@ -173,7 +173,6 @@ class LeaseLedger:
         self._fetched = 0
         self._rate_since = time.monotonic()
         self._reported: tuple[int, int] = (0, 0)  # (oldest pending ts, high watermark) last committed
-        self.columns: dict[str, Any] = {}  # the batch API's constant columns of this lease, cached
         self.dirty = False
         """Something happened since the last commit (the committer skips a lease that is not, at no cost)."""
 
@@ -207,28 +206,32 @@ class LeaseLedger:
     def quiet(self) -> bool:
         """Nothing to commit, nothing in flight, not being revoked: the committer leaves this lease alone
         until it reads again."""
-        return not self.dirty and not self.pending and not self._waiting and not self.revoke_deadline
+        return not self.dirty and not self.in_hand and not self._waiting and not self.revoke_deadline
+
+    @property
+    def in_hand(self) -> bool:
+        """Records handed to the application without an outcome yet."""
+        return bool(self.pending) or bool(self._batches)
 
     @property
     def busy(self) -> bool:
         """Records handed out and not yet recorded by the coordinator."""
         with self._lock:
-            return bool(self.pending) or bool(self._waiting)
+            return bool(self.pending) or bool(self._batches) or bool(self._waiting)
 
     def drop(self) -> None:
         """The lease is gone: forget what is in flight; outcomes from now on are not recorded."""
         with self._lock:
             self.lost = True
             dropped = list(self.pending.values()) + list(self._waiting.values())
+            batches = list(self._batches)
             self.pending.clear()
             self._waiting.clear()
-        batches: dict[int, list] = {}
-        for item in dropped:
-            if isinstance(item, Batch):
-                batches.setdefault(id(item), [item, 0])[1] += 1
-        for batch, n in batches.values():
-            batch.held.release(n)
-        _release_all([m for m in dropped if not isinstance(m, Batch)])
+            self._batches.clear()
+            self._batch_records = 0
+        for batch in batches:
+            batch.held.release(len(batch.offsets))
+        _release_all(dropped)
 
     # -- from the fetch loop
     def accept(self, fetched: Fetched, *, batches: bool = False) -> tuple[list[Any], int, int]:
@@ -242,38 +245,50 @@ class LeaseLedger:
         rejects = [self._reject_entries(s.first_offset, s.next_offset, s.error.message) for s in fetched.skipped]
         decoded = fetched.batch
         items: list[Any] = []
-        entries: dict[int, Any] = {}
+        offsets: list[int] = []
         used = 0
         if decoded is not None and decoded.count and not self.lost:
-            items, entries, used = self._batch(decoded) if batches else self._messages(decoded)
-        gaps = self._gaps(before, after, list(entries), fetched.skipped)
+            items, offsets, used = self._batch(decoded) if batches else self._messages(decoded)
+        gaps = self._gaps(before, after, offsets, fetched.skipped)
         with self._lock:
             if self.lost:
                 return [], 0, 0
-            self.pending.update(entries)
+            if batches:
+                for batch in items:
+                    self._batches[batch] = None
+                self._batch_records += len(offsets)
+            else:
+                self.pending.update(zip(offsets, items, strict=True))
             self._out.ranges.extend(gaps)
             for reject in rejects:
                 self._out.rejects.extend(reject)
-        self._fetched += len(entries)
-        return items, used, len(entries)
+        self._fetched += len(offsets)
+        return items, used, len(offsets)
 
-    def _messages(self, decoded: Any) -> tuple[list[Any], dict[int, Any], int]:
+    def _messages(self, decoded: Any) -> tuple[list[Any], list[int], int]:
         """One Message per record to hand out (leaving out what is past a sealed end or done already)."""
+        offsets = decoded.offsets.tolist()
+        c = decoded.columns
+        data = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues"))
+        if (self.end_offset < 0 or offsets[-1] < self.end_offset) and not self._done_above:
+            # the common case: every record, built in bulk
+            used = data + RECORD_OVERHEAD * len(offsets)
+            held = Held(self.budget, used, len(offsets))
+            self.last_ts = decoded.timestamps[-1]
+            return messages(self, decoded, held), offsets, used
         records = list(decoded.records())
-        if self.end_offset >= 0 and records[-1].offset >= self.end_offset:
+        if self.end_offset >= 0:
             records = [r for r in records if r.offset < self.end_offset]
         if self._done_above:
             records = self._not_done(records)
         if not records:
-            return [], {}, 0
-        c = decoded.columns
-        used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + RECORD_OVERHEAD * len(records)
+            return [], [], 0
+        used = data + RECORD_OVERHEAD * len(records)
         held = Held(self.budget, used, len(records))
-        messages = [Message(self, r, 1, held) for r in records]
         self.last_ts = records[-1].timestamp
-        return messages, {m.offset: m for m in messages}, used
+        return [Message(self, r, 1, held) for r in records], [r.offset for r in records], used
 
-    def _batch(self, decoded: Any) -> tuple[list[Any], dict[int, Any], int]:
+    def _batch(self, decoded: Any) -> tuple[list[Any], list[int], int]:
         """One Batch over the decoded columns (no object per record)."""
         offsets = decoded.offsets.tolist()
         lo, hi = 0, len(offsets)
@@ -283,12 +298,12 @@ class LeaseLedger:
         if self._done_above and offsets:
             offsets = [r.offset for r in self._not_done([_Off(o) for o in offsets])]
         if not offsets:
-            return [], {}, 0
+            return [], [], 0
         c = decoded.columns
         used = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues")) + 16 * len(offsets)
         batch = Batch(self, decoded, lo, hi, offsets, Held(self.budget, used, len(offsets)))
         self.last_ts = decoded.timestamps[hi - 1]
-        return [batch], dict.fromkeys(offsets, batch), used
+        return [batch], offsets, used
 
     def finish_batch(self, batch: Batch, outcome: BatchOutcome | None) -> None:
         """End a handed-out batch: the records `outcome` retries or rejects that way, every other one acked."""
@@ -300,27 +315,23 @@ class LeaseLedger:
                     if o not in mine:
                         raise InvalidArgumentError(f"offset {o} is not in this batch of {self.lease_id}")
                     special[o] = (kind, str(text)[:1000])
+        msgs = [Message(self, r, batch.attempt, batch.held) for r in batch.records(set(special))] if special else []
         with self._lock:
-            record = not self.lost
-            pending = self.pending
-            acked = [o for o in batch.offsets if o not in special and pending.get(o) is batch]
-            for o in acked:
-                del pending[o]
-            if record and acked:
+            if batch not in self._batches:
+                return  # forgotten, or its lease is gone: the next holder reads it again
+            del self._batches[batch]
+            self._batch_records -= len(batch.offsets)
+            acked = [o for o in batch.offsets if o not in special] if special else batch.offsets
+            if acked:
                 self._out.ranges.extend(runs(acked))
                 self._out.batch_acked += len(acked)
                 self._changed()
             if self._retrying:
                 self._retrying.difference_update(acked)
+            for m in msgs:  # the records it names end one by one, as messages
+                self.pending[m.offset] = m
         if acked:
             batch.held.release(len(acked))
-        if not special:
-            return
-        msgs = [Message(self, r, batch.attempt, batch.held) for r in batch.records(set(special))]
-        with self._lock:
-            for m in msgs:
-                if pending.get(m.offset) is batch:
-                    pending[m.offset] = m
         for m in msgs:
             kind, text = special[m.offset]
             backoff = outcome.backoff_s if outcome is not None else None
@@ -329,11 +340,11 @@ class LeaseLedger:
     def forget_batch(self, batch: Batch) -> None:
         """A handed-out batch the application never received (its lease is gone, or the consumer closes)."""
         with self._lock:
-            gone = [o for o in batch.offsets if self.pending.get(o) is batch]
-            for o in gone:
-                del self.pending[o]
-        if gone:
-            batch.held.release(len(gone))
+            if batch not in self._batches:
+                return
+            del self._batches[batch]
+            self._batch_records -= len(batch.offsets)
+        batch.held.release(len(batch.offsets))
 
     def _not_done(self, records: list) -> list:
         ranges = self._done_above
@@ -383,7 +394,7 @@ class LeaseLedger:
         if batch is None or not batch.count:
             return found, exhausted
         with self._lock:
-            busy = set(self.pending) | set(self._waiting) | self._retrying
+            busy = self._busy_offsets()
         records = [r for r in batch.records() if r.offset in want and r.offset not in busy]
         used = RECORD_OVERHEAD * len(records) + sum(len(r.value or b"") + len(r.key or b"") for r in records)
         held = Held(self.budget, used, len(records)) if records else None
@@ -451,25 +462,38 @@ class LeaseLedger:
 
     def ack_many(self, msgs: list[Message]) -> None:
         """Ack every still-pending record of `msgs` at once (the handler API's path)."""
-        released: list[Message] = []
+        ended: list[int] = []
+        holds: list[tuple[Held, int]] = []  # (memory account, records) in runs: a chunk shares one or two
+        last, n = None, 0
         with self._lock:
-            record = not self.lost
-            pending, acked, retrying = self.pending, self._out.acked, self._retrying
+            pop = self.pending.pop
             for m in msgs:
                 if m._outcome is PENDING:
                     m._outcome = ACKED
-                    if pending.pop(m._record.offset, None) is not None and record:
-                        acked.append(m._record.offset)
-                    released.append(m)
-            self._changed()
-            if retrying:
-                retrying.difference_update(m._record.offset for m in released)
-        _release_all(released)
+                    o = m._record.offset
+                    if pop(o, None) is not None:  # else dropped with its lease, and released then
+                        ended.append(o)
+                        held = m._held
+                        if held is not last:
+                            if n:
+                                holds.append((last, n))
+                            last, n = held, 0
+                        n += 1
+            if n:
+                holds.append((last, n))
+            if ended:
+                self._out.acked.extend(ended)
+                self._changed()
+                if self._retrying:
+                    self._retrying.difference_update(ended)
+        for held, k in holds:
+            if held is not None:
+                held.release(k)
 
     # -- commits, from the committer
     def take_outcomes(self) -> tuple[Outcomes, int] | None:
         """What to commit now, with the oldest pending record's time; None when nothing changed."""
-        if not self.dirty and not self.pending:
+        if not self.dirty and not self.in_hand:
             return None
         self.dirty = False
         oldest = self.oldest_pending_ts()
@@ -512,19 +536,27 @@ class LeaseLedger:
     def oldest_pending_ts(self) -> int:
         """Ingestion time of the oldest record the live path has not finished (0: none); retries are tracked
         by the commit log's retry state instead, so a poison record does not hold the time lag up."""
-        with self._lock:  # pending is in fetch order: the first live record is the oldest
+        with self._lock:  # both in fetch order: the first live record of each is the oldest
             oldest = next((m for o, m in self.pending.items() if o not in self._retrying), None)
-        if isinstance(oldest, Batch):
-            return int(oldest.decoded.timestamps[oldest.lo])
+            batch = next(iter(self._batches), None)
+        times = [int(batch.decoded.timestamps[batch.lo])] if batch is not None else []
         if oldest is not None:
-            return oldest.timestamp
+            times.append(oldest.timestamp)
+        if times:
+            return min(times)
         if self.position < self.high_watermark and self.last_ts:
             return self.last_ts  # not fetched yet: at most as old as the newest record read
         return 0
 
     def busy_offsets(self) -> set[int]:
         with self._lock:
-            return set(self.pending) | set(self._waiting) | self._retrying
+            return self._busy_offsets()
+
+    def _busy_offsets(self) -> set[int]:
+        busy = set(self.pending) | set(self._waiting) | self._retrying
+        for batch in self._batches:
+            busy.update(batch.offsets)
+        return busy
 
     # -- load, for the Assigner
     def take_rate(self, now_s: float) -> float:
@@ -536,8 +568,8 @@ class LeaseLedger:
     @property
     def idle(self) -> bool:
         """Nothing read since the last load report, nothing in flight, nothing left to read."""
-        return not self._fetched and not self.pending and self.position >= self.high_watermark
+        return not self._fetched and not self.in_hand and self.position >= self.high_watermark
 
     def records_behind(self) -> int:
         """Records read and not finished, plus those not read yet."""
-        return max(0, self.high_watermark - max(self.position, 0)) + len(self.pending)
+        return max(0, self.high_watermark - max(self.position, 0)) + len(self.pending) + self._batch_records

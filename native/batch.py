@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -232,6 +233,24 @@ class DecodedBatch:
         )
 
 
+_STRINGS: dict[str, Any] = {}
+"""Constant string columns (stream and lane names) by value, sliced for each batch; few distinct values."""
+_STRINGS_MAX = 256
+
+
+def _constant_string(pa: Any, value: str, n: int) -> Any:
+    column = _STRINGS.get(value)
+    if column is None or len(column) < n:
+        if len(_STRINGS) >= _STRINGS_MAX:
+            _STRINGS.clear()
+        column = _STRINGS[value] = pa.repeat(pa.scalar(value, pa.string()), max(n, 4096))
+    return column.slice(0, n)
+
+
+def _constant_int32(pa: Any, value: int, n: int) -> Any:
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(array("i", [value]) * n)])
+
+
 def with_origin(
     batch: Any,
     stream: str,
@@ -242,32 +261,20 @@ def with_origin(
     headers: bool = True,
     attempt: int = 0,
     micros: bool = True,
-    constants: dict[str, Any] | None = None,
 ) -> Any:
     """A decoded Arrow batch (`DecodedBatch.to_arrow`) with where its records come from in front: stream,
     lane, generation, partition, then offset, timestamp (microseconds, as Spark wants, unless `micros` is
     False), key, value, and headers when asked; `attempt` (when > 0) adds an attempt column last.
-    `constants`, a dict the caller keeps per origin, caches the constant columns between calls."""
+    The constant columns cost a few microseconds a batch, whatever the number of partitions."""
     import pyarrow as pa
 
     n = batch.num_rows
-    cache = constants if constants is not None else {}
-    if cache.get("n", 0) < n:  # long enough for this batch and the next ones: sliced, never rebuilt
-        size = max(n, 4096)
-        cache.update(
-            n=size,
-            stream=pa.repeat(pa.scalar(stream, pa.string()), size),
-            lane=pa.repeat(pa.scalar(lane, pa.string()), size),
-            generation=pa.repeat(pa.scalar(generation, pa.int32()), size),
-            partition=pa.repeat(pa.scalar(partition, pa.int32()), size),
-        )
-        cache.pop("attempts", None)
     ts = batch.column(1)
     columns = [
-        cache["stream"].slice(0, n),
-        cache["lane"].slice(0, n),
-        cache["generation"].slice(0, n),
-        cache["partition"].slice(0, n),
+        _constant_string(pa, stream, n),
+        _constant_string(pa, lane, n),
+        _constant_int32(pa, generation, n),
+        _constant_int32(pa, partition, n),
         batch.column(0),
         ts.cast(pa.timestamp("us", tz="UTC")) if micros else ts,
         batch.column(2),
@@ -278,9 +285,6 @@ def with_origin(
         columns.append(batch.column(4))
         names.append("headers")
     if attempt:
-        attempts = cache.get("attempts")
-        if attempts is None or attempts[0] != attempt:
-            attempts = cache["attempts"] = (attempt, pa.repeat(pa.scalar(attempt, pa.int32()), cache["n"]))
-        columns.append(attempts[1].slice(0, n))
+        columns.append(_constant_int32(pa, attempt, n))
         names.append("attempt")
     return pa.RecordBatch.from_arrays(columns, names=names)

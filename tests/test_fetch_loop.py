@@ -84,6 +84,46 @@ def test_a_bomb_in_one_partition_never_holds_up_the_others_in_the_same_response(
         loop.close()
 
 
+class Holding(Collect):
+    """A receiver whose records stay in flight (counted against the budget) until the test lets them go."""
+
+    def received(self, fetched: Fetched) -> tuple[int, int]:
+        super().received(fetched)
+        return 0, fetched.batch.count if fetched.batch is not None else 0
+
+
+def test_what_is_read_while_the_budget_is_full_waits_undecoded_and_is_never_read_twice(
+    one_broker: MockCluster,
+) -> None:
+    one_broker.create_topic("full", 4)
+    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers})
+    for p in range(4):
+        for i in range(50):
+            raw.produce("full", b"p%d-%d" % (p, i), partition=p)
+    assert raw.flush(10) == 0
+    budget = Budget(60, 1 << 30)  # room for two partitions' records in flight, not four
+    loop = FetchLoop(budget=budget, max_decompressed=4 << 20)
+    loop.start()
+    try:
+        got = [Holding(loop) for _ in range(4)]
+        for p, receiver in enumerate(got):
+            loop.add(f"full/{p}", one_broker.bootstrap_servers, "full", p, -1, receiver)
+        wait_until(lambda: budget.records >= 60)
+        threading.Event().wait(0.5)
+        delivered = [r for r in got if r.values]
+        assert len(delivered) < 4, "the budget stops decoding"
+        requests = loop.requests
+        budget.release(budget.records, 0)  # the handlers end what they hold
+        wait_until(lambda: all(len(r.values) == 50 for r in got), timeout=10)
+        budget.release(budget.records, 0)
+        wait_until(lambda: all(len(r.values) == 50 for r in got), timeout=10)
+        assert [r.values for r in got] == [[b"p%d-%d" % (p, i) for i in range(50)] for p in range(4)], "once each"
+        late = [r for r in got if r not in delivered]
+        assert all(r.at_request[0] <= requests for r in late), "decoded from the response read earlier"
+    finally:
+        loop.close()
+
+
 def test_one_connection_per_broker_and_one_fetch_per_broker_whatever_the_partition_count(local_cluster) -> None:
     bootstrap, control = local_cluster
     control.create_topic("wide", 256)

@@ -419,3 +419,32 @@ def test_header_key_must_not_be_null(impl: str) -> None:
     with pytest.raises(MalformedBatchError, match="bad header key"):
         decode(bytes(data), verify_crc=False, impl=impl)
     assert struct.calcsize(">q") == 8
+
+
+@pytest.mark.skipif(not native.USE_NATIVE, reason="the C extension is not loaded (STREAMPLANE_PURE_PYTHON=1)")
+def test_messages_built_in_bulk_are_the_records_and_leave_nothing_behind() -> None:
+    import gc
+    import sys
+
+    from streamplane.client.message import PENDING, Message, messages
+
+    recs = [Rec(b"k%d" % i, b"v%d" % i, [(b"h", b"%d" % i)]) for i in range(300)]
+    decoded = decode(build_batch(recs, base_offset=1000), max_decompressed=1 << 20)
+
+    class Reader:
+        pass
+
+    reader, held = Reader(), object()
+    before = sys.getrefcount(reader)
+    built = messages(reader, decoded, held)  # type: ignore[arg-type]
+    expected = [Message(reader, r, 1, held) for r in decoded.records_python()]  # type: ignore[arg-type]
+    assert [(m.offset, m.timestamp, m.key, m.value, m.headers) for m in built] == [
+        (m.offset, m.timestamp, m.key, m.value, m.headers) for m in expected
+    ]
+    assert all(m._reader is reader and m._held is held and m._outcome is PENDING and m.attempt == 1 for m in built)
+    assert all(isinstance(m, Message) for m in built)
+    # a worker makes a million a second: none of them is work for the cycle collector
+    assert not any(gc.is_tracked(m) for m in built)
+    del built, expected
+    gc.collect()
+    assert sys.getrefcount(reader) == before, "every message let go of its reader"
