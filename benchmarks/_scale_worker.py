@@ -1,6 +1,7 @@
 """A worker process for benchmarks/scale.py: a streamplane Consumer (`run` with a no-op handler, or
 `run_batches`) or a confluent-kafka consumer (`poll()` or `consume(num_messages=1000)`) on the same topic.
-Prints {"pid": ...} once started; answers "count" on stdin with the records processed so far; "stop" ends
+Prints {"pid": ...} once started; answers "count" on stdin with the records processed so far and when (its monotonic clock, the same
+on every process of the machine, read beside the count: a busy worker's late answer does not skew a rate); "stop" ends
 it."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 from streamplane.client import Consumer
 from streamplane.log import configure_logging
@@ -23,7 +25,7 @@ def main() -> None:
     def commands() -> None:
         for line in sys.stdin:
             if line.strip() == "count":
-                print(json.dumps({"count": count[0]}), flush=True)
+                print(json.dumps({"count": count[0], "t": time.monotonic()}), flush=True)
             elif line.strip() == "stop":
                 stop.set()
                 return

@@ -19,6 +19,7 @@ from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget, Held
 from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError, messages
 from streamplane.errors import InvalidArgumentError
+from streamplane.native._loaded import _native
 from streamplane.native.batch import with_origin
 from streamplane.v1 import commitlog_pb2 as cpb
 
@@ -56,7 +57,7 @@ class Outcomes:
     acked: list[int] = field(default_factory=list)
     ranges: list[tuple[int, int]] = field(default_factory=list)
     batch_acked: int = 0
-    """Records acked as whole batches (their offsets are in `ranges`)."""
+    """Records acked in runs, by the handler API or whole batches (their offsets are in `ranges`)."""
     retries: list[cpb.RetryEntry] = field(default_factory=list)
     rejects: list[cpb.RejectEntry] = field(default_factory=list)
 
@@ -97,6 +98,34 @@ def runs(offsets: list[int]) -> list[tuple[int, int]]:
     if offsets and offsets[-1] - offsets[0] + 1 == len(offsets):
         return [(offsets[0], offsets[-1] + 1)]
     return to_ranges(offsets)
+
+
+def _end_pending_py(msgs: list[Message], pending: dict[int, Any]) -> tuple[list[int], list[tuple[Any, int]]]:
+    """Ack every still-open message of `msgs`; return the offsets that left `pending` and their memory accounts
+    in runs (a chunk shares one or two). The C version (`_native.end_pending`) does the same."""
+    ended: list[int] = []
+    holds: list[tuple[Any, int]] = []
+    last, n = None, 0
+    for m in msgs:
+        if m._outcome is PENDING:
+            m._outcome = ACKED
+            o = m._record.offset
+            if pending.pop(o, None) is not None:  # else dropped with its lease, and released then
+                ended.append(o)
+                if m._held is not last:
+                    if n:
+                        holds.append((last, n))
+                    last, n = m._held, 0
+                n += 1
+    if n:
+        holds.append((last, n))
+    return ended, holds
+
+
+def _end_pending(msgs: list[Message], pending: dict[int, Any]) -> tuple[list[int], list[tuple[Any, int]]]:
+    if _native is not None and type(msgs) is list:
+        return _native.end_pending(msgs, pending, ACKED, PENDING)
+    return _end_pending_py(msgs, pending)
 
 
 class Batch:
@@ -462,27 +491,11 @@ class LeaseLedger:
 
     def ack_many(self, msgs: list[Message]) -> None:
         """Ack every still-pending record of `msgs` at once (the handler API's path)."""
-        ended: list[int] = []
-        holds: list[tuple[Held, int]] = []  # (memory account, records) in runs: a chunk shares one or two
-        last, n = None, 0
         with self._lock:
-            pop = self.pending.pop
-            for m in msgs:
-                if m._outcome is PENDING:
-                    m._outcome = ACKED
-                    o = m._record.offset
-                    if pop(o, None) is not None:  # else dropped with its lease, and released then
-                        ended.append(o)
-                        held = m._held
-                        if held is not last:
-                            if n:
-                                holds.append((last, n))
-                            last, n = held, 0
-                        n += 1
-            if n:
-                holds.append((last, n))
-            if ended:
-                self._out.acked.extend(ended)
+            ended, holds = _end_pending(msgs, self.pending)
+            if ended:  # usually one run of offsets: one range, not an offset each, for the committer
+                self._out.ranges.extend(runs(ended))
+                self._out.batch_acked += len(ended)
                 self._changed()
                 if self._retrying:
                     self._retrying.difference_update(ended)
@@ -509,6 +522,7 @@ class LeaseLedger:
         with self._lock:
             self._out.acked.extend(out.acked)
             self._out.ranges.extend(out.ranges)
+            self._out.batch_acked += out.batch_acked
             self._out.retries.extend(out.retries)
             self._out.rejects.extend(out.rejects)
             self._reported = (-1, -1)

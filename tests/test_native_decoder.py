@@ -448,3 +448,27 @@ def test_messages_built_in_bulk_are_the_records_and_leave_nothing_behind() -> No
     del built, expected
     gc.collect()
     assert sys.getrefcount(reader) == before, "every message let go of its reader"
+
+
+@pytest.mark.skipif(not native.USE_NATIVE, reason="the C extension is not loaded (STREAMPLANE_PURE_PYTHON=1)")
+def test_ending_messages_in_c_matches_the_python_version() -> None:
+    from streamplane.client.ledger import _end_pending_py
+    from streamplane.client.message import ACKED, PENDING, REJECTED, messages
+    from streamplane.native._loaded import _native
+
+    decoded = decode(build_batch([Rec(None, b"v%d" % i) for i in range(40)]), max_decompressed=1 << 20)
+    results = []
+    for end in (_end_pending_py, lambda msgs, pending: _native.end_pending(msgs, pending, ACKED, PENDING)):
+        first, second = object(), object()
+        built = messages(None, decoded, first)[:20] + messages(None, decoded, second)[20:]  # type: ignore[arg-type]
+        pending = {m.offset: m for m in built if m.offset % 7}  # some dropped with their lease already
+        built[3]._outcome = REJECTED  # ended another way before
+        ended, holds = end(built, pending)
+        results.append(
+            (ended, [(h is first, h is second, n) for h, n in holds], sorted(pending), [m.outcome for m in built])
+        )
+    assert results[0] == results[1]
+    ended, holds, left, outcomes = results[0]
+    assert ended == [o for o in range(40) if o % 7 and o != 3] and left == [3]
+    assert holds == [(True, False, 16), (False, True, 17)]
+    assert outcomes == ["acked"] * 3 + ["rejected"] + ["acked"] * 36

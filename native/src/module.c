@@ -489,6 +489,74 @@ static PyObject *messages(PyObject *self, PyObject *args) {
     return list;
 }
 
+static PyObject *offset_of(PyObject *record) {
+    if (Py_IS_TYPE(record, &RecordType)) return Record_offset((Record *)record, NULL);
+    return PyObject_GetAttrString(record, "offset");
+}
+
+/* end_pending(msgs, pending, done, open) -> (offsets, [(held, n), ...]): every message of `msgs` still `open`
+ * gets outcome `done`; those found in `pending` (offset -> message) leave it, and their offsets and memory
+ * accounts are returned (runs of one account counted once). The caller holds the ledger's lock. */
+static PyObject *end_pending(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *msgs, *pending, *done, *open;
+    if (!PyArg_ParseTuple(args, "O!O!OO", &PyList_Type, &msgs, &PyDict_Type, &pending, &done, &open)) return NULL;
+    PyObject *ended = PyList_New(0), *holds = PyList_New(0), *last = NULL;
+    Py_ssize_t run = 0;
+    if (!ended || !holds) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(msgs); i++) {
+        PyObject *item = PyList_GET_ITEM(msgs, i);
+        if (!PyObject_TypeCheck(item, &MessageBaseType)) {
+            PyErr_SetString(PyExc_TypeError, "end_pending() takes a list of messages");
+            goto fail;
+        }
+        MessageBase *m = (MessageBase *)item;
+        if (m->outcome != open) continue;
+        Py_INCREF(done);
+        Py_XSETREF(m->outcome, done);
+        PyObject *offset = offset_of(m->record);
+        if (!offset) goto fail;
+        PyObject *found = PyDict_GetItemWithError(pending, offset);
+        if (!found) {
+            Py_DECREF(offset);
+            if (PyErr_Occurred()) goto fail;
+            continue; /* dropped with its lease, and released then */
+        }
+        if (PyDict_DelItem(pending, offset) < 0 || PyList_Append(ended, offset) < 0) {
+            Py_DECREF(offset);
+            goto fail;
+        }
+        Py_DECREF(offset);
+        PyObject *held = m->held ? m->held : Py_None;
+        if (held != last) {
+            if (run) {
+                PyObject *pair = Py_BuildValue("(On)", last, run);
+                if (!pair || PyList_Append(holds, pair) < 0) {
+                    Py_XDECREF(pair);
+                    goto fail;
+                }
+                Py_DECREF(pair);
+            }
+            last = held;
+            run = 0;
+        }
+        run++;
+    }
+    if (run) {
+        PyObject *pair = Py_BuildValue("(On)", last, run);
+        if (!pair || PyList_Append(holds, pair) < 0) {
+            Py_XDECREF(pair);
+            goto fail;
+        }
+        Py_DECREF(pair);
+    }
+    return Py_BuildValue("(NN)", ended, holds);
+fail:
+    Py_XDECREF(ended);
+    Py_XDECREF(holds);
+    return NULL;
+}
+
 static PyObject *crc32c(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *kwlist[] = {"data", "software", NULL};
@@ -516,6 +584,8 @@ static PyMethodDef methods[] = {
      "crc32c(data, software=False) -> int (CRC32C; software=True forces the table path)"},
     {"crc32c_hw_available", crc32c_hw_available, METH_NOARGS, "True when SSE4.2's crc32 instruction is used"},
     {"records", records, METH_O, "records(columns) -> list of Record, from a decode_columns result"},
+    {"end_pending", end_pending, METH_VARARGS,
+     "end_pending(msgs, pending, done, open) -> (offsets, [(held, n)]): end the open messages of a list at once"},
     {"messages", messages, METH_VARARGS,
      "messages(columns, cls, reader, held, attempt, outcome) -> list of cls (a MessageBase subclass), one a record"},
     {NULL, NULL, 0, NULL},
