@@ -1,8 +1,8 @@
 """A worker process for benchmarks/scale.py: a streamplane Consumer (`run` with a no-op handler, or
 `run_batches`) or a confluent-kafka consumer (`poll()` or `consume(num_messages=1000)`) on the same topic.
-Prints {"pid": ...} once started; answers "count" on stdin with the records processed so far and when (its monotonic clock, the same
-on every process of the machine, read beside the count: a busy worker's late answer does not skew a rate); "stop" ends
-it."""
+Prints {"pid": ...} once started; answers "count" on stdin with the records processed so far and its
+monotonic clock when it read that count (the same clock on every process of the machine, so a busy worker's
+late answer does not skew a rate); "stop" ends it."""
 
 from __future__ import annotations
 
