@@ -229,6 +229,8 @@ class Assigner:
         self._thread: threading.Thread | None = None
         # group: (version, time, next deadline ms, loads version) of the last pass that computed it
         self._last_pass: dict[str, tuple[int, float, int, tuple[int, int]]] = {}
+        # group: rebalancing moves the last pass proposed (made only if the next pass confirms them)
+        self._proposed: dict[str, frozenset] = {}
         self._renew_at = 0
         self.is_leader = False
 
@@ -300,7 +302,7 @@ class Assigner:
         poll = now + cfg.rebalance_ms
         for group in leases.read_groups(self.db):
 
-            def step(tr: Transaction, group: str = group) -> tuple[int, leases.Applied | None]:
+            def step(tr: Transaction, group: str = group) -> tuple[int, leases.Applied | None, tuple]:
                 leadership.ensure(tr, self.replica_id, now)
                 next_expiry = leases.expire(tr, group, now)
                 version = _counter(tr, keys.group_version_key(group))
@@ -311,23 +313,34 @@ class Assigner:
                 # rebalance_ms) new loads or topology events (a failover's new generation)
                 fresh_loads = loads != last_loads and time.monotonic() - last_time >= cfg.rebalance_ms / 1000
                 if version == last_version and not due and not fresh_loads:
-                    return next_expiry, None
+                    return next_expiry, None, ()
                 applied = leases.apply_assignment(
-                    tr, group, now_ms=now, revoke_ms=cfg.revoke_ms, threshold=cfg.threshold
+                    tr,
+                    group,
+                    now_ms=now,
+                    revoke_ms=cfg.revoke_ms,
+                    threshold=cfg.threshold,
+                    proposed=self._proposed.get(group, frozenset()),
                 )
-                return next_expiry, applied
+                # the versions this pass has seen, read in its own transaction: a join committed after it
+                # is a change the next pass sees (read apart, it could be taken as already computed)
+                seen = (
+                    _counter(tr, keys.group_version_key(group)),
+                    (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD)),
+                )
+                return next_expiry, applied, seen
 
-            next_expiry, applied = self.db.transact(step)
+            next_expiry, applied, seen = self.db.transact(step)
             if next_expiry:
                 due = min(due, next_expiry, poll)
             if applied is not None:
-                version, loads = self.db.transact(
-                    lambda tr, g=group: (
-                        _counter(tr, keys.group_version_key(g)),
-                        (_counter(tr, keys.group_loads_key(g)), _counter(tr, keys.EVENT_HEAD)),
-                    )
-                )
-                self._last_pass[group] = (version, time.monotonic(), applied.next_deadline_ms, loads)
+                version, loads = seen
+                self._proposed[group] = applied.proposed
+                deadline = applied.next_deadline_ms
+                if applied.proposed:  # look again after rebalance_ms to confirm (or drop) the proposed moves
+                    confirm = now + cfg.rebalance_ms
+                    deadline = min(deadline, confirm) if deadline else confirm
+                self._last_pass[group] = (version, time.monotonic(), deadline, loads)
             deadline = self._last_pass.get(group, (0, 0.0, 0, ()))[2]
             if deadline:
                 due = min(due, deadline)

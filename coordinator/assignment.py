@@ -4,14 +4,17 @@ Rules, in order:
   1. Lanes are served by priority. The highest-priority tier is always assigned; lower tiers only where a
      worker has room under its `max_load` (when it set one), so scarce capacity goes to realtime first.
   2. Sticky: a partition stays with its live holder unless moving it narrows the gap between the most and
-     least utilized workers (utilization = load / capacity), and either that gap exceeds `threshold` of the
-     mean or the move narrows it by at least `threshold`. With equal loads, no churn at a one-partition
-     difference; with measured loads, no shuffling within measurement noise.
+     least utilized workers (utilization = load / capacity) by more than the partition's own share of it
+     (a move pays for itself: it never just swaps which worker is the busier one), and either that gap
+     exceeds `threshold` of the mean or the move narrows it by at least `threshold`. With equal loads, no
+     churn at a one-partition difference. Rebalancing is done only when the previous pass found it worth
+     doing too (`proposed`): a load that looks off in one measurement moves nothing.
   3. Orphaned and new partitions go to the least utilized worker that has room.
 Every partition is held by at most one worker in the result, and only live workers appear in it.
 
-Balance bound (checked by the property tests): when nothing is capped by max_load, for any two workers
-    u_max - u_min <= max(threshold * u_mean, max_partition_load / min_capacity).
+Balance bound (checked by the property tests): when nothing is capped by max_load, after a pass confirmed
+by the one before it, for any two workers
+    u_max - u_min <= max(threshold * u_mean, 1.5 * max_partition_load / min_capacity).
 """
 
 from __future__ import annotations
@@ -35,6 +38,16 @@ class PartitionSpec:
 
 
 @dataclass(frozen=True)
+class Assignment:
+    """A pass's result: the holders, and the rebalancing moves it would make if the next pass agrees."""
+
+    holders: dict[PartitionKey, str]
+    """{partition key: worker id}; partitions left out are unassigned (no room)."""
+    proposed: frozenset[tuple[PartitionKey, str]] = frozenset()
+    """(partition, worker) rebalancing moves found worth making but left for the next pass to confirm."""
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     """A live worker."""
 
@@ -46,6 +59,16 @@ class WorkerSpec:
 
 
 DEFAULT_THRESHOLD = 0.1
+SMOOTHING = 0.3
+"""Weight of a new load measurement in a partition's smoothed load (an exponential moving average)."""
+
+
+def smooth(previous: float, measured: float) -> float:
+    """A partition's load after a new measurement: measurements are noisy, and a move must follow the load,
+    not its noise. The first measurement is taken as it is."""
+    if previous <= 0:
+        return measured
+    return previous + SMOOTHING * (measured - previous)
 
 
 def assign(
@@ -55,8 +78,9 @@ def assign(
     *,
     threshold: float = DEFAULT_THRESHOLD,
     max_moves: int | None = None,
-) -> dict[PartitionKey, str]:
-    """The new assignment {partition key: worker id}; partitions left out are unassigned (no room).
+    proposed: frozenset[tuple[PartitionKey, str]] | None = None,
+) -> Assignment:
+    """The new assignment, and the rebalancing moves it proposes for the next pass.
 
     Args:
         partitions: every partition that needs a holder.
@@ -64,9 +88,12 @@ def assign(
         current: the present holders; entries for unknown partitions or dead workers are ignored.
         threshold: imbalance (relative to the mean utilization) tolerated before moving a held partition.
         max_moves: cap on rebalancing moves of held partitions in one call (None: no cap).
+        proposed: the previous pass's proposals. Held partitions are rebalanced only when it is not empty
+            (the imbalance was seen twice); otherwise the moves are returned as this pass's proposals. None
+            rebalances at once (a fresh assignment, or tests of the rule alone).
     """
     if not workers:
-        return {}
+        return Assignment({})
     by_id = {w.id: w for w in workers}
     load = dict.fromkeys(by_id, 0.0)
     held: dict[str, dict[PartitionKey, PartitionSpec]] = {w: {} for w in by_id}
@@ -114,6 +141,10 @@ def assign(
     #    because the gap is past the tolerance, or because the move narrows it by at least that fraction
     #    (an exact fix of a small imbalance is worth it; shuffling within measurement noise is not)
     moves = 0
+    planned: list[tuple[PartitionKey, str]] = []
+    confirmed = proposed is None or bool(proposed)
+    if not confirmed:  # plan on copies: nothing held moves before the next pass sees the same imbalance
+        saved = dict(result), dict(load), {w: dict(h) for w, h in held.items()}
     while max_moves is None or moves < max_moves:
         util = {w: load[w] / by_id[w].capacity for w in by_id}
         hi = max(util, key=lambda w: (util[w], w))
@@ -128,7 +159,8 @@ def assign(
         best = None
         for p in held[hi].values():
             new_gap = abs((load[hi] - p.load) / c_hi - (load[lo] + p.load) / c_lo)
-            worth = new_gap < gap - 1e-12 and (wide or new_gap <= gap * (1 - threshold))
+            share = p.load * (1 / c_hi + 1 / c_lo) / 2  # how far the move shifts each side, on average
+            worth = gap - new_gap > share + 1e-12 and (wide or new_gap <= gap * (1 - threshold))
             if worth and fits(lo, p):
                 score = (abs(p.load - ideal), p.priority, repr(p.key))  # prefer the exact transfer
                 if best is None or score < best[0]:
@@ -139,13 +171,18 @@ def assign(
         del held[hi][p.key]
         load[hi] -= p.load
         place(p, lo)
+        planned.append((p.key, lo))
         moves += 1
+    if not confirmed and planned:
+        (result, load, held), wanted = saved, frozenset(planned)
+    else:
+        wanted = frozenset()
 
     # 4. where room is capped, a waiting partition takes the place of a lower-priority one it fits instead of
     #    (rebalancing may have freed room after it was turned away); repeat until nothing changes
     if any(w.max_load > 0 for w in workers):
         _serve_priority_first(ordered, by_id, load, held, result, place)
-    return result
+    return Assignment(result, wanted)
 
 
 def _serve_priority_first(ordered, by_id, load, held, result, place) -> None:

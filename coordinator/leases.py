@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from streamplane.coordinator import events, keys
-from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign
+from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign, smooth
 from streamplane.coordinator.model import DRAINED, Generation
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, get_stream
@@ -298,7 +298,8 @@ def heartbeat(
         lease = _lease_from(key, raw) if raw else None
         if lease is None or lease.worker_id != worker_id or lease.state == FREE:
             continue  # a lease that moved away in the meantime: its load is the new holder's to report
-        tr.set(key, replace(lease, records_per_s=rps, lag_records=lag_records, lag_ms=lag_ms).to_json())
+        load = smooth(lease.records_per_s, rps)
+        tr.set(key, replace(lease, records_per_s=load, lag_records=lag_records, lag_ms=lag_ms).to_json())
 
 
 @transactional
@@ -380,6 +381,8 @@ class Applied:
 
     next_deadline_ms: int = 0
     """The earliest revoke deadline still pending after the pass (0: none): when to look again."""
+    proposed: frozenset = frozenset()
+    """Rebalancing moves the pass found worth making, left for the next pass to confirm (see assignment.py)."""
 
 
 def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[tuple, int]:
@@ -409,9 +412,18 @@ def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[tuple,
 
 
 @transactional
-def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int, threshold: float = 0.1) -> Applied:
+def apply_assignment(
+    tr: Transaction,
+    group: str,
+    *,
+    now_ms: int,
+    revoke_ms: int,
+    threshold: float = 0.1,
+    proposed: frozenset | None = None,
+) -> Applied:
     """Compute the group's assignment and move leases towards it: grant free ones, revoke moved ones with a
-    deadline, and force moves whose deadline passed (the old holder's epoch is then stale)."""
+    deadline, and force moves whose deadline passed (the old holder's epoch is then stale). `proposed` is
+    the previous pass's `Applied.proposed` (None rebalances at once)."""
     members = {w: m for w, m in read_members(tr, group).items() if m.alive_until_ms > now_ms}
     leases = read_leases(tr, group)
     wanted = group_partitions(tr, members)
@@ -427,8 +439,9 @@ def apply_assignment(tr: Transaction, group: str, *, now_ms: int, revoke_ms: int
         owner = lease.target if lease.state == REVOKING else lease.worker_id
         if lease.state != FREE and owner in members:
             current[k] = owner
-    target = assign(specs, workers, current, threshold=threshold)
-    done = Applied()
+    plan = assign(specs, workers, current, threshold=threshold, proposed=proposed)
+    target = plan.holders
+    done = Applied(proposed=plan.proposed)
     ev = _Events(tr, "assigner")
     for k in set(wanted) | set(leases):
         lease = leases.get(k) or Lease(*k)
