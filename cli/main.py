@@ -337,6 +337,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         port=args.port,
         host=args.host,
         assigner_config=_assigner_config(args),
+        engine=args.engine,
     )
 
 
@@ -473,6 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add(sub, "dev", cmd_dev, "run the local stack (coordinator + local Kafka clusters) in the foreground")
     p.add_argument("--clusters", type=int, default=2)
+    p.add_argument(
+        "--engine",
+        choices=["mock", "kafka"],
+        default="mock",
+        help="librdkafka's in-memory mock cluster (starts in a second), or a real Apache Kafka broker per cluster "
+        "(fetched from Maven Central once; about 5 s to start, its log kept under the data dir)",
+    )
     p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
     p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"))
     p.add_argument("--port", type=int, default=7400)

@@ -215,6 +215,9 @@ class KafkaBroker:
         except Exception:  # not listening yet, or still starting
             return False
 
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     @property
     def pid(self) -> int:
         assert self._proc is not None

@@ -1,8 +1,10 @@
-"""`streamplane dev`: the coordinator on the embedded store plus N local Kafka-protocol clusters, in the foreground.
+"""`streamplane dev`: the coordinator on the embedded store plus N local Kafka clusters, in the foreground.
 
-Clusters are registered as local-a, local-b, ...; their ports change on every start and their data lives in
-memory, so a restart re-registers them with the new addresses and re-creates the topics of every known
-generation. The coordinator's state (in the data dir) survives restarts, including kill -9.
+Two engines: librdkafka's mock cluster (`mock`, the default: in memory, starts in a second) or real Apache
+Kafka brokers (`kafka`: one KRaft broker per cluster in its own JVM, its log under the data dir, so records
+survive restarts). Clusters are registered as local-a, local-b, ...; their ports change on every start, so
+a restart re-registers them with the new addresses and re-creates the topics of every known generation. The
+coordinator's state (in the data dir) survives restarts, including kill -9.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import structlog
 from streamplane.coordinator import server
 from streamplane.coordinator.assigner import AssignerConfig
 from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.model import ADMIN_LOCAL, DRAINED, Cluster
+from streamplane.coordinator.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
+from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import InvalidArgumentError
 from streamplane.process import block_stop_signals, wait_for_stop
 
@@ -33,6 +36,7 @@ log = structlog.get_logger(__name__)
 
 START_TIMEOUT_S = 30.0
 ACTOR = "streamplane-dev"
+ENGINES = ("mock", "kafka")
 
 
 def cluster_names(count: int) -> list[str]:
@@ -47,7 +51,24 @@ class LocalCluster:
     name: str
     bootstrap_servers: str
     control_endpoint: str
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[str] | None = None  # the mock engine's cluster
+    broker: KafkaBroker | None = None  # the kafka engine's broker
+
+    def alive(self) -> bool:
+        if self.broker is not None:
+            return self.broker.alive()
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.broker is not None:
+            self.broker.stop()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 @dataclass
@@ -60,13 +81,19 @@ class LocalStack:
     host: str = "127.0.0.1"
     brokers: int = 3
     assigner_config: AssignerConfig | None = None
+    engine: str = "mock"
     local: list[LocalCluster] = field(default_factory=list)
     coordinator: server.RunningCoordinator | None = None
 
     def start(self) -> None:
         names = cluster_names(self.clusters)
+        if self.engine not in ENGINES:
+            raise InvalidArgumentError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         try:
-            self._start_clusters(names)
+            if self.engine == "kafka":
+                self._start_brokers(names)
+            else:
+                self._start_clusters(names)
             db = open_store(StoreConfig(driver="embedded", data_dir=Path(self.data_dir)))
             try:
                 self.coordinator = server.start(
@@ -109,6 +136,28 @@ class LocalStack:
             info = json.loads(line)
             cluster.bootstrap_servers, cluster.control_endpoint = info["bootstrap_servers"], info["control_endpoint"]
 
+    def _start_brokers(self, names: list[str]) -> None:
+        """One real broker per cluster, started side by side (each JVM takes seconds)."""
+        errors: list[BaseException] = []
+
+        def start(cluster: LocalCluster) -> None:
+            try:
+                assert cluster.broker is not None
+                cluster.broker.start()
+                cluster.bootstrap_servers = cluster.broker.bootstrap_servers
+            except BaseException as err:  # reported below, after every broker had its chance
+                errors.append(err)
+
+        for name in names:
+            self.local.append(LocalCluster(name, "", "", broker=KafkaBroker(Path(self.data_dir) / "kafka" / name)))
+        threads = [threading.Thread(target=start, args=(c,), daemon=True) for c in self.local]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
     def _register_and_reconcile(self, topology: Topology) -> None:
         for c in self.local:
             topology.register_cluster(
@@ -116,7 +165,7 @@ class LocalStack:
                     name=c.name,
                     bootstrap_servers=c.bootstrap_servers,
                     zone="local",
-                    admin=ADMIN_LOCAL,
+                    admin=ADMIN_KAFKA if c.broker is not None else ADMIN_LOCAL,
                     control_endpoint=c.control_endpoint,
                 ),
                 update_existing=True,
@@ -139,14 +188,10 @@ class LocalStack:
             self.coordinator.stop()
             self.coordinator = None
         for cluster in self.local:
-            if cluster.process.poll() is None:
-                cluster.process.terminate()
+            if cluster.process is not None and cluster.process.poll() is None:
+                cluster.process.terminate()  # every mock cluster stops at once; then each is waited for
         for cluster in self.local:
-            try:
-                cluster.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                cluster.process.kill()
-                cluster.process.wait()
+            cluster.stop()
         self.local.clear()
 
     def __enter__(self) -> LocalStack:
@@ -168,20 +213,32 @@ def _readline_until(proc: subprocess.Popen[str], deadline: float) -> str:
 
 
 def run_dev(
-    *, clusters: int, data_dir: Path, port: int, host: str = "127.0.0.1", assigner_config: AssignerConfig | None = None
+    *,
+    clusters: int,
+    data_dir: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    assigner_config: AssignerConfig | None = None,
+    engine: str = "mock",
 ) -> int:
     """Run the local stack in the foreground until SIGINT or SIGTERM."""
     block_stop_signals()
-    print(f"starting the local stack: {clusters} cluster(s), data in {data_dir}", file=sys.stderr, flush=True)
-    stack = LocalStack(data_dir=data_dir, clusters=clusters, port=port, host=host, assigner_config=assigner_config)
+    print(
+        f"starting the local stack: {clusters} cluster(s) on the {engine} engine, data in {data_dir}",
+        file=sys.stderr,
+        flush=True,
+    )
+    stack = LocalStack(
+        data_dir=data_dir, clusters=clusters, port=port, host=host, assigner_config=assigner_config, engine=engine
+    )
     stack.start()
     try:
         print(f"coordinator={stack.coordinator_address} store=embedded data_dir={data_dir}", flush=True)
         for cluster in stack.local:
             print(f"kafka.{cluster.name}={cluster.bootstrap_servers}", flush=True)
         print("ready (Ctrl-C stops everything)", flush=True)
-        wait_for_stop(lambda: any(c.process.poll() is not None for c in stack.local))
-        dead = [c.name for c in stack.local if c.process.poll() is not None]
+        wait_for_stop(lambda: not all(c.alive() for c in stack.local))
+        dead = [c.name for c in stack.local if not c.alive()]
         if dead:
             print(f"local cluster {', '.join(dead)} exited; stopping", file=sys.stderr, flush=True)
             return 1

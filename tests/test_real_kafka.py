@@ -162,3 +162,39 @@ def test_read_committed_leaves_out_an_aborted_transaction(real_kafka) -> None:
             assert r.values == expected
         finally:
             loop.close()
+
+
+def test_streamplane_dev_on_real_brokers_keeps_records_across_a_restart(tmp_path) -> None:
+    from streamplane.devstack.kafka import ensure_jars
+    from streamplane.errors import UnavailableError
+    from tests.helpers import cli, start_dev
+
+    try:
+        ensure_jars()
+    except UnavailableError as err:
+        pytest.skip(f"real-Kafka tests skipped: {err.message}")
+    data = tmp_path / "dev"
+    proc, address, clusters = start_dev(data, "--engine", "kafka", "--clusters", "1")
+    try:
+        assert list(clusters) == ["local-a"]
+        created = cli("stream", "create", "kept", "--partitions", "2", coordinator=address)
+        assert created.returncode == 0, created.stderr
+        with Producer(address) as producer:
+            for i in range(20):
+                producer.produce("kept", b"v%d" % i, key=b"%d" % i)
+            assert producer.flush() == 0
+    finally:
+        proc.stop()
+    proc, address, again = start_dev(data, "--engine", "kafka", "--clusters", "1")
+    try:
+        assert again["local-a"] != clusters["local-a"], "a new port each start, registered again"
+        seen: list[bytes] = []
+        with Consumer(address, group="kept-g", stream="kept") as consumer:
+            for msg in consumer:
+                seen.append(msg.value)
+                msg.ack()
+                if len(seen) == 20:
+                    break
+        assert sorted(seen) == sorted(b"v%d" % i for i in range(20)), "the broker's log outlived the restart"
+    finally:
+        proc.stop()
