@@ -43,6 +43,8 @@ class AssignerConfig:
     """How often the leader recomputes an unchanged group (new load figures, topology changes)."""
     threshold: float = 0.1
     """Imbalance tolerated before moving held leases (see assignment.py)."""
+    cooldown_ms: int = 30_000
+    """A partition moved to balance load is not moved for balance again within this time."""
 
 
 def now_ms() -> int:
@@ -231,6 +233,8 @@ class Assigner:
         self._last_pass: dict[str, tuple[int, float, int, tuple[int, int]]] = {}
         # group: rebalancing moves the last pass proposed (made only if the next pass confirms them)
         self._proposed: dict[str, frozenset] = {}
+        # group: {partition: when it was last moved to balance load} (the cool-down)
+        self._moved: dict[str, dict[tuple, int]] = {}
         self._renew_at = 0
         self.is_leader = False
 
@@ -287,6 +291,15 @@ class Assigner:
             wake.wait(max(cfg.loop_ms, due_ms - now_ms()) / 1000)
             wake.cancel()
 
+    def _pinned(self, group: str, now: int) -> set[tuple]:
+        """The group's partitions still in their cool-down after a move (older entries are forgotten)."""
+        moved = self._moved.get(group)
+        if not moved:
+            return set()
+        for k in [k for k, t in moved.items() if now - t >= self.config.cooldown_ms]:
+            del moved[k]
+        return set(moved)
+
     def run_once(self) -> int:
         """One pass of the loop: renew leadership; if leader, expire sessions and rebalance groups that need it.
         Returns when the next pass is due (ms since the epoch), unless a group changes first."""
@@ -321,6 +334,7 @@ class Assigner:
                     revoke_ms=cfg.revoke_ms,
                     threshold=cfg.threshold,
                     proposed=self._proposed.get(group, frozenset()),
+                    pinned=self._pinned(group, now),
                 )
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)
@@ -336,6 +350,7 @@ class Assigner:
             if applied is not None:
                 version, loads = seen
                 self._proposed[group] = applied.proposed
+                self._moved.setdefault(group, {}).update(dict.fromkeys(applied.moved, now))
                 deadline = applied.next_deadline_ms
                 if applied.proposed:  # look again after rebalance_ms to confirm (or drop) the proposed moves
                     confirm = now + cfg.rebalance_ms

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Collection
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from streamplane.coordinator import events, keys
@@ -383,6 +384,8 @@ class Applied:
     """The earliest revoke deadline still pending after the pass (0: none): when to look again."""
     proposed: frozenset = frozenset()
     """Rebalancing moves the pass found worth making, left for the next pass to confirm (see assignment.py)."""
+    moved: set = field(default_factory=set)
+    """Partitions this pass took from a live holder to give to another (they start their cool-down)."""
 
 
 def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[tuple, int]:
@@ -420,10 +423,12 @@ def apply_assignment(
     revoke_ms: int,
     threshold: float = 0.1,
     proposed: frozenset | None = None,
+    pinned: Collection = (),
 ) -> Applied:
     """Compute the group's assignment and move leases towards it: grant free ones, revoke moved ones with a
     deadline, and force moves whose deadline passed (the old holder's epoch is then stale). `proposed` is
-    the previous pass's `Applied.proposed` (None rebalances at once)."""
+    the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, the partitions in their
+    cool-down after a move."""
     members = {w: m for w, m in read_members(tr, group).items() if m.alive_until_ms > now_ms}
     leases = read_leases(tr, group)
     wanted = group_partitions(tr, members)
@@ -439,7 +444,7 @@ def apply_assignment(
         owner = lease.target if lease.state == REVOKING else lease.worker_id
         if lease.state != FREE and owner in members:
             current[k] = owner
-    plan = assign(specs, workers, current, threshold=threshold, proposed=proposed)
+    plan = assign(specs, workers, current, threshold=threshold, proposed=proposed, pinned=pinned)
     target = plan.holders
     done = Applied(proposed=plan.proposed)
     ev = _Events(tr, "assigner")
@@ -451,6 +456,8 @@ def apply_assignment(
         new = lease
         if lease.state == GRANTED and lease.worker_id != want:
             new = replace(lease, state=REVOKING, target=want, deadline_ms=now_ms + revoke_ms)
+            if want:
+                done.moved.add(k)
             ev.group(
                 group,
                 "lease_revoking",
