@@ -26,7 +26,15 @@ import structlog
 
 from streamplane.client.fetcher import Fetched, decode_records
 from streamplane.client.flow import Budget
-from streamplane.client.kafka import ConnectionConfig, KafkaConnection, KafkaProtocolError, codec, fetch, list_offsets
+from streamplane.client.kafka import (
+    ConnectionConfig,
+    KafkaConnection,
+    KafkaProtocolError,
+    codec,
+    fetch,
+    leader_epoch,
+    list_offsets,
+)
 from streamplane.client.kafka.codec import KafkaAuthenticationError
 from streamplane.errors import StreamplaneError, UnavailableError
 
@@ -69,10 +77,17 @@ class _Partition:
     high_watermark: int = -1
     asked: fetch.PartitionFetch | None = None  # what the last request asked (reused while nothing moved)
     parked: fetch.FetchedPartition | None = None  # read but not decoded: no room until handlers free some
+    read_epoch: int = -1  # the leader epoch of the last batch read
+    validate: bool = False  # its leader changed: check the log was not truncated under our position (KIP-320)
 
     def request(self, max_bytes: int) -> fetch.PartitionFetch:
         f = self.asked
-        if f is None or f.offset != self.position or f.log_start_offset != self.log_start:
+        if (
+            f is None
+            or f.offset != self.position
+            or f.log_start_offset != self.log_start
+            or f.leader_epoch != self.leader_epoch  # a new leader: a stale epoch would be fenced
+        ):
             f = self.asked = fetch.PartitionFetch(self.position, max_bytes, self.log_start, self.leader_epoch)
         return f
 
@@ -157,6 +172,8 @@ class FetchLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fetch-loop", daemon=True)
         self.requests = 0  # Fetch requests sent (for tests and metrics)
+        self.epoch_checks = 0  # partitions checked for truncation after a leader change (KIP-320)
+        self.truncations = 0  # logs found truncated under a partition's position after a leader change
         # Work proportional to what changed: requests are rebuilt only after a change (a partition joined,
         # left, moved, read records, or its owner touched it); an idle round resends what it sent.
         self._changes = 0
@@ -315,6 +332,7 @@ class FetchLoop:
                 if meta is None or meta.leader < 0 or meta.leader not in cluster.brokers:
                     continue  # no leader now: asked again after the backoff
                 p.node, p.leader_epoch = meta.leader, meta.leader_epoch
+                p.validate = p.read_epoch >= 0 and p.position >= 0
                 self._changes += 1
 
     def _metadata(self, cluster: _Cluster, topics: list[str]):  # type: ignore[no-untyped-def]
@@ -412,6 +430,41 @@ class FetchLoop:
                 else:
                     p.position = offset
 
+    def _validate(self, link: _Link, parts: list[_Partition]) -> None:
+        """After a leader change: ask the new leader where the epoch of the last batch read ends. Below our
+        position, its log was truncated under us: read on from where it diverged (what was read past it is
+        gone or replaced), and say so."""
+        assert link.conn is not None
+        for p in parts:
+            p.validate = False
+        self.epoch_checks += len(parts)
+        try:
+            v = link.conn.version(leader_epoch.KEY, leader_epoch.VERSIONS)
+        except KafkaProtocolError:
+            return  # a broker without it: nothing to check with
+        by_topic: dict[str, dict[int, tuple[int, int]]] = {}
+        for p in parts:
+            by_topic.setdefault(p.topic, {})[p.partition] = (p.leader_epoch, p.read_epoch)
+        for topic, wanted in by_topic.items():
+            body = leader_epoch.encode(v, topic, wanted)
+            answer = leader_epoch.decode(link.conn.request(leader_epoch.KEY, v, body))
+            for p in parts:
+                end = answer.get((p.topic, p.partition))
+                if end is None or p.topic != topic:
+                    continue
+                if end.error_code:
+                    self._error(p, end.error_code, "OffsetForLeaderEpoch")
+                elif 0 <= end.end_offset < p.position:
+                    log.warning(
+                        "fetch_loop.log_truncated",
+                        partition=p.key,
+                        position=p.position,
+                        diverged_at=end.end_offset,
+                        epoch=end.leader_epoch,
+                    )
+                    self.truncations += 1
+                    p.position = end.end_offset
+
     def _send(self, link: _Link, mine: list[_Partition]) -> None:
         if not mine and not link.session.incremental:
             return
@@ -423,6 +476,10 @@ class FetchLoop:
                 unknown = [p for p in mine if p.position < 0 or p.reset]
                 if unknown:
                     self._positions(link, unknown)
+                    self._changes += 1
+                moved = [p for p in mine if p.validate]
+                if moved:
+                    self._validate(link, moved)
                     self._changes += 1
                 oneoffs = {p.tp: p for p in mine if self._oneoffs.get(p.key)}
                 if oneoffs:
@@ -593,6 +650,8 @@ class FetchLoop:
         used = count = 0
         try:
             fetched = self._decode(got, position)
+            if fetched.batch is not None:
+                p.read_epoch = max(p.read_epoch, fetched.batch.last_leader_epoch)
             if fetched.next_position != p.position:
                 self._changes += 1
             p.position = fetched.next_position

@@ -153,6 +153,12 @@ class DecodedBatch:
         return self.count
 
     @property
+    def last_leader_epoch(self) -> int:
+        """The partition leader epoch of the last batch decoded (-1 when none was)."""
+        batches = self._c["batches"]
+        return batches[-1][2] if batches else -1
+
+    @property
     def batches(self) -> list[BatchInfo]:
         """Facts about each decoded record batch, in input order."""
         return [BatchInfo(*b) for b in self._c["batches"]]

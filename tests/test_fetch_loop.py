@@ -211,3 +211,67 @@ def test_scram_sha_256_matches_rfc_7677() -> None:
     forged.step(server_first)
     with pytest.raises(codec.KafkaAuthenticationError, match="signature"):
         forged.step(b"v=AAAA")
+
+
+def truncation_under_our_position(bootstrap: str, topic: str) -> None:
+    """Shared by the mock and the real broker: a partition whose new leader's log ends before where we had
+    read (simulated: we believe we read 15 records past its end) is read on from where it diverged, once."""
+    raw = KafkaProducer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        raw.produce(topic, b"a%d" % i, partition=0)
+    assert raw.flush(10) == 0
+    loop = FetchLoop(budget=Budget(100_000, 1 << 30), max_decompressed=4 << 20, max_wait_ms=100)
+    loop.start()
+    try:
+        got = Collect(loop)
+        loop.add("t/0", bootstrap, topic, 0, -1, got)
+        wait_until(lambda: len(got.values) == 10)
+
+        def leader_changed_after_we_read_past_its_log() -> None:
+            p = loop._parts["t/0"]
+            p.position += 15
+            p.validate = True
+
+        loop._do(leader_changed_after_we_read_past_its_log)
+        wait_until(lambda: loop.truncations == 1)
+        for i in range(5):
+            raw.produce(topic, b"b%d" % i, partition=0)
+        assert raw.flush(10) == 0
+        wait_until(lambda: len(got.values) == 15)
+        threading.Event().wait(0.3)
+        assert got.values == [b"a%d" % i for i in range(10)] + [b"b%d" % i for i in range(5)], (
+            "read on from the divergence: nothing skipped, nothing read twice"
+        )
+    finally:
+        loop.close()
+
+
+def test_a_log_truncated_under_our_position_is_detected_and_read_on_from_the_divergence(
+    one_broker: MockCluster,
+) -> None:
+    one_broker.create_topic("trunc", 1)
+    truncation_under_our_position(one_broker.bootstrap_servers, "trunc")
+
+
+def test_after_a_leader_move_the_new_leader_is_asked_about_truncation_and_reading_goes_on(local_cluster) -> None:
+    bootstrap, control = local_cluster
+    control.create_topic("moving", 1)
+    raw = KafkaProducer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        raw.produce("moving", b"m%d" % i, partition=0)
+    assert raw.flush(10) == 0
+    loop = make_loop(max_wait_ms=100)
+    try:
+        got = Collect(loop)
+        loop.add("moving/0", bootstrap, "moving", 0, -1, got)
+        wait_until(lambda: len(got.values) == 10)
+        leader = loop._parts["moving/0"].node
+        control.set_leader("moving", 0, 1 + leader % 3)
+        for i in range(10, 20):
+            raw.produce("moving", b"m%d" % i, partition=0)
+        assert raw.flush(10) == 0
+        wait_until(lambda: len(got.values) == 20, timeout=15)
+        assert loop.epoch_checks >= 1 and loop.truncations == 0
+        assert got.values == [b"m%d" % i for i in range(20)]
+    finally:
+        loop.close()

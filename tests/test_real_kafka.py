@@ -198,3 +198,10 @@ def test_streamplane_dev_on_real_brokers_keeps_records_across_a_restart(tmp_path
         assert sorted(seen) == sorted(b"v%d" % i for i in range(20)), "the broker's log outlived the restart"
     finally:
         proc.stop()
+
+
+def test_a_real_broker_reports_where_an_epoch_ends_and_a_truncated_log_is_read_from_there(real_kafka) -> None:
+    from tests.test_fetch_loop import truncation_under_our_position
+
+    create_topic(real_kafka.bootstrap_servers, "rk-trunc", 1)
+    truncation_under_our_position(real_kafka.bootstrap_servers, "rk-trunc")

@@ -1,5 +1,5 @@
-"""Our Kafka wire client: one module per API (api_versions, metadata, list_offsets, fetch, sasl), their
-primitives (codec), and connection handling apart from them (connection, config)."""
+"""Our Kafka wire client: one module per API (api_versions, metadata, list_offsets, fetch, leader_epoch,
+sasl), their primitives (codec), and connection handling apart from them (connection, config)."""
 
 from streamplane.client.kafka.codec import KafkaAuthenticationError, KafkaProtocolError
 from streamplane.client.kafka.config import ConnectionConfig

@@ -24,6 +24,7 @@ API_NAMES = {
     3: "Metadata",
     17: "SaslHandshake",
     18: "ApiVersions",
+    23: "OffsetForLeaderEpoch",
     36: "SaslAuthenticate",
 }
 
