@@ -44,7 +44,7 @@ class AssignerConfig:
     threshold: float = 0.1
     """Imbalance tolerated before moving held leases (see assignment.py)."""
     cooldown_ms: int = 30_000
-    """A partition moved to balance load is not moved for balance again within this time."""
+    """A partition moved to balance load is not moved back to the worker it left within this time."""
 
 
 def now_ms() -> int:
@@ -233,8 +233,8 @@ class Assigner:
         self._last_pass: dict[str, tuple[int, float, int, tuple[int, int]]] = {}
         # group: rebalancing moves the last pass proposed (made only if the next pass confirms them)
         self._proposed: dict[str, frozenset] = {}
-        # group: {partition: when it was last moved to balance load} (the cool-down)
-        self._moved: dict[str, dict[tuple, int]] = {}
+        # group: {partition: (when it was last moved to balance load, the worker it left)} (the cool-down)
+        self._moved: dict[str, dict[tuple, tuple[int, str]]] = {}
         self._renew_at = 0
         self.is_leader = False
 
@@ -291,14 +291,15 @@ class Assigner:
             wake.wait(max(cfg.loop_ms, due_ms - now_ms()) / 1000)
             wake.cancel()
 
-    def _pinned(self, group: str, now: int) -> set[tuple]:
-        """The group's partitions still in their cool-down after a move (older entries are forgotten)."""
+    def _pinned(self, group: str, now: int) -> dict[tuple, str]:
+        """{partition: the worker it left} for the group's partitions still in their cool-down after a move
+        (older entries are forgotten)."""
         moved = self._moved.get(group)
         if not moved:
-            return set()
-        for k in [k for k, t in moved.items() if now - t >= self.config.cooldown_ms]:
+            return {}
+        for k in [k for k, (t, _) in moved.items() if now - t >= self.config.cooldown_ms]:
             del moved[k]
-        return set(moved)
+        return {k: w for k, (_, w) in moved.items()}
 
     def run_once(self) -> int:
         """One pass of the loop: renew leadership; if leader, expire sessions and rebalance groups that need it.
@@ -350,7 +351,7 @@ class Assigner:
             if applied is not None:
                 version, loads = seen
                 self._proposed[group] = applied.proposed
-                self._moved.setdefault(group, {}).update(dict.fromkeys(applied.moved, now))
+                self._moved.setdefault(group, {}).update({k: (now, w) for k, w in applied.moved.items()})
                 deadline = applied.next_deadline_ms
                 if applied.proposed:  # look again after rebalance_ms to confirm (or drop) the proposed moves
                     confirm = now + cfg.rebalance_ms

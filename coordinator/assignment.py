@@ -9,7 +9,7 @@ Rules, in order:
      exceeds `threshold` of the mean or the move narrows it by at least `threshold`. With equal loads, no
      churn at a one-partition difference. Rebalancing is done only when the previous pass found it worth
      doing too (`proposed`): a load that looks off in one measurement moves nothing. A partition moved to
-     balance load stays put for a cool-down (`pinned`): a move is never reversed at once.
+     balance load is not moved back to where it came from during a cool-down (`pinned`).
   3. Orphaned and new partitions go to the least utilized worker that has room.
 Every partition is held by at most one worker in the result, and only live workers appear in it.
 
@@ -21,7 +21,7 @@ by the one before it, for any two workers
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 PartitionKey = Hashable
@@ -80,7 +80,7 @@ def assign(
     threshold: float = DEFAULT_THRESHOLD,
     max_moves: int | None = None,
     proposed: frozenset[tuple[PartitionKey, str]] | None = None,
-    pinned: Collection[PartitionKey] = (),
+    pinned: Mapping[PartitionKey, str] | None = None,
 ) -> Assignment:
     """The new assignment, and the rebalancing moves it proposes for the next pass.
 
@@ -93,8 +93,9 @@ def assign(
         proposed: the previous pass's proposals. Held partitions are rebalanced only when it is not empty
             (the imbalance was seen twice); otherwise the moves are returned as this pass's proposals. None
             rebalances at once (a fresh assignment, or tests of the rule alone).
-        pinned: partitions in their cool-down after a move: rebalancing leaves them where they are (they still
-            move when their holder leaves or has no room).
+        pinned: {partition: the worker it was moved away from} for partitions in their cool-down after a
+            move: rebalancing does not move them back there (anything else still may, and a holder that leaves
+            takes nothing with it).
     """
     if not workers:
         return Assignment({})
@@ -162,8 +163,8 @@ def assign(
         ideal = (load[hi] * c_lo - load[lo] * c_hi) / (c_hi + c_lo)  # the load whose move equalizes the pair
         best = None
         for p in held[hi].values():
-            if p.key in pinned:
-                continue
+            if pinned and pinned.get(p.key) == lo:
+                continue  # that would reverse a recent move
             new_gap = abs((load[hi] - p.load) / c_hi - (load[lo] + p.load) / c_lo)
             share = p.load * (1 / c_hi + 1 / c_lo) / 2  # how far the move shifts each side, on average
             worth = gap - new_gap > share + 1e-12 and (wide or new_gap <= gap * (1 - threshold))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -384,8 +384,8 @@ class Applied:
     """The earliest revoke deadline still pending after the pass (0: none): when to look again."""
     proposed: frozenset = frozenset()
     """Rebalancing moves the pass found worth making, left for the next pass to confirm (see assignment.py)."""
-    moved: set = field(default_factory=set)
-    """Partitions this pass took from a live holder to give to another (they start their cool-down)."""
+    moved: dict = field(default_factory=dict)
+    """{partition: the live holder this pass took it from to give to another} (their cool-down starts)."""
 
 
 def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[tuple, int]:
@@ -423,12 +423,12 @@ def apply_assignment(
     revoke_ms: int,
     threshold: float = 0.1,
     proposed: frozenset | None = None,
-    pinned: Collection = (),
+    pinned: Mapping | None = None,
 ) -> Applied:
     """Compute the group's assignment and move leases towards it: grant free ones, revoke moved ones with a
     deadline, and force moves whose deadline passed (the old holder's epoch is then stale). `proposed` is
-    the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, the partitions in their
-    cool-down after a move."""
+    the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, {partition: the worker it
+    was recently moved away from}, not to be moved back there yet."""
     members = {w: m for w, m in read_members(tr, group).items() if m.alive_until_ms > now_ms}
     leases = read_leases(tr, group)
     wanted = group_partitions(tr, members)
@@ -457,7 +457,7 @@ def apply_assignment(
         if lease.state == GRANTED and lease.worker_id != want:
             new = replace(lease, state=REVOKING, target=want, deadline_ms=now_ms + revoke_ms)
             if want:
-                done.moved.add(k)
+                done.moved[k] = lease.worker_id
             ev.group(
                 group,
                 "lease_revoking",
