@@ -49,6 +49,7 @@ def _load_librdkafka() -> ctypes.CDLL:
         "rd_kafka_mock_broker_set_down": (c_int, [c_void_p, c_int32]),
         "rd_kafka_mock_broker_set_up": (c_int, [c_void_p, c_int32]),
         "rd_kafka_mock_partition_set_leader": (c_int, [c_void_p, c_char_p, c_int32, c_int32]),
+        "rd_kafka_mock_partition_set_follower": (c_int, [c_void_p, c_char_p, c_int32, c_int32]),
         "rd_kafka_mock_group_initial_rebalance_delay_ms": (None, [c_void_p, c_int32]),
         "rd_kafka_mock_set_group_consumer_session_timeout_ms": (None, [c_void_p, c_int]),
     }
@@ -112,6 +113,14 @@ class MockCluster:
             self._check(
                 self._lib.rd_kafka_mock_partition_set_leader(self._mc, topic.encode(), partition, broker),
                 f"leader of {topic}/{partition}",
+            )
+
+    def set_follower(self, topic: str, partition: int, broker: int) -> None:
+        """The replica a leader names to consumers that give a rack (KIP-392's preferred read replica)."""
+        with self._lock:
+            self._check(
+                self._lib.rd_kafka_mock_partition_set_follower(self._mc, topic.encode(), partition, broker),
+                f"follower of {topic}/{partition}",
             )
 
     def set_consumer_session_timeout(self, ms: int) -> None:

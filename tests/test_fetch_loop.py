@@ -109,17 +109,17 @@ def test_what_is_read_while_the_budget_is_full_waits_undecoded_and_is_never_read
         for p, receiver in enumerate(got):
             loop.add(f"full/{p}", one_broker.bootstrap_servers, "full", p, -1, receiver)
         wait_until(lambda: budget.records >= 60)
-        threading.Event().wait(0.5)
-        delivered = [r for r in got if r.values]
-        assert len(delivered) < 4, "the budget stops decoding"
-        requests = loop.requests
+        wait_until(lambda: bool(loop._parked), what=lambda: "nothing read was kept waiting")
+        parked = {p.key for p in loop._parked}
+        assert all(not got[int(key.split("/")[1])].values for key in parked), "the budget stops decoding"
+        requests = loop.requests  # nothing is sent while the budget is full
         budget.release(budget.records, 0)  # the handlers end what they hold
-        wait_until(lambda: all(len(r.values) == 50 for r in got), timeout=10)
+        wait_until(lambda: all(len(r.values) == 50 for r in got) or budget.records >= 60, timeout=10)
         budget.release(budget.records, 0)
         wait_until(lambda: all(len(r.values) == 50 for r in got), timeout=10)
         assert [r.values for r in got] == [[b"p%d-%d" % (p, i) for i in range(50)] for p in range(4)], "once each"
-        late = [r for r in got if r not in delivered]
-        assert all(r.at_request[0] <= requests for r in late), "decoded from the response read earlier"
+        late = [got[int(key.split("/")[1])] for key in parked]
+        assert all(r.at_request[0] == requests for r in late), "decoded from the response read earlier"
     finally:
         loop.close()
 
@@ -275,3 +275,26 @@ def test_after_a_leader_move_the_new_leader_is_asked_about_truncation_and_readin
         assert got.values == [b"m%d" % i for i in range(20)]
     finally:
         loop.close()
+
+
+def test_with_a_rack_the_loop_reads_from_the_replica_the_leader_names() -> None:
+    cluster = MockCluster(3)
+    try:
+        cluster.create_topic("racked", 1)
+        cluster.set_leader("racked", 0, 1)
+        cluster.set_follower("racked", 0, 2)  # the mock names it to clients that give a rack (KIP-392)
+        raw = KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers})
+        for i in range(20):
+            raw.produce("racked", b"r%d" % i, partition=0)
+        assert raw.flush(10) == 0
+        loop = make_loop(default_config=ConnectionConfig(rack="myrack"), max_wait_ms=100)
+        try:
+            got = Collect(loop)
+            loop.add("racked/0", cluster.bootstrap_servers, "racked", 0, -1, got)
+            wait_until(lambda: len(got.values) == 20)
+            assert loop._parts["racked/0"].node == 2, "fetching moved to the follower the leader named"
+            assert got.values == [b"r%d" % i for i in range(20)]
+        finally:
+            loop.close()
+    finally:
+        cluster.close()
