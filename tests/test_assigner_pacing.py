@@ -3,16 +3,31 @@ load check, leadership renewal), so an idle fleet costs the coordinator almost n
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from streamplane.coordinator.assigner import Assigner, AssignerConfig, now_ms
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.leases import Subscription
 from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
-from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 
 CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500)
+
+
+@pytest.fixture
+def with_stream(tmp_path: Path, local_cluster) -> Iterator[Database]:
+    """An embedded store with the local cluster registered as "c" and a 4-partition stream "s" on it."""
+    bootstrap, control = local_cluster
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    topology = Topology(db, RoutingAdmin())
+    topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
+    topology.create_stream("s", 4, "c")
+    yield db
+    db.close()
 
 
 def test_with_no_group_the_next_pass_is_the_leadership_renewal(tmp_path: Path) -> None:
@@ -26,16 +41,12 @@ def test_with_no_group_the_next_pass_is_the_leadership_renewal(tmp_path: Path) -
 
 
 def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_its_expiry(
-    tmp_path: Path, local_cluster
+    with_stream: Database,
 ) -> None:
-    bootstrap, control = local_cluster
-    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
-    topology = Topology(db, RoutingAdmin())
-    topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
-    topology.create_stream("paced", 2, "c")
+    db = with_stream
     assigner = Assigner(db, CONFIG, replica_id="a")
-    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
-    assigner.run_once()  # grants both leases
+    assigner.open_session("g", "w1", [Subscription("s")], capacity=1.0, max_load=0.0)
+    assigner.run_once()  # grants every lease
     before = now_ms()
     due = assigner.run_once()
     # not the 50 ms beat: the next load check, well before the session could expire
@@ -46,7 +57,6 @@ def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_it
     members = short.describe("g")[0]
     due = short.run_once()
     assert due == members["w1"].alive_until_ms, "the loop wakes when the member's session would expire"
-    db.close()
 
 
 def test_a_standby_replica_checks_for_a_dead_leader_every_rebalance_interval(tmp_path: Path) -> None:
@@ -60,18 +70,12 @@ def test_a_standby_replica_checks_for_a_dead_leader_every_rebalance_interval(tmp
     db.close()
 
 
-def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_pass(
-    tmp_path: Path, local_cluster
-) -> None:
-    bootstrap, control = local_cluster
-    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
-    topology = Topology(db, RoutingAdmin())
-    topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
-    topology.create_stream("cooled", 4, "c")
+def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_pass(with_stream: Database) -> None:
+    db = with_stream
     assigner = Assigner(db, AssignerConfig(ttl_ms=60_000, rebalance_ms=500, cooldown_ms=30_000), replica_id="a")
-    assigner.open_session("g", "w1", [Subscription("cooled")], capacity=1.0, max_load=0.0)
+    assigner.open_session("g", "w1", [Subscription("s")], capacity=1.0, max_load=0.0)
     assigner.run_once()
-    assigner.open_session("g", "w2", [Subscription("cooled")], capacity=1.0, max_load=0.0)
+    assigner.open_session("g", "w2", [Subscription("s")], capacity=1.0, max_load=0.0)
 
     def revoking() -> set:
         return {k for k, x in assigner.describe("g")[1].items() if x.state == "revoking"}
@@ -84,4 +88,3 @@ def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_
     moved = revoking()
     assert len(moved) == 2
     assert assigner._pinned("g", now_ms()) == dict.fromkeys(moved, "w1"), "a move's cool-down keeps where it left"
-    db.close()

@@ -494,6 +494,13 @@ static PyObject *offset_of(PyObject *record) {
     return PyObject_GetAttrString(record, "offset");
 }
 
+static int append_hold(PyObject *holds, PyObject *held, Py_ssize_t n) {
+    PyObject *pair = Py_BuildValue("(On)", held, n);
+    int rc = pair ? PyList_Append(holds, pair) : -1;
+    Py_XDECREF(pair);
+    return rc;
+}
+
 /* end_pending(msgs, pending, done, open) -> (offsets, [(held, n), ...]): every message of `msgs` still `open`
  * gets outcome `done`; those found in `pending` (offset -> message) leave it, and their offsets and memory
  * accounts are returned (runs of one account counted once). The caller holds the ledger's lock. */
@@ -529,27 +536,13 @@ static PyObject *end_pending(PyObject *self, PyObject *args) {
         Py_DECREF(offset);
         PyObject *held = m->held ? m->held : Py_None;
         if (held != last) {
-            if (run) {
-                PyObject *pair = Py_BuildValue("(On)", last, run);
-                if (!pair || PyList_Append(holds, pair) < 0) {
-                    Py_XDECREF(pair);
-                    goto fail;
-                }
-                Py_DECREF(pair);
-            }
+            if (run && append_hold(holds, last, run) < 0) goto fail;
             last = held;
             run = 0;
         }
         run++;
     }
-    if (run) {
-        PyObject *pair = Py_BuildValue("(On)", last, run);
-        if (!pair || PyList_Append(holds, pair) < 0) {
-            Py_XDECREF(pair);
-            goto fail;
-        }
-        Py_DECREF(pair);
-    }
+    if (run && append_hold(holds, last, run) < 0) goto fail;
     return Py_BuildValue("(NN)", ended, holds);
 fail:
     Py_XDECREF(ended);
