@@ -338,6 +338,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         host=args.host,
         assigner_config=_assigner_config(args),
         engine=args.engine,
+        kafka_security=args.kafka_security,
     )
 
 
@@ -480,6 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="mock",
         help="librdkafka's in-memory mock cluster (starts in a second), or a real Apache Kafka broker per cluster "
         "(fetched from Maven Central once; about 5 s to start, its log kept under the data dir)",
+    )
+    p.add_argument(
+        "--kafka-security",
+        choices=["plaintext", "sasl_ssl"],
+        default="plaintext",
+        help="with --engine kafka, sasl_ssl adds a SCRAM/PLAIN listener over TLS with a generated certificate and "
+        "users (printed as kafka.NAME.sasl_ssl=...)",
     )
     p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
     p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"))

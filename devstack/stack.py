@@ -28,7 +28,7 @@ from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
-from streamplane.devstack.kafka import KafkaBroker
+from streamplane.devstack.kafka import USERS, KafkaBroker
 from streamplane.errors import InvalidArgumentError
 from streamplane.process import block_stop_signals, wait_for_stop
 
@@ -37,6 +37,7 @@ log = structlog.get_logger(__name__)
 START_TIMEOUT_S = 30.0
 ACTOR = "streamplane-dev"
 ENGINES = ("mock", "kafka")
+SECURITY = ("plaintext", "sasl_ssl")
 
 
 def cluster_names(count: int) -> list[str]:
@@ -82,6 +83,8 @@ class LocalStack:
     brokers: int = 3
     assigner_config: AssignerConfig | None = None
     engine: str = "mock"
+    kafka_security: str = "plaintext"
+    """'sasl_ssl' adds a SCRAM/PLAIN listener over TLS to each real broker (USERS, a generated certificate)."""
     local: list[LocalCluster] = field(default_factory=list)
     coordinator: server.RunningCoordinator | None = None
 
@@ -89,6 +92,12 @@ class LocalStack:
         names = cluster_names(self.clusters)
         if self.engine not in ENGINES:
             raise InvalidArgumentError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        if self.kafka_security not in SECURITY:
+            raise InvalidArgumentError(
+                f"--kafka-security must be one of {', '.join(SECURITY)}, not {self.kafka_security!r}"
+            )
+        if self.kafka_security != "plaintext" and self.engine != "kafka":
+            raise InvalidArgumentError("--kafka-security sasl_ssl needs --engine kafka (the mock cluster has no SASL)")
         try:
             if self.engine == "kafka":
                 self._start_brokers(names)
@@ -149,7 +158,8 @@ class LocalStack:
                 errors.append(err)
 
         for name in names:
-            self.local.append(LocalCluster(name, "", "", broker=KafkaBroker(Path(self.data_dir) / "kafka" / name)))
+            broker = KafkaBroker(Path(self.data_dir) / "kafka" / name, sasl=self.kafka_security == "sasl_ssl")
+            self.local.append(LocalCluster(name, "", "", broker=broker))
         threads = [threading.Thread(target=start, args=(c,), daemon=True) for c in self.local]
         for t in threads:
             t.start()
@@ -220,6 +230,7 @@ def run_dev(
     host: str = "127.0.0.1",
     assigner_config: AssignerConfig | None = None,
     engine: str = "mock",
+    kafka_security: str = "plaintext",
 ) -> int:
     """Run the local stack in the foreground until SIGINT or SIGTERM."""
     block_stop_signals()
@@ -229,13 +240,27 @@ def run_dev(
         flush=True,
     )
     stack = LocalStack(
-        data_dir=data_dir, clusters=clusters, port=port, host=host, assigner_config=assigner_config, engine=engine
+        data_dir=data_dir,
+        clusters=clusters,
+        port=port,
+        host=host,
+        assigner_config=assigner_config,
+        engine=engine,
+        kafka_security=kafka_security,
     )
     stack.start()
     try:
         print(f"coordinator={stack.coordinator_address} store=embedded data_dir={data_dir}", flush=True)
         for cluster in stack.local:
             print(f"kafka.{cluster.name}={cluster.bootstrap_servers}", flush=True)
+            if cluster.broker is not None and cluster.broker.sasl:
+                users = ",".join(f"{u.name}:{u.password}" for u in USERS)
+                print(
+                    f"kafka.{cluster.name}.sasl_ssl={cluster.broker.sasl_bootstrap_servers} "
+                    f"ssl.ca.location={cluster.broker.ca_file} users={users} "
+                    "mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+                    flush=True,
+                )
         print("ready (Ctrl-C stops everything)", flush=True)
         wait_for_stop(lambda: not all(c.alive() for c in stack.local))
         dead = [c.name for c in stack.local if not c.alive()]

@@ -205,3 +205,45 @@ def test_a_real_broker_reports_where_an_epoch_ends_and_a_truncated_log_is_read_f
 
     create_topic(real_kafka.bootstrap_servers, "rk-trunc", 1)
     truncation_under_our_position(real_kafka.bootstrap_servers, "rk-trunc")
+
+
+def test_streamplane_dev_with_sasl_ssl_prints_a_listener_that_takes_its_users(tmp_path) -> None:
+    import re
+
+    from streamplane.devstack.kafka import ensure_jars
+    from streamplane.errors import UnavailableError
+    from tests.helpers import start_dev
+
+    try:
+        ensure_jars()
+    except UnavailableError as err:
+        pytest.skip(f"real-Kafka tests skipped: {err.message}")
+    proc, _, _ = start_dev(tmp_path / "dev", "--engine", "kafka", "--kafka-security", "sasl_ssl", "--clusters", "1")
+    try:
+        line = next(x for x in proc.seen if x.startswith("kafka.local-a.sasl_ssl="))
+        found = re.match(r"kafka\.local-a\.sasl_ssl=(\S+) ssl\.ca\.location=(\S+) users=(\S+)", line)
+        assert found, line
+        bootstrap, ca, users = found.groups()
+        name, password = users.split(",")[0].split(":")
+        settings = {
+            "security.protocol": "sasl_ssl",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": name,
+            "sasl.password": password,
+            "ssl.ca.location": ca,
+        }
+        with KafkaConnection.connect_any(bootstrap, ConnectionConfig.from_settings(settings)) as conn:
+            assert conn.metadata([]).brokers
+        settings["sasl.password"] = "wrong"
+        with pytest.raises(KafkaAuthenticationError):
+            KafkaConnection.connect_any(bootstrap, ConnectionConfig.from_settings(settings)).close()
+    finally:
+        proc.stop()
+
+
+def test_sasl_ssl_on_the_mock_engine_is_refused_in_one_sentence(tmp_path) -> None:
+    from tests.helpers import cli
+
+    result = cli("dev", "--data-dir", str(tmp_path), "--port", "0", "--kafka-security", "sasl_ssl", timeout=60)
+    assert result.returncode == 2
+    assert "--kafka-security sasl_ssl needs --engine kafka" in result.stderr
