@@ -20,12 +20,12 @@ CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500)
 
 @pytest.fixture
 def with_stream(tmp_path: Path, local_cluster) -> Iterator[Database]:
-    """An embedded store with the local cluster registered as "c" and a 4-partition stream "s" on it."""
+    """An embedded store with the local cluster registered as "c" and a 4-partition stream "paced" on it."""
     bootstrap, control = local_cluster
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
     topology = Topology(db, RoutingAdmin())
     topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
-    topology.create_stream("s", 4, "c")
+    topology.create_stream("paced", 4, "c")
     yield db
     db.close()
 
@@ -45,7 +45,7 @@ def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_it
 ) -> None:
     db = with_stream
     assigner = Assigner(db, CONFIG, replica_id="a")
-    assigner.open_session("g", "w1", [Subscription("s")], capacity=1.0, max_load=0.0)
+    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()  # grants every lease
     before = now_ms()
     due = assigner.run_once()
@@ -73,9 +73,9 @@ def test_a_standby_replica_checks_for_a_dead_leader_every_rebalance_interval(tmp
 def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_pass(with_stream: Database) -> None:
     db = with_stream
     assigner = Assigner(db, AssignerConfig(ttl_ms=60_000, rebalance_ms=500, cooldown_ms=30_000), replica_id="a")
-    assigner.open_session("g", "w1", [Subscription("s")], capacity=1.0, max_load=0.0)
+    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()
-    assigner.open_session("g", "w2", [Subscription("s")], capacity=1.0, max_load=0.0)
+    assigner.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
 
     def revoking() -> set:
         return {k for k, x in assigner.describe("g")[1].items() if x.state == "revoking"}
