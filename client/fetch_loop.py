@@ -450,7 +450,7 @@ class FetchLoop:
             answer = leader_epoch.decode(link.conn.request(leader_epoch.KEY, v, body))
             for p in parts:
                 end = answer.get((p.topic, p.partition))
-                if end is None or p.topic != topic:
+                if end is None:
                     continue
                 if end.error_code:
                     self._error(p, end.error_code, "OffsetForLeaderEpoch")
@@ -574,16 +574,6 @@ class FetchLoop:
             p = parts.get((got.topic, got.partition))
             if p is None or mine.get(p.key) is not p:
                 continue  # left the loop while its fetch was in flight
-            if (
-                not got.records
-                and got.high_watermark == p.high_watermark
-                and got.log_start_offset == p.log_start
-                and kind != "oneoff"
-                and not got.error_code
-                and got.preferred_read_replica < 0
-            ):
-                p.backoff_s = 0.1
-                continue  # nothing new (a broker without fetch sessions lists idle partitions each time)
             if kind == "oneoff":
                 self._deliver_oneoff(p, got, sent[p.tp].offset)
             else:
@@ -607,6 +597,15 @@ class FetchLoop:
         p.receiver.failed(err)
 
     def _deliver(self, p: _Partition, got: fetch.FetchedPartition, asked: fetch.PartitionFetch | None) -> None:
+        if (
+            not got.records
+            and not got.error_code
+            and got.high_watermark == p.high_watermark
+            and got.log_start_offset == p.log_start
+            and got.preferred_read_replica < 0
+        ):
+            p.backoff_s = 0.1
+            return  # nothing new (a broker without fetch sessions lists idle partitions each time)
         if got.error_code:
             self._error(p, got.error_code, "Fetch")
             return

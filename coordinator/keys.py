@@ -99,6 +99,10 @@ def generation_key(stream: str, lane: str, number: int) -> bytes:
     return GENERATIONS.pack((stream, lane, number))
 
 
+def unsettled_key(stream: str, lane: str, number: int) -> bytes:
+    return UNSETTLED.pack((stream, lane, number))
+
+
 def group_key(group: str) -> bytes:
     return GROUPS.pack((group,))
 

@@ -140,7 +140,7 @@ def _index_unsettled(tr: Transaction) -> None:
     for key, raw in tr.get_range(r.start, r.stop):
         gen = Generation.from_json(raw)
         if gen.state in (DRAINING, SEALED):
-            tr.set(keys.UNSETTLED.pack(keys.GENERATIONS.unpack(key)), b"")
+            tr.set(keys.unsettled_key(*keys.GENERATIONS.unpack(key)), b"")
     tr.set(keys.UNSETTLED_INDEXED, b"1")
 
 

@@ -134,7 +134,7 @@ def _pick_cluster(clusters: list[Cluster]) -> Cluster:
 def write_generation(tr: Transaction, stream: str, lane: str, gen: Generation) -> None:
     """Store a generation, keeping the index of unsettled ones (draining or sealed: the sealer's work)."""
     tr.set(keys.generation_key(stream, lane, gen.number), gen.to_json())
-    marker = keys.UNSETTLED.pack((stream, lane, gen.number))
+    marker = keys.unsettled_key(stream, lane, gen.number)
     if gen.state in (DRAINING, SEALED):
         tr.set(marker, b"")
     else:
