@@ -61,10 +61,8 @@ def coordinator_process(data_dir: str) -> Iterator[Address]:
 
 def register_local(client: object, bootstrap: str, control: LocalClusterControl, name: str = "local") -> None:
     """Register a local cluster with a coordinator (through a CoordinatorClient)."""
-    from streamplane.v1 import topology_pb2 as pb
+    from streamplane.model import ADMIN_LOCAL, Cluster
 
     client.register_cluster(  # type: ignore[attr-defined]
-        pb.Cluster(
-            name=name, bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control.endpoint
-        )
+        Cluster(name=name, bootstrap_servers=bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint)
     )

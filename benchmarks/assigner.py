@@ -37,6 +37,7 @@ from streamplane.coordinator import server
 from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.log import configure_logging
+from streamplane.model import Grant, Revoke
 
 
 def compute_ms() -> tuple[float, float]:
@@ -126,10 +127,11 @@ def _settled(client: CoordinatorClient, group: str) -> bool:
 def _follow(session: WorkerSession, grants: dict[str, float]) -> None:
     """Note when each lease is granted; hand revoked ones back at once, as a worker with no backlog does."""
     for event in session.events():
-        if hasattr(event, "topic"):
-            grants[event.lease_id] = time.time()
-        elif event.deadline_unix_ms:
-            session.release(event.lease_id, event.epoch)
+        match event:
+            case Grant():
+                grants[event.lease_id] = time.time()
+            case Revoke(deadline_ms=deadline) if deadline:
+                session.release(event.lease_id, event.epoch)
 
 
 KAFKA_VICTIM = """

@@ -32,18 +32,17 @@ from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.log import configure_logging
-from streamplane.v1 import commitlog_pb2 as cpb
-from streamplane.v1 import topology_pb2 as pb
+from streamplane.model import ADMIN_LOCAL, Cluster, Commit, LeaseCommit
 
 WINDOW = 10_000
 BATCH = 2_500  # acks per commit: 25k acks/s per worker at one commit per 100 ms
 
 
-def requests_for(lease: str, epoch: int, count: int, seed: int) -> list[cpb.CommitRequest]:
+def requests_for(lease: str, epoch: int, count: int, seed: int) -> list[LeaseCommit]:
     """`count` commits of BATCH acks each, shuffled within windows of WINDOW offsets, sent as acked bitmaps
     (the dense form for scattered acks: 1,250 bytes a commit instead of ~2,000 ranges)."""
     rng = random.Random(seed)
-    out: list[cpb.CommitRequest] = []
+    out: list[LeaseCommit] = []
     base = 0
     while len(out) < count:
         window = list(range(base, base + WINDOW))
@@ -53,14 +52,15 @@ def requests_for(lease: str, epoch: int, count: int, seed: int) -> list[cpb.Comm
             for o in window[i : i + BATCH]:
                 bits[(o - base) >> 3] |= 1 << ((o - base) & 7)
             out.append(
-                cpb.CommitRequest(
-                    group="bench",
-                    lease_id=lease,
-                    epoch=epoch,
-                    acked_bitmap=bytes(bits),
-                    acked_bitmap_base=base,
-                    high_watermark=base + WINDOW,
-                    oldest_pending_ts_ms=1,
+                LeaseCommit(
+                    lease,
+                    epoch,
+                    Commit(
+                        acked_bitmap=bytes(bits),
+                        acked_bitmap_base=base,
+                        high_watermark=base + WINDOW,
+                        oldest_pending_ts_ms=1,
+                    ),
                 )
             )
         base += WINDOW
@@ -69,7 +69,7 @@ def requests_for(lease: str, epoch: int, count: int, seed: int) -> list[cpb.Comm
 
 def worker(
     address: str,
-    requests: list[cpb.CommitRequest],
+    requests: list[LeaseCommit],
     seconds: float,
     latencies: list[float],
     acked: list[int],
@@ -85,7 +85,7 @@ def worker(
                 time.sleep(max(0.0, next_at - time.monotonic()))
                 next_at += interval_s
             started = time.perf_counter()
-            client.commit(request)
+            client.commit("bench", request)
             latencies.append((time.perf_counter() - started) * 1000)
             acked.append(BATCH)
             if time.monotonic() >= deadline:
@@ -115,9 +115,7 @@ def load(seconds: float, interval_s: float) -> tuple[float, list[float]]:
 def _load(address: str, bootstrap: str, control, seconds: float, interval_s: float) -> tuple[float, list[float]]:
     with CoordinatorClient(address) as client:
         client.register_cluster(
-            pb.Cluster(
-                name="c", bootstrap_servers=bootstrap, control_endpoint=control.endpoint, admin=pb.CLUSTER_ADMIN_LOCAL
-            )
+            Cluster(name="c", bootstrap_servers=bootstrap, control_endpoint=control.endpoint, admin=ADMIN_LOCAL)
         )
         client.create_stream("events", 4)
     sessions = [
@@ -181,7 +179,6 @@ def scattered() -> tuple[tuple[int, int], tuple[int, int], float]:
 
     from streamplane.coordinator import leases
     from streamplane.coordinator.cluster_admin import RoutingAdmin
-    from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
     from streamplane.coordinator.topology import Topology
 
     with local_cluster() as (bootstrap, control), tempfile.TemporaryDirectory() as tmp:

@@ -33,8 +33,8 @@ from confluent_kafka import Producer as KafkaProducer
 from streamplane.client import CoordinatorClient
 from streamplane.devstack.kafka import KafkaBroker, ensure_jars
 from streamplane.errors import UnavailableError
+from streamplane.model import Cluster
 from streamplane.process import usage
-from streamplane.v1 import topology_pb2 as pb
 
 WORKER = str(Path(__file__).with_name("_scale_worker.py"))
 ROUNDS = 3
@@ -96,7 +96,7 @@ def engine(kind: str) -> Iterator[tuple[str, Callable[[CoordinatorClient], None]
     with tempfile.TemporaryDirectory() as tmp:
         broker = KafkaBroker(Path(tmp), heap_mb=768).start()
         try:
-            cluster = pb.Cluster(name="local", bootstrap_servers=broker.bootstrap_servers, admin=pb.CLUSTER_ADMIN_KAFKA)
+            cluster = Cluster(name="local", bootstrap_servers=broker.bootstrap_servers)
             yield broker.bootstrap_servers, lambda client: client.register_cluster(cluster)
         finally:
             broker.stop()

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.coordinator import server
-from streamplane.coordinator.model import Cluster
 from streamplane.coordinator.store import StoreConfig, Transaction, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.log import configure_logging
+from streamplane.model import Cluster
 
 
 def rmw_throughput(data_dir: Path, clients: int, seconds: float) -> float:

@@ -13,10 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from streamplane import errors
+from streamplane import errors, model
 from streamplane.cli.output import print_json, print_table, to_jsonable
 from streamplane.client.coordinator import DEFAULT_COORDINATOR, CoordinatorClient
-from streamplane.v1 import topology_pb2 as pb
 
 EXIT_CODES: list[tuple[type[errors.StreamplaneError], int]] = [
     (errors.InvalidArgumentError, 2),
@@ -25,9 +24,6 @@ EXIT_CODES: list[tuple[type[errors.StreamplaneError], int]] = [
     (errors.FailedPreconditionError, 5),
     (errors.UnavailableError, 6),
 ]
-
-STATE_NAMES = {v: k.removeprefix("GENERATION_STATE_").lower() for k, v in pb.GenerationState.items()}
-ADMIN_NAMES = {v: k.removeprefix("CLUSTER_ADMIN_").lower() for k, v in pb.ClusterAdmin.items()}
 
 
 def exit_code_for(err: errors.StreamplaneError) -> int:
@@ -42,13 +38,13 @@ def _client(args: argparse.Namespace) -> CoordinatorClient:
 
 
 def cmd_cluster_register(args: argparse.Namespace) -> None:
-    cluster = pb.Cluster(
+    cluster = model.Cluster(
         name=args.name,
         bootstrap_servers=args.bootstrap,
         zone=args.zone,
         capacity_weight=args.capacity_weight,
         config_ref=args.config_ref,
-        admin=pb.CLUSTER_ADMIN_KAFKA,
+        admin=model.ADMIN_KAFKA,
     )
     with _client(args) as client:
         done = client.register_cluster(cluster, update_existing=args.update)
@@ -73,14 +69,14 @@ def cmd_cluster_list(args: argparse.Namespace) -> None:
                 c.zone or "-",
                 f"{c.capacity_weight:g}",
                 c.health,
-                ADMIN_NAMES.get(c.admin, "?"),
+                c.admin,
             ]
             for c in clusters
         ],
     )
 
 
-def _print_stream(stream: pb.Stream) -> None:
+def _print_stream(stream: model.Stream) -> None:
     print(f"stream {stream.name}")
     rows = []
     for lane in stream.lanes:
@@ -90,7 +86,7 @@ def _print_stream(stream: pb.Stream) -> None:
                     lane.name,
                     lane.priority,
                     f"g{gen.number}",
-                    STATE_NAMES.get(gen.state, "?"),
+                    gen.state,
                     gen.cluster,
                     gen.topic,
                     gen.partitions,
@@ -117,7 +113,7 @@ def cmd_stream_list(args: argparse.Namespace) -> None:
         return
     rows = []
     for s in streams:
-        active = [f"{lane.name}:g{lane.generations[-1].number}@{lane.generations[-1].cluster}" for lane in s.lanes]
+        active = [f"{lane.name}:g{lane.active.number}@{lane.active.cluster}" for lane in s.lanes]
         rows.append([s.name, len(s.lanes), " ".join(active)])
     print_table(["STREAM", "LANES", "ACTIVE GENERATIONS"], rows)
 
@@ -150,8 +146,8 @@ def cmd_failover(args: argparse.Namespace) -> None:
         p, c = done.previous, done.current
         print(
             f"failed over {args.stream}/{args.lane} at version {done.version}: "
-            f"g{p.number} on {p.cluster} is {STATE_NAMES[p.state]}, "
-            f"g{c.number} on {c.cluster} ({c.topic}, {c.partitions} partitions) is {STATE_NAMES[c.state]}"
+            f"g{p.number} on {p.cluster} is {p.state}, "
+            f"g{c.number} on {c.cluster} ({c.topic}, {c.partitions} partitions) is {c.state}"
         )
 
 
@@ -177,8 +173,8 @@ def cmd_group_describe(args: argparse.Namespace) -> None:
                 f"{m.cpu:.2f}",
                 f"{m.records_per_s:,.0f}",
                 len(held.get(m.worker_id, [])),
-                sum(x.lag_records for x in held.get(m.worker_id, [])),
-                f"{max(0, m.alive_until_unix_ms - now)} ms",
+                sum(x.load.lag_records for x in held.get(m.worker_id, [])),
+                f"{max(0, m.alive_until_ms - now)} ms",
             ]
             for m in desc.members
         ],
@@ -187,7 +183,15 @@ def cmd_group_describe(args: argparse.Namespace) -> None:
     print_table(
         ["LEASE", "EPOCH", "STATE", "WORKER", "RECORDS/S", "LAG RECORDS", "LAG MS"],
         [
-            [x.lease_id, x.epoch, x.state, x.worker_id or "-", f"{x.records_per_s:,.0f}", x.lag_records, x.lag_ms]
+            [
+                x.lease_id,
+                x.epoch,
+                x.state,
+                x.worker_id or "-",
+                f"{x.load.records_per_s:,.0f}",
+                x.load.lag_records,
+                x.load.lag_ms,
+            ]
             for x in desc.leases
         ],
     )
@@ -242,41 +246,32 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
     print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
 
 
-def describe_event(event: pb.TopologyEvent) -> str:
+def describe_event(event: model.TopologyEvent) -> str:
     """One line saying what an event changed."""
-    kind = event.WhichOneof("kind")
-    if kind in ("cluster_registered", "cluster_updated"):
-        c = getattr(event, kind)
-        return f"{kind} {c.name} bootstrap={c.bootstrap_servers}"
-    if kind == "stream_created":
-        s = event.stream_created
-        lanes = ", ".join(
-            f"{lane.name}:g{lane.generations[-1].number}@{lane.generations[-1].cluster}" for lane in s.lanes
-        )
-        return f"stream_created {s.name} lanes=[{lanes}]"
-    if kind == "lane_added":
-        gen = event.lane_added.lane.generations[-1]
-        return f"lane_added {event.lane_added.stream}/{event.lane_added.lane.name} g{gen.number}@{gen.cluster}"
-    if kind == "group_event":
-        g = event.group_event
-        lease = f" {g.lease_id}@{g.epoch}" if g.lease_id else ""
-        reason = f" ({g.reason})" if g.reason else ""
-        return f"{g.type} {g.group}/{g.worker_id}{lease}{reason}"
-    if kind == "failed_over":
-        f = event.failed_over
-        reason = f" reason={f.reason!r}" if f.reason else ""
-        return (
-            f"failed_over {f.stream}/{f.lane} g{f.previous.number}@{f.previous.cluster} "
-            f"({STATE_NAMES[f.previous.state]}) -> g{f.current.number}@{f.current.cluster}{reason}"
-        )
-    if kind == "generation_sealed":
-        s = event.generation_sealed
-        ends = ",".join(str(x) for x in s.generation.end_offsets)
-        return f"generation_sealed {s.stream}/{s.lane} g{s.generation.number} end_offsets=[{ends}] ({s.reason})"
-    if kind == "generation_drained":
-        d = event.generation_drained
-        return f"generation_drained {d.stream}/{d.lane} g{d.generation.number} groups={','.join(d.groups)}"
-    return kind or "unknown"
+    match event:
+        case model.ClusterRegistered(cluster=c) | model.ClusterUpdated(cluster=c):
+            return f"{event.kind} {c.name} bootstrap={c.bootstrap_servers}"
+        case model.StreamCreated(stream=s):
+            lanes = ", ".join(f"{lane.name}:g{lane.active.number}@{lane.active.cluster}" for lane in s.lanes)
+            return f"stream_created {s.name} lanes=[{lanes}]"
+        case model.LaneAdded(stream=stream, lane=lane):
+            return f"lane_added {stream}/{lane.name} g{lane.active.number}@{lane.active.cluster}"
+        case model.GroupChanged() as g:
+            lease = f" {g.lease_id}@{g.epoch}" if g.lease_id else ""
+            reason = f" ({g.reason})" if g.reason else ""
+            return f"{g.change} {g.group}/{g.worker_id}{lease}{reason}"
+        case model.FailedOver() as f:
+            reason = f" reason={f.reason!r}" if f.reason else ""
+            return (
+                f"failed_over {f.stream}/{f.lane} g{f.previous.number}@{f.previous.cluster} "
+                f"({f.previous.state}) -> g{f.current.number}@{f.current.cluster}{reason}"
+            )
+        case model.GenerationSealed() as s:
+            ends = ",".join(str(x) for x in s.generation.end_offsets)
+            return f"generation_sealed {s.stream}/{s.lane} g{s.generation.number} end_offsets=[{ends}] ({s.reason})"
+        case model.GenerationDrained() as d:
+            return f"generation_drained {d.stream}/{d.lane} g{d.generation.number} groups={','.join(d.groups)}"
+    return event.kind or "unknown"
 
 
 def cmd_events(args: argparse.Namespace) -> None:
@@ -288,7 +283,7 @@ def cmd_events(args: argparse.Namespace) -> None:
             if args.output == "json":
                 print(json.dumps(to_jsonable(event), sort_keys=True), flush=True)
             else:
-                when = dt.datetime.fromtimestamp(event.time_unix_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                when = dt.datetime.fromtimestamp(event.time_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
                 print(f"{event.version}  {when[:-4]}Z  {event.actor}  {describe_event(event)}", flush=True)
 
 

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
+from enum import Enum
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-from google.protobuf.message import Message
+from streamplane.errors import StreamplaneError
 
 
 def to_jsonable(value: Any) -> Any:
-    """Protobuf messages (also inside lists and dicts) as plain JSON values."""
-    if isinstance(value, Message):
-        return MessageToDict(value, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    """Model objects (also inside lists and dicts) as plain JSON values; an event says its kind."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        kind = getattr(value, "kind", None)
+        if isinstance(kind, str) and kind:
+            out["kind"] = kind
+        return out
+    if isinstance(value, StreamplaneError):
+        return {"error": type(value).__name__, "message": value.message}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return value.hex()
     if isinstance(value, list | tuple):
         return [to_jsonable(v) for v in value]
     if isinstance(value, dict):

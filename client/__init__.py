@@ -6,14 +6,13 @@ from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
 from streamplane.client.message import BatchOutcome, Message, OutcomeError
 from streamplane.client.producer import Producer
-from streamplane.client.session import GenerationChange, Grant, LeaseLoad, Revoke, SessionEndedError, WorkerSession
+from streamplane.client.session import Grant, LeaseLoad, Revoke, Sealed, SessionEndedError, WorkerSession
 
 __all__ = [
     "BatchOutcome",
     "Consumer",
     "ConsumerConfig",
     "CoordinatorClient",
-    "GenerationChange",
     "Grant",
     "LeaseLoad",
     "Message",
@@ -21,6 +20,7 @@ __all__ = [
     "PartitionFetcher",
     "Producer",
     "Revoke",
+    "Sealed",
     "SessionEndedError",
     "WorkerSession",
 ]

@@ -55,10 +55,7 @@ from streamplane.errors import (
     StreamplaneError,
     UnavailableError,
 )
-from streamplane.rpc import error_from_code
-from streamplane.v1 import assigner_pb2 as apb
-from streamplane.v1 import commitlog_pb2 as cpb
-from streamplane.v1 import topology_pb2 as pb
+from streamplane.model import Commit, DlqLocation, Grant, LeaseCommit, Revoke, Sealed, SessionEvent
 
 log = structlog.get_logger(__name__)
 
@@ -271,32 +268,34 @@ class Consumer:
                 self._closed.wait(delay)
                 delay = min(5.0, delay * 2)
 
-    def _on_event(self, event: apb.Grant | apb.Revoke | apb.GenerationChange) -> None:
-        if isinstance(event, apb.Grant):
-            self._grant(event)
-        elif isinstance(event, apb.Revoke):
-            with self._ledgers_lock:
-                ledger = self._ledgers.get(event.lease_id)
-                if ledger is None or ledger.epoch != event.epoch:
-                    return
-                if not event.deadline_unix_ms:
-                    self._ledgers.pop(event.lease_id)
-            if event.deadline_unix_ms:
-                ledger.revoking(event.deadline_unix_ms / 1000)
-                self._fetch.touch()  # stop fetching it now
-            else:
-                self._lose(ledger)
-            log.info(
-                "consumer.lease_revoked", lease=event.lease_id, deadline=event.deadline_unix_ms, reason=event.reason
-            )
-        elif isinstance(event, apb.GenerationChange):
-            with self._ledgers_lock:
-                ledger = self._ledgers.get(event.lease_id)
-            if ledger is not None and event.state == pb.GENERATION_STATE_SEALED:
-                ledger.seal(event.end_offset)
-                self._fetch.touch()
+    def _on_event(self, event: SessionEvent) -> None:
+        match event:
+            case Grant():
+                self._grant(event)
+            case Revoke():
+                self._revoke(event)
+            case Sealed():
+                with self._ledgers_lock:
+                    ledger = self._ledgers.get(event.lease_id)
+                if ledger is not None:
+                    ledger.seal(event.end_offset)
+                    self._fetch.touch()
 
-    def _grant(self, grant: apb.Grant) -> None:
+    def _revoke(self, event: Revoke) -> None:
+        with self._ledgers_lock:
+            ledger = self._ledgers.get(event.lease_id)
+            if ledger is None or ledger.epoch != event.epoch:
+                return
+            if not event.deadline_ms:
+                self._ledgers.pop(event.lease_id)
+        if event.deadline_ms:
+            ledger.revoking(event.deadline_ms / 1000)
+            self._fetch.touch()  # stop fetching it now
+        else:
+            self._lose(ledger)
+        log.info("consumer.lease_revoked", lease=event.lease_id, deadline=event.deadline_ms, reason=event.reason)
+
+    def _grant(self, grant: Grant) -> None:
         p = grant.partition
         info = LeaseInfo(
             lease_id=grant.lease_id,
@@ -308,13 +307,13 @@ class Consumer:
             topic=grant.topic,
             bootstrap_servers=grant.bootstrap_servers,
             start_offset=grant.start_offset,
-            end_offset=grant.end_offset if grant.generation_state == pb.GENERATION_STATE_SEALED else -1,
+            end_offset=grant.end_offset,
         )
         ledger = LeaseLedger(self, info, self.budget, self.group)
         if grant.start_offset >= 0:  # progress exists: skip what a previous holder finished above it
             try:
                 progress = self.client.progress(self.group, grant.lease_id, max_ranges=100_000)
-                ledger.skip_done([(r.start, r.end) for r in progress.done])
+                ledger.skip_done(list(progress.done))
                 ledger.may_have_retries = progress.retries > 0
             except StreamplaneError as err:
                 log.warning("consumer.progress_unavailable", lease=grant.lease_id, error=err.message)
@@ -393,7 +392,7 @@ class Consumer:
                 log.error("consumer.dlq_failed", lease=ledger.lease_id, offset=msg.offset, error=str(err))
                 return  # stays unfinished: the next holder retries it, nothing is lost
             route = self._dlq_producer().route(ledger.stream, "dlq")
-            where = cpb.DlqLocation(
+            where = DlqLocation(
                 stream=ledger.stream,
                 lane="dlq",
                 generation=route.generation if route.topic == kmsg.topic() else 0,
@@ -453,7 +452,7 @@ class Consumer:
     def commit(self, ledgers: list[LeaseLedger]) -> None:
         """Commit what changed on these leases, in as few calls as the batch limit allows (outcomes are kept
         for the next try when a call fails)."""
-        pending: list[tuple[LeaseLedger, Outcomes, cpb.CommitRequest]] = []
+        pending: list[tuple[LeaseLedger, Outcomes, LeaseCommit]] = []
         for ledger in ledgers:
             if ledger.lost or not (ledger.dirty or ledger.in_hand):
                 continue  # an idle lease: nothing to look at
@@ -464,40 +463,39 @@ class Consumer:
         for i in range(0, len(pending), MAX_COMMIT_LEASES):
             self._commit_batch(pending[i : i + MAX_COMMIT_LEASES])
 
-    def _request(self, ledger: LeaseLedger, out: Outcomes, oldest: int) -> cpb.CommitRequest:
-        request = cpb.CommitRequest(
-            lease_id=ledger.lease_id,
-            epoch=ledger.epoch,
-            retries=out.retries,
-            rejects=out.rejects,
-            oldest_pending_ts_ms=oldest,
-            high_watermark=ledger.high_watermark,
-            high_watermark_ts_ms=ledger.last_ts,
-        )
+    def _request(self, ledger: LeaseLedger, out: Outcomes, oldest: int) -> LeaseCommit:
         ranges = to_ranges(out.acked)
+        bitmap, base = b"", 0
         if len(ranges) > 4096:  # scattered acks: a bitmap is smaller than that many ranges
             base = ranges[0][0]
             bits = bytearray((ranges[-1][1] - base + 7) // 8)
             for o in out.acked:
                 bits[(o - base) >> 3] |= 1 << ((o - base) & 7)
-            request.acked_bitmap, request.acked_bitmap_base = bytes(bits), base
-            ranges = []
-        ranges += out.ranges
-        request.acked.extend(cpb.OffsetRange(start=s, end=e) for s, e in ranges)
-        return request
+            bitmap, ranges = bytes(bits), []
+        commit = Commit(
+            acked=ranges + out.ranges,
+            retries=out.retries,
+            rejects=out.rejects,
+            oldest_pending_ts_ms=oldest,
+            high_watermark=ledger.high_watermark,
+            high_watermark_ts_ms=ledger.last_ts,
+            acked_bitmap=bitmap,
+            acked_bitmap_base=base,
+        )
+        return LeaseCommit(ledger.lease_id, ledger.epoch, commit)
 
-    def _commit_batch(self, batch: list[tuple[LeaseLedger, Outcomes, cpb.CommitRequest]]) -> None:
+    def _commit_batch(self, batch: list[tuple[LeaseLedger, Outcomes, LeaseCommit]]) -> None:
         try:
-            response = self.client.commit_batch(self.group, [r for _, _, r in batch])
+            outcomes = self.client.commit_batch(self.group, [r for _, _, r in batch])
         except StreamplaneError as err:
             log.warning("consumer.commit_failed", leases=len(batch), error=err.message)
             for ledger, out, _ in batch:
                 ledger.put_back(out)
             return
         now_ms = time.time() * 1000
-        for (ledger, out, request), result in zip(batch, response.results, strict=True):
-            if result.code:
-                error = error_from_code(result.code, result.message, result.kind)
+        for (ledger, out, request), result in zip(batch, outcomes, strict=True):
+            error = result.error
+            if error is not None:
                 if isinstance(error, FencedError):
                     log.info("consumer.lease_fenced", lease=ledger.lease_id, epoch=ledger.epoch)
                     with self._ledgers_lock:
@@ -511,7 +509,7 @@ class Consumer:
             labels = ledger.labels
             metrics.ACKS.labels(*labels).inc(len(out.acked) + out.batch_acked)
             metrics.RETRIES.labels(*labels).inc(len(out.retries))
-            oldest = request.oldest_pending_ts_ms
+            oldest = request.commit.oldest_pending_ts_ms
             metrics.TIME_LAG.labels(self.group, ledger.lease_id).set(max(0, now_ms - oldest) / 1000 if oldest else 0)
             ledger.may_have_retries = result.retries > 0 or (ledger.may_have_retries and bool(out.retries))
             for msg, reason in ledger.committed(out, list(result.exhausted)):

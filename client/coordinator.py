@@ -1,4 +1,4 @@
-"""A typed client of the coordinator's gRPC services.
+"""The client's transport: typed calls to the coordinator's gRPC services, model objects in and out.
 
 Every call goes through `_call`, which applies the timeout, the actor metadata and retries of reads on
 UNAVAILABLE, and turns gRPC errors into streamplane errors in one place (`streamplane.rpc`).
@@ -7,6 +7,7 @@ UNAVAILABLE, and turns gRPC errors into streamplane errors in one place (`stream
 from __future__ import annotations
 
 import getpass
+import itertools
 import os
 import queue
 import socket
@@ -17,11 +18,14 @@ from typing import Any, TypeVar
 
 import grpc
 
-from streamplane.rpc import raise_from_rpc_error
+from streamplane import model as m
+from streamplane.errors import StreamplaneError
+from streamplane.rpc import error_from_rpc_error, raise_from_rpc_error
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
+from streamplane.v1 import convert
 from streamplane.v1 import topology_pb2 as pb
 from streamplane.v1 import topology_pb2_grpc as pb_grpc
 
@@ -86,85 +90,99 @@ class CoordinatorClient:
                 raise_from_rpc_error(err, self.target)
         raise AssertionError("unreachable")
 
-    def register_cluster(self, cluster: pb.Cluster, *, update_existing: bool = False) -> pb.RegisterClusterResponse:
-        return self._call(
-            self.topology.RegisterCluster, pb.RegisterClusterRequest(cluster=cluster, update_existing=update_existing)
-        )
+    def register_cluster(self, cluster: m.Cluster, *, update_existing: bool = False) -> m.ClusterAt:
+        request = pb.RegisterClusterRequest(cluster=convert.cluster_to_pb(cluster), update_existing=update_existing)
+        got = self._call(self.topology.RegisterCluster, request)
+        return m.ClusterAt(got.version, convert.cluster_from_pb(got.cluster))
 
-    def list_clusters(self) -> list[pb.Cluster]:
-        return list(self._call(self.topology.ListClusters, pb.ListClustersRequest(), idempotent=True).clusters)
+    def list_clusters(self) -> list[m.Cluster]:
+        got = self._call(self.topology.ListClusters, pb.ListClustersRequest(), idempotent=True)
+        return [convert.cluster_from_pb(c) for c in got.clusters]
 
-    def create_stream(self, name: str, partitions: int, cluster: str = "") -> pb.StreamResponse:
-        return self._call(
-            self.topology.CreateStream, pb.CreateStreamRequest(name=name, partitions=partitions, cluster=cluster)
-        )
+    def create_stream(self, name: str, partitions: int, cluster: str = "") -> m.StreamAt:
+        request = pb.CreateStreamRequest(name=name, partitions=partitions, cluster=cluster)
+        return _stream_at(self._call(self.topology.CreateStream, request))
 
-    def describe_stream(self, name: str) -> pb.Stream:
-        return self.describe_stream_versioned(name)[0]
+    def describe_stream(self, name: str) -> m.Stream:
+        return self.describe_stream_versioned(name).stream
 
-    def describe_stream_versioned(self, name: str) -> tuple[pb.Stream, str]:
+    def describe_stream_versioned(self, name: str) -> m.StreamAt:
         """The stream and the newest event version it reflects: a watch from there misses no later change."""
-        got = self._call(self.topology.DescribeStream, pb.DescribeStreamRequest(name=name), idempotent=True)
-        return got.stream, got.version
+        return _stream_at(
+            self._call(self.topology.DescribeStream, pb.DescribeStreamRequest(name=name), idempotent=True)
+        )
 
     def producer_heartbeat(
         self, producer_id: str, topology_version: str, in_flight: list[tuple[str, str, int]]
-    ) -> pb.ProducerHeartbeatResponse:
+    ) -> m.ProducerLease:
         request = pb.ProducerHeartbeatRequest(
             producer_id=producer_id,
             topology_version=topology_version,
-            in_flight=[pb.GenerationRef(stream=s, lane=lane, generation=g) for s, lane, g in in_flight],
+            in_flight=convert.generation_refs_to_pb(in_flight),
         )
-        return self._call(self.topology.ProducerHeartbeat, request, idempotent=True)
+        got = self._call(self.topology.ProducerHeartbeat, request, idempotent=True)
+        return m.ProducerLease(got.heartbeat_interval_ms, got.ttl_ms, got.topology_version)
 
     def close_producer(self, producer_id: str) -> None:
         self._call(self.topology.CloseProducer, pb.CloseProducerRequest(producer_id=producer_id), idempotent=True)
 
-    def list_streams(self) -> list[pb.Stream]:
-        return list(self._call(self.topology.ListStreams, pb.ListStreamsRequest(), idempotent=True).streams)
+    def list_streams(self) -> list[m.Stream]:
+        got = self._call(self.topology.ListStreams, pb.ListStreamsRequest(), idempotent=True)
+        return [convert.stream_from_pb(s) for s in got.streams]
 
-    def add_lane(
-        self, stream: str, lane: str, priority: int, partitions: int = 0, cluster: str = ""
-    ) -> pb.StreamResponse:
-        return self._call(
-            self.topology.AddLane,
-            pb.AddLaneRequest(stream=stream, lane=lane, priority=priority, partitions=partitions, cluster=cluster),
-        )
+    def add_lane(self, stream: str, lane: str, priority: int, partitions: int = 0, cluster: str = "") -> m.StreamAt:
+        request = pb.AddLaneRequest(stream=stream, lane=lane, priority=priority, partitions=partitions, cluster=cluster)
+        return _stream_at(self._call(self.topology.AddLane, request))
 
     def failover(
         self, stream: str, lane: str, target_cluster: str, partitions: int = 0, reason: str = ""
-    ) -> pb.FailoverResponse:
-        return self._call(
-            self.topology.Failover,
-            pb.FailoverRequest(
-                stream=stream, lane=lane, target_cluster=target_cluster, partitions=partitions, reason=reason
-            ),
+    ) -> m.FailoverResult:
+        request = pb.FailoverRequest(
+            stream=stream, lane=lane, target_cluster=target_cluster, partitions=partitions, reason=reason
+        )
+        got = self._call(self.topology.Failover, request)
+        return m.FailoverResult(
+            got.version, convert.generation_from_pb(got.previous), convert.generation_from_pb(got.current)
         )
 
-    def describe_group(self, group: str) -> apb.GroupDescription:
-        return self._call(self.assigner.DescribeGroup, apb.DescribeGroupRequest(group=group), idempotent=True)
+    def describe_group(self, group: str) -> m.GroupDescription:
+        got = self._call(self.assigner.DescribeGroup, apb.DescribeGroupRequest(group=group), idempotent=True)
+        return convert.group_from_pb(got)
 
-    def commit(self, request: cpb.CommitRequest) -> cpb.CommitResponse:
+    def check_lease(self, group: str, lease_id: str, epoch: int) -> None:
+        """Raise FencedError unless the lease is still held at `epoch`."""
+        request = apb.CheckLeaseRequest(group=group, lease_id=lease_id, epoch=epoch)
+        self._call(self.assigner.CheckLease, request, idempotent=True)
+
+    def open_session(self, hello: m.Hello, outgoing: Iterator[m.Heartbeat | m.Release]) -> SessionCall:
+        """Open a worker session: `hello`, then what `outgoing` yields, go to the coordinator."""
+        messages = (convert.worker_message_to_pb(x) for x in itertools.chain((hello,), outgoing))
+        return SessionCall(self.assigner.Session(messages, metadata=self._metadata), self.target)
+
+    def commit(self, group: str, commit: m.LeaseCommit) -> m.CommitOutcome:
         """Record progress of a lease (idempotent, so it is retried while the coordinator is unavailable)."""
-        return self._call(self.commitlog.Commit, request, idempotent=True)
+        got = self._call(self.commitlog.Commit, convert.commit_to_pb(group, commit), idempotent=True)
+        return m.CommitOutcome(commit.lease_id, got.low_watermark, tuple(got.exhausted))
 
-    def commit_batch(self, group: str, commits: list[cpb.CommitRequest]) -> cpb.CommitBatchResponse:
-        """Commit many leases of one group in one call; each lease's result says whether it was recorded."""
-        request = cpb.CommitBatchRequest(group=group, commits=commits)
-        return self._call(self.commitlog.CommitBatch, request, idempotent=True)
+    def commit_batch(self, group: str, commits: list[m.LeaseCommit]) -> list[m.CommitOutcome]:
+        """Commit many leases of one group in one call; each lease's outcome says whether it was recorded."""
+        request = cpb.CommitBatchRequest(group=group, commits=[convert.commit_to_pb("", c) for c in commits])
+        got = self._call(self.commitlog.CommitBatch, request, idempotent=True)
+        return [convert.outcome_from_pb(r) for r in got.results]
 
-    def progress(self, group: str, lease_id: str, max_ranges: int = 1000) -> cpb.Progress:
+    def progress(self, group: str, lease_id: str, max_ranges: int = 1000) -> m.Progress:
         request = cpb.GetProgressRequest(group=group, lease_id=lease_id, max_ranges=max_ranges)
-        return self._call(self.commitlog.GetProgress, request, idempotent=True)
+        return convert.progress_from_pb(self._call(self.commitlog.GetProgress, request, idempotent=True))
 
-    def due_retries(self, group: str, lease_id: str, epoch: int, limit: int = 1000) -> list[cpb.RetryState]:
+    def due_retries(self, group: str, lease_id: str, epoch: int, limit: int = 1000) -> list[m.RetryState]:
         request = cpb.DueRetriesRequest(group=group, lease_id=lease_id, epoch=epoch, limit=limit)
-        return list(self._call(self.commitlog.DueRetries, request, idempotent=True).due)
+        got = self._call(self.commitlog.DueRetries, request, idempotent=True)
+        return [convert.retry_state_from_pb(r) for r in got.due]
 
-    def lag(self, group: str = "", stream: str = "", lane: str = "") -> cpb.GetLagResponse:
+    def lag(self, group: str = "", stream: str = "", lane: str = "") -> m.Lag:
         """Lag of a group (of every group that committed, when empty)."""
         request = cpb.GetLagRequest(group=group, stream=stream, lane=lane)
-        return self._call(self.commitlog.GetLag, request, idempotent=True)
+        return convert.lag_from_pb(self._call(self.commitlog.GetLag, request, idempotent=True))
 
     def configure_group(self, group: str, lane: str, max_attempts: int) -> None:
         request = cpb.ConfigureGroupRequest(group=group, lane=lane, max_attempts=max_attempts)
@@ -172,7 +190,7 @@ class CoordinatorClient:
 
     def watch_topology(
         self, from_version: str = "", *, idle_timeout_s: float | None = None
-    ) -> Iterator[pb.TopologyEvent]:
+    ) -> Iterator[m.TopologyEvent]:
         """Every event after `from_version`, then new ones as they commit.
 
         With `idle_timeout_s`, the iteration ends once no event arrived for that long (for `events` without
@@ -180,12 +198,51 @@ class CoordinatorClient:
         """
         call = self.topology.WatchTopology(pb.WatchTopologyRequest(from_version=from_version), metadata=self._metadata)
         try:
-            yield from (call if idle_timeout_s is None else _until_idle(call, idle_timeout_s))
+            for message in call if idle_timeout_s is None else _until_idle(call, idle_timeout_s):
+                yield convert.event_from_pb(message)
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.CANCELLED:
                 raise_from_rpc_error(err, self.target)
         finally:
             call.cancel()
+
+
+def _stream_at(got: pb.StreamResponse) -> m.StreamAt:
+    return m.StreamAt(got.version, convert.stream_from_pb(got.stream))
+
+
+class SessionCall:
+    """One open worker session: a welcome, then typed events; gRPC errors come out as streamplane errors."""
+
+    def __init__(self, call: Any, target: str) -> None:
+        self._call, self._target, self._cancelled = call, target, False
+
+    def welcome(self) -> m.Welcome:
+        """The coordinator's first message; raises its error (unknown stream, duplicate worker id, ...)."""
+        try:
+            first = next(self._call)
+        except grpc.RpcError as err:
+            raise error_from_rpc_error(err, self._target) from err
+        welcome = convert.welcome_from_pb(first)
+        if welcome is None:
+            raise StreamplaneError("the coordinator did not start the session with a welcome")
+        return welcome
+
+    def events(self) -> Iterator[m.SessionEvent]:
+        """Grants, revokes and seals; ends when cancelled here, raises the coordinator's error otherwise."""
+        try:
+            for message in self._call:
+                event = convert.session_event_from_pb(message)
+                if event is not None:
+                    yield event
+        except grpc.RpcError as err:
+            if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise error_from_rpc_error(err, self._target) from err
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._call.cancel()
 
 
 _END = object()

@@ -19,9 +19,9 @@ from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget, Held
 from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError, messages
 from streamplane.errors import InvalidArgumentError
+from streamplane.model import DlqLocation, Reject, Retry
 from streamplane.native._loaded import _native
 from streamplane.native.batch import with_origin
-from streamplane.v1 import commitlog_pb2 as cpb
 
 RECORD_OVERHEAD = 320
 """Bytes counted per decoded record beyond its key, value and headers (the Python objects around it)."""
@@ -58,8 +58,8 @@ class Outcomes:
     ranges: list[tuple[int, int]] = field(default_factory=list)
     batch_acked: int = 0
     """Records acked in runs, by the handler API or whole batches (their offsets are in `ranges`)."""
-    retries: list[cpb.RetryEntry] = field(default_factory=list)
-    rejects: list[cpb.RejectEntry] = field(default_factory=list)
+    retries: list[Retry] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.acked or self.ranges or self.retries or self.rejects)
@@ -404,12 +404,12 @@ class LeaseLedger:
             covered.update(range(s.first_offset, s.next_offset))
         return to_ranges([o for o in range(before, after) if o not in covered])
 
-    def _reject_entries(self, first: int, end: int, reason: str) -> list[cpb.RejectEntry]:
+    def _reject_entries(self, first: int, end: int, reason: str) -> list[Reject]:
         """A batch that cannot be decoded (corrupt, or a decompression bomb): its offsets are rejected."""
         if self.end_offset >= 0:
             end = min(end, self.end_offset)
         text = f"undecodable batch [{first}, {end}): {reason}"[:1000]
-        return [cpb.RejectEntry(offset=o, reason=text) for o in range(first, end)]
+        return [Reject(offset=o, reason=text) for o in range(first, end)]
 
     def retried(self, fetched: Fetched, want: dict[int, Any]) -> tuple[list[Message], list[tuple[Message, str]]]:
         """Records re-read for a due retry: (to hand out again, exhausted ones to reject). `want` maps offsets
@@ -470,7 +470,7 @@ class LeaseLedger:
             if outcome == RETRIED:
                 backoff = self.owner.retry_backoff_s if backoff_s is None else max(0.0, backoff_s)
                 self._out.retries.append(
-                    cpb.RetryEntry(offset=msg.offset, attempt=msg.attempt, error=error, backoff_ms=int(backoff * 1000))
+                    Retry(offset=msg.offset, attempt=msg.attempt, error=error, backoff_ms=int(backoff * 1000))
                 )
                 self.may_have_retries = True
                 return
@@ -483,10 +483,10 @@ class LeaseLedger:
                 return
         _release_all([msg])
 
-    def rejected(self, msg: Message, reason: str, dlq: cpb.DlqLocation | None) -> None:
+    def rejected(self, msg: Message, reason: str, dlq: DlqLocation | None) -> None:
         """The record's copy is in the dlq lane (or it had none to copy): mark it rejected in the next commit."""
         with self._lock:
-            self._out.rejects.append(cpb.RejectEntry(offset=msg.offset, reason=reason[:1000], dlq=dlq))
+            self._out.rejects.append(Reject(offset=msg.offset, reason=reason[:1000], dlq=dlq))
             self._changed()
 
     def ack_many(self, msgs: list[Message]) -> None:

@@ -37,8 +37,8 @@ from confluent_kafka import Producer as KafkaProducer
 from streamplane.client import metrics
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
+from streamplane.model import FailedOver, Generation
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
-from streamplane.v1 import topology_pb2 as pb
 
 log = structlog.get_logger(__name__)
 
@@ -170,11 +170,12 @@ class Producer:
                 return found
             self._resolving += 1
         try:
-            described, version = self._client.describe_stream_versioned(stream)
-            gen = next((x.generations[-1] for x in described.lanes if x.name == lane), None)
-            if gen is None:
+            described = self._client.describe_stream_versioned(stream)
+            found_lane = described.stream.lane(lane)
+            if found_lane is None:
                 raise NotFoundError(f"lane {lane!r} does not exist in stream {stream!r}")
-            self._set_route(stream, lane, gen)
+            version = described.version
+            self._set_route(stream, lane, found_lane.active)
             with self._lock:
                 if not self._watch_started:
                     self._watch_started = True
@@ -185,7 +186,7 @@ class Producer:
             with self._lock:
                 self._resolving -= 1
 
-    def _set_route(self, stream: str, lane: str, gen: pb.Generation) -> None:
+    def _set_route(self, stream: str, lane: str, gen: Generation) -> None:
         cluster = next((c for c in self._client.list_clusters() if c.name == gen.cluster), None)
         if cluster is None:
             raise NotFoundError(f"cluster {gen.cluster!r} of {stream}/{lane} g{gen.number} is not registered")
@@ -204,11 +205,9 @@ class Producer:
         while not self._closed.is_set():
             try:
                 for event in self._client.watch_topology(self._version):
-                    if event.WhichOneof("kind") == "failed_over":
-                        f = event.failed_over
-                        if (f.stream, f.lane) in self._routes:
-                            self._set_route(f.stream, f.lane, f.current)
-                            self._beat_now.set()
+                    if isinstance(event, FailedOver) and (event.stream, event.lane) in self._routes:
+                        self._set_route(event.stream, event.lane, event.current)
+                        self._beat_now.set()
                     with self._lock:
                         self._version = event.version
                     if self._closed.is_set():

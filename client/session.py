@@ -3,8 +3,10 @@
     session = WorkerSession("127.0.0.1:7400", group="billing", worker_id="w1", subscriptions={"logs": []})
     session.join()
     for event in session.events():
-        if isinstance(event, Grant): ...start reading event.partition from event.topic...
-        elif isinstance(event, Revoke): ...finish in-flight work...; session.release(event.lease_id, event.epoch)
+        match event:
+            case Grant(): ...start reading event.partition from event.topic...
+            case Revoke(): ...finish in-flight work...; session.release(event.lease_id, event.epoch)
+            case Sealed(): ...the partition ends at event.end_offset...
     session.close()
 
 Heartbeats go out in the background at the interval the coordinator asks for, with the load last set by
@@ -14,21 +16,16 @@ TTL without heartbeats, or on bad input.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 
-import grpc
-
-from streamplane.client.coordinator import CoordinatorClient
+from streamplane.client.coordinator import CoordinatorClient, SessionCall
 from streamplane.errors import FencedError, StreamplaneError
-from streamplane.rpc import error_from_rpc_error
-from streamplane.v1 import assigner_pb2 as apb
+from streamplane.model import Grant, Heartbeat, Hello, LeaseLoad, Release, Revoke, Sealed, SessionEvent, Subscription
 
-Grant = apb.Grant
-Revoke = apb.Revoke
-GenerationChange = apb.GenerationChange
+__all__ = ["Grant", "LeaseLoad", "Revoke", "Sealed", "SessionEndedError", "WorkerSession"]
 
 
 class SessionEndedError(FencedError):
@@ -37,20 +34,6 @@ class SessionEndedError(FencedError):
     def __init__(self, message: str, *, cause: StreamplaneError | None = None) -> None:
         super().__init__(message)
         self.cause = cause
-
-
-@dataclass
-class LeaseLoad:
-    records_per_s: float = 0.0
-    lag_records: int = 0
-    lag_ms: int = 0
-
-
-@dataclass
-class _Load:
-    cpu: float = 0.0
-    records_per_s: float = 0.0
-    leases: dict[str, LeaseLoad] = field(default_factory=dict)
 
 
 _CLOSE = object()
@@ -79,30 +62,28 @@ class WorkerSession:
         max_load: float = 0.0,
     ) -> None:
         self._client = CoordinatorClient(coordinator)
-        self._stub = self._client.assigner
         self.group, self.worker_id = group, worker_id
-        self._hello = apb.Hello(
-            group=group,
-            worker_id=worker_id,
+        self._hello = Hello(
+            group,
+            worker_id,
+            tuple(Subscription(s, tuple(lanes)) for s, lanes in subscriptions.items()),
             capacity=capacity,
             max_load=max_load,
-            subscriptions=[apb.Subscription(stream=s, lanes=list(lanes)) for s, lanes in subscriptions.items()],
         )
         self._outbox: queue.Queue[object] = queue.Queue()
-        self._load = _Load()
-        self._held: dict[str, apb.Grant] = {}
-        self._call: grpc.Future | None = None
+        self._load = Heartbeat()
+        self._held: dict[str, Grant] = {}
+        self._call: SessionCall | None = None
         self._stop = threading.Event()
         self.session_id = ""
         self.heartbeat_interval_s = 0.25
 
     @property
-    def leases(self) -> dict[str, apb.Grant]:
-        """The leases this worker holds now, by lease id."""
+    def leases(self) -> dict[str, Grant]:
+        """The leases this worker holds now, by lease id (a sealed one with its end offset)."""
         return dict(self._held)
 
-    def _requests(self) -> Iterator[apb.WorkerMessage]:
-        yield apb.WorkerMessage(hello=self._hello)
+    def _requests(self) -> Iterator[Heartbeat | Release]:
         while True:
             item = self._outbox.get()
             if item is _CLOSE:
@@ -111,89 +92,56 @@ class WorkerSession:
 
     def join(self, timeout_s: float = 10.0) -> None:
         """Open the session; raises the coordinator's error (unknown stream, duplicate worker id, ...)."""
-        self._call = self._stub.Session(self._requests(), metadata=self._client.metadata)
-        try:
-            first = next(self._call)
-        except grpc.RpcError as err:
-            raise self._error(err) from err
-        self.session_id = first.welcome.session_id
-        self.heartbeat_interval_s = first.welcome.heartbeat_interval_ms / 1000 or 0.25
+        self._call = self._client.open_session(self._hello, self._requests())
+        welcome = self._call.welcome()
+        self.session_id = welcome.session_id
+        self.heartbeat_interval_s = welcome.heartbeat_interval_ms / 1000 or 0.25
         threading.Thread(target=self._heartbeats, name=f"heartbeat-{self.worker_id}", daemon=True).start()
-
-    def _error(self, err: grpc.RpcError) -> StreamplaneError:
-        return error_from_rpc_error(err, self._client.target)
 
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):
             load = self._load
             if load.leases:  # lease loads go out once; later heartbeats carry only the worker's totals
-                self._load = _Load(load.cpu, load.records_per_s)
-            self._outbox.put(
-                apb.WorkerMessage(
-                    heartbeat=apb.Heartbeat(
-                        cpu=load.cpu,
-                        records_per_s=load.records_per_s,
-                        leases=[
-                            apb.LeaseLoad(
-                                lease_id=lid, records_per_s=x.records_per_s, lag_records=x.lag_records, lag_ms=x.lag_ms
-                            )
-                            for lid, x in load.leases.items()
-                        ],
-                    )
-                )
-            )
+                self._load = Heartbeat(load.cpu, load.records_per_s)
+            self._outbox.put(load)
 
     def report_load(
         self, *, cpu: float = 0.0, records_per_s: float = 0.0, leases: Mapping[str, LeaseLoad] | None = None
     ) -> None:
         """The load sent with the next heartbeats (the Assigner balances by it). Lease loads are sent once,
         with the next heartbeat: report only the leases whose load changed."""
-        self._load = _Load(cpu, records_per_s, dict(leases or {}))
+        self._load = Heartbeat(cpu, records_per_s, tuple((leases or {}).items()))
 
-    def events(self) -> Iterator[apb.Grant | apb.Revoke | apb.GenerationChange]:
-        """Grants, revokes and generation changes as they come; ends when the session is closed, raises
-        SessionEndedError when the coordinator ends it."""
+    def events(self) -> Iterator[SessionEvent]:
+        """Grants, revokes and seals as they come; ends when the session is closed, raises SessionEndedError
+        when the coordinator ends it."""
         assert self._call is not None, "join() first"
         try:
-            for message in self._call:
-                kind = message.WhichOneof("kind")
-                if kind == "grant":
-                    self._held[message.grant.lease_id] = message.grant
-                    yield message.grant
-                elif kind == "revoke":
-                    if message.revoke.deadline_unix_ms == 0:
-                        self._held.pop(message.revoke.lease_id, None)
-                    yield message.revoke
-                elif kind == "generation_change":
-                    grant = self._held.get(message.generation_change.lease_id)
-                    if grant is not None:
-                        grant.generation_state = message.generation_change.state
-                        grant.end_offset = message.generation_change.end_offset
-                    yield message.generation_change
-        except grpc.RpcError as err:
-            if self._stop.is_set() and err.code() == grpc.StatusCode.CANCELLED:
-                return
+            for event in self._call.events():
+                match event:
+                    case Grant():
+                        self._held[event.lease_id] = event
+                    case Revoke(deadline_ms=0):
+                        self._held.pop(event.lease_id, None)
+                    case Sealed():
+                        grant = self._held.get(event.lease_id)
+                        if grant is not None:
+                            self._held[event.lease_id] = dataclasses.replace(grant, end_offset=event.end_offset)
+                yield event
+        except StreamplaneError as cause:
             self._stop.set()
             self._held.clear()
-            cause = self._error(err)
-            raise SessionEndedError(f"session {self.session_id} ended: {cause.message}", cause=cause) from err
+            raise SessionEndedError(f"session {self.session_id} ended: {cause.message}", cause=cause) from cause
 
     def release(self, lease_id: str, epoch: int) -> None:
         """Hand a lease back (after a revoke, once in-flight work is done)."""
         self._held.pop(lease_id, None)
-        self._outbox.put(apb.WorkerMessage(release=apb.Release(lease_id=lease_id, epoch=epoch)))
+        self._outbox.put(Release(lease_id, epoch))
 
     def check(self, lease_id: str, epoch: int) -> None:
         """Raise FencedError unless this lease is still held at `epoch` (before a side effect that must not
         happen twice)."""
-        try:
-            self._stub.CheckLease(
-                apb.CheckLeaseRequest(group=self.group, lease_id=lease_id, epoch=epoch),
-                timeout=10,
-                metadata=self._client.metadata,
-            )
-        except grpc.RpcError as err:
-            raise self._error(err) from err
+        self._client.check_lease(self.group, lease_id, epoch)
 
     def close(self) -> None:
         """Leave the group: the coordinator frees every lease at once and regrants them to others."""

@@ -11,15 +11,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from streamplane.coordinator import commitlog, keys, leadership, leases
-from streamplane.coordinator.leases import REVOKING, Lease, Member, Subscription
+from streamplane.coordinator.leases import REVOKING, Lease, Member
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
+from streamplane.model import (
+    Grant,
+    GroupDescription,
+    Heartbeat,
+    LeaseInfo,
+    LeaseLoad,
+    MemberInfo,
+    PartitionRef,
+    Revoke,
+    Sealed,
+    SessionEvent,
+    Subscription,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -56,18 +69,6 @@ def _counter(tr: Transaction, key: bytes) -> int:
     return int.from_bytes(tr.get(key) or b"\0" * 8, "little")
 
 
-@dataclass
-class Update:
-    """Something to tell a worker: a grant, a revoke, or the end of its session."""
-
-    kind: str  # "grant" | "revoke" | "generation" | "end"
-    lease: Lease | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    deadline_ms: int = 0
-    reason: str = ""
-    error: StreamplaneError | None = None
-
-
 class Session:
     """One worker's session on this replica."""
 
@@ -81,23 +82,23 @@ class Session:
         self._closed = threading.Event()
         self._sent_grants: set[tuple[str, int]] = set()
         self._sent_revokes: set[tuple[str, int]] = set()
-        self._sent_states: dict[str, tuple[str, int]] = {}  # lease: (generation state, end offset)
+        self._sent_ends: dict[str, int] = {}  # lease: the end offset it was told (-1: not sealed yet)
         self._seen_versions: tuple[int, int] = (-1, -1)  # (member version, event head) of the last snapshot
 
     @property
     def db(self) -> Database:
         return self.assigner.db
 
-    def heartbeat(self, cpu: float, records_per_s: float, lease_loads: list[tuple[str, float, int, int]]) -> None:
+    def heartbeat(self, beat: Heartbeat) -> None:
         cfg = self.assigner.config
         leases.heartbeat(
             self.db,
             self.group,
             self.worker_id,
             self.session_id,
-            cpu=cpu,
-            records_per_s=records_per_s,
-            lease_loads=lease_loads,
+            cpu=beat.cpu,
+            records_per_s=beat.records_per_s,
+            lease_loads=[(lid, x.records_per_s, x.lag_records, x.lag_ms) for lid, x in beat.leases],
             now_ms=now_ms(),
             ttl_ms=cfg.ttl_ms,
         )
@@ -119,22 +120,18 @@ class Session:
             if leases.leave(self.db, self.group, self.worker_id, self.session_id, reason):
                 log.info("session.closed", group=self.group, worker=self.worker_id, reason=reason)
 
-    def updates(self, is_active: Callable[[], bool]) -> Iterator[Update]:
-        """Grants and revokes as the leader decides them, until the session ends."""
+    def updates(self, is_active: Callable[[], bool]) -> Iterator[SessionEvent]:
+        """Grants, revokes and seals as the leader decides them, until the session ends: it ends by raising
+        the reason (FencedError once expired or replaced, the worker's own error after bad input)."""
         cfg = self.assigner.config
         while is_active():
             if self._failure is not None:
-                yield Update("end", error=self._failure)
-                return
+                raise self._failure
             if time.monotonic() - self._last_heard > cfg.ttl_ms / 1000:
                 self.close("no heartbeat within the session TTL")
-                yield Update(
-                    "end",
-                    error=FencedError(
-                        f"session {self.session_id} ended: no heartbeat within {cfg.ttl_ms} ms; its leases were revoked"
-                    ),
+                raise FencedError(
+                    f"session {self.session_id} ended: no heartbeat within {cfg.ttl_ms} ms; its leases were revoked"
                 )
-                return
 
             member_key = keys.member_version_key(self.group, self.worker_id)
 
@@ -152,67 +149,66 @@ class Session:
             self._seen_versions = versions
             sent = set(self._sent_grants)
 
-            def snapshot(tr: Transaction, sent: set = sent) -> tuple[Member | None, list[Lease], dict, dict, Any]:
+            def snapshot(
+                tr: Transaction, sent: set = sent
+            ) -> tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int], Any]:
                 member, held = leases.read_member_leases(tr, self.group, self.worker_id)
-                states = {x.lease_id: leases.generation_state(tr, x) for x in held}
-                details: dict[str, dict] = {}
-                by_generation: dict[tuple, dict] = {}
+                ends = {x.lease_id: leases.end_offset(tr, x) for x in held}
+                grants: dict[str, Grant] = {}
+                placements: dict[tuple, leases.Placement] = {}
                 for lease in held:  # topology lookups only for new grants, once per generation
                     if (lease.lease_id, lease.epoch) not in sent:
                         gen = (lease.stream, lease.lane, lease.generation)
-                        if gen not in by_generation:
-                            by_generation[gen] = leases.grant_details(tr, lease)
+                        if gen not in placements:
+                            placements[gen] = leases.placement(tr, lease)
+                        where = placements[gen]
                         header = commitlog.read_header(tr, (self.group, *lease.key))
-                        details[lease.lease_id] = {
-                            **by_generation[gen],
-                            "start_offset": header.low if header.updated_ms else -1,
-                            "state": states[lease.lease_id][0],
-                            "end_offset": states[lease.lease_id][1],
-                        }
+                        grants[lease.lease_id] = Grant(
+                            lease_id=lease.lease_id,
+                            partition=PartitionRef(*lease.key),
+                            epoch=lease.epoch,
+                            topic=where.topic,
+                            cluster=where.cluster,
+                            bootstrap_servers=where.bootstrap_servers,
+                            start_offset=header.low if header.updated_ms else -1,
+                            end_offset=ends[lease.lease_id],
+                        )
                 watch = tr.watch(keys.member_version_key(self.group, self.worker_id))
-                return member, held, details, states, watch
+                return member, held, grants, ends, watch
 
-            member, held, details, states, watch = self.db.transact(snapshot)
+            member, held, grants, ends, watch = self.db.transact(snapshot)
             try:
                 if member is None or member.session_id != self.session_id:
                     self._closed.set()
                     # fail() records its error before it removes the member: report that cause, if it was one
-                    yield Update(
-                        "end",
-                        error=self._failure
-                        or FencedError(
-                            f"session {self.session_id} of worker {self.worker_id!r} has ended (expired or replaced); "
-                            "its leases were revoked"
-                        ),
+                    raise self._failure or FencedError(
+                        f"session {self.session_id} of worker {self.worker_id!r} has ended (expired or replaced); "
+                        "its leases were revoked"
                     )
-                    return
                 now_held = {(lease.lease_id, lease.epoch) for lease in held}
                 for lease in held:
                     ident = (lease.lease_id, lease.epoch)
-                    state = states[lease.lease_id]
+                    end = ends[lease.lease_id]
                     if ident not in self._sent_grants:
                         self._sent_grants.add(ident)
-                        self._sent_states[lease.lease_id] = state
-                        yield Update("grant", lease, details[lease.lease_id])
-                    elif self._sent_states.get(lease.lease_id) != state:
-                        self._sent_states[lease.lease_id] = state
-                        yield Update("generation", lease, {"state": state[0], "end_offset": state[1]})
+                        self._sent_ends[lease.lease_id] = end
+                        yield grants[lease.lease_id]
+                    elif end >= 0 > self._sent_ends.get(lease.lease_id, -1):
+                        self._sent_ends[lease.lease_id] = end
+                        yield Sealed(lease.lease_id, PartitionRef(*lease.key), end)
                     if lease.state == REVOKING and ident not in self._sent_revokes:
                         self._sent_revokes.add(ident)
-                        yield Update(
-                            "revoke",
-                            lease,
+                        yield Revoke(
+                            lease.lease_id,
+                            lease.epoch,
                             deadline_ms=lease.deadline_ms,
                             reason=f"moving to {lease.target}" if lease.target else "no longer assigned",
                         )
                 for lid, epoch in sorted(self._sent_grants - now_held):
                     self._sent_grants.discard((lid, epoch))
-                    self._sent_states.pop(lid, None)
-                    yield Update(
-                        "revoke",
-                        Lease(*leases.parse_lease_id(lid), epoch=epoch),
-                        deadline_ms=0,
-                        reason="lease is gone (released, moved after its deadline, or partition removed)",
+                    self._sent_ends.pop(lid, None)
+                    yield Revoke(
+                        lid, epoch, reason="lease is gone (released, moved after its deadline, or partition removed)"
                     )
                     self._sent_revokes.discard((lid, epoch))
                 watch.wait(cfg.heartbeat_interval_ms / 1000)
@@ -260,11 +256,40 @@ class Assigner:
     def check_lease(self, group: str, lid: str, epoch: int) -> Lease:
         return leases.check_lease(self.db, group, lid, epoch)
 
-    def describe(self, group: str) -> tuple[dict[str, Member], dict[tuple, Lease], str]:
+    def describe(self, group: str) -> GroupDescription:
+        """Members and leases of a group, and which replica leads the assignment."""
+
         def read(tr: Transaction) -> tuple[dict[str, Member], dict[tuple, Lease], str]:
             return leases.read_members(tr, group), leases.read_leases(tr, group), leadership.leader(tr)
 
-        return self.db.transact(read)
+        members, held, leader = self.db.transact(read)
+        return GroupDescription(
+            group=group,
+            leader_replica=leader,
+            members=tuple(
+                MemberInfo(
+                    worker_id=m.worker_id,
+                    session_id=m.session_id,
+                    subscriptions=m.subscriptions,
+                    capacity=m.capacity,
+                    max_load=m.max_load,
+                    cpu=m.cpu,
+                    records_per_s=m.records_per_s,
+                    alive_until_ms=m.alive_until_ms,
+                )
+                for m in members.values()
+            ),
+            leases=tuple(
+                LeaseInfo(
+                    partition=PartitionRef(*x.key),
+                    epoch=x.epoch,
+                    state=x.state,
+                    worker_id=x.worker_id,
+                    load=LeaseLoad(x.records_per_s, x.lag_records, x.lag_ms),
+                )
+                for x in sorted(held.values(), key=lambda x: x.key)
+            ),
+        )
 
     # -- the assignment loop
     def start(self) -> None:

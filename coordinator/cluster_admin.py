@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
 from streamplane.errors import FailedPreconditionError, UnavailableError
+from streamplane.model import ADMIN_LOCAL, Cluster
 
 
 class ClusterAdmin(Protocol):

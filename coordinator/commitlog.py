@@ -11,12 +11,12 @@ watermark advances, the chunks below it are deleted, so a fully done partition i
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 from streamplane.coordinator import keys
 from streamplane.coordinator import ranges as rset
 from streamplane.coordinator.leases import check_lease, parse_lease_id
-from streamplane.coordinator.store import Transaction, transactional
+from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.errors import (
     FencedError,
     InvalidArgumentError,
@@ -24,7 +24,10 @@ from streamplane.errors import (
     NotFoundError,
     StreamplaneError,
 )
+from streamplane.model import Commit, Lag, LaneLag, PartitionLag, PartitionRef, Reject, Retry, RetryState
 from streamplane.names import check_lane_name, check_object_name
+
+__all__ = ["Commit", "Reject", "Retry"]  # the commit's model types, re-exported for callers of commit()
 
 CHUNK = 4096
 """Offsets per done-offsets value: a bitmap of at most 512 bytes (a big Python int while in use)."""
@@ -32,36 +35,6 @@ MAX_ENTRIES = 100_000
 """Ranges, retries and rejects in one commit, together."""
 DEFAULT_MAX_ATTEMPTS = 5
 MAX_TEXT = 1024
-
-
-@dataclass(frozen=True)
-class Retry:
-    offset: int
-    attempt: int
-    error: str = ""
-    backoff_ms: int = 0
-
-
-@dataclass(frozen=True)
-class Reject:
-    offset: int
-    reason: str
-    dlq: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Commit:
-    """One batched commit of a lease holder."""
-
-    acked: list[tuple[int, int]] = field(default_factory=list)
-    retries: list[Retry] = field(default_factory=list)
-    rejects: list[Reject] = field(default_factory=list)
-    oldest_pending_ts_ms: int = 0
-    high_watermark: int = 0
-    high_watermark_ts_ms: int = 0
-    acked_bitmap: bytes = b""
-    """Scattered acks: bit i (little-endian) set = offset acked_bitmap_base + i acked."""
-    acked_bitmap_base: int = 0
 
 
 MAX_BITMAP_BYTES = 1 << 20
@@ -98,7 +71,7 @@ class CommitResult:
     """Offsets with retry state after the commit."""
 
 
-PartitionKey = tuple[str, str, str, int, int]  # group, stream, lane, generation, partition
+PartitionKey = keys.PartitionKey
 
 
 def _partition(group: str, lid: str) -> PartitionKey:
@@ -107,12 +80,12 @@ def _partition(group: str, lid: str) -> PartitionKey:
 
 
 def read_header(tr: Transaction, pk: PartitionKey) -> Header:
-    raw = tr.get(keys.PROGRESS.pack(pk))
+    raw = tr.get(keys.progress_key(pk))
     return Header(**json.loads(raw)) if raw else Header()
 
 
 def _chunk_key(pk: PartitionKey, chunk: int) -> bytes:
-    return keys.DONE.pack((*pk, chunk))
+    return keys.done_key(pk, chunk)
 
 
 def _read_chunk(tr: Transaction, pk: PartitionKey, chunk: int) -> int:
@@ -143,7 +116,7 @@ def _mask_ranges(mask: int, base: int) -> list[rset.Range]:
 
 
 def max_attempts(tr: Transaction, group: str, lane: str) -> int:
-    raw = tr.get(keys.GROUP_CONFIGS.pack((group,)))
+    raw = tr.get(keys.group_config_key(group))
     return json.loads(raw).get("max_attempts", {}).get(lane, DEFAULT_MAX_ATTEMPTS) if raw else DEFAULT_MAX_ATTEMPTS
 
 
@@ -153,7 +126,7 @@ def configure(tr: Transaction, group: str, lane: str, attempts: int) -> None:
     check_lane_name("lane", lane)
     if not 1 <= attempts <= 1000:
         raise InvalidArgumentError(f"max_attempts must be between 1 and 1000, not {attempts}")
-    key = keys.GROUP_CONFIGS.pack((group,))
+    key = keys.group_config_key(group)
     config = json.loads(tr.get(key) or b"{}")
     config.setdefault("max_attempts", {})[lane] = attempts
     tr.set(key, json.dumps(config, sort_keys=True).encode())
@@ -284,7 +257,8 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
             _write_chunk(tr, pk, chunk, merged)
     for j in rejected:
         tr.set(
-            keys.REJECTS.pack((*pk, j.offset)), json.dumps({"reason": j.reason, "dlq": j.dlq}, sort_keys=True).encode()
+            keys.reject_key(pk, j.offset),
+            json.dumps({"reason": j.reason, "dlq": asdict(j.dlq) if j.dlq else {}}, sort_keys=True).encode(),
         )
     retries, rejects = header.retries, header.rejects + len(rejected)
 
@@ -293,7 +267,7 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
     for r in c.retries:
         if _is_done(tr, pk, header, r.offset, chunks):
             continue  # acked or rejected meanwhile: nothing to retry
-        key = keys.RETRIES.pack((*pk, r.offset))
+        key = keys.retry_key(pk, r.offset)
         raw = tr.get(key)
         old_state = json.loads(raw) if raw else None
         attempts = max(r.attempt, old_state["attempts"] if old_state else 0)
@@ -346,7 +320,7 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         rejects=rejects,
         updated_ms=now_ms,
     )
-    tr.set(keys.PROGRESS.pack(pk), json.dumps(asdict(new_header), sort_keys=True).encode())
+    tr.set(keys.progress_key(pk), json.dumps(asdict(new_header), sort_keys=True).encode())
     return CommitResult(low, sorted(set(exhausted)), added, retries)
 
 
@@ -407,7 +381,9 @@ def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -
 
 
 @transactional
-def due_retries(tr: Transaction, group: str, lid: str, epoch: int, *, now_ms: int, limit: int = 1000) -> list[dict]:
+def due_retries(
+    tr: Transaction, group: str, lid: str, epoch: int, *, now_ms: int, limit: int = 1000
+) -> list[RetryState]:
     """Offsets whose next attempt is due, and exhausted ones still waiting for their reject (so a new holder
     finishes what a crashed one left), for the lease holder at `epoch`."""
     pk = _partition(group, lid)
@@ -417,39 +393,52 @@ def due_retries(tr: Transaction, group: str, lid: str, epoch: int, *, now_ms: in
     for key, raw in tr.get_range(r0.start, r0.stop):
         state = json.loads(raw)
         if state["exhausted"] or state["next_ms"] <= now_ms:
-            due.append({"offset": keys.RETRIES.unpack(key)[-1], **state})
+            due.append(
+                RetryState(
+                    offset=keys.RETRIES.unpack(key)[-1],
+                    attempts=state["attempts"],
+                    next_attempt_ms=state["next_ms"],
+                    last_error=state["error"],
+                    exhausted=state["exhausted"],
+                )
+            )
             if len(due) >= limit:
                 break
     return due
 
 
-@dataclass(frozen=True)
-class Lag:
-    partitions: list[tuple[str, Header]]
-    now_ms: int
-
-    def lanes(self) -> dict[tuple[str, str], tuple[int, int]]:
-        """{(stream, lane): (offset lag summed, time lag max)}."""
-        out: dict[tuple[str, str], tuple[int, int]] = {}
-        for lid, h in self.partitions:
-            stream, lane, _, _ = parse_lease_id(lid)
-            off, t = out.get((stream, lane), (0, 0))
-            out[(stream, lane)] = (off + h.offset_lag(), max(t, h.time_lag_ms(self.now_ms)))
-        return out
-
-
 @transactional
 def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
+    """Lag per partition and lane of one group, optionally of one stream (and lane)."""
     check_object_name("group", group)
     prefix: tuple = (group,) + ((stream,) if stream else ()) + ((lane,) if stream and lane else ())
     r0 = keys.PROGRESS.range(prefix)
-    out = []
+    partitions: list[PartitionLag] = []
+    lanes: dict[tuple[str, str], tuple[int, int]] = {}
     for key, raw in tr.get_range(r0.start, r0.stop, snapshot=True):
-        _, s, la, g, p = keys.PROGRESS.unpack(key)
+        _, s, la, gen, p = keys.PROGRESS.unpack(key)
         if lane and la != lane:
             continue
-        out.append((f"{s}/{la}/g{g}/p{p}", Header(**json.loads(raw))))
-    return Lag(out, now_ms)
+        h = Header(**json.loads(raw))
+        off, t = h.offset_lag(), h.time_lag_ms(now_ms)
+        partitions.append(PartitionLag(group, PartitionRef(s, la, gen, p).lease_id, h.low, h.high, off, t))
+        was_off, was_t = lanes.get((s, la), (0, 0))
+        lanes[(s, la)] = (was_off + off, max(was_t, t))
+    return Lag(
+        group=group,
+        partitions=tuple(partitions),
+        lanes=tuple(LaneLag(group, s, la, off, t) for (s, la), (off, t) in sorted(lanes.items())),
+    )
+
+
+def lag_of_every_group(db: Database, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
+    """The lag of every group that committed, one transaction per group (the metrics' scrape)."""
+    each = [lag(db, g, stream=stream, lane=lane, now_ms=now_ms) for g in read_groups_with_progress(db)]
+    return Lag(
+        group="",
+        partitions=tuple(x for one in each for x in one.partitions),
+        lanes=tuple(x for one in each for x in one.lanes),
+    )
 
 
 @transactional

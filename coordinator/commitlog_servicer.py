@@ -10,72 +10,29 @@ from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator import metrics
 from streamplane.coordinator.store import Database
 from streamplane.errors import FencedError, StreamplaneError
-from streamplane.rpc import grpc_errors, status_for
+from streamplane.model import Commit, CommitOutcome, Lag, Progress
+from streamplane.rpc import grpc_errors
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
+from streamplane.v1 import convert
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def lag_response(db: Database, group: str, stream: str = "", lane: str = "") -> cpb.GetLagResponse:
-    """Lag of one group (or of every group that committed, when `group` is empty)."""
-    groups = [group] if group else cl.read_groups_with_progress(db)
-    out = cpb.GetLagResponse(group=group)
-    for g in groups:
-        lag = cl.lag(db, g, stream=stream, lane=lane, now_ms=_now_ms())
-        prefix = "" if group else f"{g}:"
-        for lid, h in lag.partitions:
-            out.partitions.append(
-                cpb.PartitionLag(
-                    lease_id=prefix + lid,
-                    low_watermark=h.low,
-                    high_watermark=h.high,
-                    offset_lag=h.offset_lag(),
-                    time_lag_ms=h.time_lag_ms(lag.now_ms),
-                )
-            )
-        for (s, la), (off, t) in sorted(lag.lanes().items()):
-            out.lanes.append(cpb.LaneLag(stream=prefix + s, lane=la, offset_lag=off, time_lag_ms=t))
-    out.offset_lag = sum(x.offset_lag for x in out.lanes)
-    out.time_lag_ms = max((x.time_lag_ms for x in out.lanes), default=0)
-    return out
+def lag(db: Database, group: str, stream: str = "", lane: str = "") -> Lag:
+    """Lag of one group (of every group that committed, when `group` is empty)."""
+    if group:
+        return cl.lag(db, group, stream=stream, lane=lane, now_ms=_now_ms())
+    return cl.lag_of_every_group(db, stream=stream, lane=lane, now_ms=_now_ms())
 
 
-def commit_from_pb(request: cpb.CommitRequest) -> cl.Commit:
-    return cl.Commit(
-        acked=[(r.start, r.end) for r in request.acked],
-        retries=[cl.Retry(r.offset, r.attempt, r.error, r.backoff_ms) for r in request.retries],
-        rejects=[
-            cl.Reject(
-                r.offset,
-                r.reason,
-                {
-                    "stream": r.dlq.stream,
-                    "lane": r.dlq.lane,
-                    "generation": r.dlq.generation,
-                    "partition": r.dlq.partition,
-                    "offset": r.dlq.offset,
-                }
-                if r.HasField("dlq")
-                else {},
-            )
-            for r in request.rejects
-        ],
-        oldest_pending_ts_ms=request.oldest_pending_ts_ms,
-        high_watermark=request.high_watermark,
-        high_watermark_ts_ms=request.high_watermark_ts_ms,
-        acked_bitmap=request.acked_bitmap,
-        acked_bitmap_base=request.acked_bitmap_base,
-    )
-
-
-def _count(group: str, request: cpb.CommitRequest, result: cl.CommitResult) -> None:
+def _count(group: str, commit: Commit, result: cl.CommitResult) -> None:
     metrics.COMMITS.labels(group).inc()
     metrics.ACKED.labels(group).inc(result.newly_done)
-    metrics.RETRIES.labels(group).inc(len(request.retries))
-    metrics.REJECTS.labels(group).inc(len(request.rejects))
+    metrics.RETRIES.labels(group).inc(len(commit.retries))
+    metrics.REJECTS.labels(group).inc(len(commit.rejects))
 
 
 class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
@@ -84,60 +41,50 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
 
     @grpc_errors
     def Commit(self, request: cpb.CommitRequest, context: grpc.ServicerContext) -> cpb.CommitResponse:
+        c = convert.commit_from_pb(request)
         try:
-            result = cl.commit(
-                self._db, request.group, request.lease_id, request.epoch, commit_from_pb(request), now_ms=_now_ms()
-            )
+            result = cl.commit(self._db, request.group, c.lease_id, c.epoch, c.commit, now_ms=_now_ms())
         except FencedError:
             metrics.STALE_EPOCH.labels(request.group).inc()
             raise
-        _count(request.group, request, result)
+        _count(request.group, c.commit, result)
         return cpb.CommitResponse(low_watermark=result.low_watermark, exhausted=result.exhausted)
 
     @grpc_errors
     def CommitBatch(self, request: cpb.CommitBatchRequest, context: grpc.ServicerContext) -> cpb.CommitBatchResponse:
-        items = [(c.lease_id, c.epoch, commit_from_pb(c)) for c in request.commits]
-        results = cl.commit_many(self._db, request.group, items, now_ms=_now_ms())
+        commits = [convert.commit_from_pb(c) for c in request.commits]
+        results = cl.commit_many(
+            self._db, request.group, [(c.lease_id, c.epoch, c.commit) for c in commits], now_ms=_now_ms()
+        )
         out = cpb.CommitBatchResponse()
-        for c, result in zip(request.commits, results, strict=True):
+        for c, result in zip(commits, results, strict=True):
             if isinstance(result, StreamplaneError):
                 if isinstance(result, FencedError):
                     metrics.STALE_EPOCH.labels(request.group).inc()
-                out.results.append(
-                    cpb.CommitResult(
-                        lease_id=c.lease_id,
-                        code=status_for(result).value[0],
-                        message=result.message,
-                        kind=type(result).__name__,
-                    )
-                )
-                continue
-            _count(request.group, c, result)
-            out.results.append(
-                cpb.CommitResult(
-                    lease_id=c.lease_id,
-                    low_watermark=result.low_watermark,
-                    exhausted=result.exhausted,
-                    retries=result.retries,
-                )
-            )
+                outcome = CommitOutcome(c.lease_id, error=result)
+            else:
+                _count(request.group, c.commit, result)
+                outcome = CommitOutcome(c.lease_id, result.low_watermark, tuple(result.exhausted), result.retries)
+            out.results.append(convert.outcome_to_pb(outcome))
         return out
 
     @grpc_errors
     def GetProgress(self, request: cpb.GetProgressRequest, context: grpc.ServicerContext) -> cpb.Progress:
         p = cl.progress(self._db, request.group, request.lease_id, max_ranges=request.max_ranges or 1000)
         h = p.header
-        return cpb.Progress(
-            lease_id=request.lease_id,
-            low_watermark=h.low,
-            high_watermark=h.high,
-            done=[cpb.OffsetRange(start=a, end=b) for a, b in p.done],
-            done_above_low_watermark=h.done_above,
-            retries=h.retries,
-            rejects=h.rejects,
-            offset_lag=h.offset_lag(),
-            time_lag_ms=h.time_lag_ms(_now_ms()),
-            oldest_pending_ts_ms=h.oldest_pending_ts_ms,
+        return convert.progress_to_pb(
+            Progress(
+                lease_id=request.lease_id,
+                low_watermark=h.low,
+                high_watermark=h.high,
+                done=tuple(p.done),
+                done_above_low_watermark=h.done_above,
+                retries=h.retries,
+                rejects=h.rejects,
+                offset_lag=h.offset_lag(),
+                time_lag_ms=h.time_lag_ms(_now_ms()),
+                oldest_pending_ts_ms=h.oldest_pending_ts_ms,
+            )
         )
 
     @grpc_errors
@@ -145,22 +92,11 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
         due = cl.due_retries(
             self._db, request.group, request.lease_id, request.epoch, now_ms=_now_ms(), limit=request.limit or 1000
         )
-        return cpb.DueRetriesResponse(
-            due=[
-                cpb.RetryState(
-                    offset=d["offset"],
-                    attempts=d["attempts"],
-                    next_attempt_unix_ms=d["next_ms"],
-                    last_error=d["error"],
-                    exhausted=d["exhausted"],
-                )
-                for d in due
-            ]
-        )
+        return cpb.DueRetriesResponse(due=[convert.retry_state_to_pb(d) for d in due])
 
     @grpc_errors
     def GetLag(self, request: cpb.GetLagRequest, context: grpc.ServicerContext) -> cpb.GetLagResponse:
-        return lag_response(self._db, request.group, request.stream, request.lane)
+        return convert.lag_to_pb(lag(self._db, request.group, request.stream, request.lane))
 
     @grpc_errors
     def ConfigureGroup(

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict, fields
 from typing import Any
 
 from streamplane.coordinator import keys
-from streamplane.coordinator.model import Event
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.store.api import Watch
 from streamplane.errors import InvalidArgumentError
+from streamplane.model import (
+    EVENT_KINDS,
+    Cluster,
+    Generation,
+    GroupChanged,
+    Lane,
+    Stream,
+    TopologyEvent,
+)
 
 VERSION_HEX_DIGITS = 24
 
@@ -36,9 +45,46 @@ def parse_version(text: str, field: str = "from_version") -> bytes | None:
     return raw
 
 
-def append_event(tr: Transaction, type_: str, data: dict[str, Any], *, actor: str, user_version: int = 0) -> None:
+_HEADER = {"version", "time_ms", "actor"}
+_RECORDS: dict[str, Any] = {
+    "cluster": Cluster,
+    "stream": Stream,
+    "lane": Lane,
+    "generation": Generation,
+    "previous": Generation,
+    "current": Generation,
+}
+"""Payload fields that hold a topology record (as a JSON object) when they are not a plain name."""
+
+
+def _payload(event: TopologyEvent) -> dict[str, Any]:
+    data = {k: v for k, v in asdict(event).items() if k not in _HEADER}
+    if isinstance(event, GroupChanged):  # stored as "type" since the first version of the log
+        data["type"] = data.pop("change")
+    return data
+
+
+def _event(kind: str, data: dict[str, Any], **header: Any) -> TopologyEvent:
+    """The typed event of a stored payload."""
+    cls = EVENT_KINDS[kind]
+    if cls is GroupChanged:
+        data = {**data, "change": data.get("type", "")}
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in _HEADER or f.name not in data:
+            continue
+        value = data[f.name]
+        if isinstance(value, dict):
+            value = _RECORDS[f.name].from_dict(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**header, **kwargs)
+
+
+def append_event(tr: Transaction, event: TopologyEvent, *, actor: str, user_version: int = 0) -> None:
     """Append one event to the log in `tr`; its version is the transaction's commit versionstamp."""
-    body = {"type": type_, "time_ms": int(time.time() * 1000), "actor": actor, "data": data}
+    body = {"type": event.kind, "time_ms": int(time.time() * 1000), "actor": actor, "data": _payload(event)}
     tr.set_versionstamped_key(keys.event_key_incomplete(user_version), json.dumps(body, sort_keys=True).encode())
     tr.add(keys.EVENT_HEAD, 1)
 
@@ -48,19 +94,19 @@ def committed_version(tr: Transaction, user_version: int = 0) -> str:
     return format_version(tr.get_versionstamp().wait() + user_version.to_bytes(2, "big"))
 
 
-def _decode(key: bytes, value: bytes) -> Event:
+def _decode(key: bytes, value: bytes) -> TopologyEvent:
     body = json.loads(value)
-    return Event(
+    return _event(
+        body["type"],
+        body.get("data", {}),
         version=format_version(keys.event_version(key)),
-        type=body["type"],
         time_ms=body["time_ms"],
         actor=body.get("actor", ""),
-        data=body.get("data", {}),
     )
 
 
 @transactional
-def read_events(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> list[Event]:
+def read_events(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> list[TopologyEvent]:
     """Events strictly after version `after` (None: from the start), oldest first, at most `limit`."""
     begin = keys.EVENTS.range().start if after is None else keys.event_key(after) + b"\x00"
     rows = tr.get_range(begin, keys.EVENTS.range().stop, limit=limit)
@@ -76,6 +122,8 @@ def head_version(tr: Transaction) -> str:
 
 
 @transactional
-def read_events_and_watch(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> tuple[list[Event], Watch]:
+def read_events_and_watch(
+    tr: Transaction, after: bytes | None, *, limit: int = 1000
+) -> tuple[list[TopologyEvent], Watch]:
     """Like `read_events`, plus a watch that fires on the next append: read and watch are atomic, so none is missed."""
     return read_events(tr, after, limit=limit), tr.watch(keys.EVENT_HEAD)

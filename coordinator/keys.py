@@ -127,6 +127,42 @@ def group_loads_key(group: str) -> bytes:
     return GROUP_LOADS.pack((group,))
 
 
+def held_key(group: str, worker_id: str, stream: str, lane: str, generation: int, partition: int) -> bytes:
+    return HELD.pack((group, worker_id, stream, lane, generation, partition))
+
+
+def group_config_key(group: str) -> bytes:
+    return GROUP_CONFIGS.pack((group,))
+
+
+PartitionKey = tuple[str, str, str, int, int]
+"""(group, stream, lane, generation, partition): the commit log's unit."""
+
+
+def progress_key(pk: PartitionKey) -> bytes:
+    return PROGRESS.pack(pk)
+
+
+def done_key(pk: PartitionKey, chunk: int) -> bytes:
+    return DONE.pack((*pk, chunk))
+
+
+def retry_key(pk: PartitionKey, offset: int) -> bytes:
+    return RETRIES.pack((*pk, offset))
+
+
+def reject_key(pk: PartitionKey, offset: int) -> bytes:
+    return REJECTS.pack((*pk, offset))
+
+
+def producer_key(producer_id: str) -> bytes:
+    return PRODUCERS.pack((producer_id,))
+
+
+def seal_wait_key(stream: str, lane: str, generation: int) -> bytes:
+    return SEAL_WAITS.pack((stream, lane, generation))
+
+
 def event_key_incomplete(user_version: int = 0) -> bytes:
     """Key for a new event, its versionstamp to be filled in at commit (`tr.set_versionstamped_key`)."""
     return EVENTS.pack_with_versionstamp((Versionstamp(user_version=user_version),))

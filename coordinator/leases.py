@@ -19,7 +19,6 @@ from typing import Any
 
 from streamplane.coordinator import events, keys
 from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign, smooth
-from streamplane.coordinator.model import DRAINED, Generation
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, get_stream
 from streamplane.errors import (
@@ -29,18 +28,12 @@ from streamplane.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
+from streamplane.model import DRAINED, Generation, GroupChanged, PartitionRef, Subscription
 from streamplane.names import check_lane_name, check_object_name
 
 GRANTED, REVOKING, FREE = "granted", "revoking", "free"
 _WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_SUBSCRIPTIONS = 64
-
-
-@dataclass(frozen=True)
-class Subscription:
-    stream: str
-    lanes: tuple[str, ...] = ()
-    """Empty: every lane but dlq."""
 
 
 @dataclass(frozen=True)
@@ -96,15 +89,12 @@ class Lease:
 
 
 def lease_id(stream: str, lane: str, generation: int, partition: int) -> str:
-    """stream/lane/g<generation>/p<partition>: stable for a partition; the epoch tells grants apart."""
-    return f"{stream}/{lane}/g{generation}/p{partition}"
+    return PartitionRef(stream, lane, generation, partition).lease_id
 
 
 def parse_lease_id(text: str) -> tuple[str, str, int, int]:
-    m = re.fullmatch(r"([^/]+)/([^/]+)/g(\d+)/p(\d+)", text or "")
-    if not m:
-        raise InvalidArgumentError(f"lease_id {text!r} is not of the form stream/lane/g<generation>/p<partition>")
-    return m.group(1), m.group(2), int(m.group(3)), int(m.group(4))
+    ref = PartitionRef.parse(text)
+    return ref.stream, ref.lane, ref.generation, ref.partition
 
 
 def check_worker_id(worker_id: str, field_name: str = "worker_id") -> str:
@@ -172,9 +162,9 @@ def _write_lease(tr: Transaction, group: str, old: Lease | None, new: Lease) -> 
     old_holder = old.worker_id if old is not None and old.state != FREE else ""
     new_holder = new.worker_id if new.state != FREE else ""
     if old_holder and old_holder != new_holder:
-        tr.clear(keys.HELD.pack((group, old_holder, *new.key)))
+        tr.clear(keys.held_key(group, old_holder, *new.key))
     if new_holder and new_holder != old_holder:
-        tr.set(keys.HELD.pack((group, new_holder, *new.key)), b"")
+        tr.set(keys.held_key(group, new_holder, *new.key), b"")
     tr.set(keys.lease_key(group, *new.key), new.to_json())
 
 
@@ -196,15 +186,15 @@ class _Events:
         self.tr, self.actor, self.n = tr, actor, 0
 
     def group(self, group: str, type_: str, worker_id: str = "", lease: Lease | None = None, reason: str = "") -> None:
-        data = {
-            "group": group,
-            "type": type_,
-            "worker_id": worker_id,
-            "lease_id": lease.lease_id if lease else "",
-            "epoch": lease.epoch if lease else 0,
-            "reason": reason,
-        }
-        events.append_event(self.tr, "group_event", data, actor=self.actor, user_version=self.n)
+        event = GroupChanged(
+            group=group,
+            change=type_,
+            worker_id=worker_id,
+            lease_id=lease.lease_id if lease else "",
+            epoch=lease.epoch if lease else 0,
+            reason=reason,
+        )
+        events.append_event(self.tr, event, actor=self.actor, user_version=self.n)
         self.n += 1
 
 
@@ -493,28 +483,27 @@ def apply_assignment(
     return done
 
 
-def generation_state(tr: Transaction, lease: Lease) -> tuple[str, int]:
-    """The state of the generation a lease is on (drained once its record is gone) and the lease partition's
-    end offset (-1 until the generation is sealed)."""
+def end_offset(tr: Transaction, lease: Lease) -> int:
+    """The lease partition's end offset once its generation is sealed; -1 before (and once it is gone)."""
     raw = tr.get(keys.generation_key(lease.stream, lease.lane, lease.generation))
-    if raw is None:
-        return DRAINED, -1
-    gen = Generation.from_json(raw)
-    ends = gen.end_offsets
-    return gen.state, (ends[lease.partition] if lease.partition < len(ends) else -1)
+    ends = Generation.from_json(raw).end_offsets if raw is not None else []
+    return ends[lease.partition] if lease.partition < len(ends) else -1
 
 
-def grant_details(tr: Transaction, lease: Lease) -> dict[str, Any]:
-    """Topic, cluster and bootstrap servers of a lease's generation, for its Grant message."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a lease's records are: what its Grant tells the worker to read."""
+
+    topic: str = ""
+    cluster: str = ""
+    bootstrap_servers: str = ""
+
+
+def placement(tr: Transaction, lease: Lease) -> Placement:
+    """The topic and cluster of a lease's generation (empty once the generation is gone)."""
     stream = get_stream(tr, lease.stream)
     lane = stream.lane(lease.lane)
-    gen = next((g for g in (lane.generations if lane else []) if g.number == lease.generation), None)
+    gen = lane.generation(lease.generation) if lane else None
     if gen is None:
-        return {"topic": "", "cluster": "", "bootstrap_servers": "", "state": DRAINED}
-    cluster = get_cluster(tr, gen.cluster)
-    return {
-        "topic": gen.topic,
-        "cluster": gen.cluster,
-        "bootstrap_servers": cluster.bootstrap_servers,
-        "state": gen.state,
-    }
+        return Placement()
+    return Placement(gen.topic, gen.cluster, get_cluster(tr, gen.cluster).bootstrap_servers)

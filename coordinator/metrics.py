@@ -10,6 +10,8 @@ import grpc
 from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
+from streamplane.model import Lag
+
 RPCS = Counter("streamplane_rpc_total", "gRPC calls handled, by method and status code", ["method", "code"])
 RPC_SECONDS = Histogram(
     "streamplane_rpc_seconds",
@@ -32,7 +34,7 @@ class LagCollector:
     """Time and offset lag per group, stream and lane, read from the commit log at scrape time."""
 
     def __init__(self) -> None:
-        self.source: Callable[[], Any] | None = None
+        self.source: Callable[[], Lag] | None = None
 
     def collect(self) -> Any:
         time_lag = GaugeMetricFamily(
@@ -43,11 +45,10 @@ class LagCollector:
         offset_lag = GaugeMetricFamily(
             "streamplane_offset_lag", "Records not yet processed", labels=["group", "stream", "lane"]
         )
-        response = self.source() if self.source else None
-        for lane in response.lanes if response else ():
-            group, _, stream = lane.stream.partition(":")
-            time_lag.add_metric([group, stream, lane.lane], lane.time_lag_ms / 1000)
-            offset_lag.add_metric([group, stream, lane.lane], lane.offset_lag)
+        lag = self.source() if self.source else None
+        for lane in lag.lanes if lag else ():
+            time_lag.add_metric([lane.group, lane.stream, lane.lane], lane.time_lag_ms / 1000)
+            offset_lag.add_metric([lane.group, lane.stream, lane.lane], lane.offset_lag)
         yield time_lag
         yield offset_lag
 

@@ -24,10 +24,10 @@ import structlog
 from streamplane.coordinator import commitlog, events, keys, leases
 from streamplane.coordinator.assigner import now_ms as clock
 from streamplane.coordinator.cluster_admin import ClusterAdmin
-from streamplane.coordinator.model import DRAINED, DRAINING, SEALED, Generation
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
+from streamplane.model import DRAINED, DRAINING, SEALED, Generation, GenerationDrained, GenerationSealed
 from streamplane.names import check_lane_name, check_object_name
 
 log = structlog.get_logger(__name__)
@@ -59,14 +59,6 @@ class ProducerSession:
         return self.topology_version < wait_version or gen in self.in_flight
 
 
-def _producer_key(producer_id: str) -> bytes:
-    return keys.PRODUCERS.pack((producer_id,))
-
-
-def _seal_wait_key(gen: GenerationKey) -> bytes:
-    return keys.SEAL_WAITS.pack(gen)
-
-
 def _check_version(text: str) -> str:
     events.parse_version(text, "topology_version")
     return text
@@ -96,14 +88,14 @@ def producer_heartbeat(
         if number < 1:
             raise InvalidArgumentError(f"in_flight.generation must be at least 1, not {number}")
     session = ProducerSession(producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms)
-    tr.set(_producer_key(producer_id), json.dumps(asdict(session)).encode())
+    tr.set(keys.producer_key(producer_id), json.dumps(asdict(session)).encode())
     return events.head_version(tr)
 
 
 @transactional
 def close_producer(tr: Transaction, producer_id: str) -> None:
     leases.check_worker_id(producer_id, "producer_id")
-    tr.clear(_producer_key(producer_id))
+    tr.clear(keys.producer_key(producer_id))
 
 
 @transactional
@@ -122,7 +114,7 @@ def _expire_producers(tr: Transaction, now_ms: int) -> list[ProducerSession]:
     live = []
     for p in read_producers(tr):
         if p.alive_until_ms <= now_ms:
-            tr.clear(_producer_key(p.producer_id))
+            tr.clear(keys.producer_key(p.producer_id))
             log.info("producer.expired", producer=p.producer_id)
         else:
             live.append(p)
@@ -178,10 +170,10 @@ def plan_seals(tr: Transaction, now_ms: int) -> list[SealPlan]:
     plans = []
     for stream, lane, gen in draining:
         ref = (stream, lane, gen.number)
-        raw = tr.get(_seal_wait_key(ref))
+        raw = tr.get(keys.seal_wait_key(*ref))
         if raw is None:
             # The failover's event is already in the log, so the head is at or after it.
-            tr.set(_seal_wait_key(ref), events.head_version(tr).encode())
+            tr.set(keys.seal_wait_key(*ref), events.head_version(tr).encode())
             continue
         waiting = [p.producer_id for p in live if p.holds_back(ref, raw.decode())]
         if not waiting:
@@ -197,17 +189,16 @@ def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms
     if raw is None or Generation.from_json(raw) != plan.generation:
         return None
     ref = (plan.stream, plan.lane, plan.generation.number)
-    wait = tr.get(_seal_wait_key(ref))
+    wait = tr.get(keys.seal_wait_key(*ref))
     live = _expire_producers(tr, now_ms)
     if wait is None or any(p.holds_back(ref, wait.decode()) for p in live):
         return None
     sealed = replace(plan.generation, state=SEALED, end_offsets=end_offsets)
     write_generation(tr, plan.stream, plan.lane, sealed)
-    tr.clear(_seal_wait_key(ref))
+    tr.clear(keys.seal_wait_key(*ref))
     events.append_event(
         tr,
-        "generation_sealed",
-        {"stream": plan.stream, "lane": plan.lane, "generation": asdict(sealed), "reason": plan.reason},
+        GenerationSealed(stream=plan.stream, lane=plan.lane, generation=sealed, reason=plan.reason),
         actor="sealer",
     )
     return sealed
@@ -243,8 +234,7 @@ def mark_drained(tr: Transaction) -> list[tuple[str, str, Generation, list[str]]
         write_generation(tr, stream, lane, drained)
         events.append_event(
             tr,
-            "generation_drained",
-            {"stream": stream, "lane": lane, "generation": asdict(drained), "groups": groups},
+            GenerationDrained(stream=stream, lane=lane, generation=drained, groups=tuple(groups)),
             actor="sealer",
         )
         done.append((stream, lane, drained, groups))

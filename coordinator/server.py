@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.assigner_servicer import AssignerServicer
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
-from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag_response
+from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag
 from streamplane.coordinator.metrics import LAG, MetricsInterceptor, serve_metrics
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.servicer import TopologyServicer
@@ -84,7 +84,7 @@ def start(
     assigner = Assigner(db, assigner_config)
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config)
     commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db), server)
-    LAG.source = lambda: lag_response(db, "")
+    LAG.source = lambda: lag(db, "")
     assigner_pb2_grpc.add_AssignerServiceServicer_to_server(AssignerServicer(assigner), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 
 import grpc
 
-from streamplane.coordinator import convert, events, sealing
+from streamplane.coordinator import events, sealing
 from streamplane.coordinator.assigner import now_ms
 from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.topology import Topology
 from streamplane.rpc import grpc_errors, grpc_stream_errors
+from streamplane.v1 import convert
 from streamplane.v1 import topology_pb2 as pb
 from streamplane.v1 import topology_pb2_grpc as pb_grpc
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from streamplane.coordinator import events, keys
 from streamplane.coordinator.cluster_admin import ClusterAdmin
-from streamplane.coordinator.model import (
+from streamplane.coordinator.store import Database, Transaction, transactional
+from streamplane.coordinator.store.api import Watch
+from streamplane.errors import AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError
+from streamplane.model import (
     ACTIVE,
     ADMIN_KAFKA,
     ADMIN_LOCAL,
@@ -22,14 +25,16 @@ from streamplane.coordinator.model import (
     DRAINING,
     SEALED,
     Cluster,
-    Event,
+    ClusterRegistered,
+    ClusterUpdated,
+    FailedOver,
     Generation,
     Lane,
+    LaneAdded,
     Stream,
+    StreamCreated,
+    TopologyEvent,
 )
-from streamplane.coordinator.store import Database, Transaction, transactional
-from streamplane.coordinator.store.api import Watch
-from streamplane.errors import AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError
 from streamplane.names import check_lane_name, check_object_name, topic_name
 
 MAX_PARTITIONS = 4096
@@ -183,9 +188,8 @@ class Topology:
             if exists and not update_existing:
                 raise AlreadyExistsError(f"cluster {cluster.name!r} is already registered")
             tr.set(key, cluster.to_json())
-            events.append_event(
-                tr, "cluster_updated" if exists else "cluster_registered", {"cluster": asdict(cluster)}, actor=actor
-            )
+            kind = ClusterUpdated if exists else ClusterRegistered
+            events.append_event(tr, kind(cluster=cluster), actor=actor)
             return cluster
 
         return self._commit(change)
@@ -231,7 +235,7 @@ class Topology:
             tr.set(keys.stream_key(name), Stream(name).to_json())
             for lane in lanes:
                 _write_lane(tr, name, lane)
-            events.append_event(tr, "stream_created", {"stream": asdict(stream)}, actor=actor)
+            events.append_event(tr, StreamCreated(stream=stream), actor=actor)
             return stream
 
         committed = self._commit(change)
@@ -265,7 +269,7 @@ class Topology:
         def change(tr: Transaction) -> None:
             plan(tr)
             _write_lane(tr, stream, new_lane)
-            events.append_event(tr, "lane_added", {"stream": stream, "lane": asdict(new_lane)}, actor=actor)
+            events.append_event(tr, LaneAdded(stream=stream, lane=new_lane), actor=actor)
 
         committed = self._commit(change)
         return Committed(self.get_stream(stream), committed.version)
@@ -307,14 +311,7 @@ class Topology:
             write_generation(tr, stream, lane, nxt)
             events.append_event(
                 tr,
-                "failed_over",
-                {
-                    "stream": stream,
-                    "lane": lane,
-                    "previous": asdict(draining),
-                    "current": asdict(nxt),
-                    "reason": reason,
-                },
+                FailedOver(stream=stream, lane=lane, previous=draining, current=nxt, reason=reason),
                 actor=actor,
             )
             return draining, nxt
@@ -322,7 +319,7 @@ class Topology:
         return self._commit(change)
 
     # events
-    def read_events_and_watch(self, after: bytes | None, limit: int = 1000) -> tuple[list[Event], Watch]:
+    def read_events_and_watch(self, after: bytes | None, limit: int = 1000) -> tuple[list[TopologyEvent], Watch]:
         return events.read_events_and_watch(self.db, after, limit=limit)
 
 

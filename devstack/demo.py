@@ -18,7 +18,7 @@ from pathlib import Path
 from streamplane.cli.main import describe_event
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.devstack.stack import LocalStack
-from streamplane.v1 import topology_pb2 as pb
+from streamplane.model import DRAINED, Generation, GroupChanged, Lane, Stream
 
 STREAM = "demo-logs"
 GROUP = "demo-readers"
@@ -70,7 +70,7 @@ def run_demo(*, records: int = 2000, data_dir: Path | None = None) -> int:
 def _pipeline(client: CoordinatorClient, clusters: dict[str, str], records: int) -> int:
     if STREAM not in {s.name for s in client.list_streams()}:
         client.create_stream(STREAM, partitions=4, cluster="local-a")
-    g1 = _realtime(client.describe_stream(STREAM)).generations[-1]
+    g1 = _realtime(client.describe_stream(STREAM)).active
     _say(f"[2/6] stream {STREAM}: realtime lane active on {g1.cluster} as {g1.topic} ({g1.partitions} partitions)")
 
     handler, stop = _Handler(), threading.Event()
@@ -101,7 +101,7 @@ def _pipeline(client: CoordinatorClient, clusters: dict[str, str], records: int)
             if producer.flush():
                 raise RuntimeError("records were not acknowledged")
         _wait(lambda: len(handler.ids) >= records)
-        drained = _wait(lambda: _generation(client, g1.number).state == pb.GENERATION_STATE_DRAINED)
+        drained = _wait(lambda: _generation(client, g1.number).state == DRAINED)
         sealed = _generation(client, g1.number)
         _wait(lambda: _rejects(client) >= 1, 10)  # marked once its copy is in the dlq lane
         rejects = _rejects(client)
@@ -119,7 +119,7 @@ def _pipeline(client: CoordinatorClient, clusters: dict[str, str], records: int)
 
     _say("[6/6] the event log (group events left out):")
     for event in client.watch_topology("", idle_timeout_s=1.0):
-        if event.WhichOneof("kind") != "group_event":
+        if not isinstance(event, GroupChanged):
             _say(f"      {event.version}  {describe_event(event)}")
     missing = set(range(records)) - handler.ids
     ok = not missing and drained and rejects == 1 and lag.offset_lag == 0
@@ -136,12 +136,18 @@ def _rejects(client: CoordinatorClient) -> int:
     return sum(client.progress(GROUP, lid).rejects for lid in leases)
 
 
-def _generation(client: CoordinatorClient, number: int) -> pb.Generation:
-    return next(g for g in _realtime(client.describe_stream(STREAM)).generations if g.number == number)
+def _generation(client: CoordinatorClient, number: int) -> Generation:
+    found = _realtime(client.describe_stream(STREAM)).generation(number)
+    if found is None:
+        raise RuntimeError(f"{STREAM}/realtime has no generation {number}")
+    return found
 
 
-def _realtime(stream: pb.Stream) -> pb.Lane:
-    return next(lane for lane in stream.lanes if lane.name == "realtime")
+def _realtime(stream: Stream) -> Lane:
+    lane = stream.lane("realtime")
+    if lane is None:
+        raise RuntimeError(f"stream {stream.name} has no realtime lane")
+    return lane
 
 
 if __name__ == "__main__":

@@ -25,11 +25,11 @@ import structlog
 from streamplane.coordinator import server
 from streamplane.coordinator.assigner import AssignerConfig
 from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.devstack.kafka import USERS, KafkaBroker
 from streamplane.errors import InvalidArgumentError
+from streamplane.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.process import block_stop_signals, wait_for_stop
 
 log = structlog.get_logger(__name__)

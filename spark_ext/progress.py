@@ -22,7 +22,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from streamplane.client import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError
-from streamplane.v1 import commitlog_pb2 as cpb
+from streamplane.model import Commit, LeaseCommit, PartitionRef
 
 log = structlog.get_logger(__name__)
 
@@ -30,7 +30,7 @@ log = structlog.get_logger(__name__)
 def lease_id(stream: str, key: str) -> str:
     """The commit log's partition id of a source position key lane/generation/partition."""
     lane, generation, partition = key.rsplit("/", 2)
-    return f"{stream}/{lane}/g{generation}/p{partition}"
+    return PartitionRef(stream, lane, int(generation), int(partition)).lease_id
 
 
 def commit_positions(
@@ -46,16 +46,12 @@ def commit_positions(
         high = max(end, (latest or {}).get(key, end))
         if high <= 0:
             continue
-        request = cpb.CommitRequest(
-            group=group,
-            lease_id=lease_id(stream, key),
-            epoch=0,
+        commit = Commit(
+            acked=[(0, end)] if end > 0 else [],
             high_watermark=high,
             oldest_pending_ts_ms=(pending_ts or {}).get(key, 0),
         )
-        if end > 0:
-            request.acked.append(cpb.OffsetRange(start=0, end=end))
-        client.commit(request)
+        client.commit(group, LeaseCommit(lease_id(stream, key), 0, commit))
 
 
 def _json(text: Any) -> Any:

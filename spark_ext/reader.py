@@ -16,11 +16,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from streamplane.client import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
+from streamplane.model import DRAINED, Lane, Stream
 from streamplane.native.batch import with_origin
 from streamplane.spark import offsets as off
 from streamplane.spark.options import SourceOptions
 from streamplane.spark.progress import commit_positions
-from streamplane.v1 import topology_pb2 as pb
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +39,7 @@ class Slice(InputPartition):
     end: int
 
 
-def lanes_of(stream: pb.Stream, wanted: tuple[str, ...]) -> list[pb.Lane]:
+def lanes_of(stream: Stream, wanted: tuple[str, ...]) -> list[Lane]:
     """The lanes to read: the named ones, or every lane but dlq."""
     return [lane for lane in stream.lanes if (lane.name in wanted if wanted else lane.name != "dlq")]
 
@@ -103,7 +103,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for gen in lane.generations:
                 bootstrap = clusters.get(gen.cluster, "")
                 sealed = len(gen.end_offsets) == gen.partitions
-                drained = gen.state == pb.GENERATION_STATE_DRAINED
+                drained = gen.state == DRAINED
                 for p in range(gen.partitions):
                     part = off.Part(gen.number, lane.name, p)
                     try:

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from streamplane.client import SessionEndedError, WorkerSession
+from streamplane.client import Grant, Revoke, SessionEndedError, WorkerSession
 from streamplane.errors import FencedError
 
 
@@ -32,14 +32,15 @@ def main() -> None:
     threading.Thread(target=commands, daemon=True).start()
     try:
         for event in session.events():
-            if hasattr(event, "topic"):
-                held[event.lease_id] = event.epoch
-                say(event="grant", lease=event.lease_id, epoch=event.epoch, topic=event.topic)
-            else:
-                held.pop(event.lease_id, None)
-                say(event="revoke", lease=event.lease_id, epoch=event.epoch, deadline=event.deadline_unix_ms)
-                if event.deadline_unix_ms:
-                    session.release(event.lease_id, event.epoch)
+            match event:
+                case Grant():
+                    held[event.lease_id] = event.epoch
+                    say(event="grant", lease=event.lease_id, epoch=event.epoch, topic=event.topic)
+                case Revoke():
+                    held.pop(event.lease_id, None)
+                    say(event="revoke", lease=event.lease_id, epoch=event.epoch, deadline=event.deadline_ms)
+                    if event.deadline_ms:
+                        session.release(event.lease_id, event.epoch)
     except SessionEndedError as err:
         say(event="ended", reason=err.message)
         for lease_id, epoch in held.items():

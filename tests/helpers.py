@@ -142,16 +142,16 @@ def start_dev(data_dir: Path, *extra: str) -> tuple[Proc, str, dict[str, str]]:
 
 def register_local_clusters(address: str, bootstrap: str, control_endpoint: str, names: Sequence[str]) -> None:
     """Register the local cluster under each of `names` (tests fail over between names of one cluster)."""
+    from streamplane import model
     from streamplane.client import CoordinatorClient
-    from streamplane.v1 import topology_pb2 as pb
 
     with CoordinatorClient(address) as client:
         for name in names:
             client.register_cluster(
-                pb.Cluster(
+                model.Cluster(
                     name=name,
                     bootstrap_servers=bootstrap,
-                    admin=pb.CLUSTER_ADMIN_LOCAL,
+                    admin=model.ADMIN_LOCAL,
                     control_endpoint=control_endpoint,
                 )
             )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.client import CoordinatorClient
-from streamplane.v1 import assigner_pb2 as apb
+from streamplane.model import GroupDescription
 from tests.helpers import Proc, cli, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +31,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc.stop()
 
 
-def describe(address: str, group: str) -> apb.GroupDescription:
+def describe(address: str, group: str) -> GroupDescription:
     with CoordinatorClient(address) as client:
         return client.describe_group(group)
 

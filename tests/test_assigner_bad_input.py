@@ -9,6 +9,7 @@ import grpc
 import pytest
 from confluent_kafka import Producer as KafkaProducer
 
+from streamplane import model
 from streamplane.client import CoordinatorClient, SessionEndedError, WorkerSession
 from streamplane.coordinator.assigner import AssignerConfig
 from streamplane.errors import (
@@ -20,7 +21,6 @@ from streamplane.errors import (
 )
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
-from streamplane.v1 import topology_pb2 as pb
 from tests.helpers import wait_until
 
 
@@ -29,8 +29,8 @@ def address(coordinator, local_cluster) -> str:
     bootstrap, control = local_cluster
     with CoordinatorClient(coordinator.address) as client:
         client.register_cluster(
-            pb.Cluster(
-                name="c", bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control.endpoint
+            model.Cluster(
+                name="c", bootstrap_servers=bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint
             )
         )
         client.create_stream("jobs", 4)
@@ -152,14 +152,14 @@ def test_check_lease(address: str) -> None:
     s.close()
 
 
-def test_a_failover_tells_holders_their_generation_is_draining_and_grants_the_new_one(
+def test_a_failover_tells_holders_where_their_generation_ends_and_grants_the_new_one(
     address: str, local_cluster
 ) -> None:
     bootstrap, control = local_cluster
     with CoordinatorClient(address) as client:
         client.register_cluster(
-            pb.Cluster(
-                name="c2", bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control.endpoint
+            model.Cluster(
+                name="c2", bootstrap_servers=bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint
             )
         )
     s = session(address, "holder")
@@ -173,15 +173,15 @@ def test_a_failover_tells_holders_their_generation_is_draining_and_grants_the_ne
     with CoordinatorClient(address) as client:
         client.failover("jobs", "realtime", "c2")
 
-    def latest() -> dict[str, apb.GenerationChange]:
-        return {e.lease_id: e for e in got if isinstance(e, apb.GenerationChange)}
+    def latest() -> dict[str, model.Sealed]:
+        return {e.lease_id: e for e in got if isinstance(e, model.Sealed)}
 
-    # draining at once, then sealed (no producer session holds it back) with each partition's end offset
-    wait_until(lambda: [c.state for c in latest().values()] == [pb.GENERATION_STATE_SEALED] * 4)
+    # sealed once no producer session holds it back, with each partition's end offset
+    wait_until(lambda: len(latest()) == 4)
     assert set(latest()) == {f"jobs/realtime/g1/p{p}" for p in range(4)}
     assert all(c.end_offset == 1 for c in latest().values())
 
-    assert not [e for e in got if isinstance(e, apb.Revoke)], "a draining generation keeps its holder"
+    assert not [e for e in got if isinstance(e, model.Revoke)], "a draining generation keeps its holder"
     wait_until(lambda: len(s.leases) == 8)  # the draining generation stays held while g2 is granted too
     g2 = [g for lid, g in s.leases.items() if "/g2/" in lid]
     assert len(g2) == 4 and all(g.cluster == "c2" and g.topic == "sp.jobs.realtime.g2" for g in g2)

@@ -4,6 +4,7 @@ load check, leadership renewal), so an idle fleet costs the coordinator almost n
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,9 @@ import pytest
 from streamplane.coordinator.assigner import Assigner, AssignerConfig, now_ms
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.leases import Subscription
-from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
+from streamplane.model import ADMIN_LOCAL, Cluster
 
 CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500)
 
@@ -54,9 +55,9 @@ def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_it
 
     short = Assigner(db, AssignerConfig(ttl_ms=3000, rebalance_ms=10_000), replica_id="a")
     short.is_leader, short._renew_at = True, now_ms() + 10_000
-    members = short.describe("g")[0]
+    (member,) = short.describe("g").members
     due = short.run_once()
-    assert due == members["w1"].alive_until_ms, "the loop wakes when the member's session would expire"
+    assert due == member.alive_until_ms, "the loop wakes when the member's session would expire"
 
 
 def test_a_standby_replica_checks_for_a_dead_leader_every_rebalance_interval(tmp_path: Path) -> None:
@@ -78,7 +79,7 @@ def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_
     assigner.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
 
     def revoking() -> set:
-        return {k for k, x in assigner.describe("g")[1].items() if x.state == "revoking"}
+        return {astuple(x.partition) for x in assigner.describe("g").leases if x.state == "revoking"}
 
     due = assigner.run_once()  # sees the imbalance once: proposes, moves nothing
     assert revoking() == set() and due <= now_ms() + 500, "the confirming pass is due after rebalance_ms"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from streamplane import model
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
 from streamplane.client.consumer import REASON_HEADER
 from streamplane.errors import StreamplaneError
-from streamplane.v1 import topology_pb2 as pb
 from tests.helpers import Proc, free_port, start_coordinator, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -62,8 +62,8 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     with CoordinatorClient(s.address) as client:
         for name, (_, bootstrap, control) in s.clusters.items():
             client.register_cluster(
-                pb.Cluster(
-                    name=name, bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control
+                model.Cluster(
+                    name=name, bootstrap_servers=bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control
                 )
             )
         client.create_stream(STREAM, PARTITIONS, cluster="a")

@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from streamplane.coordinator.cluster_admin import KafkaAdmin, LocalAdmin
-from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.errors import FailedPreconditionError, UnavailableError
+from streamplane.model import ADMIN_LOCAL, Cluster
 from tests.conftest import KAFKA_BOOTSTRAP
 
 

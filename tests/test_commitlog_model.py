@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator import keys, leases
 from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.api import MAX_VALUE_BYTES
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError, NotFoundError
+from streamplane.model import ADMIN_LOCAL, Cluster
 
 LEASE = "s/realtime/g1/p0"
 HIGH = 200

@@ -9,13 +9,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from streamplane import model
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError
-from streamplane.v1 import commitlog_pb2 as cpb
-from streamplane.v1 import topology_pb2 as pb
 from tests.helpers import Proc, cli, free_port
 
 pytestmark = pytest.mark.e2e
@@ -42,8 +42,8 @@ def service(tmp_path_factory: pytest.TempPathFactory, local_cluster) -> Iterator
     bootstrap, control = local_cluster
     with CoordinatorClient(address) as client:
         client.register_cluster(
-            pb.Cluster(
-                name="c", bootstrap_servers=bootstrap, admin=pb.CLUSTER_ADMIN_LOCAL, control_endpoint=control.endpoint
+            model.Cluster(
+                name="c", bootstrap_servers=bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint
             )
         )
         client.create_stream("clicks", 2)
@@ -76,17 +76,10 @@ def test_time_lag_agrees_in_getlag_cli_and_metrics(service: tuple[str, int]) -> 
     p0 = session.leases["clicks/realtime/g1/p0"]
     oldest = int(time.time() * 1000) - 30_000  # the oldest unprocessed record was ingested 30 s ago
     with CoordinatorClient(address) as client:
-        client.commit(
-            cpb.CommitRequest(
-                group="lagging",
-                lease_id=p0.lease_id,
-                epoch=p0.epoch,
-                acked=[cpb.OffsetRange(start=0, end=40)],
-                oldest_pending_ts_ms=oldest,
-                high_watermark=100,
-                high_watermark_ts_ms=oldest + 25_000,
-            )
+        commit = model.Commit(
+            acked=[(0, 40)], oldest_pending_ts_ms=oldest, high_watermark=100, high_watermark_ts_ms=oldest + 25_000
         )
+        client.commit("lagging", model.LeaseCommit(p0.lease_id, p0.epoch, commit))
         lag = client.lag("lagging")
     assert lag.offset_lag == 60
     assert 30_000 <= lag.time_lag_ms < 33_000
@@ -110,26 +103,23 @@ def test_retries_run_out_into_rejects_and_a_new_holder_starts_at_the_low_waterma
     with CoordinatorClient(address) as client:
         client.configure_group("retrying", "realtime", 2)
 
-        def commit(**fields: object) -> cpb.CommitResponse:
-            return client.commit(
-                cpb.CommitRequest(
-                    group="retrying", lease_id=lease.lease_id, epoch=lease.epoch, high_watermark=10, **fields
-                )
-            )
+        def commit(**fields: Any) -> model.CommitOutcome:
+            body = model.Commit(high_watermark=10, **fields)
+            return client.commit("retrying", model.LeaseCommit(lease.lease_id, lease.epoch, body))
 
-        commit(acked=[cpb.OffsetRange(start=0, end=5)], retries=[cpb.RetryEntry(offset=5, attempt=1, error="x")])
+        commit(acked=[(0, 5)], retries=[model.Retry(offset=5, attempt=1, error="x")])
         assert [r.offset for r in client.due_retries("retrying", lease.lease_id, lease.epoch)] == [5]
-        response = commit(retries=[cpb.RetryEntry(offset=5, attempt=2, error="again", backoff_ms=60_000)])
+        response = commit(retries=[model.Retry(offset=5, attempt=2, error="again", backoff_ms=60_000)])
         assert list(response.exhausted) == [5], "the second failure uses up the lane's 2 attempts"
         due = client.due_retries("retrying", lease.lease_id, lease.epoch)
         assert [(r.offset, r.exhausted) for r in due] == [(5, True)], "exhausted: due for its reject, not a retry"
         response = commit(
             rejects=[
-                cpb.RejectEntry(
-                    offset=5, reason="max attempts: again", dlq=cpb.DlqLocation(stream="clicks", lane="dlq", offset=0)
+                model.Reject(
+                    offset=5, reason="max attempts: again", dlq=model.DlqLocation("clicks", "dlq", 0, 0, offset=0)
                 )
             ],
-            acked=[cpb.OffsetRange(start=6, end=8)],
+            acked=[(6, 8)],
         )
         assert response.low_watermark == 8
         progress = client.progress("retrying", lease.lease_id)
@@ -147,31 +137,17 @@ def test_stale_epochs_and_bad_commits_are_refused(service: tuple[str, int]) -> N
     session = holder(address, "strict")
     lease = session.leases["clicks/realtime/g1/p0"]
     with CoordinatorClient(address) as client:
+
+        def commit(epoch: int, acked: list[tuple[int, int]]) -> model.CommitOutcome:
+            return client.commit("strict", model.LeaseCommit(lease.lease_id, epoch, model.Commit(acked=acked)))
+
         with pytest.raises(FencedError, match="stale"):
-            client.commit(
-                cpb.CommitRequest(
-                    group="strict",
-                    lease_id=lease.lease_id,
-                    epoch=lease.epoch + 7,
-                    acked=[cpb.OffsetRange(start=0, end=1)],
-                )
-            )
+            commit(lease.epoch + 7, [(0, 1)])
         assert metric(port, "streamplane_stale_epoch_refusals_total", group="strict") == 1
         with pytest.raises(InvalidArgumentError, match="reversed"):
-            client.commit(
-                cpb.CommitRequest(
-                    group="strict", lease_id=lease.lease_id, epoch=lease.epoch, acked=[cpb.OffsetRange(start=9, end=2)]
-                )
-            )
+            commit(lease.epoch, [(9, 2)])
         with pytest.raises(LimitExceededError):
-            client.commit(
-                cpb.CommitRequest(
-                    group="strict",
-                    lease_id=lease.lease_id,
-                    epoch=lease.epoch,
-                    acked=[cpb.OffsetRange(start=i, end=i + 1) for i in range(0, 300_000, 2)],
-                )
-            )
+            commit(lease.epoch, [(i, i + 1) for i in range(0, 300_000, 2)])
         with pytest.raises(InvalidArgumentError, match="lease_id"):
             client.progress("strict", "nonsense")
         assert client.progress("strict", lease.lease_id).low_watermark == 0, "nothing was written"
@@ -179,29 +155,26 @@ def test_stale_epochs_and_bad_commits_are_refused(service: tuple[str, int]) -> N
 
 
 def test_a_batched_commit_refuses_a_stale_lease_alone(service: tuple[str, int]) -> None:
-    from streamplane.rpc import error_from_code
-
     address, port = service
     session = holder(address, "batched")
     p0, p1 = session.leases["clicks/realtime/g1/p0"], session.leases["clicks/realtime/g1/p1"]
     with CoordinatorClient(address) as client:
-        response = client.commit_batch(
+        stale, good, bad = client.commit_batch(
             "batched",
             [
-                cpb.CommitRequest(lease_id=p0.lease_id, epoch=p0.epoch + 3, acked=[cpb.OffsetRange(start=0, end=1)]),
-                cpb.CommitRequest(lease_id=p1.lease_id, epoch=p1.epoch, oldest_pending_ts_ms=1, high_watermark=0),
-                cpb.CommitRequest(lease_id="nonsense", epoch=1),
+                model.LeaseCommit(p0.lease_id, p0.epoch + 3, model.Commit(acked=[(0, 1)])),
+                model.LeaseCommit(p1.lease_id, p1.epoch, model.Commit(oldest_pending_ts_ms=1, high_watermark=0)),
+                model.LeaseCommit("nonsense", 1, model.Commit()),
             ],
         )
-        stale, good, bad = response.results
-        assert isinstance(error_from_code(stale.code, stale.message, stale.kind), FencedError)
-        assert good.code == 0 and good.lease_id == p1.lease_id
-        assert isinstance(error_from_code(bad.code, bad.message, bad.kind), InvalidArgumentError)
+        assert isinstance(stale.error, FencedError)
+        assert good.error is None and good.lease_id == p1.lease_id
+        assert isinstance(bad.error, InvalidArgumentError)
         assert client.progress("batched", p0.lease_id).low_watermark == 0, "the stale lease wrote nothing"
         assert client.progress("batched", p1.lease_id).oldest_pending_ts_ms == 1, "the good one was recorded"
         assert metric(port, "streamplane_stale_epoch_refusals_total", group="batched") == 1
         with pytest.raises(LimitExceededError, match="4096"):
-            client.commit_batch("batched", [cpb.CommitRequest(lease_id=p1.lease_id, epoch=p1.epoch)] * 4097)
+            client.commit_batch("batched", [model.LeaseCommit(p1.lease_id, p1.epoch, model.Commit())] * 4097)
     session.close()
 
 

@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
+from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, OutcomeError, PartitionFetcher, Producer
 from streamplane.client.consumer import ORIGIN_HEADERS, REASON_HEADER
 from streamplane.errors import NotFoundError, UnavailableError
-from streamplane.v1 import topology_pb2 as pb
 from tests.helpers import free_port, register_local_clusters, wait_until
 
 
@@ -128,7 +128,7 @@ def test_a_failed_over_generation_is_read_to_its_end_then_drained(address: str) 
                 lane = next(x for x in client.describe_stream("c-move").lanes if x.name == "realtime")
             return lane.generations[0].state
 
-        wait_until(lambda: g1_state() == pb.GENERATION_STATE_DRAINED, timeout=20)
+        wait_until(lambda: g1_state() == model.DRAINED, timeout=20)
         wait_until(lambda: len(seen) == 600, timeout=10)
         wait_until(lambda: all("/g2/" in lease for lease in consumer.leases), timeout=10)
         stop.set()

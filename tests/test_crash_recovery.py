@@ -8,9 +8,9 @@ import threading
 import time
 from pathlib import Path
 
+from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.coordinator.store import StoreConfig, open_store
-from streamplane.v1 import topology_pb2 as pb
 from tests.helpers import Proc, start_coordinator
 
 WRITER = """
@@ -64,7 +64,7 @@ def test_coordinator_survives_kill9_mid_writes(tmp_path: Path) -> None:
             while not stop.is_set():
                 name = f"c-{i:05d}"
                 try:
-                    client.register_cluster(pb.Cluster(name=name, bootstrap_servers=f"h{i}:9092"))
+                    client.register_cluster(model.Cluster(name=name, bootstrap_servers=f"h{i}:9092"))
                 except Exception:
                     return  # the coordinator died under us
                 acked.append(name)
@@ -89,7 +89,7 @@ def test_coordinator_survives_kill9_mid_writes(tmp_path: Path) -> None:
         proc.stop()
     assert set(acked) <= set(clusters)
     assert all(c.bootstrap_servers == f"h{int(name[2:])}:9092" for name, c in clusters.items())
-    registered = [e.cluster_registered.name for e in events if e.WhichOneof("kind") == "cluster_registered"]
+    registered = [e.cluster.name for e in events if isinstance(e, model.ClusterRegistered)]
     assert sorted(registered) == sorted(clusters), "state and event log disagree: a change was half-applied"
     assert registered == sorted(registered), "events are not in commit order"
 

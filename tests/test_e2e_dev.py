@@ -31,8 +31,8 @@ def _check_state(address: str, data_dir: Path) -> None:
     as_json = json.loads(cli("--output", "json", "stream", "describe", "logs", coordinator=address).stdout)
     realtime = next(lane for lane in as_json["lanes"] if lane["name"] == "realtime")
     assert [(g["number"], g["state"]) for g in realtime["generations"]] == [
-        (1, "GENERATION_STATE_SEALED"),
-        (2, "GENERATION_STATE_ACTIVE"),
+        (1, "sealed"),
+        (2, "active"),
     ]
 
     inspected = cli("inspect", "gen/logs/realtime", env={"STREAMPLANE_DATA_DIR": str(data_dir)})

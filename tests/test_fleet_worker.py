@@ -79,10 +79,10 @@ def _busy_worker(address: str, bootstrap: str, control) -> None:  # type: ignore
     from collections import Counter
     from threading import Event, Lock, Thread
 
+    from streamplane import model
     from streamplane.client import Consumer, Message, Producer
     from streamplane.client.consumer import REASON_HEADER
     from streamplane.client.fetcher import PartitionFetcher
-    from streamplane.v1 import topology_pb2 as pb
 
     register_local_clusters(address, bootstrap, control.endpoint, ("wide-a", "wide-b"))
     with CoordinatorClient(address) as client:
@@ -130,7 +130,7 @@ def _busy_worker(address: str, bootstrap: str, control) -> None:  # type: ignore
             rows = [(x.lease_id, x.low_watermark, x.offset_lag) for x in lag.partitions if x.offset_lag]
             return f"{states()} {len(rows)} partitions behind: {rows[:5]} leases={len(consumer.leases)}"
 
-        wait_until(lambda: states()[0] == pb.GENERATION_STATE_DRAINED, timeout=60, what=behind)
+        wait_until(lambda: states()[0] == model.DRAINED, timeout=60, what=behind)
         with CoordinatorClient(address) as client:
             wait_until(lambda: client.lag("fleet-busy-g").offset_lag == 0, timeout=60)
         stop.set()

@@ -11,12 +11,12 @@ import pytest
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Producer
 from streamplane.client.fetch_loop import FetchLoop
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaAuthenticationError, KafkaConnection, fetch
 from streamplane.devstack.kafka import USERS
-from streamplane.v1 import topology_pb2 as pb
 from tests.helpers import wait_until
 from tests.test_fetch_loop import Collect
 
@@ -106,7 +106,7 @@ def test_bad_credentials_are_one_clear_error_never_a_retry_loop(real_kafka) -> N
 def test_the_consumer_reads_a_stream_on_a_real_cluster(real_kafka, coordinator) -> None:
     with CoordinatorClient(coordinator.address) as client:
         client.register_cluster(
-            pb.Cluster(name="real", bootstrap_servers=real_kafka.bootstrap_servers, admin=pb.CLUSTER_ADMIN_KAFKA)
+            model.Cluster(name="real", bootstrap_servers=real_kafka.bootstrap_servers, admin=model.ADMIN_KAFKA)
         )
         client.create_stream("rk-orders", 4, cluster="real")
     values = [b"o%d" % i for i in range(5000)]

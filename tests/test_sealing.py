@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from streamplane import model
 from streamplane.client import CoordinatorClient, Producer
 from streamplane.coordinator import keys, server
 from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.model import ADMIN_LOCAL, Cluster
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import InvalidArgumentError
-from streamplane.v1 import topology_pb2 as pb
+from streamplane.model import ADMIN_LOCAL, Cluster
 from tests.helpers import register_local_clusters, wait_until
 
 TTL_MS = 1500
@@ -35,17 +35,13 @@ def address(tmp_path: Path, local_cluster) -> Iterator[str]:
     running.stop(0)
 
 
-def generation(client: CoordinatorClient, stream: str, number: int) -> pb.Generation:
+def generation(client: CoordinatorClient, stream: str, number: int) -> model.Generation:
     lane = next(x for x in client.describe_stream(stream).lanes if x.name == "realtime")
     return next(g for g in lane.generations if g.number == number)
 
 
-def sealed_events(client: CoordinatorClient) -> list[pb.GenerationSealed]:
-    return [
-        e.generation_sealed
-        for e in client.watch_topology("", idle_timeout_s=0.3)
-        if e.WhichOneof("kind") == "generation_sealed"
-    ]
+def sealed_events(client: CoordinatorClient) -> list[model.GenerationSealed]:
+    return [e for e in client.watch_topology("", idle_timeout_s=0.3) if isinstance(e, model.GenerationSealed)]
 
 
 def test_seal_waits_for_every_live_producer_then_records_the_end_offsets(address: str) -> None:
@@ -58,20 +54,20 @@ def test_seal_waits_for_every_live_producer_then_records_the_end_offsets(address
         client.producer_heartbeat("laggard", "", [])
         client.failover("sealme", "realtime", "west", reason="test")
         time.sleep(TTL_MS / 1000 / 2)
-        assert generation(client, "sealme", 1).state == pb.GENERATION_STATE_DRAINING
+        assert generation(client, "sealme", 1).state == model.DRAINING
         # The switched producer writes to generation 2 meanwhile.
         wait_until(lambda: producer.route("sealme").generation == 2)
         producer.produce("sealme", b"after")
         assert producer.flush() == 0
         # The laggard's session expires: now nothing holds the seal back.
         wait_until(
-            lambda: generation(client, "sealme", 1).state == pb.GENERATION_STATE_SEALED, timeout=TTL_MS / 1000 + 5
+            lambda: generation(client, "sealme", 1).state == model.SEALED, timeout=TTL_MS / 1000 + 5
         )
         g1 = generation(client, "sealme", 1)
         assert sum(g1.end_offsets) == 90 and len(g1.end_offsets) == 3
         (event,) = [e for e in sealed_events(client) if e.stream == "sealme"]
         assert list(event.generation.end_offsets) == list(g1.end_offsets)
-        assert generation(client, "sealme", 2).state == pb.GENERATION_STATE_ACTIVE
+        assert generation(client, "sealme", 2).state == model.ACTIVE
 
 
 def test_a_closed_producer_no_longer_holds_back_a_seal(address: str) -> None:
@@ -80,9 +76,9 @@ def test_a_closed_producer_no_longer_holds_back_a_seal(address: str) -> None:
         client.producer_heartbeat("p1", "", [])
         client.failover("sealnow", "realtime", "west")
         time.sleep(0.3)
-        assert generation(client, "sealnow", 1).state == pb.GENERATION_STATE_DRAINING
+        assert generation(client, "sealnow", 1).state == model.DRAINING
         client.close_producer("p1")
-        wait_until(lambda: generation(client, "sealnow", 1).state == pb.GENERATION_STATE_SEALED, timeout=3)
+        wait_until(lambda: generation(client, "sealnow", 1).state == model.SEALED, timeout=3)
         assert list(generation(client, "sealnow", 1).end_offsets) == [0]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.errors import InvalidArgumentError
 from streamplane.v1 import topology_pb2 as pb
@@ -18,17 +19,17 @@ from tests.helpers import start_coordinator
 
 def _register(client: CoordinatorClient, names: list[str]) -> None:
     for name in names:
-        client.register_cluster(pb.Cluster(name=name, bootstrap_servers=f"{name}:9092"))
+        client.register_cluster(model.Cluster(name=name, bootstrap_servers=f"{name}:9092"))
 
 
-def _names(events: list[pb.TopologyEvent]) -> list[str]:
-    return [e.cluster_registered.name for e in events]
+def _names(events: list[model.TopologyEvent]) -> list[str]:
+    return [e.cluster.name for e in events if isinstance(e, model.ClusterRegistered)]
 
 
 def test_watch_delivers_history_then_live_events_in_order(coordinator) -> None:
     with CoordinatorClient(coordinator.address) as client:
         _register(client, ["a1", "a2"])
-        received: queue.Queue[pb.TopologyEvent] = queue.Queue()
+        received: queue.Queue[model.TopologyEvent] = queue.Queue()
 
         def follow() -> None:
             for event in client.watch_topology(""):

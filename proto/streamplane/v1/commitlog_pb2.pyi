@@ -193,30 +193,34 @@ class GetLagRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., stream: _Optional[str] = ..., lane: _Optional[str] = ...) -> None: ...
 
 class PartitionLag(_message.Message):
-    __slots__ = ("lease_id", "low_watermark", "high_watermark", "offset_lag", "time_lag_ms")
+    __slots__ = ("lease_id", "low_watermark", "high_watermark", "offset_lag", "time_lag_ms", "group")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
     TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     low_watermark: int
     high_watermark: int
     offset_lag: int
     time_lag_ms: int
-    def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ...) -> None: ...
+    group: str
+    def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class LaneLag(_message.Message):
-    __slots__ = ("stream", "lane", "offset_lag", "time_lag_ms")
+    __slots__ = ("stream", "lane", "offset_lag", "time_lag_ms", "group")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
     TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     stream: str
     lane: str
     offset_lag: int
     time_lag_ms: int
-    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ...) -> None: ...
+    group: str
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class GetLagResponse(_message.Message):
     __slots__ = ("group", "partitions", "lanes", "offset_lag", "time_lag_ms")

@@ -1,0 +1,544 @@
+"""The typed model every part shares: topology, events, worker-session messages, commits, progress and lag.
+
+Frozen dataclasses cross every seam (domain, servicers, client, CLI, Spark); protobuf stays in the
+servicers and the client's transport (`streamplane.v1.convert` maps both ways). Topology records also have
+a JSON form: it is how the coordinator stores them, and newer coordinators may add keys older ones ignore.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from streamplane.errors import InvalidArgumentError, StreamplaneError
+
+
+class GenerationState(StrEnum):
+    """The states a generation passes through, in order."""
+
+    ACTIVE = "active"
+    DRAINING = "draining"
+    SEALED = "sealed"
+    DRAINED = "drained"
+
+
+ACTIVE, DRAINING, SEALED, DRAINED = GenerationState
+GENERATION_STATES = tuple(GenerationState)
+
+
+class AdminKind(StrEnum):
+    """How topics are created on a cluster: Kafka's admin API, or a local engine's control endpoint."""
+
+    KAFKA = "kafka"
+    LOCAL = "local"
+
+
+ADMIN_KAFKA, ADMIN_LOCAL = AdminKind
+
+DEFAULT_LANES: dict[str, int] = {"realtime": 100, "dlq": 10}
+"""Lanes every stream gets at creation, with their priorities (higher is served first)."""
+
+
+class _Record:
+    """JSON round trip shared by the topology records; unknown keys from newer coordinators are ignored."""
+
+    _nested: ClassVar[dict[str, Any]] = {}
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        kwargs = {k: v for k, v in data.items() if k in names}
+        for name, kind in cls._nested.items():
+            if name in kwargs:
+                kwargs[name] = [kind.from_dict(item) for item in kwargs[name]]
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Any:
+        return cls.from_dict(json.loads(raw))
+
+
+# -- topology ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cluster(_Record):
+    """A registered Kafka cluster."""
+
+    name: str
+    bootstrap_servers: str
+    zone: str = ""
+    capacity_weight: float = 1.0
+    health: str = "healthy"
+    config_ref: str = ""
+    admin: AdminKind = ADMIN_KAFKA
+    control_endpoint: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "admin", AdminKind(self.admin))
+
+
+@dataclass(frozen=True)
+class Generation(_Record):
+    """The physical placement of one lane at one time."""
+
+    number: int
+    cluster: str
+    topic: str
+    partitions: int
+    state: GenerationState = ACTIVE
+    end_offsets: list[int] = field(default_factory=list)
+    """Fixed when sealed: per partition, the offset after its last record."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", GenerationState(self.state))
+
+
+@dataclass(frozen=True)
+class Lane(_Record):
+    """A quality-of-service class of a stream, with its generations oldest first."""
+
+    name: str
+    priority: int
+    generations: list[Generation] = field(default_factory=list)
+    _nested: ClassVar[dict[str, Any]] = {"generations": Generation}
+
+    @property
+    def active(self) -> Generation:
+        """The generation producers write to (always the newest)."""
+        return self.generations[-1]
+
+    def generation(self, number: int) -> Generation | None:
+        return next((g for g in self.generations if g.number == number), None)
+
+
+@dataclass(frozen=True)
+class Stream(_Record):
+    """A named logical topic: its lanes and their generations."""
+
+    name: str
+    lanes: list[Lane] = field(default_factory=list)
+    _nested: ClassVar[dict[str, Any]] = {"lanes": Lane}
+
+    def lane(self, name: str) -> Lane | None:
+        return next((lane for lane in self.lanes if lane.name == name), None)
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """A result of a change or a read, with the newest event version it reflects (watch from there)."""
+
+    version: str
+
+
+@dataclass(frozen=True)
+class StreamAt(Versioned):
+    stream: Stream
+
+
+@dataclass(frozen=True)
+class ClusterAt(Versioned):
+    cluster: Cluster
+
+
+@dataclass(frozen=True)
+class FailoverResult(Versioned):
+    previous: Generation
+    current: Generation
+
+
+@dataclass(frozen=True)
+class ProducerLease:
+    """The coordinator's answer to a producer heartbeat: when to beat again, and the newest topology version."""
+
+    heartbeat_interval_ms: int
+    ttl_ms: int
+    topology_version: str
+
+
+# -- partitions and leases -----------------------------------------------------------------------------------------
+
+_LEASE_ID = re.compile(r"([^/]+)/([^/]+)/g(\d+)/p(\d+)")
+
+
+@dataclass(frozen=True, order=True)
+class PartitionRef:
+    """One partition of one generation of a lane: what a lease covers."""
+
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+
+    @property
+    def lease_id(self) -> str:
+        """stream/lane/g<generation>/p<partition>: stable for a partition; the epoch tells grants apart."""
+        return f"{self.stream}/{self.lane}/g{self.generation}/p{self.partition}"
+
+    @classmethod
+    def parse(cls, lease_id: str) -> PartitionRef:
+        m = _LEASE_ID.fullmatch(lease_id or "")
+        if not m:
+            raise InvalidArgumentError(
+                f"lease_id {lease_id!r} is not of the form stream/lane/g<generation>/p<partition>"
+            )
+        return cls(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A lease granted to this worker: read `partition` of `topic` on `cluster` from `start_offset`."""
+
+    lease_id: str
+    partition: PartitionRef
+    epoch: int
+    topic: str
+    cluster: str
+    bootstrap_servers: str
+    start_offset: int = -1
+    """Where the group's progress resumes; -1 when the group never committed on this partition."""
+    end_offset: int = -1
+    """The offset after the partition's last record once its generation is sealed; -1 before."""
+
+    @property
+    def sealed(self) -> bool:
+        return self.end_offset >= 0
+
+
+@dataclass(frozen=True)
+class Revoke:
+    """Hand the lease back by `deadline_ms` (0: it is already gone; stop at once)."""
+
+    lease_id: str
+    epoch: int
+    deadline_ms: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """The generation of a held lease was sealed: the partition ends at `end_offset`."""
+
+    lease_id: str
+    partition: PartitionRef
+    end_offset: int
+
+
+SessionEvent = Grant | Revoke | Sealed
+
+
+@dataclass(frozen=True)
+class Subscription:
+    stream: str
+    lanes: tuple[str, ...] = ()
+    """Empty: every lane but dlq."""
+
+
+@dataclass(frozen=True)
+class LeaseLoad:
+    """One lease's load as its holder measured it."""
+
+    records_per_s: float = 0.0
+    lag_records: int = 0
+    lag_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The first message of a worker's session: who it is and what it reads."""
+
+    group: str
+    worker_id: str
+    subscriptions: tuple[Subscription, ...]
+    capacity: float = 1.0
+    max_load: float = 0.0
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """The coordinator's answer to a hello: the session, and how often it wants heartbeats."""
+
+    session_id: str
+    heartbeat_interval_ms: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A worker's liveness and load; `leases` carries only the leases whose load changed."""
+
+    cpu: float = 0.0
+    records_per_s: float = 0.0
+    leases: tuple[tuple[str, LeaseLoad], ...] = ()
+
+
+@dataclass(frozen=True)
+class Release:
+    """A worker hands a lease back (after a revoke, once in-flight work is done)."""
+
+    lease_id: str
+    epoch: int
+
+
+WorkerMessage = Hello | Heartbeat | Release
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    worker_id: str
+    session_id: str
+    subscriptions: tuple[Subscription, ...] = ()
+    capacity: float = 1.0
+    max_load: float = 0.0
+    cpu: float = 0.0
+    records_per_s: float = 0.0
+    alive_until_ms: int = 0
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    partition: PartitionRef
+    epoch: int
+    state: str
+    worker_id: str
+    load: LeaseLoad = LeaseLoad()
+
+    @property
+    def lease_id(self) -> str:
+        return self.partition.lease_id
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group: str
+    leader_replica: str = ""
+    members: tuple[MemberInfo, ...] = ()
+    leases: tuple[LeaseInfo, ...] = ()
+
+
+# -- commits, progress and lag -------------------------------------------------------------------------------------
+
+OffsetRange = tuple[int, int]
+"""[start, end): start included, end excluded."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    offset: int
+    attempt: int
+    error: str = ""
+    backoff_ms: int = 0
+
+
+@dataclass(frozen=True)
+class DlqLocation:
+    """Where a rejected record was written in the dlq lane."""
+
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    offset: int
+    reason: str
+    dlq: DlqLocation | None = None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One batched commit of a lease holder."""
+
+    acked: list[OffsetRange] = field(default_factory=list)
+    retries: list[Retry] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    oldest_pending_ts_ms: int = 0
+    high_watermark: int = 0
+    high_watermark_ts_ms: int = 0
+    acked_bitmap: bytes = b""
+    """Scattered acks: bit i (little-endian) set = offset acked_bitmap_base + i acked."""
+    acked_bitmap_base: int = 0
+
+
+@dataclass(frozen=True)
+class LeaseCommit:
+    """A commit for one lease, fenced by its epoch."""
+
+    lease_id: str
+    epoch: int
+    commit: Commit
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What the commit log made of one lease's commit: recorded (error None), or refused with `error`."""
+
+    lease_id: str
+    low_watermark: int = 0
+    exhausted: tuple[int, ...] = ()
+    """Offsets whose attempts ran out with this commit: the holder rejects them."""
+    retries: int = 0
+    """Offsets with retry state after the commit."""
+    error: StreamplaneError | None = None
+
+
+@dataclass(frozen=True)
+class RetryState:
+    offset: int
+    attempts: int
+    next_attempt_ms: int
+    last_error: str = ""
+    exhausted: bool = False
+
+
+@dataclass(frozen=True)
+class Progress:
+    lease_id: str
+    low_watermark: int
+    high_watermark: int
+    done: tuple[OffsetRange, ...] = ()
+    done_above_low_watermark: int = 0
+    retries: int = 0
+    rejects: int = 0
+    offset_lag: int = 0
+    time_lag_ms: int = 0
+    oldest_pending_ts_ms: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    group: str
+    lease_id: str
+    low_watermark: int
+    high_watermark: int
+    offset_lag: int
+    time_lag_ms: int
+
+
+@dataclass(frozen=True)
+class LaneLag:
+    group: str
+    stream: str
+    lane: str
+    offset_lag: int
+    time_lag_ms: int
+
+
+@dataclass(frozen=True)
+class Lag:
+    """Lag of one group, or of every group that committed (group "")."""
+
+    group: str
+    partitions: tuple[PartitionLag, ...] = ()
+    lanes: tuple[LaneLag, ...] = ()
+
+    @property
+    def offset_lag(self) -> int:
+        return sum(x.offset_lag for x in self.lanes)
+
+    @property
+    def time_lag_ms(self) -> int:
+        return max((x.time_lag_ms for x in self.lanes), default=0)
+
+
+# -- the event log -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopologyEvent:
+    """One committed change. `version` (24 hex digits) orders events: string order is commit order."""
+
+    version: str = ""
+    time_ms: int = 0
+    actor: str = ""
+    kind: ClassVar[str] = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterRegistered(TopologyEvent):
+    cluster: Cluster
+    kind: ClassVar[str] = "cluster_registered"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterUpdated(TopologyEvent):
+    cluster: Cluster
+    kind: ClassVar[str] = "cluster_updated"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamCreated(TopologyEvent):
+    stream: Stream
+    kind: ClassVar[str] = "stream_created"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaneAdded(TopologyEvent):
+    stream: str
+    lane: Lane
+    kind: ClassVar[str] = "lane_added"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailedOver(TopologyEvent):
+    stream: str
+    lane: str
+    previous: Generation
+    current: Generation
+    reason: str = ""
+    kind: ClassVar[str] = "failed_over"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationSealed(TopologyEvent):
+    stream: str
+    lane: str
+    generation: Generation
+    reason: str = ""
+    kind: ClassVar[str] = "generation_sealed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationDrained(TopologyEvent):
+    stream: str
+    lane: str
+    generation: Generation
+    groups: tuple[str, ...] = ()
+    kind: ClassVar[str] = "generation_drained"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupChanged(TopologyEvent):
+    """A lease or member change in a consumer group (`change`: granted, revoking, released, joined, ...)."""
+
+    group: str
+    change: str
+    worker_id: str = ""
+    lease_id: str = ""
+    epoch: int = 0
+    reason: str = ""
+    kind: ClassVar[str] = "group_event"
+
+
+EVENT_KINDS: dict[str, type[TopologyEvent]] = {
+    k.kind: k
+    for k in (
+        ClusterRegistered,
+        ClusterUpdated,
+        StreamCreated,
+        LaneAdded,
+        FailedOver,
+        GenerationSealed,
+        GenerationDrained,
+        GroupChanged,
+    )
+}

@@ -1,0 +1,561 @@
+"""Conversion between the typed model (`streamplane.model`) and the streamplane.v1 protobuf messages.
+
+The one place that knows both: the coordinator's servicers and the client's transport call it, nothing else
+sees protobuf. Each `*_to_pb` has its `*_from_pb`, so both sides of the wire use the same mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from streamplane import model as m
+from streamplane.errors import StreamplaneError
+from streamplane.rpc import error_from_code, status_for
+from streamplane.v1 import assigner_pb2 as apb
+from streamplane.v1 import commitlog_pb2 as cpb
+from streamplane.v1 import topology_pb2 as pb
+
+_ADMIN_TO_PB = {m.ADMIN_KAFKA: pb.CLUSTER_ADMIN_KAFKA, m.ADMIN_LOCAL: pb.CLUSTER_ADMIN_LOCAL}
+_ADMIN_FROM_PB = {v: k for k, v in _ADMIN_TO_PB.items()}
+_STATE_TO_PB = {state: i + 1 for i, state in enumerate(m.GENERATION_STATES)}
+_STATE_FROM_PB = {v: k for k, v in _STATE_TO_PB.items()}
+
+
+# -- topology ------------------------------------------------------------------------------------------------------
+
+
+def cluster_to_pb(c: m.Cluster) -> pb.Cluster:
+    return pb.Cluster(
+        name=c.name,
+        bootstrap_servers=c.bootstrap_servers,
+        zone=c.zone,
+        capacity_weight=c.capacity_weight,
+        health=c.health,
+        config_ref=c.config_ref,
+        admin=_ADMIN_TO_PB[c.admin],
+        control_endpoint=c.control_endpoint,
+    )
+
+
+def cluster_from_pb(x: pb.Cluster) -> m.Cluster:
+    """An unspecified admin kind means a real Kafka cluster."""
+    return m.Cluster(
+        name=x.name,
+        bootstrap_servers=x.bootstrap_servers,
+        zone=x.zone,
+        capacity_weight=x.capacity_weight,
+        health=x.health,
+        config_ref=x.config_ref,
+        admin=_ADMIN_FROM_PB.get(x.admin, m.ADMIN_KAFKA),
+        control_endpoint=x.control_endpoint,
+    )
+
+
+def state_to_pb(state: m.GenerationState) -> int:
+    return _STATE_TO_PB[state]
+
+
+def state_from_pb(value: int) -> m.GenerationState:
+    """An unspecified state (an older coordinator) reads as active."""
+    return _STATE_FROM_PB.get(value, m.ACTIVE)
+
+
+def generation_to_pb(g: m.Generation) -> pb.Generation:
+    return pb.Generation(
+        number=g.number,
+        cluster=g.cluster,
+        topic=g.topic,
+        partitions=g.partitions,
+        state=state_to_pb(g.state),
+        end_offsets=g.end_offsets,
+    )
+
+
+def generation_from_pb(x: pb.Generation) -> m.Generation:
+    return m.Generation(
+        number=x.number,
+        cluster=x.cluster,
+        topic=x.topic,
+        partitions=x.partitions,
+        state=state_from_pb(x.state),
+        end_offsets=list(x.end_offsets),
+    )
+
+
+def lane_to_pb(lane: m.Lane) -> pb.Lane:
+    return pb.Lane(name=lane.name, priority=lane.priority, generations=[generation_to_pb(g) for g in lane.generations])
+
+
+def lane_from_pb(x: pb.Lane) -> m.Lane:
+    return m.Lane(name=x.name, priority=x.priority, generations=[generation_from_pb(g) for g in x.generations])
+
+
+def stream_to_pb(s: m.Stream) -> pb.Stream:
+    return pb.Stream(name=s.name, lanes=[lane_to_pb(lane) for lane in s.lanes])
+
+
+def stream_from_pb(x: pb.Stream) -> m.Stream:
+    return m.Stream(name=x.name, lanes=[lane_from_pb(lane) for lane in x.lanes])
+
+
+def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
+    msg = pb.TopologyEvent(version=e.version, time_unix_ms=e.time_ms, actor=e.actor)
+    match e:
+        case m.ClusterRegistered(cluster=c):
+            msg.cluster_registered.CopyFrom(cluster_to_pb(c))
+        case m.ClusterUpdated(cluster=c):
+            msg.cluster_updated.CopyFrom(cluster_to_pb(c))
+        case m.StreamCreated(stream=s):
+            msg.stream_created.CopyFrom(stream_to_pb(s))
+        case m.LaneAdded():
+            msg.lane_added.CopyFrom(pb.LaneAdded(stream=e.stream, lane=lane_to_pb(e.lane)))
+        case m.FailedOver():
+            msg.failed_over.CopyFrom(
+                pb.FailedOver(
+                    stream=e.stream,
+                    lane=e.lane,
+                    reason=e.reason,
+                    previous=generation_to_pb(e.previous),
+                    current=generation_to_pb(e.current),
+                )
+            )
+        case m.GenerationSealed():
+            msg.generation_sealed.CopyFrom(
+                pb.GenerationSealed(
+                    stream=e.stream, lane=e.lane, generation=generation_to_pb(e.generation), reason=e.reason
+                )
+            )
+        case m.GenerationDrained():
+            msg.generation_drained.CopyFrom(
+                pb.GenerationDrained(
+                    stream=e.stream, lane=e.lane, generation=generation_to_pb(e.generation), groups=e.groups
+                )
+            )
+        case m.GroupChanged():
+            msg.group_event.CopyFrom(
+                pb.GroupEvent(
+                    group=e.group,
+                    type=e.change,
+                    worker_id=e.worker_id,
+                    lease_id=e.lease_id,
+                    epoch=e.epoch,
+                    reason=e.reason,
+                )
+            )
+    return msg
+
+
+def event_from_pb(x: pb.TopologyEvent) -> m.TopologyEvent:
+    """The typed event; a kind this client does not know (a newer coordinator) comes back as the base class."""
+    head = {"version": x.version, "time_ms": x.time_unix_ms, "actor": x.actor}
+    match x.WhichOneof("kind"):
+        case "cluster_registered":
+            return m.ClusterRegistered(**head, cluster=cluster_from_pb(x.cluster_registered))
+        case "cluster_updated":
+            return m.ClusterUpdated(**head, cluster=cluster_from_pb(x.cluster_updated))
+        case "stream_created":
+            return m.StreamCreated(**head, stream=stream_from_pb(x.stream_created))
+        case "lane_added":
+            a = x.lane_added
+            return m.LaneAdded(**head, stream=a.stream, lane=lane_from_pb(a.lane))
+        case "failed_over":
+            f = x.failed_over
+            return m.FailedOver(
+                **head,
+                stream=f.stream,
+                lane=f.lane,
+                reason=f.reason,
+                previous=generation_from_pb(f.previous),
+                current=generation_from_pb(f.current),
+            )
+        case "generation_sealed":
+            s = x.generation_sealed
+            return m.GenerationSealed(
+                **head, stream=s.stream, lane=s.lane, generation=generation_from_pb(s.generation), reason=s.reason
+            )
+        case "generation_drained":
+            d = x.generation_drained
+            return m.GenerationDrained(
+                **head,
+                stream=d.stream,
+                lane=d.lane,
+                generation=generation_from_pb(d.generation),
+                groups=tuple(d.groups),
+            )
+        case "group_event":
+            g = x.group_event
+            return m.GroupChanged(
+                **head,
+                group=g.group,
+                change=g.type,
+                worker_id=g.worker_id,
+                lease_id=g.lease_id,
+                epoch=g.epoch,
+                reason=g.reason,
+            )
+    return m.TopologyEvent(**head)
+
+
+def generation_refs_to_pb(refs: Iterable[tuple[str, str, int]]) -> list[pb.GenerationRef]:
+    return [pb.GenerationRef(stream=s, lane=lane, generation=g) for s, lane, g in refs]
+
+
+# -- worker sessions -----------------------------------------------------------------------------------------------
+
+
+def partition_to_pb(p: m.PartitionRef) -> apb.PartitionRef:
+    return apb.PartitionRef(stream=p.stream, lane=p.lane, generation=p.generation, partition=p.partition)
+
+
+def partition_from_pb(x: apb.PartitionRef) -> m.PartitionRef:
+    return m.PartitionRef(x.stream, x.lane, x.generation, x.partition)
+
+
+def subscription_to_pb(s: m.Subscription) -> apb.Subscription:
+    return apb.Subscription(stream=s.stream, lanes=list(s.lanes))
+
+
+def subscription_from_pb(x: apb.Subscription) -> m.Subscription:
+    return m.Subscription(x.stream, tuple(x.lanes))
+
+
+def worker_message_to_pb(x: m.WorkerMessage) -> apb.WorkerMessage:
+    match x:
+        case m.Hello():
+            return apb.WorkerMessage(
+                hello=apb.Hello(
+                    group=x.group,
+                    worker_id=x.worker_id,
+                    capacity=x.capacity,
+                    max_load=x.max_load,
+                    subscriptions=[subscription_to_pb(s) for s in x.subscriptions],
+                )
+            )
+        case m.Heartbeat():
+            return apb.WorkerMessage(
+                heartbeat=apb.Heartbeat(
+                    cpu=x.cpu,
+                    records_per_s=x.records_per_s,
+                    leases=[
+                        apb.LeaseLoad(
+                            lease_id=lid, records_per_s=y.records_per_s, lag_records=y.lag_records, lag_ms=y.lag_ms
+                        )
+                        for lid, y in x.leases
+                    ],
+                )
+            )
+        case m.Release():
+            return apb.WorkerMessage(release=apb.Release(lease_id=x.lease_id, epoch=x.epoch))
+
+
+def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
+    """The typed message; None for an empty one."""
+    match x.WhichOneof("kind"):
+        case "hello":
+            h = x.hello
+            subs = tuple(subscription_from_pb(s) for s in h.subscriptions)
+            return m.Hello(h.group, h.worker_id, subs, capacity=h.capacity, max_load=h.max_load)
+        case "heartbeat":
+            b = x.heartbeat
+            loads = tuple((y.lease_id, m.LeaseLoad(y.records_per_s, y.lag_records, y.lag_ms)) for y in b.leases)
+            return m.Heartbeat(b.cpu, b.records_per_s, loads)
+        case "release":
+            return m.Release(x.release.lease_id, x.release.epoch)
+    return None
+
+
+def welcome_to_pb(w: m.Welcome) -> apb.AssignerMessage:
+    return apb.AssignerMessage(
+        welcome=apb.Welcome(session_id=w.session_id, heartbeat_interval_ms=w.heartbeat_interval_ms, ttl_ms=w.ttl_ms)
+    )
+
+
+def welcome_from_pb(x: apb.AssignerMessage) -> m.Welcome | None:
+    """The welcome of the first message of a session; None when it is something else."""
+    if x.WhichOneof("kind") != "welcome":
+        return None
+    w = x.welcome
+    return m.Welcome(w.session_id, w.heartbeat_interval_ms, w.ttl_ms)
+
+
+def session_event_to_pb(event: m.SessionEvent) -> apb.AssignerMessage:
+    match event:
+        case m.Grant():
+            sealed = event.sealed
+            return apb.AssignerMessage(
+                grant=apb.Grant(
+                    lease_id=event.lease_id,
+                    partition=partition_to_pb(event.partition),
+                    epoch=event.epoch,
+                    topic=event.topic,
+                    cluster=event.cluster,
+                    bootstrap_servers=event.bootstrap_servers,
+                    start_offset=event.start_offset,
+                    generation_state=state_to_pb(m.SEALED if sealed else m.ACTIVE),
+                    end_offset=event.end_offset,
+                )
+            )
+        case m.Revoke():
+            return apb.AssignerMessage(
+                revoke=apb.Revoke(
+                    lease_id=event.lease_id,
+                    epoch=event.epoch,
+                    deadline_unix_ms=event.deadline_ms,
+                    reason=event.reason,
+                )
+            )
+        case m.Sealed():
+            return apb.AssignerMessage(
+                generation_change=apb.GenerationChange(
+                    lease_id=event.lease_id,
+                    partition=partition_to_pb(event.partition),
+                    state=pb.GENERATION_STATE_SEALED,
+                    end_offset=event.end_offset,
+                )
+            )
+
+
+def session_event_from_pb(x: apb.AssignerMessage) -> m.SessionEvent | None:
+    """The typed event of a message; None for a welcome, or a generation change that is not a seal."""
+    match x.WhichOneof("kind"):
+        case "grant":
+            g = x.grant
+            return m.Grant(
+                lease_id=g.lease_id,
+                partition=partition_from_pb(g.partition),
+                epoch=g.epoch,
+                topic=g.topic,
+                cluster=g.cluster,
+                bootstrap_servers=g.bootstrap_servers,
+                start_offset=g.start_offset,
+                end_offset=g.end_offset if g.generation_state == pb.GENERATION_STATE_SEALED else -1,
+            )
+        case "revoke":
+            r = x.revoke
+            return m.Revoke(lease_id=r.lease_id, epoch=r.epoch, deadline_ms=r.deadline_unix_ms, reason=r.reason)
+        case "generation_change" if x.generation_change.state == pb.GENERATION_STATE_SEALED:
+            c = x.generation_change
+            return m.Sealed(lease_id=c.lease_id, partition=partition_from_pb(c.partition), end_offset=c.end_offset)
+    return None
+
+
+def group_to_pb(d: m.GroupDescription) -> apb.GroupDescription:
+    return apb.GroupDescription(
+        group=d.group,
+        leader_replica=d.leader_replica,
+        members=[
+            apb.MemberInfo(
+                worker_id=x.worker_id,
+                session_id=x.session_id,
+                capacity=x.capacity,
+                max_load=x.max_load,
+                cpu=x.cpu,
+                records_per_s=x.records_per_s,
+                alive_until_unix_ms=x.alive_until_ms,
+                subscriptions=[subscription_to_pb(s) for s in x.subscriptions],
+            )
+            for x in d.members
+        ],
+        leases=[
+            apb.LeaseInfo(
+                lease_id=x.lease_id,
+                partition=partition_to_pb(x.partition),
+                epoch=x.epoch,
+                state=x.state,
+                worker_id=x.worker_id,
+                records_per_s=x.load.records_per_s,
+                lag_records=x.load.lag_records,
+                lag_ms=x.load.lag_ms,
+            )
+            for x in d.leases
+        ],
+    )
+
+
+def group_from_pb(x: apb.GroupDescription) -> m.GroupDescription:
+    return m.GroupDescription(
+        group=x.group,
+        leader_replica=x.leader_replica,
+        members=tuple(
+            m.MemberInfo(
+                worker_id=y.worker_id,
+                session_id=y.session_id,
+                subscriptions=tuple(subscription_from_pb(s) for s in y.subscriptions),
+                capacity=y.capacity,
+                max_load=y.max_load,
+                cpu=y.cpu,
+                records_per_s=y.records_per_s,
+                alive_until_ms=y.alive_until_unix_ms,
+            )
+            for y in x.members
+        ),
+        leases=tuple(
+            m.LeaseInfo(
+                partition=partition_from_pb(y.partition),
+                epoch=y.epoch,
+                state=y.state,
+                worker_id=y.worker_id,
+                load=m.LeaseLoad(y.records_per_s, y.lag_records, y.lag_ms),
+            )
+            for y in x.leases
+        ),
+    )
+
+
+# -- commits, progress, lag ----------------------------------------------------------------------------------------
+
+
+def _reject_to_pb(r: m.Reject) -> cpb.RejectEntry:
+    entry = cpb.RejectEntry(offset=r.offset, reason=r.reason)
+    if r.dlq is not None:
+        d = r.dlq
+        entry.dlq.CopyFrom(
+            cpb.DlqLocation(
+                stream=d.stream, lane=d.lane, generation=d.generation, partition=d.partition, offset=d.offset
+            )
+        )
+    return entry
+
+
+def _reject_from_pb(x: cpb.RejectEntry) -> m.Reject:
+    d = x.dlq
+    dlq = m.DlqLocation(d.stream, d.lane, d.generation, d.partition, d.offset) if x.HasField("dlq") else None
+    return m.Reject(x.offset, x.reason, dlq)
+
+
+def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
+    body = c.commit
+    return cpb.CommitRequest(
+        group=group,
+        lease_id=c.lease_id,
+        epoch=c.epoch,
+        acked=[cpb.OffsetRange(start=s, end=e) for s, e in body.acked],
+        retries=[
+            cpb.RetryEntry(offset=r.offset, attempt=r.attempt, error=r.error, backoff_ms=r.backoff_ms)
+            for r in body.retries
+        ],
+        rejects=[_reject_to_pb(r) for r in body.rejects],
+        oldest_pending_ts_ms=body.oldest_pending_ts_ms,
+        high_watermark=body.high_watermark,
+        high_watermark_ts_ms=body.high_watermark_ts_ms,
+        acked_bitmap=body.acked_bitmap,
+        acked_bitmap_base=body.acked_bitmap_base,
+    )
+
+
+def commit_from_pb(x: cpb.CommitRequest) -> m.LeaseCommit:
+    body = m.Commit(
+        acked=[(r.start, r.end) for r in x.acked],
+        retries=[m.Retry(r.offset, r.attempt, r.error, r.backoff_ms) for r in x.retries],
+        rejects=[_reject_from_pb(r) for r in x.rejects],
+        oldest_pending_ts_ms=x.oldest_pending_ts_ms,
+        high_watermark=x.high_watermark,
+        high_watermark_ts_ms=x.high_watermark_ts_ms,
+        acked_bitmap=x.acked_bitmap,
+        acked_bitmap_base=x.acked_bitmap_base,
+    )
+    return m.LeaseCommit(x.lease_id, x.epoch, body)
+
+
+def outcome_to_pb(o: m.CommitOutcome) -> cpb.CommitResult:
+    if o.error is not None:
+        return cpb.CommitResult(
+            lease_id=o.lease_id,
+            code=status_for(o.error).value[0],
+            message=o.error.message,
+            kind=type(o.error).__name__,
+        )
+    return cpb.CommitResult(
+        lease_id=o.lease_id, low_watermark=o.low_watermark, exhausted=o.exhausted, retries=o.retries
+    )
+
+
+def outcome_from_pb(x: cpb.CommitResult) -> m.CommitOutcome:
+    error: StreamplaneError | None = None
+    if x.code:
+        error = error_from_code(x.code, x.message, x.kind)
+    return m.CommitOutcome(
+        lease_id=x.lease_id,
+        low_watermark=x.low_watermark,
+        exhausted=tuple(x.exhausted),
+        retries=x.retries,
+        error=error,
+    )
+
+
+def progress_to_pb(p: m.Progress) -> cpb.Progress:
+    return cpb.Progress(
+        lease_id=p.lease_id,
+        low_watermark=p.low_watermark,
+        high_watermark=p.high_watermark,
+        done=[cpb.OffsetRange(start=a, end=b) for a, b in p.done],
+        done_above_low_watermark=p.done_above_low_watermark,
+        retries=p.retries,
+        rejects=p.rejects,
+        offset_lag=p.offset_lag,
+        time_lag_ms=p.time_lag_ms,
+        oldest_pending_ts_ms=p.oldest_pending_ts_ms,
+    )
+
+
+def progress_from_pb(x: cpb.Progress) -> m.Progress:
+    return m.Progress(
+        lease_id=x.lease_id,
+        low_watermark=x.low_watermark,
+        high_watermark=x.high_watermark,
+        done=tuple((r.start, r.end) for r in x.done),
+        done_above_low_watermark=x.done_above_low_watermark,
+        retries=x.retries,
+        rejects=x.rejects,
+        offset_lag=x.offset_lag,
+        time_lag_ms=x.time_lag_ms,
+        oldest_pending_ts_ms=x.oldest_pending_ts_ms,
+    )
+
+
+def retry_state_to_pb(r: m.RetryState) -> cpb.RetryState:
+    return cpb.RetryState(
+        offset=r.offset,
+        attempts=r.attempts,
+        next_attempt_unix_ms=r.next_attempt_ms,
+        last_error=r.last_error,
+        exhausted=r.exhausted,
+    )
+
+
+def retry_state_from_pb(x: cpb.RetryState) -> m.RetryState:
+    return m.RetryState(x.offset, x.attempts, x.next_attempt_unix_ms, x.last_error, x.exhausted)
+
+
+def lag_to_pb(lag: m.Lag) -> cpb.GetLagResponse:
+    return cpb.GetLagResponse(
+        group=lag.group,
+        partitions=[
+            cpb.PartitionLag(
+                group=x.group,
+                lease_id=x.lease_id,
+                low_watermark=x.low_watermark,
+                high_watermark=x.high_watermark,
+                offset_lag=x.offset_lag,
+                time_lag_ms=x.time_lag_ms,
+            )
+            for x in lag.partitions
+        ],
+        lanes=[
+            cpb.LaneLag(group=x.group, stream=x.stream, lane=x.lane, offset_lag=x.offset_lag, time_lag_ms=x.time_lag_ms)
+            for x in lag.lanes
+        ],
+        offset_lag=lag.offset_lag,
+        time_lag_ms=lag.time_lag_ms,
+    )
+
+
+def lag_from_pb(x: cpb.GetLagResponse) -> m.Lag:
+    return m.Lag(
+        group=x.group,
+        partitions=tuple(
+            m.PartitionLag(y.group, y.lease_id, y.low_watermark, y.high_watermark, y.offset_lag, y.time_lag_ms)
+            for y in x.partitions
+        ),
+        lanes=tuple(m.LaneLag(y.group, y.stream, y.lane, y.offset_lag, y.time_lag_ms) for y in x.lanes),
+    )
