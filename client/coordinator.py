@@ -60,9 +60,9 @@ class CoordinatorClient:
         self._metadata = (("x-streamplane-actor", actor or default_actor()),)
         self._retries = retries
         self._channel = grpc.insecure_channel(self.target)
-        self.topology = pb_grpc.TopologyServiceStub(self._channel)
-        self.commitlog = cpb_grpc.CommitLogServiceStub(self._channel)
-        self.assigner = apb_grpc.AssignerServiceStub(self._channel)
+        self.topology = pb_grpc.TopologyServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.commitlog = cpb_grpc.CommitLogServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.assigner = apb_grpc.AssignerServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:

@@ -275,7 +275,7 @@ class Producer:
         with self._lock:
             current = self._routes.get(gen[:2])
             moved_on = current is not None and current.generation != gen[2] and err.code() != KafkaError._PURGE_QUEUE
-            if moved_on:
+            if current is not None and moved_on:
                 self._resend.append((msg, current, on_delivery))
         if moved_on:
             return
@@ -390,7 +390,7 @@ class _Sender:
     def send(self, value: Any, key: Any, headers: Any, ts: int, on_delivery: Any) -> None:
         """Hand one record to librdkafka; `ts` 0 lets it stamp the time of this call (CreateTime)."""
         if on_delivery is None:
-            producer, extra = self.quiet, {}
+            producer, extra = self.quiet, dict[str, Any]()
         else:
             if self.reported is None:
                 self.reported = KafkaProducer(self._config)

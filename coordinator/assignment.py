@@ -21,10 +21,12 @@ by the one before it, for any two workers
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-PartitionKey = Hashable
+PartitionKey = Any
+"""Any hashable the caller names partitions by (the coordinator uses (stream, lane, generation, partition))."""
 
 
 @dataclass(frozen=True)
@@ -151,11 +153,11 @@ def assign(
     if not confirmed:  # plan on copies: nothing held moves before the next pass sees the same imbalance
         saved = dict(result), dict(load), {w: dict(h) for w, h in held.items()}
     while max_moves is None or moves < max_moves:
-        util = {w: load[w] / by_id[w].capacity for w in by_id}
-        hi = max(util, key=lambda w: (util[w], w))
-        lo = min(util, key=lambda w: (util[w], w))
-        gap = util[hi] - util[lo]
-        mean = sum(util.values()) / len(util)
+        utils = {w: load[w] / by_id[w].capacity for w in by_id}
+        hi = max(utils, key=lambda w: (utils[w], w))
+        lo = min(utils, key=lambda w: (utils[w], w))
+        gap = utils[hi] - utils[lo]
+        mean = sum(utils.values()) / len(utils)
         if gap <= 1e-12 or not held[hi]:
             break
         wide = gap > threshold * mean
@@ -192,7 +194,14 @@ def assign(
     return Assignment(result, wanted)
 
 
-def _serve_priority_first(ordered, by_id, load, held, result, place) -> None:
+def _serve_priority_first(
+    ordered: list[PartitionSpec],
+    by_id: dict[str, WorkerSpec],
+    load: dict[str, float],
+    held: dict[str, dict[PartitionKey, PartitionSpec]],
+    result: dict[PartitionKey, str],
+    place: Callable[[PartitionSpec, str], None],
+) -> None:
     changed = True
     while changed:
         changed = False

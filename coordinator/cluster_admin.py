@@ -54,7 +54,7 @@ class KafkaAdmin:
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 3})
         # replication_factor=-1 takes the broker's default.replication.factor (KIP-464).

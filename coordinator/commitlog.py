@@ -224,15 +224,15 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         start = max(start, header.low)
         while start < end:
             chunk = start // CHUNK
-            bits = adds.get(chunk)
-            if bits is None:
-                bits = adds[chunk] = bytearray(CHUNK // 8)
+            added_bits = adds.get(chunk)
+            if added_bits is None:
+                added_bits = adds[chunk] = bytearray(CHUNK // 8)
             i, stop = start - chunk * CHUNK, min(end, (chunk + 1) * CHUNK)
             if stop - start == 1:  # the common case of out-of-order acks
-                bits[i >> 3] |= 1 << (i & 7)
+                added_bits[i >> 3] |= 1 << (i & 7)
             else:
-                run = int.from_bytes(bits, "little") | (((1 << (stop - start)) - 1) << i)
-                bits[:] = run.to_bytes(CHUNK // 8, "little")
+                run = int.from_bytes(added_bits, "little") | (((1 << (stop - start)) - 1) << i)
+                added_bits[:] = run.to_bytes(CHUNK // 8, "little")
             start = stop
     added = 0
     merged_bits = {chunk: int.from_bytes(raw, "little") for chunk, raw in adds.items()}
@@ -411,7 +411,7 @@ def due_retries(
 def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
     """Lag per partition and lane of one group, optionally of one stream (and lane)."""
     check_object_name("group", group)
-    prefix: tuple = (group,) + ((stream,) if stream else ()) + ((lane,) if stream and lane else ())
+    prefix: tuple[str, ...] = (group,) + ((stream,) if stream else ()) + ((lane,) if stream and lane else ())
     r0 = keys.PROGRESS.range(prefix)
     partitions: list[PartitionLag] = []
     lanes: dict[tuple[str, str], tuple[int, int]] = {}

@@ -41,6 +41,7 @@ documented for operators in fdb/KEYS.md:
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import fdb.tuple
 from fdb.subspace_impl import Subspace
@@ -51,7 +52,7 @@ if not hasattr(fdb, "impl"):
     # fdb.tuple's Versionstamp.to_bytes checks isinstance(x, fdb.impl.Value), and fdb.impl loads libfdb_c on
     # import. Without the C library (the embedded store) no value can be an fdb.impl.Value, so a stand-in
     # class keeps packing working; importing the real fdb.impl later replaces it.
-    fdb.impl = types.SimpleNamespace(Value=type("_NoFdbValue", (), {}))  # type: ignore[attr-defined]
+    fdb.impl = types.SimpleNamespace(Value=type("_NoFdbValue", (), {}))
 
 Versionstamp = fdb.tuple.Versionstamp
 
@@ -179,7 +180,7 @@ def event_version(key: bytes) -> bytes:
     return stamp.to_bytes()
 
 
-def decode_key(key: bytes) -> tuple:
+def decode_key(key: bytes) -> tuple[Any, ...]:
     """A key as the tuple it packs, for inspection; raw bytes stay bytes when they are not a tuple."""
     try:
         return fdb.tuple.unpack(key)
@@ -187,6 +188,6 @@ def decode_key(key: bytes) -> tuple:
         return (key,)
 
 
-def pack_prefix(elements: tuple) -> bytes:
+def pack_prefix(elements: tuple[Any, ...]) -> bytes:
     """The packed prefix for an inspection path such as ("gen", "logs")."""
     return ROOT.pack(elements)

@@ -32,6 +32,8 @@ from streamplane.model import DRAINED, Generation, GroupChanged, PartitionRef, S
 from streamplane.names import check_lane_name, check_object_name
 
 GRANTED, REVOKING, FREE = "granted", "revoking", "free"
+LeaseKey = tuple[str, str, int, int]
+"""(stream, lane, generation, partition)."""
 _WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_SUBSCRIPTIONS = 64
 
@@ -78,7 +80,7 @@ class Lease:
         return lease_id(self.stream, self.lane, self.generation, self.partition)
 
     @property
-    def key(self) -> tuple[str, str, int, int]:
+    def key(self) -> LeaseKey:
         return (self.stream, self.lane, self.generation, self.partition)
 
     def to_json(self) -> bytes:
@@ -128,7 +130,7 @@ def read_members(tr: Transaction, group: str) -> dict[str, Member]:
 
 
 @transactional
-def read_leases(tr: Transaction, group: str) -> dict[tuple, Lease]:
+def read_leases(tr: Transaction, group: str) -> dict[LeaseKey, Lease]:
     r = keys.LEASES.range((group,))
     return {lease.key: lease for lease in (_lease_from(k, v) for k, v in tr.get_range(r.start, r.stop))}
 
@@ -372,18 +374,18 @@ class Applied:
 
     next_deadline_ms: int = 0
     """The earliest revoke deadline still pending after the pass (0: none): when to look again."""
-    proposed: frozenset = frozenset()
+    proposed: frozenset[tuple[LeaseKey, str]] = frozenset()
     """Rebalancing moves the pass found worth making, left for the next pass to confirm (see assignment.py)."""
-    moved: dict = field(default_factory=dict)
+    moved: dict[LeaseKey, str] = field(default_factory=dict)
     """{partition: the live holder this pass took it from to give to another} (their cool-down starts)."""
 
 
-def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[tuple, int]:
+def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[LeaseKey, int]:
     """Every partition the members subscribe to: {(stream, lane, generation, partition): lane priority}.
 
     Generations stay until they are drained, so draining and sealed ones keep their holders.
     """
-    wanted: dict[tuple, int] = {}
+    wanted: dict[LeaseKey, int] = {}
     streams: dict[str, Any] = {}
     for member in members.values():
         for sub in member.subscriptions:
@@ -412,8 +414,8 @@ def apply_assignment(
     now_ms: int,
     revoke_ms: int,
     threshold: float = 0.1,
-    proposed: frozenset | None = None,
-    pinned: Mapping | None = None,
+    proposed: frozenset[tuple[LeaseKey, str]] | None = None,
+    pinned: Mapping[LeaseKey, str] | None = None,
 ) -> Applied:
     """Compute the group's assignment and move leases towards it: grant free ones, revoke moved ones with a
     deadline, and force moves whose deadline passed (the old holder's epoch is then stale). `proposed` is
@@ -429,7 +431,7 @@ def apply_assignment(
         for k, prio in wanted.items()
     ]
     workers = [WorkerSpec(w, m.capacity, m.max_load) for w, m in members.items()]
-    current = {}
+    current: dict[LeaseKey, str] = {}
     for k, lease in leases.items():
         owner = lease.target if lease.state == REVOKING else lease.worker_id
         if lease.state != FREE and owner in members:

@@ -182,6 +182,7 @@ def plan_seals(tr: Transaction, now_ms: int) -> list[SealPlan]:
     return plans
 
 
+@transactional
 def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms: int) -> Generation | None:
     """Seal in one transaction with its event, if nothing changed since the plan (else None)."""
     key = keys.generation_key(plan.stream, plan.lane, plan.generation.number)
@@ -287,7 +288,7 @@ class Sealer:
             except StreamplaneError as err:  # the old cluster may be the one that failed: try again later
                 log.warning("sealer.end_offsets_unavailable", stream=plan.stream, lane=plan.lane, error=err.message)
                 continue
-            sealed = self.db.transact(lambda tr, p=plan, e=ends: _commit_seal(tr, p, e, now_ms or clock()))
+            sealed = _commit_seal(self.db, plan, ends, now_ms or clock())
             if sealed is not None:
                 log.info(
                     "generation.sealed",

@@ -88,7 +88,8 @@ def get_cluster(tr: Transaction, name: str, field: str = "cluster") -> Cluster:
     raw = tr.get(keys.cluster_key(name))
     if raw is None:
         raise NotFoundError(f"{field} {name!r} is not a registered cluster")
-    return Cluster.from_json(raw)
+    cluster: Cluster = Cluster.from_json(raw)
+    return cluster
 
 
 @transactional
@@ -114,7 +115,8 @@ def get_stream(tr: Transaction, name: str, field: str = "stream") -> Stream:
     raw = tr.get(keys.stream_key(name))
     if raw is None:
         raise NotFoundError(f"{field} {name!r} does not exist")
-    return replace(Stream.from_json(raw), lanes=_load_lanes(tr, name))
+    stream: Stream = Stream.from_json(raw)
+    return replace(stream, lanes=_load_lanes(tr, name))
 
 
 @transactional

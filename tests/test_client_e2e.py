@@ -62,9 +62,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     with CoordinatorClient(s.address) as client:
         for name, (_, bootstrap, control) in s.clusters.items():
             client.register_cluster(
-                model.Cluster(
-                    name=name, bootstrap_servers=bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control
-                )
+                model.Cluster(name=name, bootstrap_servers=bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control)
             )
         client.create_stream(STREAM, PARTITIONS, cluster="a")
         client.configure_group(GROUP, "realtime", MAX_ATTEMPTS)

@@ -60,9 +60,7 @@ def test_seal_waits_for_every_live_producer_then_records_the_end_offsets(address
         producer.produce("sealme", b"after")
         assert producer.flush() == 0
         # The laggard's session expires: now nothing holds the seal back.
-        wait_until(
-            lambda: generation(client, "sealme", 1).state == model.SEALED, timeout=TTL_MS / 1000 + 5
-        )
+        wait_until(lambda: generation(client, "sealme", 1).state == model.SEALED, timeout=TTL_MS / 1000 + 5)
         g1 = generation(client, "sealme", 1)
         assert sum(g1.end_offsets) == 90 and len(g1.end_offsets) == 3
         (event,) = [e for e in sealed_events(client) if e.stream == "sealme"]
