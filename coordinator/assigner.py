@@ -8,7 +8,6 @@ decisions whichever replica it is connected to.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog, keys, leadership, leases
 from streamplane.coordinator.leases import REVOKING, Lease, Member
 from streamplane.coordinator.store import Database, Transaction
@@ -60,10 +60,6 @@ class AssignerConfig:
     """A partition moved to balance load is not moved back to the worker it left within this time."""
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _counter(tr: Transaction, key: bytes) -> int:
     """A little-endian counter kept with atomic adds (0 when absent)."""
     return int.from_bytes(tr.get(key) or b"\0" * 8, "little")
@@ -74,10 +70,11 @@ class Session:
 
     def __init__(self, assigner: Assigner, group: str, member: Member) -> None:
         self.assigner = assigner
+        self.clock = assigner.clock
         self.group = group
         self.worker_id = member.worker_id
         self.session_id = member.session_id
-        self._last_heard = time.monotonic()
+        self._last_heard = self.clock.monotonic()
         self._failure: StreamplaneError | None = None
         self._closed = threading.Event()
         self._sent_grants: set[tuple[str, int]] = set()
@@ -99,14 +96,14 @@ class Session:
             cpu=beat.cpu,
             records_per_s=beat.records_per_s,
             lease_loads=[(lid, x.records_per_s, x.lag_records, x.lag_ms) for lid, x in beat.leases],
-            now_ms=now_ms(),
+            now_ms=self.clock.now_ms(),
             ttl_ms=cfg.ttl_ms,
         )
-        self._last_heard = time.monotonic()
+        self._last_heard = self.clock.monotonic()
 
     def release(self, lid: str, epoch: int) -> None:
         leases.release(self.db, self.group, self.worker_id, self.session_id, lid, epoch)
-        self._last_heard = time.monotonic()
+        self._last_heard = self.clock.monotonic()
 
     def fail(self, error: StreamplaneError) -> None:
         """End the session because the worker sent something wrong; `updates` reports it."""
@@ -127,7 +124,7 @@ class Session:
         while is_active():
             if self._failure is not None:
                 raise self._failure
-            if time.monotonic() - self._last_heard > cfg.ttl_ms / 1000:
+            if self.clock.monotonic() - self._last_heard > cfg.ttl_ms / 1000:
                 self.close("no heartbeat within the session TTL")
                 raise FencedError(
                     f"session {self.session_id} ended: no heartbeat within {cfg.ttl_ms} ms; its leases were revoked"
@@ -219,9 +216,17 @@ class Session:
 class Assigner:
     """The Assigner of one coordinator replica."""
 
-    def __init__(self, db: Database, config: AssignerConfig | None = None, *, replica_id: str | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        config: AssignerConfig | None = None,
+        *,
+        replica_id: str | None = None,
+        clock: Clock = SYSTEM,
+    ) -> None:
         self.db = db
         self.config = config or AssignerConfig()
+        self.clock = clock
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -247,7 +252,7 @@ class Assigner:
             subscriptions,
             capacity=capacity,
             max_load=max_load,
-            now_ms=now_ms(),
+            now_ms=self.clock.now_ms(),
             ttl_ms=self.config.ttl_ms,
         )
         log.info("session.opened", group=group, worker=worker_id, session=session_id)
@@ -306,14 +311,14 @@ class Assigner:
         while not self._stop.is_set():
             # Wake at once on any group change (a join, a leave, a release), else every loop_ms.
             wake = self.db.transact(lambda tr: tr.watch(keys.ASSIGNER_WAKE))
-            due_ms = now_ms() + cfg.loop_ms
+            due_ms = self.clock.now_ms() + cfg.loop_ms
             try:
                 due_ms = self.run_once()
             except StreamplaneError as err:
                 log.warning("assigner.pass_failed", error=err.message)
             except Exception:
                 log.exception("assigner.pass_crashed")
-            wake.wait(max(cfg.loop_ms, due_ms - now_ms()) / 1000)
+            wake.wait(max(cfg.loop_ms, due_ms - self.clock.now_ms()) / 1000)
             wake.cancel()
 
     def _pinned(self, group: str, now: int) -> dict[tuple, str]:
@@ -330,7 +335,7 @@ class Assigner:
         """One pass of the loop: renew leadership; if leader, expire sessions and rebalance groups that need it.
         Returns when the next pass is due (ms since the epoch), unless a group changes first."""
         cfg = self.config
-        now = now_ms()
+        now = self.clock.now_ms()
         if now >= self._renew_at or not self.is_leader:
             self.is_leader = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
             self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
@@ -350,7 +355,7 @@ class Assigner:
                 due = bool(deadline) and now >= deadline
                 # an unchanged group costs nothing: recompute on a change, a deadline, or (at most every
                 # rebalance_ms) new loads or topology events (a failover's new generation)
-                fresh_loads = loads != last_loads and time.monotonic() - last_time >= cfg.rebalance_ms / 1000
+                fresh_loads = loads != last_loads and self.clock.monotonic() - last_time >= cfg.rebalance_ms / 1000
                 if version == last_version and not due and not fresh_loads:
                     return next_expiry, None, ()
                 applied = leases.apply_assignment(
@@ -381,7 +386,7 @@ class Assigner:
                 if applied.proposed:  # look again after rebalance_ms to confirm (or drop) the proposed moves
                     confirm = now + cfg.rebalance_ms
                     deadline = min(deadline, confirm) if deadline else confirm
-                self._last_pass[group] = (version, time.monotonic(), deadline, loads)
+                self._last_pass[group] = (version, self.clock.monotonic(), deadline, loads)
             deadline = self._last_pass.get(group, (0, 0.0, 0, ()))[2]
             if deadline:
                 due = min(due, deadline)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import grpc
 
+from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator import metrics
 from streamplane.coordinator.store import Database
@@ -17,15 +16,11 @@ from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
 from streamplane.v1 import convert
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def lag(db: Database, group: str, stream: str = "", lane: str = "") -> Lag:
+def lag(db: Database, group: str, stream: str = "", lane: str = "", *, now_ms: int) -> Lag:
     """Lag of one group (of every group that committed, when `group` is empty)."""
     if group:
-        return cl.lag(db, group, stream=stream, lane=lane, now_ms=_now_ms())
-    return cl.lag_of_every_group(db, stream=stream, lane=lane, now_ms=_now_ms())
+        return cl.lag(db, group, stream=stream, lane=lane, now_ms=now_ms)
+    return cl.lag_of_every_group(db, stream=stream, lane=lane, now_ms=now_ms)
 
 
 def _count(group: str, commit: Commit, result: cl.CommitResult) -> None:
@@ -36,14 +31,15 @@ def _count(group: str, commit: Commit, result: cl.CommitResult) -> None:
 
 
 class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, clock: Clock = SYSTEM) -> None:
         self._db = db
+        self._clock = clock
 
     @grpc_errors
     def Commit(self, request: cpb.CommitRequest, context: grpc.ServicerContext) -> cpb.CommitResponse:
         c = convert.commit_from_pb(request)
         try:
-            result = cl.commit(self._db, request.group, c.lease_id, c.epoch, c.commit, now_ms=_now_ms())
+            result = cl.commit(self._db, request.group, c.lease_id, c.epoch, c.commit, now_ms=self._clock.now_ms())
         except FencedError:
             metrics.STALE_EPOCH.labels(request.group).inc()
             raise
@@ -54,7 +50,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     def CommitBatch(self, request: cpb.CommitBatchRequest, context: grpc.ServicerContext) -> cpb.CommitBatchResponse:
         commits = [convert.commit_from_pb(c) for c in request.commits]
         results = cl.commit_many(
-            self._db, request.group, [(c.lease_id, c.epoch, c.commit) for c in commits], now_ms=_now_ms()
+            self._db, request.group, [(c.lease_id, c.epoch, c.commit) for c in commits], now_ms=self._clock.now_ms()
         )
         out = cpb.CommitBatchResponse()
         for c, result in zip(commits, results, strict=True):
@@ -82,7 +78,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
                 retries=h.retries,
                 rejects=h.rejects,
                 offset_lag=h.offset_lag(),
-                time_lag_ms=h.time_lag_ms(_now_ms()),
+                time_lag_ms=h.time_lag_ms(self._clock.now_ms()),
                 oldest_pending_ts_ms=h.oldest_pending_ts_ms,
             )
         )
@@ -90,13 +86,19 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     @grpc_errors
     def DueRetries(self, request: cpb.DueRetriesRequest, context: grpc.ServicerContext) -> cpb.DueRetriesResponse:
         due = cl.due_retries(
-            self._db, request.group, request.lease_id, request.epoch, now_ms=_now_ms(), limit=request.limit or 1000
+            self._db,
+            request.group,
+            request.lease_id,
+            request.epoch,
+            now_ms=self._clock.now_ms(),
+            limit=request.limit or 1000,
         )
         return cpb.DueRetriesResponse(due=[convert.retry_state_to_pb(d) for d in due])
 
     @grpc_errors
     def GetLag(self, request: cpb.GetLagRequest, context: grpc.ServicerContext) -> cpb.GetLagResponse:
-        return convert.lag_to_pb(lag(self._db, request.group, request.stream, request.lane))
+        now = self._clock.now_ms()
+        return convert.lag_to_pb(lag(self._db, request.group, request.stream, request.lane, now_ms=now))
 
     @grpc_errors
     def ConfigureGroup(

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import structlog
 
+from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog, events, keys, leases
-from streamplane.coordinator.assigner import now_ms as clock
 from streamplane.coordinator.cluster_admin import ClusterAdmin
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, write_generation
@@ -251,8 +251,10 @@ class Sealer:
         admin: ClusterAdmin,
         is_leader: Callable[[], bool],
         config: SealingConfig | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.db = db
+        self.clock = clock
         self.admin = admin
         self.is_leader = is_leader
         self.config = config or SealingConfig()
@@ -279,16 +281,16 @@ class Sealer:
             except Exception:
                 log.exception("sealer.pass_crashed")
 
-    def run_once(self, now_ms: int | None = None) -> None:
+    def run_once(self) -> None:
         """Seal what can be sealed, then mark drained what every group has finished."""
-        for plan in plan_seals(self.db, now_ms or clock()):
+        for plan in plan_seals(self.db, self.clock.now_ms()):
             cluster = get_cluster(self.db, plan.generation.cluster)
             try:
                 ends = self.admin.end_offsets(cluster, plan.generation.topic, plan.generation.partitions)
             except StreamplaneError as err:  # the old cluster may be the one that failed: try again later
                 log.warning("sealer.end_offsets_unavailable", stream=plan.stream, lane=plan.lane, error=err.message)
                 continue
-            sealed = _commit_seal(self.db, plan, ends, now_ms or clock())
+            sealed = _commit_seal(self.db, plan, ends, self.clock.now_ms())
             if sealed is not None:
                 log.info(
                     "generation.sealed",

@@ -13,6 +13,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.assigner_servicer import AssignerServicer
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
@@ -72,19 +73,22 @@ def start(
     assigner_config: AssignerConfig | None = None,
     sealing_config: SealingConfig | None = None,
     max_workers: int = 512,
+    clock: Clock = SYSTEM,
 ) -> RunningCoordinator:
-    """Start the gRPC server on host:port (0 picks a free port) over an open store."""
+    """Start the gRPC server on host:port (0 picks a free port) over an open store; `clock` is its time."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         interceptors=[MetricsInterceptor()],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
     )
     topology = Topology(db, admin or RoutingAdmin())
-    topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(topology, sealing_config), server)
-    assigner = Assigner(db, assigner_config)
-    sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config)
-    commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db), server)
-    LAG.source = lambda: lag(db, "")
+    topology_pb2_grpc.add_TopologyServiceServicer_to_server(
+        TopologyServicer(topology, sealing_config, clock=clock), server
+    )
+    assigner = Assigner(db, assigner_config, clock=clock)
+    sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
+    commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db, clock=clock), server)
+    LAG.source = lambda: lag(db, "", now_ms=clock.now_ms())
     assigner_pb2_grpc.add_AssignerServiceServicer_to_server(AssignerServicer(assigner), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import grpc
 
+from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, sealing
-from streamplane.coordinator.assigner import now_ms
 from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.topology import Topology
 from streamplane.rpc import grpc_errors, grpc_stream_errors
@@ -33,8 +33,9 @@ def actor_of(context: grpc.ServicerContext) -> str:
 
 
 class TopologyServicer(pb_grpc.TopologyServiceServicer):
-    def __init__(self, topology: Topology, sealing_config: SealingConfig | None = None) -> None:
+    def __init__(self, topology: Topology, sealing_config: SealingConfig | None = None, *, clock: Clock = SYSTEM):
         self._topology = topology
+        self._clock = clock
         self._sealing = sealing_config or SealingConfig()
 
     @grpc_errors
@@ -112,7 +113,7 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
             request.producer_id,
             request.topology_version,
             [(g.stream, g.lane, g.generation) for g in request.in_flight],
-            now_ms=now_ms(),
+            now_ms=self._clock.now_ms(),
             ttl_ms=cfg.producer_ttl_ms,
         )
         return pb.ProducerHeartbeatResponse(

@@ -108,7 +108,8 @@ def test_releasing_a_lease_not_held_ends_only_that_session(address: str) -> None
     assert isinstance(bad_ended[0].cause, FailedPreconditionError)
     assert "does not hold lease jobs/realtime/g1/p99" in bad_ended[0].message
     wait_until(lambda: len(good.leases) == 4)  # the other worker takes over, unaffected
-    time.sleep(AssignerConfig().ttl_ms / 1000 + 0.2)  # real time past a TTL: the good session is still alive
+    # real time past a TTL (heartbeats are real): the good session is still alive
+    time.sleep(AssignerConfig().ttl_ms / 1000 + 0.2)
     assert not good_ended and len(good.leases) == 4
     good.close()
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from streamplane.coordinator.assigner import Assigner, AssignerConfig, now_ms
+from streamplane.clock import ManualClock
+from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
@@ -33,59 +34,59 @@ def with_stream(tmp_path: Path, local_cluster) -> Iterator[Database]:
 
 def test_with_no_group_the_next_pass_is_the_leadership_renewal(tmp_path: Path) -> None:
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
-    assigner = Assigner(db, CONFIG, replica_id="a")
-    before = now_ms()
+    clock = ManualClock()
+    assigner = Assigner(db, CONFIG, replica_id="a", clock=clock)
     due = assigner.run_once()
     assert assigner.is_leader
-    assert before + CONFIG.ttl_ms // 3 <= due <= now_ms() + CONFIG.ttl_ms // 3
+    assert due == clock.now_ms() + CONFIG.ttl_ms // 3
     db.close()
 
 
 def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_its_expiry(
     with_stream: Database,
 ) -> None:
-    db = with_stream
-    assigner = Assigner(db, CONFIG, replica_id="a")
+    db, clock = with_stream, ManualClock()
+    assigner = Assigner(db, CONFIG, replica_id="a", clock=clock)
     assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()  # grants every lease
-    before = now_ms()
     due = assigner.run_once()
     # not the 50 ms beat: the next load check, well before the session could expire
-    assert before + CONFIG.rebalance_ms <= due <= now_ms() + CONFIG.rebalance_ms
+    assert due == clock.now_ms() + CONFIG.rebalance_ms
 
-    short = Assigner(db, AssignerConfig(ttl_ms=3000, rebalance_ms=10_000), replica_id="a")
-    short.is_leader, short._renew_at = True, now_ms() + 10_000
+    short = Assigner(db, AssignerConfig(ttl_ms=3000, rebalance_ms=10_000), replica_id="a", clock=clock)
+    clock.advance(2500)  # the silent member has 500 ms left: sooner than the renewal or the next load check
     (member,) = short.describe("g").members
     due = short.run_once()
+    assert short.is_leader
     assert due == member.alive_until_ms, "the loop wakes when the member's session would expire"
 
 
 def test_a_standby_replica_checks_for_a_dead_leader_every_rebalance_interval(tmp_path: Path) -> None:
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
-    Assigner(db, CONFIG, replica_id="a").run_once()
-    standby = Assigner(db, CONFIG, replica_id="b")
-    before = now_ms()
+    clock = ManualClock()
+    Assigner(db, CONFIG, replica_id="a", clock=clock).run_once()
+    standby = Assigner(db, CONFIG, replica_id="b", clock=clock)
     due = standby.run_once()
     assert not standby.is_leader
-    assert before + CONFIG.rebalance_ms <= due <= now_ms() + CONFIG.rebalance_ms
+    assert due == clock.now_ms() + CONFIG.rebalance_ms
     db.close()
 
 
 def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_pass(with_stream: Database) -> None:
-    db = with_stream
-    assigner = Assigner(db, AssignerConfig(ttl_ms=60_000, rebalance_ms=500, cooldown_ms=30_000), replica_id="a")
+    db, clock = with_stream, ManualClock()
+    config = AssignerConfig(ttl_ms=60_000, rebalance_ms=500, cooldown_ms=30_000)
+    assigner = Assigner(db, config, replica_id="a", clock=clock)
     assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()
     assigner.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
 
-    def revoking() -> set:
+    def revoking() -> set[tuple[str, str, int, int]]:
         return {astuple(x.partition) for x in assigner.describe("g").leases if x.state == "revoking"}
 
     due = assigner.run_once()  # sees the imbalance once: proposes, moves nothing
-    assert revoking() == set() and due <= now_ms() + 500, "the confirming pass is due after rebalance_ms"
-    # the Assigner has no injected clock yet (issue 14): make the confirming pass due now instead of sleeping
-    assigner._last_pass["g"] = (*assigner._last_pass["g"][:2], now_ms(), assigner._last_pass["g"][3])
+    assert revoking() == set() and due == clock.now_ms() + 500, "the confirming pass is due after rebalance_ms"
+    clock.advance(500)
     assigner.run_once()  # the second look confirms it
     moved = revoking()
     assert len(moved) == 2
-    assert assigner._pinned("g", now_ms()) == dict.fromkeys(moved, "w1"), "a move's cool-down keeps where it left"
+    assert assigner._pinned("g", clock.now_ms()) == dict.fromkeys(moved, "w1"), "the cool-down keeps where it left"

@@ -119,7 +119,7 @@ def produce_all(address: str, done: threading.Event, errors: list) -> None:
             )
             if i % 1000 == 0:
                 ahead = started + i / (TOTAL / 20) - time.monotonic()
-                if ahead > 0:
+                if ahead > 0:  # paced over 20 s of real time, so every fault below lands while records flow
                     time.sleep(ahead)
         left = producer.flush(60)
     assert left == 0
@@ -144,16 +144,16 @@ def test_records_survive_failover_kill9_join_restart_and_poison(stack: Stack) ->
     producer.start()
     faults: dict[str, float] = {}
     try:
-        time.sleep(4)
+        time.sleep(4)  # fault script: each fault 4 s of real traffic after the previous one
         with CoordinatorClient(stack.address) as client:
             client.failover(STREAM, "realtime", "b", reason="e2e drill")
         faults["failover"] = time.monotonic()
-        time.sleep(4)
+        time.sleep(4)  # real traffic between faults
         workers["w1"].kill9()
         faults["kill -9"] = time.monotonic()
         workers["w3"] = worker(stack, "w3", retry_backoff_s=0.2)
         faults["join"] = time.monotonic()
-        time.sleep(4)
+        time.sleep(4)  # real traffic between faults
         stack.restart_coordinator()
         faults["coordinator restart"] = time.monotonic()
         producer.join(timeout=120)

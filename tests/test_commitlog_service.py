@@ -16,7 +16,7 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError
-from tests.helpers import Proc, cli, free_port
+from tests.helpers import Proc, cli, free_port, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -55,10 +55,7 @@ def holder(address: str, group: str, worker: str = "w") -> WorkerSession:
     session = WorkerSession(address, group=group, worker_id=worker, subscriptions={"clicks": []})
     session.join()
     threading.Thread(target=lambda: [None for _ in session.events()], daemon=True).start()
-    deadline = time.monotonic() + 10
-    while len(session.leases) < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: len(session.leases) >= 2, what=lambda: f"{len(session.leases)} leases granted")
     return session
 
 

@@ -191,10 +191,14 @@ def test_metrics_are_served_when_asked(address: str) -> None:
             msg.ack()
             if n == 20:
                 break
-        time.sleep(0.3)
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+        acks = 'streamplane_client_acks_total{group="c-g5",lane="realtime",stream="c-metrics"} 20.0'
+
+        def scrape() -> str:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+
+        wait_until(lambda: acks in scrape(), what=scrape)  # acks are counted when the next commit records them
+        text = scrape()
     assert 'streamplane_client_records_in_total{group="c-g5",lane="realtime",stream="c-metrics"} 20.0' in text
-    assert 'streamplane_client_acks_total{group="c-g5",lane="realtime",stream="c-metrics"} 20.0' in text
 
 
 def test_ordering_by_key_handles_each_key_in_offset_order_across_threads(address: str) -> None:
@@ -211,7 +215,7 @@ def test_ordering_by_key_handles_each_key_in_offset_order_across_threads(address
     threads: set[str] = set()
 
     def handle(msg: Message) -> None:
-        time.sleep(random.random() / 10_000)
+        time.sleep(random.random() / 10_000)  # uneven handling times, so threads finish out of order
         with lock:
             seen.setdefault(msg.key, []).append(int(msg.value))
             threads.add(threading.current_thread().name)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.coordinator.store import StoreConfig, open_store
-from tests.helpers import Proc, start_coordinator
+from tests.helpers import Proc, start_coordinator, wait_until
 
 WRITER = """
 import sys
@@ -72,9 +71,7 @@ def test_coordinator_survives_kill9_mid_writes(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=writer)
     thread.start()
-    deadline = time.monotonic() + 60
-    while len(acked) < 150 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: len(acked) >= 150, timeout=60)  # kill it mid-stream, with changes in flight
     proc.kill9()
     stop.set()
     thread.join(timeout=30)

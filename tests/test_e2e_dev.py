@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -105,10 +104,9 @@ def test_dev_children_exit_when_dev_is_killed(tmp_path: Path) -> None:
     kids = _children(proc.popen.pid)
     assert len(kids) == 2, "one process per local cluster"
     proc.kill9()
-    deadline = time.monotonic() + 10
-    while any(_alive(k) for k in kids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(k) for k in kids), "local clusters outlived a killed `streamplane dev`"
+    wait_until(
+        lambda: not any(_alive(k) for k in kids), what=lambda: "local clusters outlived a killed `streamplane dev`"
+    )
 
 
 def test_cli_errors_are_one_sentence_with_an_exit_code(tmp_path: Path) -> None:

@@ -1,0 +1,197 @@
+"""When a draining generation is sealed and a sealed one drained, transaction by transaction.
+
+The sealer runs against an embedded store, an in-memory stand-in for the Kafka clusters and a manual clock:
+each rule is shown by one pass that must not seal (so the sealer did run and held back) and one, after the
+single thing that changed, that must.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from streamplane.clock import ManualClock
+from streamplane.coordinator import commitlog, events, keys, sealing
+from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.sealing import Sealer, SealingConfig
+from streamplane.coordinator.store import Database, StoreConfig, Transaction, open_store
+from streamplane.coordinator.topology import Topology, get_stream
+from streamplane.model import (
+    ACTIVE,
+    DRAINED,
+    DRAINING,
+    SEALED,
+    Cluster,
+    Commit,
+    Generation,
+    GenerationDrained,
+    GenerationSealed,
+    GenerationState,
+)
+
+TTL_MS = 10_000
+G1 = ("logs", "realtime", 1)
+
+
+@dataclass
+class World:
+    db: Database
+    admin: MemoryClusterAdmin
+    clock: ManualClock
+    topology: Topology
+    sealer: Sealer
+
+    def heartbeat(self, producer: str, version: str, in_flight: list[tuple[str, str, int]] | None = None) -> str:
+        now = self.clock.now_ms()
+        return sealing.producer_heartbeat(self.db, producer, version, in_flight or [], now_ms=now, ttl_ms=TTL_MS)
+
+    def generation(self, number: int) -> Generation:
+        lane = get_stream(self.db, "logs").lane("realtime")
+        assert lane is not None
+        found = lane.generation(number)
+        assert found is not None
+        return found
+
+    def state(self, number: int) -> GenerationState:
+        return self.generation(number).state
+
+    def failover(self) -> str:
+        """Fail logs/realtime over to west, and let the sealer's first pass note the topology version every
+        producer must route by from now on (it seals nothing yet); the version of the failover's event."""
+        version = self.topology.failover("logs", "realtime", "west", reason="test").version
+        self.sealer.run_once()
+        assert self.state(1) == DRAINING
+        return version
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    admin, clock = MemoryClusterAdmin(), ManualClock()
+    topology = Topology(db, admin)
+    for name in ("east", "west"):
+        topology.register_cluster(Cluster(name, f"{name}:9092"))
+    topology.create_stream("logs", 2, "east")
+    admin.append("east", "sp.logs.realtime.g1", 0, 3)
+    admin.append("east", "sp.logs.realtime.g1", 1, 2)
+    sealer = Sealer(db, admin, lambda: True, SealingConfig(producer_ttl_ms=TTL_MS), clock=clock)
+    yield World(db, admin, clock, topology, sealer)
+    db.close()
+
+
+def test_with_no_producer_a_failover_is_sealed_at_the_old_topics_end_offsets(world: World) -> None:
+    world.failover()
+    world.sealer.run_once()
+    g1 = world.generation(1)
+    assert (g1.state, g1.end_offsets) == (SEALED, [3, 2])
+    assert world.state(2) == ACTIVE
+    (sealed,) = [e for e in events.read_events(world.db, None) if isinstance(e, GenerationSealed)]
+    assert (sealed.stream, sealed.lane, sealed.generation.end_offsets, sealed.reason) == (
+        "logs",
+        "realtime",
+        [3, 2],
+        "no live producer session",
+    )
+
+
+def test_a_producer_that_has_not_heard_of_the_failover_holds_the_seal_back_until_its_session_expires(
+    world: World,
+) -> None:
+    before = world.heartbeat("laggard", "")
+    assert before == events.head_version(world.db)
+    world.failover()
+    world.clock.advance(TTL_MS - 1)
+    world.sealer.run_once()
+    assert world.state(1) == DRAINING, "a producer still routing by the old topology may write to g1"
+    world.clock.advance(1)
+    world.sealer.run_once()
+    assert world.state(1) == SEALED
+
+
+def test_a_producer_that_routes_by_the_new_topology_does_not_hold_the_seal(world: World) -> None:
+    world.heartbeat("laggard", "")
+    version = world.failover()
+    world.sealer.run_once()
+    assert world.state(1) == DRAINING
+    world.heartbeat("laggard", version)
+    world.sealer.run_once()
+    assert world.state(1) == SEALED
+
+
+def test_records_in_flight_to_the_old_generation_hold_the_seal_until_they_are_acknowledged(world: World) -> None:
+    version = world.failover()
+    world.heartbeat("busy", version, in_flight=[G1])
+    world.sealer.run_once()
+    assert world.state(1) == DRAINING, "records still in flight to g1 would land after the seal"
+    world.admin.append("east", "sp.logs.realtime.g1", 0)  # they land
+    world.heartbeat("busy", version, in_flight=[])
+    world.sealer.run_once()
+    assert world.generation(1).end_offsets == [4, 2], "the late record is inside the sealed range"
+
+
+def test_a_closed_producer_no_longer_holds_the_seal(world: World) -> None:
+    world.heartbeat("p1", "")
+    world.failover()
+    world.sealer.run_once()
+    assert world.state(1) == DRAINING
+    sealing.close_producer(world.db, "p1")
+    world.sealer.run_once()
+    assert world.state(1) == SEALED
+
+
+def test_an_unreachable_old_cluster_delays_the_seal_and_it_is_sealed_once_back(world: World) -> None:
+    world.admin.down.add("east")
+    world.failover()
+    world.sealer.run_once()
+    assert world.state(1) == DRAINING, "no end offsets, no seal"
+    world.admin.down.discard("east")
+    world.sealer.run_once()
+    assert world.generation(1).end_offsets == [3, 2]
+
+
+def test_a_sealed_generation_is_drained_once_every_group_processed_it_to_its_end(world: World) -> None:
+    world.failover()
+    world.sealer.run_once()
+    now = world.clock.now_ms()
+    for group in ("spark-a", "spark-b"):  # unmanaged groups (epoch 0), as a Spark query commits
+        commitlog.commit(
+            world.db, group, "logs/realtime/g1/p0", 0, Commit(acked=[(0, 3)], high_watermark=3), now_ms=now
+        )
+    commitlog.commit(
+        world.db, "spark-a", "logs/realtime/g1/p1", 0, Commit(acked=[(0, 2)], high_watermark=2), now_ms=now
+    )
+    world.sealer.run_once()
+    assert world.state(1) == SEALED, "spark-b has not finished partition 1"
+    commitlog.commit(
+        world.db, "spark-b", "logs/realtime/g1/p1", 0, Commit(acked=[(0, 2)], high_watermark=2), now_ms=now
+    )
+    world.sealer.run_once()
+    assert world.state(1) == DRAINED
+    (drained,) = [e for e in events.read_events(world.db, None) if isinstance(e, GenerationDrained)]
+    assert drained.groups == ("spark-a", "spark-b") and drained.generation.number == 1
+
+
+def test_a_sealed_generation_no_group_ever_read_stays_sealed(world: World) -> None:
+    world.failover()
+    world.sealer.run_once()
+    world.sealer.run_once()
+    assert world.state(1) == SEALED, "nobody has processed it: draining it would hide its records"
+
+
+def test_a_store_written_before_the_unsettled_index_still_gets_its_draining_generations_sealed(
+    world: World,
+) -> None:
+    world.topology.failover("logs", "realtime", "west", reason="test")
+
+    def forget_index(tr: Transaction) -> None:  # what a store written by an older coordinator looks like
+        r = keys.UNSETTLED.range()
+        tr.clear_range(r.start, r.stop)
+        tr.clear(keys.UNSETTLED_INDEXED)
+
+    world.db.transact(forget_index)
+    world.sealer.run_once()  # first sight of the draining generation: records what producers must reach
+    world.sealer.run_once()
+    assert [world.state(1), world.state(2)] == [SEALED, ACTIVE]
