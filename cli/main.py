@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from streamplane import errors, model
@@ -246,7 +246,7 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
     print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
 
 
-def describe_event(event: model.TopologyEvent) -> str:
+def describe_event(event: model.Event) -> str:
     """One line saying what an event changed."""
     match event:
         case model.ClusterRegistered(cluster=c) | model.ClusterUpdated(cluster=c):
@@ -274,17 +274,27 @@ def describe_event(event: model.TopologyEvent) -> str:
     return event.kind or "unknown"
 
 
-def cmd_events(args: argparse.Namespace) -> None:
+def _print_events(args: argparse.Namespace, stream: Iterator[model.Event]) -> None:
     import datetime as dt
 
+    for event in stream:
+        if args.output == "json":
+            print(json.dumps(to_jsonable(event), sort_keys=True), flush=True)
+        else:
+            when = dt.datetime.fromtimestamp(event.time_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            print(f"{event.version}  {when[:-4]}Z  {event.actor}  {describe_event(event)}", flush=True)
+
+
+def cmd_events(args: argparse.Namespace) -> None:
     with _client(args) as client:
         idle = None if args.follow else args.idle_timeout
-        for event in client.watch_topology(args.since, idle_timeout_s=idle):
-            if args.output == "json":
-                print(json.dumps(to_jsonable(event), sort_keys=True), flush=True)
-            else:
-                when = dt.datetime.fromtimestamp(event.time_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-                print(f"{event.version}  {when[:-4]}Z  {event.actor}  {describe_event(event)}", flush=True)
+        _print_events(args, client.watch_topology(args.since, idle_timeout_s=idle))
+
+
+def cmd_group_events(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        idle = None if args.follow else args.idle_timeout
+        _print_events(args, client.watch_group(args.group, args.since, idle_timeout_s=idle))
 
 
 # -- commands that run or read things locally -------------------------------------------------------------------
@@ -364,6 +374,12 @@ def _positive(text: str) -> int:
     return value
 
 
+def _event_log_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--since", default="", metavar="VERSION", help="only events after this version")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    p.add_argument("--idle-timeout", type=float, default=1.0, help=argparse.SUPPRESS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamplane",
@@ -419,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = add(group, "describe", cmd_group_describe, "show a group's workers, their load, leases, epochs and lag")
     p.add_argument("group")
+    p = add(group, "events", cmd_group_events, "print a group's log: members joining, leases granted and moved")
+    p.add_argument("group")
+    _event_log_arguments(p)
     p = add(group, "configure", cmd_group_configure, "set how many attempts a lane's records get before rejection")
     p.add_argument("group")
     p.add_argument("--lane", required=True)
@@ -446,10 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=0, help="partition count of the new generation (default: same)")
     p.add_argument("--reason", default="")
 
-    p = add(sub, "events", cmd_events, "print the topology event log")
-    p.add_argument("--since", default="", metavar="VERSION", help="only events after this version")
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
-    p.add_argument("--idle-timeout", type=float, default=1.0, help=argparse.SUPPRESS)
+    p = add(sub, "events", cmd_events, "print the topology event log (a group's churn: group events GROUP)")
+    _event_log_arguments(p)
 
     p = add(sub, "inspect", cmd_inspect, "print the store's keys and values, decoded (reads the store directly)")
     p.add_argument(

@@ -196,10 +196,23 @@ class CoordinatorClient:
         With `idle_timeout_s`, the iteration ends once no event arrived for that long (for `events` without
         --follow); otherwise it runs until the caller stops iterating.
         """
-        call = self.topology.WatchTopology(pb.WatchTopologyRequest(from_version=from_version), metadata=self._metadata)
+        request = pb.WatchTopologyRequest(from_version=from_version)
+        call = self.topology.WatchTopology(request, metadata=self._metadata)
+        return self._follow(call, convert.event_from_pb, idle_timeout_s)
+
+    def watch_group(
+        self, group: str, from_version: str = "", *, idle_timeout_s: float | None = None
+    ) -> Iterator[m.GroupChanged]:
+        """Every event of one group's log after `from_version` (members joining and leaving, leases granted,
+        revoking, revoked, released), then new ones as they commit; `idle_timeout_s` as in `watch_topology`."""
+        request = apb.WatchGroupRequest(group=group, from_version=from_version)
+        call = self.assigner.WatchGroup(request, metadata=self._metadata)
+        return self._follow(call, convert.group_event_from_pb, idle_timeout_s)
+
+    def _follow(self, call: Any, decode: Callable[[Any], T], idle_timeout_s: float | None) -> Iterator[T]:
         try:
             for message in call if idle_timeout_s is None else _until_idle(call, idle_timeout_s):
-                yield convert.event_from_pb(message)
+                yield decode(message)
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.CANCELLED:
                 raise_from_rpc_error(err, self.target)

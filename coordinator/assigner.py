@@ -16,12 +16,13 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, keys, leadership, leases
+from streamplane.coordinator import commitlog, events, keys, leadership, leases
 from streamplane.coordinator.leases import REVOKING, Lease, Member
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import (
     Grant,
+    GroupChanged,
     GroupDescription,
     Heartbeat,
     LeaseInfo,
@@ -33,6 +34,7 @@ from streamplane.model import (
     SessionEvent,
     Subscription,
 )
+from streamplane.names import check_object_name
 
 log = structlog.get_logger(__name__)
 
@@ -260,6 +262,15 @@ class Assigner:
 
     def check_lease(self, group: str, lid: str, epoch: int) -> Lease:
         return leases.check_lease(self.db, group, lid, epoch)
+
+    def group_events(
+        self, group: str, after: bytes | None, is_active: Callable[[], bool], poll_s: float = 1.0
+    ) -> Iterator[GroupChanged]:
+        """The group's log after `after`, then its new events as they commit, while `is_active()`."""
+        check_object_name("group", group)
+        return events.follow(
+            lambda cursor: events.read_group_events_and_watch(self.db, group, cursor), after, is_active, poll_s
+        )
 
     def describe(self, group: str) -> GroupDescription:
         """Members and leases of a group, and which replica leads the assignment."""

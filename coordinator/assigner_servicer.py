@@ -11,13 +11,16 @@ from collections.abc import Iterator
 import grpc
 import structlog
 
+from streamplane.coordinator import events
 from streamplane.coordinator.assigner import Assigner, Session
+from streamplane.coordinator.servicer import WATCH_POLL_S
 from streamplane.errors import InvalidArgumentError, StreamplaneError
 from streamplane.model import Heartbeat, Hello, Release, Welcome
 from streamplane.rpc import grpc_errors, grpc_stream_errors
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import convert
+from streamplane.v1 import topology_pb2 as pb
 
 log = structlog.get_logger(__name__)
 
@@ -74,6 +77,12 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
     def CheckLease(self, request: apb.CheckLeaseRequest, context: grpc.ServicerContext) -> apb.CheckLeaseResponse:
         lease = self._assigner.check_lease(request.group, request.lease_id, request.epoch)
         return apb.CheckLeaseResponse(worker_id=lease.worker_id, epoch=lease.epoch)
+
+    @grpc_stream_errors
+    def WatchGroup(self, request: apb.WatchGroupRequest, context: grpc.ServicerContext) -> Iterator[pb.GroupEvent]:
+        after = events.parse_version(request.from_version)
+        for event in self._assigner.group_events(request.group, after, context.is_active, WATCH_POLL_S):
+            yield convert.group_event_to_pb(event)
 
     @grpc_errors
     def DescribeGroup(self, request: apb.DescribeGroupRequest, context: grpc.ServicerContext) -> apb.GroupDescription:

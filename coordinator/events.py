@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
@@ -18,6 +19,7 @@ from streamplane.errors import InvalidArgumentError
 from streamplane.model import (
     EVENT_KINDS,
     Cluster,
+    Event,
     Generation,
     GroupChanged,
     Lane,
@@ -57,16 +59,21 @@ _RECORDS: dict[str, Any] = {
 """Payload fields that hold a topology record (as a JSON object) when they are not a plain name."""
 
 
-def _payload(event: TopologyEvent) -> dict[str, Any]:
+_KINDS: dict[str, type[Event]] = {**EVENT_KINDS, GroupChanged.kind: GroupChanged}
+"""Every stored kind: the topology log's, and group events (in their own log; in the topology log of stores
+written before that, where watchers skip them)."""
+
+
+def _payload(event: Event) -> dict[str, Any]:
     data = {k: v for k, v in asdict(event).items() if k not in _HEADER}
     if isinstance(event, GroupChanged):  # stored as "type" since the first version of the log
         data["type"] = data.pop("change")
     return data
 
 
-def _event(kind: str, data: dict[str, Any], **header: Any) -> TopologyEvent:
+def _event(kind: str, data: dict[str, Any], **header: Any) -> Event:
     """The typed event of a stored payload."""
-    cls = EVENT_KINDS[kind]
+    cls = _KINDS[kind]
     if cls is GroupChanged:
         data = {**data, "change": data.get("type", "")}
     kwargs: dict[str, Any] = {}
@@ -82,11 +89,21 @@ def _event(kind: str, data: dict[str, Any], **header: Any) -> TopologyEvent:
     return cls(**header, **kwargs)
 
 
-def append_event(tr: Transaction, event: TopologyEvent, *, actor: str, user_version: int = 0) -> None:
-    """Append one event to the log in `tr`; its version is the transaction's commit versionstamp."""
+def _body(event: Event, actor: str) -> bytes:
     body = {"type": event.kind, "time_ms": int(time.time() * 1000), "actor": actor, "data": _payload(event)}
-    tr.set_versionstamped_key(keys.event_key_incomplete(user_version), json.dumps(body, sort_keys=True).encode())
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def append_event(tr: Transaction, event: TopologyEvent, *, actor: str, user_version: int = 0) -> None:
+    """Append one event to the topology log in `tr`; its version is the transaction's commit versionstamp."""
+    tr.set_versionstamped_key(keys.event_key_incomplete(user_version), _body(event, actor))
     tr.add(keys.EVENT_HEAD, 1)
+
+
+def append_group_event(tr: Transaction, event: GroupChanged, *, actor: str, user_version: int = 0) -> None:
+    """Append one event to its group's log in `tr` (each group has its own, so churn stays with its watchers)."""
+    tr.set_versionstamped_key(keys.group_event_key_incomplete(event.group, user_version), _body(event, actor))
+    tr.add(keys.group_event_head_key(event.group), 1)
 
 
 def committed_version(tr: Transaction, user_version: int = 0) -> str:
@@ -94,36 +111,77 @@ def committed_version(tr: Transaction, user_version: int = 0) -> str:
     return format_version(tr.get_versionstamp().wait() + user_version.to_bytes(2, "big"))
 
 
-def _decode(key: bytes, value: bytes) -> TopologyEvent:
+def _decode(version: bytes, value: bytes) -> Event:
     body = json.loads(value)
     return _event(
         body["type"],
         body.get("data", {}),
-        version=format_version(keys.event_version(key)),
+        version=format_version(version),
         time_ms=body["time_ms"],
         actor=body.get("actor", ""),
     )
 
 
 @transactional
-def read_events(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> list[TopologyEvent]:
-    """Events strictly after version `after` (None: from the start), oldest first, at most `limit`."""
+def read_events(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> list[Event]:
+    """Topology events strictly after version `after` (None: from the start), oldest first, at most `limit`.
+    A store written before group events had their own log has some here too: callers skip GroupChanged."""
     begin = keys.EVENTS.range().start if after is None else keys.event_key(after) + b"\x00"
     rows = tr.get_range(begin, keys.EVENTS.range().stop, limit=limit)
-    return [_decode(k, v) for k, v in rows]
+    return [_decode(keys.event_version(k), v) for k, v in rows]
 
 
 @transactional
 def head_version(tr: Transaction) -> str:
-    """The version of the newest event ("" for an empty log)."""
+    """The version of the newest topology event ("" for an empty log)."""
     r = keys.EVENTS.range()
     last = tr.get_range(r.start, r.stop, limit=1, reverse=True, snapshot=True)
     return format_version(keys.event_version(last[0][0])) if last else ""
 
 
 @transactional
-def read_events_and_watch(
-    tr: Transaction, after: bytes | None, *, limit: int = 1000
-) -> tuple[list[TopologyEvent], Watch]:
+def read_events_and_watch(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> tuple[list[Event], Watch]:
     """Like `read_events`, plus a watch that fires on the next append: read and watch are atomic, so none is missed."""
     return read_events(tr, after, limit=limit), tr.watch(keys.EVENT_HEAD)
+
+
+@transactional
+def read_group_events(tr: Transaction, group: str, after: bytes | None, *, limit: int = 1000) -> list[GroupChanged]:
+    """A group's events strictly after version `after` (None: from the start), oldest first, at most `limit`."""
+    r = keys.GROUP_EVENTS.range((group,))
+    begin = r.start if after is None else keys.group_event_key(group, after) + b"\x00"
+    rows = tr.get_range(begin, r.stop, limit=limit)
+    out = [_decode(keys.group_event_version(k), v) for k, v in rows]
+    return [e for e in out if isinstance(e, GroupChanged)]
+
+
+@transactional
+def read_group_events_and_watch(
+    tr: Transaction, group: str, after: bytes | None, *, limit: int = 1000
+) -> tuple[list[GroupChanged], Watch]:
+    """Like `read_group_events`, plus a watch on the group's next event (atomic with the read)."""
+    return read_group_events(tr, group, after, limit=limit), tr.watch(keys.group_event_head_key(group))
+
+
+E = TypeVar("E", bound=Event)
+
+
+def follow(
+    read_and_watch: Callable[[bytes | None], tuple[list[E], Watch]],
+    after: bytes | None,
+    is_active: Callable[[], bool],
+    poll_s: float = 1.0,
+) -> Iterator[E]:
+    """Every event of a log after `after`, then each new one as it commits, while `is_active()` (checked at
+    least every `poll_s`, so a watcher that went away is noticed without an event)."""
+    cursor = after
+    while is_active():
+        batch, watch = read_and_watch(cursor)
+        try:
+            for event in batch:
+                cursor = bytes.fromhex(event.version)
+                yield event
+            if not batch:
+                watch.wait(poll_s)
+        finally:
+            watch.cancel()

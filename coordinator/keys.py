@@ -36,6 +36,8 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "seal_wait", stream, lane, generation)
                                                         -> event version producers must route by before a seal
     ("streamplane", "unsettled_indexed")                -> b"1" once the unsettled index covers older stores
+    ("streamplane", "group_event", group, Versionstamp) -> GroupChanged {type, time_ms, actor, data}: group churn
+    ("streamplane", "group_event_head", group)          -> 8-byte count of the group's events (its watchers' key)
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ RETRIES = ROOT["retry"]
 REJECTS = ROOT["reject"]
 PRODUCERS = ROOT["producer"]
 SEAL_WAITS = ROOT["seal_wait"]
+GROUP_EVENTS = ROOT["group_event"]
+GROUP_EVENT_HEADS = ROOT["group_event_head"]
 
 
 def cluster_key(name: str) -> bytes:
@@ -178,6 +182,24 @@ def event_version(key: bytes) -> bytes:
     """The 12-byte version of an event key."""
     (stamp,) = EVENTS.unpack(key)
     return stamp.to_bytes()
+
+
+def group_event_key_incomplete(group: str, user_version: int = 0) -> bytes:
+    """Key for a new event of a group's log, its versionstamp filled in at commit."""
+    return GROUP_EVENTS.pack_with_versionstamp((group, Versionstamp(user_version=user_version)))
+
+
+def group_event_key(group: str, version: bytes) -> bytes:
+    return GROUP_EVENTS.pack((group, Versionstamp.from_bytes(version)))
+
+
+def group_event_version(key: bytes) -> bytes:
+    (_, stamp) = GROUP_EVENTS.unpack(key)
+    return stamp.to_bytes()
+
+
+def group_event_head_key(group: str) -> bytes:
+    return GROUP_EVENT_HEADS.pack((group,))
 
 
 def decode_key(key: bytes) -> tuple[Any, ...]:

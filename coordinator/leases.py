@@ -196,7 +196,7 @@ class _Events:
             epoch=lease.epoch if lease else 0,
             reason=reason,
         )
-        events.append_event(self.tr, event, actor=self.actor, user_version=self.n)
+        events.append_group_event(self.tr, event, actor=self.actor, user_version=self.n)
         self.n += 1
 
 

@@ -13,6 +13,7 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, sealing
 from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.topology import Topology
+from streamplane.model import TopologyEvent
 from streamplane.rpc import grpc_errors, grpc_stream_errors
 from streamplane.v1 import convert
 from streamplane.v1 import topology_pb2 as pb
@@ -91,17 +92,10 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     def WatchTopology(
         self, request: pb.WatchTopologyRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.TopologyEvent]:
-        cursor = events.parse_version(request.from_version)
-        while context.is_active():
-            batch, watch = self._topology.read_events_and_watch(cursor)
-            try:
-                for event in batch:
-                    yield convert.event_to_pb(event)
-                    cursor = bytes.fromhex(event.version)
-                if not batch:
-                    watch.wait(WATCH_POLL_S)
-            finally:
-                watch.cancel()
+        after = events.parse_version(request.from_version)
+        for event in events.follow(self._topology.read_events_and_watch, after, context.is_active, WATCH_POLL_S):
+            if isinstance(event, TopologyEvent):  # not a group event an older store kept in this log
+                yield convert.event_to_pb(event)
 
     @grpc_errors
     def ProducerHeartbeat(

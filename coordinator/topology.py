@@ -27,13 +27,13 @@ from streamplane.model import (
     Cluster,
     ClusterRegistered,
     ClusterUpdated,
+    Event,
     FailedOver,
     Generation,
     Lane,
     LaneAdded,
     Stream,
     StreamCreated,
-    TopologyEvent,
 )
 from streamplane.names import check_lane_name, check_object_name, topic_name
 
@@ -321,7 +321,7 @@ class Topology:
         return self._commit(change)
 
     # events
-    def read_events_and_watch(self, after: bytes | None, limit: int = 1000) -> tuple[list[TopologyEvent], Watch]:
+    def read_events_and_watch(self, after: bytes | None, limit: int = 1000) -> tuple[list[Event], Watch]:
         return events.read_events_and_watch(self.db, after, limit=limit)
 
 

@@ -454,13 +454,18 @@ class Lag:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TopologyEvent:
-    """One committed change. `version` (24 hex digits) orders events: string order is commit order."""
+class Event:
+    """One committed change. `version` (24 hex digits) orders events of one log: string order is commit order."""
 
     version: str = ""
     time_ms: int = 0
     actor: str = ""
     kind: ClassVar[str] = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopologyEvent(Event):
+    """A change of clusters, streams, lanes or generations (what WatchTopology delivers)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -517,8 +522,9 @@ class GenerationDrained(TopologyEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GroupChanged(TopologyEvent):
-    """A lease or member change in a consumer group (`change`: granted, revoking, released, joined, ...)."""
+class GroupChanged(Event):
+    """A lease or member change in one consumer group (`change`: member_joined, lease_granted, ...), in the
+    group's own log (WatchGroup): group churn never reaches the topology's watchers."""
 
     group: str
     change: str
@@ -539,6 +545,7 @@ EVENT_KINDS: dict[str, type[TopologyEvent]] = {
         FailedOver,
         GenerationSealed,
         GenerationDrained,
-        GroupChanged,
     )
 }
+"""The topology log's stored kinds. (Group events were in it before they had a log of their own; readers of
+an older store skip them.)"""

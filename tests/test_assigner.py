@@ -144,7 +144,8 @@ def test_group_describe_cli(stack: str) -> None:
         assert "solo" in out.stdout and "work/realtime/g1/p11" in out.stdout and "granted" in out.stdout
         as_json = json.loads(cli("--output", "json", "group", "describe", group, coordinator=stack).stdout)
         assert {x["worker_id"] for x in as_json["leases"]} == {"solo"}
-        history = cli("events", coordinator=stack).stdout
+        history = cli("group", "events", group, coordinator=stack).stdout
         assert f"member_joined {group}/solo" in history and f"lease_granted {group}/solo" in history
+        assert "lease_granted" not in cli("events", coordinator=stack).stdout, "group churn is not topology"
     finally:
         w.stop()

@@ -1,20 +1,20 @@
-"""WatchTopology: every later event exactly once, in order, live and across a coordinator restart."""
+"""WatchTopology and WatchGroup: every later event exactly once, in order, live and across a restart; group
+churn in each group's own log, never in the topology's."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 from pathlib import Path
 
-import grpc
 import pytest
 
 from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.errors import InvalidArgumentError
-from streamplane.v1 import topology_pb2 as pb
-from tests.helpers import start_coordinator
+from streamplane.errors import InvalidArgumentError, UnavailableError
+from tests.helpers import register_local_clusters, start_coordinator
 
 
 def _register(client: CoordinatorClient, names: list[str]) -> None:
@@ -87,23 +87,69 @@ def test_malformed_from_version_is_invalid_argument(coordinator, bad: str) -> No
 
 def test_watch_stream_ends_cleanly_when_the_server_stops(tmp_path: Path) -> None:
     proc, address = start_coordinator(tmp_path)
-    channel = grpc.insecure_channel(address)
-    from streamplane.v1 import topology_pb2_grpc
-
     with CoordinatorClient(address) as client:
         _register(client, ["s1"])
-    # The deadline only bounds a broken run; a clean stop ends the stream long before it.
-    call = topology_pb2_grpc.TopologyServiceStub(channel).WatchTopology(pb.WatchTopologyRequest(), timeout=60)
-    try:
+        watch = client.watch_topology("")
         # The stream must be live first: a call still waiting for its connection when the server goes away is
         # queued by gRPC until a server is back (what a client wants across a restart), not failed.
-        assert next(call).cluster_registered.name == "s1"
+        first = next(watch)
+        assert isinstance(first, model.ClusterRegistered) and first.cluster.name == "s1"
         started = time.monotonic()
         proc.stop()
-        with pytest.raises(grpc.RpcError) as info:
-            for _ in call:
+        with contextlib.suppress(UnavailableError):  # ended by the server (cancelled) or unreachable: both clean
+            for _ in watch:
                 pass
-    finally:
-        channel.close()
-    assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
     assert time.monotonic() - started < 30
+
+
+def test_a_group_has_a_log_of_its_own_and_topology_watchers_never_see_its_churn(coordinator, local_cluster) -> None:
+    from streamplane.client import WorkerSession
+
+    bootstrap, control = local_cluster
+    register_local_clusters(coordinator.address, bootstrap, control.endpoint, ("g1",))
+    with CoordinatorClient(coordinator.address) as client:
+        client.create_stream("churn", 2, cluster="g1")
+        topology_before = list(client.watch_topology("", idle_timeout_s=0.3))
+        live: queue.Queue[model.GroupChanged] = queue.Queue()
+
+        def follow() -> None:
+            for event in client.watch_group("churners"):
+                live.put(event)
+
+        threading.Thread(target=follow, daemon=True).start()
+        session = WorkerSession(coordinator.address, group="churners", worker_id="w1", subscriptions={"churn": []})
+        session.join()
+        threading.Thread(target=lambda: [None for _ in session.events()], daemon=True).start()
+        got = [live.get(timeout=10) for _ in range(3)]  # joined, then both partitions granted
+        session.close()
+        got.append(live.get(timeout=10))
+        assert [(e.change, e.worker_id) for e in got[:1]] == [("member_joined", "w1")]
+        assert sorted(e.lease_id for e in got[1:3]) == ["churn/realtime/g1/p0", "churn/realtime/g1/p1"]
+        assert {e.change for e in got[1:3]} == {"lease_granted"} and all(e.group == "churners" for e in got)
+        assert [e.version for e in got] == sorted(e.version for e in got)
+        history = list(client.watch_group("churners", idle_timeout_s=0.5))
+        assert history[: len(got)] == got, "the log replays what the live watcher saw"
+        later = list(client.watch_group("churners", got[1].version, idle_timeout_s=0.5))
+        assert later[:2] == got[2:4]
+        assert list(client.watch_group("nobody-here", idle_timeout_s=0.3)) == []
+        assert list(client.watch_topology("", idle_timeout_s=0.3)) == topology_before, "no group churn here"
+        with pytest.raises(InvalidArgumentError, match="group"):
+            list(client.watch_group("Bad Group", idle_timeout_s=1))
+
+
+def test_group_events_an_older_store_kept_in_the_topology_log_are_skipped(coordinator) -> None:
+    import json
+
+    from streamplane.coordinator import keys
+
+    def legacy(tr) -> None:  # what a coordinator before the group logs wrote
+        body = {"type": "group_event", "time_ms": 1, "actor": "old", "data": {"group": "g", "type": "member_joined"}}
+        tr.set_versionstamped_key(keys.event_key_incomplete(), json.dumps(body).encode())
+        tr.add(keys.EVENT_HEAD, 1)
+
+    with CoordinatorClient(coordinator.address) as client:
+        _register(client, ["l1"])
+        coordinator.db.transact(legacy)
+        _register(client, ["l2"])
+        seen = list(client.watch_topology("", idle_timeout_s=0.5))
+    assert _names(seen) == ["l1", "l2"] and len(seen) == 2

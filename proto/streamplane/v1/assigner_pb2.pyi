@@ -224,3 +224,11 @@ class GroupDescription(_message.Message):
     leases: _containers.RepeatedCompositeFieldContainer[LeaseInfo]
     leader_replica: str
     def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[LeaseInfo, _Mapping]]] = ..., leader_replica: _Optional[str] = ...) -> None: ...
+
+class WatchGroupRequest(_message.Message):
+    __slots__ = ("group", "from_version")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    from_version: str
+    def __init__(self, group: _Optional[str] = ..., from_version: _Optional[str] = ...) -> None: ...

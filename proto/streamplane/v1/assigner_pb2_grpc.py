@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from streamplane.v1 import assigner_pb2 as streamplane_dot_v1_dot_assigner__pb2
+from streamplane.v1 import topology_pb2 as streamplane_dot_v1_dot_topology__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -49,6 +50,11 @@ class AssignerServiceStub:
                 request_serializer=streamplane_dot_v1_dot_assigner__pb2.DescribeGroupRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_assigner__pb2.GroupDescription.FromString,
                 _registered_method=True)
+        self.WatchGroup = channel.unary_stream(
+                '/streamplane.v1.AssignerService/WatchGroup',
+                request_serializer=streamplane_dot_v1_dot_assigner__pb2.WatchGroupRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.GroupEvent.FromString,
+                _registered_method=True)
 
 
 class AssignerServiceServicer:
@@ -75,6 +81,14 @@ class AssignerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchGroup(self, request, context):
+        """Every event of one group's log after from_version, then new ones as they commit: members joining and
+        leaving, leases granted, revoking, revoked and released (the audit trail of who held what, when, why).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AssignerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +106,11 @@ def add_AssignerServiceServicer_to_server(servicer, server):
                     servicer.DescribeGroup,
                     request_deserializer=streamplane_dot_v1_dot_assigner__pb2.DescribeGroupRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_assigner__pb2.GroupDescription.SerializeToString,
+            ),
+            'WatchGroup': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchGroup,
+                    request_deserializer=streamplane_dot_v1_dot_assigner__pb2.WatchGroupRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.GroupEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +194,33 @@ class AssignerService:
             '/streamplane.v1.AssignerService/DescribeGroup',
             streamplane_dot_v1_dot_assigner__pb2.DescribeGroupRequest.SerializeToString,
             streamplane_dot_v1_dot_assigner__pb2.GroupDescription.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/streamplane.v1.AssignerService/WatchGroup',
+            streamplane_dot_v1_dot_assigner__pb2.WatchGroupRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.GroupEvent.FromString,
             options,
             channel_credentials,
             insecure,

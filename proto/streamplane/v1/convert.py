@@ -131,22 +131,12 @@ def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
                     stream=e.stream, lane=e.lane, generation=generation_to_pb(e.generation), groups=e.groups
                 )
             )
-        case m.GroupChanged():
-            msg.group_event.CopyFrom(
-                pb.GroupEvent(
-                    group=e.group,
-                    type=e.change,
-                    worker_id=e.worker_id,
-                    lease_id=e.lease_id,
-                    epoch=e.epoch,
-                    reason=e.reason,
-                )
-            )
     return msg
 
 
 def event_from_pb(x: pb.TopologyEvent) -> m.TopologyEvent:
-    """The typed event; a kind this client does not know (a newer coordinator) comes back as the base class."""
+    """The typed event; a kind this client does not know (a newer coordinator, or an older one's group event)
+    comes back as the base class."""
     head = {"version": x.version, "time_ms": x.time_unix_ms, "actor": x.actor}
     match x.WhichOneof("kind"):
         case "cluster_registered":
@@ -182,18 +172,35 @@ def event_from_pb(x: pb.TopologyEvent) -> m.TopologyEvent:
                 generation=generation_from_pb(d.generation),
                 groups=tuple(d.groups),
             )
-        case "group_event":
-            g = x.group_event
-            return m.GroupChanged(
-                **head,
-                group=g.group,
-                change=g.type,
-                worker_id=g.worker_id,
-                lease_id=g.lease_id,
-                epoch=g.epoch,
-                reason=g.reason,
-            )
     return m.TopologyEvent(**head)
+
+
+def group_event_to_pb(e: m.GroupChanged) -> pb.GroupEvent:
+    return pb.GroupEvent(
+        group=e.group,
+        type=e.change,
+        worker_id=e.worker_id,
+        lease_id=e.lease_id,
+        epoch=e.epoch,
+        reason=e.reason,
+        version=e.version,
+        time_unix_ms=e.time_ms,
+        actor=e.actor,
+    )
+
+
+def group_event_from_pb(x: pb.GroupEvent) -> m.GroupChanged:
+    return m.GroupChanged(
+        version=x.version,
+        time_ms=x.time_unix_ms,
+        actor=x.actor,
+        group=x.group,
+        change=x.type,
+        worker_id=x.worker_id,
+        lease_id=x.lease_id,
+        epoch=x.epoch,
+        reason=x.reason,
+    )
 
 
 def generation_refs_to_pb(refs: Iterable[tuple[str, str, int]]) -> list[pb.GenerationRef]:

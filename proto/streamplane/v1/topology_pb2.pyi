@@ -274,20 +274,26 @@ class CloseProducerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class GroupEvent(_message.Message):
-    __slots__ = ("group", "type", "worker_id", "lease_id", "epoch", "reason")
+    __slots__ = ("group", "type", "worker_id", "lease_id", "epoch", "reason", "version", "time_unix_ms", "actor")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
     group: str
     type: str
     worker_id: str
     lease_id: str
     epoch: int
     reason: str
-    def __init__(self, group: _Optional[str] = ..., type: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    version: str
+    time_unix_ms: int
+    actor: str
+    def __init__(self, group: _Optional[str] = ..., type: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class TopologyEvent(_message.Message):
     __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained")
