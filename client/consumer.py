@@ -229,7 +229,11 @@ class Consumer:
         names = {lane.name for lane in described.lanes}
         missing = [lane for lane in self.lanes if lane not in names]
         if missing:
-            raise NotFoundError(f"lane {missing[0]!r} does not exist in stream {self.stream!r}")
+            raise NotFoundError(
+                f"lane {missing[0]!r} does not exist in stream {self.stream!r}",
+                kind="lane",
+                name=f"{self.stream}/{missing[0]}",
+            )
 
     def _join(self) -> WorkerSession:
         session = WorkerSession(

@@ -375,7 +375,7 @@ class FetchLoop:
             self._fail_cluster(link.cluster, err)
             return False
         except KafkaProtocolError as err:
-            if err.code == codec.UNSUPPORTED_VERSION:
+            if err.code == codec.ErrorCode.UNSUPPORTED_VERSION:
                 self._fail_cluster(link.cluster, err)
             self._drop(link)
             return False
@@ -581,7 +581,7 @@ class FetchLoop:
 
     def _error(self, p: _Partition, code: int, what: str) -> None:
         self._changes += 1
-        if code == codec.OFFSET_OUT_OF_RANGE:
+        if code == codec.ErrorCode.OFFSET_OUT_OF_RANGE:
             p.reset = True
             return
         if code in codec.RELOOKUP:

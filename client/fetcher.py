@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from streamplane.client.kafka import EARLIEST, LATEST, ConnectionConfig, KafkaConnection, KafkaProtocolError
-from streamplane.client.kafka.codec import OFFSET_OUT_OF_RANGE, RELOOKUP
+from streamplane.client.kafka.codec import RELOOKUP, ErrorCode
 from streamplane.errors import DecodeError, UnavailableError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED, DecodedBatch, decode
 
@@ -146,7 +146,7 @@ class PartitionFetcher:
                     partition_max_bytes=self.partition_max_bytes,
                 ),
             )
-            if part.error_code == OFFSET_OUT_OF_RANGE:
+            if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 earliest, _ = self.offsets()
                 if self.position < earliest:  # retention removed what we had not read: say so, go on
                     log.warning(

@@ -173,7 +173,9 @@ class Producer:
             described = self._client.describe_stream_versioned(stream)
             found_lane = described.stream.lane(lane)
             if found_lane is None:
-                raise NotFoundError(f"lane {lane!r} does not exist in stream {stream!r}")
+                raise NotFoundError(
+                    f"lane {lane!r} does not exist in stream {stream!r}", kind="lane", name=f"{stream}/{lane}"
+                )
             version = described.version
             self._set_route(stream, lane, found_lane.active)
             with self._lock:
@@ -189,7 +191,11 @@ class Producer:
     def _set_route(self, stream: str, lane: str, gen: Generation) -> None:
         cluster = next((c for c in self._client.list_clusters() if c.name == gen.cluster), None)
         if cluster is None:
-            raise NotFoundError(f"cluster {gen.cluster!r} of {stream}/{lane} g{gen.number} is not registered")
+            raise NotFoundError(
+                f"cluster {gen.cluster!r} of {stream}/{lane} g{gen.number} is not registered",
+                kind="cluster",
+                name=gen.cluster,
+            )
         new = Route(stream, lane, gen.number, gen.cluster, cluster.bootstrap_servers, gen.topic, gen.partitions)
         with self._lock:
             old = self._routes.get((stream, lane))

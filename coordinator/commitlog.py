@@ -191,10 +191,14 @@ def check_writer(tr: Transaction, group: str, lid: str, epoch: int) -> None:
     if tr.get(keys.group_key(group)) is not None:
         raise FencedError(
             f"lease {lid} epoch 0 is stale: group {group!r} has Assigner sessions, so commits carry the lease's "
-            "epoch (epoch 0 is for unmanaged groups)"
+            "epoch (epoch 0 is for unmanaged groups)",
+            lease_id=lid,
+            held_epoch=0,
         )
     if tr.get(keys.generation_key(stream, lane, generation)) is None:
-        raise NotFoundError(f"{stream}/{lane} has no generation {generation}")
+        raise NotFoundError(
+            f"{stream}/{lane} has no generation {generation}", kind="generation", name=f"{stream}/{lane}/g{generation}"
+        )
 
 
 def _is_done(tr: Transaction, pk: PartitionKey, header: Header, offset: int, chunks: dict[int, int]) -> bool:

@@ -212,7 +212,11 @@ def validate_subscriptions(tr: Transaction, subscriptions: list[Subscription]) -
         for lane in sub.lanes:
             check_lane_name("subscriptions.lanes", lane)
             if stream.lane(lane) is None:
-                raise NotFoundError(f"subscriptions.lanes: lane {lane!r} does not exist in stream {sub.stream!r}")
+                raise NotFoundError(
+                    f"subscriptions.lanes: lane {lane!r} does not exist in stream {sub.stream!r}",
+                    kind="lane",
+                    name=f"{sub.stream}/{lane}",
+                )
         out.append(Subscription(sub.stream, tuple(sub.lanes)))
     return tuple(out)
 
@@ -240,7 +244,9 @@ def join(
     if raw:
         old = Member.from_json(raw)
         if old.alive_until_ms > now_ms:
-            raise AlreadyExistsError(f"worker_id {worker_id!r} already has a live session in group {group!r}")
+            raise AlreadyExistsError(
+                f"worker_id {worker_id!r} already has a live session in group {group!r}", kind="worker", name=worker_id
+            )
         _leave(tr, group, old, "replaced by a new session after its TTL", _Events(tr, "assigner"))
     member = Member(worker_id, session_id, subs, capacity, max_load, alive_until_ms=now_ms + ttl_ms)
     tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
@@ -358,10 +364,15 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int) -> Lease:
     raw = tr.get(key)
     lease = _lease_from(key, raw) if raw else None
     if lease is None:
-        raise NotFoundError(f"lease {lid} does not exist in group {group!r}")
+        raise NotFoundError(f"lease {lid} does not exist in group {group!r}", kind="lease", name=lid)
     if lease.state == FREE or lease.epoch != epoch:
         holder = f"epoch {lease.epoch}" + (f" held by {lease.worker_id!r}" if lease.worker_id else ", unheld")
-        raise FencedError(f"lease {lid} epoch {epoch} is stale: the lease is at {holder}")
+        raise FencedError(
+            f"lease {lid} epoch {epoch} is stale: the lease is at {holder}",
+            lease_id=lid,
+            held_epoch=epoch,
+            current_epoch=lease.epoch,
+        )
     return lease
 
 

@@ -87,7 +87,7 @@ def validate_cluster(cluster: Cluster) -> Cluster:
 def get_cluster(tr: Transaction, name: str, field: str = "cluster") -> Cluster:
     raw = tr.get(keys.cluster_key(name))
     if raw is None:
-        raise NotFoundError(f"{field} {name!r} is not a registered cluster")
+        raise NotFoundError(f"{field} {name!r} is not a registered cluster", kind="cluster", name=name)
     cluster: Cluster = Cluster.from_json(raw)
     return cluster
 
@@ -114,7 +114,7 @@ def _load_lanes(tr: Transaction, stream: str) -> list[Lane]:
 def get_stream(tr: Transaction, name: str, field: str = "stream") -> Stream:
     raw = tr.get(keys.stream_key(name))
     if raw is None:
-        raise NotFoundError(f"{field} {name!r} does not exist")
+        raise NotFoundError(f"{field} {name!r} does not exist", kind="stream", name=name)
     stream: Stream = Stream.from_json(raw)
     return replace(stream, lanes=_load_lanes(tr, name))
 
@@ -188,7 +188,9 @@ class Topology:
             key = keys.cluster_key(cluster.name)
             exists = tr.get(key) is not None
             if exists and not update_existing:
-                raise AlreadyExistsError(f"cluster {cluster.name!r} is already registered")
+                raise AlreadyExistsError(
+                    f"cluster {cluster.name!r} is already registered", kind="cluster", name=cluster.name
+                )
             tr.set(key, cluster.to_json())
             kind = ClusterUpdated if exists else ClusterRegistered
             events.append_event(tr, kind(cluster=cluster), actor=actor)
@@ -220,7 +222,7 @@ class Topology:
 
         def plan(tr: Transaction) -> Cluster:
             if tr.get(keys.stream_key(name)) is not None:
-                raise AlreadyExistsError(f"stream {name!r} already exists")
+                raise AlreadyExistsError(f"stream {name!r} already exists", kind="stream", name=name)
             return get_cluster(tr, cluster) if cluster else _pick_cluster(list_clusters(tr))
 
         target = self.db.transact(plan)
@@ -259,7 +261,9 @@ class Topology:
         def plan(tr: Transaction) -> tuple[Cluster, int]:
             current = get_stream(tr, stream, "stream")
             if current.lane(lane) is not None:
-                raise AlreadyExistsError(f"lane {lane!r} already exists in stream {stream!r}")
+                raise AlreadyExistsError(
+                    f"lane {lane!r} already exists in stream {stream!r}", kind="lane", name=f"{stream}/{lane}"
+                )
             template = (current.lane("realtime") or current.lanes[0]).active
             target = get_cluster(tr, cluster or template.cluster)
             return target, partitions or template.partitions
@@ -289,7 +293,9 @@ class Topology:
         def plan(tr: Transaction) -> tuple[Generation, Generation, Cluster]:
             current = get_stream(tr, stream, "stream").lane(lane)
             if current is None:
-                raise NotFoundError(f"lane {lane!r} does not exist in stream {stream!r}")
+                raise NotFoundError(
+                    f"lane {lane!r} does not exist in stream {stream!r}", kind="lane", name=f"{stream}/{lane}"
+                )
             target = get_cluster(tr, target_cluster, "target_cluster")
             previous = current.active
             count = partitions or previous.partitions

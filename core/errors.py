@@ -1,11 +1,16 @@
 """The one error hierarchy of streamplane.
 
 Every error a caller can act on is a `StreamplaneError` subclass naming its kind; `retryable` says whether
-the same call may succeed later unchanged. The mapping to and from gRPC status codes lives in
-`streamplane.rpc`, in one table.
+the same call may succeed later unchanged. Kinds a program acts on carry fields too (`FencedError.lease_id`,
+`NotFoundError.kind`, ...), readable as properties and kept across gRPC. The mapping to and from gRPC status
+codes lives in `streamplane.rpc`, in one table.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
+
+Detail = str | int
 
 
 class StreamplaneError(Exception):
@@ -14,13 +19,27 @@ class StreamplaneError(Exception):
     Args:
         message: one sentence for a person, naming the field or object at fault.
         retryable: True when the same call may succeed later without change.
+        details: the kind's fields (`field_names`), for programs; what is not given reads as "" or 0.
     """
 
     default_retryable = False
+    field_names: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+    def __init__(self, message: str, *, retryable: bool | None = None, **details: Detail) -> None:
         super().__init__(message)
         self._retryable = self.default_retryable if retryable is None else retryable
+        unknown = set(details) - set(self.field_names)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
+        self._details: dict[str, Detail] = details
+
+    @property
+    def details(self) -> dict[str, Detail]:
+        """The fields given at construction (what crosses the wire)."""
+        return dict(self._details)
+
+    def _detail(self, name: str, default: Detail) -> Detail:
+        return self._details.get(name, default)
 
     @property
     def message(self) -> str:
@@ -38,11 +57,25 @@ class InvalidArgumentError(StreamplaneError, ValueError):
     so invalid client configuration can be caught as one."""
 
 
-class NotFoundError(StreamplaneError):
+class _NamedError(StreamplaneError):
+    """An error about one named object: `kind` (cluster, stream, lane, lease, ...) and `name`."""
+
+    field_names = ("kind", "name")
+
+    @property
+    def kind(self) -> str:
+        return str(self._detail("kind", ""))
+
+    @property
+    def name(self) -> str:
+        return str(self._detail("name", ""))
+
+
+class NotFoundError(_NamedError):
     """A named object (cluster, stream, lane, lease) does not exist."""
 
 
-class AlreadyExistsError(StreamplaneError):
+class AlreadyExistsError(_NamedError):
     """An object of that name exists already."""
 
 
@@ -51,7 +84,25 @@ class FailedPreconditionError(StreamplaneError):
 
 
 class FencedError(FailedPreconditionError):
-    """A call carried a stale lease epoch: another holder owns the lease now."""
+    """A call carried a stale lease epoch: another holder owns the lease now.
+
+    `lease_id` is the lease, `held_epoch` the epoch the caller holds and `current_epoch` the lease's epoch now
+    (0 and 0 when a whole session ended rather than one lease moving on).
+    """
+
+    field_names = ("lease_id", "held_epoch", "current_epoch")
+
+    @property
+    def lease_id(self) -> str:
+        return str(self._detail("lease_id", ""))
+
+    @property
+    def held_epoch(self) -> int:
+        return int(self._detail("held_epoch", 0))
+
+    @property
+    def current_epoch(self) -> int:
+        return int(self._detail("current_epoch", 0))
 
 
 class LimitExceededError(StreamplaneError):

@@ -7,6 +7,7 @@ message; clients call `raise_from_rpc_error` to turn a `grpc.RpcError` back into
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ import structlog
 from streamplane.errors import (
     AlreadyExistsError,
     CorruptBatchError,
+    Detail,
     FailedPreconditionError,
     FencedError,
     InvalidArgumentError,
@@ -39,8 +41,10 @@ _TABLE: list[tuple[type[StreamplaneError], grpc.StatusCode]] = [
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
 ]
 
-# Trailing metadata key that carries the exact error class across the wire (FencedError vs FailedPrecondition).
+# Trailing metadata keys that carry the exact error class across the wire (FencedError vs FailedPrecondition)
+# and its fields (JSON).
 _KIND_KEY = "x-streamplane-error"
+_DETAILS_KEY = "x-streamplane-error-details"
 
 
 def status_for(err: StreamplaneError) -> grpc.StatusCode:
@@ -51,11 +55,27 @@ def status_for(err: StreamplaneError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def error_from_status(code: grpc.StatusCode, message: str, kind: str = "") -> StreamplaneError:
-    """The streamplane error for a gRPC status (inverse of `status_for`)."""
+def details_json(err: StreamplaneError) -> str:
+    """An error's fields as they travel ("" when it has none)."""
+    return json.dumps(err.details, sort_keys=True) if err.details else ""
+
+
+def _details(cls: type[StreamplaneError], text: str) -> dict[str, Detail]:
+    """The fields of `cls` found in `text` (from a newer or older peer: unknown ones are dropped)."""
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if k in cls.field_names and isinstance(v, str | int)}
+
+
+def error_from_status(code: grpc.StatusCode, message: str, kind: str = "", details: str = "") -> StreamplaneError:
+    """The streamplane error for a gRPC status (inverse of `status_for`), with its fields from `details`."""
     for cls, _ in _TABLE:
         if kind == cls.__name__:
-            return cls(message)
+            return cls(message, **_details(cls, details))
     for cls, cls_code in _TABLE:
         if cls_code == code and cls is not FencedError:
             return cls(message)
@@ -64,10 +84,10 @@ def error_from_status(code: grpc.StatusCode, message: str, kind: str = "") -> St
     return StreamplaneError(f"{code.name}: {message}")
 
 
-def error_from_code(code: int, message: str, kind: str = "") -> StreamplaneError:
+def error_from_code(code: int, message: str, kind: str = "", details: str = "") -> StreamplaneError:
     """The streamplane error for a status code carried as a number (one result of a batched call)."""
     status = next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)
-    return error_from_status(status, message, kind)
+    return error_from_status(status, message, kind, details)
 
 
 def raise_from_rpc_error(err: grpc.RpcError, target: str = "") -> None:
@@ -79,21 +99,26 @@ def error_from_rpc_error(err: grpc.RpcError, target: str = "") -> StreamplaneErr
     """The streamplane error a failed call stands for (the exact kind travels in trailing metadata)."""
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = err.details() if hasattr(err, "details") else str(err)
-    kind = ""
+    kind = fields = ""
     trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     for key, value in trailing or ():
         if key == _KIND_KEY:
             kind = value
+        elif key == _DETAILS_KEY:
+            fields = value
     if code == grpc.StatusCode.UNAVAILABLE and target:
         details = f"coordinator at {target} is unreachable ({details})"
-    return error_from_status(code, details or code.name, kind)
+    return error_from_status(code, details or code.name, kind, fields)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _abort(context: grpc.ServicerContext, err: StreamplaneError) -> None:
-    context.set_trailing_metadata(((_KIND_KEY, type(err).__name__),))
+    trailing = [(_KIND_KEY, type(err).__name__)]
+    if err.details:
+        trailing.append((_DETAILS_KEY, details_json(err)))
+    context.set_trailing_metadata(tuple(trailing))
     context.abort(status_for(err), err.message)
 
 

@@ -55,6 +55,10 @@ def _check_lanes(coordinator: str, stream: str, lanes: tuple[str, ...], *, allow
     names = {lane.name for lane in described.lanes}
     for lane in lanes:
         if lane not in names:
-            raise NotFoundError(f"lane {lane!r} does not exist in stream {stream!r} (it has {sorted(names)})")
+            raise NotFoundError(
+                f"lane {lane!r} does not exist in stream {stream!r} (it has {sorted(names)})",
+                kind="lane",
+                name=f"{stream}/{lane}",
+            )
     if not lanes_of(described, lanes) and not allow_dlq:
         raise NotFoundError(f"stream {stream!r} has no lane to read")

@@ -138,8 +138,13 @@ def test_stale_epochs_and_bad_commits_are_refused(service: tuple[str, int]) -> N
         def commit(epoch: int, acked: list[tuple[int, int]]) -> model.CommitOutcome:
             return client.commit("strict", model.LeaseCommit(lease.lease_id, epoch, model.Commit(acked=acked)))
 
-        with pytest.raises(FencedError, match="stale"):
+        with pytest.raises(FencedError, match="stale") as fenced:
             commit(lease.epoch + 7, [(0, 1)])
+        assert (fenced.value.lease_id, fenced.value.held_epoch, fenced.value.current_epoch) == (
+            lease.lease_id,
+            lease.epoch + 7,
+            lease.epoch,
+        )
         assert metric(port, "streamplane_stale_epoch_refusals_total", group="strict") == 1
         with pytest.raises(InvalidArgumentError, match="reversed"):
             commit(lease.epoch, [(9, 2)])
@@ -165,6 +170,11 @@ def test_a_batched_commit_refuses_a_stale_lease_alone(service: tuple[str, int]) 
             ],
         )
         assert isinstance(stale.error, FencedError)
+        assert (stale.error.lease_id, stale.error.held_epoch, stale.error.current_epoch) == (
+            p0.lease_id,
+            p0.epoch + 3,
+            p0.epoch,
+        ), "a batched result carries the error's fields too"
         assert good.error is None and good.lease_id == p1.lease_id
         assert isinstance(bad.error, InvalidArgumentError)
         assert client.progress("batched", p0.lease_id).low_watermark == 0, "the stale lease wrote nothing"

@@ -188,7 +188,7 @@ def test_a_fetch_session_lists_only_what_changed() -> None:
     moved = {("t", 0): pf(15), ("t", 2): pf(0)}
     sid, epoch, send, forget = s.next_request(moved)
     assert epoch == 2 and send == {("t", 0): pf(15), ("t", 2): pf(0)} and forget == [("t", 1)]
-    s.handled(fetch.FetchResponse(codec.FETCH_SESSION_ID_NOT_FOUND, 0, []), send, forget)
+    s.handled(fetch.FetchResponse(codec.ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0, []), send, forget)
     assert s.next_request(moved) == (0, 0, moved, [])  # the broker lost it: start over with a full fetch
 
 

@@ -153,6 +153,21 @@ def test_bad_input_gets_a_clear_status_and_writes_nothing(client, call, error, n
     assert client.list_clusters() == before_clusters
 
 
+def test_not_found_and_already_exists_name_the_object_across_grpc(client) -> None:
+    client.create_stream("dup", 1, cluster="east")
+    cases = [
+        (lambda: client.describe_stream("ghost"), NotFoundError, ("stream", "ghost")),
+        (lambda: client.failover("dup", "nolane", "west"), NotFoundError, ("lane", "dup/nolane")),
+        (lambda: client.failover("dup", "realtime", "mars"), NotFoundError, ("cluster", "mars")),
+        (lambda: client.create_stream("dup", 1, cluster="east"), AlreadyExistsError, ("stream", "dup")),
+        (lambda: client.add_lane("dup", "realtime", 5), AlreadyExistsError, ("lane", "dup/realtime")),
+    ]
+    for call, kind, named in cases:
+        with pytest.raises(kind) as info:
+            call()
+        assert (info.value.kind, info.value.name) == named
+
+
 def test_oversized_request_is_refused(coordinator) -> None:
     with CoordinatorClient(coordinator.address) as c, pytest.raises(LimitExceededError):
         c.register_cluster(model.Cluster(name="big", bootstrap_servers="h:1", zone="z" * (5 * 1024 * 1024)))

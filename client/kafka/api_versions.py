@@ -26,7 +26,7 @@ def decode(version: int, r: Reader) -> tuple[int, dict[int, tuple[int, int]]]:
     """(error_code, {api_key: (min_version, max_version)}). An UNSUPPORTED_VERSION answer's list may be
     empty: some brokers (librdkafka's mock) shape it otherwise than Java's, and the caller then asks v0."""
     code = r.i16()
-    if code == codec.UNSUPPORTED_VERSION:
+    if code == codec.ErrorCode.UNSUPPORTED_VERSION:
         try:
             entries = r.array(lambda: (r.i16(), r.i16(), r.i16()))
         except MalformedBatchError:

@@ -8,64 +8,69 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from enum import IntEnum
 from typing import TypeVar
 
 from streamplane.errors import MalformedBatchError, StreamplaneError
 
 T = TypeVar("T")
 
-# Kafka error codes we branch on, by name (the protocol guide's table).
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-REPLICA_NOT_AVAILABLE = 9
-NETWORK_EXCEPTION = 13
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
-UNSUPPORTED_VERSION = 35
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
-KAFKA_STORAGE_ERROR = 56
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-SASL_AUTHENTICATION_FAILED = 58
-OFFSET_NOT_AVAILABLE = 78
+
+class ErrorCode(IntEnum):
+    """Kafka error codes we branch on or name in messages, by name (the protocol guide's table)."""
+
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    REPLICA_NOT_AVAILABLE = 9
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    UNSUPPORTED_VERSION = 35
+    KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
+
 
 RETRIABLE = frozenset(
     {
-        UNKNOWN_TOPIC_OR_PARTITION,
-        LEADER_NOT_AVAILABLE,
-        NOT_LEADER_OR_FOLLOWER,
-        REQUEST_TIMED_OUT,
-        REPLICA_NOT_AVAILABLE,
-        NETWORK_EXCEPTION,
-        COORDINATOR_LOAD_IN_PROGRESS,
-        COORDINATOR_NOT_AVAILABLE,
-        NOT_COORDINATOR,
-        NOT_ENOUGH_REPLICAS,
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        KAFKA_STORAGE_ERROR,
-        FENCED_LEADER_EPOCH,
-        UNKNOWN_LEADER_EPOCH,
-        OFFSET_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
     }
 )
 """Codes that mean "try again, perhaps elsewhere" (leadership moved, broker busy)."""
 RELOOKUP = frozenset(
     {
-        UNKNOWN_TOPIC_OR_PARTITION,
-        LEADER_NOT_AVAILABLE,
-        NOT_LEADER_OR_FOLLOWER,
-        FENCED_LEADER_EPOCH,
-        UNKNOWN_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
 )
 """Codes after which a partition's leader must be looked up again."""
@@ -77,8 +82,16 @@ class KafkaProtocolError(StreamplaneError):
     RETRIABLE = RETRIABLE
 
     def __init__(self, message: str, *, code: int) -> None:
-        super().__init__(message, retryable=code in RETRIABLE)
+        super().__init__(f"{message} ({error_name(code)})", retryable=code in RETRIABLE)
         self.code = code
+
+
+def error_name(code: int) -> str:
+    """A Kafka error code as the protocol guide names it (e.g. NOT_LEADER_OR_FOLLOWER), or its number."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"Kafka error code {code}"
 
 
 class KafkaAuthenticationError(KafkaProtocolError):

@@ -85,7 +85,7 @@ class KafkaConnection:
         for _ in range(2):
             self._send(api_versions.KEY, version, api_versions.encode(version))
             code, versions = api_versions.decode(version, self._receive())
-            if code == codec.UNSUPPORTED_VERSION and version > 0:
+            if code == codec.ErrorCode.UNSUPPORTED_VERSION and version > 0:
                 version = min(version - 1, versions.get(api_versions.KEY, (0, 0))[1])
                 continue
             if code:
@@ -103,7 +103,7 @@ class KafkaConnection:
         name = API_NAMES.get(api_key, str(api_key))
         raise KafkaProtocolError(
             f"Kafka broker {self.address} speaks {name} versions {theirs or 'none'}, we speak {ours[0]}-{ours[1]}",
-            code=codec.UNSUPPORTED_VERSION,
+            code=codec.ErrorCode.UNSUPPORTED_VERSION,
         )
 
     # -- SASL

@@ -200,7 +200,10 @@ class FetchSession:
         sent: dict[TopicPartition, PartitionFetch],
         forgotten: list[TopicPartition],
     ) -> None:
-        if response.error_code in (codec.FETCH_SESSION_ID_NOT_FOUND, codec.INVALID_FETCH_SESSION_EPOCH):
+        if response.error_code in (
+            codec.ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+            codec.ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+        ):
             self.reset()
             return
         if response.error_code:

@@ -93,7 +93,7 @@ class CommitBatchRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., commits: _Optional[_Iterable[_Union[CommitRequest, _Mapping]]] = ...) -> None: ...
 
 class CommitResult(_message.Message):
-    __slots__ = ("lease_id", "code", "message", "kind", "low_watermark", "exhausted", "retries")
+    __slots__ = ("lease_id", "code", "message", "kind", "low_watermark", "exhausted", "retries", "details")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,7 @@ class CommitResult(_message.Message):
     LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     code: int
     message: str
@@ -108,7 +109,8 @@ class CommitResult(_message.Message):
     low_watermark: int
     exhausted: _containers.RepeatedScalarFieldContainer[int]
     retries: int
-    def __init__(self, lease_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., kind: _Optional[str] = ..., low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ..., retries: _Optional[int] = ...) -> None: ...
+    details: str
+    def __init__(self, lease_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., kind: _Optional[str] = ..., low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ..., retries: _Optional[int] = ..., details: _Optional[str] = ...) -> None: ...
 
 class CommitBatchResponse(_message.Message):
     __slots__ = ("results",)

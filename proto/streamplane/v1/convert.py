@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from streamplane import model as m
 from streamplane.errors import StreamplaneError
-from streamplane.rpc import error_from_code, status_for
+from streamplane.rpc import details_json, error_from_code, status_for
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import topology_pb2 as pb
@@ -471,6 +471,7 @@ def outcome_to_pb(o: m.CommitOutcome) -> cpb.CommitResult:
             code=status_for(o.error).value[0],
             message=o.error.message,
             kind=type(o.error).__name__,
+            details=details_json(o.error),
         )
     return cpb.CommitResult(
         lease_id=o.lease_id, low_watermark=o.low_watermark, exhausted=o.exhausted, retries=o.retries
@@ -480,7 +481,7 @@ def outcome_to_pb(o: m.CommitOutcome) -> cpb.CommitResult:
 def outcome_from_pb(x: cpb.CommitResult) -> m.CommitOutcome:
     error: StreamplaneError | None = None
     if x.code:
-        error = error_from_code(x.code, x.message, x.kind)
+        error = error_from_code(x.code, x.message, x.kind, x.details)
     return m.CommitOutcome(
         lease_id=x.lease_id,
         low_watermark=x.low_watermark,
