@@ -43,7 +43,7 @@ from streamplane.client.fetch_loop import FetchLoop
 from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaAuthenticationError
-from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes, to_ranges
+from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes
 from streamplane.client.message import PENDING, BatchOutcome, Message, _text
 from streamplane.client.producer import Producer
 from streamplane.client.session import LeaseLoad, SessionEndedError, WorkerSession
@@ -56,6 +56,7 @@ from streamplane.errors import (
     UnavailableError,
 )
 from streamplane.model import Commit, DlqLocation, Grant, LeaseCommit, Revoke, Sealed, SessionEvent
+from streamplane.offsets import to_bitmap, to_ranges
 
 log = structlog.get_logger(__name__)
 
@@ -471,11 +472,7 @@ class Consumer:
         ranges = to_ranges(out.acked)
         bitmap, base = b"", 0
         if len(ranges) > 4096:  # scattered acks: a bitmap is smaller than that many ranges
-            base = ranges[0][0]
-            bits = bytearray((ranges[-1][1] - base + 7) // 8)
-            for o in out.acked:
-                bits[(o - base) >> 3] |= 1 << ((o - base) & 7)
-            bitmap, ranges = bytes(bits), []
+            (bitmap, base), ranges = to_bitmap(out.acked), []
         commit = Commit(
             acked=ranges + out.ranges,
             retries=out.retries,

@@ -22,6 +22,7 @@ from streamplane.errors import InvalidArgumentError
 from streamplane.model import DlqLocation, Reject, Retry
 from streamplane.native._loaded import _native
 from streamplane.native.batch import with_origin
+from streamplane.offsets import runs, to_ranges
 
 RECORD_OVERHEAD = 320
 """Bytes counted per decoded record beyond its key, value and headers (the Python objects around it)."""
@@ -80,24 +81,6 @@ class LeaseInfo:
     start_offset: int
     end_offset: int
     """The sealed generation's end, -1 while producers may still write."""
-
-
-def to_ranges(offsets: list[int]) -> list[tuple[int, int]]:
-    """Sorted offsets as half-open [start, end) ranges."""
-    out: list[tuple[int, int]] = []
-    for o in sorted(offsets):
-        if out and out[-1][1] == o:
-            out[-1] = (out[-1][0], o + 1)
-        elif not out or o >= out[-1][1]:
-            out.append((o, o + 1))
-    return out
-
-
-def runs(offsets: list[int]) -> list[tuple[int, int]]:
-    """Ascending offsets as ranges; one range, at once, when they are contiguous (the common case)."""
-    if offsets and offsets[-1] - offsets[0] + 1 == len(offsets):
-        return [(offsets[0], offsets[-1] + 1)]
-    return to_ranges(offsets)
 
 
 def _end_pending_py(msgs: list[Message], pending: dict[int, Any]) -> tuple[list[int], list[tuple[Any, int]]]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 
+from streamplane import offsets
 from streamplane.coordinator import keys
-from streamplane.coordinator import ranges as rset
 from streamplane.coordinator.leases import check_lease, parse_lease_id
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.errors import (
@@ -29,7 +29,7 @@ from streamplane.names import check_lane_name, check_object_name
 
 __all__ = ["Commit", "Reject", "Retry"]  # the commit's model types, re-exported for callers of commit()
 
-CHUNK = 4096
+CHUNK = offsets.CHUNK
 """Offsets per done-offsets value: a bitmap of at most 512 bytes (a big Python int while in use)."""
 MAX_ENTRIES = 100_000
 """Ranges, retries and rejects in one commit, together."""
@@ -99,20 +99,6 @@ def _write_chunk(tr: Transaction, pk: PartitionKey, chunk: int, mask: int) -> No
         tr.set(_chunk_key(pk, chunk), mask.to_bytes((mask.bit_length() + 7) // 8, "little"))
     else:
         tr.clear(_chunk_key(pk, chunk))
-
-
-def _mask_ranges(mask: int, base: int) -> list[rset.Range]:
-    """The runs of set bits of a chunk, as offset ranges."""
-    out, shift = [], 0
-    while mask:
-        skip = (mask & -mask).bit_length() - 1  # zeros before the next run
-        mask >>= skip
-        shift += skip
-        run = (~mask & (mask + 1)).bit_length() - 1  # ones in the run
-        out.append((base + shift, base + shift + run))
-        mask >>= run
-        shift += run
-    return out
 
 
 def max_attempts(tr: Transaction, group: str, lane: str) -> int:
@@ -223,35 +209,12 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
     chunks: dict[int, int] = {}
     rejected = [j for j in c.rejects if not _is_done(tr, pk, header, j.offset, chunks)]
     done_new = [r for r in c.acked if r[1] > header.low] + [(j.offset, j.offset + 1) for j in rejected]
-    adds: dict[int, bytearray] = {}
-    for start, end in done_new:
-        start = max(start, header.low)
-        while start < end:
-            chunk = start // CHUNK
-            added_bits = adds.get(chunk)
-            if added_bits is None:
-                added_bits = adds[chunk] = bytearray(CHUNK // 8)
-            i, stop = start - chunk * CHUNK, min(end, (chunk + 1) * CHUNK)
-            if stop - start == 1:  # the common case of out-of-order acks
-                added_bits[i >> 3] |= 1 << (i & 7)
-            else:
-                run = int.from_bytes(added_bits, "little") | (((1 << (stop - start)) - 1) << i)
-                added_bits[:] = run.to_bytes(CHUNK // 8, "little")
-            start = stop
+    # below the low watermark everything is done already
+    merged_bits = offsets.merge_masks(
+        offsets.chunk_masks(done_new, floor=header.low),
+        offsets.bitmap_chunk_masks(c.acked_bitmap, c.acked_bitmap_base, floor=header.low) if c.acked_bitmap else {},
+    )
     added = 0
-    merged_bits = {chunk: int.from_bytes(raw, "little") for chunk, raw in adds.items()}
-    if c.acked_bitmap:  # dense acks: shift the bitmap onto chunk boundaries and cut it per chunk
-        first, shift = divmod(c.acked_bitmap_base, CHUNK)
-        dense = int.from_bytes(c.acked_bitmap, "little") << shift
-        chunk = first
-        while dense:
-            bits = dense & ((1 << CHUNK) - 1)
-            if chunk * CHUNK + CHUNK > header.low and bits:
-                if chunk * CHUNK < header.low:
-                    bits &= ~((1 << (header.low - chunk * CHUNK)) - 1)  # below the low watermark: done already
-                merged_bits[chunk] = merged_bits.get(chunk, 0) | bits
-            dense >>= CHUNK
-            chunk += 1
     for chunk, bits in merged_bits.items():
         old = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
         merged = old | bits
@@ -302,8 +265,7 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         chunk = low // CHUNK
         base = chunk * CHUNK
         mask = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
-        rest = mask >> (low - base)
-        ones = (~rest & (rest + 1)).bit_length() - 1  # done offsets from the low watermark on
+        ones = offsets.contiguous_from(mask, low - base)  # done offsets from the low watermark on
         if ones == 0:
             break
         low += ones
@@ -365,7 +327,7 @@ def commit_many(
 @dataclass(frozen=True)
 class Progress:
     header: Header
-    done: list[rset.Range]
+    done: list[offsets.Range]
     """The first done ranges above the low watermark."""
 
 
@@ -373,14 +335,14 @@ class Progress:
 def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -> Progress:
     pk = _partition(group, lid)
     header = read_header(tr, pk)
-    done: list[rset.Range] = []
+    done: list[offsets.Range] = []
     r0 = keys.DONE.range(pk)
     for key, raw in tr.get_range(r0.start, r0.stop, snapshot=True):
         if len(done) >= max_ranges:
             break
         chunk = keys.DONE.unpack(key)[-1]
-        done.extend(_mask_ranges(int.from_bytes(raw, "little"), chunk * CHUNK))
-    done = rset.normalize(done)[:max_ranges]
+        done.extend(offsets.mask_ranges(int.from_bytes(raw, "little"), chunk * CHUNK))
+    done = offsets.normalize(done)[:max_ranges]
     return Progress(header, done)
 
 

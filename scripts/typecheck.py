@@ -31,7 +31,7 @@ STRICT = [
     "streamplane.coordinator.events",
     "streamplane.coordinator.keys",
     "streamplane.coordinator.leadership",
-    "streamplane.coordinator.ranges",
+    "streamplane.offsets",
     "streamplane.coordinator.cluster_admin",
     # the client's public API
     "streamplane.client.coordinator",
