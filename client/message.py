@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from streamplane.errors import FailedPreconditionError
 from streamplane.native._loaded import USE_NATIVE, _native
@@ -24,11 +24,29 @@ class OutcomeError(FailedPreconditionError):
     """A record already ended one way was asked to end another way."""
 
 
-if _native is not None:
-    _Storage: type = _native.MessageBase  # its fields live in C, so the decoder can build messages in bulk
+if TYPE_CHECKING:
+
+    class _Record(Protocol):
+        offset: int
+        timestamp: int
+        key: bytes | None
+        value: bytes | None
+        headers: tuple[tuple[str, bytes | None], ...]
+
+    class _Storage:
+        """What the C MessageBase (or the slots below) holds, as mypy sees it."""
+
+        _reader: LeaseLedger
+        _record: _Record
+        _held: Any
+        _outcome: str
+        attempt: int
+
+elif _native is not None:
+    _Storage = _native.MessageBase  # its fields live in C, so the decoder can build messages in bulk
 else:
 
-    class _Storage:  # type: ignore[no-redef]
+    class _Storage:
         __slots__ = ("_held", "_outcome", "_reader", "_record", "attempt")
 
 
@@ -121,7 +139,7 @@ def messages(reader: LeaseLedger, decoded: Any, held: Any) -> list[Message]:
     """A Message for every record of a decode result (`DecodedBatch`), first attempt: built in C when the
     extension is loaded (no Python call per record: a worker makes a million a second)."""
     if USE_NATIVE and _native is not None:
-        return _native.messages(decoded.columns, Message, reader, held, 1, PENDING)
+        return cast(list[Message], _native.messages(decoded.columns, Message, reader, held, 1, PENDING))
     return [Message(reader, r, 1, held) for r in decoded.records()]
 
 

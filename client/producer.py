@@ -240,7 +240,7 @@ class Producer:
         value: bytes | None,
         key: bytes | None = None,
         lane: str = "realtime",
-        headers: dict[str, bytes] | list[tuple[str, bytes]] | None = None,
+        headers: dict[str, bytes | None] | list[tuple[str, bytes | None]] | None = None,
         on_delivery: Callable[[Any, Any], None] | None = None,
     ) -> Route:
         """Hand one record to librdkafka for the lane's active generation; return the route it took.

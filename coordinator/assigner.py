@@ -17,7 +17,7 @@ import structlog
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog, events, keys, leadership, leases
-from streamplane.coordinator.leases import REVOKING, Lease, Member
+from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import (
@@ -149,12 +149,12 @@ class Session:
             sent = set(self._sent_grants)
 
             def snapshot(
-                tr: Transaction, sent: set = sent
+                tr: Transaction, sent: set[tuple[str, int]] = sent
             ) -> tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int], Any]:
                 member, held = leases.read_member_leases(tr, self.group, self.worker_id)
                 ends = {x.lease_id: leases.end_offset(tr, x) for x in held}
                 grants: dict[str, Grant] = {}
-                placements: dict[tuple, leases.Placement] = {}
+                placements: dict[tuple[str, str, int], leases.Placement] = {}
                 for lease in held:  # topology lookups only for new grants, once per generation
                     if (lease.lease_id, lease.epoch) not in sent:
                         gen = (lease.stream, lease.lane, lease.generation)
@@ -235,9 +235,9 @@ class Assigner:
         # group: (version, time, next deadline ms, loads version) of the last pass that computed it
         self._last_pass: dict[str, tuple[int, float, int, tuple[int, int]]] = {}
         # group: rebalancing moves the last pass proposed (made only if the next pass confirms them)
-        self._proposed: dict[str, frozenset] = {}
+        self._proposed: dict[str, frozenset[tuple[LeaseKey, str]]] = {}
         # group: {partition: (when it was last moved to balance load, the worker it left)} (the cool-down)
-        self._moved: dict[str, dict[tuple, tuple[int, str]]] = {}
+        self._moved: dict[str, dict[LeaseKey, tuple[int, str]]] = {}
         self._renew_at = 0
         self.is_leader = False
 
@@ -275,7 +275,7 @@ class Assigner:
     def describe(self, group: str) -> GroupDescription:
         """Members and leases of a group, and which replica leads the assignment."""
 
-        def read(tr: Transaction) -> tuple[dict[str, Member], dict[tuple, Lease], str]:
+        def read(tr: Transaction) -> tuple[dict[str, Member], dict[LeaseKey, Lease], str]:
             return leases.read_members(tr, group), leases.read_leases(tr, group), leadership.leader(tr)
 
         members, held, leader = self.db.transact(read)
@@ -332,7 +332,7 @@ class Assigner:
             wake.wait(max(cfg.loop_ms, due_ms - self.clock.now_ms()) / 1000)
             wake.cancel()
 
-    def _pinned(self, group: str, now: int) -> dict[tuple, str]:
+    def _pinned(self, group: str, now: int) -> dict[LeaseKey, str]:
         """{partition: the worker it left} for the group's partitions still in their cool-down after a move
         (older entries are forgotten)."""
         moved = self._moved.get(group)
@@ -357,7 +357,9 @@ class Assigner:
         poll = now + cfg.rebalance_ms
         for group in leases.read_groups(self.db):
 
-            def step(tr: Transaction, group: str = group) -> tuple[int, leases.Applied | None, tuple]:
+            def step(
+                tr: Transaction, group: str = group
+            ) -> tuple[int, leases.Applied | None, tuple[int, tuple[int, int]]]:
                 leadership.ensure(tr, self.replica_id, now)
                 next_expiry = leases.expire(tr, group, now)
                 version = _counter(tr, keys.group_version_key(group))
@@ -368,7 +370,7 @@ class Assigner:
                 # rebalance_ms) new loads or topology events (a failover's new generation)
                 fresh_loads = loads != last_loads and self.clock.monotonic() - last_time >= cfg.rebalance_ms / 1000
                 if version == last_version and not due and not fresh_loads:
-                    return next_expiry, None, ()
+                    return next_expiry, None, (version, loads)  # nothing computed: `seen` is not used
                 applied = leases.apply_assignment(
                     tr,
                     group,

@@ -10,5 +10,7 @@ try:
 except ImportError:  # not built: the pure-Python code keeps everything working, slowly
     _native = None
 
+__all__ = ["FORCE_PURE_PYTHON", "USE_NATIVE", "_native"]
+
 FORCE_PURE_PYTHON = os.environ.get("STREAMPLANE_PURE_PYTHON", "") not in ("", "0")
 USE_NATIVE = _native is not None and not FORCE_PURE_PYTHON

@@ -33,11 +33,14 @@ STRICT = [
     "streamplane.coordinator.leadership",
     "streamplane.offsets",
     "streamplane.coordinator.cluster_admin",
+    "streamplane.coordinator.assigner",
     # the client's public API
     "streamplane.client.coordinator",
     "streamplane.client.session",
     "streamplane.client.producer",
     "streamplane.client.config",
+    "streamplane.client.consumer",
+    "streamplane.client.message",
 ]
 
 
