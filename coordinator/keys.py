@@ -38,6 +38,7 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "unsettled_indexed")                -> b"1" once the unsettled index covers older stores
     ("streamplane", "group_event", group, Versionstamp) -> GroupChanged {type, time_ms, actor, data}: group churn
     ("streamplane", "group_event_head", group)          -> 8-byte count of the group's events (its watchers' key)
+    ("streamplane", "txn", process, slot)               -> idempotency token of a process's recent writing attempt
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ PRODUCERS = ROOT["producer"]
 SEAL_WAITS = ROOT["seal_wait"]
 GROUP_EVENTS = ROOT["group_event"]
 GROUP_EVENT_HEADS = ROOT["group_event_head"]
+TXN_TOKENS = ROOT["txn"]
 
 
 def cluster_key(name: str) -> bytes:
@@ -200,6 +202,10 @@ def group_event_version(key: bytes) -> bytes:
 
 def group_event_head_key(group: str) -> bytes:
     return GROUP_EVENT_HEADS.pack((group,))
+
+
+def txn_token_key(process: str, slot: int) -> bytes:
+    return TXN_TOKENS.pack((process, slot))
 
 
 def decode_key(key: bytes) -> tuple[Any, ...]:

@@ -33,6 +33,8 @@ STRICT = [
     "streamplane.coordinator.leadership",
     "streamplane.offsets",
     "streamplane.coordinator.cluster_admin",
+    "streamplane.coordinator.store.retry",
+    "streamplane.coordinator.store.chaos",
     "streamplane.coordinator.assigner",
     # the client's public API
     "streamplane.client.coordinator",

@@ -1,7 +1,9 @@
 """The FoundationDB store driver: the official `fdb` bindings behind the store interface.
 
 Selected by STREAMPLANE_STORE=fdb; the cluster file comes from FDB_CLUSTER_FILE (or fdb's default). The API
-version is pinned, and the bindings' own retry loop (`on_error`) decides what is retried.
+version is pinned. The bindings' `on_error` decides what is retried and how long to back off; our retry loop
+(`store.retry`) adds idempotency tokens, so a body is never applied twice after `commit_unknown_result`
+(tests/test_store_faults.py runs every change through that loop under injected faults).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from streamplane.coordinator.store import retry
 from streamplane.coordinator.store.api import StoreLimitError, StoreUnavailableError, Transaction
 
 API_VERSION = 730
@@ -18,6 +21,8 @@ T = TypeVar("T")
 
 # fdb error codes for FoundationDB's size limits (https://apple.github.io/foundationdb/api-error-codes.html).
 _LIMIT_ERRORS = {2101: "transaction_too_large", 2102: "key_too_large", 2103: "value_too_large"}
+COMMIT_UNKNOWN_RESULT = 1021
+_NOTHING = object()
 
 _api_lock = threading.Lock()
 
@@ -64,6 +69,7 @@ class FdbTransaction:
 
     def __init__(self, tr: Any) -> None:
         self._tr = tr
+        self._stamp: Any = None
 
     def get(self, key: bytes) -> bytes | None:
         value = self._tr.get(key).wait()
@@ -92,12 +98,16 @@ class FdbTransaction:
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         self._tr.set_versionstamped_key(key, value)
+        if self._stamp is None:  # asked for before commit, as FoundationDB requires; read after it
+            self._stamp = self._tr.get_versionstamp()
 
     def watch(self, key: bytes) -> _FdbWatch:
         return _FdbWatch(self._tr.watch(key))
 
     def get_versionstamp(self) -> _FdbVersionstamp:
-        return _FdbVersionstamp(self._tr.get_versionstamp())
+        if self._stamp is None:
+            self._stamp = self._tr.get_versionstamp()
+        return _FdbVersionstamp(self._stamp)
 
 
 class FoundationDBDatabase:
@@ -113,21 +123,28 @@ class FoundationDBDatabase:
         except fdb.FDBError as err:
             raise StoreUnavailableError(f"cannot open FoundationDB with cluster file {cluster_file!r}: {err}") from err
         self.cluster_file = cluster_file
+        self._tokens = retry.Tokens()
 
     def transact(self, fn: Callable[[Transaction], T]) -> T:
         tr = self._db.create_transaction()
-        while True:
+
+        def attempt(body: Callable[[Transaction], Any]) -> Any:
+            result: Any = _NOTHING
             try:
-                result = fn(FdbTransaction(tr))
+                result = body(FdbTransaction(tr))
                 tr.commit().wait()
                 return result
             except self._fdb.FDBError as err:
                 if err.code in _LIMIT_ERRORS:
                     raise StoreLimitError(f"FoundationDB refused the transaction: {_LIMIT_ERRORS[err.code]}") from err
                 try:
-                    tr.on_error(err).wait()  # waits out a retryable error, re-raises any other
+                    tr.on_error(err).wait()  # waits out a retryable error (and resets tr), re-raises any other
                 except self._fdb.FDBError as final:
                     raise StoreUnavailableError(f"FoundationDB transaction failed: {final}") from final
+                unknown = err.code == COMMIT_UNKNOWN_RESULT and result is not _NOTHING
+                raise retry.CommitFailed(unknown=unknown, result=result) from None
+
+        return retry.run(attempt, fn, self._tokens, max_attempts=None)
 
     def close(self) -> None:
         """The bindings keep one network thread per process; there is nothing to release per database."""
