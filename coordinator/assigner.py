@@ -225,10 +225,12 @@ class Assigner:
         *,
         replica_id: str | None = None,
         clock: Clock = SYSTEM,
+        new_session_id: Callable[[], str] = lambda: uuid.uuid4().hex[:12],
     ) -> None:
         self.db = db
         self.config = config or AssignerConfig()
         self.clock = clock
+        self._new_session_id = new_session_id
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -245,7 +247,7 @@ class Assigner:
     def open_session(
         self, group: str, worker_id: str, subscriptions: list[Subscription], *, capacity: float, max_load: float
     ) -> Session:
-        session_id = uuid.uuid4().hex[:12]
+        session_id = self._new_session_id()
         member = leases.join(
             self.db,
             group,

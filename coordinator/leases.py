@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from streamplane.coordinator import events, keys
+from streamplane.coordinator import events, keys, planted
 from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign, smooth
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, get_stream
@@ -365,7 +365,7 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int) -> Lease:
     lease = _lease_from(key, raw) if raw else None
     if lease is None:
         raise NotFoundError(f"lease {lid} does not exist in group {group!r}", kind="lease", name=lid)
-    if lease.state == FREE or lease.epoch != epoch:
+    if lease.state == FREE or (lease.epoch != epoch and planted.STALE_EPOCH not in planted.active):
         holder = f"epoch {lease.epoch}" + (f" held by {lease.worker_id!r}" if lease.worker_id else ", unheld")
         raise FencedError(
             f"lease {lid} epoch {epoch} is stale: the lease is at {holder}",
@@ -480,7 +480,7 @@ def apply_assignment(
             new = replace(
                 new,
                 worker_id=want,
-                epoch=new.epoch + 1,
+                epoch=new.epoch + (0 if planted.NO_EPOCH_BUMP in planted.active and new.epoch else 1),
                 state=GRANTED,
                 target="",
                 deadline_ms=0,

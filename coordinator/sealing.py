@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, events, keys, leases
+from streamplane.coordinator import commitlog, events, keys, leases, planted
 from streamplane.coordinator.cluster_admin import ClusterAdmin
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, write_generation
@@ -56,6 +56,8 @@ class ProducerSession:
 
     def holds_back(self, gen: GenerationKey, wait_version: str) -> bool:
         """Whether this producer may still write records to `gen` (seal waits for it)."""
+        if planted.EARLY_SEAL in planted.active:
+            return False
         return self.topology_version < wait_version or gen in self.in_flight
 
 

@@ -1,0 +1,21 @@
+"""Bugs planted on purpose, each off unless the simulator switches it on, to show that it can fail.
+
+A simulator that finds no bug proves little: `tests/test_simulation.py` turns each of these on in turn and
+requires `streamplane.coordinator.sim` to report a violation within a bounded number of seeds. Production
+code reads them at the few places they change; nothing else ever sets them.
+"""
+
+from __future__ import annotations
+
+STALE_EPOCH = "stale_epoch"
+"""check_lease accepts a commit carrying an old epoch of the lease."""
+NO_EPOCH_BUMP = "no_epoch_bump"
+"""A lease granted again keeps its epoch, so the previous holder is not fenced."""
+EARLY_SEAL = "early_seal"
+"""A generation is sealed without waiting for the producers that still route by the old topology."""
+UNKNOWN_AS_FAILURE = "unknown_as_failure"
+"""The store's retry loop runs a body again after a commit_unknown_result that did commit."""
+
+ALL = (STALE_EPOCH, NO_EPOCH_BUMP, EARLY_SEAL, UNKNOWN_AS_FAILURE)
+
+active: set[str] = set()

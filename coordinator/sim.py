@@ -1,0 +1,376 @@
+"""A deterministic simulation of the control plane: the real domain code, simulated time, workers, producers
+and clusters, FoundationDB's worst on the store, faults by seed, invariants checked as it runs.
+
+One process, one thread, no sockets or sleeps: the Assigner's pass, the sealer's pass, lease and commit-log
+transactions are the production functions, driven by a ManualClock in 100 ms steps over an embedded store
+wrapped in ChaosDatabase. Workers join, heartbeat, read their leases from the store (what their session
+would tell them), process records, commit with their epoch, release on revoke; they crash and pause
+(coming back as zombies with old epochs). Producers append records to in-memory clusters and learn of
+failovers from the event log late. Clusters go down; lanes fail over; the clock jumps.
+
+Checked: no commit is accepted unless its sender holds the lease at that epoch; the commit log holds
+exactly what was committed (a reference model of done offsets); no change fails unexpectedly; and once
+the faults stop, every record a producer wrote is processed, and every old generation is sealed at the
+right end offsets and drained.
+
+    python -m streamplane.coordinator.sim --seeds 100           # a range of seeds; prints failures
+    python -m streamplane.coordinator.sim --seed 7 --plant stale_epoch   # one seed, with a planted bug
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from streamplane.clock import ManualClock
+from streamplane.coordinator import commitlog, events, leases, planted, sealing
+from streamplane.coordinator.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.sealing import Sealer, SealingConfig
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
+from streamplane.coordinator.topology import Topology, get_stream
+from streamplane.errors import FencedError, StreamplaneError, UnavailableError
+from streamplane.model import ACTIVE, DRAINED, Commit, FailedOver, Subscription
+
+STEP_MS = 100
+GROUP, STREAM, LANE = "sim", "events", "realtime"
+CLUSTERS = ("c1", "c2", "c3")
+STORE_FAULTS = Faults(conflict=0.03, too_old=0.02, unknown_committed=0.03, unknown_lost=0.02)
+
+
+class InvariantError(AssertionError):
+    """An invariant broke: what, and at which simulated millisecond."""
+
+
+@dataclass
+class Worker:
+    name: str
+    session: str = ""
+    up: bool = True
+    paused_until: int = 0
+    down_until: int = 0
+    beat_at: int = 0
+    alive_until: int = 0
+    """Until when the coordinator counts its session as live (its last join or heartbeat plus the TTL)."""
+    held: dict[str, int] = field(default_factory=dict)
+    """lease id: the epoch this worker believes it holds (stale while paused)."""
+    position: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Producer:
+    name: str
+    version: str = ""
+    """The newest topology event this producer routes by."""
+    generation: int = 1
+    partitions: int = 0
+    cluster: str = "c1"
+    learns_at: int = 0
+    """When it next reads the event log (producers hear of failovers late)."""
+
+
+class World:
+    """One seeded run."""
+
+    def __init__(self, seed: int, data_dir: Path, *, partitions: int = 4, workers: int = 3) -> None:
+        self.seed, self.rng = seed, random.Random(seed)
+        self.clock = ManualClock(1_800_000_000_000)
+        self.inner = open_store(StoreConfig(driver="embedded", data_dir=data_dir))
+        idempotent = planted.UNKNOWN_AS_FAILURE not in planted.active
+        self.db = ChaosDatabase(self.inner, seed=seed, faults=STORE_FAULTS, idempotent=idempotent)
+        self.admin = MemoryClusterAdmin()
+        self.topology = Topology(self.db, self.admin)
+        config = AssignerConfig(ttl_ms=3000, heartbeat_interval_ms=500, revoke_ms=1000, rebalance_ms=500)
+        self.assigner = Assigner(
+            self.db, config, replica_id="sim", clock=self.clock, new_session_id=lambda: self.rng.randbytes(6).hex()
+        )
+        self.sealer = Sealer(self.db, self.admin, lambda: True, SealingConfig(producer_ttl_ms=4000), clock=self.clock)
+        self.ttl_ms = config.ttl_ms
+        for name in CLUSTERS:
+            self.topology.register_cluster(_cluster(name))
+        self.topology.create_stream(STREAM, partitions, "c1")
+        head = events.head_version(self.db)
+        self.workers = [Worker(f"w{i}") for i in range(workers)]
+        self.producers = [Producer(f"p{i}", head, 1, partitions) for i in range(2)]
+        self.done: dict[str, set[int]] = {}
+        """Reference model: per lease id, the offsets whose commit was accepted."""
+        self.faults_until = 0
+        self.stream = get_stream(self.inner, STREAM)
+
+    @property
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    def fail(self, what: str) -> None:
+        raise InvariantError(f"seed {self.seed} at +{(self.now - 1_800_000_000_000) / 1000:.1f} s: {what}")
+
+    # -- the run
+    def run(self, fault_s: int = 30, quiet_s: int = 30) -> None:
+        self.faults_until = self.now + fault_s * 1000
+        end = self.faults_until + quiet_s * 1000
+        while self.now < end:
+            if self.now < self.faults_until:
+                self._inject()
+            elif self.admin.down:
+                self.admin.down.clear()  # the faults are over: every cluster is back
+            self._produce()
+            self.assigner.run_once()
+            self.sealer.run_once()
+            self.stream = get_stream(self.inner, STREAM)  # what workers see this step
+            for w in self.workers:
+                self._work(w)
+            self.clock.advance(STEP_MS)
+        self._check_quiesced()
+
+    def _inject(self) -> None:
+        r = self.rng.random()
+        if r < 0.004:  # a worker crashes (kill -9): its session ends by TTL, its memory is gone
+            w = self.rng.choice(self.workers)
+            w.up, w.down_until, w.held, w.position, w.session = (
+                False,
+                self.now + self.rng.randrange(500, 4000),
+                {},
+                {},
+                "",
+            )
+        elif r < 0.008:  # a worker pauses (GC, VM), then resumes believing it still holds its leases
+            self.rng.choice(self.workers).paused_until = self.now + self.rng.randrange(1000, 6000)
+        elif r < 0.010:  # the active cluster is down for a while
+            self.admin.down.add(self._active().cluster)
+        elif r < 0.013:
+            self.admin.down.clear()
+        elif r < 0.015:  # fail the lane over, sometimes with more partitions
+            gen = self._active()
+            target = self.rng.choice([c for c in CLUSTERS if c != gen.cluster])
+            grow = self.rng.choice([0, 0, gen.partitions + 2])
+            self._change(lambda: self.topology.failover(STREAM, LANE, target, grow, reason="sim"))
+        elif r < 0.016:  # the clock jumps ahead
+            self.clock.advance(self.rng.randrange(500, 2500))
+
+    def _active(self):
+        lane = get_stream(self.inner, STREAM).lane(LANE)
+        assert lane is not None
+        return lane.active
+
+    def _change(self, call):
+        try:
+            return call()
+        except UnavailableError:
+            return None  # a cluster is down: the caller tries again later
+        except StreamplaneError as err:
+            self.fail(f"{type(err).__name__}: {err.message}")
+
+    # -- producers
+    def _produce(self) -> None:
+        for p in self.producers:
+            if self.now >= p.learns_at:  # read the log from its version: a failover moves it
+                p.learns_at = self.now + self.rng.randrange(200, 3000)
+                after = events.parse_version(p.version)
+                for event in events.read_events(self.inner, after):
+                    p.version = event.version
+                    if isinstance(event, FailedOver) and event.lane == LANE:
+                        p.generation, p.partitions = event.current.number, event.current.partitions
+                        p.cluster = event.current.cluster
+                sealing.producer_heartbeat(self.db, p.name, p.version, [], now_ms=self.now, ttl_ms=4000)
+            if self.now >= self.faults_until + 10_000 or p.cluster in self.admin.down:
+                continue  # the last 20 s are quiet: everything written is in; a down cluster takes nothing
+            topic = f"sp.{STREAM}.{LANE}.g{p.generation}"
+            self.admin.append(p.cluster, topic, self.rng.randrange(p.partitions), self.rng.randrange(1, 6))
+
+    # -- workers
+    def _work(self, w: Worker) -> None:
+        if not w.up:
+            if self.now >= w.down_until:
+                w.up = True
+            return
+        if self.now < w.paused_until:
+            return
+        for lid, epoch in list(w.held.items()):  # a zombie first finishes what it believes it holds
+            self._process(w, lid, epoch)
+        if not w.session:
+            try:
+                session = self.assigner.open_session(GROUP, w.name, [Subscription(STREAM)], capacity=1.0, max_load=0.0)
+            except StreamplaneError as err:
+                if "live session" in err.message and self.now < w.alive_until:
+                    return  # its crashed session has not expired yet
+                self.fail(f"join of {w.name}: {type(err).__name__}: {err.message}")
+            w.session, w.alive_until = session.session_id, self.now + self.ttl_ms
+        if self.now >= w.beat_at:
+            w.beat_at = self.now + 500
+            try:
+                leases.heartbeat(
+                    self.db,
+                    GROUP,
+                    w.name,
+                    w.session,
+                    cpu=0,
+                    records_per_s=0,
+                    lease_loads=[],
+                    now_ms=self.now,
+                    ttl_ms=self.ttl_ms,
+                )
+                w.alive_until = self.now + self.ttl_ms
+            except FencedError:  # its session ended while it was away: join again
+                w.session, w.held, w.position = "", {}, {}
+                return
+        self._sync(w)
+
+    def _sync(self, w: Worker) -> None:
+        """Learn the leases held now (a session's grants and revokes); hand back the revoked ones."""
+        member, held = leases.read_member_leases(self.inner, GROUP, w.name)
+        if member is None or member.session_id != w.session:
+            w.session, w.held, w.position = "", {}, {}
+            return
+        now = {x.lease_id: x for x in held}
+        for lid in [lid for lid in w.held if lid not in now or now[lid].epoch != w.held[lid]]:
+            del w.held[lid]
+            w.position.pop(lid, None)
+        for lid, lease in now.items():
+            if lid not in w.held:
+                w.held[lid] = lease.epoch
+                w.position[lid] = self._low((GROUP, *lease.key))
+            if lease.state == leases.REVOKING:
+                self._process(w, lid, lease.epoch)
+                self._change(lambda lid=lid, e=lease.epoch: leases.release(self.db, GROUP, w.name, w.session, lid, e))
+                w.held.pop(lid, None)
+
+    def _process(self, w: Worker, lid: str, epoch: int) -> None:
+        """Read what is there (up to the sealed end) and commit it as done, fenced by the epoch."""
+        stream, lane, number, partition = leases.parse_lease_id(lid)
+        topic = f"sp.{stream}.{lane}.g{number}"
+        found = self.stream.lane(lane)
+        gen = found.generation(number) if found else None
+        if gen is None or gen.state == DRAINED:
+            return
+        cluster_ends = self.admin.topics.get((gen.cluster, topic))
+        if gen.cluster in self.admin.down or cluster_ends is None:
+            return
+        end = cluster_ends[partition] if not gen.end_offsets else gen.end_offsets[partition]
+        start = w.position.get(lid, 0)
+        upto = min(end, start + self.rng.randrange(1, 40))
+        if upto <= start:
+            return
+        try:
+            commitlog.commit(
+                self.db, GROUP, lid, epoch, Commit(acked=[(start, upto)], high_watermark=end), now_ms=self.now
+            )
+        except FencedError:  # a zombie, or a lease that moved: drop it
+            w.held.pop(lid, None)
+            return
+        lease = leases.read_leases(self.inner, GROUP).get((stream, lane, number, partition))
+        if lease is None or lease.epoch != epoch or lease.worker_id != w.name:
+            self.fail(f"a commit of {lid} by {w.name} at epoch {epoch} was accepted, but the lease is at {lease}")
+        w.position[lid] = upto
+        self.done.setdefault(lid, set()).update(range(start, upto))
+        self._check_commit_log(lid)
+
+    def _low(self, pk: tuple[str, str, str, int, int]) -> int:
+        return self.inner.transact(lambda tr: commitlog.read_header(tr, pk).low)
+
+    # -- invariants
+    def _check_commit_log(self, lid: str) -> None:
+        progress = commitlog.progress(self.inner, GROUP, lid, max_ranges=100_000)
+        stored = set(range(progress.header.low)) | {o for a, b in progress.done for o in range(a, b)}
+        if stored != self.done[lid]:
+            missing, extra = sorted(self.done[lid] - stored)[:5], sorted(stored - self.done[lid])[:5]
+            self.fail(f"the commit log of {lid} differs from what was committed: missing {missing}, extra {extra}")
+
+    def _check_quiesced(self) -> None:
+        lane = get_stream(self.inner, STREAM).lane(LANE)
+        assert lane is not None
+        for gen in lane.generations:
+            written = self.admin.topics.get((gen.cluster, gen.topic), [])
+            if gen.state != ACTIVE and gen.end_offsets != written:
+                self.fail(
+                    f"g{gen.number} is {gen.state} with end offsets {gen.end_offsets}, but {written} were written"
+                )
+            for p, end in enumerate(written):
+                low = self._low((GROUP, STREAM, LANE, gen.number, p))
+                if low < end:
+                    self.fail(f"g{gen.number}/p{p}: records {low}..{end} were written and never processed")
+            if gen is not lane.active and gen.state != DRAINED:
+                self.fail(f"g{gen.number} is still {gen.state} after the faults stopped")
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _cluster(name: str):
+    from streamplane.model import Cluster
+
+    return Cluster(name, f"{name}:9092")
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The domain logs each seal and drain; a run of many seeds would print thousands of lines."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
+
+
+def run_seed(seed: int, *, plant: tuple[str, ...] = (), fault_s: int = 30, quiet_s: int = 30) -> str | None:
+    """One seeded world; the violation it found, or None."""
+    planted.active.clear()
+    planted.active.update(plant)
+    tmp = Path(tempfile.mkdtemp(prefix="streamplane-sim-"))
+    world: World | None = None
+    try:
+        world = World(seed, tmp)
+        world.run(fault_s, quiet_s)
+        return None
+    except InvariantError as v:
+        return str(v)
+    except StreamplaneError as err:  # a change that should have succeeded did not
+        return f"seed {seed}: {type(err).__name__}: {err.message}"
+    finally:
+        planted.active.clear()
+        if world is not None:
+            world.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replay_command(seed: int, plant: tuple[str, ...]) -> str:
+    flags = "".join(f" --plant {p}" for p in plant)
+    return f"python -m streamplane.coordinator.sim --seed {seed}{flags}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, help="run this seed only")
+    parser.add_argument("--seeds", type=int, default=20, help="run seeds 0..N-1")
+    parser.add_argument("--first", type=int, default=0, help="first seed of the range")
+    parser.add_argument("--plant", action="append", default=[], choices=planted.ALL, help="switch a planted bug on")
+    args = parser.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    plant = tuple(args.plant)
+    failures, started = 0, time.monotonic()
+    with _quiet():
+        for i, seed in enumerate(seeds, 1):
+            found = run_seed(seed, plant=plant)
+            if found:
+                failures += 1
+                print(f"FAIL {found}\n  replay: {replay_command(seed, plant)}", flush=True)
+            if i % 10 == 0 or i == len(seeds):
+                print(
+                    f"sim: {i}/{len(seeds)} seeds, {failures} failed, {time.monotonic() - started:.0f} s",
+                    file=sys.stderr,
+                )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
