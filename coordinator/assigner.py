@@ -104,7 +104,7 @@ class Session:
         self._last_heard = self.clock.monotonic()
 
     def release(self, lid: str, epoch: int) -> None:
-        leases.release(self.db, self.group, self.worker_id, self.session_id, lid, epoch)
+        leases.release(self.db, self.group, self.worker_id, self.session_id, lid, epoch, now_ms=self.clock.now_ms())
         self._last_heard = self.clock.monotonic()
 
     def fail(self, error: StreamplaneError) -> None:
@@ -116,7 +116,7 @@ class Session:
         """End the session and free its leases at once (idempotent)."""
         if not self._closed.is_set():
             self._closed.set()
-            if leases.leave(self.db, self.group, self.worker_id, self.session_id, reason):
+            if leases.leave(self.db, self.group, self.worker_id, self.session_id, reason, now_ms=self.clock.now_ms()):
                 log.info("session.closed", group=self.group, worker=self.worker_id, reason=reason)
 
     def updates(self, is_active: Callable[[], bool]) -> Iterator[SessionEvent]:

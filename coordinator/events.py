@@ -7,7 +7,6 @@ Versions are the 12 bytes of the key's versionstamp (commit version, batch order
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, fields
 from typing import Any, TypeVar
@@ -89,20 +88,23 @@ def _event(kind: str, data: dict[str, Any], **header: Any) -> Event:
     return cls(**header, **kwargs)
 
 
-def _body(event: Event, actor: str) -> bytes:
-    body = {"type": event.kind, "time_ms": int(time.time() * 1000), "actor": actor, "data": _payload(event)}
+def _body(event: Event, actor: str, time_ms: int) -> bytes:
+    body = {"type": event.kind, "time_ms": time_ms, "actor": actor, "data": _payload(event)}
     return json.dumps(body, sort_keys=True).encode()
 
 
-def append_event(tr: Transaction, event: TopologyEvent, *, actor: str, user_version: int = 0) -> None:
-    """Append one event to the topology log in `tr`; its version is the transaction's commit versionstamp."""
-    tr.set_versionstamped_key(keys.event_key_incomplete(user_version), _body(event, actor))
+def append_event(tr: Transaction, event: TopologyEvent, *, actor: str, time_ms: int, user_version: int = 0) -> None:
+    """Append one event to the topology log in `tr`; its version is the transaction's commit versionstamp.
+    `time_ms` is the caller's clock, read outside the transaction body (a retried body keeps its time)."""
+    tr.set_versionstamped_key(keys.event_key_incomplete(user_version), _body(event, actor, time_ms))
     tr.add(keys.EVENT_HEAD, 1)
 
 
-def append_group_event(tr: Transaction, event: GroupChanged, *, actor: str, user_version: int = 0) -> None:
+def append_group_event(
+    tr: Transaction, event: GroupChanged, *, actor: str, time_ms: int, user_version: int = 0
+) -> None:
     """Append one event to its group's log in `tr` (each group has its own, so churn stays with its watchers)."""
-    tr.set_versionstamped_key(keys.group_event_key_incomplete(event.group, user_version), _body(event, actor))
+    tr.set_versionstamped_key(keys.group_event_key_incomplete(event.group, user_version), _body(event, actor, time_ms))
     tr.add(keys.group_event_head_key(event.group), 1)
 
 

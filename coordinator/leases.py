@@ -184,8 +184,8 @@ def _bump(tr: Transaction, group: str, *workers: str) -> None:
 class _Events:
     """Appends several events in one transaction (each needs its own user version)."""
 
-    def __init__(self, tr: Transaction, actor: str) -> None:
-        self.tr, self.actor, self.n = tr, actor, 0
+    def __init__(self, tr: Transaction, actor: str, now_ms: int) -> None:
+        self.tr, self.actor, self.now_ms, self.n = tr, actor, now_ms, 0
 
     def group(self, group: str, type_: str, worker_id: str = "", lease: Lease | None = None, reason: str = "") -> None:
         event = GroupChanged(
@@ -196,7 +196,7 @@ class _Events:
             epoch=lease.epoch if lease else 0,
             reason=reason,
         )
-        events.append_group_event(self.tr, event, actor=self.actor, user_version=self.n)
+        events.append_group_event(self.tr, event, actor=self.actor, time_ms=self.now_ms, user_version=self.n)
         self.n += 1
 
 
@@ -247,12 +247,12 @@ def join(
             raise AlreadyExistsError(
                 f"worker_id {worker_id!r} already has a live session in group {group!r}", kind="worker", name=worker_id
             )
-        _leave(tr, group, old, "replaced by a new session after its TTL", _Events(tr, "assigner"))
+        _leave(tr, group, old, "replaced by a new session after its TTL", _Events(tr, "assigner", now_ms))
     member = Member(worker_id, session_id, subs, capacity, max_load, alive_until_ms=now_ms + ttl_ms)
     tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
     tr.set(keys.member_key(group, worker_id), member.to_json())
     _bump(tr, group, worker_id)
-    _Events(tr, worker_id).group(group, "member_joined", worker_id, reason=f"session {session_id}")
+    _Events(tr, worker_id, now_ms).group(group, "member_joined", worker_id, reason=f"session {session_id}")
     return member
 
 
@@ -302,7 +302,9 @@ def heartbeat(
 
 
 @transactional
-def release(tr: Transaction, group: str, worker_id: str, session_id: str, lid: str, epoch: int) -> Lease:
+def release(
+    tr: Transaction, group: str, worker_id: str, session_id: str, lid: str, epoch: int, *, now_ms: int
+) -> Lease:
     """The holder hands a lease back (after a revoke, or of its own accord). A release racing the lease's own
     end (freed, or granted again at a newer epoch) changes nothing; one of a lease never held at that epoch
     is bad input."""
@@ -319,7 +321,7 @@ def release(tr: Transaction, group: str, worker_id: str, session_id: str, lid: s
     freed = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
     _write_lease(tr, group, lease, freed)
     _bump(tr, group, worker_id)
-    _Events(tr, worker_id).group(group, "lease_released", worker_id, lease)
+    _Events(tr, worker_id, now_ms).group(group, "lease_released", worker_id, lease)
     return freed
 
 
@@ -334,13 +336,13 @@ def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: _Events
 
 
 @transactional
-def leave(tr: Transaction, group: str, worker_id: str, session_id: str, reason: str) -> bool:
+def leave(tr: Transaction, group: str, worker_id: str, session_id: str, reason: str, *, now_ms: int) -> bool:
     """End a session and free its leases at once; False if it had already ended."""
     raw = tr.get(keys.member_key(group, worker_id))
     member = Member.from_json(raw) if raw else None
     if member is None or member.session_id != session_id:
         return False
-    _leave(tr, group, member, reason, _Events(tr, "assigner"))
+    _leave(tr, group, member, reason, _Events(tr, "assigner", now_ms))
     return True
 
 
@@ -348,7 +350,7 @@ def leave(tr: Transaction, group: str, worker_id: str, session_id: str, reason: 
 def expire(tr: Transaction, group: str, now_ms: int) -> int:
     """End every session past its TTL; return when the next live one would expire (0: none left). Heartbeats
     only move that time later, and a new member wakes the loop, so nothing can expire sooner."""
-    ev = _Events(tr, "assigner")
+    ev = _Events(tr, "assigner", now_ms)
     members = read_members(tr, group).values()
     for member in members:
         if member.alive_until_ms <= now_ms:
@@ -450,7 +452,7 @@ def apply_assignment(
     plan = assign(specs, workers, current, threshold=threshold, proposed=proposed, pinned=pinned)
     target = plan.holders
     done = Applied(proposed=plan.proposed)
-    ev = _Events(tr, "assigner")
+    ev = _Events(tr, "assigner", now_ms)
     for k in set(wanted) | set(leases):
         lease = leases.get(k) or Lease(*k)
         want = target.get(k, "")

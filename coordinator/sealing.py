@@ -203,6 +203,7 @@ def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms
         tr,
         GenerationSealed(stream=plan.stream, lane=plan.lane, generation=sealed, reason=plan.reason),
         actor="sealer",
+        time_ms=now_ms,
     )
     return sealed
 
@@ -221,7 +222,7 @@ def _groups_on(tr: Transaction, stream: str, lane: str, number: int) -> list[str
 
 
 @transactional
-def mark_drained(tr: Transaction) -> list[tuple[str, str, Generation, list[str]]]:
+def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generation, list[str]]]:
     """Mark drained every sealed generation that each of its groups has processed to its end offsets."""
     done = []
     for stream, lane, gen in _generations_in(tr, SEALED):
@@ -239,6 +240,7 @@ def mark_drained(tr: Transaction) -> list[tuple[str, str, Generation, list[str]]
             tr,
             GenerationDrained(stream=stream, lane=lane, generation=drained, groups=tuple(groups)),
             actor="sealer",
+            time_ms=now_ms,
         )
         done.append((stream, lane, drained, groups))
     return done
@@ -302,5 +304,5 @@ class Sealer:
                     end_offsets=sealed.end_offsets,
                     reason=plan.reason,
                 )
-        for stream, lane, gen, groups in mark_drained(self.db):
+        for stream, lane, gen, groups in mark_drained(self.db, self.clock.now_ms()):
             log.info("generation.drained", stream=stream, lane=lane, generation=gen.number, groups=groups)

@@ -81,7 +81,7 @@ def start(
         interceptors=[MetricsInterceptor()],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
     )
-    topology = Topology(db, admin or RoutingAdmin())
+    topology = Topology(db, admin or RoutingAdmin(), clock)
     topology_pb2_grpc.add_TopologyServiceServicer_to_server(
         TopologyServicer(topology, sealing_config, clock=clock), server
     )

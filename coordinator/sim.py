@@ -90,7 +90,7 @@ class World:
         idempotent = planted.UNKNOWN_AS_FAILURE not in planted.active
         self.db = ChaosDatabase(self.inner, seed=seed, faults=STORE_FAULTS, idempotent=idempotent)
         self.admin = MemoryClusterAdmin()
-        self.topology = Topology(self.db, self.admin)
+        self.topology = Topology(self.db, self.admin, self.clock)
         config = AssignerConfig(ttl_ms=3000, heartbeat_interval_ms=500, revoke_ms=1000, rebalance_ms=500)
         self.assigner = Assigner(
             self.db, config, replica_id="sim", clock=self.clock, new_session_id=lambda: self.rng.randbytes(6).hex()
@@ -242,7 +242,11 @@ class World:
                 w.position[lid] = self._low((GROUP, *lease.key))
             if lease.state == leases.REVOKING:
                 self._process(w, lid, lease.epoch)
-                self._change(lambda lid=lid, e=lease.epoch: leases.release(self.db, GROUP, w.name, w.session, lid, e))
+                self._change(
+                    lambda lid=lid, e=lease.epoch: leases.release(
+                        self.db, GROUP, w.name, w.session, lid, e, now_ms=self.now
+                    )
+                )
                 w.held.pop(lid, None)
 
     def _process(self, w: Worker, lid: str, epoch: int) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, keys
 from streamplane.coordinator.cluster_admin import ClusterAdmin
 from streamplane.coordinator.store import Database, Transaction, transactional
@@ -165,9 +166,10 @@ class Committed:
 class Topology:
     """The topology domain: reads and event-sourced changes over a store and a cluster admin."""
 
-    def __init__(self, db: Database, admin: ClusterAdmin) -> None:
+    def __init__(self, db: Database, admin: ClusterAdmin, clock: Clock = SYSTEM) -> None:
         self.db = db
         self.admin = admin
+        self.clock = clock
 
     def _commit(self, change: Callable[[Transaction], Any]) -> Committed:
         """Run `change` (which appends exactly one event) and return its result with the event's version."""
@@ -184,6 +186,8 @@ class Topology:
     def register_cluster(self, cluster: Cluster, *, update_existing: bool = False, actor: str = "") -> Committed:
         cluster = validate_cluster(cluster)
 
+        now = self.clock.now_ms()  # the event's time, read outside the transaction body
+
         def change(tr: Transaction) -> Cluster:
             key = keys.cluster_key(cluster.name)
             exists = tr.get(key) is not None
@@ -193,7 +197,7 @@ class Topology:
                 )
             tr.set(key, cluster.to_json())
             kind = ClusterUpdated if exists else ClusterRegistered
-            events.append_event(tr, kind(cluster=cluster), actor=actor)
+            events.append_event(tr, kind(cluster=cluster), actor=actor, time_ms=now)
             return cluster
 
         return self._commit(change)
@@ -233,13 +237,15 @@ class Topology:
         for lane in lanes:
             self.admin.ensure_topic(target, lane.active.topic, partitions)
 
+        now = self.clock.now_ms()  # the event's time, read outside the transaction body
+
         def change(tr: Transaction) -> Stream:
             plan(tr)  # re-check inside the committing transaction: a concurrent create loses cleanly
             stream = Stream(name, sorted(lanes, key=lambda lane: -lane.priority))
             tr.set(keys.stream_key(name), Stream(name).to_json())
             for lane in lanes:
                 _write_lane(tr, name, lane)
-            events.append_event(tr, StreamCreated(stream=stream), actor=actor)
+            events.append_event(tr, StreamCreated(stream=stream), actor=actor, time_ms=now)
             return stream
 
         committed = self._commit(change)
@@ -272,10 +278,12 @@ class Topology:
         new_lane = Lane(lane, priority, [Generation(1, target.name, topic_name(stream, lane, 1), count)])
         self.admin.ensure_topic(target, new_lane.active.topic, count)
 
+        now = self.clock.now_ms()  # the event's time, read outside the transaction body
+
         def change(tr: Transaction) -> None:
             plan(tr)
             _write_lane(tr, stream, new_lane)
-            events.append_event(tr, LaneAdded(stream=stream, lane=new_lane), actor=actor)
+            events.append_event(tr, LaneAdded(stream=stream, lane=new_lane), actor=actor, time_ms=now)
 
         committed = self._commit(change)
         return Committed(self.get_stream(stream), committed.version)
@@ -310,6 +318,8 @@ class Topology:
         _, nxt, target = self.db.transact(plan)
         self.admin.ensure_topic(target, nxt.topic, nxt.partitions)
 
+        now = self.clock.now_ms()  # the event's time, read outside the transaction body
+
         def change(tr: Transaction) -> tuple[Generation, Generation]:
             prev_now, planned, _ = plan(tr)
             if planned != nxt:
@@ -321,6 +331,7 @@ class Topology:
                 tr,
                 FailedOver(stream=stream, lane=lane, previous=draining, current=nxt, reason=reason),
                 actor=actor,
+                time_ms=now,
             )
             return draining, nxt
 

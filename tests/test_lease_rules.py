@@ -76,7 +76,7 @@ def test_a_joining_worker_gets_a_partition_once_its_holder_releases_it_and_the_o
     assert (holder, epoch) == ("w1", 1), "revoking: still the old holder's until it hands it back"
     assert applied.next_deadline_ms == T0 + 10 + REVOKE_MS
     leases.check_lease(db, GROUP, moving, 1)  # w1 may still finish its in-flight work
-    leases.release(db, GROUP, "w1", "s-w1", moving, 1)
+    leases.release(db, GROUP, "w1", "s-w1", moving, 1, now_ms=T0)
     assign(db, T0 + 20)
     assert held(db)[moving] == ("w2", 2, "granted")
     with pytest.raises(FencedError, match="stale"):
@@ -108,7 +108,7 @@ def test_a_silent_worker_expires_at_its_ttl_and_its_partitions_go_to_the_others(
     assign(db, T0 + TTL_MS)
     assert {v[0] for v in held(db).values()} == {"w2"}
     with pytest.raises(FencedError, match="has ended"):
-        leases.release(db, GROUP, "w1", "s-w1", P0, 1)
+        leases.release(db, GROUP, "w1", "s-w1", P0, 1, now_ms=T0)
 
 
 def test_a_worker_id_is_taken_while_its_session_lives_and_free_after_its_ttl(db: Database) -> None:
@@ -126,9 +126,9 @@ def test_releasing_a_lease_never_held_at_that_epoch_is_refused_and_a_late_releas
     join(db, "w1", T0)
     assign(db, T0)
     with pytest.raises(FailedPreconditionError, match="does not hold"):
-        leases.release(db, GROUP, "w1", "s-w1", P0, 7)
-    leases.release(db, GROUP, "w1", "s-w1", P0, 1)
+        leases.release(db, GROUP, "w1", "s-w1", P0, 7, now_ms=T0)
+    leases.release(db, GROUP, "w1", "s-w1", P0, 1, now_ms=T0)
     assign(db, T0 + 1)
     assert held(db)[P0] == ("w1", 2, "granted"), "granted again, at a new epoch"
-    leases.release(db, GROUP, "w1", "s-w1", P0, 1)  # a late duplicate of the first release
+    leases.release(db, GROUP, "w1", "s-w1", P0, 1, now_ms=T0)  # a late duplicate of the first release
     assert held(db)[P0] == ("w1", 2, "granted")

@@ -26,6 +26,7 @@ from streamplane.model import (
     SEALED,
     Cluster,
     Commit,
+    FailedOver,
     Generation,
     GenerationDrained,
     GenerationSealed,
@@ -71,7 +72,7 @@ class World:
 def world(tmp_path: Path) -> Iterator[World]:
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
     admin, clock = MemoryClusterAdmin(), ManualClock()
-    topology = Topology(db, admin)
+    topology = Topology(db, admin, clock)
     for name in ("east", "west"):
         topology.register_cluster(Cluster(name, f"{name}:9092"))
     topology.create_stream("logs", 2, "east")
@@ -89,6 +90,8 @@ def test_with_no_producer_a_failover_is_sealed_at_the_old_topics_end_offsets(wor
     assert (g1.state, g1.end_offsets) == (SEALED, [3, 2])
     assert world.state(2) == ACTIVE
     (sealed,) = [e for e in events.read_events(world.db, None) if isinstance(e, GenerationSealed)]
+    (moved,) = [e for e in events.read_events(world.db, None) if isinstance(e, FailedOver)]
+    assert sealed.time_ms == moved.time_ms == world.clock.now_ms(), "events are stamped by the injected clock"
     assert (sealed.stream, sealed.lane, sealed.generation.end_offsets, sealed.reason) == (
         "logs",
         "realtime",

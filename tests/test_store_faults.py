@@ -61,7 +61,7 @@ def script(db: Database) -> list[Any]:
         lambda: _commit(db, "logs/realtime/g1/p0", [(5, 6)]),
         lambda: _commit(db, "logs/realtime/g1/p1", []),
         lambda: sealer.run_once(),
-        lambda: leases.leave(db, "g", "w2", "s2", "test"),
+        lambda: leases.leave(db, "g", "w2", "s2", "test", now_ms=T0 + 300),
         lambda: leases.expire(db, "g", T0 + 10_000),
         lambda: topology.create_stream("logs", 2, "east").value,  # refused: exists
     ]
