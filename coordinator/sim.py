@@ -20,14 +20,15 @@ right end offsets and drained.
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import structlog
@@ -39,9 +40,24 @@ from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
-from streamplane.coordinator.topology import Topology, get_stream
+from streamplane.coordinator.topology import Topology, get_stream, list_clusters
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
-from streamplane.model import ACTIVE, DRAINED, Commit, FailedOver, Subscription
+from streamplane.model import (
+    ACTIVE,
+    DRAINED,
+    Cluster,
+    ClusterRegistered,
+    ClusterUpdated,
+    Commit,
+    FailedOver,
+    Generation,
+    GenerationDrained,
+    GenerationSealed,
+    Lane,
+    LaneAdded,
+    StreamCreated,
+    Subscription,
+)
 
 STEP_MS = 100
 GROUP, STREAM, LANE = "sim", "events", "realtime"
@@ -91,22 +107,39 @@ class World:
         self.db = ChaosDatabase(self.inner, seed=seed, faults=STORE_FAULTS, idempotent=idempotent)
         self.admin = MemoryClusterAdmin()
         self.topology = Topology(self.db, self.admin, self.clock)
-        config = AssignerConfig(ttl_ms=3000, heartbeat_interval_ms=500, revoke_ms=1000, rebalance_ms=500)
-        self.assigner = Assigner(
-            self.db, config, replica_id="sim", clock=self.clock, new_session_id=lambda: self.rng.randbytes(6).hex()
-        )
-        self.sealer = Sealer(self.db, self.admin, lambda: True, SealingConfig(producer_ttl_ms=4000), clock=self.clock)
-        self.ttl_ms = config.ttl_ms
+        self.ttl_ms = 3000
+        self._start_coordinator()
         for name in CLUSTERS:
             self.topology.register_cluster(_cluster(name))
         self.topology.create_stream(STREAM, partitions, "c1")
-        head = events.head_version(self.db)
+        self.start_version, self.partitions = events.head_version(self.db), partitions
         self.workers = [Worker(f"w{i}") for i in range(workers)]
-        self.producers = [Producer(f"p{i}", head, 1, partitions) for i in range(2)]
+        self.producers = [Producer(f"p{i}", self.start_version, 1, partitions) for i in range(2)]
         self.done: dict[str, set[int]] = {}
         """Reference model: per lease id, the offsets whose commit was accepted."""
         self.faults_until = 0
         self.stream = get_stream(self.inner, STREAM)
+
+    def _start_coordinator(self) -> None:
+        """A coordinator process: the Assigner and the sealer, with nothing in memory but their config."""
+        config = AssignerConfig(ttl_ms=self.ttl_ms, heartbeat_interval_ms=500, revoke_ms=1000, rebalance_ms=500)
+        self.assigner = Assigner(
+            self.db, config, replica_id="sim", clock=self.clock, new_session_id=lambda: self.rng.randbytes(6).hex()
+        )
+        self.sealer = Sealer(self.db, self.admin, lambda: True, SealingConfig(producer_ttl_ms=4000), clock=self.clock)
+
+    def _start_producer(self, p: Producer) -> None:
+        """As the client's Producer starts: open its session first (with no version, it holds back every seal),
+        then describe the stream and route by its newest generation and version."""
+        p.name = f"{p.name.split('.')[0]}.{self.now}"
+        sealing.producer_heartbeat(self.db, p.name, "", [], now_ms=self.now, ttl_ms=4000)
+        gen = self._active()
+        p.version, p.generation, p.partitions, p.cluster = (
+            events.head_version(self.db),
+            gen.number,
+            gen.partitions,
+            gen.cluster,
+        )
 
     @property
     def now(self) -> int:
@@ -157,6 +190,12 @@ class World:
             self._change(lambda: self.topology.failover(STREAM, LANE, target, grow, reason="sim"))
         elif r < 0.016:  # the clock jumps ahead
             self.clock.advance(self.rng.randrange(500, 2500))
+        elif r < 0.017:  # the coordinator crashes and restarts from the store: its in-memory state is gone
+            self._start_coordinator()
+        elif r < 0.020:  # a worker's heartbeat is lost on the way
+            self.rng.choice(self.workers).beat_at = self.now + 500
+        elif r < 0.022:  # a producer crashes and restarts: a new session (holding seals back) before its route
+            self._start_producer(self.rng.choice(self.producers))
 
     def _active(self):
         lane = get_stream(self.inner, STREAM).lane(LANE)
@@ -290,7 +329,31 @@ class World:
             missing, extra = sorted(self.done[lid] - stored)[:5], sorted(stored - self.done[lid])[:5]
             self.fail(f"the commit log of {lid} differs from what was committed: missing {missing}, extra {extra}")
 
+    def _check_replay(self) -> None:
+        """The topology log, replayed from the start, rebuilds the stored clusters and streams."""
+        clusters: dict[str, Cluster] = {}
+        lanes: dict[tuple[str, str], Lane] = {}
+        for event in events.read_events(self.inner, None, limit=1_000_000):
+            match event:
+                case ClusterRegistered(cluster=c) | ClusterUpdated(cluster=c):
+                    clusters[c.name] = c
+                case StreamCreated(stream=s):
+                    lanes.update({(s.name, lane.name): lane for lane in s.lanes})
+                case LaneAdded(stream=s, lane=lane):
+                    lanes[(s, lane.name)] = lane
+                case FailedOver(stream=s, lane=name, previous=prev, current=cur):
+                    lanes[(s, name)] = _with(_with(lanes[(s, name)], prev), cur)
+                case (
+                    GenerationSealed(stream=s, lane=name, generation=g)
+                    | GenerationDrained(stream=s, lane=name, generation=g)
+                ):
+                    lanes[(s, name)] = _with(lanes[(s, name)], g)
+        stored = {(STREAM, lane.name): lane for lane in get_stream(self.inner, STREAM).lanes}
+        if {c.name: c for c in list_clusters(self.inner)} != clusters or stored != lanes:
+            self.fail("replaying the event log does not rebuild the stored topology")
+
     def _check_quiesced(self) -> None:
+        self._check_replay()
         lane = get_stream(self.inner, STREAM).lane(LANE)
         assert lane is not None
         for gen in lane.generations:
@@ -310,9 +373,13 @@ class World:
         self.inner.close()
 
 
-def _cluster(name: str):
-    from streamplane.model import Cluster
+def _with(lane: Lane, gen: Generation) -> Lane:
+    """The lane with `gen` in place of its generation of that number, or added (kept in number order)."""
+    kept = [g for g in lane.generations if g.number != gen.number]
+    return replace(lane, generations=sorted([*kept, gen], key=lambda g: g.number))
 
+
+def _cluster(name: str) -> Cluster:
     return Cluster(name, f"{name}:9092")
 
 
@@ -355,24 +422,33 @@ def replay_command(seed: int, plant: tuple[str, ...]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, help="run this seed only")
-    parser.add_argument("--seeds", type=int, default=20, help="run seeds 0..N-1")
+    parser.add_argument("--seeds", type=int, default=20, help="run seeds --first .. --first+N-1")
     parser.add_argument("--first", type=int, default=0, help="first seed of the range")
+    parser.add_argument("--hours", type=float, help="run seeds from --first on until this much wall-clock time passed")
     parser.add_argument("--plant", action="append", default=[], choices=planted.ALL, help="switch a planted bug on")
     args = parser.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else list(range(args.first, args.first + args.seeds))
+    seeds: Iterable[int]
+    if args.seed is not None:
+        seeds, total = [args.seed], "1"
+    elif args.hours is not None:
+        seeds, total = itertools.count(args.first), "?"
+    else:
+        seeds, total = range(args.first, args.first + args.seeds), str(args.seeds)
     plant = tuple(args.plant)
     failures, started = 0, time.monotonic()
+    deadline = started + (args.hours or 0) * 3600
     with _quiet():
         for i, seed in enumerate(seeds, 1):
+            if args.hours is not None and time.monotonic() >= deadline:
+                break
             found = run_seed(seed, plant=plant)
             if found:
                 failures += 1
                 print(f"FAIL {found}\n  replay: {replay_command(seed, plant)}", flush=True)
-            if i % 10 == 0 or i == len(seeds):
-                print(
-                    f"sim: {i}/{len(seeds)} seeds, {failures} failed, {time.monotonic() - started:.0f} s",
-                    file=sys.stderr,
-                )
+            if i % 10 == 0:
+                elapsed = time.monotonic() - started
+                print(f"sim: {i}/{total} seeds, {failures} failed, {elapsed:.0f} s", file=sys.stderr)
+    print(f"sim: done, {failures} failed, {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 1 if failures else 0
 
 

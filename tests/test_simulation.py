@@ -37,3 +37,21 @@ def test_each_planted_bug_is_caught(bug: str) -> None:
 def test_a_seed_replays_the_same_world() -> None:
     first = run_seed(3, plant=(planted.STALE_EPOCH,))
     assert first is not None and first == run_seed(3, plant=(planted.STALE_EPOCH,))
+
+
+def test_the_replay_check_notices_state_changed_without_its_event(tmp_path) -> None:
+    from dataclasses import replace
+
+    from streamplane.coordinator.sim import InvariantError, World
+    from streamplane.coordinator.topology import write_generation
+    from streamplane.model import SEALED
+
+    world = World(0, tmp_path)
+    try:
+        world._check_replay()  # a fresh world replays cleanly
+        gen = world._active()
+        world.inner.transact(lambda tr: write_generation(tr, "events", "realtime", replace(gen, state=SEALED)))
+        with pytest.raises(InvariantError, match="replaying the event log"):
+            world._check_replay()
+    finally:
+        world.close()
