@@ -236,11 +236,12 @@ def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generatio
             continue
         drained = replace(gen, state=DRAINED)
         write_generation(tr, stream, lane, drained)
-        events.append_event(
+        events.append_event(  # one user version per event: two events of one transaction need two keys
             tr,
             GenerationDrained(stream=stream, lane=lane, generation=drained, groups=tuple(groups)),
             actor="sealer",
             time_ms=now_ms,
+            user_version=len(done),
         )
         done.append((stream, lane, drained, groups))
     return done

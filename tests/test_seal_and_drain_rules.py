@@ -198,3 +198,23 @@ def test_a_store_written_before_the_unsettled_index_still_gets_its_draining_gene
     world.sealer.run_once()  # first sight of the draining generation: records what producers must reach
     world.sealer.run_once()
     assert [world.state(1), world.state(2)] == [SEALED, ACTIVE]
+
+
+def test_two_generations_drained_in_one_pass_each_get_their_event(world: World) -> None:
+    """Found by the simulator (seed 21): both events of one transaction were written under one key."""
+    world.failover()  # g1 -> g2 on west
+    world.topology.failover("logs", "realtime", "east", reason="again")  # g2 -> g3 on east
+    world.sealer.run_once()
+    world.sealer.run_once()
+    assert (world.state(1), world.state(2)) == (SEALED, SEALED)
+    now = world.clock.now_ms()
+    for number, ends in ((1, [3, 2]), (2, [0, 0])):
+        for p, end in enumerate(ends):
+            lid = f"logs/realtime/g{number}/p{p}"
+            commitlog.commit(
+                world.db, "spark-a", lid, 0, Commit(acked=[(0, end)] if end else [], high_watermark=end), now_ms=now
+            )
+    world.sealer.run_once()
+    assert (world.state(1), world.state(2)) == (DRAINED, DRAINED)
+    drained = [e.generation.number for e in events.read_events(world.db, None) if isinstance(e, GenerationDrained)]
+    assert sorted(drained) == [1, 2]

@@ -34,6 +34,16 @@ def test_each_planted_bug_is_caught(bug: str) -> None:
     pytest.fail(f"planted bug {bug} was not caught in {FIND_WITHIN} seeds")
 
 
+@pytest.mark.parametrize(
+    "seed",
+    [
+        21,  # two generations drained in one pass: their two events shared one key, one was lost
+    ],
+)
+def test_seeds_that_found_bugs_stay_fixed(seed: int) -> None:
+    assert run_seed(seed) is None
+
+
 def test_a_seed_replays_the_same_world() -> None:
     first = run_seed(3, plant=(planted.STALE_EPOCH,))
     assert first is not None and first == run_seed(3, plant=(planted.STALE_EPOCH,))
