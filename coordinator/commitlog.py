@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 
 from streamplane import offsets
-from streamplane.coordinator import keys
+from streamplane.coordinator import keys, planted
 from streamplane.coordinator.leases import check_lease, parse_lease_id
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.errors import (
@@ -275,6 +275,10 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         _write_chunk(tr, pk, chunk, kept)
         if low < base + CHUNK:
             break
+    if planted.DROP_RETRIES in planted.active and low > header.low and retries:
+        r0 = keys.RETRIES.range(pk)
+        tr.clear_range(r0.start, r0.stop)
+        retries = 0
     new_header = replace(
         header,
         low=low,

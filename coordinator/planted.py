@@ -16,6 +16,9 @@ EARLY_SEAL = "early_seal"
 UNKNOWN_AS_FAILURE = "unknown_as_failure"
 """The store's retry loop runs a body again after a commit_unknown_result that did commit."""
 
-ALL = (STALE_EPOCH, NO_EPOCH_BUMP, EARLY_SEAL, UNKNOWN_AS_FAILURE)
+DROP_RETRIES = "drop_retries"
+"""Advancing the low watermark drops the partition's retry state, as if compaction swept it away."""
+
+ALL = (STALE_EPOCH, NO_EPOCH_BUMP, EARLY_SEAL, UNKNOWN_AS_FAILURE, DROP_RETRIES)
 
 active: set[str] = set()

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import structlog
 
+from streamplane import offsets
 from streamplane.clock import ManualClock
 from streamplane.coordinator import commitlog, events, leases, planted, sealing
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
@@ -55,6 +56,8 @@ from streamplane.model import (
     GenerationSealed,
     Lane,
     LaneAdded,
+    Reject,
+    Retry,
     StreamCreated,
     Subscription,
 )
@@ -82,6 +85,8 @@ class Worker:
     held: dict[str, int] = field(default_factory=dict)
     """lease id: the epoch this worker believes it holds (stale while paused)."""
     position: dict[str, int] = field(default_factory=dict)
+    retrying: dict[str, set[int]] = field(default_factory=dict)
+    """Poison records it asked to retry, per lease: it rejects them on its next pass."""
 
 
 @dataclass
@@ -116,7 +121,11 @@ class World:
         self.workers = [Worker(f"w{i}") for i in range(workers)]
         self.producers = [Producer(f"p{i}", self.start_version, 1, partitions) for i in range(2)]
         self.done: dict[str, set[int]] = {}
-        """Reference model: per lease id, the offsets whose commit was accepted."""
+        """Reference model: per lease id, the offsets whose ack or reject was accepted..."""
+        self.retried: dict[str, set[int]] = {}
+        """... those sent as retries (pending until done) ..."""
+        self.rejected: dict[str, set[int]] = {}
+        """... and those rejected."""
         self.faults_until = 0
         self.stream = get_stream(self.inner, STREAM)
 
@@ -170,9 +179,10 @@ class World:
         r = self.rng.random()
         if r < 0.004:  # a worker crashes (kill -9): its session ends by TTL, its memory is gone
             w = self.rng.choice(self.workers)
-            w.up, w.down_until, w.held, w.position, w.session = (
+            w.up, w.down_until, w.held, w.position, w.retrying, w.session = (
                 False,
                 self.now + self.rng.randrange(500, 4000),
+                {},
                 {},
                 {},
                 "",
@@ -261,7 +271,7 @@ class World:
                 )
                 w.alive_until = self.now + self.ttl_ms
             except FencedError:  # its session ended while it was away: join again
-                w.session, w.held, w.position = "", {}, {}
+                w.session, w.held, w.position, w.retrying = "", {}, {}, {}
                 return
         self._sync(w)
 
@@ -269,12 +279,13 @@ class World:
         """Learn the leases held now (a session's grants and revokes); hand back the revoked ones."""
         member, held = leases.read_member_leases(self.inner, GROUP, w.name)
         if member is None or member.session_id != w.session:
-            w.session, w.held, w.position = "", {}, {}
+            w.session, w.held, w.position, w.retrying = "", {}, {}, {}
             return
         now = {x.lease_id: x for x in held}
         for lid in [lid for lid in w.held if lid not in now or now[lid].epoch != w.held[lid]]:
             del w.held[lid]
             w.position.pop(lid, None)
+            w.retrying.pop(lid, None)
         for lid, lease in now.items():
             if lid not in w.held:
                 w.held[lid] = lease.epoch
@@ -287,6 +298,7 @@ class World:
                     )
                 )
                 w.held.pop(lid, None)
+                w.retrying.pop(lid, None)
 
     def _process(self, w: Worker, lid: str, epoch: int) -> None:
         """Read what is there (up to the sealed end) and commit it as done, fenced by the epoch."""
@@ -302,20 +314,33 @@ class World:
         end = cluster_ends[partition] if not gen.end_offsets else gen.end_offsets[partition]
         start = w.position.get(lid, 0)
         upto = min(end, start + self.rng.randrange(1, 40))
-        if upto <= start:
+        rejects = sorted(w.retrying.get(lid, ()))  # poison records retried on an earlier pass: now rejected
+        if upto <= start and not rejects:
             return
+        read = range(start, max(start, upto))
+        poison = [o for o in read if _poison(number, partition, o)]
+        acked = offsets.to_ranges(o for o in read if o not in poison)
+        body = Commit(
+            acked=acked,
+            retries=[Retry(o, 1, "poison") for o in poison],
+            rejects=[Reject(o, "poison, again") for o in rejects],
+            high_watermark=end,
+        )
         try:
-            commitlog.commit(
-                self.db, GROUP, lid, epoch, Commit(acked=[(start, upto)], high_watermark=end), now_ms=self.now
-            )
+            commitlog.commit(self.db, GROUP, lid, epoch, body, now_ms=self.now)
         except FencedError:  # a zombie, or a lease that moved: drop it
             w.held.pop(lid, None)
+            w.retrying.pop(lid, None)
             return
         lease = leases.read_leases(self.inner, GROUP).get((stream, lane, number, partition))
         if lease is None or lease.epoch != epoch or lease.worker_id != w.name:
             self.fail(f"a commit of {lid} by {w.name} at epoch {epoch} was accepted, but the lease is at {lease}")
-        w.position[lid] = upto
-        self.done.setdefault(lid, set()).update(range(start, upto))
+        w.position[lid] = max(start, upto)
+        w.retrying[lid] = set(poison)
+        self.done.setdefault(lid, set()).update(o for a, b in acked for o in range(a, b))
+        self.done[lid].update(rejects)
+        self.rejected.setdefault(lid, set()).update(rejects)
+        self.retried.setdefault(lid, set()).update(poison)
         self._check_commit_log(lid)
 
     def _low(self, pk: tuple[str, str, str, int, int]) -> int:
@@ -328,6 +353,13 @@ class World:
         if stored != self.done[lid]:
             missing, extra = sorted(self.done[lid] - stored)[:5], sorted(stored - self.done[lid])[:5]
             self.fail(f"the commit log of {lid} differs from what was committed: missing {missing}, extra {extra}")
+        pending = self.retried.get(lid, set()) - self.done[lid]
+        rejected = self.rejected.get(lid, set())
+        if (progress.header.retries, progress.header.rejects) != (len(pending), len(rejected)):
+            self.fail(
+                f"the commit log of {lid} counts {progress.header.retries} retries and {progress.header.rejects} "
+                f"rejects; {len(pending)} retries are pending and {len(rejected)} were rejected"
+            )
 
     def _check_replay(self) -> None:
         """The topology log, replayed from the start, rebuilds the stored clusters and streams."""
@@ -371,6 +403,11 @@ class World:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _poison(generation: int, partition: int, offset: int) -> bool:
+    """About one record in 23 fails its handler: retried once, then rejected."""
+    return (offset * 7919 + partition * 31 + generation) % 23 == 0
 
 
 def _with(lane: Lane, gen: Generation) -> Lane:
