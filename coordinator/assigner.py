@@ -27,7 +27,6 @@ from streamplane.model import (
     Heartbeat,
     LeaseInfo,
     LeaseLoad,
-    MemberInfo,
     PartitionRef,
     Revoke,
     Sealed,
@@ -284,19 +283,7 @@ class Assigner:
         return GroupDescription(
             group=group,
             leader_replica=leader,
-            members=tuple(
-                MemberInfo(
-                    worker_id=m.worker_id,
-                    session_id=m.session_id,
-                    subscriptions=m.subscriptions,
-                    capacity=m.capacity,
-                    max_load=m.max_load,
-                    cpu=m.cpu,
-                    records_per_s=m.records_per_s,
-                    alive_until_ms=m.alive_until_ms,
-                )
-                for m in members.values()
-            ),
+            members=tuple(members.values()),
             leases=tuple(
                 LeaseInfo(
                     partition=PartitionRef(*x.key),

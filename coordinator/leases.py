@@ -28,7 +28,7 @@ from streamplane.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from streamplane.model import DRAINED, Generation, GroupChanged, PartitionRef, Subscription
+from streamplane.model import DRAINED, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
 from streamplane.names import check_lane_name, check_object_name
 
 GRANTED, REVOKING, FREE = "granted", "revoking", "free"
@@ -39,15 +39,8 @@ MAX_SUBSCRIPTIONS = 64
 
 
 @dataclass(frozen=True)
-class Member:
-    worker_id: str
-    session_id: str
-    subscriptions: tuple[Subscription, ...]
-    capacity: float = 1.0
-    max_load: float = 0.0
-    cpu: float = 0.0
-    records_per_s: float = 0.0
-    alive_until_ms: int = 0
+class Member(MemberInfo):
+    """A group member as stored: the model's MemberInfo, with its JSON form."""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()

@@ -224,7 +224,7 @@ def _groups_on(tr: Transaction, stream: str, lane: str, number: int) -> list[str
 @transactional
 def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generation, list[str]]]:
     """Mark drained every sealed generation that each of its groups has processed to its end offsets."""
-    done = []
+    done: list[tuple[str, str, Generation, list[str]]] = []
     for stream, lane, gen in _generations_in(tr, SEALED):
         groups = _groups_on(tr, stream, lane, gen.number)
         finished = bool(groups) and all(
