@@ -1,4 +1,5 @@
-"""Bad input to the Assigner gets a clear status, ends only the offending session, and changes nothing else."""
+"""Worker sessions over gRPC: what a bad hello, heartbeat or release does (ends that session alone, with a
+clear status), lease checks, and what holders hear of grants, seals and their held-lease index."""
 
 from __future__ import annotations
 
