@@ -26,10 +26,12 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
+from typing import NoReturn, TypeVar
 
 import structlog
 
@@ -62,6 +64,7 @@ from streamplane.model import (
     Subscription,
 )
 
+T = TypeVar("T")
 STEP_MS = 100
 GROUP, STREAM, LANE = "sim", "events", "realtime"
 CLUSTERS = ("c1", "c2", "c3")
@@ -154,7 +157,7 @@ class World:
     def now(self) -> int:
         return self.clock.now_ms()
 
-    def fail(self, what: str) -> None:
+    def fail(self, what: str) -> NoReturn:
         raise InvariantError(f"seed {self.seed} at +{(self.now - 1_800_000_000_000) / 1000:.1f} s: {what}")
 
     # -- the run
@@ -207,12 +210,13 @@ class World:
         elif r < 0.022:  # a producer crashes and restarts: a new session (holding seals back) before its route
             self._start_producer(self.rng.choice(self.producers))
 
-    def _active(self):
+    def _active(self) -> Generation:
         lane = get_stream(self.inner, STREAM).lane(LANE)
         assert lane is not None
         return lane.active
 
-    def _change(self, call):
+    def _change(self, call: Callable[[], T]) -> T | None:
+        """A domain change whose only acceptable error is a cluster being down (the caller tries later)."""
         try:
             return call()
         except UnavailableError:
@@ -293,9 +297,7 @@ class World:
             if lease.state == leases.REVOKING:
                 self._process(w, lid, lease.epoch)
                 self._change(
-                    lambda lid=lid, e=lease.epoch: leases.release(
-                        self.db, GROUP, w.name, w.session, lid, e, now_ms=self.now
-                    )
+                    partial(leases.release, self.db, GROUP, w.name, w.session, lid, lease.epoch, now_ms=self.now)
                 )
                 w.held.pop(lid, None)
                 w.retrying.pop(lid, None)

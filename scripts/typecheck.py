@@ -35,6 +35,7 @@ STRICT = [
     "streamplane.coordinator.cluster_admin",
     "streamplane.coordinator.store.retry",
     "streamplane.coordinator.store.chaos",
+    "streamplane.coordinator.sim",
     "streamplane.coordinator.assigner",
     # the client's public API
     "streamplane.client.coordinator",
