@@ -71,6 +71,42 @@ CLUSTERS = ("c1", "c2", "c3")
 STORE_FAULTS = Faults(conflict=0.03, too_old=0.02, unknown_committed=0.03, unknown_lost=0.02)
 
 
+FAULT_RATES = {  # per 100 ms step while faults run
+    "crash": 0.004,
+    "pause": 0.004,
+    "cluster_down": 0.002,
+    "clusters_up": 0.003,
+    "failover": 0.002,
+    "clock_jump": 0.001,
+    "coordinator_restart": 0.001,
+    "heartbeat_lost": 0.003,
+    "producer_restart": 0.002,
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of a run's schedule: when (ms after the start), what, and the draw that makes its choices."""
+
+    at_ms: int
+    kind: str
+    pick: float
+
+
+def schedule(seed: int, fault_s: int = 30) -> list[Fault]:
+    """A seed's faults, drawn apart from everything else, so that a shrinker can drop some and keep the rest."""
+    rng = random.Random(f"faults-{seed}")
+    out = []
+    for step in range(fault_s * 1000 // STEP_MS):
+        x = rng.random()
+        for kind, rate in FAULT_RATES.items():
+            if x < rate:
+                out.append(Fault(step * STEP_MS, kind, rng.random()))
+                break
+            x -= rate
+    return out
+
+
 class InvariantError(AssertionError):
     """An invariant broke: what, and at which simulated millisecond."""
 
@@ -88,6 +124,8 @@ class Worker:
     held: dict[str, int] = field(default_factory=dict)
     """lease id: the epoch this worker believes it holds (stale while paused)."""
     position: dict[str, int] = field(default_factory=dict)
+    sent: dict[str, Commit] = field(default_factory=dict)
+    """The last commit sent per lease (the network may deliver it twice, late)."""
     retrying: dict[str, set[int]] = field(default_factory=dict)
     """Poison records it asked to retry, per lease: it rejects them on its next pass."""
 
@@ -161,13 +199,15 @@ class World:
         raise InvariantError(f"seed {self.seed} at +{(self.now - 1_800_000_000_000) / 1000:.1f} s: {what}")
 
     # -- the run
-    def run(self, fault_s: int = 30, quiet_s: int = 30) -> None:
-        self.faults_until = self.now + fault_s * 1000
+    def run(self, faults: list[Fault], fault_s: int = 30, quiet_s: int = 30) -> None:
+        start = self.now
+        self.faults_until = start + fault_s * 1000
         end = self.faults_until + quiet_s * 1000
+        due = sorted(faults, key=lambda f: f.at_ms, reverse=True)
         while self.now < end:
-            if self.now < self.faults_until:
-                self._inject()
-            elif self.admin.down:
+            while due and due[-1].at_ms <= self.now - start:
+                self._inject(due.pop())
+            if self.now >= self.faults_until and self.admin.down:
                 self.admin.down.clear()  # the faults are over: every cluster is back
             self._produce()
             self.assigner.run_once()
@@ -178,37 +218,32 @@ class World:
             self.clock.advance(STEP_MS)
         self._check_quiesced()
 
-    def _inject(self) -> None:
-        r = self.rng.random()
-        if r < 0.004:  # a worker crashes (kill -9): its session ends by TTL, its memory is gone
-            w = self.rng.choice(self.workers)
-            w.up, w.down_until, w.held, w.position, w.retrying, w.session = (
-                False,
-                self.now + self.rng.randrange(500, 4000),
-                {},
-                {},
-                {},
-                "",
-            )
-        elif r < 0.008:  # a worker pauses (GC, VM), then resumes believing it still holds its leases
-            self.rng.choice(self.workers).paused_until = self.now + self.rng.randrange(1000, 6000)
-        elif r < 0.010:  # the active cluster is down for a while
-            self.admin.down.add(self._active().cluster)
-        elif r < 0.013:
-            self.admin.down.clear()
-        elif r < 0.015:  # fail the lane over, sometimes with more partitions
-            gen = self._active()
-            target = self.rng.choice([c for c in CLUSTERS if c != gen.cluster])
-            grow = self.rng.choice([0, 0, gen.partitions + 2])
-            self._change(lambda: self.topology.failover(STREAM, LANE, target, grow, reason="sim"))
-        elif r < 0.016:  # the clock jumps ahead
-            self.clock.advance(self.rng.randrange(500, 2500))
-        elif r < 0.017:  # the coordinator crashes and restarts from the store: its in-memory state is gone
-            self._start_coordinator()
-        elif r < 0.020:  # a worker's heartbeat is lost on the way
-            self.rng.choice(self.workers).beat_at = self.now + 500
-        elif r < 0.022:  # a producer crashes and restarts: a new session (holding seals back) before its route
-            self._start_producer(self.rng.choice(self.producers))
+    def _inject(self, fault: Fault) -> None:
+        pick = random.Random(fault.pick)  # the fault's own choices, the same whatever else was removed
+        match fault.kind:
+            case "crash":  # a worker is killed (-9): its session ends by TTL, its memory is gone
+                w = pick.choice(self.workers)
+                w.up, w.down_until, w.session = False, self.now + pick.randrange(500, 4000), ""
+                w.held, w.position, w.retrying, w.sent = {}, {}, {}, {}
+            case "pause":  # a worker pauses (GC, VM), then resumes believing it still holds its leases
+                pick.choice(self.workers).paused_until = self.now + pick.randrange(1000, 6000)
+            case "cluster_down":  # the active cluster is down for a while
+                self.admin.down.add(self._active().cluster)
+            case "clusters_up":
+                self.admin.down.clear()
+            case "failover":  # fail the lane over, sometimes with more partitions
+                gen = self._active()
+                target = pick.choice([c for c in CLUSTERS if c != gen.cluster])
+                grow = pick.choice([0, 0, gen.partitions + 2])
+                self._change(partial(self.topology.failover, STREAM, LANE, target, grow, reason="sim"))
+            case "clock_jump":
+                self.clock.advance(pick.randrange(500, 2500))
+            case "coordinator_restart":  # nothing survives but the store
+                self._start_coordinator()
+            case "heartbeat_lost":
+                pick.choice(self.workers).beat_at = self.now + 500
+            case "producer_restart":  # a new session (holding seals back) before its route
+                self._start_producer(pick.choice(self.producers))
 
     def _active(self) -> Generation:
         lane = get_stream(self.inner, STREAM).lane(LANE)
@@ -344,6 +379,15 @@ class World:
         self.rejected.setdefault(lid, set()).update(rejects)
         self.retried.setdefault(lid, set()).update(poison)
         self._check_commit_log(lid)
+        earlier = w.sent.get(lid)
+        w.sent[lid] = body
+        if earlier is not None and self.now < self.faults_until and self.rng.random() < 0.05:
+            # the network delivers the previous commit again, after this one: it must change nothing
+            try:
+                commitlog.commit(self.db, GROUP, lid, epoch, earlier, now_ms=self.now)
+            except FencedError:
+                self.fail(f"a duplicate of an accepted commit of {lid} at epoch {epoch} was refused")
+            self._check_commit_log(lid)
 
     def _low(self, pk: tuple[str, str, str, int, int]) -> int:
         return self.inner.transact(lambda tr: commitlog.read_header(tr, pk).low)
@@ -432,15 +476,26 @@ def _quiet() -> Iterator[None]:
         structlog.reset_defaults()
 
 
-def run_seed(seed: int, *, plant: tuple[str, ...] = (), fault_s: int = 30, quiet_s: int = 30) -> str | None:
-    """One seeded world; the violation it found, or None."""
+def run_seed(
+    seed: int,
+    *,
+    plant: tuple[str, ...] = (),
+    keep: tuple[int, ...] | None = None,
+    fault_s: int = 30,
+    quiet_s: int = 30,
+) -> str | None:
+    """One seeded world (with only the faults at the `keep` positions of its schedule, when given); the
+    violation it found, or None."""
+    faults = schedule(seed, fault_s)
+    if keep is not None:
+        faults = [faults[i] for i in keep if i < len(faults)]
     planted.active.clear()
     planted.active.update(plant)
     tmp = Path(tempfile.mkdtemp(prefix="streamplane-sim-"))
     world: World | None = None
     try:
         world = World(seed, tmp)
-        world.run(fault_s, quiet_s)
+        world.run(faults, fault_s, quiet_s)
         return None
     except InvariantError as v:
         return str(v)
@@ -453,9 +508,26 @@ def run_seed(seed: int, *, plant: tuple[str, ...] = (), fault_s: int = 30, quiet
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def replay_command(seed: int, plant: tuple[str, ...]) -> str:
+def replay_command(seed: int, plant: tuple[str, ...], keep: tuple[int, ...] | None = None) -> str:
     flags = "".join(f" --plant {p}" for p in plant)
+    if keep is not None:
+        flags += f" --keep {','.join(map(str, keep)) or 'none'}"
     return f"python -m streamplane.coordinator.sim --seed {seed}{flags}"
+
+
+def shrink(seed: int, plant: tuple[str, ...] = ()) -> tuple[int, ...]:
+    """The shortest fault schedule (positions in the seed's schedule) found that still fails: faults are
+    dropped one at a time while the run still finds a violation (any violation counts)."""
+    keep = tuple(range(len(schedule(seed))))
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(keep)):
+            trial = keep[:i] + keep[i + 1 :]
+            if run_seed(seed, plant=plant, keep=trial):
+                keep, changed = trial, True
+                break
+    return keep
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -465,7 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=0, help="first seed of the range")
     parser.add_argument("--hours", type=float, help="run seeds from --first on until this much wall-clock time passed")
     parser.add_argument("--plant", action="append", default=[], choices=planted.ALL, help="switch a planted bug on")
+    parser.add_argument("--keep", help="with --seed: only these faults of its schedule (positions, comma-separated)")
+    parser.add_argument("--shrink", action="store_true", help="with --seed: reduce a failing run's faults")
     args = parser.parse_args(argv)
+    plant = tuple(args.plant)
+    if args.seed is not None and (args.keep is not None or args.shrink):
+        return _one(args.seed, plant, args.keep, args.shrink)
     seeds: Iterable[int]
     if args.seed is not None:
         seeds, total = [args.seed], "1"
@@ -473,7 +550,6 @@ def main(argv: list[str] | None = None) -> int:
         seeds, total = itertools.count(args.first), "?"
     else:
         seeds, total = range(args.first, args.first + args.seeds), str(args.seeds)
-    plant = tuple(args.plant)
     failures, started = 0, time.monotonic()
     deadline = started + (args.hours or 0) * 3600
     with _quiet():
@@ -489,6 +565,24 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"sim: {i}/{total} seeds, {failures} failed, {elapsed:.0f} s", file=sys.stderr)
     print(f"sim: done, {failures} failed, {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _one(seed: int, plant: tuple[str, ...], keep_text: str | None, shrinking: bool) -> int:
+    keep = None if keep_text is None else tuple(int(x) for x in keep_text.split(",") if x not in ("", "none"))
+    with _quiet():
+        found = run_seed(seed, plant=plant, keep=keep)
+        if not found:
+            print(f"sim: seed {seed} holds every invariant", file=sys.stderr)
+            return 0
+        print(f"FAIL {found}")
+        if shrinking:
+            print(f"sim: shrinking {len(schedule(seed))} faults...", file=sys.stderr)
+            keep = shrink(seed, plant)
+            faults = schedule(seed)
+            for i in keep:
+                print(f"  fault {i}: +{faults[i].at_ms / 1000:.1f} s {faults[i].kind}")
+            print(f"  replay: {replay_command(seed, plant, keep)}")
+    return 1
 
 
 if __name__ == "__main__":

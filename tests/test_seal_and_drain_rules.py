@@ -201,7 +201,7 @@ def test_a_store_written_before_the_unsettled_index_still_gets_its_draining_gene
 
 
 def test_two_generations_drained_in_one_pass_each_get_their_event(world: World) -> None:
-    """Found by the simulator (seed 21): both events of one transaction were written under one key."""
+    """Found by the simulator: both events of one transaction were written under one key."""
     world.failover()  # g1 -> g2 on west
     world.topology.failover("logs", "realtime", "east", reason="again")  # g2 -> g3 on east
     world.sealer.run_once()
