@@ -111,13 +111,14 @@ def read_producers(tr: Transaction) -> list[ProducerSession]:
     return out
 
 
-def _expire_producers(tr: Transaction, now_ms: int) -> list[ProducerSession]:
-    """Drop expired sessions; return the live ones."""
+def _expire_producers(tr: Transaction, now_ms: int, expired: list[str] | None = None) -> list[ProducerSession]:
+    """Drop expired sessions (their ids appended to `expired`, to log after commit); return the live ones."""
     live = []
     for p in read_producers(tr):
         if p.alive_until_ms <= now_ms:
             tr.clear(keys.producer_key(p.producer_id))
-            log.info("producer.expired", producer=p.producer_id)
+            if expired is not None:
+                expired.append(p.producer_id)
         else:
             live.append(p)
     return live
@@ -160,15 +161,17 @@ class SealPlan:
 
 
 @transactional
-def plan_seals(tr: Transaction, now_ms: int) -> list[SealPlan]:
-    """Draining generations no live producer can write to any more. Records, the first time it sees a draining
-    generation, the event version every producer must route by before it can be sealed. With nothing draining,
-    it reads nothing else (expired producer sessions wait until they could matter)."""
+def plan_seals(tr: Transaction, now_ms: int) -> tuple[list[SealPlan], list[str]]:
+    """Draining generations no live producer can write to any more, and the producer sessions it found expired
+    (and removed). Records, the first time it sees a draining generation, the event version every producer
+    must route by before it can be sealed. With nothing draining, it reads nothing else (expired producer
+    sessions wait until they could matter). It logs nothing: a retried body would log twice."""
     _index_unsettled(tr)
     draining = _generations_in(tr, DRAINING)
+    expired: list[str] = []
     if not draining:
-        return []
-    live = _expire_producers(tr, now_ms)
+        return [], expired
+    live = _expire_producers(tr, now_ms, expired)
     plans = []
     for stream, lane, gen in draining:
         ref = (stream, lane, gen.number)
@@ -181,7 +184,7 @@ def plan_seals(tr: Transaction, now_ms: int) -> list[SealPlan]:
         if not waiting:
             reason = "every live producer has switched" if live else "no live producer session"
             plans.append(SealPlan(stream, lane, gen, reason))
-    return plans
+    return plans, expired
 
 
 @transactional
@@ -288,7 +291,10 @@ class Sealer:
 
     def run_once(self) -> None:
         """Seal what can be sealed, then mark drained what every group has finished."""
-        for plan in plan_seals(self.db, self.clock.now_ms()):
+        plans, expired = plan_seals(self.db, self.clock.now_ms())
+        for producer in expired:
+            log.info("producer.expired", producer=producer)
+        for plan in plans:
             cluster = get_cluster(self.db, plan.generation.cluster)
             try:
                 ends = self.admin.end_offsets(cluster, plan.generation.topic, plan.generation.partitions)

@@ -43,3 +43,32 @@ def test_the_coordinators_domain_imports_neither_grpc_nor_a_store_driver() -> No
     forbidden = re.compile(r"^\s*(from|import)\s+(grpc\b|streamplane\.coordinator\.store\.(embedded|foundation))", re.M)
     offenders = [name for name in DOMAIN if forbidden.search((ROOT / "coordinator" / name).read_text())]
     assert offenders == []
+
+
+def test_transaction_bodies_do_not_log() -> None:
+    """A body may run more than once (conflicts, unknown results): what it logs would be logged twice, or for
+    a change that never committed. @transactional functions and the helpers they call log nothing."""
+    import ast
+
+    offenders, checked = [], 0
+    for name in DOMAIN:
+        tree = ast.parse((ROOT / "coordinator" / name).read_text())
+        functions = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+        bodies = [
+            f for f in functions.values() if any(getattr(d, "id", "") == "transactional" for d in f.decorator_list)
+        ]
+        seen = set()
+        while bodies:
+            f = bodies.pop()
+            if f.name in seen:
+                continue
+            seen.add(f.name)
+            for node in ast.walk(f):
+                is_call = isinstance(node, ast.Call)
+                if is_call and isinstance(node.func, ast.Attribute) and getattr(node.func.value, "id", "") == "log":
+                    offenders.append(f"{name}:{node.lineno} in {f.name}")
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions:
+                    bodies.append(functions[node.func.id])
+        checked += len(seen)
+    assert checked > 20, "few @transactional functions found: the scan reads the modules wrongly"
+    assert offenders == []
