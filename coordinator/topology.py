@@ -16,7 +16,7 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, keys
 from streamplane.coordinator.cluster_admin import ClusterAdmin
 from streamplane.coordinator.store import Database, Transaction, transactional
-from streamplane.coordinator.store.api import Watch
+from streamplane.coordinator.store.api import StoreUnavailableError, Watch
 from streamplane.errors import AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError
 from streamplane.model import (
     ACTIVE,
@@ -180,7 +180,13 @@ class Topology:
             return change(tr)
 
         value = self.db.transact(body)
-        return Committed(value, events.committed_version(holder["tr"]))
+        try:
+            version = events.committed_version(holder["tr"])
+        except StoreUnavailableError:
+            # FoundationDB cannot tell the versionstamp of a commit whose result was unknown (its retry found
+            # the idempotency token): the log's head is at or after this change, which is what callers need
+            version = events.head_version(self.db)
+        return Committed(value, version)
 
     # clusters
     def register_cluster(self, cluster: Cluster, *, update_existing: bool = False, actor: str = "") -> Committed:

@@ -136,3 +136,26 @@ def test_without_idempotency_tokens_a_retry_after_an_unknown_commit_is_caught(tm
         if run(tmp_path, f"planted{seed}", wrap) != reference:
             caught += 1
     assert caught >= 8, f"only {caught} of 10 seeds told a store that applies changes twice apart"
+
+
+def test_a_change_whose_commit_was_unknown_still_answers_with_its_event_version(tmp_path: Path) -> None:
+    """After an unknown result that did commit, the versionstamp is not known (as on FoundationDB): the
+    answer's version is then the log's head, which is the change's own event when nothing came after."""
+    from streamplane.coordinator import events
+    from streamplane.model import StreamCreated
+
+    unknown = 0
+    for seed in range(8):
+        inner = open_store(StoreConfig(driver="embedded", data_dir=tmp_path / f"v{seed}"))
+        db = ChaosDatabase(inner, seed=seed, faults=Faults(unknown_committed=0.5))
+        try:
+            topology = Topology(db, MemoryClusterAdmin())
+            topology.register_cluster(Cluster("east", "east:9092"))
+            before = db.injected["unknown_committed"]
+            done = topology.create_stream("logs", 1, "east")
+            unknown += db.injected["unknown_committed"] - before
+            (created,) = [e for e in events.read_events(inner, None) if isinstance(e, StreamCreated)]
+            assert done.version == created.version
+        finally:
+            inner.close()
+    assert unknown > 0, "no create_stream met an unknown result: the test shows nothing"

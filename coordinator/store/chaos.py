@@ -74,8 +74,10 @@ class ChaosDatabase:
         fault = self._draw()
         if fault:
             self.injected[fault] += 1
+        trs: list[Transaction] = []
 
         def attempt(tr: Transaction) -> Any:
+            trs.append(tr)
             cut_at = self._rng.randrange(1, 8) if fault == "too_old" else 0
             result = body(_Cut(tr, cut_at) if cut_at else tr)
             if fault in ("conflict", "too_old", "unknown_lost"):
@@ -87,6 +89,9 @@ class ChaosDatabase:
         except _Abort as abort:
             raise retry.CommitFailed(unknown=abort.fault == "unknown_lost") from None
         if fault == "unknown_committed":
+            stamp = trs[-1].get_versionstamp()
+            if hasattr(stamp, "committed"):  # as on FoundationDB: an unknown commit has no known versionstamp
+                stamp.committed = False
             raise retry.CommitFailed(unknown=True, result=result)
         return result
 

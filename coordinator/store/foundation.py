@@ -61,7 +61,10 @@ class _FdbVersionstamp:
         self._future = future
 
     def wait(self) -> bytes:
-        return bytes(self._future.wait())
+        try:
+            return bytes(self._future.wait())
+        except Exception as err:  # fdb.FDBError: no versionstamp (not committed, or commit result unknown)
+            raise StoreUnavailableError(f"the transaction's versionstamp is not known: {err}") from err
 
 
 class FdbTransaction:
