@@ -51,7 +51,6 @@ from streamplane.errors import (
     AlreadyExistsError,
     FencedError,
     InvalidArgumentError,
-    NotFoundError,
     StreamplaneError,
     UnavailableError,
 )
@@ -227,14 +226,8 @@ class Consumer:
     # -- the group session
     def _check_subscription(self) -> None:
         described = self.client.describe_stream(self.stream)
-        names = {lane.name for lane in described.lanes}
-        missing = [lane for lane in self.lanes if lane not in names]
-        if missing:
-            raise NotFoundError(
-                f"lane {missing[0]!r} does not exist in stream {self.stream!r}",
-                kind="lane",
-                name=f"{self.stream}/{missing[0]}",
-            )
+        for lane in self.lanes:
+            described.require_lane(lane)
 
     def _join(self) -> WorkerSession:
         session = WorkerSession(

@@ -171,13 +171,8 @@ class Producer:
             self._resolving += 1
         try:
             described = self._client.describe_stream_versioned(stream)
-            found_lane = described.stream.lane(lane)
-            if found_lane is None:
-                raise NotFoundError(
-                    f"lane {lane!r} does not exist in stream {stream!r}", kind="lane", name=f"{stream}/{lane}"
-                )
             version = described.version
-            self._set_route(stream, lane, found_lane.active)
+            self._set_route(stream, lane, described.stream.require_lane(lane).active)
             with self._lock:
                 if not self._watch_started:
                     self._watch_started = True

@@ -246,9 +246,7 @@ class World:
                 self._start_producer(pick.choice(self.producers))
 
     def _active(self) -> Generation:
-        lane = get_stream(self.inner, STREAM).lane(LANE)
-        assert lane is not None
-        return lane.active
+        return get_stream(self.inner, STREAM).require_lane(LANE).active
 
     def _change(self, call: Callable[[], T]) -> T | None:
         """A domain change whose only acceptable error is a cluster being down (the caller tries later)."""
@@ -432,8 +430,7 @@ class World:
 
     def _check_quiesced(self) -> None:
         self._check_replay()
-        lane = get_stream(self.inner, STREAM).lane(LANE)
-        assert lane is not None
+        lane = get_stream(self.inner, STREAM).require_lane(LANE)
         for gen in lane.generations:
             written = self.admin.topics.get((gen.cluster, gen.topic), [])
             if gen.state != ACTIVE and gen.end_offsets != written:
@@ -541,6 +538,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shrink", action="store_true", help="with --seed: reduce a failing run's faults")
     args = parser.parse_args(argv)
     plant = tuple(args.plant)
+    if (args.keep is not None or args.shrink) and args.seed is None:
+        parser.error("--keep and --shrink take one seed: give --seed")
+    if args.keep is not None and not all(x.isdigit() or x in ("", "none") for x in args.keep.split(",")):
+        parser.error(f"--keep takes fault positions separated by commas (or 'none'), not {args.keep!r}")
     if args.seed is not None and (args.keep is not None or args.shrink):
         return _one(args.seed, plant, args.keep, args.shrink)
     seeds: Iterable[int]

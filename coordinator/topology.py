@@ -305,11 +305,7 @@ class Topology:
         _check_text("reason", reason)
 
         def plan(tr: Transaction) -> tuple[Generation, Generation, Cluster]:
-            current = get_stream(tr, stream, "stream").lane(lane)
-            if current is None:
-                raise NotFoundError(
-                    f"lane {lane!r} does not exist in stream {stream!r}", kind="lane", name=f"{stream}/{lane}"
-                )
+            current = get_stream(tr, stream, "stream").require_lane(lane)
             target = get_cluster(tr, target_cluster, "target_cluster")
             previous = current.active
             count = partitions or previous.partitions

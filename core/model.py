@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from streamplane.errors import InvalidArgumentError, StreamplaneError
+from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
 
 
 class GenerationState(StrEnum):
@@ -128,6 +128,17 @@ class Stream(_Record):
 
     def lane(self, name: str) -> Lane | None:
         return next((lane for lane in self.lanes if lane.name == name), None)
+
+    def require_lane(self, name: str) -> Lane:
+        """The lane, or NotFoundError naming the lanes the stream has."""
+        found = self.lane(name)
+        if found is None:
+            raise NotFoundError(
+                f"lane {name!r} does not exist in stream {self.name!r} (it has {sorted(x.name for x in self.lanes)})",
+                kind="lane",
+                name=f"{self.name}/{name}",
+            )
+        return found
 
 
 @dataclass(frozen=True)

@@ -143,10 +143,7 @@ def _generation(client: CoordinatorClient, number: int) -> Generation:
 
 
 def _realtime(stream: Stream) -> Lane:
-    lane = stream.lane("realtime")
-    if lane is None:
-        raise RuntimeError(f"stream {stream.name} has no realtime lane")
-    return lane
+    return stream.require_lane("realtime")
 
 
 if __name__ == "__main__":

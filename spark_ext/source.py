@@ -52,13 +52,7 @@ class StreamplaneDataSource(DataSource):
 def _check_lanes(coordinator: str, stream: str, lanes: tuple[str, ...], *, allow_dlq: bool = False) -> None:
     with CoordinatorClient(coordinator or None, retries=1) as client:
         described = client.describe_stream(stream)
-    names = {lane.name for lane in described.lanes}
     for lane in lanes:
-        if lane not in names:
-            raise NotFoundError(
-                f"lane {lane!r} does not exist in stream {stream!r} (it has {sorted(names)})",
-                kind="lane",
-                name=f"{stream}/{lane}",
-            )
+        described.require_lane(lane)
     if not lanes_of(described, lanes) and not allow_dlq:
         raise NotFoundError(f"stream {stream!r} has no lane to read")
