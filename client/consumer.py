@@ -43,7 +43,7 @@ from streamplane.client.fetch_loop import FetchLoop
 from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaAuthenticationError
-from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes
+from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes, ToCopy
 from streamplane.client.message import PENDING, BatchOutcome, Message, _text
 from streamplane.client.producer import Producer
 from streamplane.client.session import LeaseLoad, SessionEndedError, WorkerSession
@@ -54,7 +54,16 @@ from streamplane.errors import (
     StreamplaneError,
     UnavailableError,
 )
-from streamplane.model import Commit, DlqLocation, Grant, LeaseCommit, Revoke, Sealed, SessionEvent
+from streamplane.model import (
+    DLQ_COPY_TIMEOUT_MS,
+    Commit,
+    DlqLocation,
+    Grant,
+    LeaseCommit,
+    Revoke,
+    Sealed,
+    SessionEvent,
+)
 from streamplane.offsets import to_bitmap, to_ranges
 
 log = structlog.get_logger(__name__)
@@ -67,6 +76,10 @@ ORIGIN_HEADERS = (
     "sp-origin-offset",
 )
 REASON_HEADER = "sp-reject-reason"
+ATTEMPT_HEADER = "sp-dlq-attempt"
+"""The attempts the record had when it was rejected."""
+COPY_HEADER = "sp-dlq-copy"
+"""Which copy of the reject this is: 1, or 2 when a holder crashed between writing its copy and recording it."""
 CHUNK = 256
 """Records handed to one handler thread at a time (parallelism inside a partition, little queueing cost)."""
 REVOKE_MARGIN_S = 0.25
@@ -311,7 +324,7 @@ class Consumer:
         if grant.start_offset >= 0:  # progress exists: skip what a previous holder finished above it
             try:
                 progress = self.client.progress(self.group, grant.lease_id, max_ranges=100_000)
-                ledger.skip_done(list(progress.done))
+                ledger.skip_done(list(progress.done), progress.retrying)
                 ledger.may_have_retries = progress.retries > 0
             except StreamplaneError as err:
                 log.warning("consumer.progress_unavailable", lease=grant.lease_id, error=err.message)
@@ -378,17 +391,25 @@ class Consumer:
         for i in range(0, len(items), CHUNK):
             self._work.put(items[i : i + CHUNK])
 
-    def send_to_dlq(self, ledger: LeaseLedger, msg: Message, reason: str) -> None:
-        """Copy a rejected record to its stream's dlq lane; it is marked rejected once the copy is stored."""
+    def send_to_dlq(self, ledger: LeaseLedger, copy: ToCopy) -> None:
+        """Copy a rejected record to its stream's dlq lane (the commit log counted the copy already); it is
+        marked rejected once the copy is stored. The copy says where it came from, and which copy it is."""
+        msg, reason = copy.msg, copy.reason
         origin = (ledger.stream, ledger.lane, str(ledger.generation), str(ledger.partition), str(msg.offset))
-        headers = [(k, v) for k, v in msg.headers if not k.startswith("sp-origin-")]
+        headers = [(k, v) for k, v in msg.headers if not k.startswith(("sp-origin-", "sp-dlq-"))]
         headers += [(name, value.encode()) for name, value in zip(ORIGIN_HEADERS, origin, strict=True)]
-        headers += [(REASON_HEADER, reason[:1000].encode()), ("sp-origin-ingest-ms", str(msg.timestamp).encode())]
+        headers += [
+            (REASON_HEADER, reason[:1000].encode()),
+            ("sp-origin-ingest-ms", str(msg.timestamp).encode()),
+            (ATTEMPT_HEADER, str(msg.attempt).encode()),
+            (COPY_HEADER, str(copy.copy).encode()),
+        ]
 
         def stored(err: Any, kmsg: Any) -> None:
             if err is not None:
                 log.error("consumer.dlq_failed", lease=ledger.lease_id, offset=msg.offset, error=str(err))
-                return  # stays unfinished: the next holder retries it, nothing is lost
+                ledger.copy_failed(msg)  # copied again at the next retry check here, or by the next holder
+                return
             route = self._dlq_producer().route(ledger.stream, "dlq")
             where = DlqLocation(
                 stream=ledger.stream,
@@ -408,9 +429,16 @@ class Consumer:
         self.active.add(ledger)
 
     def _dlq_producer(self) -> Producer:
+        """Idempotent, so that librdkafka's own retries of a copy (a broker down, a timeout) add no copy."""
         with self._dlq_lock:
             if self._dlq is None:
-                self._dlq = Producer(self._coordinator, **{"linger.ms": 5, **self.kafka_config})
+                config = {
+                    "linger.ms": 5,
+                    **self.kafka_config,
+                    "enable.idempotence": True,
+                    "message.timeout.ms": DLQ_COPY_TIMEOUT_MS,  # over by then: see the commit log's copy rule
+                }
+                self._dlq = Producer(self._coordinator, **config)
             return self._dlq
 
     # -- commits, revokes, retries and load reports: one thread for every lease
@@ -475,6 +503,7 @@ class Consumer:
             high_watermark_ts_ms=ledger.last_ts,
             acked_bitmap=bitmap,
             acked_bitmap_base=base,
+            copying=out.copying,
         )
         return LeaseCommit(ledger.lease_id, ledger.epoch, commit)
 
@@ -506,8 +535,8 @@ class Consumer:
             oldest = request.commit.oldest_pending_ts_ms
             metrics.TIME_LAG.labels(self.group, ledger.lease_id).set(max(0, now_ms - oldest) / 1000 if oldest else 0)
             ledger.may_have_retries = result.retries > 0 or (ledger.may_have_retries and bool(out.retries))
-            for msg, reason in ledger.committed(out, list(result.exhausted)):
-                self.send_to_dlq(ledger, msg, reason)
+            for copy in ledger.committed(out, result.copies):
+                self.send_to_dlq(ledger, copy)
 
     def _due_retries(self, ledgers: list[LeaseLedger]) -> None:
         """Re-read records whose retry is due, and reject exhausted ones a previous holder left."""

@@ -162,7 +162,9 @@ class CoordinatorClient:
     def commit(self, group: str, commit: m.LeaseCommit) -> m.CommitOutcome:
         """Record progress of a lease (idempotent, so it is retried while the coordinator is unavailable)."""
         got = self._call(self.commitlog.Commit, convert.commit_to_pb(group, commit), idempotent=True)
-        return m.CommitOutcome(commit.lease_id, got.low_watermark, tuple(got.exhausted))
+        return m.CommitOutcome(
+            commit.lease_id, got.low_watermark, tuple(got.exhausted), copies=convert.copies_from_pb(got.copies)
+        )
 
     def commit_batch(self, group: str, commits: list[m.LeaseCommit]) -> list[m.CommitOutcome]:
         """Commit many leases of one group in one call; each lease's outcome says whether it was recorded."""

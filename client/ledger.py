@@ -19,16 +19,13 @@ from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget, Held
 from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError, messages
 from streamplane.errors import InvalidArgumentError
-from streamplane.model import DlqLocation, Reject, Retry
+from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, Reject, Retry, RetryState
 from streamplane.native._loaded import _native
 from streamplane.native.batch import with_origin
 from streamplane.offsets import runs, to_ranges
 
 RECORD_OVERHEAD = 320
 """Bytes counted per decoded record beyond its key, value and headers (the Python objects around it)."""
-GAVE_UP = "max attempts reached; last error"
-"""Reject reason of a record whose retries used up the group's max attempts (the count lives in the commit
-log, not here: a new holder may have read the record afresh)."""
 
 
 class _Off:
@@ -41,14 +38,21 @@ class _Off:
 
 
 class LedgerOwner(Protocol):
-    """What a ledger needs from its consumer: the retry default, the dlq copy of a rejected record, and to be
-    told when it has something to commit (so the committer never scans idle leases)."""
+    """What a ledger needs from its consumer: the retry default, and to be told when it has something to commit
+    (so the committer never scans idle leases)."""
 
     retry_backoff_s: float
 
-    def send_to_dlq(self, ledger: LeaseLedger, msg: Message, reason: str) -> None: ...
-
     def changed(self, ledger: LeaseLedger) -> None: ...
+
+
+@dataclass(frozen=True)
+class ToCopy:
+    """A rejected record whose dlq copy the commit log let this holder write, as copy number `copy`."""
+
+    msg: Message
+    reason: str
+    copy: int
 
 
 @dataclass
@@ -61,9 +65,11 @@ class Outcomes:
     """Records acked in runs, by the handler API or whole batches (their offsets are in `ranges`)."""
     retries: list[Retry] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
+    copying: list[Reject] = field(default_factory=list)
+    """Rejected records whose dlq copy waits for the commit log's leave (and copy number)."""
 
     def __bool__(self) -> bool:
-        return bool(self.acked or self.ranges or self.retries or self.rejects)
+        return bool(self.acked or self.ranges or self.retries or self.rejects or self.copying)
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,8 @@ class LeaseLedger:
         self._out = Outcomes()
         self._retrying: set[int] = set()  # offsets re-read for a due retry and not yet ended
         self._done_above: list[tuple[int, int]] = []
+        self._retry_above: set[int] = set()  # offsets with retry state at the grant: due_retries hands them out
+        self._copies_begun: dict[int, int] = {}  # dlq copies the commit log counted for exhausted records re-read
         self.high_watermark = 0
         self.last_ts = 0
         self.position = lease.start_offset
@@ -210,9 +218,11 @@ class LeaseLedger:
     def seal(self, end_offset: int) -> None:
         self.end_offset = end_offset
 
-    def skip_done(self, done: list[tuple[int, int]]) -> None:
-        """Offsets above the start a previous holder finished: not handed out again."""
+    def skip_done(self, done: list[tuple[int, int]], retrying: tuple[int, ...] | list[int] = ()) -> None:
+        """Offsets above the start a previous holder finished, and ones with retry state: not handed out as first
+        attempts (the retry path hands the latter out when due, with the attempts the commit log counted)."""
         self._done_above = sorted((s, e) for s, e in done if e > self.lease.start_offset)
+        self._retry_above = {o for o in retrying if o >= self.lease.start_offset}
 
     @property
     def quiet(self) -> bool:
@@ -282,7 +292,7 @@ class LeaseLedger:
         offsets = decoded.offsets.tolist()
         c = decoded.columns
         data = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues"))
-        if (self.end_offset < 0 or offsets[-1] < self.end_offset) and not self._done_above:
+        if (self.end_offset < 0 or offsets[-1] < self.end_offset) and not self._done_above and not self._retry_above:
             # the common case: every record, built in bulk
             used = data + RECORD_OVERHEAD * len(offsets)
             held = Held(self.budget, used, len(offsets))
@@ -291,7 +301,7 @@ class LeaseLedger:
         records = list(decoded.records())
         if self.end_offset >= 0:
             records = [r for r in records if r.offset < self.end_offset]
-        if self._done_above:
+        if self._done_above or self._retry_above:
             records = self._not_done(records)
         if not records:
             return [], [], 0
@@ -307,7 +317,7 @@ class LeaseLedger:
         if self.end_offset >= 0 and offsets[-1] >= self.end_offset:
             hi = bisect.bisect_left(offsets, self.end_offset)
         offsets = offsets[lo:hi]
-        if self._done_above and offsets:
+        if (self._done_above or self._retry_above) and offsets:
             offsets = [r.offset for r in self._not_done([_Off(o) for o in offsets])]
         if not offsets:
             return [], [], 0
@@ -359,6 +369,8 @@ class LeaseLedger:
         batch.held.release(len(batch.offsets))
 
     def _not_done(self, records: list) -> list:
+        if self._retry_above:
+            records = [r for r in records if r.offset not in self._retry_above]
         ranges = self._done_above
         while ranges and records and ranges[0][1] <= records[0].offset:
             ranges.pop(0)
@@ -381,8 +393,8 @@ class LeaseLedger:
         if self.end_offset >= 0:
             after = min(after, self.end_offset)
         if len(offsets) + sum(s.next_offset - s.first_offset for s in skipped) >= after - before:
-            return []
-        covered = set(offsets)
+            return []  # every offset read: no gap (the usual case, checked without a set)
+        covered = set(offsets) | self._retry_above  # retried records are not done by being stepped over
         for s in skipped:
             covered.update(range(s.first_offset, s.next_offset))
         return to_ranges([o for o in range(before, after) if o not in covered])
@@ -394,7 +406,7 @@ class LeaseLedger:
         text = f"undecodable batch [{first}, {end}): {reason}"[:1000]
         return [Reject(offset=o, reason=text) for o in range(first, end)]
 
-    def retried(self, fetched: Fetched, want: dict[int, Any]) -> tuple[list[Message], list[tuple[Message, str]]]:
+    def retried(self, fetched: Fetched, want: dict[int, RetryState]) -> tuple[list[Message], list[tuple[Message, str]]]:
         """Records re-read for a due retry: (to hand out again, exhausted ones to reject). `want` maps offsets
         to their retry state; what was read (or is no longer in the log) is taken out of it."""
         for s in fetched.skipped:
@@ -414,8 +426,10 @@ class LeaseLedger:
             self.budget.settle(0, used, len(records))
         for r in records:
             state = want.pop(r.offset)
-            if state.exhausted:  # a previous holder used up its attempts and did not reject it
-                exhausted.append((Message(self, r, state.attempts, held), state.last_error))
+            if state.exhausted:  # attempts used up (or a reject begun) and not rejected yet: copy, then reject
+                reason = state.last_error if state.copies else f"{GAVE_UP}: {state.last_error}"
+                exhausted.append((Message(self, r, state.attempts, held), reason))
+                self._copies_begun[r.offset] = state.copies
             else:
                 found.append(Message(self, r, state.attempts + 1, held))
         for o in [o for o in want if o < batch.next_offset]:
@@ -426,8 +440,8 @@ class LeaseLedger:
             self._retrying.update(m.offset for m in found)
         if found or exhausted:
             self.owner.changed(self)
-        for m, error in exhausted:
-            self.finish(m, REJECTED, error=f"{GAVE_UP}: {error}")
+        for m, reason in exhausted:
+            self.finish(m, REJECTED, error=reason)
         return found, exhausted
 
     # -- outcomes, from application threads
@@ -455,9 +469,10 @@ class LeaseLedger:
                 self._out.retries.append(
                     Retry(offset=msg.offset, attempt=msg.attempt, error=error, backoff_ms=int(backoff * 1000))
                 )
-                self.may_have_retries = True
-                return
-        self.owner.send_to_dlq(self, msg, error)
+            else:  # the dlq copy is counted in the commit log first, and written once it says so
+                copy = self._copies_begun.pop(msg.offset, 0) + 1
+                self._out.copying.append(Reject(offset=msg.offset, reason=error[:1000] or "rejected", copy=copy))
+            self.may_have_retries = True
 
     def forget(self, msg: Message) -> None:
         """A delivered record the application never received (it was dropped or the consumer is closing)."""
@@ -471,6 +486,15 @@ class LeaseLedger:
         with self._lock:
             self._out.rejects.append(Reject(offset=msg.offset, reason=reason[:1000], dlq=dlq))
             self._changed()
+
+    def copy_failed(self, msg: Message) -> None:
+        """Its dlq copy could not be written: the record waits in the commit log (exhausted, its copy counted)
+        for the next retry check here, or the next holder, to copy it again."""
+        with self._lock:
+            if self._waiting.pop(msg.offset, None) is None:
+                return
+            self.may_have_retries = True
+        _release_all([msg])
 
     def ack_many(self, msgs: list[Message]) -> None:
         """Ack every still-pending record of `msgs` at once (the handler API's path)."""
@@ -508,27 +532,30 @@ class LeaseLedger:
             self._out.batch_acked += out.batch_acked
             self._out.retries.extend(out.retries)
             self._out.rejects.extend(out.rejects)
+            self._out.copying.extend(out.copying)
             self._reported = (-1, -1)
             self._changed()
 
-    def committed(self, out: Outcomes, exhausted: list[int]) -> list[tuple[Message, str]]:
-        """The coordinator recorded `out`: forget what it now keeps. Returns the records whose retries used
-        up their attempts, with the reason to reject them with."""
-        gave_up = set(exhausted)
-        done = [r.offset for r in out.retries if r.offset not in gave_up] + [r.offset for r in out.rejects]
-        to_reject = []
+    def committed(self, out: Outcomes, copies: tuple[DlqCopy, ...] = ()) -> list[ToCopy]:
+        """The coordinator recorded `out`: forget what it now keeps. Returns the dlq copies to write: of records
+        whose retries used up their attempts, and of rejects the commit log let this holder copy (a reject
+        that is done already, by an earlier holder, is dropped here)."""
+        granted = {c.offset: c.copy for c in copies}
+        reasons = {r.offset: f"{GAVE_UP}: {r.error}"[:1000] for r in out.retries if r.offset in granted}
+        reasons.update((r.offset, r.reason) for r in out.copying if r.offset in granted)
+        done = [r.offset for r in out.retries + out.copying + out.rejects if r.offset not in granted]
+        to_copy = []
         with self._lock:
             for o in done:
                 self._retrying.discard(o)
                 msg = self._waiting.pop(o, None)
                 if msg is not None:
                     _release_all([msg])
-            for o in gave_up:
-                msg = self._waiting.pop(o, None)
-                if msg is not None:
-                    error = next((r.error for r in out.retries if r.offset == o), "")
-                    to_reject.append((msg, f"{GAVE_UP}: {error}"))
-        return to_reject
+            for o, copy in granted.items():
+                msg = self._waiting.get(o)  # stays busy until its reject is recorded, or its copy failed
+                if msg is not None and o in reasons:
+                    to_copy.append(ToCopy(msg, reasons[o], copy))
+        return to_copy
 
     def oldest_pending_ts(self) -> int:
         """Ingestion time of the oldest record the live path has not finished (0: none); retries are tracked

@@ -11,7 +11,8 @@ watermark advances, the chunks below it are deleted, so a fully done partition i
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from streamplane import offsets
 from streamplane.coordinator import keys, planted
@@ -24,7 +25,19 @@ from streamplane.errors import (
     NotFoundError,
     StreamplaneError,
 )
-from streamplane.model import Commit, Lag, LaneLag, PartitionLag, PartitionRef, Reject, Retry, RetryState
+from streamplane.model import (
+    DLQ_COPY_TIMEOUT_MS,
+    GAVE_UP,
+    Commit,
+    DlqCopy,
+    Lag,
+    LaneLag,
+    PartitionLag,
+    PartitionRef,
+    Reject,
+    Retry,
+    RetryState,
+)
 from streamplane.names import check_lane_name, check_object_name
 
 __all__ = ["Commit", "Reject", "Retry"]  # the commit's model types, re-exported for callers of commit()
@@ -38,6 +51,12 @@ MAX_TEXT = 1024
 
 
 MAX_BITMAP_BYTES = 1 << 20
+COPY_IN_FLIGHT_MS = DLQ_COPY_TIMEOUT_MS + 5_000
+"""How long after a dlq copy was begun it may still land: no other copy of that record begins before."""
+
+
+def _copy_in_flight(state: dict[str, Any], now_ms: int) -> bool:
+    return bool(state.get("copies")) and now_ms < state.get("copy_ms", 0) + COPY_IN_FLIGHT_MS
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,8 @@ class CommitResult:
     newly_done: int
     retries: int = 0
     """Offsets with retry state after the commit."""
+    copies: list[DlqCopy] = field(default_factory=list)
+    """The dlq copies its holder may write now (each counted in the retry state first)."""
 
 
 PartitionKey = keys.PartitionKey
@@ -120,9 +141,11 @@ def configure(tr: Transaction, group: str, lane: str, attempts: int) -> None:
 
 def validate(c: Commit, header: Header) -> int:
     """Check a commit against the partition; return the high watermark it is checked against."""
-    entries = len(c.acked) + len(c.retries) + len(c.rejects)
+    entries = len(c.acked) + len(c.retries) + len(c.rejects) + len(c.copying)
     if entries > MAX_ENTRIES:
-        raise LimitExceededError(f"a commit holds {entries} ranges, retries and rejects; the limit is {MAX_ENTRIES}")
+        raise LimitExceededError(
+            f"a commit holds {entries} ranges, retries, rejects and dlq copies; the limit is {MAX_ENTRIES}"
+        )
     for name, value in (
         ("oldest_pending_ts_ms", c.oldest_pending_ts_ms),
         ("high_watermark", c.high_watermark),
@@ -156,13 +179,14 @@ def validate(c: Commit, header: Header) -> int:
             raise InvalidArgumentError(f"retries[{i}] attempt must be 1 or more, not {r.attempt}")
         if len(r.error) > MAX_TEXT:
             raise InvalidArgumentError(f"retries[{i}] error is {len(r.error)} characters; the limit is {MAX_TEXT}")
-    for i, j in enumerate(c.rejects):
-        if j.offset < 0 or (high and j.offset >= high):
-            raise InvalidArgumentError(f"rejects[{i}] offset {j.offset} is outside the partition [0, {high})")
-        if not j.reason.strip():
-            raise InvalidArgumentError(f"rejects[{i}] needs a reason")
-        if len(j.reason) > MAX_TEXT:
-            raise InvalidArgumentError(f"rejects[{i}] reason is {len(j.reason)} characters; the limit is {MAX_TEXT}")
+    for what, listed in (("rejects", c.rejects), ("copying", c.copying)):
+        for i, j in enumerate(listed):
+            if j.offset < 0 or (high and j.offset >= high):
+                raise InvalidArgumentError(f"{what}[{i}] offset {j.offset} is outside the partition [0, {high})")
+            if not j.reason.strip():
+                raise InvalidArgumentError(f"{what}[{i}] needs a reason")
+            if len(j.reason) > MAX_TEXT:
+                raise InvalidArgumentError(f"{what}[{i}] reason is {len(j.reason)} characters; the limit is {MAX_TEXT}")
     return high
 
 
@@ -229,27 +253,56 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         )
     retries, rejects = header.retries, header.rejects + len(rejected)
 
-    # retry state: the highest attempt wins; at the group's max attempts the offset is exhausted
+    # retry state: the highest attempt wins; at the group's max attempts the offset is exhausted, and its
+    # holder may write its dlq copy: the copy is counted here, before it is written
     exhausted = []
+    copies = []
     for r in c.retries:
         if _is_done(tr, pk, header, r.offset, chunks):
             continue  # acked or rejected meanwhile: nothing to retry
         key = keys.retry_key(pk, r.offset)
         raw = tr.get(key)
         old_state = json.loads(raw) if raw else None
+        if old_state and old_state["attempts"] > r.attempt:
+            continue  # a late re-send of an older attempt changes nothing
+        if old_state and old_state["exhausted"] and old_state["attempts"] == r.attempt:
+            exhausted.append(r.offset)  # the same commit again: the same answer, nothing changes
+            copies.append(DlqCopy(r.offset, old_state.get("copies", 1)))
+            continue
         attempts = max(r.attempt, old_state["attempts"] if old_state else 0)
-        state = {
+        begun: int = old_state.get("copies", 0) if old_state else 0
+        state: dict[str, Any] = {
             "attempts": attempts,
             "next_ms": now_ms + r.backoff_ms,
             "error": r.error,
             "exhausted": attempts >= limit,
+            "copies": begun,
         }
-        if old_state and old_state["attempts"] > r.attempt:
-            state = old_state  # a late re-send of an older attempt changes nothing
         if state["exhausted"]:
+            state["error"] = f"{GAVE_UP}: {r.error}"[:MAX_TEXT]
             exhausted.append(r.offset)
+            if not (old_state and _copy_in_flight(old_state, now_ms)):
+                state.update(copies=begun + 1, copy_ms=now_ms)
+                copies.append(DlqCopy(r.offset, begun + 1))
         tr.set(key, json.dumps(state, sort_keys=True).encode())
         retries += 0 if old_state else 1
+    # dlq copies about to be written for rejects: counted before they are written, skipped once rejected, and
+    # refused when a later copy was begun already (asking again for the same number is granted the same)
+    for j in c.copying:
+        if _is_done(tr, pk, header, j.offset, chunks):
+            continue
+        key = keys.retry_key(pk, j.offset)
+        raw = tr.get(key)
+        old_state = json.loads(raw) if raw else {"attempts": 0, "next_ms": 0, "copies": 0}
+        begun = old_state.get("copies", 0)
+        number = j.copy or begun + 1
+        if number < begun or (number > begun and _copy_in_flight(old_state, now_ms)):
+            continue  # a later copy was begun, or an earlier one may still land: this one waits
+        copy_ms = old_state.get("copy_ms", now_ms) if number == begun else now_ms
+        state = {**old_state, "error": j.reason, "exhausted": True, "copies": number, "copy_ms": copy_ms}
+        tr.set(key, json.dumps(state, sort_keys=True).encode())
+        copies.append(DlqCopy(j.offset, number))
+        retries += 0 if raw else 1
 
     # done offsets need no retry state
     if retries and (done_new or c.acked_bitmap):
@@ -291,7 +344,8 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         updated_ms=now_ms,
     )
     tr.set(keys.progress_key(pk), json.dumps(asdict(new_header), sort_keys=True).encode())
-    return CommitResult(low, sorted(set(exhausted)), added, retries)
+    unique = {c.offset: c for c in copies}  # an offset named twice in one commit: its last answer
+    return CommitResult(low, sorted(set(exhausted)), added, retries, [unique[o] for o in sorted(unique)])
 
 
 MAX_BATCH_LEASES = 4096
@@ -333,6 +387,8 @@ class Progress:
     header: Header
     done: list[offsets.Range]
     """The first done ranges above the low watermark."""
+    retrying: list[int] = field(default_factory=list)
+    """The first offsets with retry state."""
 
 
 @transactional
@@ -347,7 +403,9 @@ def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -
         chunk = keys.DONE.unpack(key)[-1]
         done.extend(offsets.mask_ranges(int.from_bytes(raw, "little"), chunk * CHUNK))
     done = offsets.normalize(done)[:max_ranges]
-    return Progress(header, done)
+    r0 = keys.RETRIES.range(pk)
+    retrying = [keys.RETRIES.unpack(k)[-1] for k, _ in tr.get_range(r0.start, r0.stop, limit=max_ranges, snapshot=True)]
+    return Progress(header, done, retrying)
 
 
 @transactional
@@ -362,6 +420,8 @@ def due_retries(
     due = []
     for key, raw in tr.get_range(r0.start, r0.stop):
         state = json.loads(raw)
+        if state["exhausted"] and _copy_in_flight(state, now_ms):
+            continue  # its dlq copy may still land: not due until that is over
         if state["exhausted"] or state["next_ms"] <= now_ms:
             due.append(
                 RetryState(
@@ -370,6 +430,7 @@ def due_retries(
                     next_attempt_ms=state["next_ms"],
                     last_error=state["error"],
                     exhausted=state["exhausted"],
+                    copies=state.get("copies", 0),
                 )
             )
             if len(due) >= limit:

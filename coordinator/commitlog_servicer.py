@@ -44,7 +44,11 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             metrics.STALE_EPOCH.labels(request.group).inc()
             raise
         _count(request.group, c.commit, result)
-        return cpb.CommitResponse(low_watermark=result.low_watermark, exhausted=result.exhausted)
+        return cpb.CommitResponse(
+            low_watermark=result.low_watermark,
+            exhausted=result.exhausted,
+            copies=convert.copies_to_pb(tuple(result.copies)),
+        )
 
     @grpc_errors
     def CommitBatch(self, request: cpb.CommitBatchRequest, context: grpc.ServicerContext) -> cpb.CommitBatchResponse:
@@ -60,7 +64,13 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
                 outcome = CommitOutcome(c.lease_id, error=result)
             else:
                 _count(request.group, c.commit, result)
-                outcome = CommitOutcome(c.lease_id, result.low_watermark, tuple(result.exhausted), result.retries)
+                outcome = CommitOutcome(
+                    c.lease_id,
+                    result.low_watermark,
+                    tuple(result.exhausted),
+                    result.retries,
+                    copies=tuple(result.copies),
+                )
             out.results.append(convert.outcome_to_pb(outcome))
         return out
 
@@ -80,6 +90,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
                 offset_lag=h.offset_lag(),
                 time_lag_ms=h.time_lag_ms(self._clock.now_ms()),
                 oldest_pending_ts_ms=h.oldest_pending_ts_ms,
+                retrying=tuple(p.retrying),
             )
         )
 

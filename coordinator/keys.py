@@ -29,7 +29,7 @@ documented for operators in fdb/KEYS.md:
                                                         -> done ranges above the low watermark with offsets in
                                                            [chunk * 4096, (chunk + 1) * 4096), as varints
     ("streamplane", "retry", group, stream, lane, generation, partition, offset)
-                                                        -> {attempts, next_ms, error, exhausted}
+                                                        -> {attempts, next_ms, error, exhausted, copies, copy_ms}
     ("streamplane", "reject", group, stream, lane, generation, partition, offset)
                                                         -> {reason, dlq, attempts}
     ("streamplane", "producer", producer_id)           -> ProducerSession {topology_version, in_flight, alive_until_ms}

@@ -363,6 +363,8 @@ class Reject:
     offset: int
     reason: str
     dlq: DlqLocation | None = None
+    copy: int = 0
+    """In `Commit.copying`: the number of the dlq copy asked for (the copies begun so far, plus one)."""
 
 
 @dataclass(frozen=True)
@@ -378,6 +380,26 @@ class Commit:
     acked_bitmap: bytes = b""
     """Scattered acks: bit i (little-endian) set = offset acked_bitmap_base + i acked."""
     acked_bitmap_base: int = 0
+    copying: list[Reject] = field(default_factory=list)
+    """Rejects whose dlq copy the holder is about to write: recorded first, so that a copy is written once per
+    reject decision (the outcome's `copies` names the ones to write)."""
+
+
+GAVE_UP = "max attempts reached; last error"
+"""How the reject reason of a record whose retries used up the group's max attempts begins."""
+DLQ_COPY_TIMEOUT_MS = 10_000
+"""A dlq copy is delivered or has failed this long after it was begun (the consumer's dlq producer gives up
+then); until it is over (and a margin), nobody begins another copy of that record, so a copy stuck behind a
+broker fault while its lease moves does not get a sibling."""
+
+
+@dataclass(frozen=True)
+class DlqCopy:
+    """Leave to write one dlq copy of `offset`; `copy` counts the copies begun for it (1 unless a holder began
+    one before and was not seen to finish it)."""
+
+    offset: int
+    copy: int
 
 
 @dataclass(frozen=True)
@@ -400,6 +422,8 @@ class CommitOutcome:
     retries: int = 0
     """Offsets with retry state after the commit."""
     error: StreamplaneError | None = None
+    copies: tuple[DlqCopy, ...] = ()
+    """The dlq copies to write now: of the commit's `copying` entries not done yet, and of `exhausted`."""
 
 
 @dataclass(frozen=True)
@@ -409,6 +433,8 @@ class RetryState:
     next_attempt_ms: int
     last_error: str = ""
     exhausted: bool = False
+    copies: int = 0
+    """Dlq copies begun for this offset."""
 
 
 @dataclass(frozen=True)
@@ -423,6 +449,9 @@ class Progress:
     offset_lag: int = 0
     time_lag_ms: int = 0
     oldest_pending_ts_ms: int = 0
+    retrying: tuple[int, ...] = ()
+    """Offsets above the low watermark with retry state: a new holder leaves them to `due_retries`, which knows
+    their attempts so far, instead of handing them out as first attempts."""
 
 
 @dataclass(frozen=True)

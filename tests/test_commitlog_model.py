@@ -17,7 +17,7 @@ from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.api import MAX_VALUE_BYTES
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError, NotFoundError
-from streamplane.model import ADMIN_LOCAL, Cluster
+from streamplane.model import ADMIN_LOCAL, GAVE_UP, Cluster, DlqCopy
 
 LEASE = "s/realtime/g1/p0"
 HIGH = 200
@@ -85,6 +85,7 @@ def test_any_commit_sequence_matches_the_model_and_replays_change_nothing(held, 
                 done.update(range(a, b))
             bits = int.from_bytes(commit.acked_bitmap, "little")
             done.update(commit.acked_bitmap_base + i for i in range(bits.bit_length()) if bits >> i & 1)
+            before_attempts = dict(attempts)
             for r in commit.retries:
                 if r.offset not in done:
                     attempts[r.offset] = max(attempts.get(r.offset, 0), r.attempt)
@@ -95,9 +96,12 @@ def test_any_commit_sequence_matches_the_model_and_replays_change_nothing(held, 
             while low in done:
                 low += 1
             assert result.low_watermark == low
+            # exhausted: attempts used up by this commit's newest attempt (a late re-send of an older one is not)
+            newest = [r for r in commit.retries if r.attempt >= before_attempts.get(r.offset, 0)]
             assert sorted(result.exhausted) == sorted(
-                {r.offset for r in commit.retries if r.offset in attempts and attempts[r.offset] >= 5}
+                {r.offset for r in newest if r.offset in attempts and attempts[r.offset] >= 5}
             )
+            assert sorted(c.offset for c in result.copies) == sorted(result.exhausted), "each exhausted one is copied"
     header, progress = state(held)
     assert header["low"] == low
     assert header["done_above"] == len({o for o in done if o >= low})
@@ -185,3 +189,42 @@ def test_an_unmanaged_group_commits_with_epoch_0_and_a_managed_one_cannot(held) 
         cl.commit(held, "spark-q", "s/realtime/g9/p0", 0, cl.Commit(acked=[(0, 1)]), now_ms=2)
     with pytest.raises(FencedError, match="epoch 0 is stale: group 'g' has Assigner sessions"):
         cl.commit(held, "g", LEASE, 0, cl.Commit(acked=[(0, 1)]), now_ms=3)
+
+
+def test_a_dlq_copy_is_counted_before_it_is_written_and_skipped_once_rejected(held) -> None:
+    """Copy, then mark rejected: the commit log counts each copy begun, answers a re-sent commit the same,
+    and lets nobody copy a record that is rejected already."""
+    reset(held)
+    cl.configure(held, "g", "realtime", 2)
+    assert cl.commit(held, "g", LEASE, 1, cl.Commit(retries=[cl.Retry(7, 1, "boom")]), now_ms=1).copies == []
+    last = cl.Commit(retries=[cl.Retry(7, 2, "boom")])
+    first = cl.commit(held, "g", LEASE, 1, last, now_ms=2)
+    assert first.exhausted == [7] and first.copies == [DlqCopy(7, 1)], "attempts used up: copy 1 may be written"
+    assert cl.commit(held, "g", LEASE, 1, last, now_ms=3).copies == [DlqCopy(7, 1)], "a re-sent commit: the same"
+    late = cl.commit(held, "g", LEASE, 1, cl.Commit(retries=[cl.Retry(7, 1, "boom")]), now_ms=4)
+    assert late.copies == [] and late.exhausted == [], "a late older attempt copies nothing"
+
+    # while copy 1 may still land (stuck behind a broker fault, its holder gone), no second copy begins
+    assert cl.due_retries(held, "g", LEASE, 1, now_ms=5) == []
+    early = cl.commit(held, "g", LEASE, 1, cl.Commit(copying=[cl.Reject(7, "x", copy=2)]), now_ms=6)
+    assert early.copies == []
+
+    # the holder crashed after writing copy 1, before its reject: the next one finds it and asks for copy 2
+    later = 2 + cl.COPY_IN_FLIGHT_MS
+    (state,) = cl.due_retries(held, "g", LEASE, 1, now_ms=later)
+    assert (state.exhausted, state.copies, state.last_error) == (True, 1, f"{GAVE_UP}: boom")
+    ask = cl.Reject(7, state.last_error, copy=state.copies + 1)
+    assert cl.commit(held, "g", LEASE, 1, cl.Commit(copying=[ask]), now_ms=later).copies == [DlqCopy(7, 2)]
+    assert cl.commit(held, "g", LEASE, 1, cl.Commit(copying=[ask]), now_ms=later + 1).copies == [DlqCopy(7, 2)]
+    stale = cl.commit(held, "g", LEASE, 1, cl.Commit(copying=[cl.Reject(7, "x", copy=1)]), now_ms=later + 2)
+    assert stale.copies == [], "a copy number below one begun already is refused"
+
+    cl.commit(held, "g", LEASE, 1, cl.Commit(rejects=[cl.Reject(7, state.last_error)]), now_ms=later + 3)
+    again = cl.commit(held, "g", LEASE, 1, cl.Commit(copying=[cl.Reject(7, "again", copy=3)]), now_ms=later * 2)
+    assert again.copies == [], "rejected already: no copy"
+    assert cl.due_retries(held, "g", LEASE, 1, now_ms=later * 2) == []
+
+    # a handler's reject of a record never retried: copy 1, and the offset is listed as retrying until rejected
+    got = cl.commit(held, "g", LEASE, 1, cl.Commit(copying=[cl.Reject(9, "bad json", copy=1)]), now_ms=11)
+    assert got.copies == [DlqCopy(9, 1)]
+    assert cl.progress(held, "g", LEASE).retrying == [9]

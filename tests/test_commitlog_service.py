@@ -108,8 +108,9 @@ def test_retries_run_out_into_rejects_and_a_new_holder_starts_at_the_low_waterma
         assert [r.offset for r in client.due_retries("retrying", lease.lease_id, lease.epoch)] == [5]
         response = commit(retries=[model.Retry(offset=5, attempt=2, error="again", backoff_ms=60_000)])
         assert list(response.exhausted) == [5], "the second failure uses up the lane's 2 attempts"
+        assert response.copies == (model.DlqCopy(5, 1),), "its holder writes dlq copy 1"
         due = client.due_retries("retrying", lease.lease_id, lease.epoch)
-        assert [(r.offset, r.exhausted) for r in due] == [(5, True)], "exhausted: due for its reject, not a retry"
+        assert due == [], "not due while its dlq copy may still land"
         response = commit(
             rejects=[
                 model.Reject(

@@ -11,7 +11,7 @@ import pytest
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, OutcomeError, PartitionFetcher, Producer
-from streamplane.client.consumer import ORIGIN_HEADERS, REASON_HEADER
+from streamplane.client.consumer import ATTEMPT_HEADER, COPY_HEADER, ORIGIN_HEADERS, REASON_HEADER
 from streamplane.errors import NotFoundError, UnavailableError
 from tests.helpers import free_port, register_local_clusters, wait_until
 
@@ -105,6 +105,9 @@ def test_iterator_api_with_retry_and_reject_to_the_dlq(address: str, local_clust
     assert b"max attempts reached; last error: RuntimeError: always fails" in by_value[b"poison"][REASON_HEADER]
     origin = [by_value[b"poison"][h] for h in ORIGIN_HEADERS]
     assert origin == [b"c-mixed", b"realtime", b"1", b"0", b"2"]
+    assert (by_value[b"poison"][ATTEMPT_HEADER], by_value[b"poison"][COPY_HEADER]) == (b"2", b"1")
+    assert (by_value[b"bad"][ATTEMPT_HEADER], by_value[b"bad"][COPY_HEADER]) == (b"1", b"1")
+    assert len(dlq) == 2, "one copy per reject"
     with CoordinatorClient(address) as client:
         progress = client.progress("c-g2", "c-mixed/realtime/g1/p0")
     assert progress.low_watermark == 5 and progress.rejects == 2
@@ -277,3 +280,40 @@ def test_batch_api_hands_out_arrow_batches_and_takes_outcomes_per_offset(address
         )
     reasons = sorted(dict(r.headers)[REASON_HEADER] for r in rejected if r.value in (b"poison-1", b"bad-1"))
     assert len(reasons) == 2 and reasons[0] == b"malformed"
+
+
+def test_poison_records_reach_the_dlq_once_while_its_broker_is_down(address: str, local_cluster) -> None:
+    """Seen in a chaos run: with a broker of the dlq lane down, one poison record was copied four times (each
+    retry check re-read the exhausted record while its copy was still in flight)."""
+    _, control = local_cluster
+    with CoordinatorClient(address) as client:
+        client.create_stream("c-dlq-down", 1, cluster="east")
+        client.configure_group("c-g9", "realtime", 2)
+    control.set_leader("sp.c-dlq-down.realtime.g1", 0, 1)
+    control.set_leader("sp.c-dlq-down.dlq.g1", 0, 3)
+    produce(address, "c-dlq-down", [b"ok1", b"poison1", b"poison2", b"ok2"])
+    attempts: Counter[bytes] = Counter()
+
+    def handle(msg: Message) -> None:
+        attempts[msg.value] += 1
+        if msg.value.startswith(b"poison"):
+            raise RuntimeError("always fails")
+
+    control.broker_down(3)
+    try:
+        with Consumer(address, group="c-g9", stream="c-dlq-down", retry_backoff_s=0.05) as consumer:
+            worker = threading.Thread(target=consumer.run, args=(handle,), daemon=True)
+            worker.start()
+            wait_until(lambda: attempts[b"poison1"] == 2 and attempts[b"poison2"] == 2, timeout=15)
+            time.sleep(3.0)  # several retry checks while the copies cannot be written
+            control.broker_up(3)
+            wait_until(lambda: lag(address, "c-g9")[0] == 0, timeout=30)
+            consumer.close()
+            worker.join(10)
+    finally:
+        control.broker_up(3)
+    bootstrap, _ = local_cluster
+    dlq = read_lane(bootstrap, "sp.c-dlq-down.dlq.g1", 1)
+    assert sorted(r.value for r in dlq) == [b"poison1", b"poison2"], "each poison record is copied once"
+    assert {dict(r.headers)[COPY_HEADER] for r in dlq} == {b"1"}
+    assert attempts[b"poison1"] == attempts[b"poison2"] == 2, "no attempt beyond the limit"

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from streamplane.client.fetcher import decode_records
 from streamplane.client.flow import Budget
-from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger
+from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes
 from streamplane.client.message import BatchOutcome
+from streamplane.model import DlqCopy, Reject, RetryState
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 from tests.recordbatch import Rec, build_batch
 
@@ -23,10 +24,6 @@ class Owner:
     def __init__(self) -> None:
         self.dlq: list[tuple[int, str]] = []
 
-    def send_to_dlq(self, ledger: LeaseLedger, msg: Any, reason: str) -> None:
-        self.dlq.append((msg.offset, reason))
-        ledger.rejected(msg, reason, None)
-
     def changed(self, ledger: LeaseLedger) -> None:
         pass
 
@@ -36,17 +33,22 @@ def ledger(budget: Budget, owner: Owner, end_offset: int = -1) -> LeaseLedger:
     return LeaseLedger(owner, info, budget, "g")
 
 
-def read(x: LeaseLedger, start: int, count: int, *, batches: bool) -> list[Any]:
+def fetched(start: int, count: int) -> Any:
+    """What the fetch loop hands over for offsets [start, start + count)."""
     raw = build_batch([Rec(value=b"v%d" % (start + i)) for i in range(count)], base_offset=start)
-    fetched = decode_records(
-        memoryview(raw), start, start + count, max_decompressed=DEFAULT_MAX_DECOMPRESSED, aborted=None
-    )
-    items, used, n = x.accept(fetched, batches=batches)
+    end = start + count
+    return decode_records(memoryview(raw), start, end, max_decompressed=DEFAULT_MAX_DECOMPRESSED, aborted=None)
+
+
+def read(x: LeaseLedger, start: int, count: int, *, batches: bool) -> list[Any]:
+    items, used, n = x.accept(fetched(start, count), batches=batches)
     x.budget.settle(0, used, n)  # as the fetch loop does once the receiver took them
     return items
 
 
 def committed(x: LeaseLedger) -> tuple[set[int], set[int], set[int]]:
+    """Take what to commit and answer as the coordinator does: every dlq copy asked for is granted, and the
+    test's owner writes it at once (its reject goes into the next commit)."""
     taken = x.take_outcomes()
     if taken is None:
         return set(), set(), set()
@@ -55,7 +57,9 @@ def committed(x: LeaseLedger) -> tuple[set[int], set[int], set[int]]:
     for s, e in out.ranges:
         acked.update(range(s, e))
     result = (acked, {r.offset for r in out.retries}, {r.offset for r in out.rejects})
-    x.committed(out, [])
+    for copy in x.committed(out, tuple(DlqCopy(r.offset, 1) for r in out.copying)):
+        x.owner.dlq.append((copy.msg.offset, copy.reason))  # type: ignore[attr-defined]
+        x.rejected(copy.msg, copy.reason, None)
     return result
 
 
@@ -107,10 +111,11 @@ def test_every_record_is_committed_as_it_ended_and_the_budget_comes_back(
         x.ack_many(acks)  # run()'s path: what the handler did not end itself, at once, last
         if not x.lost:
             expected.update((m.offset, "ack") for m in acks)
-        acked, retried, rejected = committed(x)
-        seen["ack"] |= acked
-        seen["retry"] |= retried
-        seen["reject"] |= rejected
+        for _ in range(2):  # the second commit carries the rejects whose dlq copies the first one allowed
+            acked, retried, rejected = committed(x)
+            seen["ack"] |= acked
+            seen["retry"] |= retried
+            seen["reject"] |= rejected
     assert seen["ack"] == {o for o, c in expected.items() if c == "ack"}
     assert seen["retry"] == {o for o, c in expected.items() if c == "retry"}
     assert seen["reject"] == {o for o, c in expected.items() if c == "reject"}
@@ -151,3 +156,41 @@ def test_acks_that_come_after_a_commit_of_records_in_flight_are_committed() -> N
     assert committed(x) == (set(), set(), set())  # in flight: nothing ended yet
     x.ack_many(items)
     assert committed(x)[0] == {0, 1, 2}
+
+
+def test_a_new_holder_leaves_records_with_retry_state_to_the_retry_path_with_their_attempts() -> None:
+    """Attempts are counted once, in the commit log: a record a previous holder retried twice is not handed
+    out as a first attempt, nor stepped over as done; when due, it comes back as attempt 3."""
+    x = ledger(Budget(100, 1 << 30), Owner())
+    x.skip_done([], retrying=(2,))
+    items = read(x, 0, 4, batches=False)
+    assert [m.offset for m in items] == [0, 1, 3]
+    x.ack_many(items)
+    acked, _, _ = committed(x)
+    assert acked == {0, 1, 3}, "offset 2 is not acked as a gap"
+    found, exhausted = x.retried(fetched(0, 4), {2: RetryState(2, attempts=2, next_attempt_ms=0)})
+    assert [(m.offset, m.attempt) for m in found] == [(2, 3)] and exhausted == []
+
+
+def test_a_record_being_copied_to_the_dlq_stays_busy_until_its_reject_is_recorded() -> None:
+    """While its dlq copy is in flight, a record is not re-read for a retry (that made four copies of one
+    poison record with a broker down); a failed copy frees it for the next try, as copy number 2."""
+    x = ledger(Budget(100, 1 << 30), Owner())
+    (msg,) = read(x, 0, 1, batches=False)
+    msg.reject("bad")
+    out, _ = x.take_outcomes()
+    assert [(r.offset, r.copy) for r in out.copying] == [(0, 1)] and not out.rejects, "the copy is asked for first"
+    (copy,) = x.committed(out, (DlqCopy(0, 1),))
+    assert 0 in x.busy_offsets()
+    x.copy_failed(copy.msg)
+    assert 0 not in x.busy_offsets()
+    found, exhausted = x.retried(fetched(0, 1), {0: RetryState(0, 0, 0, "bad", exhausted=True, copies=1)})
+    assert found == [] and [(m.offset, reason) for m, reason in exhausted] == [(0, "bad")]
+    out, _ = x.take_outcomes()
+    assert [(r.offset, r.copy) for r in out.copying] == [(0, 2)]
+    (copy,) = x.committed(out, (DlqCopy(0, 2),))
+    x.rejected(copy.msg, copy.reason, None)
+    assert 0 in x.busy_offsets()
+    out, _ = x.take_outcomes()
+    assert x.committed(out) == [] and 0 not in x.busy_offsets()
+    assert x.committed(Outcomes(copying=[Reject(5, "late", copy=1)]), ()) == [], "not granted: no copy"

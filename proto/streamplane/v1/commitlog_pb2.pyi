@@ -41,17 +41,19 @@ class DlqLocation(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class RejectEntry(_message.Message):
-    __slots__ = ("offset", "reason", "dlq")
+    __slots__ = ("offset", "reason", "dlq", "copy")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DLQ_FIELD_NUMBER: _ClassVar[int]
+    COPY_FIELD_NUMBER: _ClassVar[int]
     offset: int
     reason: str
     dlq: DlqLocation
-    def __init__(self, offset: _Optional[int] = ..., reason: _Optional[str] = ..., dlq: _Optional[_Union[DlqLocation, _Mapping]] = ...) -> None: ...
+    copy: int
+    def __init__(self, offset: _Optional[int] = ..., reason: _Optional[str] = ..., dlq: _Optional[_Union[DlqLocation, _Mapping]] = ..., copy: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms", "acked_bitmap", "acked_bitmap_base")
+    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms", "acked_bitmap", "acked_bitmap_base", "copying")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +65,7 @@ class CommitRequest(_message.Message):
     HIGH_WATERMARK_TS_MS_FIELD_NUMBER: _ClassVar[int]
     ACKED_BITMAP_FIELD_NUMBER: _ClassVar[int]
     ACKED_BITMAP_BASE_FIELD_NUMBER: _ClassVar[int]
+    COPYING_FIELD_NUMBER: _ClassVar[int]
     group: str
     lease_id: str
     epoch: int
@@ -74,15 +77,26 @@ class CommitRequest(_message.Message):
     high_watermark_ts_ms: int
     acked_bitmap: bytes
     acked_bitmap_base: int
-    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ..., acked_bitmap: _Optional[bytes] = ..., acked_bitmap_base: _Optional[int] = ...) -> None: ...
+    copying: _containers.RepeatedCompositeFieldContainer[RejectEntry]
+    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ..., acked_bitmap: _Optional[bytes] = ..., acked_bitmap_base: _Optional[int] = ..., copying: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ...) -> None: ...
+
+class DlqCopy(_message.Message):
+    __slots__ = ("offset", "copy")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COPY_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    copy: int
+    def __init__(self, offset: _Optional[int] = ..., copy: _Optional[int] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
-    __slots__ = ("low_watermark", "exhausted")
+    __slots__ = ("low_watermark", "exhausted", "copies")
     LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
     low_watermark: int
     exhausted: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ...) -> None: ...
+    copies: _containers.RepeatedCompositeFieldContainer[DlqCopy]
+    def __init__(self, low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ..., copies: _Optional[_Iterable[_Union[DlqCopy, _Mapping]]] = ...) -> None: ...
 
 class CommitBatchRequest(_message.Message):
     __slots__ = ("group", "commits")
@@ -93,7 +107,7 @@ class CommitBatchRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., commits: _Optional[_Iterable[_Union[CommitRequest, _Mapping]]] = ...) -> None: ...
 
 class CommitResult(_message.Message):
-    __slots__ = ("lease_id", "code", "message", "kind", "low_watermark", "exhausted", "retries", "details")
+    __slots__ = ("lease_id", "code", "message", "kind", "low_watermark", "exhausted", "retries", "details", "copies")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +116,7 @@ class CommitResult(_message.Message):
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
     RETRIES_FIELD_NUMBER: _ClassVar[int]
     DETAILS_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     code: int
     message: str
@@ -110,7 +125,8 @@ class CommitResult(_message.Message):
     exhausted: _containers.RepeatedScalarFieldContainer[int]
     retries: int
     details: str
-    def __init__(self, lease_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., kind: _Optional[str] = ..., low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ..., retries: _Optional[int] = ..., details: _Optional[str] = ...) -> None: ...
+    copies: _containers.RepeatedCompositeFieldContainer[DlqCopy]
+    def __init__(self, lease_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., kind: _Optional[str] = ..., low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ..., retries: _Optional[int] = ..., details: _Optional[str] = ..., copies: _Optional[_Iterable[_Union[DlqCopy, _Mapping]]] = ...) -> None: ...
 
 class CommitBatchResponse(_message.Message):
     __slots__ = ("results",)
@@ -129,21 +145,23 @@ class GetProgressRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., max_ranges: _Optional[int] = ...) -> None: ...
 
 class RetryState(_message.Message):
-    __slots__ = ("offset", "attempts", "next_attempt_unix_ms", "last_error", "exhausted")
+    __slots__ = ("offset", "attempts", "next_attempt_unix_ms", "last_error", "exhausted", "copies")
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_ATTEMPT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
     offset: int
     attempts: int
     next_attempt_unix_ms: int
     last_error: str
     exhausted: bool
-    def __init__(self, offset: _Optional[int] = ..., attempts: _Optional[int] = ..., next_attempt_unix_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., exhausted: _Optional[bool] = ...) -> None: ...
+    copies: int
+    def __init__(self, offset: _Optional[int] = ..., attempts: _Optional[int] = ..., next_attempt_unix_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., exhausted: _Optional[bool] = ..., copies: _Optional[int] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("lease_id", "low_watermark", "high_watermark", "done", "done_above_low_watermark", "retries", "rejects", "offset_lag", "time_lag_ms", "oldest_pending_ts_ms")
+    __slots__ = ("lease_id", "low_watermark", "high_watermark", "done", "done_above_low_watermark", "retries", "rejects", "offset_lag", "time_lag_ms", "oldest_pending_ts_ms", "retrying")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +172,7 @@ class Progress(_message.Message):
     OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
     TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     OLDEST_PENDING_TS_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRYING_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     low_watermark: int
     high_watermark: int
@@ -164,7 +183,8 @@ class Progress(_message.Message):
     offset_lag: int
     time_lag_ms: int
     oldest_pending_ts_ms: int
-    def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., done: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., done_above_low_watermark: _Optional[int] = ..., retries: _Optional[int] = ..., rejects: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., oldest_pending_ts_ms: _Optional[int] = ...) -> None: ...
+    retrying: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., done: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., done_above_low_watermark: _Optional[int] = ..., retries: _Optional[int] = ..., rejects: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., oldest_pending_ts_ms: _Optional[int] = ..., retrying: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DueRetriesRequest(_message.Message):
     __slots__ = ("group", "lease_id", "epoch", "limit")

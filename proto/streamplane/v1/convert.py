@@ -413,7 +413,7 @@ def group_from_pb(x: apb.GroupDescription) -> m.GroupDescription:
 
 
 def _reject_to_pb(r: m.Reject) -> cpb.RejectEntry:
-    entry = cpb.RejectEntry(offset=r.offset, reason=r.reason)
+    entry = cpb.RejectEntry(offset=r.offset, reason=r.reason, copy=r.copy)
     if r.dlq is not None:
         d = r.dlq
         entry.dlq.CopyFrom(
@@ -427,7 +427,7 @@ def _reject_to_pb(r: m.Reject) -> cpb.RejectEntry:
 def _reject_from_pb(x: cpb.RejectEntry) -> m.Reject:
     d = x.dlq
     dlq = m.DlqLocation(d.stream, d.lane, d.generation, d.partition, d.offset) if x.HasField("dlq") else None
-    return m.Reject(x.offset, x.reason, dlq)
+    return m.Reject(x.offset, x.reason, dlq, x.copy)
 
 
 def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
@@ -447,6 +447,7 @@ def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
         high_watermark_ts_ms=body.high_watermark_ts_ms,
         acked_bitmap=body.acked_bitmap,
         acked_bitmap_base=body.acked_bitmap_base,
+        copying=[_reject_to_pb(r) for r in body.copying],
     )
 
 
@@ -460,6 +461,7 @@ def commit_from_pb(x: cpb.CommitRequest) -> m.LeaseCommit:
         high_watermark_ts_ms=x.high_watermark_ts_ms,
         acked_bitmap=x.acked_bitmap,
         acked_bitmap_base=x.acked_bitmap_base,
+        copying=[_reject_from_pb(r) for r in x.copying],
     )
     return m.LeaseCommit(x.lease_id, x.epoch, body)
 
@@ -474,8 +476,20 @@ def outcome_to_pb(o: m.CommitOutcome) -> cpb.CommitResult:
             details=details_json(o.error),
         )
     return cpb.CommitResult(
-        lease_id=o.lease_id, low_watermark=o.low_watermark, exhausted=o.exhausted, retries=o.retries
+        lease_id=o.lease_id,
+        low_watermark=o.low_watermark,
+        exhausted=o.exhausted,
+        retries=o.retries,
+        copies=copies_to_pb(o.copies),
     )
+
+
+def copies_to_pb(copies: tuple[m.DlqCopy, ...]) -> list[cpb.DlqCopy]:
+    return [cpb.DlqCopy(offset=c.offset, copy=c.copy) for c in copies]
+
+
+def copies_from_pb(copies: Iterable[cpb.DlqCopy]) -> tuple[m.DlqCopy, ...]:
+    return tuple(m.DlqCopy(c.offset, c.copy) for c in copies)
 
 
 def outcome_from_pb(x: cpb.CommitResult) -> m.CommitOutcome:
@@ -488,6 +502,7 @@ def outcome_from_pb(x: cpb.CommitResult) -> m.CommitOutcome:
         exhausted=tuple(x.exhausted),
         retries=x.retries,
         error=error,
+        copies=copies_from_pb(x.copies),
     )
 
 
@@ -503,6 +518,7 @@ def progress_to_pb(p: m.Progress) -> cpb.Progress:
         offset_lag=p.offset_lag,
         time_lag_ms=p.time_lag_ms,
         oldest_pending_ts_ms=p.oldest_pending_ts_ms,
+        retrying=p.retrying,
     )
 
 
@@ -518,6 +534,7 @@ def progress_from_pb(x: cpb.Progress) -> m.Progress:
         offset_lag=x.offset_lag,
         time_lag_ms=x.time_lag_ms,
         oldest_pending_ts_ms=x.oldest_pending_ts_ms,
+        retrying=tuple(x.retrying),
     )
 
 
@@ -528,11 +545,12 @@ def retry_state_to_pb(r: m.RetryState) -> cpb.RetryState:
         next_attempt_unix_ms=r.next_attempt_ms,
         last_error=r.last_error,
         exhausted=r.exhausted,
+        copies=r.copies,
     )
 
 
 def retry_state_from_pb(x: cpb.RetryState) -> m.RetryState:
-    return m.RetryState(x.offset, x.attempts, x.next_attempt_unix_ms, x.last_error, x.exhausted)
+    return m.RetryState(x.offset, x.attempts, x.next_attempt_unix_ms, x.last_error, x.exhausted, x.copies)
 
 
 def lag_to_pb(lag: m.Lag) -> cpb.GetLagResponse:
