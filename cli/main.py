@@ -326,6 +326,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     return server.serve_forever(
         StoreConfig.from_env(args.data_dir),
+        parent_pid=args.parent_pid,
         host=args.host,
         port=args.port,
         metrics_port=args.metrics_port,
@@ -336,15 +337,48 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     from streamplane.devstack.stack import run_dev
 
+    _assigner_config(args)  # checks --session-ttl-ms here; the coordinator child gets it as it is
     return run_dev(
         clusters=args.clusters,
         data_dir=Path(args.data_dir),
         port=args.port,
         host=args.host,
-        assigner_config=_assigner_config(args),
+        session_ttl_ms=args.session_ttl_ms,
         engine=args.engine,
         kafka_security=args.kafka_security,
     )
+
+
+def cmd_fault(args: argparse.Namespace) -> None:
+    from streamplane.devstack.devcontrol import DevControl
+
+    control = DevControl(args.dev) if args.dev else DevControl.find(Path(args.data_dir))
+    if args.target == "coordinator":
+        print("killing the coordinator (SIGKILL); waiting for its restart ...", file=sys.stderr, flush=True)
+        got = control.call("/coordinator/kill")
+        done = (
+            f"coordinator pid {got['killed_pid']} killed; pid {got['pid']} serves at {got['address']} "
+            f"after {got['away_s']:.1f} s"
+        )
+    elif args.target == "leader":
+        body = {"cluster": args.cluster, "topic": args.topic, "partition": args.partition, "broker": args.broker}
+        got = control.call("/leader", body)
+        done = f"{args.topic}[{args.partition}] on {args.cluster}: leader is broker {args.broker}"
+    else:
+        if args.down == args.up:
+            raise errors.InvalidArgumentError("say --down or --up")
+        if args.pause and not args.down:
+            raise errors.InvalidArgumentError("--pause goes with --down")
+        body = {"cluster": args.cluster, "broker": getattr(args, "broker", 0), "pause": args.pause}
+        if args.up:
+            print(f"bringing {args.cluster} back (a real broker takes seconds) ...", file=sys.stderr, flush=True)
+        got = control.call("/brokers/down" if args.down else "/brokers/up", body)
+        brokers = ", ".join(map(str, got["brokers"]))
+        done = f"cluster {args.cluster}: broker(s) {brokers} {got['state']}"
+    if args.output == "json":
+        print_json(got)
+    else:
+        print(done)
 
 
 def _assigner_config(args: argparse.Namespace):
@@ -484,6 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
     p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
     p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
+    p.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)  # `streamplane dev`'s child
 
     p = add(sub, "dev", cmd_dev, "run the local stack (coordinator + local Kafka clusters) in the foreground")
     p.add_argument("--clusters", type=int, default=2)
@@ -505,6 +540,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"))
     p.add_argument("--port", type=int, default=7400)
     p.add_argument("--host", default="127.0.0.1")
+
+    fault = sub.add_parser(
+        "fault", help="break and mend parts of a running `streamplane dev` stack on purpose (either engine)"
+    ).add_subparsers(dest="target", required=True, metavar="TARGET")
+
+    def located(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"), help="the dev stack's")
+        p.add_argument("--dev", default="", metavar="HOST:PORT", help="its control endpoint (default: from data dir)")
+
+    p = add(fault, "coordinator", cmd_fault, "kill the coordinator with SIGKILL; it restarts, clusters stay up")
+    p.add_argument("--kill", action="store_true", required=True)
+    located(p)
+    for name, what in (("broker", "one broker of a cluster"), ("cluster", "every broker of a cluster")):
+        p = add(fault, name, cmd_fault, f"take {what} down, or bring it back")
+        p.add_argument("cluster")
+        if name == "broker":
+            p.add_argument("broker", type=_positive, help="broker id (1..brokers)")
+        p.add_argument("--down", action="store_true")
+        p.add_argument("--up", action="store_true")
+        p.add_argument("--pause", action="store_true", help="with --down on real brokers: SIGSTOP, not SIGKILL")
+        located(p)
+    p = add(fault, "leader", cmd_fault, "move a partition's leader to another broker (mock engine)")
+    p.add_argument("cluster")
+    p.add_argument("topic")
+    p.add_argument("partition", type=int)
+    p.add_argument("--broker", type=_positive, required=True)
+    located(p)
 
     p = add(sub, "demo", cmd_demo, "start the local stack and run a short pipeline through a failover")
     p.add_argument("--records", type=_positive, default=2000)

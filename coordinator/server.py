@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import UnavailableError
-from streamplane.process import block_stop_signals, wait_for_stop
+from streamplane.process import block_stop_signals, die_with_parent, wait_for_stop
 from streamplane.v1 import (
     assigner_pb2,
     assigner_pb2_grpc,
@@ -110,13 +111,22 @@ def start(
 
 
 def serve_forever(
-    config: StoreConfig, *, host: str, port: int, metrics_port: int = 0, assigner_config: AssignerConfig | None = None
+    config: StoreConfig,
+    *,
+    host: str,
+    port: int,
+    metrics_port: int = 0,
+    assigner_config: AssignerConfig | None = None,
+    parent_pid: int = 0,
 ) -> int:
     """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves.
 
-    With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics.
+    With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics. With `parent_pid` (the
+    local stack's supervisor), it stops when that process is gone.
     """
     block_stop_signals()
+    if parent_pid and not die_with_parent(parent_pid):
+        return 1
     db = open_store(config)
     try:
         running = start(db, host=host, port=port, assigner_config=assigner_config)
@@ -126,6 +136,6 @@ def serve_forever(
     if metrics_port:
         serve_metrics(host, metrics_port)
     print(f"coordinator={running.address} store={db.driver}", flush=True)
-    log.info("coordinator.stopping", signal=wait_for_stop())
+    log.info("coordinator.stopping", signal=wait_for_stop(lambda: bool(parent_pid) and os.getppid() != parent_pid))
     running.stop()
     return 0

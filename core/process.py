@@ -8,6 +8,7 @@ runs between bytecodes of the main thread and can deadlock on a lock the main th
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 from collections.abc import Callable
@@ -30,6 +31,17 @@ def wait_for_stop(should_stop: Callable[[], bool] = lambda: False, interval_s: f
             return signal.Signals(info.si_signo).name
         if should_stop():
             return "condition"
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """Ask Linux to SIGTERM this process when its parent dies (even by kill -9); False when `parent_pid` (if
+    given) is gone already, before that took effect."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    return not parent_pid or os.getppid() == parent_pid
 
 
 @dataclass(frozen=True)

@@ -218,6 +218,12 @@ class KafkaBroker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def kill(self) -> None:
+        """SIGKILL the JVM, as a crash would (`start()` brings it back with its log)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
     @property
     def pid(self) -> int:
         assert self._proc is not None

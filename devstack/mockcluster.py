@@ -15,13 +15,12 @@ import ctypes
 import glob
 import json
 import os
-import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from streamplane.process import block_stop_signals, wait_for_stop
+from streamplane.process import block_stop_signals, die_with_parent, wait_for_stop
 
 RD_KAFKA_PRODUCER = 0
 RESP_ERR_TOPIC_ALREADY_EXISTS = 36
@@ -194,15 +193,6 @@ def _handler(cluster: MockCluster) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM this process when its parent dies (even by kill -9)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one local Kafka-protocol cluster with a control channel.")
     parser.add_argument("--brokers", type=int, default=3)
@@ -211,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent-pid", type=int, default=0, help="exit when this process is gone")
     args = parser.parse_args(argv)
     block_stop_signals()  # before librdkafka and the control server start their threads
-    _die_with_parent()
-    if args.parent_pid and os.getppid() != args.parent_pid:
+    if not die_with_parent(args.parent_pid):
         return 1  # parent died before prctl took effect
     cluster = MockCluster(args.brokers)
     server = ThreadingHTTPServer(("127.0.0.1", args.control_port), _handler(cluster))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import string
 import subprocess
 import sys
@@ -19,16 +20,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
-from streamplane.coordinator import server
-from streamplane.coordinator.assigner import AssignerConfig
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
+from streamplane.devstack.control import LocalClusterControl
+from streamplane.devstack.devcontrol import ControlServer
 from streamplane.devstack.kafka import USERS, KafkaBroker
-from streamplane.errors import InvalidArgumentError
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from streamplane.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.process import block_stop_signals, wait_for_stop
 
@@ -54,14 +56,28 @@ class LocalCluster:
     control_endpoint: str
     process: subprocess.Popen[str] | None = None  # the mock engine's cluster
     broker: KafkaBroker | None = None  # the kafka engine's broker
+    mock_brokers: int = 0  # the mock engine's broker count (ids 1..n)
+    down: set[int] = field(default_factory=set)
+    """Brokers taken down by a fault (`streamplane fault`): their being gone does not stop the stack."""
+    paused: set[int] = field(default_factory=set)
+
+    @property
+    def brokers(self) -> list[int]:
+        return [self.broker.node_id] if self.broker is not None else list(range(1, self.mock_brokers + 1))
 
     def alive(self) -> bool:
+        """Running, or down on purpose."""
         if self.broker is not None:
-            return self.broker.alive()
+            return self.broker.alive() or self.broker.node_id in self.down
         return self.process is not None and self.process.poll() is None
+
+    def control(self) -> LocalClusterControl:
+        return LocalClusterControl(self.control_endpoint, name=self.name)
 
     def stop(self) -> None:
         if self.broker is not None:
+            if self.broker.node_id in self.paused and self.broker.alive():
+                os.kill(self.broker.pid, signal.SIGCONT)  # a stopped JVM cannot take its SIGTERM
             self.broker.stop()
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -72,21 +88,125 @@ class LocalCluster:
                 self.process.wait()
 
 
+class CoordinatorChild:
+    """The coordinator as a child process (`streamplane coordinator` on the data dir's embedded store), so it
+    can be killed with SIGKILL and come back while the clusters stay up; it exits when the stack's process is
+    gone. Restarted on the same port whenever it dies without being asked to stop."""
+
+    def __init__(self, data_dir: Path, host: str, port: int, session_ttl_ms: int) -> None:
+        self.data_dir, self.host, self.port, self.session_ttl_ms = data_dir, host, port, session_ttl_ms
+        self.address = ""
+        self.restarts = 0
+        self._proc: subprocess.Popen[str] | None = None
+        self._stopping = False
+        self._lock = threading.Lock()
+        self._serving = threading.Condition(self._lock)
+        self._watcher: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        proc = self._proc
+        return proc.pid if proc is not None else 0
+
+    def start(self) -> None:
+        self._spawn()
+        self._watcher = threading.Thread(target=self._watch, name="coordinator-watch", daemon=True)
+        self._watcher.start()
+
+    def _spawn(self) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "streamplane.cli.main",
+            "coordinator",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--session-ttl-ms",
+            str(self.session_ttl_ms),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        line = _readline_until(proc, time.monotonic() + START_TIMEOUT_S)
+        if not line.startswith("coordinator="):
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(
+                f"the coordinator did not start within {START_TIMEOUT_S:.0f} s (exit code {proc.poll()}); "
+                "its log is above"
+            )
+        address = line.split()[0].split("=", 1)[1]
+        with self._serving:
+            self._proc, self.address = proc, address
+            self.port = int(address.rsplit(":", 1)[1])  # a restart listens where clients look
+            self._serving.notify_all()
+
+    def _watch(self) -> None:
+        while True:
+            proc = self._proc
+            if proc is None:
+                return
+            code = proc.wait()
+            with self._lock:
+                if self._stopping:
+                    return
+                self._proc = None
+            print(f"coordinator exited with {code}; restarting it on port {self.port}", file=sys.stderr, flush=True)
+            while not self._stopping:
+                try:
+                    self._spawn()
+                    self.restarts += 1
+                    break
+                except (RuntimeError, OSError) as err:  # the port may still be taken for a moment
+                    print(f"coordinator restart failed: {err}; trying again", file=sys.stderr, flush=True)
+                    time.sleep(1.0)
+
+    def kill(self, timeout_s: float = START_TIMEOUT_S) -> tuple[int, int, float]:
+        """SIGKILL the coordinator and wait until its restart serves: (old pid, new pid, seconds away)."""
+        with self._lock:
+            proc = self._proc
+            if proc is None:
+                raise FailedPreconditionError("the coordinator is restarting already")
+        began = time.monotonic()
+        proc.kill()
+        with self._serving:
+            if not self._serving.wait_for(lambda: self._proc is not None and self._proc is not proc, timeout_s):
+                raise UnavailableError(f"the coordinator did not come back within {timeout_s:.0f} s")
+            return proc.pid, self.pid, time.monotonic() - began
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 @dataclass
 class LocalStack:
-    """The local stack; `start()` brings it up, `stop()` ends every child."""
+    """The local stack; `start()` brings it up, `stop()` ends every child. The fault methods break and mend
+    its parts on purpose (`streamplane fault` calls them through the stack's control endpoint)."""
 
     data_dir: Path
     clusters: int = 2
     port: int = 7400
     host: str = "127.0.0.1"
     brokers: int = 3
-    assigner_config: AssignerConfig | None = None
+    session_ttl_ms: int = 3000
     engine: str = "mock"
     kafka_security: str = "plaintext"
     """'sasl_ssl' adds a SCRAM/PLAIN listener over TLS to each real broker (USERS, a generated certificate)."""
     local: list[LocalCluster] = field(default_factory=list)
-    coordinator: server.RunningCoordinator | None = None
+    coordinator: CoordinatorChild | None = None
 
     def start(self) -> None:
         names = cluster_names(self.clusters)
@@ -104,14 +224,12 @@ class LocalStack:
             else:
                 self._start_clusters(names)
             db = open_store(StoreConfig(driver="embedded", data_dir=Path(self.data_dir)))
-            try:
-                self.coordinator = server.start(
-                    db, host=self.host, port=self.port, assigner_config=self.assigner_config
-                )
-            except Exception:
+            try:  # before the coordinator opens the store: one process at a time holds it
+                self._register_and_reconcile(Topology(db, RoutingAdmin()))
+            finally:
                 db.close()
-                raise
-            self._register_and_reconcile(Topology(db, RoutingAdmin()))
+            self.coordinator = CoordinatorChild(Path(self.data_dir), self.host, self.port, self.session_ttl_ms)
+            self.coordinator.start()
         except BaseException:
             self.stop()
             raise
@@ -133,7 +251,7 @@ class LocalStack:
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            self.local.append(LocalCluster(name, "", "", proc))
+            self.local.append(LocalCluster(name, "", "", proc, mock_brokers=self.brokers))
         deadline = time.monotonic() + START_TIMEOUT_S
         for cluster in self.local:
             line = _readline_until(cluster.process, deadline)
@@ -193,6 +311,96 @@ class LocalStack:
         assert self.coordinator is not None
         return self.coordinator.address
 
+    # -- faults, on purpose: the same on both engines
+    def cluster(self, name: str) -> LocalCluster:
+        for c in self.local:
+            if c.name == name:
+                return c
+        raise NotFoundError(
+            f"no local cluster {name!r}; there are {', '.join(c.name for c in self.local)}", kind="cluster", name=name
+        )
+
+    def kill_coordinator(self) -> dict[str, Any]:
+        """SIGKILL the coordinator; it is restarted on its port while the clusters stay up."""
+        assert self.coordinator is not None
+        old, new, away = self.coordinator.kill()
+        return {"killed_pid": old, "pid": new, "address": self.coordinator.address, "away_s": round(away, 3)}
+
+    def broker_down(self, cluster: str, broker: int = 0, *, pause: bool = False) -> dict[str, Any]:
+        """Take one broker down (0: every broker of the cluster): the mock engine closes its listener; on real
+        Kafka its JVM gets SIGKILL, or SIGSTOP with `pause` (it hangs: connections open, no answers)."""
+        c = self.cluster(cluster)
+        targets = self._brokers(c, broker)
+        for b in targets:
+            if c.broker is not None:
+                if pause:
+                    os.kill(c.broker.pid, signal.SIGSTOP)
+                    c.paused.add(b)
+                else:
+                    c.down.add(b)
+                    c.broker.kill()
+            else:
+                if pause:
+                    raise InvalidArgumentError("--pause needs --engine kafka (the mock engine can only close a broker)")
+                c.control().broker_down(b)
+                c.down.add(b)
+        return {"cluster": cluster, "brokers": targets, "state": "paused" if pause else "down"}
+
+    def broker_up(self, cluster: str, broker: int = 0) -> dict[str, Any]:
+        """Bring a broker back (0: every one of the cluster): resumed if paused, restarted if killed."""
+        c = self.cluster(cluster)
+        targets = self._brokers(c, broker)
+        for b in targets:
+            if c.broker is not None:
+                if b in c.paused:
+                    os.kill(c.broker.pid, signal.SIGCONT)
+                    c.paused.discard(b)
+                if b in c.down or not c.broker.alive():
+                    c.broker.start()  # same ports and log: it comes back with its records
+                    c.down.discard(b)
+            else:
+                c.control().broker_up(b)
+                c.down.discard(b)
+        return {"cluster": cluster, "brokers": targets, "state": "up"}
+
+    def set_leader(self, cluster: str, topic: str, partition: int, broker: int) -> dict[str, Any]:
+        """Move a partition's leadership (the mock engine; real brokers here are one per cluster)."""
+        c = self.cluster(cluster)
+        if c.broker is not None:
+            raise FailedPreconditionError("leader moves need more than one broker per cluster: use --engine mock")
+        self._brokers(c, broker)
+        c.control().set_leader(topic, partition, broker)
+        return {"cluster": cluster, "topic": topic, "partition": partition, "leader": broker}
+
+    def _brokers(self, c: LocalCluster, broker: int) -> list[int]:
+        if broker == 0:
+            return c.brokers
+        if broker not in c.brokers:
+            raise InvalidArgumentError(
+                f"cluster {c.name} has brokers {', '.join(map(str, c.brokers))}; there is no broker {broker}"
+            )
+        return [broker]
+
+    def state(self) -> dict[str, Any]:
+        """What runs where, for `streamplane fault` and people."""
+        return {
+            "engine": self.engine,
+            "coordinator": {
+                "address": self.coordinator_address,
+                "pid": self.coordinator.pid if self.coordinator else 0,
+                "restarts": self.coordinator.restarts if self.coordinator else 0,
+            },
+            "clusters": {
+                c.name: {
+                    "bootstrap_servers": c.bootstrap_servers,
+                    "brokers": c.brokers,
+                    "down": sorted(c.down),
+                    "paused": sorted(c.paused),
+                }
+                for c in self.local
+            },
+        }
+
     def stop(self) -> None:
         if self.coordinator is not None:
             self.coordinator.stop()
@@ -228,11 +436,12 @@ def run_dev(
     data_dir: Path,
     port: int,
     host: str = "127.0.0.1",
-    assigner_config: AssignerConfig | None = None,
+    session_ttl_ms: int = 3000,
     engine: str = "mock",
     kafka_security: str = "plaintext",
 ) -> int:
-    """Run the local stack in the foreground until SIGINT or SIGTERM."""
+    """Run the local stack in the foreground until SIGINT or SIGTERM, with its control endpoint for faults
+    (`control=HOST:PORT`, also written to DATA_DIR/dev.json for `streamplane fault`)."""
     block_stop_signals()
     print(
         f"starting the local stack: {clusters} cluster(s) on the {engine} engine, data in {data_dir}",
@@ -244,12 +453,14 @@ def run_dev(
         clusters=clusters,
         port=port,
         host=host,
-        assigner_config=assigner_config,
+        session_ttl_ms=session_ttl_ms,
         engine=engine,
         kafka_security=kafka_security,
     )
     stack.start()
+    control = None
     try:
+        control = ControlServer(stack, data_dir)
         print(f"coordinator={stack.coordinator_address} store=embedded data_dir={data_dir}", flush=True)
         for cluster in stack.local:
             print(f"kafka.{cluster.name}={cluster.bootstrap_servers}", flush=True)
@@ -261,6 +472,7 @@ def run_dev(
                     "mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
                     flush=True,
                 )
+        print(f"control={control.endpoint}", flush=True)
         print("ready (Ctrl-C stops everything)", flush=True)
         wait_for_stop(lambda: not all(c.alive() for c in stack.local))
         dead = [c.name for c in stack.local if not c.alive()]
@@ -269,4 +481,6 @@ def run_dev(
             return 1
         return 0
     finally:
+        if control is not None:
+            control.close()
         stack.stop()

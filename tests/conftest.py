@@ -22,7 +22,7 @@ from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, open_store
 from streamplane.coordinator.store.api import Database, Transaction
 from streamplane.devstack.control import LocalClusterControl
-from tests.helpers import Proc
+from tests.helpers import Proc, real_kafka_jars
 
 FDB_CLUSTER_FILE = os.environ.get("FDB_CLUSTER_FILE", "")
 KAFKA_BOOTSTRAP = os.environ.get("STREAMPLANE_KAFKA_BOOTSTRAP", "")
@@ -93,13 +93,9 @@ def local_cluster() -> Iterator[tuple[str, LocalClusterControl]]:
 def real_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real Apache Kafka broker (KRaft, its own JVM) for the session, with a PLAINTEXT listener and a
     SASL_SSL one (SCRAM-SHA-256/512 and PLAIN). Skipped, saying why, when its jars cannot be had here."""
-    from streamplane.devstack.kafka import KafkaBroker, ensure_jars
-    from streamplane.errors import UnavailableError
+    from streamplane.devstack.kafka import KafkaBroker
 
-    try:
-        ensure_jars()
-    except UnavailableError as err:
-        pytest.skip(f"real-Kafka tests skipped: {err.message}")
+    real_kafka_jars()
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), sasl=True).start()
     yield broker
     broker.stop()

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -32,6 +34,17 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: Cal
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not reached within {timeout} s" + (f": {what()}" if what else ""))
         time.sleep(0.02)
+
+
+def real_kafka_jars() -> None:
+    """Skip the test, saying why, when Apache Kafka's jars cannot be had here (fetched from Maven Central once)."""
+    from streamplane.devstack.kafka import ensure_jars
+    from streamplane.errors import UnavailableError
+
+    try:
+        ensure_jars()
+    except UnavailableError as err:
+        pytest.skip(f"real-Kafka tests skipped: {err.message}")
 
 
 def cli(

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.helpers import cli, start_dev, wait_until
+from streamplane.client import Consumer, Producer
+from streamplane.devstack.devcontrol import DevControl
+from tests.helpers import cli, real_kafka_jars, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -102,11 +106,66 @@ def _alive(pid: int) -> bool:
 def test_dev_children_exit_when_dev_is_killed(tmp_path: Path) -> None:
     proc, _, _ = start_dev(tmp_path / "dev")
     kids = _children(proc.popen.pid)
-    assert len(kids) == 2, "one process per local cluster"
+    assert len(kids) == 3, "one process per local cluster, and the coordinator"
     proc.kill9()
-    wait_until(
-        lambda: not any(_alive(k) for k in kids), what=lambda: "local clusters outlived a killed `streamplane dev`"
-    )
+    wait_until(lambda: not any(_alive(k) for k in kids), what=lambda: "children outlived a killed `streamplane dev`")
+
+
+@pytest.mark.parametrize("engine", ["mock", "kafka"])
+def test_faults_on_a_dev_stack_while_a_producer_and_a_consumer_keep_going(tmp_path: Path, engine: str) -> None:
+    """`streamplane fault`, the same on both engines: the coordinator killed with SIGKILL comes back on its port
+    while the clusters stay up; a broker goes down and up (on real Kafka, the cluster's only broker: SIGKILL of
+    its JVM and a restart); a producer and a consumer group member run through it all and lose nothing."""
+    if engine == "kafka":
+        real_kafka_jars()
+    data_dir = tmp_path / "dev"
+    proc, address, clusters = start_dev(data_dir, "--clusters", "1", "--engine", engine)
+    broker, ids = (["broker", "local-a", "2"], "2") if engine == "mock" else (["cluster", "local-a"], "1")
+    where = ("--data-dir", str(data_dir))
+    try:
+        assert cli("stream", "create", "f", "--partitions", "4", coordinator=address).returncode == 0
+        total, seen, stop = 4000, set(), threading.Event()
+        with Consumer(address, group="fg", stream="f") as consumer:
+            reader = threading.Thread(
+                target=consumer.run, args=(lambda m: seen.add(m.value),), kwargs={"stop": stop}, daemon=True
+            )
+            reader.start()
+            with Producer(address, **{"linger.ms": 5}) as producer:
+
+                def produce(lo: int, hi: int) -> None:
+                    for i in range(lo, hi):
+                        producer.produce("f", b"%d" % i, key=b"%d" % (i % 64))
+                        if i % 200 == 0:
+                            time.sleep(0.05)
+
+                produce(0, 1000)
+                killed = cli("--output", "json", "fault", "coordinator", "--kill", *where)
+                assert killed.returncode == 0, killed.stderr
+                got = json.loads(killed.stdout)
+                assert got["address"] == address and got["pid"] != got["killed_pid"]
+                produce(1000, 2000)
+                down = cli("fault", *broker, "--down", *where)
+                assert (down.returncode, down.stdout.strip()) == (
+                    0,
+                    f"cluster local-a: broker(s) {ids} down",
+                )
+                produce(2000, 3000)
+                assert cli("fault", *broker, "--up", *where, timeout=90).returncode == 0
+                produce(3000, total)
+                assert producer.flush(60) == 0
+            wait_until(lambda: len(seen) == total, timeout=60, what=lambda: f"{len(seen)} of {total} processed")
+            stop.set()
+            reader.join(10)
+        assert seen == {b"%d" % i for i in range(total)}
+        state = DevControl.find(data_dir).call("/state")
+        assert state["clusters"]["local-a"]["bootstrap_servers"] == clusters["local-a"], "the cluster stayed up"
+        assert state["coordinator"]["restarts"] == 1
+        bad = cli("fault", "broker", "local-a", "7", "--down", *where)
+        assert bad.returncode == 2 and "there is no broker 7" in bad.stderr and "Traceback" not in bad.stderr
+    finally:
+        assert proc.stop() == 0
+    gone = cli("fault", "coordinator", "--kill", *where)
+    assert gone.returncode == 6 and "start `streamplane dev` first" in gone.stderr
 
 
 def test_cli_errors_are_one_sentence_with_an_exit_code(tmp_path: Path) -> None:

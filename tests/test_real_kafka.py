@@ -17,7 +17,7 @@ from streamplane.client.fetch_loop import FetchLoop
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaAuthenticationError, KafkaConnection, fetch
 from streamplane.devstack.kafka import USERS
-from tests.helpers import wait_until
+from tests.helpers import real_kafka_jars, wait_until
 from tests.test_fetch_loop import Collect
 
 pytestmark = pytest.mark.e2e
@@ -165,14 +165,9 @@ def test_read_committed_leaves_out_an_aborted_transaction(real_kafka) -> None:
 
 
 def test_streamplane_dev_on_real_brokers_keeps_records_across_a_restart(tmp_path) -> None:
-    from streamplane.devstack.kafka import ensure_jars
-    from streamplane.errors import UnavailableError
     from tests.helpers import cli, start_dev
 
-    try:
-        ensure_jars()
-    except UnavailableError as err:
-        pytest.skip(f"real-Kafka tests skipped: {err.message}")
+    real_kafka_jars()
     data = tmp_path / "dev"
     proc, address, clusters = start_dev(data, "--engine", "kafka", "--clusters", "1")
     try:
@@ -210,14 +205,9 @@ def test_a_real_broker_reports_where_an_epoch_ends_and_a_truncated_log_is_read_f
 def test_streamplane_dev_with_sasl_ssl_prints_a_listener_that_takes_its_users(tmp_path) -> None:
     import re
 
-    from streamplane.devstack.kafka import ensure_jars
-    from streamplane.errors import UnavailableError
     from tests.helpers import start_dev
 
-    try:
-        ensure_jars()
-    except UnavailableError as err:
-        pytest.skip(f"real-Kafka tests skipped: {err.message}")
+    real_kafka_jars()
     proc, _, _ = start_dev(tmp_path / "dev", "--engine", "kafka", "--kafka-security", "sasl_ssl", "--clusters", "1")
     try:
         line = next(x for x in proc.seen if x.startswith("kafka.local-a.sasl_ssl="))
