@@ -108,6 +108,12 @@ class Message(_Storage):
         return self._reader.lease_id
 
     @property
+    def epoch(self) -> int:
+        """The lease's epoch when this record was read: a fencing token for side effects outside Kafka (a sink
+        that keeps the highest epoch per partition refuses writes of a holder the lease has moved from)."""
+        return self._reader.epoch
+
+    @property
     def outcome(self) -> str:
         """pending, acked, retried or rejected."""
         return self._outcome

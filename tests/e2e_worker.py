@@ -1,6 +1,7 @@
 """A consumer worker process for the client's end-to-end test: processes records of one stream and writes
-each processed id to its own file (one line, written before the ack, so a kill -9 loses none of them).
-Records whose value starts with b"poison" always fail; each failure is written as "failed <value>".
+each processed id to its own file (one line, written before the ack, so a kill -9 loses none of them):
+"<value> <lease id> <epoch> <unix ms>". Records whose value starts with b"poison" always fail; each failure
+is written as "failed <value> <lease id> <epoch> <unix ms>".
 'stop' on stdin closes the consumer."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 from streamplane.client import Consumer, Message
 
@@ -20,10 +22,11 @@ def main() -> None:
     consumer = Consumer(coordinator, group=group, stream=stream, worker_id=worker_id, concurrency=4, **extra)
 
     def handle(msg: Message) -> None:
+        where = b" %s %d %d\n" % (msg.lease_id.encode(), msg.epoch, time.time_ns() // 1_000_000)
         if msg.value.startswith(b"poison"):
-            os.write(fd, b"failed " + msg.value[:40] + b"\n")
+            os.write(fd, b"failed " + msg.value[:40] + where)
             raise ValueError(f"cannot parse {msg.value[:20]!r}")
-        os.write(fd, msg.value[:40] + b"\n")
+        os.write(fd, msg.value[:40] + where)
 
     stop = threading.Event()
 

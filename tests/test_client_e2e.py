@@ -1,5 +1,6 @@
 """The client end to end, with real processes: 200,000 records through a failover, a worker killed with -9,
-a worker joining, a coordinator restart and 0.1% poison records; then a zstd bomb against a worker's RSS."""
+a worker joining, a coordinator restart, a broker down while another worker joins and 0.1% poison records;
+then a zstd bomb against a worker's RSS."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from streamplane import model
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
 from streamplane.client.consumer import REASON_HEADER
+from streamplane.devstack.control import LocalClusterControl
 from streamplane.errors import StreamplaneError
 from tests.helpers import Proc, free_port, start_coordinator, wait_until
 
@@ -136,13 +139,38 @@ def read_topic(bootstrap: str, topic: str, partitions: int) -> list:
     return out
 
 
-def test_records_survive_failover_kill9_join_restart_and_poison(stack: Stack) -> None:
+class Row(NamedTuple):
+    """One line of a worker's file: a record processed (or failed) by a lease holder at a time."""
+
+    failed: bool
+    value: bytes
+    lease: str
+    epoch: int
+    at_ms: int
+
+
+def rows(stack: Stack, workers: dict[str, Proc]) -> list[Row]:
+    out = []
+    for name in workers:
+        path = stack.tmp / f"{name}.ids"
+        for line in path.read_bytes().splitlines() if path.exists() else ():
+            parts = line.split(b" ")
+            failed = parts[0] == b"failed"
+            if failed:
+                parts = parts[1:]
+            if len(parts) == 4:  # a line cut by kill -9 is left out
+                out.append(Row(failed, parts[0], parts[1].decode(), int(parts[2]), int(parts[3])))
+    return out
+
+
+def test_records_survive_failover_kill9_join_restart_broker_fault_and_poison(stack: Stack) -> None:
     workers = {"w1": worker(stack, "w1", retry_backoff_s=0.2), "w2": worker(stack, "w2", retry_backoff_s=0.2)}
     probe = LagProbe(stack.address)
     produced, errors = threading.Event(), []
     producer = threading.Thread(target=produce_all, args=(stack.address, produced, errors))
     producer.start()
     faults: dict[str, float] = {}
+    started, started_ms = time.monotonic(), time.time_ns() // 1_000_000
     try:
         time.sleep(4)  # fault script: each fault 4 s of real traffic after the previous one
         with CoordinatorClient(stack.address) as client:
@@ -156,6 +184,16 @@ def test_records_survive_failover_kill9_join_restart_and_poison(stack: Stack) ->
         time.sleep(4)  # real traffic between faults
         stack.restart_coordinator()
         faults["coordinator restart"] = time.monotonic()
+        time.sleep(4)  # real traffic between faults
+        # a broker down under half the partitions while a worker joins: revokes wait on leaderless fetches
+        control = LocalClusterControl(stack.clusters["b"][2], name="b")
+        for p in range(PARTITIONS // 2):
+            control.set_leader(f"sp.{STREAM}.realtime.g2", p, 1)
+        control.broker_down(1)
+        workers["w4"] = worker(stack, "w4", retry_backoff_s=0.2)
+        faults["broker down + join"] = time.monotonic()
+        time.sleep(3)
+        control.broker_up(1)
         producer.join(timeout=120)
         assert produced.is_set() and not errors, errors[:3]
 
@@ -164,12 +202,8 @@ def test_records_survive_failover_kill9_join_restart_and_poison(stack: Stack) ->
         dlq_topic = f"sp.{STREAM}.dlq.g1"
 
         def processed() -> Counter[bytes]:
-            seen: Counter[bytes] = Counter()
-            for name in workers:
-                path = stack.tmp / f"{name}.ids"
-                if path.exists():
-                    seen.update(path.read_bytes().splitlines())
-            return seen
+            """How often each value was processed; failures count under b"failed <value>"."""
+            return Counter(b"failed " + r.value if r.failed else r.value for r in rows(stack, workers))
 
         def missing() -> str:
             left = sorted(wanted - set(processed()))
@@ -201,6 +235,7 @@ def test_records_survive_failover_kill9_join_restart_and_poison(stack: Stack) ->
         for proc in workers.values():
             proc.stop()
 
+    done = rows(stack, workers)
     seen = processed()
     assert not (set(seen) & poison), "a poison record was recorded as processed"
     assert wanted <= set(seen)
@@ -208,14 +243,40 @@ def test_records_survive_failover_kill9_join_restart_and_poison(stack: Stack) ->
     reasons = {r.value: dict(r.headers)[REASON_HEADER] for r in dlq}
     assert set(reasons) == poison, f"{len(poison - set(reasons))} poison records missing from the dlq lane"
     assert all(r.startswith(b"max attempts reached; last error: ValueError") for r in reasons.values())
-    failures: Counter[bytes] = Counter()
-    for line, n in seen.items():
-        if line.startswith(b"failed "):
-            failures[line.split(b" ")[1]] += n
+    copies = Counter(r.value for r in dlq)
+    twice = sorted(v for v, n in copies.items() if n == 2)
+    print(f"\ndlq: {len(poison)} poison records, {len(twice)} copied twice (a holder crashed between copy and mark)")
+    assert max(copies.values()) <= 2, f"a poison record copied more than twice: {copies.most_common(3)}"
+    assert len(twice) <= len(poison) // 2, "a second copy only after a crash of the holder"
+
+    # attempts: at least the limit, and at most the limit plus one per move of the record's lease
+    failures: Counter[bytes] = Counter(r.value for r in done if r.failed)
+    epochs: dict[str, set[int]] = {}
+    lease_of: dict[bytes, str] = {}
+    for r in done:
+        epochs.setdefault(r.lease, set()).add(r.epoch)
+        lease_of[r.value] = r.lease
     short = {p: failures[p] for p in poison if failures[p] < MAX_ATTEMPTS}
     assert not short, f"poison records rejected before {MAX_ATTEMPTS} attempts: {list(short.items())[:5]}"
-    duplicates = sum(n - 1 for value, n in seen.items() if value in wanted)
-    print(f"\nprocessed {len(wanted)} records at least once; duplicates {duplicates} ({duplicates / len(wanted):.2%})")
+    over = {p: failures[p] for p in poison if failures[p] > MAX_ATTEMPTS + len(epochs[lease_of[p]]) - 1}
+    assert not over, f"more attempts than the limit plus one per lease move: {list(over.items())[:5]}"
+
+    # duplicates, by the fault they followed; a broker fault with a clean revoke duplicates nothing
+    first: dict[bytes, int] = {}
+    by_fault: Counter[str] = Counter()
+    at_ms = {name: started_ms + (at - started) * 1000 for name, at in faults.items()}
+    for r in sorted(done, key=lambda r: r.at_ms):
+        if r.failed or r.value not in wanted:
+            continue
+        if r.value in first:
+            after = [name for name, t in at_ms.items() if t <= r.at_ms]
+            by_fault[after[-1] if after else "before any fault"] += 1
+        first.setdefault(r.value, r.at_ms)
+    duplicates = sum(by_fault.values())
+    print(f"processed {len(wanted)} records at least once; duplicates {duplicates} ({duplicates / len(wanted):.2%})")
+    for name in [*faults, "before any fault"]:
+        print(f"  duplicates after {name}: {by_fault[name]}")
+    assert by_fault["broker down + join"] == 0, "a broker fault with a rebalance duplicated records"
     peak = max(lag for _, lag in probe.samples)
     print(f"{len(probe.samples)} time-lag samples, the highest {peak} ms")
     assert len(probe.samples) > 40, "the time lag was hardly observed"
