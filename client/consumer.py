@@ -88,6 +88,8 @@ RETRY_CHECK_S = 0.5
 """How often leases with retry state ask which retries are due."""
 LOAD_REPORT_S = 1.0
 """How often lease loads that changed are reported to the Assigner."""
+REJOIN_MAX_S = 1.0
+"""The longest wait between attempts to get the group session back (records wait for it: keep it short)."""
 MAX_COMMIT_LEASES = 1024
 """Leases in one CommitBatch call (one store transaction each)."""
 _STOP = object()
@@ -212,6 +214,8 @@ class Consumer:
         """Leases the committer looks at: those that read, ended records or are revoking since it last did."""
         self._work: queue.Queue[Any] = queue.Queue()
         self._closed = threading.Event()
+        self._connected = threading.Event()  # cleared while the group session is being resumed
+        self._connected.set()
         self._fatal: StreamplaneError | None = None
         self._dlq: Producer | None = None
         self._dlq_lock = threading.Lock()
@@ -242,27 +246,36 @@ class Consumer:
         for lane in self.lanes:
             described.require_lane(lane)
 
-    def _join(self) -> WorkerSession:
+    def _join(self, resume: str = "") -> WorkerSession:
         session = WorkerSession(
             self._coordinator, group=self.group, worker_id=self.worker_id, subscriptions={self.stream: self.lanes}
         )
-        session.join()
-        log.info("consumer.joined", group=self.group, worker=self.worker_id, session=session.session_id)
+        session.join(resume=resume)
+        what = "consumer.resumed" if session.resumed else "consumer.joined"
+        log.info(what, group=self.group, worker=self.worker_id, session=session.session_id)
         return session
 
     def _session_loop(self) -> None:
+        """Keep the group session. When its stream breaks (the coordinator restarted, or its leadership moved),
+        records stop being handed out and the session is resumed: its leases, epochs, records in flight and
+        outcomes not yet committed stay valid. Only if it ended meanwhile are the leases given up."""
         delay = 0.1
+        resume = ""
         while not self._closed.is_set():
             session = self._session
             if session is None:
                 try:
-                    session = self._session = self._join()
+                    session = self._session = self._join(resume)
                     delay = 0.1
                 except (UnavailableError, AlreadyExistsError, FencedError) as err:
                     log.warning("consumer.rejoin_failed", error=err.message, retry_in_s=delay)
                     self._closed.wait(delay)
-                    delay = min(5.0, delay * 2)
+                    delay = min(REJOIN_MAX_S, delay * 2)
                     continue
+                if resume and not session.resumed:
+                    self._lose_all()  # that session ended: its leases are someone else's now
+                resume = ""
+                self._connected.set()
             try:
                 for event in session.events():
                     self._on_event(event)
@@ -273,11 +286,17 @@ class Consumer:
                 if self._closed.is_set():
                     return
                 log.warning("consumer.session_ended", error=err.message, retry_in_s=delay)
-                self._lose_all()
+                self._connected.clear()  # nothing more is handed out until the session is back
+                resume = session.session_id
                 session.close()
                 self._session = None
                 self._closed.wait(delay)
-                delay = min(5.0, delay * 2)
+                delay = min(REJOIN_MAX_S, delay * 2)
+
+    def _await_session(self) -> None:
+        """Hold a handler thread while the session is being resumed (its leases may be gone when it is not)."""
+        while not self._connected.wait(0.1) and not self._closed.is_set():
+            pass
 
     def _on_event(self, event: SessionEvent) -> None:
         match event:
@@ -307,6 +326,10 @@ class Consumer:
         log.info("consumer.lease_revoked", lease=event.lease_id, deadline=event.deadline_ms, reason=event.reason)
 
     def _grant(self, grant: Grant) -> None:
+        with self._ledgers_lock:
+            held = self._ledgers.get(grant.lease_id)
+        if held is not None and held.epoch == grant.epoch and not held.lost:
+            return  # a resumed session's grants again: the lease goes on as it was
         p = grant.partition
         info = LeaseInfo(
             lease_id=grant.lease_id,
@@ -604,6 +627,9 @@ class Consumer:
                 return
             now = time.time()
             for msg in item:
+                if not self._connected.is_set():
+                    self._await_session()
+                    now = time.time()
                 if not msg._reader.live(now):
                     msg._reader.forget(msg)  # its lease is gone or past its deadline: the next holder reads it
                     continue
@@ -619,9 +645,13 @@ class Consumer:
         """
         self._start("records")
 
+        connected = self._connected
+
         def handle(item: list[Message]) -> None:
             ledger = item[0]._reader
             for msg in item:
+                if not connected.is_set():
+                    self._await_session()
                 # lost, or past its revoke deadline: hand nothing more out (ledger.live, inlined: per record)
                 if ledger.lost or (ledger.revoke_deadline and time.time() >= ledger.revoke_deadline):
                     for rest in item:
@@ -693,6 +723,7 @@ class Consumer:
             raise self._fatal
 
     def _handle_batch(self, handler: Callable[[Any], BatchOutcome | None], item: Any) -> None:
+        self._await_session()
         if isinstance(item, Batch):
             ledger = item.ledger
             if not ledger.live(time.time()):

@@ -90,8 +90,11 @@ class WorkerSession:
                 return
             yield item  # type: ignore[misc]
 
-    def join(self, timeout_s: float = 10.0) -> None:
-        """Open the session; raises the coordinator's error (unknown stream, duplicate worker id, ...)."""
+    def join(self, timeout_s: float = 10.0, *, resume: str = "") -> None:
+        """Open the session; raises the coordinator's error (unknown stream, duplicate worker id, ...). With
+        `resume`, the session of that id is resumed while it lives (`session_id` then equals `resume`; the
+        coordinator sends its grants again), and a new one opened otherwise."""
+        self._hello = dataclasses.replace(self._hello, resume_session=resume)
         self._call = self._client.open_session(self._hello, self._requests())
         welcome = self._call.welcome()
         self.session_id = welcome.session_id
@@ -142,6 +145,11 @@ class WorkerSession:
         """Raise FencedError unless this lease is still held at `epoch` (before a side effect that must not
         happen twice)."""
         self._client.check_lease(self.group, lease_id, epoch)
+
+    @property
+    def resumed(self) -> bool:
+        """This session continues the one named in `join(resume=...)`."""
+        return bool(self._hello.resume_session) and self.session_id == self._hello.resume_session
 
     def close(self) -> None:
         """Leave the group: the coordinator frees every lease at once and regrants them to others."""

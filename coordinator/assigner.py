@@ -112,9 +112,13 @@ class Session:
         self.close(f"bad input: {error.message}")
 
     def close(self, reason: str) -> None:
-        """End the session and free its leases at once (idempotent)."""
+        """End the session and free its leases at once (idempotent). While this coordinator stops, a stream
+        that ends leaves its session as it is: the worker resumes it at the next coordinator (or it expires
+        there after its TTL)."""
         if not self._closed.is_set():
             self._closed.set()
+            if self.assigner.stopping:
+                return
             if leases.leave(self.db, self.group, self.worker_id, self.session_id, reason, now_ms=self.clock.now_ms()):
                 log.info("session.closed", group=self.group, worker=self.worker_id, reason=reason)
 
@@ -240,25 +244,38 @@ class Assigner:
         # group: {partition: (when it was last moved to balance load, the worker it left)} (the cool-down)
         self._moved: dict[str, dict[LeaseKey, tuple[int, str]]] = {}
         self._renew_at = 0
+        self._grace_until = 0  # a new leader ends no session before this: each worker gets a TTL to find it
         self.is_leader = False
 
     # -- sessions
     def open_session(
-        self, group: str, worker_id: str, subscriptions: list[Subscription], *, capacity: float, max_load: float
+        self,
+        group: str,
+        worker_id: str,
+        subscriptions: list[Subscription],
+        *,
+        capacity: float,
+        max_load: float,
+        resume_session: str = "",
     ) -> Session:
-        session_id = self._new_session_id()
+        """A worker's session: a new one, or with `resume_session` the worker's live session of that id (its
+        leases and epochs kept: its stream broke, not the worker)."""
         member = leases.join(
             self.db,
             group,
             worker_id,
-            session_id,
+            self._new_session_id(),
             subscriptions,
             capacity=capacity,
             max_load=max_load,
             now_ms=self.clock.now_ms(),
             ttl_ms=self.config.ttl_ms,
+            resume_session=resume_session,
         )
-        log.info("session.opened", group=group, worker=worker_id, session=session_id)
+        resumed = member.session_id == resume_session
+        log.info(
+            "session.resumed" if resumed else "session.opened", group=group, worker=worker_id, session=member.session_id
+        )
         return Session(self, group, member)
 
     def check_lease(self, group: str, lid: str, epoch: int) -> Lease:
@@ -301,6 +318,10 @@ class Assigner:
         self._thread = threading.Thread(target=self._loop, name="assigner", daemon=True)
         self._thread.start()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread:
@@ -337,8 +358,11 @@ class Assigner:
         cfg = self.config
         now = self.clock.now_ms()
         if now >= self._renew_at or not self.is_leader:
+            was_leader = self.is_leader
             self.is_leader = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
             self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
+            if self.is_leader and not was_leader:  # workers could not heartbeat while nobody led
+                self._grace_until = now + cfg.ttl_ms
         if not self.is_leader:
             return now + cfg.rebalance_ms  # a standby: try again soon enough to take over after the leader's TTL
         due = self._renew_at
@@ -350,7 +374,8 @@ class Assigner:
                 tr: Transaction, group: str = group
             ) -> tuple[int, leases.Applied | None, tuple[int, tuple[int, int]]]:
                 leadership.ensure(tr, self.replica_id, now)
-                next_expiry = leases.expire(tr, group, now)
+                grace = now < self._grace_until
+                next_expiry = self._grace_until if grace else leases.expire(tr, group, now)
                 version = _counter(tr, keys.group_version_key(group))
                 loads = (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD))
                 last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
@@ -368,6 +393,7 @@ class Assigner:
                     threshold=cfg.threshold,
                     proposed=self._proposed.get(group, frozenset()),
                     pinned=self._pinned(group, now),
+                    grace=grace,
                 )
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)

@@ -62,7 +62,12 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         if not isinstance(hello, Hello):
             raise InvalidArgumentError("a session must start with a hello")
         session = self._assigner.open_session(
-            hello.group, hello.worker_id, list(hello.subscriptions), capacity=hello.capacity, max_load=hello.max_load
+            hello.group,
+            hello.worker_id,
+            list(hello.subscriptions),
+            capacity=hello.capacity,
+            max_load=hello.max_load,
+            resume_session=hello.resume_session,
         )
         context.add_callback(lambda: session.close("the session's stream ended"))
         cfg = self._assigner.config

@@ -226,8 +226,11 @@ def join(
     max_load: float,
     now_ms: int,
     ttl_ms: int,
+    resume_session: str = "",
 ) -> Member:
-    """Register a worker's new session; refuse a worker id that another live session holds."""
+    """Register a worker's new session; refuse a worker id that another live session holds. With
+    `resume_session`, the worker's live session of that id is resumed instead: same session, same leases and
+    epochs (its stream broke, say because the coordinator restarted; nothing the worker did is undone)."""
     check_object_name("group", group)
     check_worker_id(worker_id)
     capacity = _finite("capacity", capacity or 1.0, positive=True)
@@ -236,6 +239,11 @@ def join(
     raw = tr.get(keys.member_key(group, worker_id))
     if raw:
         old = Member.from_json(raw)
+        if resume_session and old.session_id == resume_session:  # not ended yet: its leases are still its own
+            resumed = replace(old, alive_until_ms=max(old.alive_until_ms, now_ms + ttl_ms))
+            tr.set(keys.member_key(group, worker_id), resumed.to_json())
+            _Events(tr, worker_id, now_ms).group(group, "member_resumed", worker_id, reason=f"session {old.session_id}")
+            return resumed
         if old.alive_until_ms > now_ms:
             raise AlreadyExistsError(
                 f"worker_id {worker_id!r} already has a live session in group {group!r}", kind="worker", name=worker_id
@@ -422,12 +430,14 @@ def apply_assignment(
     threshold: float = 0.1,
     proposed: frozenset[tuple[LeaseKey, str]] | None = None,
     pinned: Mapping[LeaseKey, str] | None = None,
+    grace: bool = False,
 ) -> Applied:
     """Compute the group's assignment and move leases towards it: grant free ones, revoke moved ones with a
     deadline, and force moves whose deadline passed (the old holder's epoch is then stale). `proposed` is
     the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, {partition: the worker it
-    was recently moved away from}, not to be moved back there yet."""
-    members = {w: m for w, m in read_members(tr, group).items() if m.alive_until_ms > now_ms}
+    was recently moved away from}, not to be moved back there yet. With `grace` (a new leader's first TTL)
+    every member counts as live, since none could heartbeat while nobody led."""
+    members = {w: m for w, m in read_members(tr, group).items() if grace or m.alive_until_ms > now_ms}
     leases = read_leases(tr, group)
     wanted = group_partitions(tr, members)
     specs = [

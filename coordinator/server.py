@@ -57,10 +57,11 @@ class RunningCoordinator:
     sealer: Sealer
 
     def stop(self, grace_s: float = 2.0) -> None:
-        """Stop serving (open streams end) and the assignment loop, then close the store."""
+        """Stop the assignment loop, then serving (open streams end: their sessions are left for the next
+        coordinator to resume, not ended), then close the store."""
         self.health.enter_graceful_shutdown()
-        self.server.stop(grace_s).wait()
         self.assigner.stop()
+        self.server.stop(grace_s).wait()
         self.sealer.stop()
         self.db.close()
 

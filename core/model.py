@@ -269,6 +269,8 @@ class Hello:
     subscriptions: tuple[Subscription, ...]
     capacity: float = 1.0
     max_load: float = 0.0
+    resume_session: str = ""
+    """The session its stream lost: resumed with its leases while it lives (see the proto)."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
-from streamplane.model import ADMIN_LOCAL, Cluster
+from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat
 
 CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500)
 
@@ -54,6 +54,7 @@ def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_it
     assert due == clock.now_ms() + CONFIG.rebalance_ms
 
     short = Assigner(db, AssignerConfig(ttl_ms=3000, rebalance_ms=10_000), replica_id="a", clock=clock)
+    short.run_once()  # leads from the member's join on (a new leader ends no session within its first TTL)
     clock.advance(2500)  # the silent member has 500 ms left: sooner than the renewal or the next load check
     (member,) = short.describe("g").members
     due = short.run_once()
@@ -90,3 +91,30 @@ def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_
     moved = revoking()
     assert len(moved) == 2
     assert assigner._pinned("g", clock.now_ms()) == dict.fromkeys(moved, "w1"), "the cool-down keeps where it left"
+
+
+def test_a_new_leader_gives_every_session_a_ttl_to_find_it_before_ending_any(with_stream: Database) -> None:
+    """A coordinator restart longer than the session TTL: the new leader does not end the sessions nobody could
+    heartbeat to; a worker that comes back resumes its session with its leases and epochs; one that does not
+    is ended once the grace is over."""
+    db, clock = with_stream, ManualClock()
+    old = Assigner(db, CONFIG, replica_id="old", clock=clock)
+    first = old.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    old.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    old.run_once()
+    w1_before = {(x.lease_id, x.epoch) for x in old.describe("g").leases if x.worker_id == "w1"}
+    clock.advance(2 * CONFIG.ttl_ms)  # the old coordinator is gone for two TTLs
+    new = Assigner(db, CONFIG, replica_id="new", clock=clock)
+    new.run_once()
+    assert new.is_leader and {m.worker_id for m in new.describe("g").members} == {"w1", "w2"}, "nobody ended yet"
+    resumed = new.open_session(
+        "g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0, resume_session=first.session_id
+    )
+    assert resumed.session_id == first.session_id
+    clock.advance(CONFIG.ttl_ms // 2)
+    resumed.heartbeat(Heartbeat())
+    clock.advance(CONFIG.ttl_ms // 2)
+    new.run_once()
+    assert {m.worker_id for m in new.describe("g").members} == {"w1"}, "w2 did not come back within the grace"
+    w1_after = {(x.lease_id, x.epoch) for x in new.describe("g").leases if x.worker_id == "w1"}
+    assert w1_before <= w1_after, new.describe("g")

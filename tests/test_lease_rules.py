@@ -132,3 +132,32 @@ def test_releasing_a_lease_never_held_at_that_epoch_is_refused_and_a_late_releas
     assert held(db)[P0] == ("w1", 2, "granted"), "granted again, at a new epoch"
     leases.release(db, GROUP, "w1", "s-w1", P0, 1, now_ms=T0)  # a late duplicate of the first release
     assert held(db)[P0] == ("w1", 2, "granted")
+
+
+def test_a_broken_session_is_resumed_with_its_leases_and_epochs_while_it_has_not_ended(db: Database) -> None:
+    join(db, "w1", T0)
+    assign(db, T0)
+    before = held(db)
+    resume = dict(capacity=1, max_load=0, ttl_ms=TTL_MS, resume_session="s-w1")
+    # the coordinator restarted past the session's TTL; nobody expired it yet: resumed, nothing moves
+    member = leases.join(db, GROUP, "w1", "s-new", [Subscription("jobs")], now_ms=T0 + 2 * TTL_MS, **resume)
+    assert member.session_id == "s-w1" and member.alive_until_ms == T0 + 3 * TTL_MS
+    assert held(db) == before
+    assert assign(db, T0 + 2 * TTL_MS).moved == {}
+
+    # once it has expired, a resume is a new session: the old leases were freed, the new grants have new epochs
+    leases.expire(db, GROUP, T0 + 4 * TTL_MS)
+    member = leases.join(db, GROUP, "w1", "s-new", [Subscription("jobs")], now_ms=T0 + 4 * TTL_MS, **resume)
+    assert member.session_id == "s-new"
+    assign(db, T0 + 4 * TTL_MS)
+    assert {lid: epoch for lid, (_, epoch, _) in held(db).items()} == {P0: 2, P1: 2}
+    with pytest.raises(AlreadyExistsError):  # another process naming the live session of w1: not a resume
+        leases.join(
+            db,
+            GROUP,
+            "w1",
+            "s-x",
+            [Subscription("jobs")],
+            now_ms=T0 + 4 * TTL_MS,
+            **{**resume, "resume_session": "s-w1"},
+        )

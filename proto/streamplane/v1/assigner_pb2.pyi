@@ -28,18 +28,20 @@ class Subscription(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lanes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions")
+    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     MAX_LOAD_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_SESSION_FIELD_NUMBER: _ClassVar[int]
     group: str
     worker_id: str
     capacity: float
     max_load: float
     subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
-    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
+    resume_session: str
+    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ...) -> None: ...
 
 class LeaseLoad(_message.Message):
     __slots__ = ("lease_id", "records_per_s", "lag_records", "lag_ms")

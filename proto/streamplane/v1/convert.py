@@ -236,6 +236,7 @@ def worker_message_to_pb(x: m.WorkerMessage) -> apb.WorkerMessage:
                     capacity=x.capacity,
                     max_load=x.max_load,
                     subscriptions=[subscription_to_pb(s) for s in x.subscriptions],
+                    resume_session=x.resume_session,
                 )
             )
         case m.Heartbeat():
@@ -261,7 +262,9 @@ def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
         case "hello":
             h = x.hello
             subs = tuple(subscription_from_pb(s) for s in h.subscriptions)
-            return m.Hello(h.group, h.worker_id, subs, capacity=h.capacity, max_load=h.max_load)
+            return m.Hello(
+                h.group, h.worker_id, subs, capacity=h.capacity, max_load=h.max_load, resume_session=h.resume_session
+            )
         case "heartbeat":
             b = x.heartbeat
             loads = tuple((y.lease_id, m.LeaseLoad(y.records_per_s, y.lag_records, y.lag_ms)) for y in b.leases)
