@@ -308,7 +308,7 @@ def test_a_zstd_bomb_keeps_the_worker_under_its_memory_limit(stack: Stack) -> No
         assert raw.flush(30) == 0
         del raw
         out = stack.tmp / "bomb.ids"
-        wait_until(lambda: out.exists() and b"id-after" in out.read_bytes().splitlines(), timeout=30)
+        wait_until(lambda: out.exists() and b"\nid-after " in b"\n" + out.read_bytes(), timeout=30)
         peak_kib = rss_kib("VmHWM:")
     finally:
         w.stop()
