@@ -78,6 +78,7 @@ def cmd_cluster_list(args: argparse.Namespace) -> None:
 
 def _print_stream(stream: model.Stream) -> None:
     print(f"stream {stream.name}")
+    print(f"topic settings: {stream.topic.describe()}")
     rows = []
     for lane in stream.lanes:
         for gen in lane.generations:
@@ -97,7 +98,14 @@ def _print_stream(stream: model.Stream) -> None:
 
 def cmd_stream_create(args: argparse.Namespace) -> None:
     with _client(args) as client:
-        done = client.create_stream(args.name, args.partitions, args.cluster)
+        topic = model.TopicSettings(
+            replication_factor=args.replication_factor,
+            min_insync_replicas=args.min_insync_replicas,
+            retention_ms=args.retention_ms,
+            segment_ms=args.segment_ms,
+            segment_bytes=args.segment_bytes,
+        )
+        done = client.create_stream(args.name, args.partitions, args.cluster, topic=topic)
     if args.output == "json":
         print_json(done)
     else:
@@ -454,6 +462,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--partitions", type=_positive, required=True)
     p.add_argument("--cluster", default="", help="cluster of the first generations (default: the largest healthy)")
+    for flag, what in (
+        ("--replication-factor", "replicas of each partition"),
+        ("--min-insync-replicas", "replicas a write with acks=all needs"),
+        ("--retention-ms", "how long records are kept (-1: forever)"),
+        ("--segment-ms", "how often a log segment is rolled"),
+        ("--segment-bytes", "log segment size (at least 1 MiB)"),
+    ):
+        p.add_argument(
+            flag, type=int, default=0, help=f"{what} on every topic of the stream (0: the cluster's default)"
+        )
     add(stream, "list", cmd_stream_list, "list streams")
     p = add(stream, "describe", cmd_stream_describe, "show a stream's lanes and generations")
     p.add_argument("name")

@@ -99,8 +99,16 @@ class CoordinatorClient:
         got = self._call(self.topology.ListClusters, pb.ListClustersRequest(), idempotent=True)
         return [convert.cluster_from_pb(c) for c in got.clusters]
 
-    def create_stream(self, name: str, partitions: int, cluster: str = "") -> m.StreamAt:
-        request = pb.CreateStreamRequest(name=name, partitions=partitions, cluster=cluster)
+    def create_stream(
+        self, name: str, partitions: int, cluster: str = "", *, topic: m.TopicSettings | None = None
+    ) -> m.StreamAt:
+        """A stream with its realtime and dlq lanes; `topic` sets its topics' Kafka settings (for good)."""
+        request = pb.CreateStreamRequest(
+            name=name,
+            partitions=partitions,
+            cluster=cluster,
+            topic=convert.topic_settings_to_pb(topic or m.TopicSettings()),
+        )
         return _stream_at(self._call(self.topology.CreateStream, request))
 
     def describe_stream(self, name: str) -> m.Stream:

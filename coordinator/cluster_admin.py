@@ -10,14 +10,17 @@ from __future__ import annotations
 from typing import Protocol
 
 from streamplane.errors import FailedPreconditionError, UnavailableError
-from streamplane.model import ADMIN_LOCAL, Cluster
+from streamplane.model import ADMIN_LOCAL, Cluster, TopicSettings
+
+DEFAULTS = TopicSettings()
 
 
 class ClusterAdmin(Protocol):
     """What the topology needs from a Kafka cluster."""
 
-    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
-        """Create `topic` with `partitions` partitions on `cluster` unless it exists with that many."""
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
+        """Create `topic` with `partitions` partitions (and `settings`) on `cluster` unless it exists with that
+        many partitions."""
         ...
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
@@ -52,22 +55,28 @@ class KafkaAdmin:
     def __init__(self, timeout_s: float = 15.0) -> None:
         self._timeout_s = timeout_s
 
-    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 3})
         # replication_factor=-1 takes the broker's default.replication.factor (KIP-464).
-        futures = client.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=-1)], request_timeout=self._timeout_s
+        new = NewTopic(
+            topic,
+            num_partitions=partitions,
+            replication_factor=settings.replication_factor or -1,
+            config=settings.configs(),
         )
+        futures = client.create_topics([new], request_timeout=self._timeout_s)
         where = f"topic {topic} on cluster {cluster.name} ({cluster.bootstrap_servers})"
         try:
             futures[topic].result(timeout=self._timeout_s)
         except KafkaException as err:
             error = err.args[0]
             if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise UnavailableError(f"cannot create {where}: {error.str()}") from err
+                if error.retriable() or error.code() < 0:  # unreachable, timed out: worth another try
+                    raise UnavailableError(f"cannot create {where}: {error.str()}") from err
+                raise FailedPreconditionError(f"cluster {cluster.name} refuses {where}: {error.str()}") from err
             self._check_partitions(client, cluster, topic, partitions)
         except Exception as err:  # a timeout of the future
             raise UnavailableError(f"cannot create {where}: {err}") from err
@@ -87,7 +96,8 @@ class KafkaAdmin:
 class LocalAdmin:
     """Topics on local Kafka-protocol clusters started by `streamplane dev`, through their control channel."""
 
-    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
+        """Local engines keep no topic settings (the mock cluster has one replica and keeps what fits)."""
         from streamplane.devstack.control import LocalClusterControl
 
         LocalClusterControl(cluster.control_endpoint, name=cluster.name).create_topic(topic, partitions)
@@ -103,8 +113,8 @@ class RoutingAdmin:
         self._kafka = kafka or KafkaAdmin()
         self._local = local or LocalAdmin()
 
-    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
-        self._admin(cluster).ensure_topic(cluster, topic, partitions)
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
+        self._admin(cluster).ensure_topic(cluster, topic, partitions, settings)
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         return self._admin(cluster).end_offsets(cluster, topic, partitions)
@@ -122,10 +132,12 @@ class MemoryClusterAdmin:
 
     def __init__(self) -> None:
         self.topics: dict[tuple[str, str], list[int]] = {}
+        self.settings: dict[tuple[str, str], TopicSettings] = {}
         self.down: set[str] = set()
 
-    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int) -> None:
+    def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         self._reach(cluster)
+        self.settings.setdefault((cluster.name, topic), settings)
         ends = self.topics.setdefault((cluster.name, topic), [0] * partitions)
         if len(ends) != partitions:
             raise FailedPreconditionError(

@@ -54,7 +54,13 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
 
     @grpc_errors
     def CreateStream(self, request: pb.CreateStreamRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
-        done = self._topology.create_stream(request.name, request.partitions, request.cluster, actor=actor_of(context))
+        done = self._topology.create_stream(
+            request.name,
+            request.partitions,
+            request.cluster,
+            topic=convert.topic_settings_from_pb(request.topic),
+            actor=actor_of(context),
+        )
         return pb.StreamResponse(stream=convert.stream_to_pb(done.value), version=done.version)
 
     @grpc_errors

@@ -35,6 +35,7 @@ from streamplane.model import (
     LaneAdded,
     Stream,
     StreamCreated,
+    TopicSettings,
 )
 from streamplane.names import check_lane_name, check_object_name, topic_name
 
@@ -224,9 +225,13 @@ class Topology:
     def list_streams(self) -> list[Stream]:
         return list_streams(self.db)
 
-    def create_stream(self, name: str, partitions: int, cluster: str = "", *, actor: str = "") -> Committed:
+    def create_stream(
+        self, name: str, partitions: int, cluster: str = "", *, topic: TopicSettings | None = None, actor: str = ""
+    ) -> Committed:
         check_object_name("name", name)
         _check_partitions("partitions", partitions)
+        settings = topic or TopicSettings()
+        settings.check()
         if cluster:
             check_object_name("cluster", cluster)
 
@@ -241,14 +246,14 @@ class Topology:
             for lane, priority in DEFAULT_LANES.items()
         ]
         for lane in lanes:
-            self.admin.ensure_topic(target, lane.active.topic, partitions)
+            self.admin.ensure_topic(target, lane.active.topic, partitions, settings)
 
         now = self.clock.now_ms()  # the event's time, read outside the transaction body
 
         def change(tr: Transaction) -> Stream:
             plan(tr)  # re-check inside the committing transaction: a concurrent create loses cleanly
-            stream = Stream(name, sorted(lanes, key=lambda lane: -lane.priority))
-            tr.set(keys.stream_key(name), Stream(name).to_json())
+            stream = Stream(name, sorted(lanes, key=lambda lane: -lane.priority), settings)
+            tr.set(keys.stream_key(name), Stream(name, topic=settings).to_json())
             for lane in lanes:
                 _write_lane(tr, name, lane)
             events.append_event(tr, StreamCreated(stream=stream), actor=actor, time_ms=now)
@@ -270,7 +275,7 @@ class Topology:
         if cluster:
             check_object_name("cluster", cluster)
 
-        def plan(tr: Transaction) -> tuple[Cluster, int]:
+        def plan(tr: Transaction) -> tuple[Cluster, int, TopicSettings]:
             current = get_stream(tr, stream, "stream")
             if current.lane(lane) is not None:
                 raise AlreadyExistsError(
@@ -278,11 +283,11 @@ class Topology:
                 )
             template = (current.lane("realtime") or current.lanes[0]).active
             target = get_cluster(tr, cluster or template.cluster)
-            return target, partitions or template.partitions
+            return target, partitions or template.partitions, current.topic
 
-        target, count = self.db.transact(plan)
+        target, count, settings = self.db.transact(plan)
         new_lane = Lane(lane, priority, [Generation(1, target.name, topic_name(stream, lane, 1), count)])
-        self.admin.ensure_topic(target, new_lane.active.topic, count)
+        self.admin.ensure_topic(target, new_lane.active.topic, count, settings)
 
         now = self.clock.now_ms()  # the event's time, read outside the transaction body
 
@@ -304,8 +309,9 @@ class Topology:
         _check_partitions("partitions", partitions, allow_zero=True)
         _check_text("reason", reason)
 
-        def plan(tr: Transaction) -> tuple[Generation, Generation, Cluster]:
-            current = get_stream(tr, stream, "stream").require_lane(lane)
+        def plan(tr: Transaction) -> tuple[Generation, Generation, Cluster, TopicSettings]:
+            whole = get_stream(tr, stream, "stream")
+            current = whole.require_lane(lane)
             target = get_cluster(tr, target_cluster, "target_cluster")
             previous = current.active
             count = partitions or previous.partitions
@@ -315,15 +321,16 @@ class Topology:
                     "fail over to another cluster or give another partition count"
                 )
             number = previous.number + 1
-            return previous, Generation(number, target.name, topic_name(stream, lane, number), count), target
+            nxt = Generation(number, target.name, topic_name(stream, lane, number), count)
+            return previous, nxt, target, whole.topic
 
-        _, nxt, target = self.db.transact(plan)
-        self.admin.ensure_topic(target, nxt.topic, nxt.partitions)
+        _, nxt, target, settings = self.db.transact(plan)
+        self.admin.ensure_topic(target, nxt.topic, nxt.partitions, settings)
 
         now = self.clock.now_ms()  # the event's time, read outside the transaction body
 
         def change(tr: Transaction) -> tuple[Generation, Generation]:
-            prev_now, planned, _ = plan(tr)
+            prev_now, planned, _, _ = plan(tr)
             if planned != nxt:
                 raise FailedPreconditionError(f"lane {stream}/{lane} changed during the failover; retry it")
             draining = replace(prev_now, state=DRAINING)

@@ -55,7 +55,9 @@ class _Record:
         names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
         kwargs = {k: v for k, v in data.items() if k in names}
         for name, kind in cls._nested.items():
-            if name in kwargs:
+            if isinstance(kwargs.get(name), dict):
+                kwargs[name] = kind.from_dict(kwargs[name])
+            elif name in kwargs:
                 kwargs[name] = [kind.from_dict(item) for item in kwargs[name]]
         return cls(**kwargs)
 
@@ -118,13 +120,75 @@ class Lane(_Record):
         return next((g for g in self.generations if g.number == number), None)
 
 
+MIN_SEGMENT_BYTES = 1 << 20
+"""Kafka 4's smallest segment.bytes."""
+
+
+@dataclass(frozen=True)
+class TopicSettings(_Record):
+    """Kafka settings of every topic of a stream (each lane's generations, on whichever cluster); 0 leaves a
+    setting to the cluster's default."""
+
+    replication_factor: int = 0
+    min_insync_replicas: int = 0
+    """With acks=all, a write is acknowledged once this many replicas have it."""
+    retention_ms: int = 0
+    """How long records are kept; -1 keeps them forever."""
+    segment_ms: int = 0
+    segment_bytes: int = 0
+
+    def check(self) -> None:
+        """InvalidArgumentError naming the first setting out of range."""
+        if not 0 <= self.replication_factor <= 32767:
+            raise InvalidArgumentError(
+                "replication_factor must be between 1 and 32767 (0: the cluster's default), "
+                f"not {self.replication_factor}"
+            )
+        if self.min_insync_replicas < 0:
+            raise InvalidArgumentError(f"min_insync_replicas must not be negative, not {self.min_insync_replicas}")
+        if self.replication_factor and self.min_insync_replicas > self.replication_factor:
+            raise InvalidArgumentError(
+                f"min_insync_replicas ({self.min_insync_replicas}) cannot exceed replication_factor "
+                f"({self.replication_factor}): no write with acks=all could be acknowledged"
+            )
+        if self.retention_ms < -1:
+            raise InvalidArgumentError(
+                f"retention_ms must be -1 (forever), 0 (default) or positive, not {self.retention_ms}"
+            )
+        if self.segment_ms < 0:
+            raise InvalidArgumentError(f"segment_ms must not be negative, not {self.segment_ms}")
+        if self.segment_bytes and self.segment_bytes < MIN_SEGMENT_BYTES:
+            raise InvalidArgumentError(
+                f"segment_bytes must be at least {MIN_SEGMENT_BYTES} (Kafka's minimum), not {self.segment_bytes}"
+            )
+
+    def configs(self) -> dict[str, str]:
+        """The topic configs to create topics with (the ones not left to the cluster's default)."""
+        named = {
+            "min.insync.replicas": self.min_insync_replicas,
+            "retention.ms": self.retention_ms,
+            "segment.ms": self.segment_ms,
+            "segment.bytes": self.segment_bytes,
+        }
+        return {k: str(v) for k, v in named.items() if v}
+
+    def describe(self) -> str:
+        """One line, Kafka's names: what is set, and that the rest is the cluster's default."""
+        shown = (
+            {"replication.factor": str(self.replication_factor)} if self.replication_factor else {}
+        ) | self.configs()
+        return " ".join(f"{k}={v}" for k, v in shown.items()) or "cluster defaults"
+
+
 @dataclass(frozen=True)
 class Stream(_Record):
     """A named logical topic: its lanes and their generations."""
 
     name: str
     lanes: list[Lane] = field(default_factory=list)
-    _nested: ClassVar[dict[str, Any]] = {"lanes": Lane}
+    topic: TopicSettings = field(default_factory=TopicSettings)
+    """Settings of its topics."""
+    _nested: ClassVar[dict[str, Any]] = {"lanes": Lane, "topic": TopicSettings}
 
     def lane(self, name: str) -> Lane | None:
         return next((lane for lane in self.lanes if lane.name == name), None)

@@ -304,7 +304,7 @@ class LocalStack:
             for lane in stream.lanes:
                 for gen in lane.generations:
                     if gen.cluster in local and gen.state != DRAINED:
-                        topology.admin.ensure_topic(local[gen.cluster], gen.topic, gen.partitions)
+                        topology.admin.ensure_topic(local[gen.cluster], gen.topic, gen.partitions, stream.topic)
 
     @property
     def coordinator_address(self) -> str:

@@ -1,7 +1,8 @@
 """Shared fixtures. Suites run on the local engines by default and on real ones when the environment says so:
 
 - FDB_CLUSTER_FILE: the store conformance suite also runs against that FoundationDB cluster;
-- STREAMPLANE_KAFKA_BOOTSTRAP: Kafka admin tests also run against that Kafka cluster.
+- STREAMPLANE_KAFKA_BOOTSTRAP: Kafka admin tests run against that Kafka cluster (by default, against a real
+  Apache Kafka broker started from Maven Central's jars for the session).
 
 What is skipped, and why, is printed in the summary (pytest -ra) and at the start of the session.
 """
@@ -47,8 +48,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"store drivers: embedded{'' if FDB_SKIP else ', fdb (' + FDB_CLUSTER_FILE + ')'}"
         + (f" -- skipped: {FDB_SKIP}" if FDB_SKIP else ""),
-        f"kafka: local mock clusters{', real at ' + KAFKA_BOOTSTRAP if KAFKA_BOOTSTRAP else ''}"
-        + ("" if KAFKA_BOOTSTRAP else " -- real-Kafka tests skipped: STREAMPLANE_KAFKA_BOOTSTRAP is not set"),
+        "kafka: local mock clusters, and a real Apache Kafka broker (KRaft, its own JVM) for the real-engine tests"
+        + (f"; admin tests on {KAFKA_BOOTSTRAP}" if KAFKA_BOOTSTRAP else ""),
     ]
 
 
@@ -99,6 +100,15 @@ def real_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), sasl=True).start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture
+def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
+    """A real Kafka cluster: STREAMPLANE_KAFKA_BOOTSTRAP's, or the session's own broker."""
+    if KAFKA_BOOTSTRAP:
+        return KAFKA_BOOTSTRAP
+    broker = request.getfixturevalue("real_kafka")
+    return str(broker.bootstrap_servers)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from streamplane.coordinator.cluster_admin import KafkaAdmin, LocalAdmin
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.errors import FailedPreconditionError, UnavailableError
 from streamplane.model import ADMIN_LOCAL, Cluster
-from tests.conftest import KAFKA_BOOTSTRAP
 
 
 def _partitions(bootstrap: str, topic: str) -> int:
@@ -45,16 +44,11 @@ def test_kafka_admin_reports_an_unreachable_cluster() -> None:
         KafkaAdmin(timeout_s=2).ensure_topic(cluster, "sp.x.realtime.g1", 1)
 
 
-@pytest.mark.skipif(
-    not KAFKA_BOOTSTRAP,
-    reason="real Kafka not exercised: STREAMPLANE_KAFKA_BOOTSTRAP is not set "
-    "(the local mock cluster has no CreateTopics)",
-)
-def test_kafka_admin_creates_topics_on_real_kafka() -> None:
-    cluster = Cluster("real", KAFKA_BOOTSTRAP)
+def test_kafka_admin_creates_topics_on_real_kafka(kafka_bootstrap: str) -> None:
+    cluster = Cluster("real", kafka_bootstrap)
     topic = f"sp.admin-{uuid.uuid4().hex[:8]}.realtime.g1"
     KafkaAdmin().ensure_topic(cluster, topic, 3)
     KafkaAdmin().ensure_topic(cluster, topic, 3)
-    assert _partitions(KAFKA_BOOTSTRAP, topic) == 3
+    assert _partitions(kafka_bootstrap, topic) == 3
     with pytest.raises(FailedPreconditionError):
         KafkaAdmin().ensure_topic(cluster, topic, 4)

@@ -176,8 +176,25 @@ def test_cli_errors_are_one_sentence_with_an_exit_code(tmp_path: Path) -> None:
             (["stream", "describe", "missing"], 3, "does not exist"),
             (["failover", "missing", "--to", "local-a"], 3, "does not exist"),
             (["events", "--since", "nope"], 2, "from_version"),
+            (
+                [
+                    "stream",
+                    "create",
+                    "t",
+                    "--partitions",
+                    "1",
+                    "--replication-factor",
+                    "2",
+                    "--min-insync-replicas",
+                    "3",
+                ],
+                2,
+                "min_insync_replicas (3) cannot exceed replication_factor (2)",
+            ),
+            (["stream", "create", "t", "--partitions", "1", "--segment-bytes", "4096"], 2, "at least 1048576"),
         ]
-        assert cli("stream", "create", "dup", "--partitions", "1", coordinator=address).returncode == 0
+        made = cli("stream", "create", "dup", "--partitions", "1", "--retention-ms", "-1", coordinator=address)
+        assert made.returncode == 0 and "topic settings: retention.ms=-1" in made.stdout, made
         cases += [
             (["stream", "create", "dup", "--partitions", "1"], 4, "already exists"),
             (["failover", "dup", "--to", "local-a"], 5, "already active"),

@@ -237,3 +237,38 @@ def test_sasl_ssl_on_the_mock_engine_is_refused_in_one_sentence(tmp_path) -> Non
     result = cli("dev", "--data-dir", str(tmp_path), "--port", "0", "--kafka-security", "sasl_ssl", timeout=60)
     assert result.returncode == 2
     assert "--kafka-security sasl_ssl needs --engine kafka" in result.stderr
+
+
+def test_topic_settings_are_applied_on_real_kafka_shown_and_kept_by_failovers(real_kafka, coordinator) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    from streamplane.errors import FailedPreconditionError, NotFoundError
+
+    with CoordinatorClient(coordinator.address) as client:
+        for name in ("real", "real-2"):  # one broker under two names: a failover between them
+            client.register_cluster(
+                model.Cluster(name=name, bootstrap_servers=real_kafka.bootstrap_servers, admin=model.ADMIN_KAFKA)
+            )
+        settings = model.TopicSettings(
+            replication_factor=1, min_insync_replicas=1, retention_ms=3_600_000, segment_bytes=2 << 20
+        )
+        created = client.create_stream("rk-tuned", 2, cluster="real", topic=settings)
+        assert created.stream.topic == settings
+        client.failover("rk-tuned", "realtime", "real-2", partitions=3)
+        assert client.describe_stream("rk-tuned").topic == settings
+
+        too_many = model.TopicSettings(replication_factor=3)
+        with pytest.raises(FailedPreconditionError, match=r"refuses topic sp\.rk-wide\.realtime\.g1.*replication"):
+            client.create_stream("rk-wide", 2, cluster="real", topic=too_many)
+        with pytest.raises(NotFoundError):
+            client.describe_stream("rk-wide")  # nothing half-written
+
+    admin = AdminClient({"bootstrap.servers": real_kafka.bootstrap_servers})
+    for topic in ("sp.rk-tuned.realtime.g1", "sp.rk-tuned.dlq.g1", "sp.rk-tuned.realtime.g2"):
+        (future,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+        got = {k: v.value for k, v in future.result(timeout=30).items()}
+        assert (got["retention.ms"], got["segment.bytes"], got["min.insync.replicas"]) == (
+            "3600000",
+            str(2 << 20),
+            "1",
+        ), topic

@@ -90,12 +90,26 @@ def lane_from_pb(x: pb.Lane) -> m.Lane:
     return m.Lane(name=x.name, priority=x.priority, generations=[generation_from_pb(g) for g in x.generations])
 
 
+def topic_settings_to_pb(t: m.TopicSettings) -> pb.TopicSettings:
+    return pb.TopicSettings(
+        replication_factor=t.replication_factor,
+        min_insync_replicas=t.min_insync_replicas,
+        retention_ms=t.retention_ms,
+        segment_ms=t.segment_ms,
+        segment_bytes=t.segment_bytes,
+    )
+
+
+def topic_settings_from_pb(x: pb.TopicSettings) -> m.TopicSettings:
+    return m.TopicSettings(x.replication_factor, x.min_insync_replicas, x.retention_ms, x.segment_ms, x.segment_bytes)
+
+
 def stream_to_pb(s: m.Stream) -> pb.Stream:
-    return pb.Stream(name=s.name, lanes=[lane_to_pb(lane) for lane in s.lanes])
+    return pb.Stream(name=s.name, lanes=[lane_to_pb(lane) for lane in s.lanes], topic=topic_settings_to_pb(s.topic))
 
 
 def stream_from_pb(x: pb.Stream) -> m.Stream:
-    return m.Stream(name=x.name, lanes=[lane_from_pb(lane) for lane in x.lanes])
+    return m.Stream(name=x.name, lanes=[lane_from_pb(lane) for lane in x.lanes], topic=topic_settings_from_pb(x.topic))
 
 
 def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:

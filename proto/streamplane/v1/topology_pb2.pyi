@@ -75,13 +75,29 @@ class Lane(_message.Message):
     generations: _containers.RepeatedCompositeFieldContainer[Generation]
     def __init__(self, name: _Optional[str] = ..., priority: _Optional[int] = ..., generations: _Optional[_Iterable[_Union[Generation, _Mapping]]] = ...) -> None: ...
 
+class TopicSettings(_message.Message):
+    __slots__ = ("replication_factor", "min_insync_replicas", "retention_ms", "segment_ms", "segment_bytes")
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_MS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    replication_factor: int
+    min_insync_replicas: int
+    retention_ms: int
+    segment_ms: int
+    segment_bytes: int
+    def __init__(self, replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ..., retention_ms: _Optional[int] = ..., segment_ms: _Optional[int] = ..., segment_bytes: _Optional[int] = ...) -> None: ...
+
 class Stream(_message.Message):
-    __slots__ = ("name", "lanes")
+    __slots__ = ("name", "lanes", "topic")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LANES_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
     name: str
     lanes: _containers.RepeatedCompositeFieldContainer[Lane]
-    def __init__(self, name: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[Lane, _Mapping]]] = ...) -> None: ...
+    topic: TopicSettings
+    def __init__(self, name: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[Lane, _Mapping]]] = ..., topic: _Optional[_Union[TopicSettings, _Mapping]] = ...) -> None: ...
 
 class RegisterClusterRequest(_message.Message):
     __slots__ = ("cluster", "update_existing")
@@ -110,14 +126,16 @@ class ListClustersResponse(_message.Message):
     def __init__(self, clusters: _Optional[_Iterable[_Union[Cluster, _Mapping]]] = ...) -> None: ...
 
 class CreateStreamRequest(_message.Message):
-    __slots__ = ("name", "partitions", "cluster")
+    __slots__ = ("name", "partitions", "cluster", "topic")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
     name: str
     partitions: int
     cluster: str
-    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., cluster: _Optional[str] = ...) -> None: ...
+    topic: TopicSettings
+    def __init__(self, name: _Optional[str] = ..., partitions: _Optional[int] = ..., cluster: _Optional[str] = ..., topic: _Optional[_Union[TopicSettings, _Mapping]] = ...) -> None: ...
 
 class StreamResponse(_message.Message):
     __slots__ = ("stream", "version")
