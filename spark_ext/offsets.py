@@ -85,6 +85,40 @@ def parse_starting_offsets(text: str) -> str | dict[str, int]:
     return out
 
 
+def parse_starting_timestamps(by_partition: str, everywhere: str) -> int | dict[str, int] | None:
+    """startingOffsetsByTimestamp (JSON {"lane/generation": {"partition": unix ms}}, as Spark's Kafka source
+    has it per topic) or startingTimestamp (unix ms for every partition); None when neither is given."""
+    if by_partition.strip():
+        try:
+            raw = json.loads(by_partition)
+        except json.JSONDecodeError as err:
+            raise InvalidArgumentError(f"startingOffsetsByTimestamp is not JSON: {err}") from None
+        if not isinstance(raw, dict):
+            raise InvalidArgumentError(
+                'startingOffsetsByTimestamp must be an object like {"realtime/1": {"0": 1700000000000}}'
+            )
+        out: dict[str, int] = {}
+        for gen_key, parts in raw.items():
+            lane, _, gen = str(gen_key).rpartition("/")
+            if not lane or not gen.isdigit() or not isinstance(parts, dict):
+                raise InvalidArgumentError(
+                    f'startingOffsetsByTimestamp: {gen_key!r} must be "lane/generation" mapped to {{"partition": ms}}'
+                )
+            for p, ts in parts.items():
+                if not str(p).isdigit() or isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                    raise InvalidArgumentError(
+                        f"startingOffsetsByTimestamp: {gen_key}/{p} must map a partition to a unix time in ms >= 0"
+                    )
+                out[f"{lane}/{gen}/{p}"] = ts
+        return out
+    if everywhere.strip():
+        text = everywhere.strip()
+        if not text.isdigit():
+            raise InvalidArgumentError(f"startingTimestamp must be a unix time in ms, not {everywhere!r}")
+        return int(text)
+    return None
+
+
 def initial_positions(states: list[PartState], starting: str | dict[str, int]) -> dict[str, int]:
     """Where a new query starts, for every partition of the live generations."""
     out = {}

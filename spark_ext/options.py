@@ -12,7 +12,7 @@ from typing import Any
 
 from streamplane.errors import InvalidArgumentError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
-from streamplane.spark.offsets import parse_starting_offsets
+from streamplane.spark.offsets import parse_starting_offsets, parse_starting_timestamps
 
 
 def _get(options: Any, name: str, default: str | None = None) -> str | None:
@@ -64,6 +64,8 @@ class SourceOptions:
     group: str
     """Empty: derived from the query's name (or id) by the progress listener."""
     starting: str | dict[str, int]
+    starting_timestamps: int | dict[str, int] | None
+    """startingTimestamp or startingOffsetsByTimestamp: they take precedence over startingOffsets where given."""
     max_rows: int | None
     min_partitions: int | None
     fail_on_data_loss: bool
@@ -83,6 +85,9 @@ class SourceOptions:
             lanes=tuple(x.strip() for x in (_get(options, "lanes", "") or "").split(",") if x.strip()),
             group=_get(options, "group", "") or "",
             starting=parse_starting_offsets(_get(options, "startingOffsets", "earliest") or "earliest"),
+            starting_timestamps=parse_starting_timestamps(
+                _get(options, "startingOffsetsByTimestamp", "") or "", _get(options, "startingTimestamp", "") or ""
+            ),
             max_rows=max_rows,
             min_partitions=_int(options, "minPartitions", None, minimum=1),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),

@@ -50,18 +50,39 @@ class Watermarks:
     def __init__(self) -> None:
         self._consumers: dict[str, Any] = {}
 
-    def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
+    def _consumer(self, bootstrap: str) -> Any:
+        from confluent_kafka import Consumer
 
         consumer = self._consumers.get(bootstrap)
         if consumer is None:
             consumer = self._consumers[bootstrap] = Consumer(
                 {"bootstrap.servers": bootstrap, "group.id": "streamplane-spark-planner", "log_level": 3}
             )
+        return consumer
+
+    def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer = self._consumer(bootstrap)
         try:
             return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
         except KafkaException as err:
             raise UnavailableError(f"cannot read offsets of {topic}/{partition} at {bootstrap}: {err}") from err
+
+    def at_time(self, bootstrap: str, topic: str, partitions: dict[int, int]) -> dict[int, int]:
+        """{partition: the offset of its first record at or after the time (ms)}; -1 where there is none."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer = self._consumer(bootstrap)
+        asked = [TopicPartition(topic, p, ts) for p, ts in partitions.items()]
+        try:
+            got = consumer.offsets_for_times(asked, timeout=10)
+        except KafkaException as err:
+            raise UnavailableError(f"cannot look up offsets by time in {topic} at {bootstrap}: {err}") from err
+        for tp in got:
+            if tp.error is not None:
+                raise UnavailableError(f"cannot look up offsets by time in {topic}/{tp.partition}: {tp.error.str()}")
+        return {tp.partition: tp.offset for tp in got}
 
     def close(self) -> None:
         for consumer in self._consumers.values():
@@ -118,7 +139,32 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def initialOffset(self) -> dict:
-        return off.make_offset(self.source, off.initial_positions(self.states(), self.opts.starting))
+        states = self.states()
+        starting = self.opts.starting
+        if self.opts.starting_timestamps is not None:  # partitions without a time follow startingOffsets
+            base = starting if isinstance(starting, dict) else {}
+            if starting == "latest":
+                base = dict.fromkeys((s.part.key for s in states), off.LATEST)
+            starting = {**base, **self._by_time(states)}
+        return off.make_offset(self.source, off.initial_positions(states, starting))
+
+    def _by_time(self, states: list[off.PartState]) -> dict[str, int]:
+        """Starting offsets from timestamps, one lookup per topic: the first record at or after the time, or
+        the partition's end when it has none (Spark's `latest` strategy)."""
+        wanted = self.opts.starting_timestamps
+        topics: dict[tuple[str, str], dict[int, int]] = {}
+        for s in states:
+            ts = wanted if isinstance(wanted, int) else (wanted or {}).get(s.part.key)
+            if ts is not None and not s.drained:
+                topics.setdefault((s.bootstrap_servers, s.topic), {})[s.part.partition] = ts
+        out = {}
+        for (bootstrap, topic), asked in topics.items():
+            found = self.watermarks.at_time(bootstrap, topic, asked)
+            for s in states:
+                if s.topic == topic and s.part.partition in found:
+                    offset = found[s.part.partition]
+                    out[s.part.key] = offset if offset >= 0 else off.LATEST
+        return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.opts.max_rows) if self.opts.max_rows else ReadAllAvailable()

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,6 +152,18 @@ def start_dev(data_dir: Path, *extra: str) -> tuple[Proc, str, dict[str, str]]:
     proc.wait_for(r"^ready")
     clusters = dict(re.findall(r"^kafka\.(\S+?)=(\S+)$", "\n".join(proc.seen), re.M))
     return proc, address, clusters
+
+
+def register_real_clusters(address: str, broker: Any, names: Sequence[str]) -> None:
+    """Register a real Kafka broker (the `real_kafka` fixture's) under each of `names`."""
+    from streamplane import model
+    from streamplane.client import CoordinatorClient
+
+    with CoordinatorClient(address) as client:
+        for name in names:
+            client.register_cluster(
+                model.Cluster(name=name, bootstrap_servers=broker.bootstrap_servers, admin=model.ADMIN_KAFKA)
+            )
 
 
 def register_local_clusters(address: str, bootstrap: str, control_endpoint: str, names: Sequence[str]) -> None:

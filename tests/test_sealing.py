@@ -1,4 +1,5 @@
-"""Sealing: a draining generation is sealed with its true end offsets once no live producer can write to it."""
+"""Sealing: a draining generation is sealed with its true end offsets once no live producer can write to it.
+On both engines: the mock cluster, and a real Kafka broker (acks=all, end offsets from a real log)."""
 
 from __future__ import annotations
 
@@ -15,20 +16,23 @@ from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.errors import InvalidArgumentError
-from tests.helpers import register_local_clusters, wait_until
+from tests.helpers import register_local_clusters, register_real_clusters, wait_until
 
 TTL_MS = 1500
 
 
-@pytest.fixture
-def address(tmp_path: Path, local_cluster) -> Iterator[str]:
-    bootstrap, control = local_cluster
+@pytest.fixture(params=["mock", "kafka"])
+def address(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     running = server.start(
         open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
         admin=RoutingAdmin(),
         sealing_config=SealingConfig(producer_ttl_ms=TTL_MS, producer_heartbeat_ms=200, loop_ms=50),
     )
-    register_local_clusters(running.address, bootstrap, control.endpoint, ("east", "west"))
+    if request.param == "mock":
+        bootstrap, control = request.getfixturevalue("local_cluster")
+        register_local_clusters(running.address, bootstrap, control.endpoint, ("east", "west"))
+    else:
+        register_real_clusters(running.address, request.getfixturevalue("real_kafka"), ("east", "west"))
     yield running.address
     running.stop(0)
 

@@ -1,4 +1,5 @@
-"""The Spark source and sink with real Spark (local[2]), a real coordinator and the local cluster."""
+"""The Spark source and sink with real Spark (local[2]), a real coordinator, and Kafka: the local mock cluster,
+and for the source, the sink and offsets by timestamp a real Kafka broker too."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.client import Consumer, CoordinatorClient, Producer
-from tests.helpers import cli, register_local_clusters, wait_until
+from tests.helpers import cli, register_local_clusters, register_real_clusters, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -17,6 +18,15 @@ pytestmark = pytest.mark.e2e
 def address(coordinator, local_cluster) -> str:
     bootstrap, control = local_cluster
     register_local_clusters(coordinator.address, bootstrap, control.endpoint, ("east", "west"))
+    return coordinator.address
+
+
+@pytest.fixture(params=["mock", "kafka"])
+def on_engine(request: pytest.FixtureRequest, coordinator) -> str:
+    """A coordinator with clusters east and west: the local mock cluster, or a real Kafka broker."""
+    if request.param == "mock":
+        return request.getfixturevalue("address")
+    register_real_clusters(coordinator.address, request.getfixturevalue("real_kafka"), ("east", "west"))
     return coordinator.address
 
 
@@ -53,8 +63,9 @@ def values(spark, out: Path) -> list[bytes]:
 
 
 def test_available_now_then_restart_from_the_checkpoint_loses_and_duplicates_nothing(
-    spark, address: str, tmp_path: Path
+    spark, on_engine: str, tmp_path: Path
 ) -> None:
+    address = on_engine
     with CoordinatorClient(address) as client:
         client.create_stream("sp-orders", 4, cluster="east")
     produce(address, "sp-orders", range(100_000))
@@ -79,8 +90,9 @@ def test_available_now_then_restart_from_the_checkpoint_loses_and_duplicates_not
 
 
 def test_a_failover_during_a_running_query_delivers_every_record_exactly_once(
-    spark, address: str, tmp_path: Path
+    spark, on_engine: str, tmp_path: Path
 ) -> None:
+    address = on_engine
     with CoordinatorClient(address) as client:
         client.create_stream("sp-moving", 2, cluster="east")
     produce(address, "sp-moving", range(5_000))
@@ -114,8 +126,9 @@ def test_a_failover_during_a_running_query_delivers_every_record_exactly_once(
 
 
 def test_the_sink_writes_a_dataframe_into_a_lane_and_a_consumer_reads_it_back(
-    spark, address: str, tmp_path: Path
+    spark, on_engine: str, tmp_path: Path
 ) -> None:
+    address = on_engine
     with CoordinatorClient(address) as client:
         client.create_stream("sp-in", 2, cluster="east")
         client.create_stream("sp-out", 2, cluster="west")
@@ -153,6 +166,8 @@ def test_bad_options_fail_at_load_or_start_with_a_clear_message(spark, address: 
         ({"stream": "sp-bad", "lanes": "nolane"}, "lane 'nolane' does not exist"),
         ({"stream": "sp-bad", "startingOffsets": "{not json"}, "startingOffsets is not"),
         ({"stream": "sp-bad", "maxRecordsPerTrigger": "-5"}, "maxRecordsPerTrigger must be at least 1"),
+        ({"stream": "sp-bad", "startingTimestamp": "yesterday"}, "startingTimestamp must be a unix time in ms"),
+        ({"stream": "sp-bad", "startingOffsetsByTimestamp": '{"realtime/1": {"0": -4}}'}, "unix time in ms >= 0"),
     ]
     for options, message in cases:
         reader = spark.readStream.format("streamplane").option("coordinator", address)
@@ -213,3 +228,33 @@ def test_the_example_pipeline_counts_per_minute_into_a_stream_and_parquet(spark,
             if sum(counts.values()) == 3_000:
                 break
     assert sum(counts.values()) == 3_000
+
+
+def test_starting_offsets_by_timestamp_on_real_kafka(spark, real_kafka, coordinator, tmp_path: Path) -> None:
+    """As Spark's Kafka source: startingTimestamp for every partition, startingOffsetsByTimestamp per
+    partition; a partition with nothing at or after the time starts at its end. (The mock cluster has no
+    offset lookup by time.)"""
+    import time
+
+    address = coordinator.address
+    register_real_clusters(address, real_kafka, ("east",))
+    with CoordinatorClient(address) as client:
+        client.create_stream("sp-time", 2, cluster="east")
+    produce(address, "sp-time", range(0, 300))
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce(address, "sp-time", range(300, 600))
+    later = {b"id-%d" % i for i in range(300, 600)}
+
+    run_available_now(source(spark, address, "sp-time", startingTimestamp=str(cut)), tmp_path / "all", "by_time")
+    assert set(values(spark, tmp_path / "all")) == later
+
+    future = str(cut + 3_600_000)
+    by_partition = json.dumps({"realtime/1": {"0": cut, "1": int(future)}})
+    run_available_now(
+        source(spark, address, "sp-time", startingOffsetsByTimestamp=by_partition), tmp_path / "p0", "by_part"
+    )
+    rows = spark.read.parquet(str(tmp_path / "p0" / "data")).select("partition", "value").collect()
+    assert {r.partition for r in rows} == {0}, "partition 1 has nothing after its time: it starts at its end"
+    assert {bytes(r.value) for r in rows} <= later and rows
