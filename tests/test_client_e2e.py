@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -20,8 +21,9 @@ from streamplane import model
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
 from streamplane.client.consumer import REASON_HEADER
 from streamplane.devstack.control import LocalClusterControl
+from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import StreamplaneError
-from tests.helpers import Proc, free_port, start_coordinator, wait_until
+from tests.helpers import Proc, free_port, real_kafka_jars, start_coordinator, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -34,15 +36,32 @@ MAX_ATTEMPTS = 3
 
 
 class Stack:
-    """Two local clusters and a coordinator on a fixed port (so it can be restarted where clients look)."""
+    """Two clusters, a and b, and a coordinator on a fixed port (so it can be restarted where clients look).
+    The mock engine: a local cluster process of 3 brokers each; the kafka engine: a real broker (its own JVM)
+    each."""
 
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.clusters = {}
-        for name in ("a", "b"):
-            proc = Proc([sys.executable, "-m", "streamplane.devstack.mockcluster", "--name", name])
-            info = proc.wait_for(r'"bootstrap_servers": "([^"]+)", "control_endpoint": "([^"]+)"')
-            self.clusters[name] = (proc, info.group(1), info.group(2))
+    def __init__(self, tmp: Path, engine: str) -> None:
+        self.tmp, self.engine = tmp, engine
+        self.clusters: dict[str, model.Cluster] = {}
+        self._procs: list[Proc] = []
+        self._brokers: dict[str, KafkaBroker] = {}
+        if engine == "kafka":
+            self._brokers = {name: KafkaBroker(tmp / "kafka" / name) for name in ("a", "b")}
+            starting = [threading.Thread(target=b.start) for b in self._brokers.values()]
+            for t in starting:
+                t.start()
+            for t in starting:
+                t.join()
+            for name, broker in self._brokers.items():
+                self.clusters[name] = model.Cluster(name, broker.bootstrap_servers, admin=model.ADMIN_KAFKA)
+        else:
+            for name in ("a", "b"):
+                proc = Proc([sys.executable, "-m", "streamplane.devstack.mockcluster", "--name", name])
+                info = proc.wait_for(r'"bootstrap_servers": "([^"]+)", "control_endpoint": "([^"]+)"')
+                self._procs.append(proc)
+                self.clusters[name] = model.Cluster(
+                    name, info.group(1), admin=model.ADMIN_LOCAL, control_endpoint=info.group(2)
+                )
         self.port = free_port()
         self.coordinator, self.address = start_coordinator(tmp / "coordinator", self.port)
 
@@ -51,24 +70,55 @@ class Stack:
         self.coordinator, _ = start_coordinator(self.tmp / "coordinator", self.port)
 
     def bootstrap(self, name: str) -> str:
-        return self.clusters[name][1]
+        return self.clusters[name].bootstrap_servers
+
+    def broker_down(self, name: str, topic: str) -> None:
+        """A broker of cluster `name` stops answering for half of `topic`'s partitions (mock: they lead on a
+        broker that goes down; kafka: the cluster's one broker is paused, so every fetch hangs)."""
+        if self.engine == "kafka":
+            os.kill(self._brokers[name].pid, signal.SIGSTOP)
+            return
+        control = LocalClusterControl(self.clusters[name].control_endpoint, name=name)
+        for p in range(PARTITIONS // 2):
+            control.set_leader(topic, p, 1)
+        control.broker_down(1)
+
+    def broker_up(self, name: str) -> None:
+        if self.engine == "kafka":
+            os.kill(self._brokers[name].pid, signal.SIGCONT)
+        else:
+            LocalClusterControl(self.clusters[name].control_endpoint, name=name).broker_up(1)
 
     def stop(self) -> None:
         self.coordinator.stop()
-        for proc, _, _ in self.clusters.values():
+        for proc in self._procs:
             proc.stop()
+        for broker in self._brokers.values():
+            broker.stop()
+
+
+def _stack(tmp: Path, engine: str) -> Stack:
+    s = Stack(tmp, engine)
+    with CoordinatorClient(s.address) as client:
+        for cluster in s.clusters.values():
+            client.register_cluster(cluster)
+        client.create_stream(STREAM, PARTITIONS, cluster="a")
+        client.configure_group(GROUP, "realtime", MAX_ATTEMPTS)
+    return s
 
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(tmp_path)
-    with CoordinatorClient(s.address) as client:
-        for name, (_, bootstrap, control) in s.clusters.items():
-            client.register_cluster(
-                model.Cluster(name=name, bootstrap_servers=bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control)
-            )
-        client.create_stream(STREAM, PARTITIONS, cluster="a")
-        client.configure_group(GROUP, "realtime", MAX_ATTEMPTS)
+    s = _stack(tmp_path, "mock")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(params=["mock", "kafka"])
+def on_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+    if request.param == "kafka":
+        real_kafka_jars()
+    s = _stack(tmp_path, request.param)
     yield s
     s.stop()
 
@@ -163,7 +213,8 @@ def rows(stack: Stack, workers: dict[str, Proc]) -> list[Row]:
     return out
 
 
-def test_records_survive_failover_kill9_join_restart_broker_fault_and_poison(stack: Stack) -> None:
+def test_records_survive_failover_kill9_join_restart_broker_fault_and_poison(on_engine: Stack) -> None:
+    stack = on_engine
     workers = {"w1": worker(stack, "w1", retry_backoff_s=0.2), "w2": worker(stack, "w2", retry_backoff_s=0.2)}
     probe = LagProbe(stack.address)
     produced, errors = threading.Event(), []
@@ -185,15 +236,12 @@ def test_records_survive_failover_kill9_join_restart_broker_fault_and_poison(sta
         stack.restart_coordinator()
         faults["coordinator restart"] = time.monotonic()
         time.sleep(4)  # real traffic between faults
-        # a broker down under half the partitions while a worker joins: revokes wait on leaderless fetches
-        control = LocalClusterControl(stack.clusters["b"][2], name="b")
-        for p in range(PARTITIONS // 2):
-            control.set_leader(f"sp.{STREAM}.realtime.g2", p, 1)
-        control.broker_down(1)
+        # a broker down under the partitions while a worker joins: revokes wait on leaderless or hung fetches
+        stack.broker_down("b", f"sp.{STREAM}.realtime.g2")
         workers["w4"] = worker(stack, "w4", retry_backoff_s=0.2)
         faults["broker down + join"] = time.monotonic()
         time.sleep(3)
-        control.broker_up(1)
+        stack.broker_up("b")
         producer.join(timeout=120)
         assert produced.is_set() and not errors, errors[:3]
 
