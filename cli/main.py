@@ -354,6 +354,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         session_ttl_ms=args.session_ttl_ms,
         engine=args.engine,
         kafka_security=args.kafka_security,
+        brokers=args.brokers,
     )
 
 
@@ -553,6 +554,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="plaintext",
         help="with --engine kafka, sasl_ssl adds a SCRAM/PLAIN listener over TLS with a generated certificate and "
         "users (printed as kafka.NAME.sasl_ssl=...)",
+    )
+    p.add_argument(
+        "--brokers",
+        type=int,
+        default=0,
+        help="brokers per cluster (default 3 on the mock engine, 1 on real Kafka; with more than one, real topics "
+        "are replicated to every broker)",
     )
     p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
     p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"))

@@ -4,7 +4,9 @@ KRaft combined mode (broker and controller in one process), no Docker.
 `ensure_jars()` fetches the pinned version once with Maven into `.cache/kafka/<version>/lib` (inside the
 repository, ignored by git) and reuses it. `KafkaBroker` formats a data directory and starts one broker on
 free loopback ports with a PLAINTEXT listener and, when asked, a SASL_SSL listener (SCRAM-SHA-256,
-SCRAM-SHA-512 and PLAIN, with a generated self-signed certificate and users).
+SCRAM-SHA-512 and PLAIN, with a generated self-signed certificate and users). `KafkaCluster` runs several
+of them as one replicated cluster: every node a voter of one KRaft quorum, topics replicated to all of them by
+default.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamplane.errors import UnavailableError
+from streamplane.errors import InvalidArgumentError, UnavailableError
 
 KAFKA_VERSION = "4.4.0"
 """The newest 4.x whose artifacts resolve on Maven Central (share groups are production-ready from 4.2)."""
@@ -88,12 +91,27 @@ class KafkaBroker:
         heap_mb: the JVM's heap.
     """
 
-    def __init__(self, data_dir: Path, *, sasl: bool = False, heap_mb: int = 256, node_id: int = 1) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        sasl: bool = False,
+        heap_mb: int = 256,
+        node_id: int = 1,
+        controller_port: int = 0,
+        voters: str = "",
+        cluster_id: str = "",
+        replicas: int = 1,
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.sasl = sasl
         self.heap_mb = heap_mb
         self.node_id = node_id
-        self.port, self.controller_port = free_port(), free_port()
+        self.port, self.controller_port = free_port(), controller_port or free_port()
+        self.voters = voters or f"{node_id}@127.0.0.1:{self.controller_port}"
+        self.cluster_id = cluster_id or uuid.uuid4().hex[:22]
+        self.replicas = replicas
+        """Brokers in its cluster: the default replication factor of topics (internal ones too)."""
         self.sasl_port = free_port() if sasl else 0
         self.ca_file = self.data_dir / "cert.pem"
         self._proc: subprocess.Popen[bytes] | None = None
@@ -130,17 +148,18 @@ class KafkaBroker:
         lines += [
             "process.roles=broker,controller",
             f"node.id={self.node_id}",
-            f"controller.quorum.voters={self.node_id}@127.0.0.1:{self.controller_port}",
+            f"controller.quorum.voters={self.voters}",
             f"listeners={','.join(listeners)}",
             f"advertised.listeners={','.join(advertised)}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
             f"listener.security.protocol.map={','.join(protocols)}",
             f"log.dirs={self.data_dir / 'log'}",
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
+            f"default.replication.factor={self.replicas}",
+            f"offsets.topic.replication.factor={self.replicas}",
+            f"transaction.state.log.replication.factor={self.replicas}",
             "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
+            f"share.coordinator.state.topic.replication.factor={self.replicas}",
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "auto.create.topics.enable=false",
@@ -187,7 +206,7 @@ class KafkaBroker:
             for u in USERS if self.sasl else ():
                 for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
                     scram += ["--add-scram", f"{mech}=[name={u.name},password={u.password}]"]
-            fmt = ["format", "-t", uuid.uuid4().hex[:22], "-c", str(config), *scram]
+            fmt = ["format", "-t", self.cluster_id, "-c", str(config), *scram]
             result = subprocess.run(self._java(lib, "kafka.tools.StorageTool", *fmt), capture_output=True, text=True)
             if result.returncode != 0:
                 raise UnavailableError(f"formatting the Kafka broker's storage failed: {result.stdout[-500:]}")
@@ -238,3 +257,75 @@ class KafkaBroker:
                 os.killpg(self._proc.pid, 9)
                 self._proc.wait()
         self._proc = None
+
+
+class KafkaCluster:
+    """`count` real brokers as one cluster (KRaft combined mode, each node a voter), each in its own JVM under
+    data_dir/node-<id>. With one broker it is that broker, under data_dir itself (as before)."""
+
+    def __init__(self, data_dir: Path, count: int = 1, *, sasl: bool = False) -> None:
+        if not 1 <= count <= 9:
+            raise InvalidArgumentError(f"--brokers must be between 1 and 9 for real Kafka, not {count}")
+        self.data_dir = Path(data_dir)
+        if count == 1:
+            self.brokers = [KafkaBroker(self.data_dir, sasl=sasl)]
+        else:
+            ports = {n: free_port() for n in range(1, count + 1)}
+            voters = ",".join(f"{n}@127.0.0.1:{p}" for n, p in ports.items())
+            cluster_id = _cluster_id(self.data_dir)
+            self.brokers = [
+                KafkaBroker(
+                    self.data_dir / f"node-{n}",
+                    sasl=sasl,
+                    node_id=n,
+                    controller_port=p,
+                    voters=voters,
+                    cluster_id=cluster_id,
+                    replicas=count,
+                )
+                for n, p in ports.items()
+            ]
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.bootstrap_servers for b in self.brokers)
+
+    def broker(self, node_id: int) -> KafkaBroker:
+        return next(b for b in self.brokers if b.node_id == node_id)
+
+    def start(self, timeout_s: float = 90.0) -> KafkaCluster:
+        """Start every broker side by side (a quorum needs most of its voters up before any is ready)."""
+        errors: list[BaseException] = []
+
+        def start(broker: KafkaBroker) -> None:
+            try:
+                broker.start(timeout_s)
+            except BaseException as err:  # reported below, after every broker had its chance
+                errors.append(err)
+
+        threads = [threading.Thread(target=start, args=(b,), daemon=True) for b in self.brokers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self.stop()
+            raise errors[0]
+        return self
+
+    def alive(self, down: set[int] | frozenset[int] = frozenset()) -> bool:
+        """Every broker runs, but those taken down on purpose."""
+        return all(b.alive() or b.node_id in down for b in self.brokers)
+
+    def stop(self) -> None:
+        for broker in self.brokers:
+            broker.stop()
+
+
+def _cluster_id(data_dir: Path) -> str:
+    """The cluster's id, kept beside its nodes so that a restart formats nothing again."""
+    path = data_dir / "cluster.id"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(uuid.uuid4().hex[:22])
+    return path.read_text().strip()

@@ -29,7 +29,7 @@ from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.devcontrol import ControlServer
-from streamplane.devstack.kafka import USERS, KafkaBroker
+from streamplane.devstack.kafka import USERS, KafkaCluster
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from streamplane.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.process import block_stop_signals, wait_for_stop
@@ -55,7 +55,7 @@ class LocalCluster:
     bootstrap_servers: str
     control_endpoint: str
     process: subprocess.Popen[str] | None = None  # the mock engine's cluster
-    broker: KafkaBroker | None = None  # the kafka engine's broker
+    kafka: KafkaCluster | None = None  # the kafka engine's brokers
     mock_brokers: int = 0  # the mock engine's broker count (ids 1..n)
     down: set[int] = field(default_factory=set)
     """Brokers taken down by a fault (`streamplane fault`): their being gone does not stop the stack."""
@@ -63,22 +63,25 @@ class LocalCluster:
 
     @property
     def brokers(self) -> list[int]:
-        return [self.broker.node_id] if self.broker is not None else list(range(1, self.mock_brokers + 1))
+        if self.kafka is not None:
+            return [b.node_id for b in self.kafka.brokers]
+        return list(range(1, self.mock_brokers + 1))
 
     def alive(self) -> bool:
         """Running, or down on purpose."""
-        if self.broker is not None:
-            return self.broker.alive() or self.broker.node_id in self.down
+        if self.kafka is not None:
+            return self.kafka.alive(self.down)
         return self.process is not None and self.process.poll() is None
 
     def control(self) -> LocalClusterControl:
         return LocalClusterControl(self.control_endpoint, name=self.name)
 
     def stop(self) -> None:
-        if self.broker is not None:
-            if self.broker.node_id in self.paused and self.broker.alive():
-                os.kill(self.broker.pid, signal.SIGCONT)  # a stopped JVM cannot take its SIGTERM
-            self.broker.stop()
+        if self.kafka is not None:
+            for node in self.paused:
+                if self.kafka.broker(node).alive():
+                    os.kill(self.kafka.broker(node).pid, signal.SIGCONT)  # a stopped JVM cannot take its SIGTERM
+            self.kafka.stop()
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -200,7 +203,8 @@ class LocalStack:
     clusters: int = 2
     port: int = 7400
     host: str = "127.0.0.1"
-    brokers: int = 3
+    brokers: int = 0
+    """Brokers per cluster; 0: the engine's default (3 on the mock engine, 1 on real Kafka)."""
     session_ttl_ms: int = 3000
     engine: str = "mock"
     kafka_security: str = "plaintext"
@@ -218,6 +222,8 @@ class LocalStack:
             )
         if self.kafka_security != "plaintext" and self.engine != "kafka":
             raise InvalidArgumentError("--kafka-security sasl_ssl needs --engine kafka (the mock cluster has no SASL)")
+        if self.kafka_security != "plaintext" and self.brokers > 1:
+            raise InvalidArgumentError("--kafka-security sasl_ssl runs one broker per cluster: leave out --brokers")
         try:
             if self.engine == "kafka":
                 self._start_brokers(names)
@@ -244,14 +250,14 @@ class LocalStack:
                     "--name",
                     name,
                     "--brokers",
-                    str(self.brokers),
+                    str(self.brokers or 3),
                     "--parent-pid",
                     str(os.getpid()),
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            self.local.append(LocalCluster(name, "", "", proc, mock_brokers=self.brokers))
+            self.local.append(LocalCluster(name, "", "", proc, mock_brokers=self.brokers or 3))
         deadline = time.monotonic() + START_TIMEOUT_S
         for cluster in self.local:
             line = _readline_until(cluster.process, deadline)
@@ -264,20 +270,22 @@ class LocalStack:
             cluster.bootstrap_servers, cluster.control_endpoint = info["bootstrap_servers"], info["control_endpoint"]
 
     def _start_brokers(self, names: list[str]) -> None:
-        """One real broker per cluster, started side by side (each JVM takes seconds)."""
+        """Real brokers for every cluster, all started side by side (each JVM takes seconds)."""
         errors: list[BaseException] = []
 
         def start(cluster: LocalCluster) -> None:
             try:
-                assert cluster.broker is not None
-                cluster.broker.start()
-                cluster.bootstrap_servers = cluster.broker.bootstrap_servers
+                assert cluster.kafka is not None
+                cluster.kafka.start()
+                cluster.bootstrap_servers = cluster.kafka.bootstrap_servers
             except BaseException as err:  # reported below, after every broker had its chance
                 errors.append(err)
 
         for name in names:
-            broker = KafkaBroker(Path(self.data_dir) / "kafka" / name, sasl=self.kafka_security == "sasl_ssl")
-            self.local.append(LocalCluster(name, "", "", broker=broker))
+            kafka = KafkaCluster(
+                Path(self.data_dir) / "kafka" / name, self.brokers or 1, sasl=self.kafka_security == "sasl_ssl"
+            )
+            self.local.append(LocalCluster(name, "", "", kafka=kafka))
         threads = [threading.Thread(target=start, args=(c,), daemon=True) for c in self.local]
         for t in threads:
             t.start()
@@ -293,7 +301,7 @@ class LocalStack:
                     name=c.name,
                     bootstrap_servers=c.bootstrap_servers,
                     zone="local",
-                    admin=ADMIN_KAFKA if c.broker is not None else ADMIN_LOCAL,
+                    admin=ADMIN_KAFKA if c.kafka is not None else ADMIN_LOCAL,
                     control_endpoint=c.control_endpoint,
                 ),
                 update_existing=True,
@@ -332,13 +340,13 @@ class LocalStack:
         c = self.cluster(cluster)
         targets = self._brokers(c, broker)
         for b in targets:
-            if c.broker is not None:
+            if c.kafka is not None:
                 if pause:
-                    os.kill(c.broker.pid, signal.SIGSTOP)
+                    os.kill(c.kafka.broker(b).pid, signal.SIGSTOP)
                     c.paused.add(b)
                 else:
                     c.down.add(b)
-                    c.broker.kill()
+                    c.kafka.broker(b).kill()
             else:
                 if pause:
                     raise InvalidArgumentError("--pause needs --engine kafka (the mock engine can only close a broker)")
@@ -351,12 +359,13 @@ class LocalStack:
         c = self.cluster(cluster)
         targets = self._brokers(c, broker)
         for b in targets:
-            if c.broker is not None:
+            if c.kafka is not None:
+                node = c.kafka.broker(b)
                 if b in c.paused:
-                    os.kill(c.broker.pid, signal.SIGCONT)
+                    os.kill(node.pid, signal.SIGCONT)
                     c.paused.discard(b)
-                if b in c.down or not c.broker.alive():
-                    c.broker.start()  # same ports and log: it comes back with its records
+                if b in c.down or not node.alive():
+                    node.start()  # same ports and log: it comes back with its records
                     c.down.discard(b)
             else:
                 c.control().broker_up(b)
@@ -366,8 +375,11 @@ class LocalStack:
     def set_leader(self, cluster: str, topic: str, partition: int, broker: int) -> dict[str, Any]:
         """Move a partition's leadership (the mock engine; real brokers here are one per cluster)."""
         c = self.cluster(cluster)
-        if c.broker is not None:
-            raise FailedPreconditionError("leader moves need more than one broker per cluster: use --engine mock")
+        if c.kafka is not None:
+            raise FailedPreconditionError(
+                "on real Kafka, move a leader by taking its broker down (fault broker CLUSTER ID --down): "
+                "an in-sync replica takes over"
+            )
         self._brokers(c, broker)
         c.control().set_leader(topic, partition, broker)
         return {"cluster": cluster, "topic": topic, "partition": partition, "leader": broker}
@@ -439,6 +451,7 @@ def run_dev(
     session_ttl_ms: int = 3000,
     engine: str = "mock",
     kafka_security: str = "plaintext",
+    brokers: int = 0,
 ) -> int:
     """Run the local stack in the foreground until SIGINT or SIGTERM, with its control endpoint for faults
     (`control=HOST:PORT`, also written to DATA_DIR/dev.json for `streamplane fault`)."""
@@ -456,6 +469,7 @@ def run_dev(
         session_ttl_ms=session_ttl_ms,
         engine=engine,
         kafka_security=kafka_security,
+        brokers=brokers,
     )
     stack.start()
     control = None
@@ -464,11 +478,12 @@ def run_dev(
         print(f"coordinator={stack.coordinator_address} store=embedded data_dir={data_dir}", flush=True)
         for cluster in stack.local:
             print(f"kafka.{cluster.name}={cluster.bootstrap_servers}", flush=True)
-            if cluster.broker is not None and cluster.broker.sasl:
+            node = cluster.kafka.brokers[0] if cluster.kafka is not None else None
+            if node is not None and node.sasl:
                 users = ",".join(f"{u.name}:{u.password}" for u in USERS)
                 print(
-                    f"kafka.{cluster.name}.sasl_ssl={cluster.broker.sasl_bootstrap_servers} "
-                    f"ssl.ca.location={cluster.broker.ca_file} users={users} "
+                    f"kafka.{cluster.name}.sasl_ssl={node.sasl_bootstrap_servers} "
+                    f"ssl.ca.location={node.ca_file} users={users} "
                     "mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
                     flush=True,
                 )

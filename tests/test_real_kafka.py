@@ -5,6 +5,7 @@ credentials as one clear error, and the Consumer's whole data path through a coo
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -272,3 +273,69 @@ def test_topic_settings_are_applied_on_real_kafka_shown_and_kept_by_failovers(re
             str(2 << 20),
             "1",
         ), topic
+
+
+def test_a_broker_killed_under_its_leaders_mid_stream_loses_no_acknowledged_record(tmp_path) -> None:
+    """`streamplane dev --engine kafka --brokers 3`: a stream replicated 3 ways with min.insync.replicas 2; the
+    broker leading partition 0 is killed while a producer (acks=all) and a consumer run. Leadership moves to an
+    in-sync replica, and every record the producer had acknowledged is processed."""
+    from tests.helpers import cli, start_dev
+
+    real_kafka_jars()
+    data = tmp_path / "dev"
+    proc, address, clusters = start_dev(data, "--engine", "kafka", "--clusters", "1", "--brokers", "3")
+    where = ("--data-dir", str(data))
+    try:
+        bootstrap = clusters["local-a"]
+        assert len(bootstrap.split(",")) == 3
+        made = cli(
+            "stream", "create", "rk-ha", "--partitions", "3", "--replication-factor", "3",
+            "--min-insync-replicas", "2", coordinator=address,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+
+        def leader(p: int) -> int:
+            return (
+                admin.list_topics("sp.rk-ha.realtime.g1", timeout=10)
+                .topics["sp.rk-ha.realtime.g1"]
+                .partitions[p]
+                .leader
+            )
+
+        acked: set[bytes] = set()
+        failed: list[object] = []
+        seen: set[bytes] = set()
+        lock, stop = threading.Lock(), threading.Event()
+
+        def delivered(err, msg) -> None:
+            with lock:
+                (failed.append(err) if err is not None else acked.add(msg.value()))
+
+        with Consumer(address, group="rk-ha-g", stream="rk-ha") as consumer:
+            reader = threading.Thread(
+                target=consumer.run, args=(lambda m: seen.add(m.value),), kwargs={"stop": stop}, daemon=True
+            )
+            reader.start()
+            with Producer(address, **{"linger.ms": 5, "acks": "all"}) as producer:
+                for i in range(6000):
+                    producer.produce("rk-ha", b"%d" % i, key=b"%d" % i, on_delivery=delivered)
+                    if i % 500 == 499:
+                        time.sleep(0.1)
+                    if i == 2000:
+                        victim = leader(0)
+                        down = cli("fault", "broker", "local-a", str(victim), "--down", *where)
+                        assert down.returncode == 0, down.stderr
+                producer.flush(60)
+            wait_until(lambda: leader(0) not in (victim, -1), timeout=30, what=lambda: f"leader {leader(0)}")
+            wait_until(
+                lambda: acked <= seen, timeout=60, what=lambda: f"{len(acked - seen)} acknowledged not processed"
+            )
+            stop.set()
+            reader.join(15)
+        print(f"\n{len(acked)} acknowledged, {len(failed)} failed deliveries, broker {victim} killed mid-stream")
+        assert len(acked) == 6000 and not failed, failed[:3]
+        up = cli("fault", "broker", "local-a", str(victim), "--up", *where, timeout=90)
+        assert up.returncode == 0, up.stderr
+    finally:
+        proc.stop()
