@@ -58,3 +58,9 @@ try:
 except UnavailableError as err:
     print(f"bootstrap: {err.message}; real-Kafka tests will be skipped", file=sys.stderr)
 PY
+
+# The Go client's modules (gRPC, protobuf, franz-go for its test), from the Go module proxy, once: its test
+# then compiles without a download. Without Go, its test is skipped with that reason.
+if command -v go >/dev/null 2>&1; then
+  (cd clients/go && go mod download) || echo "bootstrap: the Go client's modules did not download; its test will fail" >&2
+fi
