@@ -15,6 +15,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,3 +152,34 @@ def spark() -> Iterator[object]:
     register(session)
     yield session
     session.stop()
+
+
+# -- what each engine column ran ----------------------------------------------------------------------------------
+
+_ENGINE_OF: dict[str, str] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        uses = set(getattr(item, "fixturenames", ())) & {"real_kafka", "kafka_bootstrap"}
+        real = (
+            bool(uses) or "kafka" in params.values() or "kafka" in item.nodeid.partition("[")[2].rstrip("]").split("-")
+        )
+        _ENGINE_OF[item.nodeid] = "real Kafka" if real else "local engines"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", "call") not in ("call", "setup") or not hasattr(report, "nodeid"):
+                continue
+            if outcome == "passed" and report.when != "call":
+                continue
+            column = _ENGINE_OF.get(report.nodeid, "local engines")
+            counts.setdefault(column, {}).setdefault(outcome, 0)
+            counts[column][outcome] += 1
+    terminalreporter.section("engine columns")
+    for column, got in sorted(counts.items()):
+        terminalreporter.write_line(f"{column}: " + ", ".join(f"{n} {k}" for k, n in sorted(got.items())))
