@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from streamplane.errors import FailedPreconditionError, UnavailableError
@@ -53,3 +54,18 @@ class LocalClusterControl:
 
     def set_leader(self, topic: str, partition: int, broker: int) -> None:
         self._call("POST", "/leader", {"topic": topic, "partition": partition, "broker": broker})
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """The server side of a control channel: JSON replies, and no access log (its parent owns the terminal)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

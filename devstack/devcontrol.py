@@ -12,10 +12,11 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamplane.devstack.control import JsonHandler
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError, UnavailableError
 from streamplane.rpc import details_json, error_from_code, status_for
 
@@ -59,19 +60,8 @@ class ControlServer:
     def __init__(self, stack: LocalStack, data_dir: Path, host: str = "127.0.0.1") -> None:
         routes = _routes(stack)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # quiet: dev owns the terminal
-                pass
-
-            def _reply(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self) -> None:
+        class Handler(JsonHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
                 route = routes.get(self.path)
                 try:
                     if route is None:

@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -295,22 +296,11 @@ class KafkaCluster:
 
     def start(self, timeout_s: float = 90.0) -> KafkaCluster:
         """Start every broker side by side (a quorum needs most of its voters up before any is ready)."""
-        errors: list[BaseException] = []
-
-        def start(broker: KafkaBroker) -> None:
-            try:
-                broker.start(timeout_s)
-            except BaseException as err:  # reported below, after every broker had its chance
-                errors.append(err)
-
-        threads = [threading.Thread(target=start, args=(b,), daemon=True) for b in self.brokers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
+        try:
+            side_by_side([lambda b=b: b.start(timeout_s) for b in self.brokers])
+        except BaseException:
             self.stop()
-            raise errors[0]
+            raise
         return self
 
     def alive(self, down: set[int] | frozenset[int] = frozenset()) -> bool:
@@ -320,6 +310,25 @@ class KafkaCluster:
     def stop(self) -> None:
         for broker in self.brokers:
             broker.stop()
+
+
+def side_by_side(calls: list[Callable[[], object]]) -> None:
+    """Run every call on its own thread (JVMs take seconds each to start); raise the first error once all ended."""
+    errors: list[BaseException] = []
+
+    def run(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except BaseException as err:  # reported below, after every call had its chance
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(c,), daemon=True) for c in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def _cluster_id(data_dir: Path) -> str:

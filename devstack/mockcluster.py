@@ -20,6 +20,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from streamplane.devstack.control import JsonHandler
 from streamplane.process import block_stop_signals, die_with_parent, wait_for_stop
 
 RD_KAFKA_PRODUCER = 0
@@ -139,19 +140,8 @@ class MockCluster:
 
 
 def _handler(cluster: MockCluster) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # quiet: the supervisor owns the terminal
-            pass
-
-        def _reply(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
+    class Handler(JsonHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server calls it by this name
             if self.path == "/info":
                 self._reply(
                     200,
@@ -164,7 +154,7 @@ def _handler(cluster: MockCluster) -> type[BaseHTTPRequestHandler]:
             else:
                 self._reply(404, {"error": f"no such resource {self.path}"})
 
-        def do_POST(self) -> None:
+        def do_POST(self) -> None:  # noqa: N802 - http.server calls it by this name
             try:
                 length = int(self.headers.get("Content-Length") or 0)
                 if length > 65536:

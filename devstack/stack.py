@@ -29,7 +29,7 @@ from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.devcontrol import ControlServer
-from streamplane.devstack.kafka import USERS, KafkaCluster
+from streamplane.devstack.kafka import USERS, KafkaCluster, side_by_side
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from streamplane.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.process import block_stop_signals, wait_for_stop
@@ -271,28 +271,12 @@ class LocalStack:
 
     def _start_brokers(self, names: list[str]) -> None:
         """Real brokers for every cluster, all started side by side (each JVM takes seconds)."""
-        errors: list[BaseException] = []
-
-        def start(cluster: LocalCluster) -> None:
-            try:
-                assert cluster.kafka is not None
-                cluster.kafka.start()
-                cluster.bootstrap_servers = cluster.kafka.bootstrap_servers
-            except BaseException as err:  # reported below, after every broker had its chance
-                errors.append(err)
-
         for name in names:
             kafka = KafkaCluster(
                 Path(self.data_dir) / "kafka" / name, self.brokers or 1, sasl=self.kafka_security == "sasl_ssl"
             )
-            self.local.append(LocalCluster(name, "", "", kafka=kafka))
-        threads = [threading.Thread(target=start, args=(c,), daemon=True) for c in self.local]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+            self.local.append(LocalCluster(name, kafka.bootstrap_servers, "", kafka=kafka))
+        side_by_side([c.kafka.start for c in self.local if c.kafka is not None])
 
     def _register_and_reconcile(self, topology: Topology) -> None:
         for c in self.local:

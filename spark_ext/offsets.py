@@ -60,6 +60,24 @@ def make_offset(source: dict[str, str], positions: dict[str, int]) -> dict[str, 
     return {"source": dict(source), "positions": dict(sorted(positions.items()))}
 
 
+def _per_partition(option: str, raw: Any, what: str, minimum: int, example: str) -> dict[str, int]:
+    """{"lane/generation/partition": value} from an option's JSON {"lane/generation": {"partition": value}}."""
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError(f"{option} JSON must be an object like {example}")
+    out: dict[str, int] = {}
+    for gen_key, parts in raw.items():
+        lane, _, gen = str(gen_key).rpartition("/")
+        if not lane or not gen.isdigit() or not isinstance(parts, dict):
+            raise InvalidArgumentError(
+                f'{option}: {gen_key!r} must be "lane/generation" mapped to {{"partition": {what}}}'
+            )
+        for p, value in parts.items():
+            if not str(p).isdigit() or isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise InvalidArgumentError(f"{option}: {gen_key}/{p} must map a partition to {what} >= {minimum}")
+            out[f"{lane}/{gen}/{p}"] = value
+    return out
+
+
 def parse_starting_offsets(text: str) -> str | dict[str, int]:
     """`earliest`, `latest`, or JSON {"lane/generation": {"partition": offset}} with -2 earliest, -1 latest."""
     value = (text or "earliest").strip()
@@ -69,20 +87,7 @@ def parse_starting_offsets(text: str) -> str | dict[str, int]:
         raw = json.loads(value)
     except json.JSONDecodeError as err:
         raise InvalidArgumentError(f"startingOffsets is not 'earliest', 'latest' or JSON: {err}") from None
-    if not isinstance(raw, dict):
-        raise InvalidArgumentError('startingOffsets JSON must be an object like {"realtime/1": {"0": 42}}')
-    out: dict[str, int] = {}
-    for gen_key, parts in raw.items():
-        lane, _, gen = str(gen_key).rpartition("/")
-        if not lane or not gen.isdigit() or not isinstance(parts, dict):
-            raise InvalidArgumentError(
-                f'startingOffsets: {gen_key!r} must be "lane/generation" mapped to {{"partition": offset}}'
-            )
-        for p, off in parts.items():
-            if not str(p).isdigit() or isinstance(off, bool) or not isinstance(off, int) or off < EARLIEST:
-                raise InvalidArgumentError(f"startingOffsets: {gen_key}/{p} must map a partition to an offset >= -2")
-            out[f"{lane}/{gen}/{p}"] = off
-    return out
+    return _per_partition("startingOffsets", raw, "an offset", EARLIEST, '{"realtime/1": {"0": 42}}')
 
 
 def parse_starting_timestamps(by_partition: str, everywhere: str) -> int | dict[str, int] | None:
@@ -93,24 +98,8 @@ def parse_starting_timestamps(by_partition: str, everywhere: str) -> int | dict[
             raw = json.loads(by_partition)
         except json.JSONDecodeError as err:
             raise InvalidArgumentError(f"startingOffsetsByTimestamp is not JSON: {err}") from None
-        if not isinstance(raw, dict):
-            raise InvalidArgumentError(
-                'startingOffsetsByTimestamp must be an object like {"realtime/1": {"0": 1700000000000}}'
-            )
-        out: dict[str, int] = {}
-        for gen_key, parts in raw.items():
-            lane, _, gen = str(gen_key).rpartition("/")
-            if not lane or not gen.isdigit() or not isinstance(parts, dict):
-                raise InvalidArgumentError(
-                    f'startingOffsetsByTimestamp: {gen_key!r} must be "lane/generation" mapped to {{"partition": ms}}'
-                )
-            for p, ts in parts.items():
-                if not str(p).isdigit() or isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-                    raise InvalidArgumentError(
-                        f"startingOffsetsByTimestamp: {gen_key}/{p} must map a partition to a unix time in ms >= 0"
-                    )
-                out[f"{lane}/{gen}/{p}"] = ts
-        return out
+        example = '{"realtime/1": {"0": 1700000000000}}'
+        return _per_partition("startingOffsetsByTimestamp", raw, "a unix time in ms", 0, example)
     if everywhere.strip():
         text = everywhere.strip()
         if not text.isdigit():
