@@ -165,6 +165,7 @@ class FetchLoop:
         self._parts: dict[str, _Partition] = {}
         self._clusters: dict[str, _Cluster] = {}
         self._links: dict[tuple[str, int], _Link] = {}
+        self._unreachable: dict[str, int] = {}  # broker host:port: failed connects in a row (logged once)
         self._oneoffs: dict[str, list[tuple[int, OneOff]]] = {}
         self._control: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -380,9 +381,15 @@ class FetchLoop:
             self._drop(link)
             return False
         except StreamplaneError as err:
-            log.info("fetch_loop.connect_failed", broker=f"{link.host}:{link.port}", error=err.message)
+            broker = f"{link.host}:{link.port}"
+            failures = self._unreachable[broker] = self._unreachable.get(broker, 0) + 1
+            if failures == 1:  # once per outage, not at every retry: a broker down for minutes is one line
+                log.warning("fetch_loop.broker_unreachable", broker=broker, error=err.message, retrying=True)
             self._drop(link)
             return False
+        failed = self._unreachable.pop(f"{link.host}:{link.port}", 0)
+        if failed:
+            log.info("fetch_loop.broker_reachable", broker=f"{link.host}:{link.port}", after_failed_connects=failed)
         link.session.reset()
         return True
 
