@@ -163,9 +163,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         uses = set(getattr(item, "fixturenames", ())) & {"real_kafka", "kafka_bootstrap"}
-        real = (
-            bool(uses) or "kafka" in params.values() or "kafka" in item.nodeid.partition("[")[2].rstrip("]").split("-")
-        )
+        ids = item.nodeid.partition("[")[2].rstrip("]").split("-")
+        real = bool(uses) or "kafka" in params.values() or "kafka" in ids or "test_real_kafka.py" in item.nodeid
         _ENGINE_OF[item.nodeid] = "real Kafka" if real else "local engines"
 
 
