@@ -87,7 +87,9 @@ def test_raw_fetch_decodes_like_confluent_kafka(local_cluster, topics, codec: st
     expected = _confluent(bootstrap, topics[codec])
     native_records, native_codecs = _raw(bootstrap, topics[codec], "native")
     python_records, _ = _raw(bootstrap, topics[codec], "python")
-    assert native_codecs == [codec], "the broker handed back the producer's batches verbatim"
+    # the broker hands back the producer's batches verbatim; librdkafka sends a batch uncompressed when the
+    # codec would not shrink it (seen once with snappy in a full run)
+    assert codec in native_codecs and set(native_codecs) <= {codec, "none"}, native_codecs
     assert len(expected) == PARTITIONS * PER_PARTITION
     assert native_records == expected
     assert python_records == expected
