@@ -37,12 +37,14 @@ class Address(str):
 
 
 @contextmanager
-def coordinator_process(data_dir: str) -> Iterator[Address]:
-    """The address of a coordinator in its own process (as in production: it does not share our GIL)."""
+def coordinator_process(data_dir: str, control: LocalClusterControl | None = None) -> Iterator[Address]:
+    """The address of a coordinator in its own process (as in production: it does not share our GIL), which
+    lets the local cluster behind `control` be registered."""
     import os
 
+    allow = ["--allow-control-endpoint", control.endpoint] if control is not None else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", data_dir, "--port", "0"],
+        [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", data_dir, "--port", "0", *allow],
         env={**os.environ, "STREAMPLANE_LOG_LEVEL": "warning"},
         stdout=subprocess.PIPE,
         text=True,

@@ -74,7 +74,8 @@ def regrant_ms(runs: int) -> list[float]:
     """kill -9 of a worker holding 32 leases -> the survivor holds them all, per run, in ms."""
     results = []
     with local_cluster() as (bootstrap, control), tempfile.TemporaryDirectory() as tmp:
-        running = server.start(open_store(StoreConfig(driver="embedded", data_dir=Path(tmp))))
+        db = open_store(StoreConfig(driver="embedded", data_dir=Path(tmp)))
+        running = server.start(db, control_endpoints=[control.endpoint])
         try:
             _regrant_runs(running.address, bootstrap, control, runs, results)
         finally:

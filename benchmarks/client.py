@@ -159,7 +159,7 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         local_cluster(brokers=1) as (bootstrap, control),
-        coordinator_process(tmp) as address,
+        coordinator_process(tmp, control) as address,
         CoordinatorClient(address) as client,
     ):
         register_local(client, bootstrap, control)

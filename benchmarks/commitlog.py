@@ -96,7 +96,18 @@ def load(seconds: float, interval_s: float) -> tuple[float, list[float]]:
     """The load run against a coordinator in its own process (clients here), as in production."""
     with local_cluster() as (bootstrap, control), tempfile.TemporaryDirectory() as tmp:
         coordinator = subprocess.Popen(
-            [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--port", "0", "--data-dir", tmp],
+            [
+                sys.executable,
+                "-m",
+                "streamplane.cli.main",
+                "coordinator",
+                "--port",
+                "0",
+                "--data-dir",
+                tmp,
+                "--allow-control-endpoint",
+                control.endpoint,
+            ],
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "STREAMPLANE_LOG_LEVEL": "warning"},
@@ -183,7 +194,7 @@ def scattered() -> tuple[tuple[int, int], tuple[int, int], float]:
 
     with local_cluster() as (bootstrap, control), tempfile.TemporaryDirectory() as tmp:
         db = open_store(StoreConfig(driver="embedded", data_dir=Path(tmp)))
-        topology = Topology(db, RoutingAdmin())
+        topology = Topology(db, RoutingAdmin(), control_endpoints=[control.endpoint])
         topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
         topology.create_stream("events", 1, "c")
         now = int(_t.time() * 1000)

@@ -31,6 +31,7 @@ from _local import coordinator_process, local_cluster, register_local
 from confluent_kafka import Producer as KafkaProducer
 
 from streamplane.client import CoordinatorClient
+from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.kafka import KafkaBroker, ensure_jars
 from streamplane.errors import UnavailableError
 from streamplane.model import Cluster
@@ -87,17 +88,18 @@ def idle_cost(pids: list[int], seconds: float) -> list[tuple[int, int, float]]:
 
 
 @contextmanager
-def engine(kind: str) -> Iterator[tuple[str, Callable[[CoordinatorClient], None]]]:
-    """(bootstrap servers, how to register the cluster as "local") of the chosen Kafka engine."""
+def engine(kind: str) -> Iterator[tuple[str, Callable[[CoordinatorClient], None], LocalClusterControl | None]]:
+    """(bootstrap servers, how to register the cluster as "local", its control channel if it is a local
+    cluster) of the chosen Kafka engine."""
     if kind == "mock":
         with local_cluster(3) as (bootstrap, control):
-            yield bootstrap, lambda client: register_local(client, bootstrap, control, "local")
+            yield bootstrap, lambda client: register_local(client, bootstrap, control, "local"), control
         return
     with tempfile.TemporaryDirectory() as tmp:
         broker = KafkaBroker(Path(tmp), heap_mb=768).start()
         try:
             cluster = Cluster(name="local", bootstrap_servers=broker.bootstrap_servers)
-            yield broker.bootstrap_servers, lambda client: client.register_cluster(cluster)
+            yield broker.bootstrap_servers, lambda client: client.register_cluster(cluster), None
         finally:
             broker.stop()
 
@@ -173,9 +175,9 @@ def main() -> None:
     records = 2_000_000 if args.quick else 4_000_000
     results: dict[int, dict[str, float]] = {}
     with (
-        engine(args.engine) as (bootstrap, register),
+        engine(args.engine) as (bootstrap, register, control),
         tempfile.TemporaryDirectory() as tmp,
-        coordinator_process(tmp) as address,
+        coordinator_process(tmp, control) as address,
         CoordinatorClient(address) as client,
     ):
         register(client)

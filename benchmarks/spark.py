@@ -123,7 +123,7 @@ def main() -> None:
     with (
         tempfile.TemporaryDirectory() as tmp,
         local_cluster(brokers=1) as (bootstrap, control),
-        coordinator_process(tmp + "/db") as address,
+        coordinator_process(tmp + "/db", control) as address,
     ):
         with CoordinatorClient(address) as client:
             register_local(client, bootstrap, control)

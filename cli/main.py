@@ -1,7 +1,8 @@
 """`streamplane`: manage clusters, streams and failovers, read the event log, inspect the store, run the local stack.
 
 Exit codes: 0 success, 1 internal error, 2 bad input, 3 not found, 4 already exists, 5 refused by the
-current state (failed precondition, fenced), 6 unavailable (coordinator, store or Kafka unreachable).
+current state (failed precondition, fenced), 6 unavailable (coordinator, store or Kafka unreachable), 7 not
+allowed (no, a bad or an expired credential; or a role without the permission).
 """
 
 from __future__ import annotations
@@ -9,13 +10,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from streamplane import errors, model
 from streamplane.cli.output import print_json, print_table, to_jsonable
 from streamplane.client.coordinator import DEFAULT_COORDINATOR, CoordinatorClient
+from streamplane.client.credentials import ClientTls
+
+if TYPE_CHECKING:
+    from streamplane.coordinator.guard import Guard
 
 EXIT_CODES: list[tuple[type[errors.StreamplaneError], int]] = [
     (errors.InvalidArgumentError, 2),
@@ -23,6 +30,8 @@ EXIT_CODES: list[tuple[type[errors.StreamplaneError], int]] = [
     (errors.AlreadyExistsError, 4),
     (errors.FailedPreconditionError, 5),
     (errors.UnavailableError, 6),
+    (errors.UnauthenticatedError, 7),
+    (errors.PermissionDeniedError, 7),
 ]
 
 
@@ -34,7 +43,33 @@ def exit_code_for(err: errors.StreamplaneError) -> int:
 
 
 def _client(args: argparse.Namespace) -> CoordinatorClient:
-    return CoordinatorClient(args.coordinator, timeout_s=args.timeout)
+    tls = ClientTls.find(args.tls_ca, args.tls_cert, args.tls_key)
+    return CoordinatorClient(args.coordinator, timeout_s=args.timeout, token=args.token, tls=tls)
+
+
+def cmd_token_create(args: argparse.Namespace) -> None:
+    subject = args.subject or f"{args.role}-{secrets.token_hex(4)}"
+    with _client(args) as client:
+        token, expires = client.create_token(
+            subject, args.role, streams=tuple(args.stream), groups=tuple(args.group), ttl_s=args.ttl
+        )
+    if args.output == "json":
+        print_json({"token": token, "expires_unix_s": expires})
+    else:
+        print(token)
+
+
+def cmd_whoami(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        me = client.whoami()
+    if args.output == "json":
+        print_json(me)
+    else:
+        scope = f" streams={','.join(me['streams']) or '*'} groups={','.join(me['groups']) or '*'}"
+        print(
+            f"{me['name']} role={me['role']} via={me['via']}"
+            + (scope if me["role"] in ("producer", "consumer") else "")
+        )
 
 
 def cmd_cluster_register(args: argparse.Namespace) -> None:
@@ -339,7 +374,36 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         port=args.port,
         metrics_port=args.metrics_port,
         assigner_config=_assigner_config(args),
+        guard=_guard(args),
+        tls=server.ServerTls(
+            Path(args.server_cert), Path(args.server_key), Path(args.tls_client_ca) if args.tls_client_ca else None
+        )
+        if args.server_cert
+        else None,
+        control_endpoints=args.allow_control_endpoint,
+        insecure=args.insecure,
     )
+
+
+def _guard(args: argparse.Namespace) -> Guard | None:
+    """Authentication as `streamplane coordinator` was told: a token key, certificate identities, or neither."""
+    from streamplane.coordinator import auth
+    from streamplane.coordinator.guard import Guard
+
+    if bool(args.server_cert) != bool(args.server_key):
+        raise errors.InvalidArgumentError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.server_cert:
+        raise errors.InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key")
+    issuer = auth.TokenIssuer(auth.load_key(Path(args.token_key_file))) if args.token_key_file else None
+    identities = {}
+    if args.identities:
+        try:
+            identities = auth.parse_identities(json.loads(Path(args.identities).read_text()))
+        except (OSError, ValueError) as err:
+            raise errors.InvalidArgumentError(f"--identities {args.identities} cannot be read as JSON: {err}") from err
+    if identities and not args.tls_client_ca:
+        raise errors.InvalidArgumentError("--identities names client certificates: it needs --tls-client-ca")
+    return Guard(issuer, identities) if issuer or identities else None
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -417,6 +481,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _duration(text: str) -> int:
+    """Seconds from '3600', '90s', '90m', '12h' or '30d'."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    try:
+        seconds = int(float(number) * unit)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a duration like 3600, 90m, 12h or 30d, not {text!r}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text!r}")
+    return seconds
+
+
 def _event_log_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--since", default="", metavar="VERSION", help="only events after this version")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
@@ -437,6 +514,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--output", "-o", choices=["table", "json"], default="table")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per coordinator call")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="bearer token (env STREAMPLANE_TOKEN; default: the one `streamplane dev` wrote for this address)",
+    )
+    parser.add_argument(
+        "--tls-ca", default=None, help="CA of the coordinator's certificate: use TLS (env STREAMPLANE_TLS_CA)"
+    )
+    parser.add_argument("--tls-cert", default=None, help="client certificate for mutual TLS (env STREAMPLANE_TLS_CERT)")
+    parser.add_argument("--tls-key", default=None, help="key of the client certificate (env STREAMPLANE_TLS_KEY)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(parent: argparse._SubParsersAction, name: str, fn: Callable, help_: str) -> argparse.ArgumentParser:
@@ -511,6 +598,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="refresh every SECONDS (default 2) until Ctrl-C",
     )
 
+    p = add(sub, "whoami", cmd_whoami, "who the coordinator takes you for: name, role, scope")
+
+    token = sub.add_parser("token", help="bearer tokens").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(token, "create", cmd_token_create, "print a new signed token (admins only)")
+    p.add_argument("--subject", default="", help="who the token stands for (default: the role and a random suffix)")
+    p.add_argument("--role", required=True, choices=["admin", "operator", "producer", "consumer", "viewer"])
+    p.add_argument("--stream", action="append", default=[], help="limit a producer or consumer to this stream")
+    p.add_argument("--group", action="append", default=[], help="limit a consumer to this group")
+    p.add_argument("--ttl", type=_duration, default=24 * 3600, help="validity, e.g. 3600, 90m, 12h, 30d (default 1d)")
+
     p = add(sub, "failover", cmd_failover, "move a lane to another cluster: open g+1 there, drain g")
     p.add_argument("stream")
     p.add_argument("--lane", default="realtime")
@@ -534,6 +633,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(sub, "coordinator", cmd_coordinator, "run the coordinator in the foreground")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=7400)
+    p.add_argument("--token-key-file", default=None, help="secret key (hex) that signs tokens: authentication on")
+    p.add_argument("--tls-cert", dest="server_cert", default=None, help="server certificate chain (PEM): serve TLS")
+    p.add_argument("--tls-key", dest="server_key", default=None, help="server private key (PEM)")
+    p.add_argument("--tls-client-ca", default=None, help="require client certificates signed by this CA (mTLS)")
+    p.add_argument(
+        "--identities", default=None, help="JSON {certificate common name: {role, streams, groups}} for mTLS clients"
+    )
+    p.add_argument(
+        "--allow-control-endpoint",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="a local cluster's control channel that registrations may name (repeatable)",
+    )
+    p.add_argument(
+        "--insecure", action="store_true", help="listen beyond loopback without TLS or authentication (not advised)"
+    )
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
     p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
     p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")

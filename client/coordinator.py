@@ -1,16 +1,14 @@
 """The client's transport: typed calls to the coordinator's gRPC services, model objects in and out.
 
-Every call goes through `_call`, which applies the timeout, the actor metadata and retries of reads on
+Every call goes through `_call`, which applies the timeout, the credential and retries of reads on
 UNAVAILABLE, and turns gRPC errors into streamplane errors in one place (`streamplane.rpc`).
 """
 
 from __future__ import annotations
 
-import getpass
 import itertools
 import os
 import queue
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,10 +17,13 @@ from typing import Any, TypeVar
 import grpc
 
 from streamplane import model as m
+from streamplane.client.credentials import ClientTls, find_token
 from streamplane.errors import StreamplaneError
 from streamplane.rpc import error_from_rpc_error, raise_from_rpc_error
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
+from streamplane.v1 import auth_pb2 as authpb
+from streamplane.v1 import auth_pb2_grpc as authpb_grpc
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
 from streamplane.v1 import convert
@@ -33,40 +34,47 @@ DEFAULT_COORDINATOR = "127.0.0.1:7400"
 T = TypeVar("T")
 
 
-def default_actor() -> str:
-    """user@host, recorded in the event log as who made a change."""
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
 class CoordinatorClient:
     """Calls to one coordinator.
 
     Args:
         target: host:port of the coordinator; default STREAMPLANE_COORDINATOR or 127.0.0.1:7400.
         timeout_s: deadline of each unary call.
-        actor: who the calls act for, recorded with every change.
         retries: how many times a read is retried while the coordinator is unavailable (with backoff).
+        token: the bearer token (default: found by `streamplane.client.credentials.find_token`); the event log
+            records its subject as who made a change.
+        tls: TLS to the coordinator (default: `ClientTls.find()`, from the environment; None there: plaintext).
     """
 
     def __init__(
-        self, target: str | None = None, *, timeout_s: float = 30.0, actor: str | None = None, retries: int = 3
+        self,
+        target: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        token: str | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.target = target or os.environ.get("STREAMPLANE_COORDINATOR") or DEFAULT_COORDINATOR
         self._timeout_s = timeout_s
-        self._metadata = (("x-streamplane-actor", actor or default_actor()),)
+        bearer = find_token(self.target, token)
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {bearer}"),) if bearer else ()
         self._retries = retries
-        self._channel = grpc.insecure_channel(self.target)
+        tls = tls or ClientTls.find()
+        if tls is not None:
+            ca, key, chain = tls.files()
+            credentials = grpc.ssl_channel_credentials(ca, key, chain)
+            self._channel = grpc.secure_channel(self.target, credentials)
+        else:
+            self._channel = grpc.insecure_channel(self.target)
         self.topology = pb_grpc.TopologyServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.commitlog = cpb_grpc.CommitLogServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.assigner = apb_grpc.AssignerServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.auth = authpb_grpc.AuthServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        """The call metadata every call carries (who acts)."""
+        """The call metadata every call carries (the credential)."""
         return self._metadata
 
     def close(self) -> None:
@@ -89,6 +97,33 @@ class CoordinatorClient:
                     continue
                 raise_from_rpc_error(err, self.target)
         raise AssertionError("unreachable")
+
+    def create_token(
+        self,
+        subject: str,
+        role: str,
+        *,
+        streams: tuple[str, ...] = (),
+        groups: tuple[str, ...] = (),
+        ttl_s: int = 0,
+    ) -> tuple[str, int]:
+        """A signed token for `subject` with `role` (admins only): (token, expiry in Unix seconds)."""
+        request = authpb.CreateTokenRequest(
+            subject=subject, role=role, streams=list(streams), groups=list(groups), ttl_s=ttl_s
+        )
+        got = self._call(self.auth.CreateToken, request)
+        return got.token, got.expires_unix_s
+
+    def whoami(self) -> dict[str, Any]:
+        """The caller as the coordinator sees it: name, role, streams, groups, and how it was authenticated."""
+        got = self._call(self.auth.WhoAmI, authpb.WhoAmIRequest(), idempotent=True)
+        return {
+            "name": got.name,
+            "role": got.role,
+            "streams": list(got.streams),
+            "groups": list(got.groups),
+            "via": got.via,
+        }
 
     def register_cluster(self, cluster: m.Cluster, *, update_existing: bool = False) -> m.ClusterAt:
         request = pb.RegisterClusterRequest(cluster=convert.cluster_to_pb(cluster), update_existing=update_existing)

@@ -103,8 +103,17 @@ class Session:
         self._last_heard = self.clock.monotonic()
 
     def release(self, lid: str, epoch: int) -> None:
-        leases.release(self.db, self.group, self.worker_id, self.session_id, lid, epoch, now_ms=self.clock.now_ms())
+        """Hand one lease back. A release that cannot apply (late, or of a lease this worker never held)
+        concerns that lease only: it is logged and the session goes on; only an ended session ends it."""
         self._last_heard = self.clock.monotonic()
+        try:
+            leases.release(self.db, self.group, self.worker_id, self.session_id, lid, epoch, now_ms=self.clock.now_ms())
+        except FencedError:
+            raise
+        except StreamplaneError as err:
+            log.info(
+                "session.release_refused", group=self.group, worker=self.worker_id, lease=lid[:200], error=err.message
+            )
 
     def fail(self, error: StreamplaneError) -> None:
         """End the session because the worker sent something wrong; `updates` reports it."""
@@ -257,6 +266,7 @@ class Assigner:
         capacity: float,
         max_load: float,
         resume_session: str = "",
+        principal: str = "",
     ) -> Session:
         """A worker's session: a new one, or with `resume_session` the worker's live session of that id (its
         leases and epochs kept: its stream broke, not the worker)."""
@@ -271,6 +281,7 @@ class Assigner:
             now_ms=self.clock.now_ms(),
             ttl_ms=self.config.ttl_ms,
             resume_session=resume_session,
+            principal=principal,
         )
         resumed = member.session_id == resume_session
         log.info(

@@ -139,13 +139,43 @@ def configure(tr: Transaction, group: str, lane: str, attempts: int) -> None:
     tr.set(key, json.dumps(config, sort_keys=True).encode())
 
 
-def validate(c: Commit, header: Header) -> int:
-    """Check a commit against the partition; return the high watermark it is checked against."""
+MAX_COMMIT_CHUNKS = 4096
+"""Blocks of CHUNK offsets that one commit's acked ranges may mark done above the low watermark (16M offsets,
+2 MB of writes at most). A range from the low watermark on is not counted: it moves the watermark instead."""
+
+
+def prepare(c: Commit) -> Commit:
+    """Bound a commit's work before any transaction starts: counts and sizes checked, acked ranges checked and
+    merged (O(n log n), outside the store's lock), so the transaction walks at most MAX_ENTRIES ranges."""
     entries = len(c.acked) + len(c.retries) + len(c.rejects) + len(c.copying)
     if entries > MAX_ENTRIES:
         raise LimitExceededError(
             f"a commit holds {entries} ranges, retries, rejects and dlq copies; the limit is {MAX_ENTRIES}"
         )
+    if len(c.acked_bitmap) > MAX_BITMAP_BYTES:
+        raise LimitExceededError(f"acked_bitmap is {len(c.acked_bitmap)} bytes; the limit is {MAX_BITMAP_BYTES}")
+    acked = c.acked
+    if acked and (min(s for s, _ in acked) < 0 or any(s >= e for s, e in acked)):
+        for i, (start, end) in enumerate(acked):
+            if start < 0 or start >= end:
+                raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) is empty, reversed or negative")
+    return replace(c, acked=offsets.normalize(acked))
+
+
+def _chunks_touched(ranges: list[offsets.Range], floor: int) -> int:
+    """Distinct chunks that sorted, disjoint `ranges` touch at or above `floor`."""
+    count, last = 0, -1
+    for s, e in ranges:
+        if e <= floor:
+            continue
+        first, end = max(s, floor) // CHUNK, (e - 1) // CHUNK
+        count += end - max(first, last + 1) + 1 if end > last else 0
+        last = max(last, end)
+    return count
+
+
+def validate(c: Commit, header: Header) -> int:
+    """Check a prepared commit against the partition; return the high watermark it is checked against."""
     for name, value in (
         ("oldest_pending_ts_ms", c.oldest_pending_ts_ms),
         ("high_watermark", c.high_watermark),
@@ -155,23 +185,14 @@ def validate(c: Commit, header: Header) -> int:
             raise InvalidArgumentError(f"{name} must not be negative, not {value}")
     high = max(header.high, c.high_watermark)
     if c.acked_bitmap:
-        if len(c.acked_bitmap) > MAX_BITMAP_BYTES:
-            raise LimitExceededError(f"acked_bitmap is {len(c.acked_bitmap)} bytes; the limit is {MAX_BITMAP_BYTES}")
         if c.acked_bitmap_base < 0:
             raise InvalidArgumentError(f"acked_bitmap_base must not be negative, not {c.acked_bitmap_base}")
         top = c.acked_bitmap_base + int.from_bytes(c.acked_bitmap, "little").bit_length()
         if high and top > high:
             raise InvalidArgumentError(f"acked_bitmap acks offset {top - 1}, beyond the high watermark {high}")
-    acked = c.acked
-    # fast checks over all ranges first; the offending one is looked for only when one fails
-    if acked and (
-        min(s for s, _ in acked) < 0 or any(s >= e for s, e in acked) or (high and max(e for _, e in acked) > high)
-    ):
-        for i, (start, end) in enumerate(acked):
-            if start < 0 or start >= end:
-                raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) is empty, reversed or negative")
-            if high and end > high:
-                raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) ends beyond the high watermark {high}")
+    if c.acked and high and c.acked[-1][1] > high:  # prepared: sorted and merged
+        start, end = c.acked[-1]
+        raise InvalidArgumentError(f"acked range [{start}, {end}) ends beyond the high watermark {high}")
     for i, r in enumerate(c.retries):
         if r.offset < 0 or (high and r.offset >= high):
             raise InvalidArgumentError(f"retries[{i}] offset {r.offset} is outside the partition [0, {high})")
@@ -190,12 +211,12 @@ def validate(c: Commit, header: Header) -> int:
     return high
 
 
-def check_writer(tr: Transaction, group: str, lid: str, epoch: int) -> None:
+def check_writer(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "") -> None:
     """Who may write a partition's progress: the lease holder at `epoch`; or, with epoch 0, an unmanaged group
     (one the Assigner never served, whose progress an external engine such as Spark tracks and fences with
-    its own checkpoints)."""
+    its own checkpoints). With `principal`, only the principal of the holder's session writes."""
     if epoch:
-        check_lease(tr, group, lid, epoch)
+        check_lease(tr, group, lid, epoch, principal)
         return
     stream, lane, generation, _ = parse_lease_id(lid)
     if tr.get(keys.group_key(group)) is not None:
@@ -220,17 +241,55 @@ def _is_done(tr: Transaction, pk: PartitionKey, header: Header, offset: int, chu
     return bool(chunks[chunk] >> (offset - chunk * CHUNK) & 1)
 
 
+def _jump(tr: Transaction, pk: PartitionKey, header: Header, jump: int, chunks: dict[int, int]) -> tuple[Header, int]:
+    """Move the low watermark to `jump` (an acked range covers everything up to it): the stored chunks it
+    passes are cleared without materialising the range. Returns the new header and how many offsets became
+    done."""
+    first, last = header.low // CHUNK, (jump - 1) // CHUNK
+    already = 0
+    for key, raw in tr.get_range(_chunk_key(pk, first), _chunk_key(pk, last + 1)):
+        chunk = keys.DONE.unpack(key)[-1]
+        base = chunk * CHUNK
+        mask = int.from_bytes(raw, "little")
+        below = (1 << min(CHUNK, jump - base)) - 1  # bits of this chunk under the new low watermark
+        already += (mask & below & ~((1 << max(0, header.low - base)) - 1)).bit_count()
+        chunks[chunk] = mask & ~below
+        _write_chunk(tr, pk, chunk, chunks[chunk])
+    return replace(header, low=jump, done_above=header.done_above - already), jump - header.low - already
+
+
+def commit(
+    db: Database | Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_ms: int, principal: str = ""
+) -> CommitResult:
+    """Apply one commit of the lease holder at `epoch` (FencedError if stale); idempotent. Its cost is
+    bounded (`prepare`) before the transaction starts. With `principal`, only the holder's principal commits."""
+    return _apply(db, group, lid, epoch, prepare(c), now_ms=now_ms, principal=principal)
+
+
 @transactional
-def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_ms: int) -> CommitResult:
-    """Apply one commit of the lease holder at `epoch` (FencedError if stale); idempotent."""
+def _apply(
+    tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_ms: int, principal: str = ""
+) -> CommitResult:
     pk = _partition(group, lid)
-    check_writer(tr, group, lid, epoch)
+    check_writer(tr, group, lid, epoch, principal)
     header = read_header(tr, pk)
     high = validate(c, header)
     limit = max_attempts(tr, group, pk[2])
 
-    # acks and rejects are done offsets: OR them into the chunks' bitmaps
+    # a range from the low watermark on moves it; the other ranges are bounded before anything is written
+    jump = next((e for s, e in c.acked if s <= header.low < e), header.low)
+    touched = _chunks_touched(c.acked, jump)
+    if touched > MAX_COMMIT_CHUNKS:
+        raise LimitExceededError(
+            f"the commit's acked ranges span {touched} blocks of {CHUNK} offsets above the low watermark "
+            f"{jump}; the limit is {MAX_COMMIT_CHUNKS}"
+        )
     chunks: dict[int, int] = {}
+    jumped = 0
+    if jump > header.low:
+        header, jumped = _jump(tr, pk, header, jump, chunks)
+
+    # acks and rejects are done offsets: OR them into the chunks' bitmaps
     rejected = [j for j in c.rejects if not _is_done(tr, pk, header, j.offset, chunks)]
     done_new = [r for r in c.acked if r[1] > header.low] + [(j.offset, j.offset + 1) for j in rejected]
     # below the low watermark everything is done already
@@ -305,7 +364,7 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
         retries += 0 if raw else 1
 
     # done offsets need no retry state
-    if retries and (done_new or c.acked_bitmap):
+    if retries and (done_new or c.acked_bitmap or jumped):
         r0 = keys.RETRIES.range(pk)
         for key, _ in tr.get_range(r0.start, r0.stop):
             if _is_done(tr, pk, header, keys.RETRIES.unpack(key)[-1], chunks):
@@ -345,17 +404,21 @@ def commit(tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_
     )
     tr.set(keys.progress_key(pk), json.dumps(asdict(new_header), sort_keys=True).encode())
     unique = {c.offset: c for c in copies}  # an offset named twice in one commit: its last answer
-    return CommitResult(low, sorted(set(exhausted)), added, retries, [unique[o] for o in sorted(unique)])
+    return CommitResult(low, sorted(set(exhausted)), added + jumped, retries, [unique[o] for o in sorted(unique)])
 
 
 MAX_BATCH_LEASES = 4096
 """Leases in one batched commit."""
 
 
+def check_batch_size(leases: int) -> None:
+    if leases > MAX_BATCH_LEASES:
+        raise LimitExceededError(f"a batched commit holds {leases} leases; the limit is {MAX_BATCH_LEASES}")
+
+
 def check_batch(commits: list[tuple[str, int, Commit]]) -> None:
     """Bound a batched commit's work before any transaction starts."""
-    if len(commits) > MAX_BATCH_LEASES:
-        raise LimitExceededError(f"a batched commit holds {len(commits)} leases; the limit is {MAX_BATCH_LEASES}")
+    check_batch_size(len(commits))
     entries = sum(len(c.acked) + len(c.retries) + len(c.rejects) for _, _, c in commits)
     if entries > MAX_ENTRIES:
         raise LimitExceededError(
@@ -366,17 +429,39 @@ def check_batch(commits: list[tuple[str, int, Commit]]) -> None:
         raise LimitExceededError(f"a batched commit holds {bitmaps} bitmap bytes; the limit is {MAX_BITMAP_BYTES}")
 
 
-@transactional
 def commit_many(
-    tr: Transaction, group: str, commits: list[tuple[str, int, Commit]], *, now_ms: int
+    db: Database, group: str, commits: list[tuple[str, int, Commit]], *, now_ms: int, principal: str = ""
 ) -> list[CommitResult | StreamplaneError]:
     """Apply one worker's commits of many leases in one transaction. Each is fenced and validated on its own
     (before it writes anything), so a stale or bad one is refused in its result and the others apply."""
     check_batch(commits)
-    out: list[CommitResult | StreamplaneError] = []
-    for lid, epoch, c in commits:
+    prepared: list[Commit | StreamplaneError] = []
+    for _, _, c in commits:
         try:
-            out.append(commit(tr, group, lid, epoch, c, now_ms=now_ms))
+            prepared.append(prepare(c))
+        except StreamplaneError as err:
+            prepared.append(err)
+    leases = [(lid, epoch) for lid, epoch, _ in commits]
+    return _apply_many(db, group, leases, prepared, now_ms=now_ms, principal=principal)
+
+
+@transactional
+def _apply_many(
+    tr: Transaction,
+    group: str,
+    leases: list[tuple[str, int]],
+    prepared: list[Commit | StreamplaneError],
+    *,
+    now_ms: int,
+    principal: str = "",
+) -> list[CommitResult | StreamplaneError]:
+    out: list[CommitResult | StreamplaneError] = []
+    for (lid, epoch), c in zip(leases, prepared, strict=True):
+        if isinstance(c, StreamplaneError):
+            out.append(c)
+            continue
+        try:
+            out.append(_apply(tr, group, lid, epoch, c, now_ms=now_ms, principal=principal))
         except StreamplaneError as err:
             out.append(err)
     return out

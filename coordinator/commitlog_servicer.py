@@ -5,8 +5,10 @@ from __future__ import annotations
 import grpc
 
 from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator import auth, metrics
 from streamplane.coordinator import commitlog as cl
-from streamplane.coordinator import metrics
+from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.leases import parse_lease_id
 from streamplane.coordinator.store import Database
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import Commit, CommitOutcome, Lag, Progress
@@ -31,15 +33,26 @@ def _count(group: str, commit: Commit, result: cl.CommitResult) -> None:
 
 
 class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
-    def __init__(self, db: Database, *, clock: Clock = SYSTEM) -> None:
+    def __init__(self, db: Database, *, clock: Clock = SYSTEM, guard: Guard | None = None) -> None:
         self._db = db
         self._clock = clock
+        self._guard = guard or Guard()
+
+    def _writer(self, context: grpc.ServicerContext, group: str, lease_ids: list[str]) -> str:
+        """The principal that may write the group's progress of these leases' streams."""
+        principal = self._guard.require(context, auth.CONSUME, group=group)
+        for stream in {parse_lease_id(lid)[0] for lid in lease_ids}:
+            auth.check(principal, auth.CONSUME, stream=stream, group=group)
+        return principal.name
 
     @grpc_errors
     def Commit(self, request: cpb.CommitRequest, context: grpc.ServicerContext) -> cpb.CommitResponse:
+        principal = self._writer(context, request.group, [request.lease_id])
         c = convert.commit_from_pb(request)
         try:
-            result = cl.commit(self._db, request.group, c.lease_id, c.epoch, c.commit, now_ms=self._clock.now_ms())
+            result = cl.commit(
+                self._db, request.group, c.lease_id, c.epoch, c.commit, now_ms=self._clock.now_ms(), principal=principal
+            )
         except FencedError:
             metrics.STALE_EPOCH.labels(request.group).inc()
             raise
@@ -52,9 +65,15 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
 
     @grpc_errors
     def CommitBatch(self, request: cpb.CommitBatchRequest, context: grpc.ServicerContext) -> cpb.CommitBatchResponse:
+        cl.check_batch_size(len(request.commits))
+        principal = self._writer(context, request.group, [c.lease_id for c in request.commits])
         commits = [convert.commit_from_pb(c) for c in request.commits]
         results = cl.commit_many(
-            self._db, request.group, [(c.lease_id, c.epoch, c.commit) for c in commits], now_ms=self._clock.now_ms()
+            self._db,
+            request.group,
+            [(c.lease_id, c.epoch, c.commit) for c in commits],
+            now_ms=self._clock.now_ms(),
+            principal=principal,
         )
         out = cpb.CommitBatchResponse()
         for c, result in zip(commits, results, strict=True):
@@ -76,6 +95,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
 
     @grpc_errors
     def GetProgress(self, request: cpb.GetProgressRequest, context: grpc.ServicerContext) -> cpb.Progress:
+        self._guard.require(context, auth.READ, group=request.group)
         p = cl.progress(self._db, request.group, request.lease_id, max_ranges=request.max_ranges or 1000)
         h = p.header
         return convert.progress_to_pb(
@@ -96,6 +116,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
 
     @grpc_errors
     def DueRetries(self, request: cpb.DueRetriesRequest, context: grpc.ServicerContext) -> cpb.DueRetriesResponse:
+        self._writer(context, request.group, [request.lease_id])
         due = cl.due_retries(
             self._db,
             request.group,
@@ -108,6 +129,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
 
     @grpc_errors
     def GetLag(self, request: cpb.GetLagRequest, context: grpc.ServicerContext) -> cpb.GetLagResponse:
+        self._guard.require(context, auth.READ, group=request.group)
         now = self._clock.now_ms()
         return convert.lag_to_pb(lag(self._db, request.group, request.stream, request.lane, now_ms=now))
 
@@ -115,5 +137,6 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     def ConfigureGroup(
         self, request: cpb.ConfigureGroupRequest, context: grpc.ServicerContext
     ) -> cpb.ConfigureGroupResponse:
+        self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
         cl.configure(self._db, request.group, request.lane, request.max_attempts)
         return cpb.ConfigureGroupResponse()

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.store.api import Watch
-from streamplane.errors import InvalidArgumentError
+from streamplane.errors import InvalidArgumentError, quoted
 from streamplane.model import (
     EVENT_KINDS,
     Cluster,
@@ -42,7 +42,9 @@ def parse_version(text: str, field: str = "from_version") -> bytes | None:
     except ValueError:
         raw = b""
     if len(raw) != VERSION_HEX_DIGITS // 2:
-        raise InvalidArgumentError(f"{field} {text!r} is not a version: expected {VERSION_HEX_DIGITS} hex digits")
+        raise InvalidArgumentError(f"{field} {quoted(text)} is not a version: expected {VERSION_HEX_DIGITS} hex digits")
+    if raw[:10] == b"\xff" * 10:  # the store's marker of a version not yet assigned: no event ever has it
+        raise InvalidArgumentError(f"{field} {quoted(text)} is not a version the event log can hold")
     return raw
 
 

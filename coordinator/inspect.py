@@ -7,14 +7,14 @@ from typing import Any
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Database, Transaction, transactional
-from streamplane.errors import InvalidArgumentError
+from streamplane.errors import InvalidArgumentError, quoted
 
 
 def parse_prefix(text: str) -> tuple:
     """'gen/logs/realtime/2' -> ('gen', 'logs', 'realtime', 2): the path under the root subspace."""
     parts = [p for p in text.strip("/").split("/") if p] if text else []
     if len(parts) > 8:
-        raise InvalidArgumentError(f"prefix {text!r} has more than 8 elements")
+        raise InvalidArgumentError(f"prefix {quoted(text)} has more than 8 elements")
     return tuple(int(p) if p.lstrip("-").isdigit() else p for p in parts)
 
 

@@ -27,6 +27,8 @@ from streamplane.errors import (
     FencedError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
+    quoted,
 )
 from streamplane.model import DRAINED, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
 from streamplane.names import check_lane_name, check_object_name
@@ -95,7 +97,7 @@ def parse_lease_id(text: str) -> tuple[str, str, int, int]:
 def check_worker_id(worker_id: str, field_name: str = "worker_id") -> str:
     if not isinstance(worker_id, str) or not _WORKER_ID.fullmatch(worker_id):
         raise InvalidArgumentError(
-            f"{field_name} {worker_id!r} must be 1 to 128 characters of letters, digits, . _ : -"
+            f"{field_name} {quoted(worker_id)} must be 1 to 128 characters of letters, digits, . _ : -"
         )
     return worker_id
 
@@ -206,7 +208,7 @@ def validate_subscriptions(tr: Transaction, subscriptions: list[Subscription]) -
             check_lane_name("subscriptions.lanes", lane)
             if stream.lane(lane) is None:
                 raise NotFoundError(
-                    f"subscriptions.lanes: lane {lane!r} does not exist in stream {sub.stream!r}",
+                    f"subscriptions.lanes: lane {quoted(lane)} does not exist in stream {sub.stream!r}",
                     kind="lane",
                     name=f"{sub.stream}/{lane}",
                 )
@@ -227,6 +229,7 @@ def join(
     now_ms: int,
     ttl_ms: int,
     resume_session: str = "",
+    principal: str = "",
 ) -> Member:
     """Register a worker's new session; refuse a worker id that another live session holds. With
     `resume_session`, the worker's live session of that id is resumed instead: same session, same leases and
@@ -240,6 +243,7 @@ def join(
     if raw:
         old = Member.from_json(raw)
         if resume_session and old.session_id == resume_session:  # not ended yet: its leases are still its own
+            check_principal(old.principal, principal, f"session {resume_session}")
             resumed = replace(old, alive_until_ms=max(old.alive_until_ms, now_ms + ttl_ms))
             tr.set(keys.member_key(group, worker_id), resumed.to_json())
             _Events(tr, worker_id, now_ms).group(group, "member_resumed", worker_id, reason=f"session {old.session_id}")
@@ -249,12 +253,22 @@ def join(
                 f"worker_id {worker_id!r} already has a live session in group {group!r}", kind="worker", name=worker_id
             )
         _leave(tr, group, old, "replaced by a new session after its TTL", _Events(tr, "assigner", now_ms))
-    member = Member(worker_id, session_id, subs, capacity, max_load, alive_until_ms=now_ms + ttl_ms)
+    member = Member(
+        worker_id, session_id, subs, capacity, max_load, alive_until_ms=now_ms + ttl_ms, principal=principal
+    )
     tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
     tr.set(keys.member_key(group, worker_id), member.to_json())
     _bump(tr, group, worker_id)
     _Events(tr, worker_id, now_ms).group(group, "member_joined", worker_id, reason=f"session {session_id}")
     return member
+
+
+def check_principal(owner: str, caller: str, what: str) -> None:
+    """Only the principal that opened a session acts in it (sessions opened before authentication have none)."""
+    if owner and caller and owner != caller:
+        raise PermissionDeniedError(
+            f"{what} belongs to {owner}, not {caller}", permission="session.own", resource=what[:200]
+        )
 
 
 def _own_member(tr: Transaction, group: str, worker_id: str, session_id: str) -> Member:
@@ -305,17 +319,17 @@ def heartbeat(
 @transactional
 def release(
     tr: Transaction, group: str, worker_id: str, session_id: str, lid: str, epoch: int, *, now_ms: int
-) -> Lease:
+) -> Lease | None:
     """The holder hands a lease back (after a revoke, or of its own accord). A release racing the lease's own
-    end (freed, or granted again at a newer epoch) changes nothing; one of a lease never held at that epoch
-    is bad input."""
+    end (freed, granted again at a newer epoch, or gone with its partition) changes nothing; one of a lease
+    never held at that epoch is bad input."""
     _own_member(tr, group, worker_id, session_id)
     key = keys.lease_key(group, *parse_lease_id(lid))
     raw = tr.get(key)
     lease = _lease_from(key, raw) if raw else None
-    if lease is None or epoch > lease.epoch:
-        raise FailedPreconditionError(f"worker {worker_id!r} does not hold lease {lid} (epoch {epoch})")
-    if lease.worker_id != worker_id or lease.state == FREE or lease.epoch != epoch:
+    if lease is not None and epoch > lease.epoch:
+        raise FailedPreconditionError(f"worker {worker_id!r} never held lease {lid} at epoch {epoch}")
+    if lease is None or lease.worker_id != worker_id or lease.state == FREE or lease.epoch != epoch:
         # a late release: the lease was freed (its generation drained, say) or moved on since this worker
         # held it at `epoch`; nothing to do, and no reason to end the session
         return lease
@@ -360,8 +374,9 @@ def expire(tr: Transaction, group: str, now_ms: int) -> int:
 
 
 @transactional
-def check_lease(tr: Transaction, group: str, lid: str, epoch: int) -> Lease:
-    """The lease if it is still held at `epoch`; FencedError otherwise (a newer grant, or none)."""
+def check_lease(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "") -> Lease:
+    """The lease if it is still held at `epoch`; FencedError otherwise (a newer grant, or none). With
+    `principal`, also PermissionDeniedError unless that principal opened the holder's session."""
     check_object_name("group", group)
     key = keys.lease_key(group, *parse_lease_id(lid))
     raw = tr.get(key)
@@ -376,6 +391,10 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int) -> Lease:
             held_epoch=epoch,
             current_epoch=lease.epoch,
         )
+    if principal and lease.worker_id:
+        raw = tr.get(keys.member_key(group, lease.worker_id))
+        if raw:
+            check_principal(Member.from_json(raw).principal, principal, f"lease {lid}")
     return lease
 
 

@@ -53,6 +53,8 @@ class ProducerSession:
     topology_version: str
     in_flight: list[GenerationKey] = field(default_factory=list)
     alive_until_ms: int = 0
+    principal: str = ""
+    """Who opened the session: only they renew or close it."""
 
     def holds_back(self, gen: GenerationKey, wait_version: str) -> bool:
         """Whether this producer may still write records to `gen` (seal waits for it)."""
@@ -78,8 +80,10 @@ def producer_heartbeat(
     *,
     now_ms: int,
     ttl_ms: int,
+    principal: str = "",
 ) -> str:
-    """Open or renew a producer session; return the newest event version (producers with no routes adopt it)."""
+    """Open or renew a producer session; return the newest event version (producers with no routes adopt it).
+    Only the principal that opened a session renews it."""
     leases.check_worker_id(producer_id, "producer_id")
     _check_version(topology_version)
     if len(in_flight) > 10_000:
@@ -89,15 +93,23 @@ def producer_heartbeat(
         check_lane_name("in_flight.lane", lane)
         if number < 1:
             raise InvalidArgumentError(f"in_flight.generation must be at least 1, not {number}")
-    session = ProducerSession(producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms)
+    _check_owner(tr, producer_id, principal)
+    session = ProducerSession(producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms, principal)
     tr.set(keys.producer_key(producer_id), json.dumps(asdict(session)).encode())
     return events.head_version(tr)
 
 
 @transactional
-def close_producer(tr: Transaction, producer_id: str) -> None:
+def close_producer(tr: Transaction, producer_id: str, principal: str = "") -> None:
     leases.check_worker_id(producer_id, "producer_id")
+    _check_owner(tr, producer_id, principal)
     tr.clear(keys.producer_key(producer_id))
+
+
+def _check_owner(tr: Transaction, producer_id: str, principal: str) -> None:
+    raw = tr.get(keys.producer_key(producer_id))
+    if raw:
+        leases.check_principal(json.loads(raw).get("principal", ""), principal, f"producer session {producer_id}")
 
 
 @transactional

@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from collections.abc import Collection
 from concurrent import futures
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import structlog
@@ -17,18 +20,23 @@ from grpc_reflection.v1alpha import reflection
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.assigner_servicer import AssignerServicer
+from streamplane.coordinator.auth_servicer import AuthServicer
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
 from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag
+from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.limits import HELLO_TIMEOUT_S, UNARY_RESERVE, Deadlines, StreamLimits
 from streamplane.coordinator.metrics import LAG, MetricsInterceptor, serve_metrics
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
-from streamplane.errors import UnavailableError
+from streamplane.errors import InvalidArgumentError, UnavailableError
 from streamplane.process import block_stop_signals, die_with_parent, wait_for_stop
 from streamplane.v1 import (
     assigner_pb2,
     assigner_pb2_grpc,
+    auth_pb2,
+    auth_pb2_grpc,
     commitlog_pb2,
     commitlog_pb2_grpc,
     topology_pb2,
@@ -38,10 +46,15 @@ from streamplane.v1 import (
 log = structlog.get_logger(__name__)
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+STOP_CANCEL_S = 3.0
+"""After the grace period, how long stopping waits for cancelled calls before it goes on regardless."""
+STREAMS_PER_PRINCIPAL = 5000
+"""Streams (worker sessions, watches) one principal may hold open (a worker holds one session)."""
 SERVICE_NAMES = (
     topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,
     assigner_pb2.DESCRIPTOR.services_by_name["AssignerService"].full_name,
     commitlog_pb2.DESCRIPTOR.services_by_name["CommitLogService"].full_name,
+    auth_pb2.DESCRIPTOR.services_by_name["AuthService"].full_name,
 )
 
 
@@ -55,15 +68,51 @@ class RunningCoordinator:
     health: health.HealthServicer
     assigner: Assigner
     sealer: Sealer
+    deadlines: Deadlines
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop the assignment loop, then serving (open streams end: their sessions are left for the next
-        coordinator to resume, not ended), then close the store."""
+        coordinator to resume, not ended), then close the store. Bounded: calls still running after the grace
+        period are cancelled, and stopping goes on STOP_CANCEL_S later whatever they do."""
         self.health.enter_graceful_shutdown()
         self.assigner.stop()
-        self.server.stop(grace_s).wait()
+        self.deadlines.stop()
+        if not self.server.stop(grace_s).wait(grace_s + STOP_CANCEL_S):
+            log.warning("coordinator.stop_timeout", grace_s=grace_s)
         self.sealer.stop()
         self.db.close()
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The coordinator's TLS: its certificate chain and key (PEM files); with `client_ca`, every client must
+    present a certificate signed by it (mutual TLS; the certificate's common name is its identity)."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca: Path | None = None
+
+    def credentials(self) -> grpc.ServerCredentials:
+        def read(path: Path, what: str) -> bytes:
+            try:
+                return path.read_bytes()
+            except OSError as err:
+                raise InvalidArgumentError(f"{what} {path} cannot be read: {err.strerror}") from err
+
+        chain = read(self.cert_file, "--tls-cert")
+        key = read(self.key_file, "--tls-key")
+        ca = read(self.client_ca, "--tls-client-ca") if self.client_ca else None
+        return grpc.ssl_server_credentials([(key, chain)], root_certificates=ca, require_client_auth=ca is not None)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` listens only on this machine (localhost, 127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def start(
@@ -76,27 +125,45 @@ def start(
     sealing_config: SealingConfig | None = None,
     max_workers: int = 512,
     clock: Clock = SYSTEM,
+    guard: Guard | None = None,
+    tls: ServerTls | None = None,
+    control_endpoints: Collection[str] = (),
+    hello_timeout_s: float = HELLO_TIMEOUT_S,
+    streams_per_principal: int = STREAMS_PER_PRINCIPAL,
 ) -> RunningCoordinator:
-    """Start the gRPC server on host:port (0 picks a free port) over an open store; `clock` is its time."""
+    """Start the gRPC server on host:port (0 picks a free port) over an open store; `clock` is its time.
+
+    `guard` authenticates and authorizes every call (default: authentication off); `tls` serves TLS;
+    `control_endpoints` are the local clusters' control channels a registration may name.
+    """
+    guard = guard or Guard(clock=clock)
+    limits = StreamLimits(max(1, max_workers - UNARY_RESERVE), streams_per_principal, guard.name_of)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[MetricsInterceptor()],
+        interceptors=[MetricsInterceptor(), limits],
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
     )
-    topology = Topology(db, admin or RoutingAdmin(), clock)
+    topology = Topology(db, admin or RoutingAdmin(), clock, control_endpoints=control_endpoints)
     topology_pb2_grpc.add_TopologyServiceServicer_to_server(
-        TopologyServicer(topology, sealing_config, clock=clock), server
+        TopologyServicer(topology, sealing_config, clock=clock, guard=guard), server
     )
     assigner = Assigner(db, assigner_config, clock=clock)
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
-    commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db, clock=clock), server)
+    commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db, clock=clock, guard=guard), server)
     LAG.source = lambda: lag(db, "", now_ms=clock.now_ms())
-    assigner_pb2_grpc.add_AssignerServiceServicer_to_server(AssignerServicer(assigner), server)
+    deadlines = Deadlines(clock)
+    assigner_pb2_grpc.add_AssignerServiceServicer_to_server(
+        AssignerServicer(assigner, guard=guard, deadlines=deadlines, hello_timeout_s=hello_timeout_s), server
+    )
+    auth_pb2_grpc.add_AuthServiceServicer_to_server(AuthServicer(guard, clock=clock), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if tls is not None:
+            bound = server.add_secure_port(f"{host}:{port}", tls.credentials())
+        else:
+            bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError:  # grpc's way of saying the address could not be bound
         bound = 0
     if bound == 0:
@@ -107,8 +174,8 @@ def start(
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     address = f"{host}:{bound}"
-    log.info("coordinator.started", address=address, store=db.driver)
-    return RunningCoordinator(server, address, db, health_servicer, assigner, sealer)
+    log.info("coordinator.started", address=address, store=db.driver, tls=tls is not None, auth=guard.enabled)
+    return RunningCoordinator(server, address, db, health_servicer, assigner, sealer, deadlines)
 
 
 def serve_forever(
@@ -119,18 +186,41 @@ def serve_forever(
     metrics_port: int = 0,
     assigner_config: AssignerConfig | None = None,
     parent_pid: int = 0,
+    guard: Guard | None = None,
+    tls: ServerTls | None = None,
+    control_endpoints: Collection[str] = (),
+    insecure: bool = False,
 ) -> int:
     """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves.
 
     With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics. With `parent_pid` (the
-    local stack's supervisor), it stops when that process is gone.
+    local stack's supervisor), it stops when that process is gone. Beyond loopback it needs TLS and
+    authentication unless `insecure`.
     """
+    if not is_loopback(host) and not insecure:
+        if tls is None:
+            raise InvalidArgumentError(
+                f"refusing to listen on {host} without TLS: pass --tls-cert and --tls-key (or --insecure)"
+            )
+        if guard is None or not guard.enabled:
+            raise InvalidArgumentError(
+                f"refusing to listen on {host} without authentication: pass --token-key-file, or --tls-client-ca "
+                "with --identities (or --insecure)"
+            )
     block_stop_signals()
     if parent_pid and not die_with_parent(parent_pid):
         return 1
     db = open_store(config)
     try:
-        running = start(db, host=host, port=port, assigner_config=assigner_config)
+        running = start(
+            db,
+            host=host,
+            port=port,
+            assigner_config=assigner_config,
+            guard=guard,
+            tls=tls,
+            control_endpoints=control_endpoints,
+        )
     except Exception:
         db.close()
         raise

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import grpc
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import events, sealing
+from streamplane.coordinator import auth, events, sealing
+from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.topology import Topology
 from streamplane.model import TopologyEvent
@@ -19,23 +20,21 @@ from streamplane.v1 import convert
 from streamplane.v1 import topology_pb2 as pb
 from streamplane.v1 import topology_pb2_grpc as pb_grpc
 
-ACTOR_METADATA_KEY = "x-streamplane-actor"
-
 # How long WatchTopology waits on the event-log watch before re-checking that its client is still there.
 WATCH_POLL_S = 1.0
 
 
-def actor_of(context: grpc.ServicerContext) -> str:
-    """Who made the call, for the event log: the x-streamplane-actor metadata, else the peer address."""
-    for key, value in context.invocation_metadata() or ():
-        if key == ACTOR_METADATA_KEY and value:
-            return str(value)[:256]
-    return context.peer()
-
-
 class TopologyServicer(pb_grpc.TopologyServiceServicer):
-    def __init__(self, topology: Topology, sealing_config: SealingConfig | None = None, *, clock: Clock = SYSTEM):
+    def __init__(
+        self,
+        topology: Topology,
+        sealing_config: SealingConfig | None = None,
+        *,
+        clock: Clock = SYSTEM,
+        guard: Guard | None = None,
+    ):
         self._topology = topology
+        self._guard = guard or Guard()
         self._clock = clock
         self._sealing = sealing_config or SealingConfig()
 
@@ -43,51 +42,58 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     def RegisterCluster(
         self, request: pb.RegisterClusterRequest, context: grpc.ServicerContext
     ) -> pb.RegisterClusterResponse:
+        actor = self._guard.change(context, auth.CHANGE_CLUSTERS)
         done = self._topology.register_cluster(
-            convert.cluster_from_pb(request.cluster), update_existing=request.update_existing, actor=actor_of(context)
+            convert.cluster_from_pb(request.cluster), update_existing=request.update_existing, actor=actor
         )
         return pb.RegisterClusterResponse(cluster=convert.cluster_to_pb(done.value), version=done.version)
 
     @grpc_errors
     def ListClusters(self, request: pb.ListClustersRequest, context: grpc.ServicerContext) -> pb.ListClustersResponse:
+        self._guard.require(context, auth.READ)
         return pb.ListClustersResponse(clusters=[convert.cluster_to_pb(c) for c in self._topology.list_clusters()])
 
     @grpc_errors
     def CreateStream(self, request: pb.CreateStreamRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
+        actor = self._guard.change(context, auth.CHANGE_STREAMS, stream=request.name)
         done = self._topology.create_stream(
             request.name,
             request.partitions,
             request.cluster,
             topic=convert.topic_settings_from_pb(request.topic),
-            actor=actor_of(context),
+            actor=actor,
         )
         return pb.StreamResponse(stream=convert.stream_to_pb(done.value), version=done.version)
 
     @grpc_errors
     def DescribeStream(self, request: pb.DescribeStreamRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
+        self._guard.require(context, auth.READ)
         done = self._topology.describe_stream(request.name)
         return pb.StreamResponse(stream=convert.stream_to_pb(done.value), version=done.version)
 
     @grpc_errors
     def ListStreams(self, request: pb.ListStreamsRequest, context: grpc.ServicerContext) -> pb.ListStreamsResponse:
+        self._guard.require(context, auth.READ)
         return pb.ListStreamsResponse(streams=[convert.stream_to_pb(s) for s in self._topology.list_streams()])
 
     @grpc_errors
     def AddLane(self, request: pb.AddLaneRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
+        actor = self._guard.change(context, auth.CHANGE_STREAMS, stream=request.stream)
         done = self._topology.add_lane(
-            request.stream, request.lane, request.priority, request.partitions, request.cluster, actor=actor_of(context)
+            request.stream, request.lane, request.priority, request.partitions, request.cluster, actor=actor
         )
         return pb.StreamResponse(stream=convert.stream_to_pb(done.value), version=done.version)
 
     @grpc_errors
     def Failover(self, request: pb.FailoverRequest, context: grpc.ServicerContext) -> pb.FailoverResponse:
+        actor = self._guard.change(context, auth.CHANGE_STREAMS, stream=request.stream)
         done = self._topology.failover(
             request.stream,
             request.lane,
             request.target_cluster,
             request.partitions,
             request.reason,
-            actor=actor_of(context),
+            actor=actor,
         )
         previous, current = done.value
         return pb.FailoverResponse(
@@ -98,6 +104,7 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     def WatchTopology(
         self, request: pb.WatchTopologyRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.TopologyEvent]:
+        self._guard.require(context, auth.READ)
         after = events.parse_version(request.from_version)
         for event in events.follow(self._topology.read_events_and_watch, after, context.is_active, WATCH_POLL_S):
             if isinstance(event, TopologyEvent):  # not a group event an older store kept in this log
@@ -107,6 +114,9 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     def ProducerHeartbeat(
         self, request: pb.ProducerHeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.ProducerHeartbeatResponse:
+        principal = self._guard.require(context, auth.PRODUCE)
+        for g in request.in_flight:
+            auth.check(principal, auth.PRODUCE, stream=g.stream)
         cfg = self._sealing
         head = sealing.producer_heartbeat(
             self._topology.db,
@@ -115,6 +125,7 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
             [(g.stream, g.lane, g.generation) for g in request.in_flight],
             now_ms=self._clock.now_ms(),
             ttl_ms=cfg.producer_ttl_ms,
+            principal=principal.name,
         )
         return pb.ProducerHeartbeatResponse(
             heartbeat_interval_ms=cfg.producer_heartbeat_ms, ttl_ms=cfg.producer_ttl_ms, topology_version=head
@@ -124,5 +135,6 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     def CloseProducer(
         self, request: pb.CloseProducerRequest, context: grpc.ServicerContext
     ) -> pb.CloseProducerResponse:
-        sealing.close_producer(self._topology.db, request.producer_id)
+        principal = self._guard.require(context, auth.PRODUCE)
+        sealing.close_producer(self._topology.db, request.producer_id, principal.name)
         return pb.CloseProducerResponse()

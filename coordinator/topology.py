@@ -8,7 +8,7 @@ fails validation writes nothing; one that races another fails cleanly in the fin
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,7 +17,14 @@ from streamplane.coordinator import events, keys
 from streamplane.coordinator.cluster_admin import ClusterAdmin
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.store.api import StoreUnavailableError, Watch
-from streamplane.errors import AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError
+from streamplane.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    quoted,
+)
 from streamplane.model import (
     ACTIVE,
     ADMIN_KAFKA,
@@ -65,7 +72,7 @@ def validate_cluster(cluster: Cluster) -> Cluster:
     servers = _check_text("cluster.bootstrap_servers", cluster.bootstrap_servers.strip())
     if not servers or any(":" not in s or not s.rsplit(":", 1)[1].isdigit() for s in servers.split(",")):
         raise InvalidArgumentError(
-            f"cluster.bootstrap_servers {cluster.bootstrap_servers!r} must be a comma-separated list of host:port"
+            f"cluster.bootstrap_servers {quoted(cluster.bootstrap_servers)} must be a comma-separated list of host:port"
         )
     for name in ("zone", "health", "config_ref", "control_endpoint"):
         _check_text(f"cluster.{name}", getattr(cluster, name), 256)
@@ -74,7 +81,7 @@ def validate_cluster(cluster: Cluster) -> Cluster:
         raise InvalidArgumentError(f"cluster.capacity_weight must be a positive number, not {cluster.capacity_weight}")
     admin = cluster.admin or ADMIN_KAFKA
     if admin not in (ADMIN_KAFKA, ADMIN_LOCAL):
-        raise InvalidArgumentError(f"cluster.admin must be {ADMIN_KAFKA!r} or {ADMIN_LOCAL!r}, not {admin!r}")
+        raise InvalidArgumentError(f"cluster.admin must be {ADMIN_KAFKA!r} or {ADMIN_LOCAL!r}, not {quoted(admin)}")
     if admin == ADMIN_LOCAL and not cluster.control_endpoint:
         raise InvalidArgumentError("cluster.control_endpoint is required for a local cluster")
     return replace(
@@ -89,7 +96,7 @@ def validate_cluster(cluster: Cluster) -> Cluster:
 def get_cluster(tr: Transaction, name: str, field: str = "cluster") -> Cluster:
     raw = tr.get(keys.cluster_key(name))
     if raw is None:
-        raise NotFoundError(f"{field} {name!r} is not a registered cluster", kind="cluster", name=name)
+        raise NotFoundError(f"{field} {quoted(name)} is not a registered cluster", kind="cluster", name=name)
     cluster: Cluster = Cluster.from_json(raw)
     return cluster
 
@@ -116,7 +123,7 @@ def _load_lanes(tr: Transaction, stream: str) -> list[Lane]:
 def get_stream(tr: Transaction, name: str, field: str = "stream") -> Stream:
     raw = tr.get(keys.stream_key(name))
     if raw is None:
-        raise NotFoundError(f"{field} {name!r} does not exist", kind="stream", name=name)
+        raise NotFoundError(f"{field} {quoted(name)} does not exist", kind="stream", name=name)
     stream: Stream = Stream.from_json(raw)
     return replace(stream, lanes=_load_lanes(tr, name))
 
@@ -167,10 +174,15 @@ class Committed:
 class Topology:
     """The topology domain: reads and event-sourced changes over a store and a cluster admin."""
 
-    def __init__(self, db: Database, admin: ClusterAdmin, clock: Clock = SYSTEM) -> None:
+    def __init__(
+        self, db: Database, admin: ClusterAdmin, clock: Clock = SYSTEM, *, control_endpoints: Collection[str] = ()
+    ) -> None:
         self.db = db
         self.admin = admin
         self.clock = clock
+        self.control_endpoints = frozenset(control_endpoints)
+        """The local clusters' control endpoints this coordinator may call: the coordinator sends requests
+        there, so a registration cannot choose an address (the local stack, or an operator's allow-list)."""
 
     def _commit(self, change: Callable[[Transaction], Any]) -> Committed:
         """Run `change` (which appends exactly one event) and return its result with the event's version."""
@@ -192,6 +204,13 @@ class Topology:
     # clusters
     def register_cluster(self, cluster: Cluster, *, update_existing: bool = False, actor: str = "") -> Committed:
         cluster = validate_cluster(cluster)
+        if cluster.admin == ADMIN_LOCAL and cluster.control_endpoint not in self.control_endpoints:
+            raise PermissionDeniedError(
+                f"cluster.control_endpoint {quoted(cluster.control_endpoint)} is not a local cluster this coordinator "
+                "was started with (streamplane dev registers its own; otherwise --allow-control-endpoint)",
+                permission="cluster.control_endpoint",
+                resource=f"cluster/{cluster.name}",
+            )
 
         now = self.clock.now_ms()  # the event's time, read outside the transaction body
 

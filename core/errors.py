@@ -109,6 +109,38 @@ class LimitExceededError(StreamplaneError):
     """A size limit was exceeded (request, store transaction, decompressed batch)."""
 
 
+class UnauthenticatedError(StreamplaneError):
+    """The call carried no credential, or one that is malformed, forged or expired."""
+
+
+class PermissionDeniedError(StreamplaneError):
+    """The caller is known but lacks a permission; `permission` names it (e.g. `stream.failover`) and
+    `resource` what it was asked for (e.g. `stream/logs`)."""
+
+    field_names = ("permission", "resource")
+
+    @property
+    def permission(self) -> str:
+        return str(self._detail("permission", ""))
+
+    @property
+    def resource(self) -> str:
+        return str(self._detail("resource", ""))
+
+
+QUOTE_LIMIT = 64
+"""Characters of a bad value an error message quotes: enough to recognise it, never the whole input."""
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """A bad value as an error message shows it: its repr, cut to a short prefix with its full length."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = len(value) if isinstance(value, str | bytes) else len(text)
+    return f"{text[:limit]}... ({size} characters)"
+
+
 class CorruptBatchError(StreamplaneError):
     """Bytes read from Kafka are not a valid record batch."""
 

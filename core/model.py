@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
+from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError, quoted
 
 
 class GenerationState(StrEnum):
@@ -198,7 +198,8 @@ class Stream(_Record):
         found = self.lane(name)
         if found is None:
             raise NotFoundError(
-                f"lane {name!r} does not exist in stream {self.name!r} (it has {sorted(x.name for x in self.lanes)})",
+                f"lane {quoted(name)} does not exist in stream {self.name!r} "
+                f"(it has {sorted(x.name for x in self.lanes)})",
                 kind="lane",
                 name=f"{self.name}/{name}",
             )
@@ -239,7 +240,8 @@ class ProducerLease:
 
 # -- partitions and leases -----------------------------------------------------------------------------------------
 
-_LEASE_ID = re.compile(r"([^/]+)/([^/]+)/g(\d+)/p(\d+)")
+_LEASE_ID = re.compile(r"([a-z0-9][a-z0-9_-]{0,62})/([a-z][a-z0-9_-]{0,31})/g(\d{1,18})/p(\d{1,9})")
+"""stream/lane/g<generation>/p<partition>: names as `streamplane.names` allows them, numbers that fit a store key."""
 
 
 @dataclass(frozen=True, order=True)
@@ -261,7 +263,8 @@ class PartitionRef:
         m = _LEASE_ID.fullmatch(lease_id or "")
         if not m:
             raise InvalidArgumentError(
-                f"lease_id {lease_id!r} is not of the form stream/lane/g<generation>/p<partition>"
+                f"lease_id {quoted(lease_id)} is not of the form stream/lane/g<generation>/p<partition> (a stream "
+                "name, a lane name, a generation below 10^18 and a partition below 10^9)"
             )
         return cls(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
 
@@ -376,6 +379,8 @@ class MemberInfo:
     cpu: float = 0.0
     records_per_s: float = 0.0
     alive_until_ms: int = 0
+    principal: str = ""
+    """Who opened the session (its authenticated principal): only they commit for its leases."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from streamplane.errors import InvalidArgumentError
+from streamplane.errors import InvalidArgumentError, quoted
 
 _OBJECT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _LANE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -22,14 +22,14 @@ TOPIC_PREFIX = "sp"
 def check_object_name(field: str, value: str) -> str:
     """Return `value` if it is a valid cluster or stream name, else raise InvalidArgumentError naming `field`."""
     if not isinstance(value, str) or not _OBJECT_NAME.fullmatch(value):
-        raise InvalidArgumentError(f"{field} {value!r} is not a valid name: {OBJECT_NAME_RULE}")
+        raise InvalidArgumentError(f"{field} {quoted(value)} is not a valid name: {OBJECT_NAME_RULE}")
     return value
 
 
 def check_lane_name(field: str, value: str) -> str:
     """Return `value` if it is a valid lane name, else raise InvalidArgumentError naming `field`."""
     if not isinstance(value, str) or not _LANE_NAME.fullmatch(value):
-        raise InvalidArgumentError(f"{field} {value!r} is not a valid lane name: {LANE_NAME_RULE}")
+        raise InvalidArgumentError(f"{field} {quoted(value)} is not a valid lane name: {LANE_NAME_RULE}")
     return value
 
 

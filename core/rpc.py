@@ -23,7 +23,9 @@ from streamplane.errors import (
     InvalidArgumentError,
     LimitExceededError,
     NotFoundError,
+    PermissionDeniedError,
     StreamplaneError,
+    UnauthenticatedError,
     UnavailableError,
 )
 
@@ -39,6 +41,8 @@ _TABLE: list[tuple[type[StreamplaneError], grpc.StatusCode]] = [
     (LimitExceededError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (CorruptBatchError, grpc.StatusCode.DATA_LOSS),
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
 ]
 
 # Trailing metadata keys that carry the exact error class across the wire (FencedError vs FailedPrecondition)
@@ -114,12 +118,17 @@ def error_from_rpc_error(err: grpc.RpcError, target: str = "") -> StreamplaneErr
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+MAX_STATUS_MESSAGE = 1024
+"""Characters of a status message: a longer one would not fit gRPC's metadata and turn into another error."""
+
+
 def _abort(context: grpc.ServicerContext, err: StreamplaneError) -> None:
     trailing = [(_KIND_KEY, type(err).__name__)]
-    if err.details:
-        trailing.append((_DETAILS_KEY, details_json(err)))
+    details = details_json(err)
+    if details and len(details) <= MAX_STATUS_MESSAGE:
+        trailing.append((_DETAILS_KEY, details))
     context.set_trailing_metadata(tuple(trailing))
-    context.abort(status_for(err), err.message)
+    context.abort(status_for(err), err.message[:MAX_STATUS_MESSAGE])
 
 
 def grpc_errors(handler: F) -> F:

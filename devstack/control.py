@@ -8,7 +8,17 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from streamplane.errors import FailedPreconditionError, UnavailableError
+from streamplane.errors import FailedPreconditionError, UnavailableError, quoted
+
+MAX_REPLY_BYTES = 1 << 20
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """A reply's JSON object; ValueError for anything else."""
+    found = json.loads(raw or b"{}")
+    if not isinstance(found, dict):
+        raise ValueError("not a JSON object")
+    return found
 
 
 class LocalClusterControl:
@@ -26,10 +36,17 @@ class LocalClusterControl:
         )
         try:
             with urllib.request.urlopen(request, timeout=self._timeout_s) as response:
-                return json.loads(response.read() or b"{}")
+                return _json_object(response.read(MAX_REPLY_BYTES))
         except urllib.error.HTTPError as err:
-            detail = json.loads(err.read() or b"{}").get("error", err.reason)
-            raise FailedPreconditionError(f"local cluster {self.name}: {detail}") from err
+            try:
+                detail = _json_object(err.read(MAX_REPLY_BYTES)).get("error", err.reason)
+            except ValueError:
+                detail = err.reason
+            raise FailedPreconditionError(f"local cluster {self.name}: {quoted(detail, 300)}") from err
+        except ValueError as err:
+            raise UnavailableError(
+                f"local cluster {self.name}: control channel at {self.endpoint} did not answer a JSON object"
+            ) from err
         except (urllib.error.URLError, OSError) as err:
             raise UnavailableError(
                 f"local cluster {self.name}: control channel at {self.endpoint} is unreachable ({err})"

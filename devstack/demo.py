@@ -63,7 +63,7 @@ def run_demo(*, records: int = 2000, data_dir: Path | None = None) -> int:
             for name, bootstrap in clusters.items():
                 _say(f"      kafka.{name}={bootstrap}")
             _say(f"      coordinator={stack.coordinator_address}")
-            with CoordinatorClient(stack.coordinator_address, actor="demo") as client:
+            with CoordinatorClient(stack.coordinator_address) as client:
                 return _pipeline(client, clusters, records)
 
 

@@ -18,12 +18,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from streamplane.client.credentials import forget_token, save_token
+from streamplane.coordinator.auth import ADMIN, TokenIssuer, load_key
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
@@ -33,6 +36,9 @@ from streamplane.devstack.kafka import USERS, KafkaCluster, side_by_side
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from streamplane.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.process import block_stop_signals, wait_for_stop
+
+ADMIN_TOKEN_TTL_S = 30 * 24 * 3600
+"""The local admin token's life: a dev stack's data dir lives that long at most, in practice."""
 
 log = structlog.get_logger(__name__)
 
@@ -96,8 +102,12 @@ class CoordinatorChild:
     can be killed with SIGKILL and come back while the clusters stay up; it exits when the stack's process is
     gone. Restarted on the same port whenever it dies without being asked to stop."""
 
-    def __init__(self, data_dir: Path, host: str, port: int, session_ttl_ms: int) -> None:
+    def __init__(
+        self, data_dir: Path, host: str, port: int, session_ttl_ms: int, extra_args: Sequence[str] = ()
+    ) -> None:
         self.data_dir, self.host, self.port, self.session_ttl_ms = data_dir, host, port, session_ttl_ms
+        self.extra_args = list(extra_args)
+        """Security settings: the token key, the local clusters' control endpoints."""
         self.address = ""
         self.restarts = 0
         self._proc: subprocess.Popen[str] | None = None
@@ -132,6 +142,7 @@ class CoordinatorChild:
             str(self.session_ttl_ms),
             "--parent-pid",
             str(os.getpid()),
+            *self.extra_args,
         ]
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         line = _readline_until(proc, time.monotonic() + START_TIMEOUT_S)
@@ -211,6 +222,10 @@ class LocalStack:
     """'sasl_ssl' adds a SCRAM/PLAIN listener over TLS to each real broker (USERS, a generated certificate)."""
     local: list[LocalCluster] = field(default_factory=list)
     coordinator: CoordinatorChild | None = None
+    admin_token: str = ""
+    """An admin token for the stack's own coordinator (authentication is on, even locally)."""
+    token_file: Path | None = None
+    """Where the admin token was left for the CLI and clients of the coordinator's address."""
 
     def start(self) -> None:
         names = cluster_names(self.clusters)
@@ -231,11 +246,21 @@ class LocalStack:
                 self._start_clusters(names)
             db = open_store(StoreConfig(driver="embedded", data_dir=Path(self.data_dir)))
             try:  # before the coordinator opens the store: one process at a time holds it
-                self._register_and_reconcile(Topology(db, RoutingAdmin()))
+                endpoints = [c.control_endpoint for c in self.local if c.control_endpoint]
+                self._register_and_reconcile(Topology(db, RoutingAdmin(), control_endpoints=endpoints))
             finally:
                 db.close()
-            self.coordinator = CoordinatorChild(Path(self.data_dir), self.host, self.port, self.session_ttl_ms)
+            security = ["--token-key-file", str(self.token_key_file)]
+            for c in self.local:
+                if c.control_endpoint:
+                    security += ["--allow-control-endpoint", c.control_endpoint]
+            issuer = TokenIssuer(load_key(self.token_key_file, create=True))
+            self.coordinator = CoordinatorChild(
+                Path(self.data_dir), self.host, self.port, self.session_ttl_ms, security
+            )
             self.coordinator.start()
+            self.admin_token = issuer.create("dev-admin", ADMIN, now_s=time.time(), ttl_s=ADMIN_TOKEN_TTL_S)
+            self.token_file = save_token(self.coordinator.address, self.admin_token)
         except BaseException:
             self.stop()
             raise
@@ -397,8 +422,15 @@ class LocalStack:
             },
         }
 
+    @property
+    def token_key_file(self) -> Path:
+        """The key that signs this stack's tokens: kept in the data dir, so tokens outlive restarts."""
+        return Path(self.data_dir) / "token.key"
+
     def stop(self) -> None:
         if self.coordinator is not None:
+            if self.admin_token:
+                forget_token(self.coordinator.address, self.admin_token)
             self.coordinator.stop()
             self.coordinator = None
         for cluster in self.local:
@@ -472,6 +504,7 @@ def run_dev(
                     flush=True,
                 )
         print(f"control={control.endpoint}", flush=True)
+        print(f"token_file={stack.token_file}", flush=True)
         print("ready (Ctrl-C stops everything)", flush=True)
         wait_for_stop(lambda: not all(c.alive() for c in stack.local))
         dead = [c.name for c in stack.local if not c.alive()]

@@ -113,10 +113,13 @@ def kafka_bootstrap(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def coordinator(tmp_path: Path) -> Iterator[server.RunningCoordinator]:
-    """A real coordinator (gRPC server over the embedded store) in this process."""
+def coordinator(tmp_path: Path, local_cluster: tuple[str, LocalClusterControl]) -> Iterator[server.RunningCoordinator]:
+    """A real coordinator (gRPC server over the embedded store) in this process; authentication is off, and
+    the session's local cluster may be registered (under any name)."""
     running = server.start(
-        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")), admin=RoutingAdmin()
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
+        admin=RoutingAdmin(),
+        control_endpoints=[local_cluster[1].endpoint],
     )
     yield running
     running.stop(0)

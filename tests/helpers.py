@@ -134,11 +134,16 @@ class Proc:
         return self.popen.returncode
 
 
-def start_coordinator(data_dir: Path, port: int = 0) -> tuple[Proc, str]:
-    """Start `streamplane coordinator` on the embedded store; return it and its address."""
+def start_coordinator(data_dir: Path, port: int = 0, *, control_endpoints: Sequence[str] = ()) -> tuple[Proc, str]:
+    """Start `streamplane coordinator` on the embedded store (authentication off: loopback, no key), allowing
+    registrations of local clusters with `control_endpoints`; return it and its address."""
+    allow = [arg for endpoint in control_endpoints for arg in ("--allow-control-endpoint", endpoint)]
     proc = Proc(
-        [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", str(data_dir), "--port", str(port)]
-    )
+        [
+            sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", str(data_dir),
+            "--port", str(port), *allow,
+        ]
+    )  # fmt: skip
     address = proc.wait_for(r"coordinator=(\S+)").group(1)
     return proc, address
 

@@ -63,11 +63,14 @@ class Stack:
                     name, info.group(1), admin=model.ADMIN_LOCAL, control_endpoint=info.group(2)
                 )
         self.port = free_port()
-        self.coordinator, self.address = start_coordinator(tmp / "coordinator", self.port)
+        self.endpoints = [c.control_endpoint for c in self.clusters.values() if c.control_endpoint]
+        self.coordinator, self.address = start_coordinator(
+            tmp / "coordinator", self.port, control_endpoints=self.endpoints
+        )
 
     def restart_coordinator(self) -> None:
         self.coordinator.stop()
-        self.coordinator, _ = start_coordinator(self.tmp / "coordinator", self.port)
+        self.coordinator, _ = start_coordinator(self.tmp / "coordinator", self.port, control_endpoints=self.endpoints)
 
     def bootstrap(self, name: str) -> str:
         return self.clusters[name].bootstrap_servers

@@ -68,7 +68,9 @@ def test_a_worker_with_1024_leases_processes_every_record_through_retries_reject
     local_cluster, tmp_path: Path
 ) -> None:
     bootstrap, control = local_cluster
-    proc, address = start_coordinator(tmp_path / "coordinator")  # its own process, as in production
+    proc, address = start_coordinator(
+        tmp_path / "coordinator", control_endpoints=[control.endpoint]
+    )  # as in production
     try:
         _busy_worker(address, bootstrap, control)
     finally:

@@ -12,6 +12,7 @@ PROTOBUF_EDGES = {
     "coordinator/servicer.py",
     "coordinator/assigner_servicer.py",
     "coordinator/commitlog_servicer.py",
+    "coordinator/auth_servicer.py",
     "coordinator/server.py",
 }
 DOMAIN = [
@@ -25,6 +26,7 @@ DOMAIN = [
     "leadership.py",
     "assigner.py",
     "cluster_admin.py",
+    "auth.py",
 ]
 
 

@@ -27,6 +27,7 @@ def address(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
         admin=RoutingAdmin(),
         sealing_config=SealingConfig(producer_ttl_ms=TTL_MS, producer_heartbeat_ms=200, loop_ms=50),
+        control_endpoints=[request.getfixturevalue("local_cluster")[1].endpoint],
     )
     if request.param == "mock":
         bootstrap, control = request.getfixturevalue("local_cluster")

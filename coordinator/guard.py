@@ -1,0 +1,112 @@
+"""The servicers' gate: who is calling (a bearer token or a client certificate), may they, and how often.
+
+Every servicer method asks the guard first (`require`), before it reads the request any further; the actor of
+every event is the principal it returns, never a name the client sent.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import grpc
+
+from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator import auth
+from streamplane.coordinator.auth import ANONYMOUS, Identity, Principal, TokenIssuer
+from streamplane.errors import LimitExceededError, UnauthenticatedError
+
+AUTHORIZATION = "authorization"
+CHANGES_PER_S = 20.0
+"""Topology changes (clusters, streams, lanes, failovers, group settings) one principal may make per second,
+sustained; CHANGE_BURST at once."""
+CHANGE_BURST = 200.0
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class Guard:
+    """Authenticates calls and checks permissions. Without an issuer and identities, authentication is off
+    and every caller is `auth.ANONYMOUS` (the server refuses that on a non-loopback address)."""
+
+    def __init__(
+        self,
+        issuer: TokenIssuer | None = None,
+        identities: dict[str, Identity] | None = None,
+        *,
+        clock: Clock = SYSTEM,
+        changes_per_s: float = CHANGES_PER_S,
+        change_burst: float = CHANGE_BURST,
+    ) -> None:
+        self.issuer = issuer
+        self.identities = identities or {}
+        self._clock = clock
+        self._rate = changes_per_s
+        self._burst = change_burst
+        self._buckets: dict[str, _Bucket] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.issuer is not None or bool(self.identities)
+
+    def principal(self, context: grpc.ServicerContext) -> Principal:
+        """The caller; UnauthenticatedError when authentication is on and the call proves no identity."""
+        if not self.enabled:
+            return ANONYMOUS
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTHORIZATION:
+                scheme, _, token = str(value).partition(" ")
+                if scheme.lower() != "bearer" or not token or self.issuer is None:
+                    raise UnauthenticatedError("the authorization metadata must be 'Bearer <token>'")
+                return self.issuer.verify(token.strip(), now_s=self._clock.now_ms() / 1000)
+        names = (context.auth_context() or {}).get("x509_common_name") or []
+        if names:
+            name = names[0].decode(errors="replace")
+            identity = self.identities.get(name)
+            if identity is None:
+                raise UnauthenticatedError(f"client certificate {name!r} is not an identity this coordinator knows")
+            return Principal(name, identity.role, identity.streams, identity.groups, via="certificate")
+        raise UnauthenticatedError(
+            "the call carries no credential: pass --token or set STREAMPLANE_TOKEN (streamplane dev writes one "
+            "for its own address), or present a client certificate"
+        )
+
+    def require(
+        self, context: grpc.ServicerContext, permission: str, *, stream: str = "", group: str = ""
+    ) -> Principal:
+        """The caller, if it may do `permission` on the stream or group; else an error naming what lacks."""
+        principal = self.principal(context)
+        auth.check(principal, permission, stream=stream, group=group)
+        return principal
+
+    def change(self, context: grpc.ServicerContext, permission: str, *, stream: str = "", group: str = "") -> str:
+        """Like `require`, for a topology change: also counted against the principal's rate. Returns the actor."""
+        principal = self.require(context, permission, stream=stream, group=group)
+        now = self._clock.monotonic()
+        with self._lock:
+            bucket = self._buckets.setdefault(principal.name, _Bucket(self._burst, now))
+            bucket.tokens = min(self._burst, bucket.tokens + (now - bucket.at) * self._rate)
+            bucket.at = now
+            if bucket.tokens < 1:
+                raise LimitExceededError(
+                    f"{principal.name} made more than {self._rate:g} topology changes per second; retry shortly"
+                )
+            bucket.tokens -= 1
+        return actor(principal, context)
+
+    def name_of(self, context: grpc.ServicerContext) -> str:
+        """The caller's name for resource limits; 'unauthenticated' when it proves none."""
+        try:
+            return self.principal(context).name if self.enabled else context.peer().rsplit(":", 1)[0]
+        except UnauthenticatedError:
+            return "unauthenticated"
+
+
+def actor(principal: Principal, context: grpc.ServicerContext) -> str:
+    """Who made a change, for the event log: the principal, or the peer address when authentication is off."""
+    return principal.name if principal.via != "none" else f"anonymous@{context.peer()}"
