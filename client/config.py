@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from streamplane.client.credentials import ClientTls
 from streamplane.errors import InvalidArgumentError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
@@ -52,6 +53,10 @@ class ConsumerConfig:
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
     """librdkafka-named settings for the connections to Kafka (security.protocol, ssl.*, sasl.*, client.rack)
     and for the dlq producer."""
+    token: str | None = field(default=None, repr=False)
+    """The coordinator credential (default: found as `streamplane.client.credentials` says)."""
+    tls: ClientTls | None = None
+    """TLS to the coordinator (default: from the environment)."""
 
     def __post_init__(self) -> None:
         _positive("concurrency", self.concurrency)

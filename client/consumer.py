@@ -205,7 +205,7 @@ class Consumer:
         self.group, self.stream, self.lanes = group, stream, list(lanes)
         self.worker_id = cfg.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.budget = Budget(cfg.max_in_flight, cfg.max_buffered_bytes)
-        self.client = CoordinatorClient(coordinator)
+        self.client = CoordinatorClient(coordinator, token=cfg.token, tls=cfg.tls)
         self._coordinator = self.client.target
         self._check_subscription()
         self._ledgers: dict[str, LeaseLedger] = {}
@@ -248,7 +248,12 @@ class Consumer:
 
     def _join(self, resume: str = "") -> WorkerSession:
         session = WorkerSession(
-            self._coordinator, group=self.group, worker_id=self.worker_id, subscriptions={self.stream: self.lanes}
+            self._coordinator,
+            group=self.group,
+            worker_id=self.worker_id,
+            subscriptions={self.stream: self.lanes},
+            token=self.config.token,
+            tls=self.config.tls,
         )
         session.join(resume=resume)
         what = "consumer.resumed" if session.resumed else "consumer.joined"

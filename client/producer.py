@@ -36,6 +36,7 @@ from confluent_kafka import Producer as KafkaProducer
 
 from streamplane.client import metrics
 from streamplane.client.coordinator import CoordinatorClient
+from streamplane.client.credentials import ClientTls
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
 from streamplane.model import FailedOver, Generation
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
@@ -80,6 +81,7 @@ class Producer:
             under the consumers' max_decompressed.
         producer_id: names this producer's session (default host-pid-random).
         metrics_port: serve Prometheus metrics (records out, by stream and lane) on this port; off by default.
+        token, tls: the coordinator credential and TLS (default: found as `streamplane.client.credentials` says).
         **kafka_config: librdkafka settings under their own names (bootstrap.servers comes from the routes).
 
     Raises UnavailableError if the coordinator cannot be reached, InvalidArgumentError (a ValueError) for a
@@ -93,6 +95,8 @@ class Producer:
         max_batch_decompressed: int = 1_000_000,
         producer_id: str | None = None,
         metrics_port: int | None = None,
+        token: str | None = None,
+        tls: ClientTls | None = None,
         **kafka_config: Any,
     ) -> None:
         if not 1024 <= max_batch_decompressed <= DEFAULT_MAX_DECOMPRESSED:
@@ -113,7 +117,7 @@ class Producer:
         if metrics_port is not None and not 0 < metrics_port < 65536:
             raise InvalidArgumentError(f"metrics_port must be between 1 and 65535, not {metrics_port}")
         self.producer_id = producer_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._client = CoordinatorClient(coordinator)
+        self._client = CoordinatorClient(coordinator, token=token, tls=tls)
         self._lock = threading.Lock()
         self._routes: dict[tuple[str, str], Route] = {}
         self._senders: dict[GenerationKey, _Sender] = {}

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterator, Mapping
 
 from streamplane.client.coordinator import CoordinatorClient, SessionCall
+from streamplane.client.credentials import ClientTls
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import Grant, Heartbeat, Hello, LeaseLoad, Release, Revoke, Sealed, SessionEvent, Subscription
 
@@ -49,6 +50,7 @@ class WorkerSession:
         subscriptions: {stream: [lanes]}; an empty list means every lane but dlq.
         capacity: relative processing power (twice the capacity, twice the load).
         max_load: records/s it takes beyond the top-priority lanes; 0 = no limit.
+        token, tls: the coordinator credential and TLS (default: found as `streamplane.client.credentials` says).
     """
 
     def __init__(
@@ -60,8 +62,10 @@ class WorkerSession:
         subscriptions: Mapping[str, list[str]],
         capacity: float = 1.0,
         max_load: float = 0.0,
+        token: str | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
-        self._client = CoordinatorClient(coordinator)
+        self._client = CoordinatorClient(coordinator, token=token, tls=tls)
         self.group, self.worker_id = group, worker_id
         self._hello = Hello(
             group,

@@ -28,7 +28,7 @@ HELLO_TIMEOUT_S = 10.0
 """How long a worker session may stay open without its hello."""
 
 
-class StreamLimits(grpc.ServerInterceptor):
+class StreamLimits(grpc.ServerInterceptor):  # type: ignore[misc]
     """Caps the streaming calls open at once: `max_streams` in total, `per_principal` for one principal
     (`principal_of(context)` names it). A call over a cap is refused with RESOURCE_EXHAUSTED."""
 

@@ -37,7 +37,11 @@ STRICT = [
     "streamplane.coordinator.store.chaos",
     "streamplane.coordinator.sim",
     "streamplane.coordinator.assigner",
+    "streamplane.coordinator.auth",
+    "streamplane.coordinator.guard",
+    "streamplane.coordinator.limits",
     # the client's public API
+    "streamplane.client.credentials",
     "streamplane.client.coordinator",
     "streamplane.client.session",
     "streamplane.client.producer",

@@ -7,9 +7,11 @@ maxOffsetsPerTrigger.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from streamplane.client.coordinator import CoordinatorClient
+from streamplane.client.credentials import ClientTls
 from streamplane.errors import InvalidArgumentError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 from streamplane.spark.offsets import parse_starting_offsets, parse_starting_timestamps
@@ -56,6 +58,28 @@ def _max_decompressed(options: Any) -> int:
 
 
 @dataclass(frozen=True)
+class Access:
+    """How to reach the coordinator: options coordinator, token, tls.ca, tls.cert and tls.key (each defaults as
+    the Python client's does: STREAMPLANE_COORDINATOR, STREAMPLANE_TOKEN, STREAMPLANE_TLS_*). The progress
+    listener runs in the driver's own process and finds its credentials the same way, from the environment."""
+
+    coordinator: str = ""
+    token: str | None = field(default=None, repr=False)
+    tls: ClientTls | None = None
+
+    @staticmethod
+    def parse(options: Any) -> Access:
+        return Access(
+            _get(options, "coordinator", "") or "",
+            _get(options, "token") or None,
+            ClientTls.find(_get(options, "tls.ca"), _get(options, "tls.cert"), _get(options, "tls.key")),
+        )
+
+    def client(self, *, retries: int = 3) -> CoordinatorClient:
+        return CoordinatorClient(self.coordinator or None, retries=retries, token=self.token, tls=self.tls)
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     coordinator: str
     stream: str
@@ -71,6 +95,7 @@ class SourceOptions:
     fail_on_data_loss: bool
     include_headers: bool
     max_decompressed: int
+    access: Access = Access()
 
     @staticmethod
     def parse(options: Any) -> SourceOptions:
@@ -93,6 +118,7 @@ class SourceOptions:
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             include_headers=_bool(options, "includeHeaders", False),
             max_decompressed=_max_decompressed(options),
+            access=Access.parse(options),
         )
 
 
@@ -101,6 +127,7 @@ class SinkOptions:
     coordinator: str
     stream: str
     lane: str
+    access: Access = Access()
 
     @staticmethod
     def parse(options: Any) -> SinkOptions:
@@ -108,5 +135,8 @@ class SinkOptions:
         if not stream:
             raise InvalidArgumentError("option stream is required: .option('stream', 'logs')")
         return SinkOptions(
-            _get(options, "coordinator", "") or "", stream, _get(options, "lane", "realtime") or "realtime"
+            _get(options, "coordinator", "") or "",
+            stream,
+            _get(options, "lane", "realtime") or "realtime",
+            Access.parse(options),
         )

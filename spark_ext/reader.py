@@ -105,7 +105,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self) -> CoordinatorClient:
         if self._client is None:
-            self._client = CoordinatorClient(self.opts.coordinator or None)
+            self._client = self.opts.access.client()
         return self._client
 
     @property

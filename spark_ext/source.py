@@ -6,9 +6,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from streamplane.client import CoordinatorClient
 from streamplane.errors import InvalidArgumentError, NotFoundError
-from streamplane.spark.options import SinkOptions, SourceOptions
+from streamplane.spark.options import Access, SinkOptions, SourceOptions
 from streamplane.spark.reader import StreamReader, lanes_of
 from streamplane.spark.writer import BatchWriter, StreamWriter
 
@@ -28,7 +27,7 @@ class StreamplaneDataSource(DataSource):
 
     def schema(self) -> str:
         opts = SourceOptions.parse(self.options)
-        _check_lanes(opts.coordinator, opts.stream, opts.lanes)  # at load(): a bad name fails there
+        _check_lanes(opts.access, opts.stream, opts.lanes)  # at load(): a bad name fails there
         return SCHEMA + (HEADERS if opts.include_headers else "")
 
     def streamReader(self, schema: StructType) -> StreamReader:
@@ -45,12 +44,12 @@ class StreamplaneDataSource(DataSource):
         names = set(schema.fieldNames())
         if "value" not in names:
             raise InvalidArgumentError(f"the streamplane sink needs a value column; the DataFrame has {sorted(names)}")
-        _check_lanes(opts.coordinator, opts.stream, (opts.lane,), allow_dlq=True)
+        _check_lanes(opts.access, opts.stream, (opts.lane,), allow_dlq=True)
         return opts, "key" in names, "headers" in names
 
 
-def _check_lanes(coordinator: str, stream: str, lanes: tuple[str, ...], *, allow_dlq: bool = False) -> None:
-    with CoordinatorClient(coordinator or None, retries=1) as client:
+def _check_lanes(access: Access, stream: str, lanes: tuple[str, ...], *, allow_dlq: bool = False) -> None:
+    with access.client(retries=1) as client:
         described = client.describe_stream(stream)
     for lane in lanes:
         described.require_lane(lane)

@@ -27,7 +27,8 @@ class _Writing:
 
     def write(self, iterator: Iterator[Any]) -> Written:
         count = 0
-        with Producer(self.opts.coordinator or None) as producer:
+        access = self.opts.access
+        with Producer(access.coordinator or None, token=access.token, tls=access.tls) as producer:
             for row in iterator:
                 headers = [(h["key"], h["value"]) for h in row["headers"] or ()] if self.has_headers else None
                 producer.produce(

@@ -12,9 +12,28 @@ import (
 	pb "github.com/streamplane/streamplane/clients/go/streamplanev1"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
+
+// TestWhoAmI prints who the coordinator at STREAMPLANE_COORDINATOR takes this client for (driven by
+// tests/test_security.py with the TLS and token settings of the environment, see Dial).
+func TestWhoAmI(t *testing.T) {
+	coordinator := os.Getenv("STREAMPLANE_COORDINATOR")
+	if coordinator == "" {
+		t.Skip("driven by tests/test_security.py (STREAMPLANE_COORDINATOR unset)")
+	}
+	conn, err := Dial(coordinator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	me, err := pb.NewAuthServiceClient(conn).WhoAmI(ctx, &pb.WhoAmIRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("whoami name=%s role=%s via=%s\n", me.GetName(), me.GetRole(), me.GetVia())
+}
 
 // TestGroupWorker is a Go member of a consumer group, driven by tests/test_go_client.py: it reads the leases
 // it is granted straight from Kafka, writes each record's value to STREAMPLANE_GO_WORKER_OUT, commits with
@@ -26,7 +45,7 @@ func TestGroupWorker(t *testing.T) {
 		t.Skip("driven by tests/test_go_client.py (STREAMPLANE_COORDINATOR and STREAMPLANE_GO_WORKER_OUT unset)")
 	}
 	stopFile := os.Getenv("STREAMPLANE_GO_WORKER_STOP")
-	conn, err := grpc.NewClient(coordinator, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := Dial(coordinator)
 	if err != nil {
 		t.Fatal(err)
 	}

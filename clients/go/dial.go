@@ -1,0 +1,69 @@
+package streamplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Dial connects to a coordinator with the credentials the environment names, as the Python client finds
+// them: STREAMPLANE_TOKEN (or the file STREAMPLANE_TOKEN_FILE names) is sent as `authorization: Bearer`;
+// STREAMPLANE_TLS_CA turns TLS on (the CA of the coordinator's certificate), and STREAMPLANE_TLS_CERT with
+// STREAMPLANE_TLS_KEY present a client certificate (mutual TLS). Without them the connection is plaintext.
+func Dial(target string) (*grpc.ClientConn, error) {
+	token := strings.TrimSpace(os.Getenv("STREAMPLANE_TOKEN"))
+	if token == "" && os.Getenv("STREAMPLANE_TOKEN_FILE") != "" {
+		raw, err := os.ReadFile(os.Getenv("STREAMPLANE_TOKEN_FILE"))
+		if err != nil {
+			return nil, fmt.Errorf("STREAMPLANE_TOKEN_FILE cannot be read: %w", err)
+		}
+		token = strings.TrimSpace(string(raw))
+	}
+	transport := insecure.NewCredentials()
+	secure := false
+	if ca, cert, key := os.Getenv("STREAMPLANE_TLS_CA"), os.Getenv("STREAMPLANE_TLS_CERT"), os.Getenv("STREAMPLANE_TLS_KEY"); ca != "" || cert != "" {
+		config := &tls.Config{MinVersion: tls.VersionTLS12}
+		if ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return nil, fmt.Errorf("STREAMPLANE_TLS_CA cannot be read: %w", err)
+			}
+			config.RootCAs = x509.NewCertPool()
+			if !config.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("STREAMPLANE_TLS_CA %s holds no PEM certificate", ca)
+			}
+		}
+		if cert != "" || key != "" {
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return nil, fmt.Errorf("STREAMPLANE_TLS_CERT / STREAMPLANE_TLS_KEY cannot be loaded: %w", err)
+			}
+			config.Certificates = []tls.Certificate{pair}
+		}
+		transport, secure = credentials.NewTLS(config), true
+	}
+	options := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
+	if token != "" {
+		options = append(options, grpc.WithPerRPCCredentials(bearer{token, secure}))
+	}
+	return grpc.NewClient(target, options...)
+}
+
+// bearer sends a token with every call (over plaintext only when the connection is, as on loopback).
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
