@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,9 @@ from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, op
 from streamplane.coordinator.store.api import Database, Transaction
 from streamplane.devstack.control import LocalClusterControl
 from tests.helpers import Proc, real_kafka_jars
+
+# `streamplane dev` leaves its admin token where clients of its address find it: here, not in the user's home
+os.environ.setdefault("STREAMPLANE_CREDENTIALS_DIR", tempfile.mkdtemp(prefix="streamplane-credentials-"))
 
 FDB_CLUSTER_FILE = os.environ.get("FDB_CLUSTER_FILE", "")
 KAFKA_BOOTSTRAP = os.environ.get("STREAMPLANE_KAFKA_BOOTSTRAP", "")

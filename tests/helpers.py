@@ -186,3 +186,25 @@ def register_local_clusters(address: str, bootstrap: str, control_endpoint: str,
                     control_endpoint=control_endpoint,
                 )
             )
+
+
+def make_certificates(folder: Path, *clients: str) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and localhost, and one client certificate per common name in
+    `clients`, with openssl: {"ca", "server.crt", "server.key", "<cn>.crt", "<cn>.key"}."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=streamplane-test-ca",
+            "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
+    (folder / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, ext in (("server", ["-extfile", "server.ext"]), *((c, []) for c in clients)):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr")  # fmt: skip
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "2", "-out", f"{name}.crt", *ext)  # fmt: skip
+    found = {"ca": folder / "ca.crt"}
+    for name in ("server", *clients):
+        found[f"{name}.crt"], found[f"{name}.key"] = folder / f"{name}.crt", folder / f"{name}.key"
+    return found

@@ -1,0 +1,663 @@
+"""Issue 13: authentication, roles, bounded requests and resource limits, tried as an outside client would.
+
+Every attack of the issue runs against a real coordinator with authentication on (tokens signed with a test
+key): it is refused with the right status, nothing is written, and the coordinator keeps serving.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from streamplane import model
+from streamplane.client import CoordinatorClient, WorkerSession
+from streamplane.coordinator import server
+from streamplane.coordinator.auth import TokenIssuer
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.commitlog import CHUNK
+from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.limits import UNARY_RESERVE
+from streamplane.coordinator.sealing import read_producers
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.errors import PermissionDeniedError, UnauthenticatedError
+from streamplane.v1 import assigner_pb2 as apb
+from streamplane.v1 import assigner_pb2_grpc as apb_grpc
+from streamplane.v1 import auth_pb2 as authpb
+from streamplane.v1 import auth_pb2_grpc as authpb_grpc
+from streamplane.v1 import commitlog_pb2 as cpb
+from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
+from streamplane.v1 import topology_pb2 as pb
+from streamplane.v1 import topology_pb2_grpc as pb_grpc
+from tests.helpers import wait_until
+
+ISSUER = TokenIssuer(b"7" * 64)
+Code = grpc.StatusCode
+
+
+def token(
+    role: str, subject: str = "", *, streams: tuple[str, ...] = (), groups: tuple[str, ...] = (), ttl_s: float = 3600
+) -> str:
+    return ISSUER.create(subject or role, role, now_s=time.time(), ttl_s=ttl_s, streams=streams, groups=groups)
+
+
+class Junk(http.server.BaseHTTPRequestHandler):
+    """A 'control endpoint' that answers HTML, and counts who asked."""
+
+    calls = 0
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self) -> None:
+        Junk.calls += 1
+        body = b"<html>not json</html>"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer  # noqa: N815 - http.server's names
+
+
+@pytest.fixture(scope="module")
+def junk() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Junk)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, local_cluster, junk: str) -> Iterator[server.RunningCoordinator]:
+    """A coordinator with authentication on; clusters sec-a and sec-b, stream logs (2 partitions)."""
+    bootstrap, control = local_cluster
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path_factory.mktemp("secured"))),
+        admin=RoutingAdmin(),
+        guard=Guard(ISSUER),
+        control_endpoints=[control.endpoint, junk],
+        streams_per_principal=4,
+    )
+    with CoordinatorClient(running.address, token=token("admin", "root")) as admin:
+        for name in ("sec-a", "sec-b"):
+            admin.register_cluster(
+                model.Cluster(name, bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+            )
+        admin.create_stream("logs", 2, cluster="sec-a")
+    yield running
+    running.stop(0)
+
+
+_channels: dict[str, grpc.Channel] = {}
+
+
+def stubs(address: str) -> dict[str, Any]:
+    channel = _channels.setdefault(address, grpc.insecure_channel(address))
+    return {
+        "topology": pb_grpc.TopologyServiceStub(channel),
+        "commitlog": cpb_grpc.CommitLogServiceStub(channel),
+        "assigner": apb_grpc.AssignerServiceStub(channel),
+        "auth": authpb_grpc.AuthServiceStub(channel),
+    }
+
+
+def call(
+    address: str,
+    service: str,
+    method: str,
+    request: Any,
+    bearer: str | None = None,
+    *,
+    timeout: float = 5.0,
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> tuple[grpc.StatusCode, str, float]:
+    """(status, details, seconds) of one unary call made as an outside client would."""
+    md = [*metadata, *((("authorization", f"Bearer {bearer}"),) if bearer else ())]
+    started = time.monotonic()
+    try:
+        getattr(stubs(address)[service], method)(request, timeout=timeout, metadata=md)
+        return Code.OK, "", time.monotonic() - started
+    except grpc.RpcError as err:
+        return err.code(), err.details() or "", time.monotonic() - started
+
+
+def stream_call(
+    address: str, service: str, method: str, request: Any, bearer: str | None, timeout: float = 0.5
+) -> tuple[grpc.StatusCode, str]:
+    """The status of a streaming call read until its deadline (DEADLINE_EXCEEDED: it was serving)."""
+    md = (("authorization", f"Bearer {bearer}"),) if bearer else ()
+    try:
+        for _ in getattr(stubs(address)[service], method)(request, timeout=timeout, metadata=md):
+            pass
+        return Code.OK, ""
+    except grpc.RpcError as err:
+        return err.code(), err.details() or ""
+
+
+def lanes_state(address: str) -> list[tuple]:
+    with CoordinatorClient(address, token=token("viewer")) as c:
+        return [
+            (s.name, lane.name, [(g.number, g.state, g.cluster) for g in lane.generations])
+            for s in c.list_streams()
+            for lane in s.lanes
+        ]
+
+
+# -- authentication --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("credential", "says"),
+    [
+        (None, "no credential"),
+        ("not-a-token", "not valid"),
+        (TokenIssuer(b"8" * 64).create("root", "admin", now_s=time.time(), ttl_s=60), "not valid"),  # another key
+        (ISSUER.create("root", "admin", now_s=time.time() - 7200, ttl_s=60), "expired"),
+    ],
+    ids=["none", "garbage", "forged", "expired"],
+)
+def test_a_call_without_a_valid_credential_is_unauthenticated(secured, credential: str | None, says: str) -> None:
+    code, details, _ = call(secured.address, "topology", "ListStreams", pb.ListStreamsRequest(), credential)
+    assert code == Code.UNAUTHENTICATED and says in details, details
+    code, _, _ = call(
+        secured.address,
+        "topology",
+        "ListStreams",
+        pb.ListStreamsRequest(),
+        metadata=(("authorization", "Basic cm9vdDpyb290"),),
+    )
+    assert code == Code.UNAUTHENTICATED
+
+
+def test_the_client_raises_a_typed_error_and_the_cli_exits_7(secured) -> None:
+    with CoordinatorClient(secured.address, token="nope") as c, pytest.raises(UnauthenticatedError):
+        c.list_streams()
+    with CoordinatorClient(secured.address, token=token("viewer")) as c, pytest.raises(PermissionDeniedError) as err:
+        c.failover("logs", "realtime", "sec-b")
+    assert err.value.permission == "stream.change" and err.value.resource == "stream/logs"
+    from tests.helpers import cli
+
+    done = cli("--token", token("viewer"), "failover", "logs", "--to", "sec-b", coordinator=secured.address)
+    assert done.returncode == 7 and "lacks stream.change" in done.stderr
+    done = cli("stream", "list", coordinator=secured.address, env={"STREAMPLANE_TOKEN": ""})
+    assert done.returncode == 7 and "no credential" in done.stderr
+
+
+# -- the attacks of the issue ----------------------------------------------------------------------------------
+
+
+def test_topology_changes_need_their_role_and_write_nothing_when_refused(secured) -> None:
+    address = secured.address
+    before = lanes_state(address)
+    with CoordinatorClient(address, token=token("viewer")) as c:
+        clusters_before = c.list_clusters()
+    repoint = model.Cluster("sec-a", "evil.example.com:9092")
+    heavy = model.Cluster("heavy", "evil.example.com:9092", capacity_weight=1e300)
+    from streamplane.v1 import convert
+
+    attempts = [
+        (
+            token("consumer"),
+            "topology",
+            "Failover",
+            pb.FailoverRequest(stream="logs", lane="realtime", target_cluster="sec-b"),
+        ),
+        (
+            token("producer"),
+            "topology",
+            "Failover",
+            pb.FailoverRequest(stream="logs", lane="realtime", target_cluster="sec-b"),
+        ),
+        (
+            token("operator"),
+            "topology",
+            "RegisterCluster",
+            pb.RegisterClusterRequest(cluster=convert.cluster_to_pb(repoint), update_existing=True),
+        ),
+        (
+            token("operator"),
+            "topology",
+            "RegisterCluster",
+            pb.RegisterClusterRequest(cluster=convert.cluster_to_pb(heavy)),
+        ),
+        (
+            token("consumer", groups=("mine",)),
+            "commitlog",
+            "ConfigureGroup",
+            cpb.ConfigureGroupRequest(group="victim", lane="realtime", max_attempts=1000),
+        ),
+        (
+            token("consumer"),
+            "commitlog",
+            "ConfigureGroup",
+            cpb.ConfigureGroupRequest(group="victim", lane="realtime", max_attempts=1000),
+        ),
+    ]
+    for bearer, service, method, request in attempts:
+        code, details, _ = call(address, service, method, request, bearer)
+        assert code == Code.PERMISSION_DENIED and " lacks " in details, (method, code, details)
+    assert lanes_state(address) == before
+    with CoordinatorClient(address, token=token("viewer")) as c:
+        assert c.list_clusters() == clusters_before
+
+
+def test_the_event_log_records_the_authenticated_principal_never_a_name_the_client_sent(secured) -> None:
+    code, details, _ = call(
+        secured.address, "topology", "AddLane",
+        pb.AddLaneRequest(stream="logs", lane="audit", priority=1, partitions=1, cluster="sec-a"),
+        token("operator", "alice"), metadata=(("x-streamplane-actor", "mallory"),),
+    )  # fmt: skip
+    assert code == Code.OK, details
+    with CoordinatorClient(secured.address, token=token("viewer")) as c:
+        added = [e for e in c.watch_topology("", idle_timeout_s=0.3) if isinstance(e, model.LaneAdded)]
+    assert added[-1].lane.name == "audit" and added[-1].actor == "alice"
+
+
+def test_registrations_cannot_point_the_coordinator_at_an_address(secured) -> None:
+    """Server-side request forgery: a local cluster's control endpoint is the coordinator's to choose."""
+    from streamplane.v1 import convert
+
+    hits = Junk.calls
+    for endpoint in ("169.254.169.254:80", "127.0.0.1:22", "10.0.0.1:8080"):
+        cluster = model.Cluster("ssrf", "127.0.0.1:9092", admin=model.ADMIN_LOCAL, control_endpoint=endpoint)
+        code, details, _ = call(
+            secured.address,
+            "topology",
+            "RegisterCluster",
+            pb.RegisterClusterRequest(cluster=convert.cluster_to_pb(cluster)),
+            token("admin"),
+        )
+        assert code == Code.PERMISSION_DENIED and "control_endpoint" in details
+    assert Junk.calls == hits
+    with CoordinatorClient(secured.address, token=token("viewer")) as c:
+        assert "ssrf" not in {x.name for x in c.list_clusters()}
+
+
+def test_a_control_endpoint_that_answers_something_else_than_json_is_unavailable_not_internal(secured, junk) -> None:
+    with CoordinatorClient(secured.address, token=token("admin")) as c:
+        c.register_cluster(model.Cluster("junk", "127.0.0.1:9", admin=model.ADMIN_LOCAL, control_endpoint=junk))
+    code, details, _ = call(
+        secured.address,
+        "topology",
+        "CreateStream",
+        pb.CreateStreamRequest(name="on-junk", partitions=1, cluster="junk"),
+        token("admin"),
+    )
+    assert code == Code.UNAVAILABLE and "did not answer a JSON object" in details
+    assert "on-junk" not in {s for s, _, _ in lanes_state(secured.address)}
+
+
+@pytest.fixture
+def victim(secured) -> Iterator[WorkerSession]:
+    """A worker of group 'victim' (principal victim-worker) holding both leases of logs/realtime."""
+    worker = WorkerSession(
+        secured.address,
+        group="victim",
+        worker_id="v1",
+        subscriptions={"logs": ["realtime"]},
+        token=token("consumer", "victim-worker", groups=("victim",)),
+    )
+    worker.join()
+    events = threading.Thread(target=lambda: [None for _ in worker.events()], daemon=True)
+    events.start()
+    wait_until(lambda: len(worker.leases) == 2)
+    yield worker
+    worker.close()
+
+
+def _commit(lid: str, epoch: int, acked: list[tuple[int, int]], high: int = 0) -> cpb.CommitRequest:
+    return cpb.CommitRequest(
+        group="victim",
+        lease_id=lid,
+        epoch=epoch,
+        high_watermark=high,
+        acked=[cpb.OffsetRange(start=s, end=e) for s, e in acked],
+    )
+
+
+def test_only_the_session_holding_a_lease_commits_for_it(secured, victim: WorkerSession) -> None:
+    grant = victim.leases["logs/realtime/g1/p0"]
+    attack = _commit(grant.lease_id, grant.epoch, [(0, 1_000_000)], high=1_000_000)
+    # another group's consumer: not a consumer of this group
+    code, details, _ = call(
+        secured.address, "commitlog", "Commit", attack, token("consumer", "mallory", groups=("other",))
+    )
+    assert code == Code.PERMISSION_DENIED and "lacks group.consume on group/victim" in details
+    # a consumer of this group, but not the session's principal (epochs are readable from DescribeGroup)
+    mallory = token("consumer", "mallory", groups=("victim",))
+    code, details, _ = call(secured.address, "commitlog", "Commit", attack, mallory)
+    assert code == Code.PERMISSION_DENIED and "belongs to victim-worker, not mallory" in details
+    with CoordinatorClient(secured.address, token=mallory) as c:
+        lease = model.LeaseCommit(grant.lease_id, grant.epoch, model.Commit(acked=[(0, 10**6)], high_watermark=10**6))
+        (outcome,) = c.commit_batch("victim", [lease])
+    assert isinstance(outcome.error, PermissionDeniedError)
+    with CoordinatorClient(secured.address, token=token("viewer")) as c:
+        assert c.progress("victim", grant.lease_id).low_watermark == 0, "nothing was written"
+    # the holder itself commits
+    code, details, _ = call(
+        secured.address,
+        "commitlog",
+        "Commit",
+        _commit(grant.lease_id, grant.epoch, [(0, 0 + 1)], high=1),
+        token("consumer", "victim-worker", groups=("victim",)),
+    )
+    assert code == Code.OK, details
+
+
+def test_a_producer_session_is_bound_to_the_principal_that_opened_it(secured) -> None:
+    beat = pb.ProducerHeartbeatRequest(
+        producer_id="p-1", in_flight=[pb.GenerationRef(stream="logs", lane="realtime", generation=1)]
+    )
+    assert call(secured.address, "topology", "ProducerHeartbeat", beat, token("producer", "prod-a"))[0] == Code.OK
+    for method, request in (
+        ("ProducerHeartbeat", pb.ProducerHeartbeatRequest(producer_id="p-1")),
+        ("CloseProducer", pb.CloseProducerRequest(producer_id="p-1")),
+    ):
+        code, details, _ = call(secured.address, "topology", method, request, token("producer", "prod-b"))
+        assert code == Code.PERMISSION_DENIED and "belongs to prod-a" in details
+    kept = [p for p in read_producers(secured.db) if p.producer_id == "p-1"]
+    assert kept and kept[0].in_flight == [("logs", "realtime", 1)], "the fake heartbeat changed nothing"
+    # a producer scoped to another stream cannot hold logs' generations back from sealing either
+    code, details, _ = call(
+        secured.address,
+        "topology",
+        "ProducerHeartbeat",
+        pb.ProducerHeartbeatRequest(producer_id="p-2", in_flight=beat.in_flight),
+        token("producer", "prod-c", streams=("metrics",)),
+    )
+    assert code == Code.PERMISSION_DENIED and "stream/logs" in details
+    assert (
+        call(
+            secured.address,
+            "topology",
+            "CloseProducer",
+            pb.CloseProducerRequest(producer_id="p-1"),
+            token("producer", "prod-a"),
+        )[0]
+        == Code.OK
+    )
+
+
+# -- bounded work per request ----------------------------------------------------------------------------------
+
+
+def _latencies_while(address: str, work: Callable[[], Any]) -> tuple[Any, float]:
+    """Run `work` while another client keeps calling ListStreams; (its result, the slowest other call)."""
+    slowest, done = [0.0], threading.Event()
+
+    def other() -> None:
+        while not done.is_set():
+            code, _, took = call(address, "topology", "ListStreams", pb.ListStreamsRequest(), token("viewer"))
+            assert code == Code.OK
+            slowest[0] = max(slowest[0], took)
+            time.sleep(0.02)
+
+    poller = threading.Thread(target=other, daemon=True)
+    poller.start()
+    try:
+        return work(), slowest[0]
+    finally:
+        done.set()
+        poller.join()
+
+
+def test_huge_or_overlapping_commit_ranges_cost_little_and_block_nobody(secured) -> None:
+    spark = token("consumer", "spark", groups=("spark-q",))
+
+    def commit(lid: str, acked: list[tuple[int, int]], high: int = 0) -> tuple[grpc.StatusCode, str, float]:
+        request = cpb.CommitRequest(
+            group="spark-q",
+            lease_id=lid,
+            epoch=0,
+            high_watermark=high,
+            acked=[cpb.OffsetRange(start=s, end=e) for s, e in acked],
+        )
+        return call(secured.address, "commitlog", "Commit", request, spark, timeout=30)
+
+    (code, details, took), slowest = _latencies_while(
+        secured.address, lambda: commit("logs/realtime/g1/p0", [(0, 2**62)])
+    )
+    assert code == Code.OK and took < 1.0 and slowest < 0.5, (details, took, slowest)
+    overlapping = [(i, i + 50_000) for i in range(100_000)]
+    (code, details, took), slowest = _latencies_while(
+        secured.address, lambda: commit("logs/realtime/g1/p1", overlapping)
+    )
+    assert code == Code.OK and took < 2.0 and slowest < 0.5, (details, took, slowest)
+    with CoordinatorClient(secured.address, token=token("viewer")) as c:
+        assert c.progress("spark-q", "logs/realtime/g1/p1").low_watermark == 100_000 + 49_999
+    # scattered ranges far above the low watermark: refused before anything is written, naming the limit
+    scattered = [(2**40 + i * 2 * CHUNK, 2**40 + i * 2 * CHUNK + 1) for i in range(5000)]
+    code, details, took = commit("logs/realtime/g1/p1", scattered, high=2**41)
+    assert code == Code.RESOURCE_EXHAUSTED and "blocks of 4096 offsets" in details and took < 1.0
+
+
+def test_bad_values_get_invalid_argument_naming_the_field_and_quoting_a_short_prefix(secured) -> None:
+    admin = token("admin")
+    lid = "logs/realtime/g" + "9" * 300 + "/p0"
+    for service, method, request in [
+        ("assigner", "CheckLease", apb.CheckLeaseRequest(group="victim", lease_id=lid, epoch=1)),
+        ("commitlog", "Commit", cpb.CommitRequest(group="victim", lease_id=lid, epoch=1)),
+        ("commitlog", "GetProgress", cpb.GetProgressRequest(group="victim", lease_id=lid)),
+        ("topology", "CreateStream", pb.CreateStreamRequest(name="x" * 200_000, partitions=1)),
+        ("topology", "DescribeStream", pb.DescribeStreamRequest(name="\u00e9" * 100_000)),
+    ]:
+        code, details, _ = call(secured.address, service, method, request, admin)
+        assert code == Code.INVALID_ARGUMENT and len(details) < 400, (method, code, details[:500])
+        assert "lease_id" in details or "name" in details
+    code, details = stream_call(
+        secured.address, "topology", "WatchTopology", pb.WatchTopologyRequest(from_version="f" * 24), admin
+    )
+    assert code == Code.INVALID_ARGUMENT and "from_version" in details
+
+
+# -- resource limits -------------------------------------------------------------------------------------------
+
+
+def test_sessions_without_a_hello_neither_starve_unary_calls_nor_stay(tmp_path: Path, local_cluster) -> None:
+    bootstrap, control = local_cluster
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path)),
+        admin=RoutingAdmin(),
+        control_endpoints=[control.endpoint],
+        max_workers=UNARY_RESERVE + 16,
+        hello_timeout_s=1.0,
+    )
+    try:
+        with CoordinatorClient(running.address) as c:
+            c.register_cluster(
+                model.Cluster("c", bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+            )
+            c.create_stream("jobs", 2)
+        never = threading.Event()
+
+        def silent() -> Iterator[apb.WorkerMessage]:
+            never.wait()
+            yield from ()
+
+        outcomes: list[grpc.StatusCode] = []
+
+        def open_one() -> None:
+            try:
+                next(iter(stubs(running.address)["assigner"].Session(silent(), timeout=20)))
+                outcomes.append(Code.OK)
+            except grpc.RpcError as err:
+                outcomes.append(err.code())
+
+        openers = [threading.Thread(target=open_one, daemon=True) for _ in range(40)]
+        for t in openers:
+            t.start()
+        wait_until(lambda: Code.RESOURCE_EXHAUSTED in outcomes, timeout=5)
+        for _ in range(20):  # every unary call is served at its usual speed meanwhile
+            code, _, took = call(running.address, "topology", "ListStreams", pb.ListStreamsRequest())
+            assert code == Code.OK and took < 0.5
+        for t in openers:
+            t.join(timeout=10)
+        assert outcomes.count(Code.RESOURCE_EXHAUSTED) == 40 - 16
+        assert outcomes.count(Code.CANCELLED) == 16, "closed after the hello deadline"
+        worker = WorkerSession(running.address, group="g", worker_id="w", subscriptions={"jobs": []})
+        worker.join()  # the server is free again
+        worker.close()
+        never.set()
+    finally:
+        running.stop(0)
+
+
+def test_streams_are_capped_per_principal(secured) -> None:
+    mine, other = token("viewer", "greedy"), token("viewer", "patient")
+    md = (("authorization", f"Bearer {mine}"),)
+    calls = [
+        stubs(secured.address)["topology"].WatchTopology(pb.WatchTopologyRequest(), timeout=10, metadata=md)
+        for _ in range(4)
+    ]
+    try:
+        for c in calls:
+            next(c)  # each is serving (the log has events)
+        assert (
+            stream_call(secured.address, "topology", "WatchTopology", pb.WatchTopologyRequest(), mine)[0]
+            == Code.RESOURCE_EXHAUSTED
+        )
+        assert (
+            stream_call(secured.address, "topology", "WatchTopology", pb.WatchTopologyRequest(), other)[0]
+            == Code.DEADLINE_EXCEEDED
+        )
+    finally:
+        for c in calls:
+            c.cancel()
+    wait_until(
+        lambda: (
+            stream_call(secured.address, "topology", "WatchTopology", pb.WatchTopologyRequest(), mine)[0]
+            == Code.DEADLINE_EXCEEDED
+        )
+    )
+
+
+def test_topology_changes_are_rate_limited_per_principal(secured) -> None:
+    noisy = token("operator", "noisy")
+    codes = [
+        call(
+            secured.address,
+            "commitlog",
+            "ConfigureGroup",
+            cpb.ConfigureGroupRequest(group="rate", lane="realtime", max_attempts=3),
+            noisy,
+        )[0]
+        for _ in range(260)
+    ]
+    assert Code.RESOURCE_EXHAUSTED in codes and codes[:150].count(Code.OK) == 150
+    assert (
+        call(
+            secured.address,
+            "commitlog",
+            "ConfigureGroup",
+            cpb.ConfigureGroupRequest(group="rate", lane="realtime", max_attempts=3),
+            token("operator", "calm"),
+        )[0]
+        == Code.OK
+    )
+
+
+# -- roles: every RPC against every role -----------------------------------------------------------------------
+
+ROLES = ("admin", "operator", "producer", "consumer", "viewer")
+EVERYONE = set(ROLES)
+# what each RPC needs, written out here (not read from the code under test); the requests are refused after
+# the permission check (bad values or unknown names), so the matrix writes nothing
+MATRIX: list[tuple[str, str, Any, set[str]]] = [
+    ("topology", "RegisterCluster", pb.RegisterClusterRequest(), {"admin"}),
+    ("topology", "ListClusters", pb.ListClustersRequest(), EVERYONE),
+    ("topology", "CreateStream", pb.CreateStreamRequest(name="m", partitions=0), {"admin", "operator"}),
+    ("topology", "DescribeStream", pb.DescribeStreamRequest(name="logs"), EVERYONE),
+    ("topology", "ListStreams", pb.ListStreamsRequest(), EVERYONE),
+    ("topology", "AddLane", pb.AddLaneRequest(stream="nope", lane="x", partitions=1), {"admin", "operator"}),
+    (
+        "topology",
+        "Failover",
+        pb.FailoverRequest(stream="nope", lane="realtime", target_cluster="sec-b"),
+        {"admin", "operator"},
+    ),
+    ("topology", "ProducerHeartbeat", pb.ProducerHeartbeatRequest(producer_id=""), {"admin", "producer"}),
+    ("topology", "CloseProducer", pb.CloseProducerRequest(producer_id=""), {"admin", "producer"}),
+    ("topology", "WatchTopology", pb.WatchTopologyRequest(), EVERYONE),
+    ("commitlog", "Commit", cpb.CommitRequest(group="mx", lease_id="nope/realtime/g1/p0"), {"admin", "consumer"}),
+    ("commitlog", "CommitBatch", cpb.CommitBatchRequest(group="mx"), {"admin", "consumer"}),
+    ("commitlog", "GetProgress", cpb.GetProgressRequest(group="mx", lease_id="logs/realtime/g1/p0"), EVERYONE),
+    (
+        "commitlog",
+        "DueRetries",
+        cpb.DueRetriesRequest(group="mx", lease_id="nope/realtime/g1/p0"),
+        {"admin", "consumer"},
+    ),
+    ("commitlog", "GetLag", cpb.GetLagRequest(group="mx"), EVERYONE),
+    ("commitlog", "ConfigureGroup", cpb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
+    (
+        "assigner",
+        "CheckLease",
+        apb.CheckLeaseRequest(group="mx", lease_id="nope/realtime/g1/p0", epoch=1),
+        {"admin", "consumer"},
+    ),
+    ("assigner", "DescribeGroup", apb.DescribeGroupRequest(group="mx"), EVERYONE),
+    ("assigner", "WatchGroup", apb.WatchGroupRequest(group="mx"), EVERYONE),
+    ("assigner", "Session", None, {"admin", "consumer"}),
+    ("auth", "CreateToken", authpb.CreateTokenRequest(subject="x", role="nope"), {"admin"}),
+    ("auth", "WhoAmI", authpb.WhoAmIRequest(), EVERYONE),
+]
+
+
+def _session(address: str, bearer: str) -> tuple[grpc.StatusCode, str]:
+    hello = apb.WorkerMessage(
+        hello=apb.Hello(group="mx", worker_id="w-matrix", subscriptions=[apb.Subscription(stream="nope")])
+    )
+    try:
+        next(
+            iter(
+                stubs(address)["assigner"].Session(
+                    iter([hello]), timeout=5, metadata=(("authorization", f"Bearer {bearer}"),)
+                )
+            )
+        )
+        return Code.OK, ""
+    except grpc.RpcError as err:
+        return err.code(), err.details() or ""
+
+
+def test_every_rpc_against_every_role(secured) -> None:
+    services = {
+        "topology": pb.DESCRIPTOR,
+        "commitlog": cpb.DESCRIPTOR,
+        "assigner": apb.DESCRIPTOR,
+        "auth": authpb.DESCRIPTOR,
+    }
+    listed = {(s, m) for s, m, _, _ in MATRIX}
+    every = {(s, m.name) for s, d in services.items() for svc in d.services_by_name.values() for m in svc.methods}
+    assert listed == every, "a new RPC needs its row in the matrix"
+    wrong = []
+    for service, method, request, allowed in MATRIX:
+        for role in ROLES:
+            bearer = token(role, f"m-{role}")
+            if method == "Session":
+                code, details = _session(secured.address, bearer)
+            elif method.startswith("Watch"):
+                code, details = stream_call(secured.address, service, method, request, bearer)
+            else:
+                code, details, _ = call(secured.address, service, method, request, bearer)
+            denied = code == Code.PERMISSION_DENIED and " lacks " in details
+            if denied == (role in allowed) or code in (Code.UNAUTHENTICATED, Code.INTERNAL, Code.UNKNOWN):
+                wrong.append((method, role, code.name, details[:120]))
+    assert wrong == []
+
+
+def test_scoped_tokens_reach_only_their_streams_and_groups(secured) -> None:
+    scoped = token("consumer", "scoped", streams=("metrics",), groups=("mx",))
+    code, details = _session(secured.address, scoped)  # subscribes to stream 'nope': not one of its streams
+    assert code == Code.PERMISSION_DENIED and "stream/nope" in details
+    code, details, _ = call(
+        secured.address, "commitlog", "Commit", cpb.CommitRequest(group="mx", lease_id="logs/realtime/g1/p0"), scoped
+    )
+    assert code == Code.PERMISSION_DENIED and "stream/logs" in details
