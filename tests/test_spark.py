@@ -258,3 +258,58 @@ def test_starting_offsets_by_timestamp_on_real_kafka(spark, real_kafka, coordina
     rows = spark.read.parquet(str(tmp_path / "p0" / "data")).select("partition", "value").collect()
     assert {r.partition for r in rows} == {0}, "partition 1 has nothing after its time: it starts at its end"
     assert {bytes(r.value) for r in rows} <= later and rows
+
+
+def test_the_source_and_its_progress_reach_a_coordinator_over_mutual_tls(
+    spark, local_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Options tls.ca, tls.cert and tls.key (and token) reach the coordinator from every Spark process; the
+    progress listener, in the driver's own process, finds them in the environment (issue 13)."""
+    from streamplane import model
+    from streamplane.client.credentials import ClientTls
+    from streamplane.coordinator import server
+    from streamplane.coordinator.auth import ADMIN, CONSUMER, Identity
+    from streamplane.coordinator.cluster_admin import RoutingAdmin
+    from streamplane.coordinator.guard import Guard
+    from streamplane.coordinator.store import StoreConfig, open_store
+    from tests.helpers import make_certificates
+
+    certs = make_certificates(tmp_path / "certs", "ops", "spark-job")
+    identities = {"ops": Identity(ADMIN), "spark-job": Identity(CONSUMER, groups=("tls-q",))}
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "db")),
+        admin=RoutingAdmin(),
+        guard=Guard(identities=identities),
+        tls=server.ServerTls(certs["server.crt"], certs["server.key"], certs["ca"]),
+        control_endpoints=[local_cluster[1].endpoint],
+    )
+    try:
+        address = running.address
+        ops = ClientTls(str(certs["ca"]), str(certs["ops.crt"]), str(certs["ops.key"]))
+        with CoordinatorClient(address, tls=ops) as client:
+            client.register_cluster(
+                model.Cluster(
+                    "east", local_cluster[0], admin=model.ADMIN_LOCAL, control_endpoint=local_cluster[1].endpoint
+                )
+            )
+            client.create_stream("sp-tls", 2)
+        with Producer(address, tls=ops, **{"linger.ms": 5}) as producer:
+            for i in range(300):
+                producer.produce("sp-tls", b"id-%d" % i)
+            assert producer.flush(30) == 0
+        job = {
+            "tls.ca": str(certs["ca"]),
+            "tls.cert": str(certs["spark-job.crt"]),
+            "tls.key": str(certs["spark-job.key"]),
+        }
+        for name, value in (("CA", "ca"), ("CERT", "spark-job.crt"), ("KEY", "spark-job.key")):
+            monkeypatch.setenv(f"STREAMPLANE_TLS_{name}", str(certs[value]))  # for the listener, in this process
+        run_available_now(source(spark, address, "sp-tls", group="tls-q", **job), tmp_path, "tls")
+        assert sorted(values(spark, tmp_path)) == sorted(b"id-%d" % i for i in range(300))
+        with CoordinatorClient(address, tls=ops) as client:
+            # the listener recorded the query's progress: both partitions, everything done
+            wait_until(
+                lambda: len(client.lag("tls-q").partitions) == 2 and client.lag("tls-q").offset_lag == 0, timeout=30
+            )
+    finally:
+        running.stop(0)
