@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import sys
+import threading
 from collections.abc import Collection
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
 import structlog
@@ -46,8 +49,11 @@ from streamplane.v1 import (
 log = structlog.get_logger(__name__)
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-STOP_CANCEL_S = 3.0
-"""After the grace period, how long stopping waits for cancelled calls before it goes on regardless."""
+STOP_DEADLINE_S = 3.0
+"""How long a stopping coordinator process may take before it ends regardless."""
+STOP_CANCEL_S = 0.5
+"""After the grace period, how long stopping waits for cancelled calls before it goes on regardless (gRPC
+sometimes never reports the end of a call that received undecodable messages)."""
 STREAMS_PER_PRINCIPAL = 5000
 """Streams (worker sessions, watches) one principal may hold open (a worker holds one session)."""
 SERVICE_NAMES = (
@@ -228,5 +234,18 @@ def serve_forever(
         serve_metrics(host, metrics_port)
     print(f"coordinator={running.address} store={db.driver}", flush=True)
     log.info("coordinator.stopping", signal=wait_for_stop(lambda: bool(parent_pid) and os.getppid() != parent_pid))
-    running.stop()
-    return 0
+    watchdog = threading.Timer(STOP_DEADLINE_S, _exit_now, args=(1, "coordinator.stop_deadline_passed"))
+    watchdog.daemon = True
+    watchdog.start()
+    running.stop(grace_s=1.0)  # open streams end now: their workers resume their sessions at the next coordinator
+    _exit_now(0, "coordinator.stopped")
+
+
+def _exit_now(code: int, event: str) -> NoReturn:
+    """End the process now. A handler thread that gRPC could not cancel (a call stuck in a request iterator)
+    would otherwise hold the interpreter's exit, which joins every server thread; the store is closed by now,
+    or, past the deadline, left for its next opener to recover, as after a crash."""
+    log.info(event)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

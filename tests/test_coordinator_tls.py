@@ -5,6 +5,7 @@ loopback without TLS and authentication (issue 13)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -162,3 +163,49 @@ def test_streamplane_dev_has_authentication_on_and_leaves_an_admin_token_for_its
     finally:
         assert proc.stop() == 0
     assert not token_file.exists(), "the token of a stopped stack is removed"
+
+
+SIGTERM_ROUNDS = int(os.environ.get("STREAMPLANE_SIGTERM_REPEAT", "5"))
+"""Rounds in a row; CI runs 5 (each starts a stack), the issue's 20 with STREAMPLANE_SIGTERM_REPEAT=20."""
+STREAMING = [
+    ("/streamplane.v1.AssignerService/Session", True),
+    ("/streamplane.v1.TopologyService/WatchTopology", False),
+    ("/streamplane.v1.AssignerService/WatchGroup", False),
+    ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", True),
+]
+
+
+def _garbage(address: str, token: str) -> None:
+    """Undecodable bytes on every streaming method, with and without a credential; calls left open."""
+    import grpc
+
+    channel = grpc.insecure_channel(address)
+    for metadata in ((), (("authorization", f"Bearer {token}"),)):
+        for method, bidi in STREAMING:
+            raw = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+            if bidi:
+                call = channel.stream_stream(method, **raw)(
+                    iter([b"\xff\xfe\xfd", b"\x0a\xff" * 50]), metadata=metadata
+                )
+            else:
+                call = channel.unary_stream(method, **raw)(b"\xff\xfe\xfd\xfc", metadata=metadata)
+            with contextlib.suppress(grpc.RpcError, StopIteration):
+                next(iter(call))
+
+
+def test_dev_stops_within_5_s_of_sigterm_after_undecodable_messages_on_every_stream(tmp_path: Path) -> None:
+    import time
+
+    for round_ in range(SIGTERM_ROUNDS):
+        proc, address, _ = start_dev(tmp_path / f"dev{round_}", "--clusters", "1")
+        token = Path(proc.wait_for(r"^token_file=(\S+)").group(1)).read_text().strip()
+        _garbage(address, token)
+        started = time.monotonic()
+        proc.popen.terminate()
+        try:
+            proc.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.stop()
+            pytest.fail(f"round {round_ + 1}: streamplane dev still running 5 s after SIGTERM")
+        assert proc.popen.returncode == 0, f"round {round_ + 1}: exit code {proc.popen.returncode}"
+        print(f"round {round_ + 1}: stopped in {time.monotonic() - started:.2f} s")
