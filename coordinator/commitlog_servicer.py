@@ -10,7 +10,7 @@ from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.leases import parse_lease_id
 from streamplane.coordinator.store import Database
-from streamplane.errors import FencedError, StreamplaneError
+from streamplane.errors import FencedError, InvalidArgumentError, StreamplaneError
 from streamplane.model import Commit, CommitOutcome, Lag, Progress
 from streamplane.rpc import grpc_errors
 from streamplane.v1 import commitlog_pb2 as cpb
@@ -41,7 +41,13 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     def _writer(self, context: grpc.ServicerContext, group: str, lease_ids: list[str]) -> str:
         """The principal that may write the group's progress of these leases' streams."""
         principal = self._guard.require(context, auth.CONSUME, group=group)
-        for stream in {parse_lease_id(lid)[0] for lid in lease_ids}:
+        streams = set()
+        for lid in lease_ids:
+            try:
+                streams.add(parse_lease_id(lid)[0])
+            except InvalidArgumentError:
+                continue  # a malformed lease id is refused on its own, in its result
+        for stream in sorted(streams):
             auth.check(principal, auth.CONSUME, stream=stream, group=group)
         return principal.name
 

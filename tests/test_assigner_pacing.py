@@ -25,7 +25,7 @@ def with_stream(tmp_path: Path, local_cluster) -> Iterator[Database]:
     """An embedded store with the local cluster registered as "c" and a 4-partition stream "paced" on it."""
     bootstrap, control = local_cluster
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
-    topology = Topology(db, RoutingAdmin())
+    topology = Topology(db, RoutingAdmin(), control_endpoints=[control.endpoint])
     topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
     topology.create_stream("paced", 4, "c")
     yield db

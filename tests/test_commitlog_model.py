@@ -28,7 +28,7 @@ def held(local_cluster, tmp_path_factory):
     """An embedded store with stream s and a lease on s/realtime/g1/p0 held by worker w at epoch 1."""
     bootstrap, control = local_cluster
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path_factory.mktemp("commitlog")))
-    topology = Topology(db, RoutingAdmin())
+    topology = Topology(db, RoutingAdmin(), control_endpoints=[control.endpoint])
     topology.register_cluster(Cluster("c", bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint))
     topology.create_stream("s", 1, "c")
     now = int(time.time() * 1000)

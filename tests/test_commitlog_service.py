@@ -36,6 +36,8 @@ def service(tmp_path_factory: pytest.TempPathFactory, local_cluster) -> Iterator
             str(metrics_port),
             "--data-dir",
             str(tmp_path_factory.mktemp("commitlog") / "store"),
+            "--allow-control-endpoint",
+            local_cluster[1].endpoint,
         ]
     )
     address = proc.wait_for(r"coordinator=(\S+)").group(1)

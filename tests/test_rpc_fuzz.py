@@ -35,8 +35,8 @@ EXAMPLES = int(os.environ.get("STREAMPLANE_FUZZ_EXAMPLES", "30"))
 """Requests per RPC (CI runs the default; a soak sets more)."""
 BAD = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
 
-NAMES = ["", "logs", "realtime", "dlq", "fz", "g1", "fz-a", "a" * 63, "A", "x" * 5000, "é" * 300, "\x00", "../x",
-         "logs/realtime/g1/p0", "logs/realtime/g999999999999999999/p0", "logs/realtime/g" + "9" * 200 + "/p0",
+NAMES = ["", "fz-logs", "realtime", "dlq", "fz", "g1", "fz-a", "a" * 63, "A", "x" * 5000, "é" * 300, "\x00", "../x",
+         "fz-logs/realtime/g1/p0", "fz-logs/realtime/g999999999999999999/p0", "fz-logs/realtime/g" + "9" * 200 + "/p0",
          "f" * 24, "0" * 24, "127.0.0.1:1", "sec:9092", "\ud7ff\U0010ffff", " ", "logs,realtime", "-1"]  # fmt: skip
 INTS = [0, 1, 2, -1, 7, 1000, 2**31 - 1, 2**31, 2**62, 2**63 - 1, -(2**63)]
 UINTS = [0, 1, 2, 3, 1000, 4096, 4097, 2**31, 2**32 - 1]
@@ -128,7 +128,7 @@ def _start(tmp: Any, local_cluster: Any) -> tuple[server.RunningCoordinator, str
     admin = ISSUER.create("fuzzer", "admin", now_s=time.time(), ttl_s=3600)
     with CoordinatorClient(running.address, token=admin) as c:
         c.register_cluster(model.Cluster("fz-a", bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint))
-        c.create_stream("logs", 2, cluster="fz-a")
+        c.create_stream("fz-logs", 2, cluster="fz-a")
     return running, admin
 
 
@@ -210,4 +210,4 @@ def _consistent(address: str, admin: str) -> None:
                 active = [g for g in lane.generations if g.state == model.ACTIVE]
                 assert len(active) == 1, (stream.name, lane.name, lane.generations)
                 assert {g.cluster for g in lane.generations} <= clusters
-        assert c.describe_stream("logs").name == "logs"
+        assert c.describe_stream("fz-logs").name == "fz-logs"

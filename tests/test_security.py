@@ -76,7 +76,7 @@ def junk() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, local_cluster, junk: str) -> Iterator[server.RunningCoordinator]:
-    """A coordinator with authentication on; clusters sec-a and sec-b, stream logs (2 partitions)."""
+    """A coordinator with authentication on; clusters sec-a and sec-b, stream sec-logs (2 partitions)."""
     bootstrap, control = local_cluster
     running = server.start(
         open_store(StoreConfig(driver="embedded", data_dir=tmp_path_factory.mktemp("secured"))),
@@ -90,7 +90,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory, local_cluster, junk: str) 
             admin.register_cluster(
                 model.Cluster(name, bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
             )
-        admin.create_stream("logs", 2, cluster="sec-a")
+        admin.create_stream("sec-logs", 2, cluster="sec-a")
     yield running
     running.stop(0)
 
@@ -180,11 +180,11 @@ def test_the_client_raises_a_typed_error_and_the_cli_exits_7(secured) -> None:
     with CoordinatorClient(secured.address, token="nope") as c, pytest.raises(UnauthenticatedError):
         c.list_streams()
     with CoordinatorClient(secured.address, token=token("viewer")) as c, pytest.raises(PermissionDeniedError) as err:
-        c.failover("logs", "realtime", "sec-b")
-    assert err.value.permission == "stream.change" and err.value.resource == "stream/logs"
+        c.failover("sec-logs", "realtime", "sec-b")
+    assert err.value.permission == "stream.change" and err.value.resource == "stream/sec-logs"
     from tests.helpers import cli
 
-    done = cli("--token", token("viewer"), "failover", "logs", "--to", "sec-b", coordinator=secured.address)
+    done = cli("--token", token("viewer"), "failover", "sec-logs", "--to", "sec-b", coordinator=secured.address)
     assert done.returncode == 7 and "lacks stream.change" in done.stderr
     done = cli("stream", "list", coordinator=secured.address, env={"STREAMPLANE_TOKEN": ""})
     assert done.returncode == 7 and "no credential" in done.stderr
@@ -207,13 +207,13 @@ def test_topology_changes_need_their_role_and_write_nothing_when_refused(secured
             token("consumer"),
             "topology",
             "Failover",
-            pb.FailoverRequest(stream="logs", lane="realtime", target_cluster="sec-b"),
+            pb.FailoverRequest(stream="sec-logs", lane="realtime", target_cluster="sec-b"),
         ),
         (
             token("producer"),
             "topology",
             "Failover",
-            pb.FailoverRequest(stream="logs", lane="realtime", target_cluster="sec-b"),
+            pb.FailoverRequest(stream="sec-logs", lane="realtime", target_cluster="sec-b"),
         ),
         (
             token("operator"),
@@ -251,7 +251,7 @@ def test_topology_changes_need_their_role_and_write_nothing_when_refused(secured
 def test_the_event_log_records_the_authenticated_principal_never_a_name_the_client_sent(secured) -> None:
     code, details, _ = call(
         secured.address, "topology", "AddLane",
-        pb.AddLaneRequest(stream="logs", lane="audit", priority=1, partitions=1, cluster="sec-a"),
+        pb.AddLaneRequest(stream="sec-logs", lane="audit", priority=1, partitions=1, cluster="sec-a"),
         token("operator", "alice"), metadata=(("x-streamplane-actor", "mallory"),),
     )  # fmt: skip
     assert code == Code.OK, details
@@ -296,12 +296,12 @@ def test_a_control_endpoint_that_answers_something_else_than_json_is_unavailable
 
 @pytest.fixture
 def victim(secured) -> Iterator[WorkerSession]:
-    """A worker of group 'victim' (principal victim-worker) holding both leases of logs/realtime."""
+    """A worker of group 'victim' (principal victim-worker) holding both leases of sec-logs/realtime."""
     worker = WorkerSession(
         secured.address,
         group="victim",
         worker_id="v1",
-        subscriptions={"logs": ["realtime"]},
+        subscriptions={"sec-logs": ["realtime"]},
         token=token("consumer", "victim-worker", groups=("victim",)),
     )
     worker.join()
@@ -323,7 +323,7 @@ def _commit(lid: str, epoch: int, acked: list[tuple[int, int]], high: int = 0) -
 
 
 def test_only_the_session_holding_a_lease_commits_for_it(secured, victim: WorkerSession) -> None:
-    grant = victim.leases["logs/realtime/g1/p0"]
+    grant = victim.leases["sec-logs/realtime/g1/p0"]
     attack = _commit(grant.lease_id, grant.epoch, [(0, 1_000_000)], high=1_000_000)
     # another group's consumer: not a consumer of this group
     code, details, _ = call(
@@ -353,7 +353,7 @@ def test_only_the_session_holding_a_lease_commits_for_it(secured, victim: Worker
 
 def test_a_producer_session_is_bound_to_the_principal_that_opened_it(secured) -> None:
     beat = pb.ProducerHeartbeatRequest(
-        producer_id="p-1", in_flight=[pb.GenerationRef(stream="logs", lane="realtime", generation=1)]
+        producer_id="p-1", in_flight=[pb.GenerationRef(stream="sec-logs", lane="realtime", generation=1)]
     )
     assert call(secured.address, "topology", "ProducerHeartbeat", beat, token("producer", "prod-a"))[0] == Code.OK
     for method, request in (
@@ -363,8 +363,8 @@ def test_a_producer_session_is_bound_to_the_principal_that_opened_it(secured) ->
         code, details, _ = call(secured.address, "topology", method, request, token("producer", "prod-b"))
         assert code == Code.PERMISSION_DENIED and "belongs to prod-a" in details
     kept = [p for p in read_producers(secured.db) if p.producer_id == "p-1"]
-    assert kept and kept[0].in_flight == [("logs", "realtime", 1)], "the fake heartbeat changed nothing"
-    # a producer scoped to another stream cannot hold logs' generations back from sealing either
+    assert kept and kept[0].in_flight == [("sec-logs", "realtime", 1)], "the fake heartbeat changed nothing"
+    # a producer scoped to another stream cannot hold sec-logs' generations back from sealing either
     code, details, _ = call(
         secured.address,
         "topology",
@@ -372,7 +372,7 @@ def test_a_producer_session_is_bound_to_the_principal_that_opened_it(secured) ->
         pb.ProducerHeartbeatRequest(producer_id="p-2", in_flight=beat.in_flight),
         token("producer", "prod-c", streams=("metrics",)),
     )
-    assert code == Code.PERMISSION_DENIED and "stream/logs" in details
+    assert code == Code.PERMISSION_DENIED and "stream/sec-logs" in details
     assert (
         call(
             secured.address,
@@ -422,25 +422,25 @@ def test_huge_or_overlapping_commit_ranges_cost_little_and_block_nobody(secured)
         return call(secured.address, "commitlog", "Commit", request, spark, timeout=30)
 
     (code, details, took), slowest = _latencies_while(
-        secured.address, lambda: commit("logs/realtime/g1/p0", [(0, 2**62)])
+        secured.address, lambda: commit("sec-logs/realtime/g1/p0", [(0, 2**62)])
     )
     assert code == Code.OK and took < 1.0 and slowest < 0.5, (details, took, slowest)
     overlapping = [(i, i + 50_000) for i in range(100_000)]
     (code, details, took), slowest = _latencies_while(
-        secured.address, lambda: commit("logs/realtime/g1/p1", overlapping)
+        secured.address, lambda: commit("sec-logs/realtime/g1/p1", overlapping)
     )
     assert code == Code.OK and took < 2.0 and slowest < 0.5, (details, took, slowest)
     with CoordinatorClient(secured.address, token=token("viewer")) as c:
-        assert c.progress("spark-q", "logs/realtime/g1/p1").low_watermark == 100_000 + 49_999
+        assert c.progress("spark-q", "sec-logs/realtime/g1/p1").low_watermark == 100_000 + 49_999
     # scattered ranges far above the low watermark: refused before anything is written, naming the limit
     scattered = [(2**40 + i * 2 * CHUNK, 2**40 + i * 2 * CHUNK + 1) for i in range(5000)]
-    code, details, took = commit("logs/realtime/g1/p1", scattered, high=2**41)
+    code, details, took = commit("sec-logs/realtime/g1/p1", scattered, high=2**41)
     assert code == Code.RESOURCE_EXHAUSTED and "blocks of 4096 offsets" in details and took < 1.0
 
 
 def test_bad_values_get_invalid_argument_naming_the_field_and_quoting_a_short_prefix(secured) -> None:
     admin = token("admin")
-    lid = "logs/realtime/g" + "9" * 300 + "/p0"
+    lid = "sec-logs/realtime/g" + "9" * 300 + "/p0"
     for service, method, request in [
         ("assigner", "CheckLease", apb.CheckLeaseRequest(group="victim", lease_id=lid, epoch=1)),
         ("commitlog", "Commit", cpb.CommitRequest(group="victim", lease_id=lid, epoch=1)),
@@ -474,7 +474,7 @@ def test_sessions_without_a_hello_neither_starve_unary_calls_nor_stay(tmp_path: 
             c.register_cluster(
                 model.Cluster("c", bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
             )
-            c.create_stream("jobs", 2)
+            c.create_stream("hello-jobs", 2)
         never = threading.Event()
 
         def silent() -> Iterator[apb.WorkerMessage]:
@@ -501,7 +501,7 @@ def test_sessions_without_a_hello_neither_starve_unary_calls_nor_stay(tmp_path: 
             t.join(timeout=10)
         assert outcomes.count(Code.RESOURCE_EXHAUSTED) == 40 - 16
         assert outcomes.count(Code.CANCELLED) == 16, "closed after the hello deadline"
-        worker = WorkerSession(running.address, group="g", worker_id="w", subscriptions={"jobs": []})
+        worker = WorkerSession(running.address, group="g", worker_id="w", subscriptions={"hello-jobs": []})
         worker.join()  # the server is free again
         worker.close()
         never.set()
@@ -573,7 +573,7 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("topology", "RegisterCluster", pb.RegisterClusterRequest(), {"admin"}),
     ("topology", "ListClusters", pb.ListClustersRequest(), EVERYONE),
     ("topology", "CreateStream", pb.CreateStreamRequest(name="m", partitions=0), {"admin", "operator"}),
-    ("topology", "DescribeStream", pb.DescribeStreamRequest(name="logs"), EVERYONE),
+    ("topology", "DescribeStream", pb.DescribeStreamRequest(name="sec-logs"), EVERYONE),
     ("topology", "ListStreams", pb.ListStreamsRequest(), EVERYONE),
     ("topology", "AddLane", pb.AddLaneRequest(stream="nope", lane="x", partitions=1), {"admin", "operator"}),
     (
@@ -587,7 +587,7 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("topology", "WatchTopology", pb.WatchTopologyRequest(), EVERYONE),
     ("commitlog", "Commit", cpb.CommitRequest(group="mx", lease_id="nope/realtime/g1/p0"), {"admin", "consumer"}),
     ("commitlog", "CommitBatch", cpb.CommitBatchRequest(group="mx"), {"admin", "consumer"}),
-    ("commitlog", "GetProgress", cpb.GetProgressRequest(group="mx", lease_id="logs/realtime/g1/p0"), EVERYONE),
+    ("commitlog", "GetProgress", cpb.GetProgressRequest(group="mx", lease_id="sec-logs/realtime/g1/p0"), EVERYONE),
     (
         "commitlog",
         "DueRetries",
@@ -658,6 +658,10 @@ def test_scoped_tokens_reach_only_their_streams_and_groups(secured) -> None:
     code, details = _session(secured.address, scoped)  # subscribes to stream 'nope': not one of its streams
     assert code == Code.PERMISSION_DENIED and "stream/nope" in details
     code, details, _ = call(
-        secured.address, "commitlog", "Commit", cpb.CommitRequest(group="mx", lease_id="logs/realtime/g1/p0"), scoped
+        secured.address,
+        "commitlog",
+        "Commit",
+        cpb.CommitRequest(group="mx", lease_id="sec-logs/realtime/g1/p0"),
+        scoped,
     )
-    assert code == Code.PERMISSION_DENIED and "stream/logs" in details
+    assert code == Code.PERMISSION_DENIED and "stream/sec-logs" in details
