@@ -96,19 +96,146 @@ def cmd_cluster_list(args: argparse.Namespace) -> None:
         print_json(clusters)
         return
     print_table(
-        ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN"],
+        ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "REASONS"],
         [
             [
                 c.name,
                 c.bootstrap_servers,
                 c.zone or "-",
                 f"{c.capacity_weight:g}",
-                c.health,
+                c.health + (" (cordoned)" if c.cordoned else ""),
                 c.admin,
+                "; ".join(c.health_reasons) or "-",
             ]
             for c in clusters
         ],
     )
+
+
+def cmd_cluster_health(args: argparse.Namespace) -> None:
+    import time as _time
+
+    with _client(args) as client:
+        cluster, probes = client.cluster_health(args.name)
+    if args.output == "json":
+        print_json({"cluster": cluster, "probes": probes})
+        return
+    since = f" for {(_time.time() * 1000 - cluster.health_since_ms) / 1000:.0f} s" if cluster.health_since_ms else ""
+    print(f"{cluster.name}: {cluster.health}{since}" + (" (cordoned)" if cluster.cordoned else ""))
+    for reason in cluster.health_reasons:
+        print(f"  - {reason}")
+    print_table(
+        ["AGO_S", "REACHABLE", "LATENCY_MS", "BROKERS", "PARTITIONS", "LEADERLESS", "UNDER_REPLICATED", "ERROR"],
+        [
+            [
+                f"{(_time.time() * 1000 - p['at_ms']) / 1000:.1f}",
+                "yes" if p["reachable"] else "no",
+                p["latency_ms"],
+                p["brokers"],
+                p["partitions"],
+                p["leaderless"],
+                p["under_replicated"],
+                p["error"] or "-",
+            ]
+            for p in reversed(probes)
+        ],
+    )
+
+
+def cmd_cluster_cordon(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        cluster = client.cordon_cluster(args.name, not args.undo)
+    print(f"cluster {cluster.name} is " + ("cordoned: no new generation lands on it" if cluster.cordoned else "open"))
+
+
+def cmd_cluster_remove(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        version = client.remove_cluster(args.name)
+    print(f"cluster {args.name} removed at version {version}")
+
+
+def _generations_on(client: CoordinatorClient, cluster: str) -> list[tuple[str, str, model.Generation]]:
+    return [
+        (s.name, lane.name, g)
+        for s in client.list_streams()
+        for lane in s.lanes
+        for g in lane.generations
+        if g.cluster == cluster
+    ]
+
+
+def cmd_cluster_drain(args: argparse.Namespace) -> int:
+    """Fail every lane off a cluster (at the fleet's rate cap), then wait until each generation there drained."""
+    import time as _time
+
+    with _client(args) as client:
+        rate = client.fleet_policy().max_failovers_per_minute
+        todo = [(s, lane) for s, lane, g in _generations_on(client, args.name) if g.state == model.ACTIVE]
+        for moved, (stream, lane) in enumerate(todo):
+            if moved and moved % rate == 0:
+                print(f"  {moved} failovers: a minute's pause (the fleet's rate cap, {rate} a minute)", file=sys.stderr)
+                _time.sleep(60)
+            done = client.failover(stream, lane, args.to or "", 0, f"drain of cluster {args.name}")
+            print(f"  [{moved + 1}/{len(todo)}] {stream}/{lane} -> {done.current.cluster}", file=sys.stderr, flush=True)
+        deadline = _time.monotonic() + args.timeout
+        while True:
+            gens = _generations_on(client, args.name)
+            left = [f"{s}/{lane}/g{g.number}" for s, lane, g in gens if g.state != model.DRAINED]
+            total = len(gens) or 1
+            width = 30
+            filled = width * (total - len(left)) // total
+            print(
+                f"\r  drained [{'#' * filled}{'.' * (width - filled)}] {total - len(left)}/{len(gens)}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+            if not left:
+                print(file=sys.stderr)
+                print(f"cluster {args.name} is drained: {len(todo)} lane(s) moved, {len(gens)} generation(s) drained")
+                return 0
+            if _time.monotonic() > deadline:
+                print(file=sys.stderr)
+                raise errors.UnavailableError(
+                    f"cluster {args.name} is not drained after {args.timeout:.0f} s: {', '.join(left[:5])} still "
+                    "hold records (are their groups running, and is the cluster reachable to seal?)"
+                )
+            _time.sleep(1.0)
+
+
+def cmd_stream_policy(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        current = client.describe_stream(args.name).failover
+        policy = model.FailoverPolicy(
+            mode=args.mode or current.mode,
+            unhealthy_after_ms=args.unhealthy_after_ms or current.unhealthy_after_ms,
+            min_interval_ms=args.min_interval_ms if args.min_interval_ms is not None else current.min_interval_ms,
+        )
+        stream = client.set_stream_policy(args.name, policy) if policy != current else client.describe_stream(args.name)
+    if args.output == "json":
+        print_json(stream.failover)
+    else:
+        p = stream.failover
+        print(
+            f"{args.name}: failover {p.mode}, after {p.unhealthy_after_ms / 1000:g} s unhealthy, "
+            f"at most once per {p.min_interval_ms / 1000:g} s per lane"
+        )
+
+
+def cmd_fleet(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        policy = client.fleet_policy()
+        if args.subcommand == "freeze":
+            policy = client.set_fleet_policy(model.FleetPolicy(True, policy.max_failovers_per_minute))
+        elif args.subcommand == "unfreeze":
+            policy = client.set_fleet_policy(model.FleetPolicy(False, policy.max_failovers_per_minute))
+        elif args.max_failovers_per_minute:
+            policy = client.set_fleet_policy(model.FleetPolicy(policy.frozen, args.max_failovers_per_minute))
+    if args.output == "json":
+        print_json(policy)
+    else:
+        state = "frozen: nothing moves by itself" if policy.frozen else "automatic failover on"
+        print(f"fleet: {state}; at most {policy.max_failovers_per_minute} automatic failovers per minute")
 
 
 def _print_stream(stream: model.Stream) -> None:
@@ -182,7 +309,7 @@ def cmd_stream_add_lane(args: argparse.Namespace) -> None:
 
 def cmd_failover(args: argparse.Namespace) -> None:
     with _client(args) as client:
-        done = client.failover(args.stream, args.lane, args.to, args.partitions, args.reason)
+        done = client.failover(args.stream, args.lane, args.to or "", args.partitions, args.reason)
     if args.output == "json":
         print_json(done)
     else:
@@ -541,7 +668,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capacity-weight", type=float, default=1.0)
     p.add_argument("--config-ref", default="", help="name of the client TLS/SASL settings for this cluster")
     p.add_argument("--update", action="store_true", help="replace an existing registration of that name")
-    add(cluster, "list", cmd_cluster_list, "list registered clusters")
+    add(cluster, "list", cmd_cluster_list, "list registered clusters with their health")
+    p = add(cluster, "health", cmd_cluster_health, "a cluster's health, its reasons and the recent probes")
+    p.add_argument("name")
+    p = add(cluster, "cordon", cmd_cluster_cordon, "stop new generations landing on a cluster (admins)")
+    p.add_argument("name")
+    p.add_argument("--undo", action="store_true", help="lift the cordon")
+    p = add(cluster, "drain", cmd_cluster_drain, "fail every lane off a cluster and wait until it is drained")
+    p.add_argument("name")
+    p.add_argument("--to", default="", metavar="CLUSTER", help="target cluster (default: the autopilot's choice)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the generations to drain")
+    p = add(cluster, "remove", cmd_cluster_remove, "forget a cluster (refused while it holds undrained data)")
+    p.add_argument("name")
 
     stream = sub.add_parser("stream", help="create, list and describe streams").add_subparsers(
         dest="subcommand", required=True, metavar="SUBCOMMAND"
@@ -563,6 +701,11 @@ def build_parser() -> argparse.ArgumentParser:
     add(stream, "list", cmd_stream_list, "list streams")
     p = add(stream, "describe", cmd_stream_describe, "show a stream's lanes and generations")
     p.add_argument("name")
+    p = add(stream, "policy", cmd_stream_policy, "show or set when the autopilot fails the stream's lanes over")
+    p.add_argument("name")
+    p.add_argument("--mode", choices=["auto", "manual"], default="")
+    p.add_argument("--unhealthy-after-ms", type=int, default=0, help="how long a cluster must be unhealthy")
+    p.add_argument("--min-interval-ms", type=int, default=None, help="a lane moves at most once in this long")
     p = add(stream, "add-lane", cmd_stream_add_lane, "add a lane to a stream")
     p.add_argument("stream")
     p.add_argument("lane")
@@ -598,6 +741,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="refresh every SECONDS (default 2) until Ctrl-C",
     )
 
+    fleet = sub.add_parser("fleet", help="the autopilot's fleet-wide switches").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    add(fleet, "freeze", cmd_fleet, "incident mode: health is watched, nothing moves by itself (admins)")
+    add(fleet, "unfreeze", cmd_fleet, "automatic failover on again (admins)")
+    p = add(fleet, "policy", cmd_fleet, "show the fleet policy, or set its rate cap")
+    p.add_argument("--max-failovers-per-minute", type=int, default=0)
+
     p = add(sub, "whoami", cmd_whoami, "who the coordinator takes you for: name, role, scope")
 
     token = sub.add_parser("token", help="bearer tokens").add_subparsers(
@@ -613,7 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(sub, "failover", cmd_failover, "move a lane to another cluster: open g+1 there, drain g")
     p.add_argument("stream")
     p.add_argument("--lane", default="realtime")
-    p.add_argument("--to", required=True, metavar="CLUSTER")
+    p.add_argument("--to", default="", metavar="CLUSTER", help="target cluster (default: the autopilot's choice)")
     p.add_argument("--partitions", type=int, default=0, help="partition count of the new generation (default: same)")
     p.add_argument("--reason", default="")
 

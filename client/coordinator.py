@@ -130,6 +130,45 @@ class CoordinatorClient:
         got = self._call(self.topology.RegisterCluster, request)
         return m.ClusterAt(got.version, convert.cluster_from_pb(got.cluster))
 
+    def cluster_health(self, name: str) -> tuple[m.Cluster, list[dict[str, Any]]]:
+        """A cluster with its health and reasons, and the health monitor's recent probes (oldest first)."""
+        got = self._call(self.topology.ClusterHealth, pb.ClusterHealthRequest(name=name), idempotent=True)
+        probes = [
+            {
+                "at_ms": p.at_unix_ms,
+                "reachable": p.reachable,
+                "latency_ms": round(p.latency_ms, 1),
+                "brokers": p.brokers,
+                "partitions": p.partitions,
+                "leaderless": p.leaderless,
+                "under_replicated": p.under_replicated,
+                "error": p.error,
+            }
+            for p in got.probes
+        ]
+        return convert.cluster_from_pb(got.cluster), probes
+
+    def cordon_cluster(self, name: str, cordoned: bool = True) -> m.Cluster:
+        got = self._call(self.topology.CordonCluster, pb.CordonClusterRequest(name=name, cordoned=cordoned))
+        return convert.cluster_from_pb(got)
+
+    def remove_cluster(self, name: str) -> str:
+        """Forget a cluster (refused while it holds undrained generations); the event's version."""
+        return str(self._call(self.topology.RemoveCluster, pb.RemoveClusterRequest(name=name)).version)
+
+    def set_stream_policy(self, stream: str, policy: m.FailoverPolicy) -> m.Stream:
+        request = pb.SetStreamPolicyRequest(stream=stream, policy=convert.failover_policy_to_pb(policy))
+        return convert.stream_from_pb(self._call(self.topology.SetStreamPolicy, request).stream)
+
+    def set_fleet_policy(self, policy: m.FleetPolicy) -> m.FleetPolicy:
+        return convert.fleet_policy_from_pb(
+            self._call(self.topology.SetFleetPolicy, convert.fleet_policy_to_pb(policy))
+        )
+
+    def fleet_policy(self) -> m.FleetPolicy:
+        got = self._call(self.topology.GetFleetPolicy, pb.GetFleetPolicyRequest(), idempotent=True)
+        return convert.fleet_policy_from_pb(got)
+
     def list_clusters(self) -> list[m.Cluster]:
         got = self._call(self.topology.ListClusters, pb.ListClustersRequest(), idempotent=True)
         return [convert.cluster_from_pb(c) for c in got.clusters]

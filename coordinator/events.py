@@ -19,6 +19,8 @@ from streamplane.model import (
     EVENT_KINDS,
     Cluster,
     Event,
+    FailoverPolicy,
+    FleetPolicy,
     Generation,
     GroupChanged,
     Lane,
@@ -56,6 +58,8 @@ _RECORDS: dict[str, Any] = {
     "generation": Generation,
     "previous": Generation,
     "current": Generation,
+    "failover": FailoverPolicy,
+    "fleet": FleetPolicy,
 }
 """Payload fields that hold a topology record (as a JSON object) when they are not a plain name."""
 

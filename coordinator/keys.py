@@ -88,6 +88,7 @@ SEAL_WAITS = ROOT["seal_wait"]
 GROUP_EVENTS = ROOT["group_event"]
 GROUP_EVENT_HEADS = ROOT["group_event_head"]
 TXN_TOKENS = ROOT["txn"]
+FLEET_POLICY = ROOT.pack(("fleet_policy",))
 
 
 def cluster_key(name: str) -> bytes:

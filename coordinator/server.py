@@ -24,6 +24,7 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.assigner_servicer import AssignerServicer
 from streamplane.coordinator.auth_servicer import AuthServicer
+from streamplane.coordinator.autopilot import Autopilot, AutopilotConfig
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
 from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag
 from streamplane.coordinator.guard import Guard
@@ -75,6 +76,7 @@ class RunningCoordinator:
     assigner: Assigner
     sealer: Sealer
     deadlines: Deadlines
+    autopilot: Autopilot
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop the assignment loop, then serving (open streams end: their sessions are left for the next
@@ -86,6 +88,7 @@ class RunningCoordinator:
         if not self.server.stop(grace_s).wait(grace_s + STOP_CANCEL_S):
             log.warning("coordinator.stop_timeout", grace_s=grace_s)
         self.sealer.stop()
+        self.autopilot.stop()
         self.db.close()
 
 
@@ -136,6 +139,7 @@ def start(
     control_endpoints: Collection[str] = (),
     hello_timeout_s: float = HELLO_TIMEOUT_S,
     streams_per_principal: int = STREAMS_PER_PRINCIPAL,
+    autopilot_config: AutopilotConfig | None = None,
 ) -> RunningCoordinator:
     """Start the gRPC server on host:port (0 picks a free port) over an open store; `clock` is its time.
 
@@ -150,10 +154,11 @@ def start(
         options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
     )
     topology = Topology(db, admin or RoutingAdmin(), clock, control_endpoints=control_endpoints)
-    topology_pb2_grpc.add_TopologyServiceServicer_to_server(
-        TopologyServicer(topology, sealing_config, clock=clock, guard=guard), server
-    )
     assigner = Assigner(db, assigner_config, clock=clock)
+    autopilot = Autopilot(topology, lambda: assigner.is_leader, autopilot_config, clock=clock)
+    topology_pb2_grpc.add_TopologyServiceServicer_to_server(
+        TopologyServicer(topology, sealing_config, clock=clock, guard=guard, probes=autopilot.probes), server
+    )
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
     commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db, clock=clock, guard=guard), server)
     LAG.source = lambda: lag(db, "", now_ms=clock.now_ms())
@@ -177,11 +182,12 @@ def start(
     server.start()
     assigner.start()
     sealer.start()
+    autopilot.start()
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     address = f"{host}:{bound}"
     log.info("coordinator.started", address=address, store=db.driver, tls=tls is not None, auth=guard.enabled)
-    return RunningCoordinator(server, address, db, health_servicer, assigner, sealer, deadlines)
+    return RunningCoordinator(server, address, db, health_servicer, assigner, sealer, deadlines, autopilot)
 
 
 def serve_forever(

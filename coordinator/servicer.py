@@ -5,13 +5,14 @@ Errors are mapped to gRPC statuses by `streamplane.rpc`; nothing here decides an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import auth, events, sealing
 from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.health import Probe
 from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.topology import Topology
 from streamplane.model import TopologyEvent
@@ -32,9 +33,11 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
         *,
         clock: Clock = SYSTEM,
         guard: Guard | None = None,
+        probes: Callable[[str], list[Probe]] = lambda name: [],
     ):
         self._topology = topology
         self._guard = guard or Guard()
+        self._probes = probes
         self._clock = clock
         self._sealing = sealing_config or SealingConfig()
 
@@ -130,6 +133,57 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
         return pb.ProducerHeartbeatResponse(
             heartbeat_interval_ms=cfg.producer_heartbeat_ms, ttl_ms=cfg.producer_ttl_ms, topology_version=head
         )
+
+    @grpc_errors
+    def ClusterHealth(
+        self, request: pb.ClusterHealthRequest, context: grpc.ServicerContext
+    ) -> pb.ClusterHealthResponse:
+        self._guard.require(context, auth.READ)
+        cluster = self._topology.get_cluster(request.name)
+        probes = [
+            pb.Probe(
+                at_unix_ms=p.at_ms,
+                reachable=p.reachable,
+                latency_ms=p.latency_ms,
+                brokers=p.brokers,
+                partitions=p.partitions,
+                leaderless=p.leaderless,
+                under_replicated=p.under_replicated,
+                error=p.error,
+            )
+            for p in self._probes(cluster.name)
+        ]
+        return pb.ClusterHealthResponse(cluster=convert.cluster_to_pb(cluster), probes=probes)
+
+    @grpc_errors
+    def CordonCluster(self, request: pb.CordonClusterRequest, context: grpc.ServicerContext) -> pb.Cluster:
+        actor = self._guard.change(context, auth.CHANGE_CLUSTERS)
+        return convert.cluster_to_pb(self._topology.cordon(request.name, request.cordoned, actor=actor).value)
+
+    @grpc_errors
+    def RemoveCluster(
+        self, request: pb.RemoveClusterRequest, context: grpc.ServicerContext
+    ) -> pb.RemoveClusterResponse:
+        actor = self._guard.change(context, auth.CHANGE_CLUSTERS)
+        return pb.RemoveClusterResponse(version=self._topology.remove_cluster(request.name, actor=actor).version)
+
+    @grpc_errors
+    def SetStreamPolicy(self, request: pb.SetStreamPolicyRequest, context: grpc.ServicerContext) -> pb.StreamResponse:
+        actor = self._guard.change(context, auth.CHANGE_STREAMS, stream=request.stream)
+        policy = convert.failover_policy_from_pb(request.policy)
+        done = self._topology.set_stream_policy(request.stream, policy, actor=actor)
+        return pb.StreamResponse(stream=convert.stream_to_pb(done.value), version=done.version)
+
+    @grpc_errors
+    def SetFleetPolicy(self, request: pb.FleetPolicy, context: grpc.ServicerContext) -> pb.FleetPolicy:
+        actor = self._guard.change(context, auth.CHANGE_CLUSTERS)
+        done = self._topology.set_fleet_policy(convert.fleet_policy_from_pb(request), actor=actor)
+        return convert.fleet_policy_to_pb(done.value)
+
+    @grpc_errors
+    def GetFleetPolicy(self, request: pb.GetFleetPolicyRequest, context: grpc.ServicerContext) -> pb.FleetPolicy:
+        self._guard.require(context, auth.READ)
+        return convert.fleet_policy_to_pb(self._topology.fleet_policy())
 
     @grpc_errors
     def CloseProducer(

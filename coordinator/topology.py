@@ -15,6 +15,7 @@ from typing import Any
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, keys
 from streamplane.coordinator.cluster_admin import ClusterAdmin
+from streamplane.coordinator.health import HEALTHY, active_load, choose_target
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.store.api import StoreUnavailableError, Watch
 from streamplane.errors import (
@@ -30,16 +31,22 @@ from streamplane.model import (
     ADMIN_KAFKA,
     ADMIN_LOCAL,
     DEFAULT_LANES,
+    DRAINED,
     DRAINING,
     SEALED,
     Cluster,
+    ClusterHealthChanged,
     ClusterRegistered,
+    ClusterRemoved,
     ClusterUpdated,
     Event,
     FailedOver,
+    FailoverPolicy,
+    FleetPolicy,
     Generation,
     Lane,
     LaneAdded,
+    PolicyChanged,
     Stream,
     StreamCreated,
     TopicSettings,
@@ -84,8 +91,16 @@ def validate_cluster(cluster: Cluster) -> Cluster:
         raise InvalidArgumentError(f"cluster.admin must be {ADMIN_KAFKA!r} or {ADMIN_LOCAL!r}, not {quoted(admin)}")
     if admin == ADMIN_LOCAL and not cluster.control_endpoint:
         raise InvalidArgumentError("cluster.control_endpoint is required for a local cluster")
+    # health and cordons are the health monitor's and the operators' (CordonCluster), not a registration's
     return replace(
-        cluster, bootstrap_servers=servers, capacity_weight=weight, admin=admin, health=cluster.health or "healthy"
+        cluster,
+        bootstrap_servers=servers,
+        capacity_weight=weight,
+        admin=admin,
+        health=HEALTHY,
+        health_reasons=[],
+        health_since_ms=0,
+        cordoned=False,
     )
 
 
@@ -138,10 +153,24 @@ def list_streams(tr: Transaction) -> list[Stream]:
 
 
 def _pick_cluster(clusters: list[Cluster]) -> Cluster:
-    healthy = [c for c in clusters if c.health == "healthy"]
+    healthy = [c for c in clusters if c.health == HEALTHY and not c.cordoned]
     if not healthy:
-        raise FailedPreconditionError("no healthy cluster is registered; register one with RegisterCluster first")
+        raise FailedPreconditionError(
+            "no healthy, uncordoned cluster is registered; register one with RegisterCluster first"
+        )
     return min(healthy, key=lambda c: (-c.capacity_weight, c.name))
+
+
+def _check_target(cluster: Cluster, field: str) -> Cluster:
+    if cluster.cordoned:
+        raise FailedPreconditionError(f"{field} {cluster.name!r} is cordoned: no new generation lands on it")
+    return cluster
+
+
+@transactional
+def fleet_policy(tr: Transaction) -> FleetPolicy:
+    raw = tr.get(keys.FLEET_POLICY)
+    return FleetPolicy.from_json(raw) if raw else FleetPolicy()
 
 
 # -- writes (each one transaction: event + state) -------------------------------------------------------------
@@ -216,20 +245,121 @@ class Topology:
 
         def change(tr: Transaction) -> Cluster:
             key = keys.cluster_key(cluster.name)
-            exists = tr.get(key) is not None
+            raw = tr.get(key)
+            exists = raw is not None
             if exists and not update_existing:
                 raise AlreadyExistsError(
                     f"cluster {cluster.name!r} is already registered", kind="cluster", name=cluster.name
                 )
-            tr.set(key, cluster.to_json())
+            stored = cluster
+            if raw is not None:  # an update keeps what the health monitor and the operators set
+                old = Cluster.from_json(raw)
+                stored = replace(
+                    cluster,
+                    health=old.health,
+                    health_reasons=old.health_reasons,
+                    health_since_ms=old.health_since_ms,
+                    cordoned=old.cordoned,
+                )
+            tr.set(key, stored.to_json())
             kind = ClusterUpdated if exists else ClusterRegistered
-            events.append_event(tr, kind(cluster=cluster), actor=actor, time_ms=now)
-            return cluster
+            events.append_event(tr, kind(cluster=stored), actor=actor, time_ms=now)
+            return stored
 
         return self._commit(change)
 
     def list_clusters(self) -> list[Cluster]:
         return list_clusters(self.db)
+
+    def get_cluster(self, name: str) -> Cluster:
+        check_object_name("name", name)
+        return get_cluster(self.db, name)
+
+    def record_health(
+        self, name: str, state: str, reasons: tuple[str, ...] | list[str], *, actor: str
+    ) -> Committed | None:
+        """Store a cluster's health as the monitor judged it; one `cluster_health_changed` event when the state
+        or its reasons changed, nothing (None) when they did not."""
+        current = get_cluster(self.db, name)
+        if current.health == state and current.health_reasons == list(reasons):
+            return None
+        now = self.clock.now_ms()
+
+        def change(tr: Transaction) -> Cluster:
+            old = get_cluster(tr, name)
+            since = old.health_since_ms if old.health == state else now
+            new = replace(old, health=state, health_reasons=list(reasons), health_since_ms=since)
+            tr.set(keys.cluster_key(name), new.to_json())
+            events.append_event(tr, ClusterHealthChanged(cluster=new, previous=old.health), actor=actor, time_ms=now)
+            return new
+
+        return self._commit(change)
+
+    def cordon(self, name: str, cordoned: bool = True, *, actor: str = "") -> Committed:
+        """Stop (or let again) new generations landing on a cluster; its existing ones stay until drained."""
+        check_object_name("cluster", name)
+        now = self.clock.now_ms()
+
+        def change(tr: Transaction) -> Cluster:
+            new = replace(get_cluster(tr, name), cordoned=cordoned)
+            tr.set(keys.cluster_key(name), new.to_json())
+            events.append_event(tr, ClusterUpdated(cluster=new), actor=actor, time_ms=now)
+            return new
+
+        return self._commit(change)
+
+    def remove_cluster(self, name: str, *, actor: str = "") -> Committed:
+        """Forget a cluster; refused while any generation there is not drained (its data would be lost)."""
+        check_object_name("cluster", name)
+        now = self.clock.now_ms()
+
+        def change(tr: Transaction) -> str:
+            get_cluster(tr, name)
+            undrained = [
+                f"{s.name}/{lane.name}/g{g.number} ({g.state})"
+                for s in list_streams(tr)
+                for lane in s.lanes
+                for g in lane.generations
+                if g.cluster == name and g.state != DRAINED
+            ]
+            if undrained:
+                shown = ", ".join(undrained[:5]) + (f" and {len(undrained) - 5} more" if len(undrained) > 5 else "")
+                raise FailedPreconditionError(
+                    f"cluster {name!r} still holds {len(undrained)} undrained generation(s): {shown}; "
+                    f"drain it first (streamplane cluster drain {name})"
+                )
+            tr.clear(keys.cluster_key(name))
+            events.append_event(tr, ClusterRemoved(cluster=name), actor=actor, time_ms=now)
+            return name
+
+        return self._commit(change)
+
+    def fleet_policy(self) -> FleetPolicy:
+        return fleet_policy(self.db)
+
+    def set_fleet_policy(self, policy: FleetPolicy, *, actor: str = "") -> Committed:
+        policy.check()
+        now = self.clock.now_ms()
+
+        def change(tr: Transaction) -> FleetPolicy:
+            tr.set(keys.FLEET_POLICY, policy.to_json())
+            events.append_event(tr, PolicyChanged(fleet=policy), actor=actor, time_ms=now)
+            return policy
+
+        return self._commit(change)
+
+    def set_stream_policy(self, stream: str, policy: FailoverPolicy, *, actor: str = "") -> Committed:
+        check_object_name("stream", stream)
+        policy.check()
+        now = self.clock.now_ms()
+
+        def change(tr: Transaction) -> Stream:
+            current = get_stream(tr, stream, "stream")
+            tr.set(keys.stream_key(stream), Stream(stream, topic=current.topic, failover=policy).to_json())
+            events.append_event(tr, PolicyChanged(stream=stream, failover=policy), actor=actor, time_ms=now)
+            return replace(current, failover=policy)
+
+        return self._commit(change)
 
     # streams
     def get_stream(self, name: str) -> Stream:
@@ -257,7 +387,7 @@ class Topology:
         def plan(tr: Transaction) -> Cluster:
             if tr.get(keys.stream_key(name)) is not None:
                 raise AlreadyExistsError(f"stream {name!r} already exists", kind="stream", name=name)
-            return get_cluster(tr, cluster) if cluster else _pick_cluster(list_clusters(tr))
+            return _check_target(get_cluster(tr, cluster), "cluster") if cluster else _pick_cluster(list_clusters(tr))
 
         target = self.db.transact(plan)
         lanes = [
@@ -272,7 +402,7 @@ class Topology:
         def change(tr: Transaction) -> Stream:
             plan(tr)  # re-check inside the committing transaction: a concurrent create loses cleanly
             stream = Stream(name, sorted(lanes, key=lambda lane: -lane.priority), settings)
-            tr.set(keys.stream_key(name), Stream(name, topic=settings).to_json())
+            tr.set(keys.stream_key(name), Stream(name, topic=settings).to_json())  # the policy: the default
             for lane in lanes:
                 _write_lane(tr, name, lane)
             events.append_event(tr, StreamCreated(stream=stream), actor=actor, time_ms=now)
@@ -321,18 +451,32 @@ class Topology:
     def failover(
         self, stream: str, lane: str, target_cluster: str, partitions: int = 0, reason: str = "", *, actor: str = ""
     ) -> Committed:
-        """Open generation g+1 of a lane on `target_cluster` and mark g draining. Value: (previous, current)."""
+        """Open generation g+1 of a lane on `target_cluster` and mark g draining. Value: (previous, current).
+        With no target, the autopilot's choice: a healthy, uncordoned cluster, in another zone if there is one,
+        with the fewest active generations per capacity weight."""
         check_object_name("stream", stream)
         check_lane_name("lane", lane)
-        check_object_name("target_cluster", target_cluster)
+        if target_cluster:
+            check_object_name("target_cluster", target_cluster)
         _check_partitions("partitions", partitions, allow_zero=True)
         _check_text("reason", reason)
 
         def plan(tr: Transaction) -> tuple[Generation, Generation, Cluster, TopicSettings]:
             whole = get_stream(tr, stream, "stream")
             current = whole.require_lane(lane)
-            target = get_cluster(tr, target_cluster, "target_cluster")
             previous = current.active
+            if target_cluster:
+                target = _check_target(get_cluster(tr, target_cluster, "target_cluster"), "target_cluster")
+            else:
+                clusters = list_clusters(tr)
+                source = next((c for c in clusters if c.name == previous.cluster), None)
+                found = choose_target(clusters, source or Cluster(previous.cluster, ""), active_load(list_streams(tr)))
+                if found is None:
+                    raise FailedPreconditionError(
+                        f"no healthy, uncordoned cluster other than {previous.cluster!r} "
+                        f"to fail {stream}/{lane} over to"
+                    )
+                target = found
             count = partitions or previous.partitions
             if target.name == previous.cluster and count == previous.partitions:
                 raise FailedPreconditionError(

@@ -78,9 +78,15 @@ class Cluster(_Record):
     zone: str = ""
     capacity_weight: float = 1.0
     health: str = "healthy"
+    """healthy, degraded, unhealthy or unknown: the autopilot's health monitor keeps it current."""
     config_ref: str = ""
     admin: AdminKind = ADMIN_KAFKA
     control_endpoint: str = ""
+    health_reasons: list[str] = field(default_factory=list)
+    health_since_ms: int = 0
+    """When the cluster entered its health state."""
+    cordoned: bool = False
+    """No new generation lands on a cordoned cluster (its existing ones stay until drained)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "admin", AdminKind(self.admin))
@@ -180,6 +186,51 @@ class TopicSettings(_Record):
         return " ".join(f"{k}={v}" for k, v in shown.items()) or "cluster defaults"
 
 
+FAILOVER_MODES = ("auto", "manual")
+
+
+@dataclass(frozen=True)
+class FailoverPolicy(_Record):
+    """When the autopilot fails a stream's lanes over by itself."""
+
+    mode: str = "auto"
+    """auto: lanes leave a cluster that stays unhealthy; manual: only operators fail over."""
+    unhealthy_after_ms: int = 10_000
+    """How long a cluster must be unhealthy before lanes move."""
+    min_interval_ms: int = 60_000
+    """Hysteresis: a lane that failed over stays where it is this long, whatever its cluster does."""
+
+    def check(self) -> FailoverPolicy:
+        if self.mode not in FAILOVER_MODES:
+            raise InvalidArgumentError(f"policy.mode must be auto or manual, not {quoted(self.mode)}")
+        if not 1_000 <= self.unhealthy_after_ms <= 3_600_000:
+            raise InvalidArgumentError(
+                f"policy.unhealthy_after_ms must be between 1000 and 3600000, not {self.unhealthy_after_ms}"
+            )
+        if not 0 <= self.min_interval_ms <= 86_400_000:
+            raise InvalidArgumentError(
+                f"policy.min_interval_ms must be between 0 and 86400000, not {self.min_interval_ms}"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class FleetPolicy(_Record):
+    """Fleet-wide limits of the autopilot."""
+
+    frozen: bool = False
+    """During an incident: health is still watched and recorded, but nothing moves by itself."""
+    max_failovers_per_minute: int = 10
+    """So a monitoring outage cannot move everything at once."""
+
+    def check(self) -> FleetPolicy:
+        if not 1 <= self.max_failovers_per_minute <= 10_000:
+            raise InvalidArgumentError(
+                f"max_failovers_per_minute must be between 1 and 10000, not {self.max_failovers_per_minute}"
+            )
+        return self
+
+
 @dataclass(frozen=True)
 class Stream(_Record):
     """A named logical topic: its lanes and their generations."""
@@ -188,7 +239,8 @@ class Stream(_Record):
     lanes: list[Lane] = field(default_factory=list)
     topic: TopicSettings = field(default_factory=TopicSettings)
     """Settings of its topics."""
-    _nested: ClassVar[dict[str, Any]] = {"lanes": Lane, "topic": TopicSettings}
+    failover: FailoverPolicy = field(default_factory=FailoverPolicy)
+    _nested: ClassVar[dict[str, Any]] = {"lanes": Lane, "topic": TopicSettings, "failover": FailoverPolicy}
 
     def lane(self, name: str) -> Lane | None:
         return next((lane for lane in self.lanes if lane.name == name), None)
@@ -592,6 +644,31 @@ class ClusterUpdated(TopologyEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClusterHealthChanged(TopologyEvent):
+    """The health monitor saw a cluster change state (`cluster` carries the new state and its reasons)."""
+
+    cluster: Cluster
+    previous: str = ""
+    kind: ClassVar[str] = "cluster_health_changed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterRemoved(TopologyEvent):
+    cluster: str
+    kind: ClassVar[str] = "cluster_removed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyChanged(TopologyEvent):
+    """A stream's failover policy (`stream` set) or the fleet's (`stream` empty) changed."""
+
+    stream: str = ""
+    failover: FailoverPolicy | None = None
+    fleet: FleetPolicy | None = None
+    kind: ClassVar[str] = "policy_changed"
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamCreated(TopologyEvent):
     stream: Stream
     kind: ClassVar[str] = "stream_created"
@@ -651,6 +728,9 @@ EVENT_KINDS: dict[str, type[TopologyEvent]] = {
     for k in (
         ClusterRegistered,
         ClusterUpdated,
+        ClusterHealthChanged,
+        ClusterRemoved,
+        PolicyChanged,
         StreamCreated,
         LaneAdded,
         FailedOver,

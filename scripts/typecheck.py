@@ -39,6 +39,8 @@ STRICT = [
     "streamplane.coordinator.assigner",
     "streamplane.coordinator.auth",
     "streamplane.coordinator.guard",
+    "streamplane.coordinator.health",
+    "streamplane.coordinator.autopilot",
     "streamplane.coordinator.limits",
     # the client's public API
     "streamplane.client.credentials",

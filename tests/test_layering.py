@@ -27,6 +27,7 @@ DOMAIN = [
     "assigner.py",
     "cluster_admin.py",
     "auth.py",
+    "health.py",
 ]
 
 

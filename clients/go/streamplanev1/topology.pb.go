@@ -139,15 +139,20 @@ type Cluster struct {
 	Zone             string `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
 	// Relative share of new placements; > 0. Defaults to 1.
 	CapacityWeight float64 `protobuf:"fixed64,4,opt,name=capacity_weight,json=capacityWeight,proto3" json:"capacity_weight,omitempty"`
-	// "healthy" unless an operator or a probe said otherwise.
+	// healthy, degraded, unhealthy or unknown, as the autopilot's health monitor last judged it.
 	Health string `protobuf:"bytes,5,opt,name=health,proto3" json:"health,omitempty"`
 	// Name of the TLS/SASL settings to use for this cluster, looked up in client configuration; never secrets.
 	ConfigRef string       `protobuf:"bytes,6,opt,name=config_ref,json=configRef,proto3" json:"config_ref,omitempty"`
 	Admin     ClusterAdmin `protobuf:"varint,7,opt,name=admin,proto3,enum=streamplane.v1.ClusterAdmin" json:"admin,omitempty"`
 	// host:port of the control channel of a local cluster (CLUSTER_ADMIN_LOCAL only).
 	ControlEndpoint string `protobuf:"bytes,8,opt,name=control_endpoint,json=controlEndpoint,proto3" json:"control_endpoint,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Why the health is what it is (set by the health monitor; ignored in registrations).
+	HealthReasons     []string `protobuf:"bytes,9,rep,name=health_reasons,json=healthReasons,proto3" json:"health_reasons,omitempty"`
+	HealthSinceUnixMs int64    `protobuf:"varint,10,opt,name=health_since_unix_ms,json=healthSinceUnixMs,proto3" json:"health_since_unix_ms,omitempty"`
+	// No new generation lands on a cordoned cluster (CordonCluster).
+	Cordoned      bool `protobuf:"varint,11,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
@@ -236,6 +241,685 @@ func (x *Cluster) GetControlEndpoint() string {
 	return ""
 }
 
+func (x *Cluster) GetHealthReasons() []string {
+	if x != nil {
+		return x.HealthReasons
+	}
+	return nil
+}
+
+func (x *Cluster) GetHealthSinceUnixMs() int64 {
+	if x != nil {
+		return x.HealthSinceUnixMs
+	}
+	return 0
+}
+
+func (x *Cluster) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
+// When the autopilot fails a stream's lanes over by itself.
+type FailoverPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "auto" (default) or "manual".
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// How long a cluster must be unhealthy before lanes move; 0: 10 s.
+	UnhealthyAfterMs uint32 `protobuf:"varint,2,opt,name=unhealthy_after_ms,json=unhealthyAfterMs,proto3" json:"unhealthy_after_ms,omitempty"`
+	// A lane that failed over stays this long whatever its cluster does (hysteresis); 0: 60 s.
+	MinIntervalMs uint32 `protobuf:"varint,3,opt,name=min_interval_ms,json=minIntervalMs,proto3" json:"min_interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailoverPolicy) Reset() {
+	*x = FailoverPolicy{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailoverPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailoverPolicy) ProtoMessage() {}
+
+func (x *FailoverPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailoverPolicy.ProtoReflect.Descriptor instead.
+func (*FailoverPolicy) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FailoverPolicy) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *FailoverPolicy) GetUnhealthyAfterMs() uint32 {
+	if x != nil {
+		return x.UnhealthyAfterMs
+	}
+	return 0
+}
+
+func (x *FailoverPolicy) GetMinIntervalMs() uint32 {
+	if x != nil {
+		return x.MinIntervalMs
+	}
+	return 0
+}
+
+type FleetPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Health is still watched, but nothing moves by itself.
+	Frozen bool `protobuf:"varint,1,opt,name=frozen,proto3" json:"frozen,omitempty"`
+	// Automatic failovers across the fleet per minute; 0: 10.
+	MaxFailoversPerMinute uint32 `protobuf:"varint,2,opt,name=max_failovers_per_minute,json=maxFailoversPerMinute,proto3" json:"max_failovers_per_minute,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *FleetPolicy) Reset() {
+	*x = FleetPolicy{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetPolicy) ProtoMessage() {}
+
+func (x *FleetPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetPolicy.ProtoReflect.Descriptor instead.
+func (*FleetPolicy) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FleetPolicy) GetFrozen() bool {
+	if x != nil {
+		return x.Frozen
+	}
+	return false
+}
+
+func (x *FleetPolicy) GetMaxFailoversPerMinute() uint32 {
+	if x != nil {
+		return x.MaxFailoversPerMinute
+	}
+	return 0
+}
+
+type Probe struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	AtUnixMs        int64                  `protobuf:"varint,1,opt,name=at_unix_ms,json=atUnixMs,proto3" json:"at_unix_ms,omitempty"`
+	Reachable       bool                   `protobuf:"varint,2,opt,name=reachable,proto3" json:"reachable,omitempty"`
+	LatencyMs       float64                `protobuf:"fixed64,3,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	Brokers         uint32                 `protobuf:"varint,4,opt,name=brokers,proto3" json:"brokers,omitempty"`
+	Partitions      uint32                 `protobuf:"varint,5,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Leaderless      uint32                 `protobuf:"varint,6,opt,name=leaderless,proto3" json:"leaderless,omitempty"`
+	UnderReplicated uint32                 `protobuf:"varint,7,opt,name=under_replicated,json=underReplicated,proto3" json:"under_replicated,omitempty"`
+	Error           string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Probe) Reset() {
+	*x = Probe{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Probe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Probe) ProtoMessage() {}
+
+func (x *Probe) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Probe.ProtoReflect.Descriptor instead.
+func (*Probe) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Probe) GetAtUnixMs() int64 {
+	if x != nil {
+		return x.AtUnixMs
+	}
+	return 0
+}
+
+func (x *Probe) GetReachable() bool {
+	if x != nil {
+		return x.Reachable
+	}
+	return false
+}
+
+func (x *Probe) GetLatencyMs() float64 {
+	if x != nil {
+		return x.LatencyMs
+	}
+	return 0
+}
+
+func (x *Probe) GetBrokers() uint32 {
+	if x != nil {
+		return x.Brokers
+	}
+	return 0
+}
+
+func (x *Probe) GetPartitions() uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *Probe) GetLeaderless() uint32 {
+	if x != nil {
+		return x.Leaderless
+	}
+	return 0
+}
+
+func (x *Probe) GetUnderReplicated() uint32 {
+	if x != nil {
+		return x.UnderReplicated
+	}
+	return 0
+}
+
+func (x *Probe) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type ClusterHealthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterHealthRequest) Reset() {
+	*x = ClusterHealthRequest{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterHealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterHealthRequest) ProtoMessage() {}
+
+func (x *ClusterHealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterHealthRequest.ProtoReflect.Descriptor instead.
+func (*ClusterHealthRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ClusterHealthRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ClusterHealthResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster *Cluster               `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// The newest probes of this coordinator's health monitor, oldest first (empty on a replica that is not
+	// the leader, or before the first probe).
+	Probes        []*Probe `protobuf:"bytes,2,rep,name=probes,proto3" json:"probes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterHealthResponse) Reset() {
+	*x = ClusterHealthResponse{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterHealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterHealthResponse) ProtoMessage() {}
+
+func (x *ClusterHealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterHealthResponse.ProtoReflect.Descriptor instead.
+func (*ClusterHealthResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ClusterHealthResponse) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+func (x *ClusterHealthResponse) GetProbes() []*Probe {
+	if x != nil {
+		return x.Probes
+	}
+	return nil
+}
+
+type CordonClusterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// false lifts the cordon.
+	Cordoned      bool `protobuf:"varint,2,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CordonClusterRequest) Reset() {
+	*x = CordonClusterRequest{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CordonClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CordonClusterRequest) ProtoMessage() {}
+
+func (x *CordonClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CordonClusterRequest.ProtoReflect.Descriptor instead.
+func (*CordonClusterRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CordonClusterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CordonClusterRequest) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
+type RemoveClusterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveClusterRequest) Reset() {
+	*x = RemoveClusterRequest{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveClusterRequest) ProtoMessage() {}
+
+func (x *RemoveClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveClusterRequest.ProtoReflect.Descriptor instead.
+func (*RemoveClusterRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RemoveClusterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveClusterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveClusterResponse) Reset() {
+	*x = RemoveClusterResponse{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveClusterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveClusterResponse) ProtoMessage() {}
+
+func (x *RemoveClusterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveClusterResponse.ProtoReflect.Descriptor instead.
+func (*RemoveClusterResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RemoveClusterResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type SetStreamPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Policy        *FailoverPolicy        `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetStreamPolicyRequest) Reset() {
+	*x = SetStreamPolicyRequest{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetStreamPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetStreamPolicyRequest) ProtoMessage() {}
+
+func (x *SetStreamPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetStreamPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetStreamPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SetStreamPolicyRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *SetStreamPolicyRequest) GetPolicy() *FailoverPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type GetFleetPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFleetPolicyRequest) Reset() {
+	*x = GetFleetPolicyRequest{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFleetPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFleetPolicyRequest) ProtoMessage() {}
+
+func (x *GetFleetPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFleetPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetFleetPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{10}
+}
+
+type ClusterHealthChanged struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       *Cluster               `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Previous      string                 `protobuf:"bytes,2,opt,name=previous,proto3" json:"previous,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterHealthChanged) Reset() {
+	*x = ClusterHealthChanged{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterHealthChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterHealthChanged) ProtoMessage() {}
+
+func (x *ClusterHealthChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterHealthChanged.ProtoReflect.Descriptor instead.
+func (*ClusterHealthChanged) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ClusterHealthChanged) GetCluster() *Cluster {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+func (x *ClusterHealthChanged) GetPrevious() string {
+	if x != nil {
+		return x.Previous
+	}
+	return ""
+}
+
+type PolicyChanged struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty for the fleet's policy.
+	Stream        string          `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Failover      *FailoverPolicy `protobuf:"bytes,2,opt,name=failover,proto3" json:"failover,omitempty"`
+	Fleet         *FleetPolicy    `protobuf:"bytes,3,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyChanged) Reset() {
+	*x = PolicyChanged{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyChanged) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyChanged) ProtoMessage() {}
+
+func (x *PolicyChanged) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyChanged.ProtoReflect.Descriptor instead.
+func (*PolicyChanged) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PolicyChanged) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *PolicyChanged) GetFailover() *FailoverPolicy {
+	if x != nil {
+		return x.Failover
+	}
+	return nil
+}
+
+func (x *PolicyChanged) GetFleet() *FleetPolicy {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
 // The physical placement of one lane at one time.
 type Generation struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -252,7 +936,7 @@ type Generation struct {
 
 func (x *Generation) Reset() {
 	*x = Generation{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[1]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +948,7 @@ func (x *Generation) String() string {
 func (*Generation) ProtoMessage() {}
 
 func (x *Generation) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[1]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +961,7 @@ func (x *Generation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generation.ProtoReflect.Descriptor instead.
 func (*Generation) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{1}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Generation) GetNumber() uint32 {
@@ -336,7 +1020,7 @@ type Lane struct {
 
 func (x *Lane) Reset() {
 	*x = Lane{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[2]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +1032,7 @@ func (x *Lane) String() string {
 func (*Lane) ProtoMessage() {}
 
 func (x *Lane) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[2]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +1045,7 @@ func (x *Lane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lane.ProtoReflect.Descriptor instead.
 func (*Lane) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{2}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Lane) GetName() string {
@@ -401,7 +1085,7 @@ type TopicSettings struct {
 
 func (x *TopicSettings) Reset() {
 	*x = TopicSettings{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[3]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +1097,7 @@ func (x *TopicSettings) String() string {
 func (*TopicSettings) ProtoMessage() {}
 
 func (x *TopicSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[3]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +1110,7 @@ func (x *TopicSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSettings.ProtoReflect.Descriptor instead.
 func (*TopicSettings) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{3}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TopicSettings) GetReplicationFactor() int32 {
@@ -469,13 +1153,14 @@ type Stream struct {
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Lanes         []*Lane                `protobuf:"bytes,2,rep,name=lanes,proto3" json:"lanes,omitempty"`
 	Topic         *TopicSettings         `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
+	Failover      *FailoverPolicy        `protobuf:"bytes,4,opt,name=failover,proto3" json:"failover,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Stream) Reset() {
 	*x = Stream{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[4]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +1172,7 @@ func (x *Stream) String() string {
 func (*Stream) ProtoMessage() {}
 
 func (x *Stream) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[4]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +1185,7 @@ func (x *Stream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stream.ProtoReflect.Descriptor instead.
 func (*Stream) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{4}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Stream) GetName() string {
@@ -524,6 +1209,13 @@ func (x *Stream) GetTopic() *TopicSettings {
 	return nil
 }
 
+func (x *Stream) GetFailover() *FailoverPolicy {
+	if x != nil {
+		return x.Failover
+	}
+	return nil
+}
+
 type RegisterClusterRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Cluster *Cluster               `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -535,7 +1227,7 @@ type RegisterClusterRequest struct {
 
 func (x *RegisterClusterRequest) Reset() {
 	*x = RegisterClusterRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[5]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +1239,7 @@ func (x *RegisterClusterRequest) String() string {
 func (*RegisterClusterRequest) ProtoMessage() {}
 
 func (x *RegisterClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[5]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +1252,7 @@ func (x *RegisterClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterClusterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterClusterRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{5}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterClusterRequest) GetCluster() *Cluster {
@@ -587,7 +1279,7 @@ type RegisterClusterResponse struct {
 
 func (x *RegisterClusterResponse) Reset() {
 	*x = RegisterClusterResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[6]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +1291,7 @@ func (x *RegisterClusterResponse) String() string {
 func (*RegisterClusterResponse) ProtoMessage() {}
 
 func (x *RegisterClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[6]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +1304,7 @@ func (x *RegisterClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterClusterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterClusterResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{6}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterClusterResponse) GetCluster() *Cluster {
@@ -637,7 +1329,7 @@ type ListClustersRequest struct {
 
 func (x *ListClustersRequest) Reset() {
 	*x = ListClustersRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[7]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +1341,7 @@ func (x *ListClustersRequest) String() string {
 func (*ListClustersRequest) ProtoMessage() {}
 
 func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[7]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +1354,7 @@ func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListClustersRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{7}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{19}
 }
 
 type ListClustersResponse struct {
@@ -674,7 +1366,7 @@ type ListClustersResponse struct {
 
 func (x *ListClustersResponse) Reset() {
 	*x = ListClustersResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[8]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +1378,7 @@ func (x *ListClustersResponse) String() string {
 func (*ListClustersResponse) ProtoMessage() {}
 
 func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[8]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +1391,7 @@ func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListClustersResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{8}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListClustersResponse) GetClusters() []*Cluster {
@@ -724,7 +1416,7 @@ type CreateStreamRequest struct {
 
 func (x *CreateStreamRequest) Reset() {
 	*x = CreateStreamRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[9]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +1428,7 @@ func (x *CreateStreamRequest) String() string {
 func (*CreateStreamRequest) ProtoMessage() {}
 
 func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[9]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +1441,7 @@ func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStreamRequest.ProtoReflect.Descriptor instead.
 func (*CreateStreamRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{9}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateStreamRequest) GetName() string {
@@ -791,7 +1483,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[10]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +1495,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[10]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +1508,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{10}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamResponse) GetStream() *Stream {
@@ -842,7 +1534,7 @@ type DescribeStreamRequest struct {
 
 func (x *DescribeStreamRequest) Reset() {
 	*x = DescribeStreamRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[11]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1546,7 @@ func (x *DescribeStreamRequest) String() string {
 func (*DescribeStreamRequest) ProtoMessage() {}
 
 func (x *DescribeStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[11]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1559,7 @@ func (x *DescribeStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeStreamRequest.ProtoReflect.Descriptor instead.
 func (*DescribeStreamRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{11}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DescribeStreamRequest) GetName() string {
@@ -885,7 +1577,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[12]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1589,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[12]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1602,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{12}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{24}
 }
 
 type ListStreamsResponse struct {
@@ -922,7 +1614,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[13]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1626,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[13]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1639,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{13}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*Stream {
@@ -972,7 +1664,7 @@ type AddLaneRequest struct {
 
 func (x *AddLaneRequest) Reset() {
 	*x = AddLaneRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[14]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1676,7 @@ func (x *AddLaneRequest) String() string {
 func (*AddLaneRequest) ProtoMessage() {}
 
 func (x *AddLaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[14]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1689,7 @@ func (x *AddLaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddLaneRequest.ProtoReflect.Descriptor instead.
 func (*AddLaneRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{14}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AddLaneRequest) GetStream() string {
@@ -1036,10 +1728,11 @@ func (x *AddLaneRequest) GetCluster() string {
 }
 
 type FailoverRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
-	Lane          string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
-	TargetCluster string                 `protobuf:"bytes,3,opt,name=target_cluster,json=targetCluster,proto3" json:"target_cluster,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Lane   string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
+	// Empty: the autopilot's choice (healthy, uncordoned, another zone if any, least loaded per capacity).
+	TargetCluster string `protobuf:"bytes,3,opt,name=target_cluster,json=targetCluster,proto3" json:"target_cluster,omitempty"`
 	// 0 keeps the current partition count.
 	Partitions uint32 `protobuf:"varint,4,opt,name=partitions,proto3" json:"partitions,omitempty"`
 	// Free text recorded in the event log.
@@ -1050,7 +1743,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[15]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1755,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[15]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1768,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{15}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FailoverRequest) GetStream() string {
@@ -1124,7 +1817,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[16]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1829,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[16]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1842,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{16}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FailoverResponse) GetPrevious() *Generation {
@@ -1183,7 +1876,7 @@ type WatchTopologyRequest struct {
 
 func (x *WatchTopologyRequest) Reset() {
 	*x = WatchTopologyRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[17]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1888,7 @@ func (x *WatchTopologyRequest) String() string {
 func (*WatchTopologyRequest) ProtoMessage() {}
 
 func (x *WatchTopologyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[17]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1901,7 @@ func (x *WatchTopologyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTopologyRequest.ProtoReflect.Descriptor instead.
 func (*WatchTopologyRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{17}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchTopologyRequest) GetFromVersion() string {
@@ -1228,7 +1921,7 @@ type LaneAdded struct {
 
 func (x *LaneAdded) Reset() {
 	*x = LaneAdded{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[18]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1933,7 @@ func (x *LaneAdded) String() string {
 func (*LaneAdded) ProtoMessage() {}
 
 func (x *LaneAdded) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[18]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1946,7 @@ func (x *LaneAdded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneAdded.ProtoReflect.Descriptor instead.
 func (*LaneAdded) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{18}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LaneAdded) GetStream() string {
@@ -1283,7 +1976,7 @@ type FailedOver struct {
 
 func (x *FailedOver) Reset() {
 	*x = FailedOver{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[19]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1988,7 @@ func (x *FailedOver) String() string {
 func (*FailedOver) ProtoMessage() {}
 
 func (x *FailedOver) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[19]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +2001,7 @@ func (x *FailedOver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedOver.ProtoReflect.Descriptor instead.
 func (*FailedOver) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{19}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FailedOver) GetStream() string {
@@ -1360,7 +2053,7 @@ type GenerationSealed struct {
 
 func (x *GenerationSealed) Reset() {
 	*x = GenerationSealed{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[20]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +2065,7 @@ func (x *GenerationSealed) String() string {
 func (*GenerationSealed) ProtoMessage() {}
 
 func (x *GenerationSealed) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[20]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +2078,7 @@ func (x *GenerationSealed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationSealed.ProtoReflect.Descriptor instead.
 func (*GenerationSealed) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{20}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GenerationSealed) GetStream() string {
@@ -1429,7 +2122,7 @@ type GenerationDrained struct {
 
 func (x *GenerationDrained) Reset() {
 	*x = GenerationDrained{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[21]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +2134,7 @@ func (x *GenerationDrained) String() string {
 func (*GenerationDrained) ProtoMessage() {}
 
 func (x *GenerationDrained) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[21]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +2147,7 @@ func (x *GenerationDrained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationDrained.ProtoReflect.Descriptor instead.
 func (*GenerationDrained) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{21}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GenerationDrained) GetStream() string {
@@ -1497,7 +2190,7 @@ type GenerationRef struct {
 
 func (x *GenerationRef) Reset() {
 	*x = GenerationRef{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[22]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +2202,7 @@ func (x *GenerationRef) String() string {
 func (*GenerationRef) ProtoMessage() {}
 
 func (x *GenerationRef) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[22]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +2215,7 @@ func (x *GenerationRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationRef.ProtoReflect.Descriptor instead.
 func (*GenerationRef) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{22}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GenerationRef) GetStream() string {
@@ -1562,7 +2255,7 @@ type ProducerHeartbeatRequest struct {
 
 func (x *ProducerHeartbeatRequest) Reset() {
 	*x = ProducerHeartbeatRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[23]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +2267,7 @@ func (x *ProducerHeartbeatRequest) String() string {
 func (*ProducerHeartbeatRequest) ProtoMessage() {}
 
 func (x *ProducerHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[23]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +2280,7 @@ func (x *ProducerHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ProducerHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{23}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProducerHeartbeatRequest) GetProducerId() string {
@@ -1623,7 +2316,7 @@ type ProducerHeartbeatResponse struct {
 
 func (x *ProducerHeartbeatResponse) Reset() {
 	*x = ProducerHeartbeatResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[24]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +2328,7 @@ func (x *ProducerHeartbeatResponse) String() string {
 func (*ProducerHeartbeatResponse) ProtoMessage() {}
 
 func (x *ProducerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[24]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +2341,7 @@ func (x *ProducerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ProducerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{24}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ProducerHeartbeatResponse) GetHeartbeatIntervalMs() uint32 {
@@ -1681,7 +2374,7 @@ type CloseProducerRequest struct {
 
 func (x *CloseProducerRequest) Reset() {
 	*x = CloseProducerRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[25]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +2386,7 @@ func (x *CloseProducerRequest) String() string {
 func (*CloseProducerRequest) ProtoMessage() {}
 
 func (x *CloseProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[25]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +2399,7 @@ func (x *CloseProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProducerRequest.ProtoReflect.Descriptor instead.
 func (*CloseProducerRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{25}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CloseProducerRequest) GetProducerId() string {
@@ -1724,7 +2417,7 @@ type CloseProducerResponse struct {
 
 func (x *CloseProducerResponse) Reset() {
 	*x = CloseProducerResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[26]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +2429,7 @@ func (x *CloseProducerResponse) String() string {
 func (*CloseProducerResponse) ProtoMessage() {}
 
 func (x *CloseProducerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[26]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +2442,7 @@ func (x *CloseProducerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProducerResponse.ProtoReflect.Descriptor instead.
 func (*CloseProducerResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{26}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{38}
 }
 
 // A change to a consumer group: membership or leases (the audit trail of who held what, when and why).
@@ -1772,7 +2465,7 @@ type GroupEvent struct {
 
 func (x *GroupEvent) Reset() {
 	*x = GroupEvent{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[27]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2477,7 @@ func (x *GroupEvent) String() string {
 func (*GroupEvent) ProtoMessage() {}
 
 func (x *GroupEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[27]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2490,7 @@ func (x *GroupEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupEvent.ProtoReflect.Descriptor instead.
 func (*GroupEvent) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{27}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GroupEvent) GetGroup() string {
@@ -1868,7 +2561,7 @@ type TopologyEvent struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Version    string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
 	TimeUnixMs int64                  `protobuf:"varint,2,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
-	// Who asked for the change (the x-streamplane-actor metadata of the call, else the peer address).
+	// Who made the change: the authenticated principal ("autopilot" for automatic failovers and health).
 	Actor string `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Types that are valid to be assigned to Kind:
 	//
@@ -1880,6 +2573,9 @@ type TopologyEvent struct {
 	//	*TopologyEvent_GroupEvent
 	//	*TopologyEvent_GenerationSealed
 	//	*TopologyEvent_GenerationDrained
+	//	*TopologyEvent_ClusterHealthChanged
+	//	*TopologyEvent_ClusterRemoved
+	//	*TopologyEvent_PolicyChanged
 	Kind          isTopologyEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1887,7 +2583,7 @@ type TopologyEvent struct {
 
 func (x *TopologyEvent) Reset() {
 	*x = TopologyEvent{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[28]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2595,7 @@ func (x *TopologyEvent) String() string {
 func (*TopologyEvent) ProtoMessage() {}
 
 func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[28]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2608,7 @@ func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologyEvent.ProtoReflect.Descriptor instead.
 func (*TopologyEvent) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{28}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TopologyEvent) GetVersion() string {
@@ -2015,6 +2711,33 @@ func (x *TopologyEvent) GetGenerationDrained() *GenerationDrained {
 	return nil
 }
 
+func (x *TopologyEvent) GetClusterHealthChanged() *ClusterHealthChanged {
+	if x != nil {
+		if x, ok := x.Kind.(*TopologyEvent_ClusterHealthChanged); ok {
+			return x.ClusterHealthChanged
+		}
+	}
+	return nil
+}
+
+func (x *TopologyEvent) GetClusterRemoved() string {
+	if x != nil {
+		if x, ok := x.Kind.(*TopologyEvent_ClusterRemoved); ok {
+			return x.ClusterRemoved
+		}
+	}
+	return ""
+}
+
+func (x *TopologyEvent) GetPolicyChanged() *PolicyChanged {
+	if x != nil {
+		if x, ok := x.Kind.(*TopologyEvent_PolicyChanged); ok {
+			return x.PolicyChanged
+		}
+	}
+	return nil
+}
+
 type isTopologyEvent_Kind interface {
 	isTopologyEvent_Kind()
 }
@@ -2052,6 +2775,19 @@ type TopologyEvent_GenerationDrained struct {
 	GenerationDrained *GenerationDrained `protobuf:"bytes,17,opt,name=generation_drained,json=generationDrained,proto3,oneof"`
 }
 
+type TopologyEvent_ClusterHealthChanged struct {
+	ClusterHealthChanged *ClusterHealthChanged `protobuf:"bytes,18,opt,name=cluster_health_changed,json=clusterHealthChanged,proto3,oneof"`
+}
+
+type TopologyEvent_ClusterRemoved struct {
+	// The name of the removed cluster.
+	ClusterRemoved string `protobuf:"bytes,19,opt,name=cluster_removed,json=clusterRemoved,proto3,oneof"`
+}
+
+type TopologyEvent_PolicyChanged struct {
+	PolicyChanged *PolicyChanged `protobuf:"bytes,20,opt,name=policy_changed,json=policyChanged,proto3,oneof"`
+}
+
 func (*TopologyEvent_ClusterRegistered) isTopologyEvent_Kind() {}
 
 func (*TopologyEvent_ClusterUpdated) isTopologyEvent_Kind() {}
@@ -2068,11 +2804,17 @@ func (*TopologyEvent_GenerationSealed) isTopologyEvent_Kind() {}
 
 func (*TopologyEvent_GenerationDrained) isTopologyEvent_Kind() {}
 
+func (*TopologyEvent_ClusterHealthChanged) isTopologyEvent_Kind() {}
+
+func (*TopologyEvent_ClusterRemoved) isTopologyEvent_Kind() {}
+
+func (*TopologyEvent_PolicyChanged) isTopologyEvent_Kind() {}
+
 var File_streamplane_v1_topology_proto protoreflect.FileDescriptor
 
 const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\n" +
-	"\x1dstreamplane/v1/topology.proto\x12\x0estreamplane.v1\"\x9d\x02\n" +
+	"\x1dstreamplane/v1/topology.proto\x12\x0estreamplane.v1\"\x91\x03\n" +
 	"\aCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x11bootstrap_servers\x18\x02 \x01(\tR\x10bootstrapServers\x12\x12\n" +
@@ -2082,7 +2824,56 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\n" +
 	"config_ref\x18\x06 \x01(\tR\tconfigRef\x122\n" +
 	"\x05admin\x18\a \x01(\x0e2\x1c.streamplane.v1.ClusterAdminR\x05admin\x12)\n" +
-	"\x10control_endpoint\x18\b \x01(\tR\x0fcontrolEndpoint\"\xcc\x01\n" +
+	"\x10control_endpoint\x18\b \x01(\tR\x0fcontrolEndpoint\x12%\n" +
+	"\x0ehealth_reasons\x18\t \x03(\tR\rhealthReasons\x12/\n" +
+	"\x14health_since_unix_ms\x18\n" +
+	" \x01(\x03R\x11healthSinceUnixMs\x12\x1a\n" +
+	"\bcordoned\x18\v \x01(\bR\bcordoned\"z\n" +
+	"\x0eFailoverPolicy\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12,\n" +
+	"\x12unhealthy_after_ms\x18\x02 \x01(\rR\x10unhealthyAfterMs\x12&\n" +
+	"\x0fmin_interval_ms\x18\x03 \x01(\rR\rminIntervalMs\"^\n" +
+	"\vFleetPolicy\x12\x16\n" +
+	"\x06frozen\x18\x01 \x01(\bR\x06frozen\x127\n" +
+	"\x18max_failovers_per_minute\x18\x02 \x01(\rR\x15maxFailoversPerMinute\"\xfd\x01\n" +
+	"\x05Probe\x12\x1c\n" +
+	"\n" +
+	"at_unix_ms\x18\x01 \x01(\x03R\batUnixMs\x12\x1c\n" +
+	"\treachable\x18\x02 \x01(\bR\treachable\x12\x1d\n" +
+	"\n" +
+	"latency_ms\x18\x03 \x01(\x01R\tlatencyMs\x12\x18\n" +
+	"\abrokers\x18\x04 \x01(\rR\abrokers\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x05 \x01(\rR\n" +
+	"partitions\x12\x1e\n" +
+	"\n" +
+	"leaderless\x18\x06 \x01(\rR\n" +
+	"leaderless\x12)\n" +
+	"\x10under_replicated\x18\a \x01(\rR\x0funderReplicated\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"*\n" +
+	"\x14ClusterHealthRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
+	"\x15ClusterHealthResponse\x121\n" +
+	"\acluster\x18\x01 \x01(\v2\x17.streamplane.v1.ClusterR\acluster\x12-\n" +
+	"\x06probes\x18\x02 \x03(\v2\x15.streamplane.v1.ProbeR\x06probes\"F\n" +
+	"\x14CordonClusterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bcordoned\x18\x02 \x01(\bR\bcordoned\"*\n" +
+	"\x14RemoveClusterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"1\n" +
+	"\x15RemoveClusterResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\"h\n" +
+	"\x16SetStreamPolicyRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x126\n" +
+	"\x06policy\x18\x02 \x01(\v2\x1e.streamplane.v1.FailoverPolicyR\x06policy\"\x17\n" +
+	"\x15GetFleetPolicyRequest\"e\n" +
+	"\x14ClusterHealthChanged\x121\n" +
+	"\acluster\x18\x01 \x01(\v2\x17.streamplane.v1.ClusterR\acluster\x12\x1a\n" +
+	"\bprevious\x18\x02 \x01(\tR\bprevious\"\x96\x01\n" +
+	"\rPolicyChanged\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12:\n" +
+	"\bfailover\x18\x02 \x01(\v2\x1e.streamplane.v1.FailoverPolicyR\bfailover\x121\n" +
+	"\x05fleet\x18\x03 \x01(\v2\x1b.streamplane.v1.FleetPolicyR\x05fleet\"\xcc\x01\n" +
 	"\n" +
 	"Generation\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\rR\x06number\x12\x18\n" +
@@ -2104,11 +2895,12 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\fretention_ms\x18\x03 \x01(\x03R\vretentionMs\x12\x1d\n" +
 	"\n" +
 	"segment_ms\x18\x04 \x01(\x03R\tsegmentMs\x12#\n" +
-	"\rsegment_bytes\x18\x05 \x01(\x03R\fsegmentBytes\"}\n" +
+	"\rsegment_bytes\x18\x05 \x01(\x03R\fsegmentBytes\"\xb9\x01\n" +
 	"\x06Stream\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12*\n" +
 	"\x05lanes\x18\x02 \x03(\v2\x14.streamplane.v1.LaneR\x05lanes\x123\n" +
-	"\x05topic\x18\x03 \x01(\v2\x1d.streamplane.v1.TopicSettingsR\x05topic\"t\n" +
+	"\x05topic\x18\x03 \x01(\v2\x1d.streamplane.v1.TopicSettingsR\x05topic\x12:\n" +
+	"\bfailover\x18\x04 \x01(\v2\x1e.streamplane.v1.FailoverPolicyR\bfailover\"t\n" +
 	"\x16RegisterClusterRequest\x121\n" +
 	"\acluster\x18\x01 \x01(\v2\x17.streamplane.v1.ClusterR\acluster\x12'\n" +
 	"\x0fupdate_existing\x18\x02 \x01(\bR\x0eupdateExisting\"f\n" +
@@ -2209,7 +3001,7 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\aversion\x18\a \x01(\tR\aversion\x12 \n" +
 	"\ftime_unix_ms\x18\b \x01(\x03R\n" +
 	"timeUnixMs\x12\x14\n" +
-	"\x05actor\x18\t \x01(\tR\x05actor\"\x97\x05\n" +
+	"\x05actor\x18\t \x01(\tR\x05actor\"\xe8\x06\n" +
 	"\rTopologyEvent\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12 \n" +
 	"\ftime_unix_ms\x18\x02 \x01(\x03R\n" +
@@ -2226,7 +3018,10 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\vgroup_event\x18\x0f \x01(\v2\x1a.streamplane.v1.GroupEventH\x00R\n" +
 	"groupEvent\x12O\n" +
 	"\x11generation_sealed\x18\x10 \x01(\v2 .streamplane.v1.GenerationSealedH\x00R\x10generationSealed\x12R\n" +
-	"\x12generation_drained\x18\x11 \x01(\v2!.streamplane.v1.GenerationDrainedH\x00R\x11generationDrainedB\x06\n" +
+	"\x12generation_drained\x18\x11 \x01(\v2!.streamplane.v1.GenerationDrainedH\x00R\x11generationDrained\x12\\\n" +
+	"\x16cluster_health_changed\x18\x12 \x01(\v2$.streamplane.v1.ClusterHealthChangedH\x00R\x14clusterHealthChanged\x12)\n" +
+	"\x0fcluster_removed\x18\x13 \x01(\tH\x00R\x0eclusterRemoved\x12F\n" +
+	"\x0epolicy_changed\x18\x14 \x01(\v2\x1d.streamplane.v1.PolicyChangedH\x00R\rpolicyChangedB\x06\n" +
 	"\x04kind*_\n" +
 	"\fClusterAdmin\x12\x1d\n" +
 	"\x19CLUSTER_ADMIN_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2237,7 +3032,7 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x17GENERATION_STATE_ACTIVE\x10\x01\x12\x1d\n" +
 	"\x19GENERATION_STATE_DRAINING\x10\x02\x12\x1b\n" +
 	"\x17GENERATION_STATE_SEALED\x10\x03\x12\x1c\n" +
-	"\x18GENERATION_STATE_DRAINED\x10\x042\x90\a\n" +
+	"\x18GENERATION_STATE_DRAINED\x10\x042\x99\v\n" +
 	"\x0fTopologyService\x12b\n" +
 	"\x0fRegisterCluster\x12&.streamplane.v1.RegisterClusterRequest\x1a'.streamplane.v1.RegisterClusterResponse\x12Y\n" +
 	"\fListClusters\x12#.streamplane.v1.ListClustersRequest\x1a$.streamplane.v1.ListClustersResponse\x12S\n" +
@@ -2248,7 +3043,13 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\bFailover\x12\x1f.streamplane.v1.FailoverRequest\x1a .streamplane.v1.FailoverResponse\x12V\n" +
 	"\rWatchTopology\x12$.streamplane.v1.WatchTopologyRequest\x1a\x1d.streamplane.v1.TopologyEvent0\x01\x12h\n" +
 	"\x11ProducerHeartbeat\x12(.streamplane.v1.ProducerHeartbeatRequest\x1a).streamplane.v1.ProducerHeartbeatResponse\x12\\\n" +
-	"\rCloseProducer\x12$.streamplane.v1.CloseProducerRequest\x1a%.streamplane.v1.CloseProducerResponseb\x06proto3"
+	"\rCloseProducer\x12$.streamplane.v1.CloseProducerRequest\x1a%.streamplane.v1.CloseProducerResponse\x12\\\n" +
+	"\rClusterHealth\x12$.streamplane.v1.ClusterHealthRequest\x1a%.streamplane.v1.ClusterHealthResponse\x12N\n" +
+	"\rCordonCluster\x12$.streamplane.v1.CordonClusterRequest\x1a\x17.streamplane.v1.Cluster\x12\\\n" +
+	"\rRemoveCluster\x12$.streamplane.v1.RemoveClusterRequest\x1a%.streamplane.v1.RemoveClusterResponse\x12Y\n" +
+	"\x0fSetStreamPolicy\x12&.streamplane.v1.SetStreamPolicyRequest\x1a\x1e.streamplane.v1.StreamResponse\x12J\n" +
+	"\x0eSetFleetPolicy\x12\x1b.streamplane.v1.FleetPolicy\x1a\x1b.streamplane.v1.FleetPolicy\x12T\n" +
+	"\x0eGetFleetPolicy\x12%.streamplane.v1.GetFleetPolicyRequest\x1a\x1b.streamplane.v1.FleetPolicyb\x06proto3"
 
 var (
 	file_streamplane_v1_topology_proto_rawDescOnce sync.Once
@@ -2263,93 +3064,126 @@ func file_streamplane_v1_topology_proto_rawDescGZIP() []byte {
 }
 
 var file_streamplane_v1_topology_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_streamplane_v1_topology_proto_goTypes = []any{
 	(ClusterAdmin)(0),                 // 0: streamplane.v1.ClusterAdmin
 	(GenerationState)(0),              // 1: streamplane.v1.GenerationState
 	(*Cluster)(nil),                   // 2: streamplane.v1.Cluster
-	(*Generation)(nil),                // 3: streamplane.v1.Generation
-	(*Lane)(nil),                      // 4: streamplane.v1.Lane
-	(*TopicSettings)(nil),             // 5: streamplane.v1.TopicSettings
-	(*Stream)(nil),                    // 6: streamplane.v1.Stream
-	(*RegisterClusterRequest)(nil),    // 7: streamplane.v1.RegisterClusterRequest
-	(*RegisterClusterResponse)(nil),   // 8: streamplane.v1.RegisterClusterResponse
-	(*ListClustersRequest)(nil),       // 9: streamplane.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),      // 10: streamplane.v1.ListClustersResponse
-	(*CreateStreamRequest)(nil),       // 11: streamplane.v1.CreateStreamRequest
-	(*StreamResponse)(nil),            // 12: streamplane.v1.StreamResponse
-	(*DescribeStreamRequest)(nil),     // 13: streamplane.v1.DescribeStreamRequest
-	(*ListStreamsRequest)(nil),        // 14: streamplane.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),       // 15: streamplane.v1.ListStreamsResponse
-	(*AddLaneRequest)(nil),            // 16: streamplane.v1.AddLaneRequest
-	(*FailoverRequest)(nil),           // 17: streamplane.v1.FailoverRequest
-	(*FailoverResponse)(nil),          // 18: streamplane.v1.FailoverResponse
-	(*WatchTopologyRequest)(nil),      // 19: streamplane.v1.WatchTopologyRequest
-	(*LaneAdded)(nil),                 // 20: streamplane.v1.LaneAdded
-	(*FailedOver)(nil),                // 21: streamplane.v1.FailedOver
-	(*GenerationSealed)(nil),          // 22: streamplane.v1.GenerationSealed
-	(*GenerationDrained)(nil),         // 23: streamplane.v1.GenerationDrained
-	(*GenerationRef)(nil),             // 24: streamplane.v1.GenerationRef
-	(*ProducerHeartbeatRequest)(nil),  // 25: streamplane.v1.ProducerHeartbeatRequest
-	(*ProducerHeartbeatResponse)(nil), // 26: streamplane.v1.ProducerHeartbeatResponse
-	(*CloseProducerRequest)(nil),      // 27: streamplane.v1.CloseProducerRequest
-	(*CloseProducerResponse)(nil),     // 28: streamplane.v1.CloseProducerResponse
-	(*GroupEvent)(nil),                // 29: streamplane.v1.GroupEvent
-	(*TopologyEvent)(nil),             // 30: streamplane.v1.TopologyEvent
+	(*FailoverPolicy)(nil),            // 3: streamplane.v1.FailoverPolicy
+	(*FleetPolicy)(nil),               // 4: streamplane.v1.FleetPolicy
+	(*Probe)(nil),                     // 5: streamplane.v1.Probe
+	(*ClusterHealthRequest)(nil),      // 6: streamplane.v1.ClusterHealthRequest
+	(*ClusterHealthResponse)(nil),     // 7: streamplane.v1.ClusterHealthResponse
+	(*CordonClusterRequest)(nil),      // 8: streamplane.v1.CordonClusterRequest
+	(*RemoveClusterRequest)(nil),      // 9: streamplane.v1.RemoveClusterRequest
+	(*RemoveClusterResponse)(nil),     // 10: streamplane.v1.RemoveClusterResponse
+	(*SetStreamPolicyRequest)(nil),    // 11: streamplane.v1.SetStreamPolicyRequest
+	(*GetFleetPolicyRequest)(nil),     // 12: streamplane.v1.GetFleetPolicyRequest
+	(*ClusterHealthChanged)(nil),      // 13: streamplane.v1.ClusterHealthChanged
+	(*PolicyChanged)(nil),             // 14: streamplane.v1.PolicyChanged
+	(*Generation)(nil),                // 15: streamplane.v1.Generation
+	(*Lane)(nil),                      // 16: streamplane.v1.Lane
+	(*TopicSettings)(nil),             // 17: streamplane.v1.TopicSettings
+	(*Stream)(nil),                    // 18: streamplane.v1.Stream
+	(*RegisterClusterRequest)(nil),    // 19: streamplane.v1.RegisterClusterRequest
+	(*RegisterClusterResponse)(nil),   // 20: streamplane.v1.RegisterClusterResponse
+	(*ListClustersRequest)(nil),       // 21: streamplane.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),      // 22: streamplane.v1.ListClustersResponse
+	(*CreateStreamRequest)(nil),       // 23: streamplane.v1.CreateStreamRequest
+	(*StreamResponse)(nil),            // 24: streamplane.v1.StreamResponse
+	(*DescribeStreamRequest)(nil),     // 25: streamplane.v1.DescribeStreamRequest
+	(*ListStreamsRequest)(nil),        // 26: streamplane.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),       // 27: streamplane.v1.ListStreamsResponse
+	(*AddLaneRequest)(nil),            // 28: streamplane.v1.AddLaneRequest
+	(*FailoverRequest)(nil),           // 29: streamplane.v1.FailoverRequest
+	(*FailoverResponse)(nil),          // 30: streamplane.v1.FailoverResponse
+	(*WatchTopologyRequest)(nil),      // 31: streamplane.v1.WatchTopologyRequest
+	(*LaneAdded)(nil),                 // 32: streamplane.v1.LaneAdded
+	(*FailedOver)(nil),                // 33: streamplane.v1.FailedOver
+	(*GenerationSealed)(nil),          // 34: streamplane.v1.GenerationSealed
+	(*GenerationDrained)(nil),         // 35: streamplane.v1.GenerationDrained
+	(*GenerationRef)(nil),             // 36: streamplane.v1.GenerationRef
+	(*ProducerHeartbeatRequest)(nil),  // 37: streamplane.v1.ProducerHeartbeatRequest
+	(*ProducerHeartbeatResponse)(nil), // 38: streamplane.v1.ProducerHeartbeatResponse
+	(*CloseProducerRequest)(nil),      // 39: streamplane.v1.CloseProducerRequest
+	(*CloseProducerResponse)(nil),     // 40: streamplane.v1.CloseProducerResponse
+	(*GroupEvent)(nil),                // 41: streamplane.v1.GroupEvent
+	(*TopologyEvent)(nil),             // 42: streamplane.v1.TopologyEvent
 }
 var file_streamplane_v1_topology_proto_depIdxs = []int32{
 	0,  // 0: streamplane.v1.Cluster.admin:type_name -> streamplane.v1.ClusterAdmin
-	1,  // 1: streamplane.v1.Generation.state:type_name -> streamplane.v1.GenerationState
-	3,  // 2: streamplane.v1.Lane.generations:type_name -> streamplane.v1.Generation
-	4,  // 3: streamplane.v1.Stream.lanes:type_name -> streamplane.v1.Lane
-	5,  // 4: streamplane.v1.Stream.topic:type_name -> streamplane.v1.TopicSettings
-	2,  // 5: streamplane.v1.RegisterClusterRequest.cluster:type_name -> streamplane.v1.Cluster
-	2,  // 6: streamplane.v1.RegisterClusterResponse.cluster:type_name -> streamplane.v1.Cluster
-	2,  // 7: streamplane.v1.ListClustersResponse.clusters:type_name -> streamplane.v1.Cluster
-	5,  // 8: streamplane.v1.CreateStreamRequest.topic:type_name -> streamplane.v1.TopicSettings
-	6,  // 9: streamplane.v1.StreamResponse.stream:type_name -> streamplane.v1.Stream
-	6,  // 10: streamplane.v1.ListStreamsResponse.streams:type_name -> streamplane.v1.Stream
-	3,  // 11: streamplane.v1.FailoverResponse.previous:type_name -> streamplane.v1.Generation
-	3,  // 12: streamplane.v1.FailoverResponse.current:type_name -> streamplane.v1.Generation
-	4,  // 13: streamplane.v1.LaneAdded.lane:type_name -> streamplane.v1.Lane
-	3,  // 14: streamplane.v1.FailedOver.previous:type_name -> streamplane.v1.Generation
-	3,  // 15: streamplane.v1.FailedOver.current:type_name -> streamplane.v1.Generation
-	3,  // 16: streamplane.v1.GenerationSealed.generation:type_name -> streamplane.v1.Generation
-	3,  // 17: streamplane.v1.GenerationDrained.generation:type_name -> streamplane.v1.Generation
-	24, // 18: streamplane.v1.ProducerHeartbeatRequest.in_flight:type_name -> streamplane.v1.GenerationRef
-	2,  // 19: streamplane.v1.TopologyEvent.cluster_registered:type_name -> streamplane.v1.Cluster
-	2,  // 20: streamplane.v1.TopologyEvent.cluster_updated:type_name -> streamplane.v1.Cluster
-	6,  // 21: streamplane.v1.TopologyEvent.stream_created:type_name -> streamplane.v1.Stream
-	20, // 22: streamplane.v1.TopologyEvent.lane_added:type_name -> streamplane.v1.LaneAdded
-	21, // 23: streamplane.v1.TopologyEvent.failed_over:type_name -> streamplane.v1.FailedOver
-	29, // 24: streamplane.v1.TopologyEvent.group_event:type_name -> streamplane.v1.GroupEvent
-	22, // 25: streamplane.v1.TopologyEvent.generation_sealed:type_name -> streamplane.v1.GenerationSealed
-	23, // 26: streamplane.v1.TopologyEvent.generation_drained:type_name -> streamplane.v1.GenerationDrained
-	7,  // 27: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
-	9,  // 28: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
-	11, // 29: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
-	13, // 30: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
-	14, // 31: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
-	16, // 32: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
-	17, // 33: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
-	19, // 34: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
-	25, // 35: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
-	27, // 36: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
-	8,  // 37: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
-	10, // 38: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
-	12, // 39: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
-	12, // 40: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
-	15, // 41: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
-	12, // 42: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
-	18, // 43: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
-	30, // 44: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
-	26, // 45: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
-	28, // 46: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
-	37, // [37:47] is the sub-list for method output_type
-	27, // [27:37] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	2,  // 1: streamplane.v1.ClusterHealthResponse.cluster:type_name -> streamplane.v1.Cluster
+	5,  // 2: streamplane.v1.ClusterHealthResponse.probes:type_name -> streamplane.v1.Probe
+	3,  // 3: streamplane.v1.SetStreamPolicyRequest.policy:type_name -> streamplane.v1.FailoverPolicy
+	2,  // 4: streamplane.v1.ClusterHealthChanged.cluster:type_name -> streamplane.v1.Cluster
+	3,  // 5: streamplane.v1.PolicyChanged.failover:type_name -> streamplane.v1.FailoverPolicy
+	4,  // 6: streamplane.v1.PolicyChanged.fleet:type_name -> streamplane.v1.FleetPolicy
+	1,  // 7: streamplane.v1.Generation.state:type_name -> streamplane.v1.GenerationState
+	15, // 8: streamplane.v1.Lane.generations:type_name -> streamplane.v1.Generation
+	16, // 9: streamplane.v1.Stream.lanes:type_name -> streamplane.v1.Lane
+	17, // 10: streamplane.v1.Stream.topic:type_name -> streamplane.v1.TopicSettings
+	3,  // 11: streamplane.v1.Stream.failover:type_name -> streamplane.v1.FailoverPolicy
+	2,  // 12: streamplane.v1.RegisterClusterRequest.cluster:type_name -> streamplane.v1.Cluster
+	2,  // 13: streamplane.v1.RegisterClusterResponse.cluster:type_name -> streamplane.v1.Cluster
+	2,  // 14: streamplane.v1.ListClustersResponse.clusters:type_name -> streamplane.v1.Cluster
+	17, // 15: streamplane.v1.CreateStreamRequest.topic:type_name -> streamplane.v1.TopicSettings
+	18, // 16: streamplane.v1.StreamResponse.stream:type_name -> streamplane.v1.Stream
+	18, // 17: streamplane.v1.ListStreamsResponse.streams:type_name -> streamplane.v1.Stream
+	15, // 18: streamplane.v1.FailoverResponse.previous:type_name -> streamplane.v1.Generation
+	15, // 19: streamplane.v1.FailoverResponse.current:type_name -> streamplane.v1.Generation
+	16, // 20: streamplane.v1.LaneAdded.lane:type_name -> streamplane.v1.Lane
+	15, // 21: streamplane.v1.FailedOver.previous:type_name -> streamplane.v1.Generation
+	15, // 22: streamplane.v1.FailedOver.current:type_name -> streamplane.v1.Generation
+	15, // 23: streamplane.v1.GenerationSealed.generation:type_name -> streamplane.v1.Generation
+	15, // 24: streamplane.v1.GenerationDrained.generation:type_name -> streamplane.v1.Generation
+	36, // 25: streamplane.v1.ProducerHeartbeatRequest.in_flight:type_name -> streamplane.v1.GenerationRef
+	2,  // 26: streamplane.v1.TopologyEvent.cluster_registered:type_name -> streamplane.v1.Cluster
+	2,  // 27: streamplane.v1.TopologyEvent.cluster_updated:type_name -> streamplane.v1.Cluster
+	18, // 28: streamplane.v1.TopologyEvent.stream_created:type_name -> streamplane.v1.Stream
+	32, // 29: streamplane.v1.TopologyEvent.lane_added:type_name -> streamplane.v1.LaneAdded
+	33, // 30: streamplane.v1.TopologyEvent.failed_over:type_name -> streamplane.v1.FailedOver
+	41, // 31: streamplane.v1.TopologyEvent.group_event:type_name -> streamplane.v1.GroupEvent
+	34, // 32: streamplane.v1.TopologyEvent.generation_sealed:type_name -> streamplane.v1.GenerationSealed
+	35, // 33: streamplane.v1.TopologyEvent.generation_drained:type_name -> streamplane.v1.GenerationDrained
+	13, // 34: streamplane.v1.TopologyEvent.cluster_health_changed:type_name -> streamplane.v1.ClusterHealthChanged
+	14, // 35: streamplane.v1.TopologyEvent.policy_changed:type_name -> streamplane.v1.PolicyChanged
+	19, // 36: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
+	21, // 37: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
+	23, // 38: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
+	25, // 39: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
+	26, // 40: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
+	28, // 41: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
+	29, // 42: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
+	31, // 43: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
+	37, // 44: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
+	39, // 45: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
+	6,  // 46: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
+	8,  // 47: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
+	9,  // 48: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
+	11, // 49: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
+	4,  // 50: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
+	12, // 51: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
+	20, // 52: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
+	22, // 53: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
+	24, // 54: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
+	24, // 55: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
+	27, // 56: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
+	24, // 57: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
+	30, // 58: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
+	42, // 59: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
+	38, // 60: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
+	40, // 61: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
+	7,  // 62: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
+	2,  // 63: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
+	10, // 64: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
+	24, // 65: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
+	4,  // 66: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	4,  // 67: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	52, // [52:68] is the sub-list for method output_type
+	36, // [36:52] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_topology_proto_init() }
@@ -2357,7 +3191,7 @@ func file_streamplane_v1_topology_proto_init() {
 	if File_streamplane_v1_topology_proto != nil {
 		return
 	}
-	file_streamplane_v1_topology_proto_msgTypes[28].OneofWrappers = []any{
+	file_streamplane_v1_topology_proto_msgTypes[40].OneofWrappers = []any{
 		(*TopologyEvent_ClusterRegistered)(nil),
 		(*TopologyEvent_ClusterUpdated)(nil),
 		(*TopologyEvent_StreamCreated)(nil),
@@ -2366,6 +3200,9 @@ func file_streamplane_v1_topology_proto_init() {
 		(*TopologyEvent_GroupEvent)(nil),
 		(*TopologyEvent_GenerationSealed)(nil),
 		(*TopologyEvent_GenerationDrained)(nil),
+		(*TopologyEvent_ClusterHealthChanged)(nil),
+		(*TopologyEvent_ClusterRemoved)(nil),
+		(*TopologyEvent_PolicyChanged)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2373,7 +3210,7 @@ func file_streamplane_v1_topology_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_topology_proto_rawDesc), len(file_streamplane_v1_topology_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

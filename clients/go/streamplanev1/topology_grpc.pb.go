@@ -31,6 +31,12 @@ const (
 	TopologyService_WatchTopology_FullMethodName     = "/streamplane.v1.TopologyService/WatchTopology"
 	TopologyService_ProducerHeartbeat_FullMethodName = "/streamplane.v1.TopologyService/ProducerHeartbeat"
 	TopologyService_CloseProducer_FullMethodName     = "/streamplane.v1.TopologyService/CloseProducer"
+	TopologyService_ClusterHealth_FullMethodName     = "/streamplane.v1.TopologyService/ClusterHealth"
+	TopologyService_CordonCluster_FullMethodName     = "/streamplane.v1.TopologyService/CordonCluster"
+	TopologyService_RemoveCluster_FullMethodName     = "/streamplane.v1.TopologyService/RemoveCluster"
+	TopologyService_SetStreamPolicy_FullMethodName   = "/streamplane.v1.TopologyService/SetStreamPolicy"
+	TopologyService_SetFleetPolicy_FullMethodName    = "/streamplane.v1.TopologyService/SetFleetPolicy"
+	TopologyService_GetFleetPolicy_FullMethodName    = "/streamplane.v1.TopologyService/GetFleetPolicy"
 )
 
 // TopologyServiceClient is the client API for TopologyService service.
@@ -50,6 +56,15 @@ type TopologyServiceClient interface {
 	ProducerHeartbeat(ctx context.Context, in *ProducerHeartbeatRequest, opts ...grpc.CallOption) (*ProducerHeartbeatResponse, error)
 	// End a producer session at once: it no longer holds back any seal.
 	CloseProducer(ctx context.Context, in *CloseProducerRequest, opts ...grpc.CallOption) (*CloseProducerResponse, error)
+	// A cluster's health, its reasons, and the health monitor's recent probes.
+	ClusterHealth(ctx context.Context, in *ClusterHealthRequest, opts ...grpc.CallOption) (*ClusterHealthResponse, error)
+	// Stop (or let again) new generations landing on a cluster.
+	CordonCluster(ctx context.Context, in *CordonClusterRequest, opts ...grpc.CallOption) (*Cluster, error)
+	// Forget a cluster; FAILED_PRECONDITION while any generation there is not drained.
+	RemoveCluster(ctx context.Context, in *RemoveClusterRequest, opts ...grpc.CallOption) (*RemoveClusterResponse, error)
+	SetStreamPolicy(ctx context.Context, in *SetStreamPolicyRequest, opts ...grpc.CallOption) (*StreamResponse, error)
+	SetFleetPolicy(ctx context.Context, in *FleetPolicy, opts ...grpc.CallOption) (*FleetPolicy, error)
+	GetFleetPolicy(ctx context.Context, in *GetFleetPolicyRequest, opts ...grpc.CallOption) (*FleetPolicy, error)
 }
 
 type topologyServiceClient struct {
@@ -169,6 +184,66 @@ func (c *topologyServiceClient) CloseProducer(ctx context.Context, in *CloseProd
 	return out, nil
 }
 
+func (c *topologyServiceClient) ClusterHealth(ctx context.Context, in *ClusterHealthRequest, opts ...grpc.CallOption) (*ClusterHealthResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterHealthResponse)
+	err := c.cc.Invoke(ctx, TopologyService_ClusterHealth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *topologyServiceClient) CordonCluster(ctx context.Context, in *CordonClusterRequest, opts ...grpc.CallOption) (*Cluster, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Cluster)
+	err := c.cc.Invoke(ctx, TopologyService_CordonCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *topologyServiceClient) RemoveCluster(ctx context.Context, in *RemoveClusterRequest, opts ...grpc.CallOption) (*RemoveClusterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveClusterResponse)
+	err := c.cc.Invoke(ctx, TopologyService_RemoveCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *topologyServiceClient) SetStreamPolicy(ctx context.Context, in *SetStreamPolicyRequest, opts ...grpc.CallOption) (*StreamResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StreamResponse)
+	err := c.cc.Invoke(ctx, TopologyService_SetStreamPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *topologyServiceClient) SetFleetPolicy(ctx context.Context, in *FleetPolicy, opts ...grpc.CallOption) (*FleetPolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FleetPolicy)
+	err := c.cc.Invoke(ctx, TopologyService_SetFleetPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *topologyServiceClient) GetFleetPolicy(ctx context.Context, in *GetFleetPolicyRequest, opts ...grpc.CallOption) (*FleetPolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FleetPolicy)
+	err := c.cc.Invoke(ctx, TopologyService_GetFleetPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TopologyServiceServer is the server API for TopologyService service.
 // All implementations must embed UnimplementedTopologyServiceServer
 // for forward compatibility.
@@ -186,6 +261,15 @@ type TopologyServiceServer interface {
 	ProducerHeartbeat(context.Context, *ProducerHeartbeatRequest) (*ProducerHeartbeatResponse, error)
 	// End a producer session at once: it no longer holds back any seal.
 	CloseProducer(context.Context, *CloseProducerRequest) (*CloseProducerResponse, error)
+	// A cluster's health, its reasons, and the health monitor's recent probes.
+	ClusterHealth(context.Context, *ClusterHealthRequest) (*ClusterHealthResponse, error)
+	// Stop (or let again) new generations landing on a cluster.
+	CordonCluster(context.Context, *CordonClusterRequest) (*Cluster, error)
+	// Forget a cluster; FAILED_PRECONDITION while any generation there is not drained.
+	RemoveCluster(context.Context, *RemoveClusterRequest) (*RemoveClusterResponse, error)
+	SetStreamPolicy(context.Context, *SetStreamPolicyRequest) (*StreamResponse, error)
+	SetFleetPolicy(context.Context, *FleetPolicy) (*FleetPolicy, error)
+	GetFleetPolicy(context.Context, *GetFleetPolicyRequest) (*FleetPolicy, error)
 	mustEmbedUnimplementedTopologyServiceServer()
 }
 
@@ -225,6 +309,24 @@ func (UnimplementedTopologyServiceServer) ProducerHeartbeat(context.Context, *Pr
 }
 func (UnimplementedTopologyServiceServer) CloseProducer(context.Context, *CloseProducerRequest) (*CloseProducerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseProducer not implemented")
+}
+func (UnimplementedTopologyServiceServer) ClusterHealth(context.Context, *ClusterHealthRequest) (*ClusterHealthResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClusterHealth not implemented")
+}
+func (UnimplementedTopologyServiceServer) CordonCluster(context.Context, *CordonClusterRequest) (*Cluster, error) {
+	return nil, status.Error(codes.Unimplemented, "method CordonCluster not implemented")
+}
+func (UnimplementedTopologyServiceServer) RemoveCluster(context.Context, *RemoveClusterRequest) (*RemoveClusterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveCluster not implemented")
+}
+func (UnimplementedTopologyServiceServer) SetStreamPolicy(context.Context, *SetStreamPolicyRequest) (*StreamResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetStreamPolicy not implemented")
+}
+func (UnimplementedTopologyServiceServer) SetFleetPolicy(context.Context, *FleetPolicy) (*FleetPolicy, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetFleetPolicy not implemented")
+}
+func (UnimplementedTopologyServiceServer) GetFleetPolicy(context.Context, *GetFleetPolicyRequest) (*FleetPolicy, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetFleetPolicy not implemented")
 }
 func (UnimplementedTopologyServiceServer) mustEmbedUnimplementedTopologyServiceServer() {}
 func (UnimplementedTopologyServiceServer) testEmbeddedByValue()                         {}
@@ -420,6 +522,114 @@ func _TopologyService_CloseProducer_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TopologyService_ClusterHealth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClusterHealthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopologyServiceServer).ClusterHealth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopologyService_ClusterHealth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopologyServiceServer).ClusterHealth(ctx, req.(*ClusterHealthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TopologyService_CordonCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CordonClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopologyServiceServer).CordonCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopologyService_CordonCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopologyServiceServer).CordonCluster(ctx, req.(*CordonClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TopologyService_RemoveCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopologyServiceServer).RemoveCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopologyService_RemoveCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopologyServiceServer).RemoveCluster(ctx, req.(*RemoveClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TopologyService_SetStreamPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetStreamPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopologyServiceServer).SetStreamPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopologyService_SetStreamPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopologyServiceServer).SetStreamPolicy(ctx, req.(*SetStreamPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TopologyService_SetFleetPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FleetPolicy)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopologyServiceServer).SetFleetPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopologyService_SetFleetPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopologyServiceServer).SetFleetPolicy(ctx, req.(*FleetPolicy))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TopologyService_GetFleetPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetFleetPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopologyServiceServer).GetFleetPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopologyService_GetFleetPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopologyServiceServer).GetFleetPolicy(ctx, req.(*GetFleetPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TopologyService_ServiceDesc is the grpc.ServiceDesc for TopologyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -462,6 +672,30 @@ var TopologyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CloseProducer",
 			Handler:    _TopologyService_CloseProducer_Handler,
+		},
+		{
+			MethodName: "ClusterHealth",
+			Handler:    _TopologyService_ClusterHealth_Handler,
+		},
+		{
+			MethodName: "CordonCluster",
+			Handler:    _TopologyService_CordonCluster_Handler,
+		},
+		{
+			MethodName: "RemoveCluster",
+			Handler:    _TopologyService_RemoveCluster_Handler,
+		},
+		{
+			MethodName: "SetStreamPolicy",
+			Handler:    _TopologyService_SetStreamPolicy_Handler,
+		},
+		{
+			MethodName: "SetFleetPolicy",
+			Handler:    _TopologyService_SetFleetPolicy_Handler,
+		},
+		{
+			MethodName: "GetFleetPolicy",
+			Handler:    _TopologyService_GetFleetPolicy_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

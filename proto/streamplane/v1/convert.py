@@ -34,6 +34,9 @@ def cluster_to_pb(c: m.Cluster) -> pb.Cluster:
         config_ref=c.config_ref,
         admin=_ADMIN_TO_PB[c.admin],
         control_endpoint=c.control_endpoint,
+        health_reasons=list(c.health_reasons),
+        health_since_unix_ms=c.health_since_ms,
+        cordoned=c.cordoned,
     )
 
 
@@ -48,6 +51,33 @@ def cluster_from_pb(x: pb.Cluster) -> m.Cluster:
         config_ref=x.config_ref,
         admin=_ADMIN_FROM_PB.get(x.admin, m.ADMIN_KAFKA),
         control_endpoint=x.control_endpoint,
+        health_reasons=list(x.health_reasons),
+        health_since_ms=x.health_since_unix_ms,
+        cordoned=x.cordoned,
+    )
+
+
+def failover_policy_to_pb(p: m.FailoverPolicy) -> pb.FailoverPolicy:
+    return pb.FailoverPolicy(mode=p.mode, unhealthy_after_ms=p.unhealthy_after_ms, min_interval_ms=p.min_interval_ms)
+
+
+def failover_policy_from_pb(x: pb.FailoverPolicy) -> m.FailoverPolicy:
+    """Unset fields take the defaults."""
+    d = m.FailoverPolicy()
+    return m.FailoverPolicy(
+        mode=x.mode or d.mode,
+        unhealthy_after_ms=x.unhealthy_after_ms or d.unhealthy_after_ms,
+        min_interval_ms=x.min_interval_ms or d.min_interval_ms,
+    )
+
+
+def fleet_policy_to_pb(p: m.FleetPolicy) -> pb.FleetPolicy:
+    return pb.FleetPolicy(frozen=p.frozen, max_failovers_per_minute=p.max_failovers_per_minute)
+
+
+def fleet_policy_from_pb(x: pb.FleetPolicy) -> m.FleetPolicy:
+    return m.FleetPolicy(
+        frozen=x.frozen, max_failovers_per_minute=x.max_failovers_per_minute or m.FleetPolicy().max_failovers_per_minute
     )
 
 
@@ -105,11 +135,21 @@ def topic_settings_from_pb(x: pb.TopicSettings) -> m.TopicSettings:
 
 
 def stream_to_pb(s: m.Stream) -> pb.Stream:
-    return pb.Stream(name=s.name, lanes=[lane_to_pb(lane) for lane in s.lanes], topic=topic_settings_to_pb(s.topic))
+    return pb.Stream(
+        name=s.name,
+        lanes=[lane_to_pb(lane) for lane in s.lanes],
+        topic=topic_settings_to_pb(s.topic),
+        failover=failover_policy_to_pb(s.failover),
+    )
 
 
 def stream_from_pb(x: pb.Stream) -> m.Stream:
-    return m.Stream(name=x.name, lanes=[lane_from_pb(lane) for lane in x.lanes], topic=topic_settings_from_pb(x.topic))
+    return m.Stream(
+        name=x.name,
+        lanes=[lane_from_pb(lane) for lane in x.lanes],
+        topic=topic_settings_from_pb(x.topic),
+        failover=failover_policy_from_pb(x.failover),
+    )
 
 
 def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
@@ -119,6 +159,17 @@ def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
             msg.cluster_registered.CopyFrom(cluster_to_pb(c))
         case m.ClusterUpdated(cluster=c):
             msg.cluster_updated.CopyFrom(cluster_to_pb(c))
+        case m.ClusterHealthChanged(cluster=c):
+            msg.cluster_health_changed.CopyFrom(pb.ClusterHealthChanged(cluster=cluster_to_pb(c), previous=e.previous))
+        case m.ClusterRemoved():
+            msg.cluster_removed = e.cluster
+        case m.PolicyChanged():
+            changed = pb.PolicyChanged(stream=e.stream)
+            if e.failover is not None:
+                changed.failover.CopyFrom(failover_policy_to_pb(e.failover))
+            if e.fleet is not None:
+                changed.fleet.CopyFrom(fleet_policy_to_pb(e.fleet))
+            msg.policy_changed.CopyFrom(changed)
         case m.StreamCreated(stream=s):
             msg.stream_created.CopyFrom(stream_to_pb(s))
         case m.LaneAdded():
@@ -157,6 +208,19 @@ def event_from_pb(x: pb.TopologyEvent) -> m.TopologyEvent:
             return m.ClusterRegistered(**head, cluster=cluster_from_pb(x.cluster_registered))
         case "cluster_updated":
             return m.ClusterUpdated(**head, cluster=cluster_from_pb(x.cluster_updated))
+        case "cluster_health_changed":
+            h = x.cluster_health_changed
+            return m.ClusterHealthChanged(**head, cluster=cluster_from_pb(h.cluster), previous=h.previous)
+        case "cluster_removed":
+            return m.ClusterRemoved(**head, cluster=x.cluster_removed)
+        case "policy_changed":
+            p = x.policy_changed
+            return m.PolicyChanged(
+                **head,
+                stream=p.stream,
+                failover=failover_policy_from_pb(p.failover) if p.HasField("failover") else None,
+                fleet=fleet_policy_from_pb(p.fleet) if p.HasField("fleet") else None,
+            )
         case "stream_created":
             return m.StreamCreated(**head, stream=stream_from_pb(x.stream_created))
         case "lane_added":

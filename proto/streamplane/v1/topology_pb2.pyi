@@ -30,7 +30,7 @@ GENERATION_STATE_SEALED: GenerationState
 GENERATION_STATE_DRAINED: GenerationState
 
 class Cluster(_message.Message):
-    __slots__ = ("name", "bootstrap_servers", "zone", "capacity_weight", "health", "config_ref", "admin", "control_endpoint")
+    __slots__ = ("name", "bootstrap_servers", "zone", "capacity_weight", "health", "config_ref", "admin", "control_endpoint", "health_reasons", "health_since_unix_ms", "cordoned")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_SERVERS_FIELD_NUMBER: _ClassVar[int]
     ZONE_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,9 @@ class Cluster(_message.Message):
     CONFIG_REF_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
     CONTROL_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_REASONS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_SINCE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    CORDONED_FIELD_NUMBER: _ClassVar[int]
     name: str
     bootstrap_servers: str
     zone: str
@@ -47,7 +50,112 @@ class Cluster(_message.Message):
     config_ref: str
     admin: ClusterAdmin
     control_endpoint: str
-    def __init__(self, name: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., zone: _Optional[str] = ..., capacity_weight: _Optional[float] = ..., health: _Optional[str] = ..., config_ref: _Optional[str] = ..., admin: _Optional[_Union[ClusterAdmin, str]] = ..., control_endpoint: _Optional[str] = ...) -> None: ...
+    health_reasons: _containers.RepeatedScalarFieldContainer[str]
+    health_since_unix_ms: int
+    cordoned: bool
+    def __init__(self, name: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., zone: _Optional[str] = ..., capacity_weight: _Optional[float] = ..., health: _Optional[str] = ..., config_ref: _Optional[str] = ..., admin: _Optional[_Union[ClusterAdmin, str]] = ..., control_endpoint: _Optional[str] = ..., health_reasons: _Optional[_Iterable[str]] = ..., health_since_unix_ms: _Optional[int] = ..., cordoned: _Optional[bool] = ...) -> None: ...
+
+class FailoverPolicy(_message.Message):
+    __slots__ = ("mode", "unhealthy_after_ms", "min_interval_ms")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    MIN_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    unhealthy_after_ms: int
+    min_interval_ms: int
+    def __init__(self, mode: _Optional[str] = ..., unhealthy_after_ms: _Optional[int] = ..., min_interval_ms: _Optional[int] = ...) -> None: ...
+
+class FleetPolicy(_message.Message):
+    __slots__ = ("frozen", "max_failovers_per_minute")
+    FROZEN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAILOVERS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    frozen: bool
+    max_failovers_per_minute: int
+    def __init__(self, frozen: _Optional[bool] = ..., max_failovers_per_minute: _Optional[int] = ...) -> None: ...
+
+class Probe(_message.Message):
+    __slots__ = ("at_unix_ms", "reachable", "latency_ms", "brokers", "partitions", "leaderless", "under_replicated", "error")
+    AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    LEADERLESS_FIELD_NUMBER: _ClassVar[int]
+    UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    at_unix_ms: int
+    reachable: bool
+    latency_ms: float
+    brokers: int
+    partitions: int
+    leaderless: int
+    under_replicated: int
+    error: str
+    def __init__(self, at_unix_ms: _Optional[int] = ..., reachable: _Optional[bool] = ..., latency_ms: _Optional[float] = ..., brokers: _Optional[int] = ..., partitions: _Optional[int] = ..., leaderless: _Optional[int] = ..., under_replicated: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ClusterHealthRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ClusterHealthResponse(_message.Message):
+    __slots__ = ("cluster", "probes")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
+    cluster: Cluster
+    probes: _containers.RepeatedCompositeFieldContainer[Probe]
+    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., probes: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ...) -> None: ...
+
+class CordonClusterRequest(_message.Message):
+    __slots__ = ("name", "cordoned")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CORDONED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cordoned: bool
+    def __init__(self, name: _Optional[str] = ..., cordoned: _Optional[bool] = ...) -> None: ...
+
+class RemoveClusterRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RemoveClusterResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    def __init__(self, version: _Optional[str] = ...) -> None: ...
+
+class SetStreamPolicyRequest(_message.Message):
+    __slots__ = ("stream", "policy")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    policy: FailoverPolicy
+    def __init__(self, stream: _Optional[str] = ..., policy: _Optional[_Union[FailoverPolicy, _Mapping]] = ...) -> None: ...
+
+class GetFleetPolicyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterHealthChanged(_message.Message):
+    __slots__ = ("cluster", "previous")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    cluster: Cluster
+    previous: str
+    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., previous: _Optional[str] = ...) -> None: ...
+
+class PolicyChanged(_message.Message):
+    __slots__ = ("stream", "failover", "fleet")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_FIELD_NUMBER: _ClassVar[int]
+    FLEET_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    failover: FailoverPolicy
+    fleet: FleetPolicy
+    def __init__(self, stream: _Optional[str] = ..., failover: _Optional[_Union[FailoverPolicy, _Mapping]] = ..., fleet: _Optional[_Union[FleetPolicy, _Mapping]] = ...) -> None: ...
 
 class Generation(_message.Message):
     __slots__ = ("number", "cluster", "topic", "partitions", "state", "end_offsets")
@@ -90,14 +198,16 @@ class TopicSettings(_message.Message):
     def __init__(self, replication_factor: _Optional[int] = ..., min_insync_replicas: _Optional[int] = ..., retention_ms: _Optional[int] = ..., segment_ms: _Optional[int] = ..., segment_bytes: _Optional[int] = ...) -> None: ...
 
 class Stream(_message.Message):
-    __slots__ = ("name", "lanes", "topic")
+    __slots__ = ("name", "lanes", "topic", "failover")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LANES_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_FIELD_NUMBER: _ClassVar[int]
     name: str
     lanes: _containers.RepeatedCompositeFieldContainer[Lane]
     topic: TopicSettings
-    def __init__(self, name: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[Lane, _Mapping]]] = ..., topic: _Optional[_Union[TopicSettings, _Mapping]] = ...) -> None: ...
+    failover: FailoverPolicy
+    def __init__(self, name: _Optional[str] = ..., lanes: _Optional[_Iterable[_Union[Lane, _Mapping]]] = ..., topic: _Optional[_Union[TopicSettings, _Mapping]] = ..., failover: _Optional[_Union[FailoverPolicy, _Mapping]] = ...) -> None: ...
 
 class RegisterClusterRequest(_message.Message):
     __slots__ = ("cluster", "update_existing")
@@ -314,7 +424,7 @@ class GroupEvent(_message.Message):
     def __init__(self, group: _Optional[str] = ..., type: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class TopologyEvent(_message.Message):
-    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained")
+    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained", "cluster_health_changed", "cluster_removed", "policy_changed")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +436,9 @@ class TopologyEvent(_message.Message):
     GROUP_EVENT_FIELD_NUMBER: _ClassVar[int]
     GENERATION_SEALED_FIELD_NUMBER: _ClassVar[int]
     GENERATION_DRAINED_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_HEALTH_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    POLICY_CHANGED_FIELD_NUMBER: _ClassVar[int]
     version: str
     time_unix_ms: int
     actor: str
@@ -337,4 +450,7 @@ class TopologyEvent(_message.Message):
     group_event: GroupEvent
     generation_sealed: GenerationSealed
     generation_drained: GenerationDrained
-    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ...) -> None: ...
+    cluster_health_changed: ClusterHealthChanged
+    cluster_removed: str
+    policy_changed: PolicyChanged
+    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ..., cluster_health_changed: _Optional[_Union[ClusterHealthChanged, _Mapping]] = ..., cluster_removed: _Optional[str] = ..., policy_changed: _Optional[_Union[PolicyChanged, _Mapping]] = ...) -> None: ...

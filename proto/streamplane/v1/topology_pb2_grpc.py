@@ -84,6 +84,36 @@ class TopologyServiceStub:
                 request_serializer=streamplane_dot_v1_dot_topology__pb2.CloseProducerRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_topology__pb2.CloseProducerResponse.FromString,
                 _registered_method=True)
+        self.ClusterHealth = channel.unary_unary(
+                '/streamplane.v1.TopologyService/ClusterHealth',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.ClusterHealthRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.ClusterHealthResponse.FromString,
+                _registered_method=True)
+        self.CordonCluster = channel.unary_unary(
+                '/streamplane.v1.TopologyService/CordonCluster',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.CordonClusterRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.Cluster.FromString,
+                _registered_method=True)
+        self.RemoveCluster = channel.unary_unary(
+                '/streamplane.v1.TopologyService/RemoveCluster',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.RemoveClusterRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.RemoveClusterResponse.FromString,
+                _registered_method=True)
+        self.SetStreamPolicy = channel.unary_unary(
+                '/streamplane.v1.TopologyService/SetStreamPolicy',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.SetStreamPolicyRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.StreamResponse.FromString,
+                _registered_method=True)
+        self.SetFleetPolicy = channel.unary_unary(
+                '/streamplane.v1.TopologyService/SetFleetPolicy',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.FleetPolicy.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.FleetPolicy.FromString,
+                _registered_method=True)
+        self.GetFleetPolicy = channel.unary_unary(
+                '/streamplane.v1.TopologyService/GetFleetPolicy',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.GetFleetPolicyRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.FleetPolicy.FromString,
+                _registered_method=True)
 
 
 class TopologyServiceServicer:
@@ -152,6 +182,45 @@ class TopologyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClusterHealth(self, request, context):
+        """A cluster's health, its reasons, and the health monitor's recent probes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CordonCluster(self, request, context):
+        """Stop (or let again) new generations landing on a cluster.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveCluster(self, request, context):
+        """Forget a cluster; FAILED_PRECONDITION while any generation there is not drained.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetStreamPolicy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetFleetPolicy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFleetPolicy(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopologyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -204,6 +273,36 @@ def add_TopologyServiceServicer_to_server(servicer, server):
                     servicer.CloseProducer,
                     request_deserializer=streamplane_dot_v1_dot_topology__pb2.CloseProducerRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_topology__pb2.CloseProducerResponse.SerializeToString,
+            ),
+            'ClusterHealth': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClusterHealth,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.ClusterHealthRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.ClusterHealthResponse.SerializeToString,
+            ),
+            'CordonCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.CordonCluster,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.CordonClusterRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.Cluster.SerializeToString,
+            ),
+            'RemoveCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveCluster,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.RemoveClusterRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.RemoveClusterResponse.SerializeToString,
+            ),
+            'SetStreamPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetStreamPolicy,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.SetStreamPolicyRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.StreamResponse.SerializeToString,
+            ),
+            'SetFleetPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFleetPolicy,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.FleetPolicy.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.FleetPolicy.SerializeToString,
+            ),
+            'GetFleetPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFleetPolicy,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.GetFleetPolicyRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.FleetPolicy.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -476,6 +575,168 @@ class TopologyService:
             '/streamplane.v1.TopologyService/CloseProducer',
             streamplane_dot_v1_dot_topology__pb2.CloseProducerRequest.SerializeToString,
             streamplane_dot_v1_dot_topology__pb2.CloseProducerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClusterHealth(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/ClusterHealth',
+            streamplane_dot_v1_dot_topology__pb2.ClusterHealthRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.ClusterHealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CordonCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/CordonCluster',
+            streamplane_dot_v1_dot_topology__pb2.CordonClusterRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.Cluster.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/RemoveCluster',
+            streamplane_dot_v1_dot_topology__pb2.RemoveClusterRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.RemoveClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetStreamPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/SetStreamPolicy',
+            streamplane_dot_v1_dot_topology__pb2.SetStreamPolicyRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.StreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFleetPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/SetFleetPolicy',
+            streamplane_dot_v1_dot_topology__pb2.FleetPolicy.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.FleetPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFleetPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/GetFleetPolicy',
+            streamplane_dot_v1_dot_topology__pb2.GetFleetPolicyRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.FleetPolicy.FromString,
             options,
             channel_credentials,
             insecure,

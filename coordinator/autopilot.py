@@ -1,0 +1,176 @@
+"""The autopilot: on the leader replica, probe every cluster, record health changes, and fail lanes over off
+clusters that stay unhealthy, without a person.
+
+Probes run in a small pool, each with its own timeout, so one slow cluster never delays the others: a cluster
+whose probe is still running is skipped until it answers. The decisions are `health.plan_failovers`'s; this
+class does the I/O (probes, the store, logs).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+
+import structlog
+
+from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator import health
+from streamplane.coordinator.health import Probe
+from streamplane.coordinator.topology import Topology
+from streamplane.errors import StreamplaneError
+from streamplane.names import TOPIC_PREFIX
+
+log = structlog.get_logger(__name__)
+
+AUTOPILOT = "autopilot"
+"""The actor of every change the autopilot makes."""
+
+
+@dataclass(frozen=True)
+class AutopilotConfig:
+    probe_interval_ms: int = 2000
+    probe_timeout_ms: int = 1500
+    history: int = 30
+    """Probes kept per cluster (in the leader's memory) for `cluster health`."""
+    probe_threads: int = 8
+
+
+def probe_cluster(name: str, bootstrap_servers: str, *, timeout_s: float, now_ms: int) -> Probe:
+    """Read a cluster's metadata through our own wire client (one short-lived connection)."""
+    from streamplane.client.kafka.config import ConnectionConfig
+    from streamplane.client.kafka.connection import KafkaConnection
+
+    started = time.perf_counter()
+    try:
+        config = ConnectionConfig(timeout_s=timeout_s)
+        conn = KafkaConnection.connect_any(bootstrap_servers, config)
+        try:
+            md = conn.metadata(None)
+        finally:
+            conn.close()
+    except (StreamplaneError, OSError) as err:
+        message = err.message if isinstance(err, StreamplaneError) else str(err)
+        return Probe(name, now_ms, False, (time.perf_counter() - started) * 1000, error=message[:300])
+    ours = [p for topic, parts in md.topics.items() if topic.startswith(f"{TOPIC_PREFIX}.") for p in parts]
+    return Probe(
+        name,
+        now_ms,
+        True,
+        (time.perf_counter() - started) * 1000,
+        brokers=len(md.brokers),
+        partitions=len(ours),
+        leaderless=sum(1 for p in ours if p.leader < 0),
+        under_replicated=sum(1 for p in ours if p.isr and len(p.isr) < len(p.replicas)),
+    )
+
+
+class Autopilot:
+    """Health monitor and automatic failover; runs on every replica but acts only while `is_leader()`."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        is_leader: Callable[[], bool],
+        config: AutopilotConfig | None = None,
+        *,
+        clock: Clock = SYSTEM,
+        probe: Callable[..., Probe] = probe_cluster,
+    ) -> None:
+        self.topology = topology
+        self.is_leader = is_leader
+        self.config = config or AutopilotConfig()
+        self.clock = clock
+        self._probe = probe
+        self._pool = futures.ThreadPoolExecutor(self.config.probe_threads, thread_name_prefix="probe")
+        self._running: dict[str, futures.Future[Probe]] = {}
+        self._brokers_seen: dict[str, int] = {}
+        self.history: dict[str, collections.deque[Probe]] = {}
+        self._recent: collections.deque[int] = collections.deque(maxlen=10_000)
+        self._last_moved: dict[tuple[str, str], int] = {}
+        self.waiting: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def probes(self, cluster: str) -> list[Probe]:
+        """The newest probes of a cluster, oldest first (this replica's, while it leads)."""
+        return list(self.history.get(cluster, ()))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="autopilot", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._thread:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.config.probe_interval_ms / 1000):
+            if not self.is_leader():
+                continue
+            try:
+                self.run_once()
+            except StreamplaneError as err:
+                log.warning("autopilot.pass_failed", error=err.message)
+            except Exception:
+                log.exception("autopilot.pass_crashed")
+
+    def run_once(self) -> None:
+        """Collect the probes that finished, start the next ones, record changes, then fail over what is due."""
+        now = self.clock.now_ms()
+        for name, running in list(self._running.items()):
+            if running.done():
+                del self._running[name]
+                self._observe(running.result())
+        clusters = self.topology.list_clusters()
+        for c in clusters:
+            if c.name not in self._running:
+                self._running[c.name] = self._pool.submit(
+                    self._probe, c.name, c.bootstrap_servers, timeout_s=self.config.probe_timeout_ms / 1000, now_ms=now
+                )
+        self.fail_over(now)
+
+    def _observe(self, probe: Probe) -> None:
+        seen = max(self._brokers_seen.get(probe.cluster, 0), probe.brokers)
+        self._brokers_seen[probe.cluster] = seen
+        self.history.setdefault(probe.cluster, collections.deque(maxlen=self.config.history)).append(probe)
+        state, reasons = health.judge(probe, seen)
+        try:
+            changed = self.topology.record_health(probe.cluster, state, reasons, actor=AUTOPILOT)
+        except StreamplaneError as err:  # removed meanwhile, or the store is away: the next probe tells again
+            log.info("autopilot.health_not_recorded", cluster=probe.cluster, error=err.message)
+            return
+        if changed is not None:
+            log.info("cluster.health_changed", cluster=probe.cluster, state=state, reasons=list(reasons))
+
+    def fail_over(self, now_ms: int) -> list[health.Move]:
+        """Apply the failovers the policies call for now; returns them."""
+        plan = health.plan_failovers(
+            self.topology.list_clusters(),
+            self.topology.list_streams(),
+            self.topology.fleet_policy(),
+            now_ms=now_ms,
+            recent=list(self._recent),
+            last_moved=self._last_moved,
+        )
+        if plan.waiting != self.waiting:
+            for line in plan.waiting:
+                log.warning("autopilot.waiting", why=line)
+        self.waiting = plan.waiting
+        done = []
+        for move in plan.moves:
+            try:
+                self.topology.failover(move.stream, move.lane, move.target, 0, move.reason, actor=AUTOPILOT)
+            except StreamplaneError as err:
+                log.warning("autopilot.failover_failed", stream=move.stream, lane=move.lane, error=err.message)
+                continue
+            self._recent.append(now_ms)
+            self._last_moved[(move.stream, move.lane)] = now_ms
+            log.info("autopilot.failed_over", stream=move.stream, lane=move.lane, to=move.target, reason=move.reason)
+            done.append(move)
+        return done

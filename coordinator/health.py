@@ -1,0 +1,143 @@
+"""Cluster health and the autopilot's decisions, as pure functions of what was observed.
+
+A probe reads a cluster's metadata (brokers, and the partitions of our topics without a leader or with
+replicas out of sync); `judge` turns it into a state with reasons. `plan_failovers` decides which lanes move
+off clusters that stayed unhealthy, where to, and which wait: the streams' policies (auto or manual, how long
+a cluster must be unhealthy), hysteresis (a lane that moved recently stays), the fleet-wide rate cap and the
+freeze switch. The health monitor (`streamplane.coordinator.autopilot`) does the I/O around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from streamplane.model import ACTIVE, Cluster, FleetPolicy, Stream
+
+HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN = "healthy", "degraded", "unhealthy", "unknown"
+HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One look at a cluster."""
+
+    cluster: str
+    at_ms: int
+    reachable: bool
+    latency_ms: float = 0.0
+    brokers: int = 0
+    partitions: int = 0
+    """Partitions of our topics (sp.*) the metadata lists."""
+    leaderless: int = 0
+    under_replicated: int = 0
+    error: str = ""
+
+
+def judge(probe: Probe, brokers_seen: int = 0) -> tuple[str, tuple[str, ...]]:
+    """The state a probe shows, with its reasons. `brokers_seen`: the most brokers this cluster had."""
+    if not probe.reachable:
+        return UNHEALTHY, (f"metadata unreachable: {probe.error or 'no answer'}",)
+    reasons = []
+    if brokers_seen and probe.brokers < brokers_seen:
+        reasons.append(f"{brokers_seen - probe.brokers} of {brokers_seen} brokers missing")
+    if probe.leaderless:
+        reasons.append(f"{probe.leaderless} of {probe.partitions} partitions without a leader")
+    if probe.under_replicated:
+        reasons.append(f"{probe.under_replicated} partitions with replicas out of sync")
+    if probe.partitions and probe.leaderless == probe.partitions:
+        return UNHEALTHY, tuple(reasons)
+    return (DEGRADED if reasons else HEALTHY), tuple(reasons)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One automatic failover: a lane off an unhealthy cluster, to `target`, with the evidence."""
+
+    stream: str
+    lane: str
+    source: str
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    moves: list[Move]
+    waiting: list[str]
+    """Why lanes that should move did not (frozen, rate cap, no healthy target), one line each."""
+
+
+def choose_target(
+    clusters: Sequence[Cluster], source: Cluster, load: Mapping[str, int], exclude: Iterable[str] = ()
+) -> Cluster | None:
+    """Where a lane goes: a healthy, uncordoned cluster other than the source, in another zone if there is
+    one, with the fewest active generations per unit of capacity weight; None if there is none."""
+    barred = {source.name, *exclude}
+    fit = [c for c in clusters if c.health == HEALTHY and not c.cordoned and c.name not in barred]
+    if not fit:
+        return None
+    other_zone = [c for c in fit if not source.zone or c.zone != source.zone]
+    pool = other_zone or fit
+    return min(pool, key=lambda c: ((load.get(c.name, 0) + 1) / c.capacity_weight, c.name))
+
+
+def active_load(streams: Sequence[Stream]) -> dict[str, int]:
+    """Active generations per cluster."""
+    load: dict[str, int] = {}
+    for s in streams:
+        for lane in s.lanes:
+            if lane.generations:
+                load[lane.active.cluster] = load.get(lane.active.cluster, 0) + 1
+    return load
+
+
+def plan_failovers(
+    clusters: Sequence[Cluster],
+    streams: Sequence[Stream],
+    fleet: FleetPolicy,
+    *,
+    now_ms: int,
+    recent: Sequence[int],
+    last_moved: Mapping[tuple[str, str], int],
+) -> Plan:
+    """The failovers due now. `recent`: times of the fleet's automatic failovers (the rate cap counts those
+    of the last minute); `last_moved`: when each (stream, lane) last failed over (hysteresis)."""
+    by_name = {c.name: c for c in clusters}
+    budget = fleet.max_failovers_per_minute - sum(1 for t in recent if now_ms - t < 60_000)
+    load = active_load(streams)
+    moves: list[Move] = []
+    waiting: list[str] = []
+    for stream in sorted(streams, key=lambda s: s.name):
+        policy = stream.failover
+        for lane in sorted(stream.lanes, key=lambda x: (-x.priority, x.name)):
+            if not lane.generations or lane.active.state != ACTIVE:
+                continue
+            source = by_name.get(lane.active.cluster)
+            if source is None or source.health != UNHEALTHY:
+                continue
+            unhealthy_for = now_ms - source.health_since_ms
+            if policy.mode != "auto" or unhealthy_for < policy.unhealthy_after_ms:
+                continue
+            what = f"{stream.name}/{lane.name} on {source.name}"
+            moved_at = last_moved.get((stream.name, lane.name))
+            if moved_at is not None and now_ms - moved_at < policy.min_interval_ms:
+                waiting.append(f"{what}: it failed over {(now_ms - moved_at) / 1000:.0f} s ago (hysteresis)")
+                continue
+            if fleet.frozen:
+                waiting.append(f"{what}: the fleet is frozen")
+                continue
+            if budget <= 0:
+                waiting.append(f"{what}: {fleet.max_failovers_per_minute} failovers in the last minute (rate cap)")
+                continue
+            target = choose_target(clusters, source, load)
+            if target is None:
+                waiting.append(f"{what}: no healthy, uncordoned cluster to move to")
+                continue
+            reasons = "; ".join(source.health_reasons) or "unhealthy"
+            why = f"autopilot: {source.name} unhealthy for {unhealthy_for / 1000:.1f} s ({reasons})"
+            moves.append(Move(stream.name, lane.name, source.name, target.name, why))
+            load[target.name] = load.get(target.name, 0) + 1
+            load[source.name] = load.get(source.name, 1) - 1
+            budget -= 1
+    return Plan(moves, waiting)

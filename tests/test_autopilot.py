@@ -1,0 +1,245 @@
+"""Issue 12: cluster health and automatic failover.
+
+The decisions (`health.judge`, `health.plan_failovers`) as pure functions; the autopilot over a real store
+and the local cluster with a simulated clock (a flapping cluster); and a real coordinator whose cluster is
+unreachable: health events, the fleet freeze, the rate cap, automatic failover with its evidence, cordons,
+`cluster drain` and `cluster remove`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamplane import model
+from streamplane.client import CoordinatorClient, WorkerSession
+from streamplane.clock import ManualClock
+from streamplane.coordinator import server
+from streamplane.coordinator.autopilot import AUTOPILOT, Autopilot, AutopilotConfig
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.health import (
+    DEGRADED,
+    HEALTHY,
+    UNHEALTHY,
+    Probe,
+    choose_target,
+    judge,
+    plan_failovers,
+)
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology import Topology
+from streamplane.errors import FailedPreconditionError
+from tests.helpers import cli, wait_until
+
+T0 = 1_800_000_000_000
+
+
+def test_judge() -> None:
+    assert judge(Probe("a", T0, False, error="connection refused")) == (
+        UNHEALTHY,
+        ("metadata unreachable: connection refused",),
+    )
+    assert judge(Probe("a", T0, True, brokers=3, partitions=8)) == (HEALTHY, ())
+    state, reasons = judge(Probe("a", T0, True, brokers=2, partitions=8, leaderless=3), brokers_seen=3)
+    assert state == DEGRADED and reasons == ("1 of 3 brokers missing", "3 of 8 partitions without a leader")
+    assert judge(Probe("a", T0, True, brokers=1, partitions=4, leaderless=4))[0] == UNHEALTHY
+
+
+def _cluster(name: str, health: str = HEALTHY, *, zone: str = "", since: int = T0, **kw: object) -> model.Cluster:
+    return model.Cluster(name, f"{name}:9092", zone=zone, health=health, health_since_ms=since, **kw)  # type: ignore[arg-type]
+
+
+def _stream(name: str, cluster: str, **policy: object) -> model.Stream:
+    lanes = [
+        model.Lane(lane, prio, [model.Generation(1, cluster, f"sp.{name}.{lane}.g1", 2)])
+        for lane, prio in (("realtime", 100), ("dlq", 10))
+    ]
+    return model.Stream(name, lanes, failover=model.FailoverPolicy(**policy))  # type: ignore[arg-type]
+
+
+def test_plan_moves_lanes_off_a_cluster_unhealthy_long_enough_to_the_least_loaded_other_zone() -> None:
+    clusters = [
+        _cluster("a", UNHEALTHY, zone="z1", health_reasons=["metadata unreachable: refused"]),
+        _cluster("b", zone="z1"),
+        _cluster("c", zone="z2"),
+        _cluster("d", zone="z2", cordoned=True),
+    ]
+    streams = [_stream("s1", "a"), _stream("s2", "c")]
+    early = plan_failovers(clusters, streams, model.FleetPolicy(), now_ms=T0 + 9_000, recent=[], last_moved={})
+    assert early.moves == [], "unhealthy for less than the policy's 10 s"
+    plan = plan_failovers(clusters, streams, model.FleetPolicy(), now_ms=T0 + 11_000, recent=[], last_moved={})
+    assert [(m.stream, m.lane, m.target) for m in plan.moves] == [("s1", "realtime", "c"), ("s1", "dlq", "c")]
+    assert "unhealthy for 11.0 s (metadata unreachable: refused)" in plan.moves[0].reason
+    # the other zone is full? then the same zone: choose_target prefers another zone only when it has room
+    assert choose_target(clusters, clusters[0], {}, exclude=["c"]).name == "b"  # type: ignore[union-attr]
+
+
+def test_plan_respects_manual_mode_freeze_rate_cap_hysteresis_and_missing_targets() -> None:
+    clusters = [_cluster("a", UNHEALTHY), _cluster("b")]
+    now = T0 + 60_000
+    manual = plan_failovers(
+        clusters, [_stream("s", "a", mode="manual")], model.FleetPolicy(), now_ms=now, recent=[], last_moved={}
+    )
+    assert manual.moves == [] and manual.waiting == []
+    frozen = plan_failovers(
+        clusters, [_stream("s", "a")], model.FleetPolicy(frozen=True), now_ms=now, recent=[], last_moved={}
+    )
+    assert frozen.moves == [] and all("frozen" in w for w in frozen.waiting) and len(frozen.waiting) == 2
+    many = [_stream(f"s{i}", "a") for i in range(5)]
+    capped = plan_failovers(clusters, many, model.FleetPolicy(max_failovers_per_minute=3), now_ms=now,
+                            recent=[now - 70_000, now - 30_000], last_moved={})  # fmt: skip
+    assert len(capped.moves) == 2, "3 a minute, one of them spent 30 s ago"
+    assert sum("rate cap" in w for w in capped.waiting) == 8
+    moved_recently = plan_failovers(clusters, [_stream("s", "a")], model.FleetPolicy(), now_ms=now, recent=[],
+                                    last_moved={("s", "realtime"): now - 5_000})  # fmt: skip
+    assert [m.lane for m in moved_recently.moves] == ["dlq"] and "hysteresis" in moved_recently.waiting[0]
+    nowhere = plan_failovers([clusters[0], _cluster("b", cordoned=True)], [_stream("s", "a")], model.FleetPolicy(),
+                             now_ms=now, recent=[], last_moved={})  # fmt: skip
+    assert nowhere.moves == [] and "no healthy, uncordoned cluster" in nowhere.waiting[0]
+
+
+# -- over a real store and the local cluster ------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_flapping_cluster_moves_each_lane_at_most_once_a_minute(tmp_path: Path, local_cluster) -> None:
+    """Down 3 s, up 3 s, for two minutes of simulated time: probes every 2 s see it come and go."""
+    bootstrap, control = local_cluster
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    clock = ManualClock(T0)
+    topology = Topology(db, RoutingAdmin(), clock, control_endpoints=[control.endpoint])
+    for name in ("flap-a", "flap-b"):
+        topology.register_cluster(
+            model.Cluster(name, bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+        )
+    topology.create_stream("flappy", 1, "flap-a")
+    topology.set_stream_policy("flappy", model.FailoverPolicy(unhealthy_after_ms=2_000))
+    down = lambda: (clock.now_ms() - T0) // 3000 % 2 == 1  # noqa: E731
+
+    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int) -> Probe:
+        current = topology.describe_stream("flappy").value.lane("realtime").active.cluster  # type: ignore[union-attr]
+        dead = down() and name == current
+        return Probe(name, now_ms, not dead, brokers=3, error="refused" if dead else "")
+
+    pilot = Autopilot(topology, lambda: True, AutopilotConfig(probe_interval_ms=1000), clock=clock, probe=probe)
+    try:
+        moves: list[tuple[int, str]] = []
+        for _ in range(120):
+            pilot.run_once()
+            wait_until(lambda: all(f.done() for f in pilot._running.values()), timeout=5)  # this pass's probes
+            pilot.run_once()
+            clock.advance(1000)
+        for event in topology.read_events_and_watch(None, limit=10_000)[0]:
+            if isinstance(event, model.FailedOver):
+                moves.append((event.time_ms, event.lane))
+                assert event.actor == AUTOPILOT
+        assert moves, "the flapping cluster was noticed"
+        for lane in ("realtime", "dlq"):
+            times = [t for t, x in moves if x == lane]
+            assert all(b - a >= 60_000 for a, b in itertools.pairwise(times)), (lane, times)
+    finally:
+        pilot.stop()
+        db.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, local_cluster) -> Iterator[tuple[str, server.RunningCoordinator]]:
+    """A coordinator probing every 200 ms; cluster 'dead' (unreachable metadata, topics on the local cluster's
+    control channel) and clusters 'alive-1' and 'alive-2' (the local cluster)."""
+    bootstrap, control = local_cluster
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "db")),
+        admin=RoutingAdmin(),
+        control_endpoints=[control.endpoint],
+        autopilot_config=AutopilotConfig(probe_interval_ms=200, probe_timeout_ms=500),
+    )
+    with CoordinatorClient(running.address) as c:
+        c.register_cluster(
+            model.Cluster(
+                "dead", f"127.0.0.1:{_closed_port()}", admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint
+            )
+        )
+        for name in ("alive-1", "alive-2"):
+            c.register_cluster(
+                model.Cluster(name, bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+            )
+    yield running.address, running
+    running.stop(0)
+
+
+def _failovers(c: CoordinatorClient) -> list[model.FailedOver]:
+    return [e for e in c.watch_topology("", idle_timeout_s=0.2) if isinstance(e, model.FailedOver)]
+
+
+def test_freeze_records_health_but_moves_nothing_then_the_autopilot_moves_within_the_rate_cap(fleet) -> None:
+    address, _ = fleet
+    with CoordinatorClient(address) as c:
+        c.set_fleet_policy(model.FleetPolicy(frozen=True, max_failovers_per_minute=3))
+        for i in range(3):
+            c.create_stream(f"ap-{i}", 1, cluster="dead")
+            c.set_stream_policy(f"ap-{i}", model.FailoverPolicy(unhealthy_after_ms=1_000))
+        wait_until(lambda: c.cluster_health("dead")[0].health == UNHEALTHY, timeout=10)
+        cluster, probes = c.cluster_health("dead")
+        assert cluster.health_reasons[0].startswith("metadata unreachable") and probes and not probes[-1]["reachable"]
+        changed = [e for e in c.watch_topology("", idle_timeout_s=0.2) if isinstance(e, model.ClusterHealthChanged)]
+        assert changed[-1].cluster.name == "dead" and changed[-1].actor == AUTOPILOT
+        import time
+
+        time.sleep(2.5)  # past the policy's second: frozen, nothing moves
+        assert _failovers(c) == []
+        assert {x.name: x.health for x in c.list_clusters()} == {
+            "dead": UNHEALTHY,
+            "alive-1": HEALTHY,
+            "alive-2": HEALTHY,
+        }
+        c.set_fleet_policy(model.FleetPolicy(frozen=False, max_failovers_per_minute=3))
+        wait_until(lambda: len(_failovers(c)) == 3, timeout=10)
+        time.sleep(1.0)
+        moved = _failovers(c)
+        assert len(moved) == 3, "the rate cap: 3 a minute, of 6 lanes"
+        assert all(e.actor == AUTOPILOT and "dead unhealthy for" in e.reason for e in moved)
+        assert {e.current.cluster for e in moved} <= {"alive-1", "alive-2"}
+
+
+def test_cordon_drain_and_remove(fleet, tmp_path: Path) -> None:
+    address, _ = fleet
+    streams = [f"dr-{i}" for i in range(20)]
+    with CoordinatorClient(address) as c:
+        c.set_fleet_policy(model.FleetPolicy(frozen=True, max_failovers_per_minute=100))  # the operator drains
+        c.cordon_cluster("alive-2")
+        with pytest.raises(FailedPreconditionError, match="cordoned"):
+            c.create_stream("nope", 1, cluster="alive-2")
+        for s in streams:
+            c.create_stream(s, 1, cluster="alive-1")
+        c.cordon_cluster("alive-2", False)
+    # a group reading every stream, so that their old generations drain once sealed
+    worker = WorkerSession(
+        address, group="drainers", worker_id="w", subscriptions={s: ["realtime", "dlq"] for s in streams}
+    )
+    worker.join()
+    threading.Thread(target=lambda: [None for _ in worker.events()], daemon=True).start()
+    try:
+        done = cli("cluster", "remove", "alive-1", coordinator=address)
+        assert done.returncode == 5 and "undrained generation" in done.stderr
+        done = cli(
+            "cluster", "drain", "alive-1", "--to", "alive-2", "--timeout", "120", coordinator=address, timeout=180
+        )
+        assert done.returncode == 0, done.stderr
+        assert "[40/40]" in done.stderr and "drained [" in done.stderr
+        assert "cluster alive-1 is drained: 40 lane(s) moved, 40 generation(s) drained" in done.stdout
+        done = cli("cluster", "remove", "alive-1", coordinator=address)
+        assert done.returncode == 0, done.stderr
+        with CoordinatorClient(address) as c:
+            assert "alive-1" not in {x.name for x in c.list_clusters()}
+    finally:
+        worker.close()
