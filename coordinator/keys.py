@@ -39,6 +39,7 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "group_event", group, Versionstamp) -> GroupChanged {type, time_ms, actor, data}: group churn
     ("streamplane", "group_event_head", group)          -> 8-byte count of the group's events (its watchers' key)
     ("streamplane", "txn", process, slot)               -> idempotency token of a process's recent writing attempt
+    ("streamplane", "fleet_policy")                     -> FleetPolicy {frozen, max_failovers_per_minute}
 """
 
 from __future__ import annotations
