@@ -106,7 +106,8 @@ def one_run(address: str, controls: dict[str, object], run: int) -> tuple[float,
     failover_s = failover_ms / 1000 - down_at
     switch_s = max(0.0, first_new[0] - failover_ms / 1000)
     print(
-        f"run {run + 1}: failover {failover_s:.2f} s, producer switch {switch_s:.3f} s, {len(acked)} acked, {lost} lost",
+        f"run {run + 1}: failover {failover_s:.2f} s, producer switch {switch_s:.3f} s, "
+        f"{len(acked)} acked, {lost} lost",
         flush=True,
     )
     return failover_s, switch_s, lost
@@ -146,7 +147,8 @@ def main() -> None:
             running.stop(0)
     failovers, switches, lost = [r[0] for r in results], [r[1] for r in results], sum(r[2] for r in results)
     print(
-        f"failover: p50 {statistics.median(failovers):.2f} s, p99 {p99(failovers):.2f} s (goal <= {THRESHOLD_S + 2:g} s)"
+        f"failover: p50 {statistics.median(failovers):.2f} s, p99 {p99(failovers):.2f} s "
+        f"(goal <= {THRESHOLD_S + 2:g} s)"
     )
     print(f"producer switch: p50 {statistics.median(switches):.3f} s, p99 {p99(switches):.3f} s (goal <= 0.5 s)")
     print(f"auto_failover_p99_s={p99(failovers):.2f} producer_switch_p99_s={p99(switches):.3f} lost={lost}")
