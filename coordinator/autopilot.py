@@ -33,7 +33,10 @@ AUTOPILOT = "autopilot"
 @dataclass(frozen=True)
 class AutopilotConfig:
     probe_interval_ms: int = 2000
+    """How often each cluster is probed."""
     probe_timeout_ms: int = 1500
+    tick_ms: int = 200
+    """How often finished probes are read and due failovers made (a failover is at most this late)."""
     history: int = 30
     """Probes kept per cluster (in the leader's memory) for `cluster health`."""
     probe_threads: int = 8
@@ -87,6 +90,7 @@ class Autopilot:
         self._probe = probe
         self._pool = futures.ThreadPoolExecutor(self.config.probe_threads, thread_name_prefix="probe")
         self._running: dict[str, futures.Future[Probe]] = {}
+        self._probed_at: dict[str, float] = {}
         self._brokers_seen: dict[str, int] = {}
         self.history: dict[str, collections.deque[Probe]] = {}
         self._recent: collections.deque[int] = collections.deque(maxlen=10_000)
@@ -110,7 +114,7 @@ class Autopilot:
             self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.config.probe_interval_ms / 1000):
+        while not self._stop.wait(self.config.tick_ms / 1000):
             if not self.is_leader():
                 continue
             try:
@@ -121,19 +125,24 @@ class Autopilot:
                 log.exception("autopilot.pass_crashed")
 
     def run_once(self) -> None:
-        """Collect the probes that finished, start the next ones, record changes, then fail over what is due."""
+        """Record the probes that finished, start those due, then fail over what the policies call for."""
         now = self.clock.now_ms()
         for name, running in list(self._running.items()):
             if running.done():
                 del self._running[name]
                 self._observe(running.result())
         clusters = self.topology.list_clusters()
+        due = self.clock.monotonic() - self.config.probe_interval_ms / 1000
         for c in clusters:
-            if c.name not in self._running:
+            if c.name not in self._running and self._probed_at.get(c.name, float("-inf")) <= due:
+                self._probed_at[c.name] = self.clock.monotonic()
                 self._running[c.name] = self._pool.submit(
                     self._probe, c.name, c.bootstrap_servers, timeout_s=self.config.probe_timeout_ms / 1000, now_ms=now
                 )
-        self.fail_over(now)
+        if any(c.health == health.UNHEALTHY for c in clusters):  # streams are read only when one may move
+            self.fail_over(now)
+        elif self.waiting:
+            self.waiting = []
 
     def _observe(self, probe: Probe) -> None:
         seen = max(self._brokers_seen.get(probe.cluster, 0), probe.brokers)
@@ -141,7 +150,7 @@ class Autopilot:
         self.history.setdefault(probe.cluster, collections.deque(maxlen=self.config.history)).append(probe)
         state, reasons = health.judge(probe, seen)
         try:
-            changed = self.topology.record_health(probe.cluster, state, reasons, actor=AUTOPILOT)
+            changed = self.topology.record_health(probe.cluster, state, reasons, actor=AUTOPILOT, seen_ms=probe.at_ms)
         except StreamplaneError as err:  # removed meanwhile, or the store is away: the next probe tells again
             log.info("autopilot.health_not_recorded", cluster=probe.cluster, error=err.message)
             return

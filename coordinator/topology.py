@@ -276,14 +276,15 @@ class Topology:
         return get_cluster(self.db, name)
 
     def record_health(
-        self, name: str, state: str, reasons: tuple[str, ...] | list[str], *, actor: str
+        self, name: str, state: str, reasons: tuple[str, ...] | list[str], *, actor: str, seen_ms: int = 0
     ) -> Committed | None:
-        """Store a cluster's health as the monitor judged it; one `cluster_health_changed` event when the state
-        or its reasons changed, nothing (None) when they did not."""
+        """Store a cluster's health as the monitor judged it from a probe begun at `seen_ms` (the state's start
+        when it changed); one `cluster_health_changed` event when the state or its reasons changed, nothing
+        (None) when they did not."""
         current = get_cluster(self.db, name)
         if current.health == state and current.health_reasons == list(reasons):
             return None
-        now = self.clock.now_ms()
+        now = seen_ms or self.clock.now_ms()
 
         def change(tr: Transaction) -> Cluster:
             old = get_cluster(tr, name)
