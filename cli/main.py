@@ -203,6 +203,17 @@ def cmd_cluster_drain(args: argparse.Namespace) -> int:
             _time.sleep(1.0)
 
 
+def cmd_generation_abandon(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        done = client.abandon_generation(args.stream, args.lane, args.generation, args.reason)
+    if args.output == "json":
+        print_json(done)
+        return
+    print(f"{args.stream}/{args.lane}/g{args.generation} abandoned; never processed:")
+    for line in done.lost:
+        print(f"  {line}")
+
+
 def cmd_stream_policy(args: argparse.Namespace) -> None:
     with _client(args) as client:
         current = client.describe_stream(args.name).failover
@@ -740,6 +751,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="refresh every SECONDS (default 2) until Ctrl-C",
     )
+
+    generation = sub.add_parser("generation", help="generations of a lane").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(generation, "abandon", cmd_generation_abandon, "give up a generation whose cluster is gone for good")
+    p.add_argument("stream")
+    p.add_argument("lane")
+    p.add_argument("generation", type=_positive)
+    p.add_argument("--reason", required=True, help="why its unread records are given up (recorded)")
 
     fleet = sub.add_parser("fleet", help="the autopilot's fleet-wide switches").add_subparsers(
         dest="subcommand", required=True, metavar="SUBCOMMAND"

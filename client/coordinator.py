@@ -169,6 +169,11 @@ class CoordinatorClient:
         got = self._call(self.topology.GetFleetPolicy, pb.GetFleetPolicyRequest(), idempotent=True)
         return convert.fleet_policy_from_pb(got)
 
+    def abandon_generation(self, stream: str, lane: str, generation: int, reason: str) -> m.GenerationAbandoned:
+        """Give up a draining or sealed generation whose cluster is gone; the event lists what was lost."""
+        request = pb.AbandonGenerationRequest(stream=stream, lane=lane, generation=generation, reason=reason)
+        return convert.generation_abandoned_from_pb(self._call(self.topology.AbandonGeneration, request))
+
     def list_clusters(self) -> list[m.Cluster]:
         got = self._call(self.topology.ListClusters, pb.ListClustersRequest(), idempotent=True)
         return [convert.cluster_from_pb(c) for c in got.clusters]

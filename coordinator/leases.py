@@ -30,7 +30,7 @@ from streamplane.errors import (
     PermissionDeniedError,
     quoted,
 )
-from streamplane.model import DRAINED, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
+from streamplane.model import SETTLED, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
 from streamplane.names import check_lane_name, check_object_name
 
 GRANTED, REVOKING, FREE = "granted", "revoking", "free"
@@ -432,7 +432,7 @@ def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[LeaseK
                 if (sub.lanes and lane.name not in sub.lanes) or (not sub.lanes and lane.name == "dlq"):
                     continue
                 for gen in lane.generations:
-                    if gen.state == DRAINED:
+                    if gen.state in SETTLED:
                         continue
                     for p in range(gen.partitions):
                         wanted[(stream.name, lane.name, gen.number, p)] = lane.priority

@@ -186,6 +186,16 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
         return convert.fleet_policy_to_pb(self._topology.fleet_policy())
 
     @grpc_errors
+    def AbandonGeneration(
+        self, request: pb.AbandonGenerationRequest, context: grpc.ServicerContext
+    ) -> pb.GenerationAbandoned:
+        actor = self._guard.change(context, auth.CHANGE_STREAMS, stream=request.stream)
+        done = self._topology.abandon_generation(
+            request.stream, request.lane, request.generation, request.reason, actor=actor
+        )
+        return convert.generation_abandoned_to_pb(done.value)
+
+    @grpc_errors
     def CloseProducer(
         self, request: pb.CloseProducerRequest, context: grpc.ServicerContext
     ) -> pb.CloseProducerResponse:

@@ -7,6 +7,7 @@ fails validation writes nothing; one that races another fails cleanly in the fin
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
@@ -27,6 +28,7 @@ from streamplane.errors import (
     quoted,
 )
 from streamplane.model import (
+    ABANDONED,
     ACTIVE,
     ADMIN_KAFKA,
     ADMIN_LOCAL,
@@ -44,6 +46,7 @@ from streamplane.model import (
     FailoverPolicy,
     FleetPolicy,
     Generation,
+    GenerationAbandoned,
     Lane,
     LaneAdded,
     PolicyChanged,
@@ -507,6 +510,54 @@ class Topology:
                 time_ms=now,
             )
             return draining, nxt
+
+        return self._commit(change)
+
+    def abandon_generation(self, stream: str, lane: str, number: int, reason: str, *, actor: str = "") -> Committed:
+        """Give up a draining or sealed generation whose cluster is gone for good. Nothing is dropped silently:
+        the event lists, per group and partition, the offsets never processed (to the sealed end, or "?" when
+        the end could not be read). Nobody is granted its partitions again."""
+        check_object_name("stream", stream)
+        check_lane_name("lane", lane)
+        _check_text("reason", reason)
+        if not reason.strip():
+            raise InvalidArgumentError("reason is required: say why the generation's unread records are given up")
+        now = self.clock.now_ms()
+
+        def change(tr: Transaction) -> GenerationAbandoned:
+            gen = get_stream(tr, stream, "stream").require_lane(lane).generation(number)
+            if gen is None:
+                name = f"{stream}/{lane}/g{number}"
+                raise NotFoundError(f"{stream}/{lane} has no generation {number}", kind="generation", name=name)
+            if gen.state not in (DRAINING, SEALED):
+                raise FailedPreconditionError(
+                    f"{stream}/{lane}/g{number} is {gen.state}: only a draining or sealed generation can be abandoned"
+                    + (" (fail its lane over first)" if gen.state == ACTIVE else "")
+                )
+            lost = []
+            r = keys.PROGRESS.range()
+            for key, raw in tr.get_range(r.start, r.stop, snapshot=True):
+                group, s, ln, g, partition = keys.PROGRESS.unpack(key)
+                if (s, ln, g) != (stream, lane, number):
+                    continue
+                low = int(json.loads(raw).get("low", 0))
+                end = gen.end_offsets[partition] if partition < len(gen.end_offsets) else None
+                if end is None:
+                    lost.append(f"group {group} p{partition}: [{low}, ?)")
+                elif low < end:
+                    lost.append(f"group {group} p{partition}: [{low}, {end}) ({end - low} records)")
+            if not lost:
+                ends = sum(gen.end_offsets) if gen.end_offsets else None
+                lost.append(
+                    "no group recorded progress on it: "
+                    + ("its records (end offsets unknown)" if ends is None else f"its {ends} records")
+                    + " are not processed by any group"
+                )
+            abandoned = replace(gen, state=ABANDONED)
+            write_generation(tr, stream, lane, abandoned)
+            event = GenerationAbandoned(stream=stream, lane=lane, generation=abandoned, reason=reason, lost=tuple(lost))
+            events.append_event(tr, event, actor=actor, time_ms=now)
+            return event
 
         return self._commit(change)
 

@@ -23,9 +23,13 @@ class GenerationState(StrEnum):
     DRAINING = "draining"
     SEALED = "sealed"
     DRAINED = "drained"
+    ABANDONED = "abandoned"
+    """Given up by an operator (its cluster is gone for good): what was unread is recorded as lost."""
 
 
-ACTIVE, DRAINING, SEALED, DRAINED = GenerationState
+ACTIVE, DRAINING, SEALED, DRAINED, ABANDONED = GenerationState
+SETTLED = (DRAINED, ABANDONED)
+"""States after which nobody reads a generation again."""
 GENERATION_STATES = tuple(GenerationState)
 
 
@@ -701,6 +705,18 @@ class GenerationSealed(TopologyEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class GenerationAbandoned(TopologyEvent):
+    """An operator gave a generation up; `lost` says, per group and partition, what was never processed."""
+
+    stream: str
+    lane: str
+    generation: Generation
+    reason: str = ""
+    lost: tuple[str, ...] = ()
+    kind: ClassVar[str] = "generation_abandoned"
+
+
+@dataclass(frozen=True, kw_only=True)
 class GenerationDrained(TopologyEvent):
     stream: str
     lane: str
@@ -736,6 +752,7 @@ EVENT_KINDS: dict[str, type[TopologyEvent]] = {
         FailedOver,
         GenerationSealed,
         GenerationDrained,
+        GenerationAbandoned,
     )
 }
 """The topology log's stored kinds. (Group events were in it before they had a log of their own; readers of

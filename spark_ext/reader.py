@@ -16,7 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from streamplane.client import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
-from streamplane.model import DRAINED, Lane, Stream
+from streamplane.model import SETTLED, Lane, Stream
 from streamplane.native.batch import with_origin
 from streamplane.spark import offsets as off
 from streamplane.spark.options import SourceOptions
@@ -124,7 +124,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for gen in lane.generations:
                 bootstrap = clusters.get(gen.cluster, "")
                 sealed = len(gen.end_offsets) == gen.partitions
-                drained = gen.state == DRAINED
+                drained = gen.state in SETTLED
                 for p in range(gen.partitions):
                     part = off.Part(gen.number, lane.name, p)
                     try:

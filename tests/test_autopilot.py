@@ -243,3 +243,31 @@ def test_cordon_drain_and_remove(fleet, tmp_path: Path) -> None:
             assert "alive-1" not in {x.name for x in c.list_clusters()}
     finally:
         worker.close()
+
+
+def test_a_generation_on_a_cluster_gone_for_good_is_abandoned_with_its_unread_range_recorded(fleet) -> None:
+    """Stranded data: the old generation cannot seal while its cluster is down; an operator gives it up."""
+    address, _ = fleet
+    with CoordinatorClient(address) as c:
+        c.set_fleet_policy(model.FleetPolicy(frozen=True))
+        c.create_stream("stranded", 2, cluster="dead")
+        c.failover("stranded", "realtime", "alive-1", reason="dead is gone")
+        lease = model.LeaseCommit("stranded/realtime/g1/p0", 0, model.Commit(acked=[(0, 40)], high_watermark=100))
+        c.commit("reader", lease)  # a group had read 40 records of partition 0 before the cluster died
+        with pytest.raises(FailedPreconditionError, match="only a draining or sealed generation"):
+            c.abandon_generation("stranded", "realtime", 2, "wrong one")
+        assert c.describe_stream("stranded").lane("realtime").generations[0].state == model.DRAINING  # type: ignore[union-attr]
+    done = cli("generation", "abandon", "stranded", "realtime", "1", "--reason", "cluster dead decommissioned",
+               coordinator=address)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "group reader p0: [40, ?)" in done.stdout
+    with CoordinatorClient(address) as c:
+        assert c.describe_stream("stranded").lane("realtime").generations[0].state == model.ABANDONED  # type: ignore[union-attr]
+        event = [e for e in c.watch_topology("", idle_timeout_s=0.2) if isinstance(e, model.GenerationAbandoned)][-1]
+        assert event.reason == "cluster dead decommissioned" and event.lost == ("group reader p0: [40, ?)",)
+        assert (
+            cli(
+                "generation", "abandon", "stranded", "realtime", "1", "--reason", "again", coordinator=address
+            ).returncode
+            == 5
+        )

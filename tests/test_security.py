@@ -591,6 +591,12 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("topology", "SetStreamPolicy", pb.SetStreamPolicyRequest(stream="nope"), {"admin", "operator"}),
     ("topology", "SetFleetPolicy", pb.FleetPolicy(max_failovers_per_minute=20_000), {"admin"}),
     ("topology", "GetFleetPolicy", pb.GetFleetPolicyRequest(), EVERYONE),
+    (
+        "topology",
+        "AbandonGeneration",
+        pb.AbandonGenerationRequest(stream="nope", lane="realtime", generation=1),
+        {"admin", "operator"},
+    ),
     ("commitlog", "Commit", cpb.CommitRequest(group="mx", lease_id="nope/realtime/g1/p0"), {"admin", "consumer"}),
     ("commitlog", "CommitBatch", cpb.CommitBatchRequest(group="mx"), {"admin", "consumer"}),
     ("commitlog", "GetProgress", cpb.GetProgressRequest(group="mx", lease_id="sec-logs/realtime/g1/p0"), EVERYONE),

@@ -83,6 +83,7 @@ const (
 	GenerationState_GENERATION_STATE_DRAINING    GenerationState = 2
 	GenerationState_GENERATION_STATE_SEALED      GenerationState = 3
 	GenerationState_GENERATION_STATE_DRAINED     GenerationState = 4
+	GenerationState_GENERATION_STATE_ABANDONED   GenerationState = 5
 )
 
 // Enum value maps for GenerationState.
@@ -93,6 +94,7 @@ var (
 		2: "GENERATION_STATE_DRAINING",
 		3: "GENERATION_STATE_SEALED",
 		4: "GENERATION_STATE_DRAINED",
+		5: "GENERATION_STATE_ABANDONED",
 	}
 	GenerationState_value = map[string]int32{
 		"GENERATION_STATE_UNSPECIFIED": 0,
@@ -100,6 +102,7 @@ var (
 		"GENERATION_STATE_DRAINING":    2,
 		"GENERATION_STATE_SEALED":      3,
 		"GENERATION_STATE_DRAINED":     4,
+		"GENERATION_STATE_ABANDONED":   5,
 	}
 )
 
@@ -807,6 +810,152 @@ func (*GetFleetPolicyRequest) Descriptor() ([]byte, []int) {
 	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{10}
 }
 
+type GenerationAbandoned struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Stream     string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Lane       string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
+	Generation *Generation            `protobuf:"bytes,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Reason     string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Per group and partition, the offsets never processed ("[from, to)", or "[from, ?)" when the end is unknown).
+	Lost          []string `protobuf:"bytes,5,rep,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GenerationAbandoned) Reset() {
+	*x = GenerationAbandoned{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GenerationAbandoned) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GenerationAbandoned) ProtoMessage() {}
+
+func (x *GenerationAbandoned) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GenerationAbandoned.ProtoReflect.Descriptor instead.
+func (*GenerationAbandoned) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GenerationAbandoned) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *GenerationAbandoned) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *GenerationAbandoned) GetGeneration() *Generation {
+	if x != nil {
+		return x.Generation
+	}
+	return nil
+}
+
+func (x *GenerationAbandoned) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *GenerationAbandoned) GetLost() []string {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+type AbandonGenerationRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Stream     string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Lane       string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
+	Generation uint32                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Required: recorded with the event.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonGenerationRequest) Reset() {
+	*x = AbandonGenerationRequest{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonGenerationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonGenerationRequest) ProtoMessage() {}
+
+func (x *AbandonGenerationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonGenerationRequest.ProtoReflect.Descriptor instead.
+func (*AbandonGenerationRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AbandonGenerationRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *AbandonGenerationRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *AbandonGenerationRequest) GetGeneration() uint32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *AbandonGenerationRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type ClusterHealthChanged struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cluster       *Cluster               `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
@@ -817,7 +966,7 @@ type ClusterHealthChanged struct {
 
 func (x *ClusterHealthChanged) Reset() {
 	*x = ClusterHealthChanged{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[11]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +978,7 @@ func (x *ClusterHealthChanged) String() string {
 func (*ClusterHealthChanged) ProtoMessage() {}
 
 func (x *ClusterHealthChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[11]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +991,7 @@ func (x *ClusterHealthChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterHealthChanged.ProtoReflect.Descriptor instead.
 func (*ClusterHealthChanged) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{11}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClusterHealthChanged) GetCluster() *Cluster {
@@ -871,7 +1020,7 @@ type PolicyChanged struct {
 
 func (x *PolicyChanged) Reset() {
 	*x = PolicyChanged{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[12]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +1032,7 @@ func (x *PolicyChanged) String() string {
 func (*PolicyChanged) ProtoMessage() {}
 
 func (x *PolicyChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[12]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +1045,7 @@ func (x *PolicyChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyChanged.ProtoReflect.Descriptor instead.
 func (*PolicyChanged) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{12}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PolicyChanged) GetStream() string {
@@ -936,7 +1085,7 @@ type Generation struct {
 
 func (x *Generation) Reset() {
 	*x = Generation{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[13]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1097,7 @@ func (x *Generation) String() string {
 func (*Generation) ProtoMessage() {}
 
 func (x *Generation) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[13]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1110,7 @@ func (x *Generation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Generation.ProtoReflect.Descriptor instead.
 func (*Generation) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{13}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Generation) GetNumber() uint32 {
@@ -1020,7 +1169,7 @@ type Lane struct {
 
 func (x *Lane) Reset() {
 	*x = Lane{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[14]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1181,7 @@ func (x *Lane) String() string {
 func (*Lane) ProtoMessage() {}
 
 func (x *Lane) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[14]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1194,7 @@ func (x *Lane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lane.ProtoReflect.Descriptor instead.
 func (*Lane) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{14}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Lane) GetName() string {
@@ -1085,7 +1234,7 @@ type TopicSettings struct {
 
 func (x *TopicSettings) Reset() {
 	*x = TopicSettings{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[15]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1246,7 @@ func (x *TopicSettings) String() string {
 func (*TopicSettings) ProtoMessage() {}
 
 func (x *TopicSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[15]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1259,7 @@ func (x *TopicSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSettings.ProtoReflect.Descriptor instead.
 func (*TopicSettings) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{15}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TopicSettings) GetReplicationFactor() int32 {
@@ -1160,7 +1309,7 @@ type Stream struct {
 
 func (x *Stream) Reset() {
 	*x = Stream{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[16]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1321,7 @@ func (x *Stream) String() string {
 func (*Stream) ProtoMessage() {}
 
 func (x *Stream) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[16]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1334,7 @@ func (x *Stream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stream.ProtoReflect.Descriptor instead.
 func (*Stream) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{16}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Stream) GetName() string {
@@ -1227,7 +1376,7 @@ type RegisterClusterRequest struct {
 
 func (x *RegisterClusterRequest) Reset() {
 	*x = RegisterClusterRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[17]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1388,7 @@ func (x *RegisterClusterRequest) String() string {
 func (*RegisterClusterRequest) ProtoMessage() {}
 
 func (x *RegisterClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[17]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1401,7 @@ func (x *RegisterClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterClusterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterClusterRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{17}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisterClusterRequest) GetCluster() *Cluster {
@@ -1279,7 +1428,7 @@ type RegisterClusterResponse struct {
 
 func (x *RegisterClusterResponse) Reset() {
 	*x = RegisterClusterResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[18]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1440,7 @@ func (x *RegisterClusterResponse) String() string {
 func (*RegisterClusterResponse) ProtoMessage() {}
 
 func (x *RegisterClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[18]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1453,7 @@ func (x *RegisterClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterClusterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterClusterResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{18}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterClusterResponse) GetCluster() *Cluster {
@@ -1329,7 +1478,7 @@ type ListClustersRequest struct {
 
 func (x *ListClustersRequest) Reset() {
 	*x = ListClustersRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[19]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1490,7 @@ func (x *ListClustersRequest) String() string {
 func (*ListClustersRequest) ProtoMessage() {}
 
 func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[19]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1503,7 @@ func (x *ListClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListClustersRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{19}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{21}
 }
 
 type ListClustersResponse struct {
@@ -1366,7 +1515,7 @@ type ListClustersResponse struct {
 
 func (x *ListClustersResponse) Reset() {
 	*x = ListClustersResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[20]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1527,7 @@ func (x *ListClustersResponse) String() string {
 func (*ListClustersResponse) ProtoMessage() {}
 
 func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[20]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1540,7 @@ func (x *ListClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListClustersResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{20}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListClustersResponse) GetClusters() []*Cluster {
@@ -1416,7 +1565,7 @@ type CreateStreamRequest struct {
 
 func (x *CreateStreamRequest) Reset() {
 	*x = CreateStreamRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[21]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1577,7 @@ func (x *CreateStreamRequest) String() string {
 func (*CreateStreamRequest) ProtoMessage() {}
 
 func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[21]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1590,7 @@ func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStreamRequest.ProtoReflect.Descriptor instead.
 func (*CreateStreamRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{21}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateStreamRequest) GetName() string {
@@ -1483,7 +1632,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[22]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1644,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[22]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1657,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{22}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StreamResponse) GetStream() *Stream {
@@ -1534,7 +1683,7 @@ type DescribeStreamRequest struct {
 
 func (x *DescribeStreamRequest) Reset() {
 	*x = DescribeStreamRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[23]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1695,7 @@ func (x *DescribeStreamRequest) String() string {
 func (*DescribeStreamRequest) ProtoMessage() {}
 
 func (x *DescribeStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[23]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1708,7 @@ func (x *DescribeStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeStreamRequest.ProtoReflect.Descriptor instead.
 func (*DescribeStreamRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{23}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DescribeStreamRequest) GetName() string {
@@ -1577,7 +1726,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[24]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1738,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[24]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1751,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{24}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{26}
 }
 
 type ListStreamsResponse struct {
@@ -1614,7 +1763,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[25]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1775,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[25]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1788,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{25}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*Stream {
@@ -1664,7 +1813,7 @@ type AddLaneRequest struct {
 
 func (x *AddLaneRequest) Reset() {
 	*x = AddLaneRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[26]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1825,7 @@ func (x *AddLaneRequest) String() string {
 func (*AddLaneRequest) ProtoMessage() {}
 
 func (x *AddLaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[26]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1838,7 @@ func (x *AddLaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddLaneRequest.ProtoReflect.Descriptor instead.
 func (*AddLaneRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{26}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AddLaneRequest) GetStream() string {
@@ -1743,7 +1892,7 @@ type FailoverRequest struct {
 
 func (x *FailoverRequest) Reset() {
 	*x = FailoverRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[27]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1904,7 @@ func (x *FailoverRequest) String() string {
 func (*FailoverRequest) ProtoMessage() {}
 
 func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[27]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1917,7 @@ func (x *FailoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverRequest.ProtoReflect.Descriptor instead.
 func (*FailoverRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{27}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FailoverRequest) GetStream() string {
@@ -1817,7 +1966,7 @@ type FailoverResponse struct {
 
 func (x *FailoverResponse) Reset() {
 	*x = FailoverResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[28]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1978,7 @@ func (x *FailoverResponse) String() string {
 func (*FailoverResponse) ProtoMessage() {}
 
 func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[28]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1991,7 @@ func (x *FailoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailoverResponse.ProtoReflect.Descriptor instead.
 func (*FailoverResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{28}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FailoverResponse) GetPrevious() *Generation {
@@ -1876,7 +2025,7 @@ type WatchTopologyRequest struct {
 
 func (x *WatchTopologyRequest) Reset() {
 	*x = WatchTopologyRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[29]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2037,7 @@ func (x *WatchTopologyRequest) String() string {
 func (*WatchTopologyRequest) ProtoMessage() {}
 
 func (x *WatchTopologyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[29]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2050,7 @@ func (x *WatchTopologyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchTopologyRequest.ProtoReflect.Descriptor instead.
 func (*WatchTopologyRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{29}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchTopologyRequest) GetFromVersion() string {
@@ -1921,7 +2070,7 @@ type LaneAdded struct {
 
 func (x *LaneAdded) Reset() {
 	*x = LaneAdded{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[30]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2082,7 @@ func (x *LaneAdded) String() string {
 func (*LaneAdded) ProtoMessage() {}
 
 func (x *LaneAdded) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[30]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2095,7 @@ func (x *LaneAdded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneAdded.ProtoReflect.Descriptor instead.
 func (*LaneAdded) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{30}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LaneAdded) GetStream() string {
@@ -1976,7 +2125,7 @@ type FailedOver struct {
 
 func (x *FailedOver) Reset() {
 	*x = FailedOver{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[31]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2137,7 @@ func (x *FailedOver) String() string {
 func (*FailedOver) ProtoMessage() {}
 
 func (x *FailedOver) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[31]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2150,7 @@ func (x *FailedOver) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedOver.ProtoReflect.Descriptor instead.
 func (*FailedOver) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{31}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FailedOver) GetStream() string {
@@ -2053,7 +2202,7 @@ type GenerationSealed struct {
 
 func (x *GenerationSealed) Reset() {
 	*x = GenerationSealed{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[32]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2214,7 @@ func (x *GenerationSealed) String() string {
 func (*GenerationSealed) ProtoMessage() {}
 
 func (x *GenerationSealed) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[32]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2227,7 @@ func (x *GenerationSealed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationSealed.ProtoReflect.Descriptor instead.
 func (*GenerationSealed) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{32}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GenerationSealed) GetStream() string {
@@ -2122,7 +2271,7 @@ type GenerationDrained struct {
 
 func (x *GenerationDrained) Reset() {
 	*x = GenerationDrained{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[33]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2283,7 @@ func (x *GenerationDrained) String() string {
 func (*GenerationDrained) ProtoMessage() {}
 
 func (x *GenerationDrained) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[33]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2296,7 @@ func (x *GenerationDrained) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationDrained.ProtoReflect.Descriptor instead.
 func (*GenerationDrained) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{33}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GenerationDrained) GetStream() string {
@@ -2190,7 +2339,7 @@ type GenerationRef struct {
 
 func (x *GenerationRef) Reset() {
 	*x = GenerationRef{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[34]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2351,7 @@ func (x *GenerationRef) String() string {
 func (*GenerationRef) ProtoMessage() {}
 
 func (x *GenerationRef) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[34]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2364,7 @@ func (x *GenerationRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationRef.ProtoReflect.Descriptor instead.
 func (*GenerationRef) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{34}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GenerationRef) GetStream() string {
@@ -2255,7 +2404,7 @@ type ProducerHeartbeatRequest struct {
 
 func (x *ProducerHeartbeatRequest) Reset() {
 	*x = ProducerHeartbeatRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[35]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2416,7 @@ func (x *ProducerHeartbeatRequest) String() string {
 func (*ProducerHeartbeatRequest) ProtoMessage() {}
 
 func (x *ProducerHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[35]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2429,7 @@ func (x *ProducerHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ProducerHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{35}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProducerHeartbeatRequest) GetProducerId() string {
@@ -2316,7 +2465,7 @@ type ProducerHeartbeatResponse struct {
 
 func (x *ProducerHeartbeatResponse) Reset() {
 	*x = ProducerHeartbeatResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[36]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2477,7 @@ func (x *ProducerHeartbeatResponse) String() string {
 func (*ProducerHeartbeatResponse) ProtoMessage() {}
 
 func (x *ProducerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[36]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2490,7 @@ func (x *ProducerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ProducerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{36}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProducerHeartbeatResponse) GetHeartbeatIntervalMs() uint32 {
@@ -2374,7 +2523,7 @@ type CloseProducerRequest struct {
 
 func (x *CloseProducerRequest) Reset() {
 	*x = CloseProducerRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[37]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2535,7 @@ func (x *CloseProducerRequest) String() string {
 func (*CloseProducerRequest) ProtoMessage() {}
 
 func (x *CloseProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[37]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2548,7 @@ func (x *CloseProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProducerRequest.ProtoReflect.Descriptor instead.
 func (*CloseProducerRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{37}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CloseProducerRequest) GetProducerId() string {
@@ -2417,7 +2566,7 @@ type CloseProducerResponse struct {
 
 func (x *CloseProducerResponse) Reset() {
 	*x = CloseProducerResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2578,7 @@ func (x *CloseProducerResponse) String() string {
 func (*CloseProducerResponse) ProtoMessage() {}
 
 func (x *CloseProducerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2591,7 @@ func (x *CloseProducerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProducerResponse.ProtoReflect.Descriptor instead.
 func (*CloseProducerResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{38}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{40}
 }
 
 // A change to a consumer group: membership or leases (the audit trail of who held what, when and why).
@@ -2465,7 +2614,7 @@ type GroupEvent struct {
 
 func (x *GroupEvent) Reset() {
 	*x = GroupEvent{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2626,7 @@ func (x *GroupEvent) String() string {
 func (*GroupEvent) ProtoMessage() {}
 
 func (x *GroupEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2639,7 @@ func (x *GroupEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupEvent.ProtoReflect.Descriptor instead.
 func (*GroupEvent) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{39}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GroupEvent) GetGroup() string {
@@ -2576,6 +2725,7 @@ type TopologyEvent struct {
 	//	*TopologyEvent_ClusterHealthChanged
 	//	*TopologyEvent_ClusterRemoved
 	//	*TopologyEvent_PolicyChanged
+	//	*TopologyEvent_GenerationAbandoned
 	Kind          isTopologyEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2583,7 +2733,7 @@ type TopologyEvent struct {
 
 func (x *TopologyEvent) Reset() {
 	*x = TopologyEvent{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2745,7 @@ func (x *TopologyEvent) String() string {
 func (*TopologyEvent) ProtoMessage() {}
 
 func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2758,7 @@ func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologyEvent.ProtoReflect.Descriptor instead.
 func (*TopologyEvent) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{40}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TopologyEvent) GetVersion() string {
@@ -2738,6 +2888,15 @@ func (x *TopologyEvent) GetPolicyChanged() *PolicyChanged {
 	return nil
 }
 
+func (x *TopologyEvent) GetGenerationAbandoned() *GenerationAbandoned {
+	if x != nil {
+		if x, ok := x.Kind.(*TopologyEvent_GenerationAbandoned); ok {
+			return x.GenerationAbandoned
+		}
+	}
+	return nil
+}
+
 type isTopologyEvent_Kind interface {
 	isTopologyEvent_Kind()
 }
@@ -2788,6 +2947,10 @@ type TopologyEvent_PolicyChanged struct {
 	PolicyChanged *PolicyChanged `protobuf:"bytes,20,opt,name=policy_changed,json=policyChanged,proto3,oneof"`
 }
 
+type TopologyEvent_GenerationAbandoned struct {
+	GenerationAbandoned *GenerationAbandoned `protobuf:"bytes,21,opt,name=generation_abandoned,json=generationAbandoned,proto3,oneof"`
+}
+
 func (*TopologyEvent_ClusterRegistered) isTopologyEvent_Kind() {}
 
 func (*TopologyEvent_ClusterUpdated) isTopologyEvent_Kind() {}
@@ -2809,6 +2972,8 @@ func (*TopologyEvent_ClusterHealthChanged) isTopologyEvent_Kind() {}
 func (*TopologyEvent_ClusterRemoved) isTopologyEvent_Kind() {}
 
 func (*TopologyEvent_PolicyChanged) isTopologyEvent_Kind() {}
+
+func (*TopologyEvent_GenerationAbandoned) isTopologyEvent_Kind() {}
 
 var File_streamplane_v1_topology_proto protoreflect.FileDescriptor
 
@@ -2866,7 +3031,22 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x16SetStreamPolicyRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x126\n" +
 	"\x06policy\x18\x02 \x01(\v2\x1e.streamplane.v1.FailoverPolicyR\x06policy\"\x17\n" +
-	"\x15GetFleetPolicyRequest\"e\n" +
+	"\x15GetFleetPolicyRequest\"\xa9\x01\n" +
+	"\x13GenerationAbandoned\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04lane\x18\x02 \x01(\tR\x04lane\x12:\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\v2\x1a.streamplane.v1.GenerationR\n" +
+	"generation\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04lost\x18\x05 \x03(\tR\x04lost\"~\n" +
+	"\x18AbandonGenerationRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\rR\n" +
+	"generation\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"e\n" +
 	"\x14ClusterHealthChanged\x121\n" +
 	"\acluster\x18\x01 \x01(\v2\x17.streamplane.v1.ClusterR\acluster\x12\x1a\n" +
 	"\bprevious\x18\x02 \x01(\tR\bprevious\"\x96\x01\n" +
@@ -3001,7 +3181,7 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\aversion\x18\a \x01(\tR\aversion\x12 \n" +
 	"\ftime_unix_ms\x18\b \x01(\x03R\n" +
 	"timeUnixMs\x12\x14\n" +
-	"\x05actor\x18\t \x01(\tR\x05actor\"\xe8\x06\n" +
+	"\x05actor\x18\t \x01(\tR\x05actor\"\xc2\a\n" +
 	"\rTopologyEvent\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12 \n" +
 	"\ftime_unix_ms\x18\x02 \x01(\x03R\n" +
@@ -3021,18 +3201,20 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x12generation_drained\x18\x11 \x01(\v2!.streamplane.v1.GenerationDrainedH\x00R\x11generationDrained\x12\\\n" +
 	"\x16cluster_health_changed\x18\x12 \x01(\v2$.streamplane.v1.ClusterHealthChangedH\x00R\x14clusterHealthChanged\x12)\n" +
 	"\x0fcluster_removed\x18\x13 \x01(\tH\x00R\x0eclusterRemoved\x12F\n" +
-	"\x0epolicy_changed\x18\x14 \x01(\v2\x1d.streamplane.v1.PolicyChangedH\x00R\rpolicyChangedB\x06\n" +
+	"\x0epolicy_changed\x18\x14 \x01(\v2\x1d.streamplane.v1.PolicyChangedH\x00R\rpolicyChanged\x12X\n" +
+	"\x14generation_abandoned\x18\x15 \x01(\v2#.streamplane.v1.GenerationAbandonedH\x00R\x13generationAbandonedB\x06\n" +
 	"\x04kind*_\n" +
 	"\fClusterAdmin\x12\x1d\n" +
 	"\x19CLUSTER_ADMIN_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13CLUSTER_ADMIN_KAFKA\x10\x01\x12\x17\n" +
-	"\x13CLUSTER_ADMIN_LOCAL\x10\x02*\xaa\x01\n" +
+	"\x13CLUSTER_ADMIN_LOCAL\x10\x02*\xca\x01\n" +
 	"\x0fGenerationState\x12 \n" +
 	"\x1cGENERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17GENERATION_STATE_ACTIVE\x10\x01\x12\x1d\n" +
 	"\x19GENERATION_STATE_DRAINING\x10\x02\x12\x1b\n" +
 	"\x17GENERATION_STATE_SEALED\x10\x03\x12\x1c\n" +
-	"\x18GENERATION_STATE_DRAINED\x10\x042\x99\v\n" +
+	"\x18GENERATION_STATE_DRAINED\x10\x04\x12\x1e\n" +
+	"\x1aGENERATION_STATE_ABANDONED\x10\x052\xfd\v\n" +
 	"\x0fTopologyService\x12b\n" +
 	"\x0fRegisterCluster\x12&.streamplane.v1.RegisterClusterRequest\x1a'.streamplane.v1.RegisterClusterResponse\x12Y\n" +
 	"\fListClusters\x12#.streamplane.v1.ListClustersRequest\x1a$.streamplane.v1.ListClustersResponse\x12S\n" +
@@ -3049,7 +3231,8 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\rRemoveCluster\x12$.streamplane.v1.RemoveClusterRequest\x1a%.streamplane.v1.RemoveClusterResponse\x12Y\n" +
 	"\x0fSetStreamPolicy\x12&.streamplane.v1.SetStreamPolicyRequest\x1a\x1e.streamplane.v1.StreamResponse\x12J\n" +
 	"\x0eSetFleetPolicy\x12\x1b.streamplane.v1.FleetPolicy\x1a\x1b.streamplane.v1.FleetPolicy\x12T\n" +
-	"\x0eGetFleetPolicy\x12%.streamplane.v1.GetFleetPolicyRequest\x1a\x1b.streamplane.v1.FleetPolicyb\x06proto3"
+	"\x0eGetFleetPolicy\x12%.streamplane.v1.GetFleetPolicyRequest\x1a\x1b.streamplane.v1.FleetPolicy\x12b\n" +
+	"\x11AbandonGeneration\x12(.streamplane.v1.AbandonGenerationRequest\x1a#.streamplane.v1.GenerationAbandonedb\x06proto3"
 
 var (
 	file_streamplane_v1_topology_proto_rawDescOnce sync.Once
@@ -3064,7 +3247,7 @@ func file_streamplane_v1_topology_proto_rawDescGZIP() []byte {
 }
 
 var file_streamplane_v1_topology_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_streamplane_v1_topology_proto_goTypes = []any{
 	(ClusterAdmin)(0),                 // 0: streamplane.v1.ClusterAdmin
 	(GenerationState)(0),              // 1: streamplane.v1.GenerationState
@@ -3079,111 +3262,117 @@ var file_streamplane_v1_topology_proto_goTypes = []any{
 	(*RemoveClusterResponse)(nil),     // 10: streamplane.v1.RemoveClusterResponse
 	(*SetStreamPolicyRequest)(nil),    // 11: streamplane.v1.SetStreamPolicyRequest
 	(*GetFleetPolicyRequest)(nil),     // 12: streamplane.v1.GetFleetPolicyRequest
-	(*ClusterHealthChanged)(nil),      // 13: streamplane.v1.ClusterHealthChanged
-	(*PolicyChanged)(nil),             // 14: streamplane.v1.PolicyChanged
-	(*Generation)(nil),                // 15: streamplane.v1.Generation
-	(*Lane)(nil),                      // 16: streamplane.v1.Lane
-	(*TopicSettings)(nil),             // 17: streamplane.v1.TopicSettings
-	(*Stream)(nil),                    // 18: streamplane.v1.Stream
-	(*RegisterClusterRequest)(nil),    // 19: streamplane.v1.RegisterClusterRequest
-	(*RegisterClusterResponse)(nil),   // 20: streamplane.v1.RegisterClusterResponse
-	(*ListClustersRequest)(nil),       // 21: streamplane.v1.ListClustersRequest
-	(*ListClustersResponse)(nil),      // 22: streamplane.v1.ListClustersResponse
-	(*CreateStreamRequest)(nil),       // 23: streamplane.v1.CreateStreamRequest
-	(*StreamResponse)(nil),            // 24: streamplane.v1.StreamResponse
-	(*DescribeStreamRequest)(nil),     // 25: streamplane.v1.DescribeStreamRequest
-	(*ListStreamsRequest)(nil),        // 26: streamplane.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),       // 27: streamplane.v1.ListStreamsResponse
-	(*AddLaneRequest)(nil),            // 28: streamplane.v1.AddLaneRequest
-	(*FailoverRequest)(nil),           // 29: streamplane.v1.FailoverRequest
-	(*FailoverResponse)(nil),          // 30: streamplane.v1.FailoverResponse
-	(*WatchTopologyRequest)(nil),      // 31: streamplane.v1.WatchTopologyRequest
-	(*LaneAdded)(nil),                 // 32: streamplane.v1.LaneAdded
-	(*FailedOver)(nil),                // 33: streamplane.v1.FailedOver
-	(*GenerationSealed)(nil),          // 34: streamplane.v1.GenerationSealed
-	(*GenerationDrained)(nil),         // 35: streamplane.v1.GenerationDrained
-	(*GenerationRef)(nil),             // 36: streamplane.v1.GenerationRef
-	(*ProducerHeartbeatRequest)(nil),  // 37: streamplane.v1.ProducerHeartbeatRequest
-	(*ProducerHeartbeatResponse)(nil), // 38: streamplane.v1.ProducerHeartbeatResponse
-	(*CloseProducerRequest)(nil),      // 39: streamplane.v1.CloseProducerRequest
-	(*CloseProducerResponse)(nil),     // 40: streamplane.v1.CloseProducerResponse
-	(*GroupEvent)(nil),                // 41: streamplane.v1.GroupEvent
-	(*TopologyEvent)(nil),             // 42: streamplane.v1.TopologyEvent
+	(*GenerationAbandoned)(nil),       // 13: streamplane.v1.GenerationAbandoned
+	(*AbandonGenerationRequest)(nil),  // 14: streamplane.v1.AbandonGenerationRequest
+	(*ClusterHealthChanged)(nil),      // 15: streamplane.v1.ClusterHealthChanged
+	(*PolicyChanged)(nil),             // 16: streamplane.v1.PolicyChanged
+	(*Generation)(nil),                // 17: streamplane.v1.Generation
+	(*Lane)(nil),                      // 18: streamplane.v1.Lane
+	(*TopicSettings)(nil),             // 19: streamplane.v1.TopicSettings
+	(*Stream)(nil),                    // 20: streamplane.v1.Stream
+	(*RegisterClusterRequest)(nil),    // 21: streamplane.v1.RegisterClusterRequest
+	(*RegisterClusterResponse)(nil),   // 22: streamplane.v1.RegisterClusterResponse
+	(*ListClustersRequest)(nil),       // 23: streamplane.v1.ListClustersRequest
+	(*ListClustersResponse)(nil),      // 24: streamplane.v1.ListClustersResponse
+	(*CreateStreamRequest)(nil),       // 25: streamplane.v1.CreateStreamRequest
+	(*StreamResponse)(nil),            // 26: streamplane.v1.StreamResponse
+	(*DescribeStreamRequest)(nil),     // 27: streamplane.v1.DescribeStreamRequest
+	(*ListStreamsRequest)(nil),        // 28: streamplane.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),       // 29: streamplane.v1.ListStreamsResponse
+	(*AddLaneRequest)(nil),            // 30: streamplane.v1.AddLaneRequest
+	(*FailoverRequest)(nil),           // 31: streamplane.v1.FailoverRequest
+	(*FailoverResponse)(nil),          // 32: streamplane.v1.FailoverResponse
+	(*WatchTopologyRequest)(nil),      // 33: streamplane.v1.WatchTopologyRequest
+	(*LaneAdded)(nil),                 // 34: streamplane.v1.LaneAdded
+	(*FailedOver)(nil),                // 35: streamplane.v1.FailedOver
+	(*GenerationSealed)(nil),          // 36: streamplane.v1.GenerationSealed
+	(*GenerationDrained)(nil),         // 37: streamplane.v1.GenerationDrained
+	(*GenerationRef)(nil),             // 38: streamplane.v1.GenerationRef
+	(*ProducerHeartbeatRequest)(nil),  // 39: streamplane.v1.ProducerHeartbeatRequest
+	(*ProducerHeartbeatResponse)(nil), // 40: streamplane.v1.ProducerHeartbeatResponse
+	(*CloseProducerRequest)(nil),      // 41: streamplane.v1.CloseProducerRequest
+	(*CloseProducerResponse)(nil),     // 42: streamplane.v1.CloseProducerResponse
+	(*GroupEvent)(nil),                // 43: streamplane.v1.GroupEvent
+	(*TopologyEvent)(nil),             // 44: streamplane.v1.TopologyEvent
 }
 var file_streamplane_v1_topology_proto_depIdxs = []int32{
 	0,  // 0: streamplane.v1.Cluster.admin:type_name -> streamplane.v1.ClusterAdmin
 	2,  // 1: streamplane.v1.ClusterHealthResponse.cluster:type_name -> streamplane.v1.Cluster
 	5,  // 2: streamplane.v1.ClusterHealthResponse.probes:type_name -> streamplane.v1.Probe
 	3,  // 3: streamplane.v1.SetStreamPolicyRequest.policy:type_name -> streamplane.v1.FailoverPolicy
-	2,  // 4: streamplane.v1.ClusterHealthChanged.cluster:type_name -> streamplane.v1.Cluster
-	3,  // 5: streamplane.v1.PolicyChanged.failover:type_name -> streamplane.v1.FailoverPolicy
-	4,  // 6: streamplane.v1.PolicyChanged.fleet:type_name -> streamplane.v1.FleetPolicy
-	1,  // 7: streamplane.v1.Generation.state:type_name -> streamplane.v1.GenerationState
-	15, // 8: streamplane.v1.Lane.generations:type_name -> streamplane.v1.Generation
-	16, // 9: streamplane.v1.Stream.lanes:type_name -> streamplane.v1.Lane
-	17, // 10: streamplane.v1.Stream.topic:type_name -> streamplane.v1.TopicSettings
-	3,  // 11: streamplane.v1.Stream.failover:type_name -> streamplane.v1.FailoverPolicy
-	2,  // 12: streamplane.v1.RegisterClusterRequest.cluster:type_name -> streamplane.v1.Cluster
-	2,  // 13: streamplane.v1.RegisterClusterResponse.cluster:type_name -> streamplane.v1.Cluster
-	2,  // 14: streamplane.v1.ListClustersResponse.clusters:type_name -> streamplane.v1.Cluster
-	17, // 15: streamplane.v1.CreateStreamRequest.topic:type_name -> streamplane.v1.TopicSettings
-	18, // 16: streamplane.v1.StreamResponse.stream:type_name -> streamplane.v1.Stream
-	18, // 17: streamplane.v1.ListStreamsResponse.streams:type_name -> streamplane.v1.Stream
-	15, // 18: streamplane.v1.FailoverResponse.previous:type_name -> streamplane.v1.Generation
-	15, // 19: streamplane.v1.FailoverResponse.current:type_name -> streamplane.v1.Generation
-	16, // 20: streamplane.v1.LaneAdded.lane:type_name -> streamplane.v1.Lane
-	15, // 21: streamplane.v1.FailedOver.previous:type_name -> streamplane.v1.Generation
-	15, // 22: streamplane.v1.FailedOver.current:type_name -> streamplane.v1.Generation
-	15, // 23: streamplane.v1.GenerationSealed.generation:type_name -> streamplane.v1.Generation
-	15, // 24: streamplane.v1.GenerationDrained.generation:type_name -> streamplane.v1.Generation
-	36, // 25: streamplane.v1.ProducerHeartbeatRequest.in_flight:type_name -> streamplane.v1.GenerationRef
-	2,  // 26: streamplane.v1.TopologyEvent.cluster_registered:type_name -> streamplane.v1.Cluster
-	2,  // 27: streamplane.v1.TopologyEvent.cluster_updated:type_name -> streamplane.v1.Cluster
-	18, // 28: streamplane.v1.TopologyEvent.stream_created:type_name -> streamplane.v1.Stream
-	32, // 29: streamplane.v1.TopologyEvent.lane_added:type_name -> streamplane.v1.LaneAdded
-	33, // 30: streamplane.v1.TopologyEvent.failed_over:type_name -> streamplane.v1.FailedOver
-	41, // 31: streamplane.v1.TopologyEvent.group_event:type_name -> streamplane.v1.GroupEvent
-	34, // 32: streamplane.v1.TopologyEvent.generation_sealed:type_name -> streamplane.v1.GenerationSealed
-	35, // 33: streamplane.v1.TopologyEvent.generation_drained:type_name -> streamplane.v1.GenerationDrained
-	13, // 34: streamplane.v1.TopologyEvent.cluster_health_changed:type_name -> streamplane.v1.ClusterHealthChanged
-	14, // 35: streamplane.v1.TopologyEvent.policy_changed:type_name -> streamplane.v1.PolicyChanged
-	19, // 36: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
-	21, // 37: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
-	23, // 38: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
-	25, // 39: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
-	26, // 40: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
-	28, // 41: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
-	29, // 42: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
-	31, // 43: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
-	37, // 44: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
-	39, // 45: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
-	6,  // 46: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
-	8,  // 47: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
-	9,  // 48: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
-	11, // 49: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
-	4,  // 50: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
-	12, // 51: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
-	20, // 52: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
-	22, // 53: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
-	24, // 54: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
-	24, // 55: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
-	27, // 56: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
-	24, // 57: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
-	30, // 58: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
-	42, // 59: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
-	38, // 60: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
-	40, // 61: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
-	7,  // 62: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
-	2,  // 63: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
-	10, // 64: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
-	24, // 65: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
-	4,  // 66: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
-	4,  // 67: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
-	52, // [52:68] is the sub-list for method output_type
-	36, // [36:52] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	17, // 4: streamplane.v1.GenerationAbandoned.generation:type_name -> streamplane.v1.Generation
+	2,  // 5: streamplane.v1.ClusterHealthChanged.cluster:type_name -> streamplane.v1.Cluster
+	3,  // 6: streamplane.v1.PolicyChanged.failover:type_name -> streamplane.v1.FailoverPolicy
+	4,  // 7: streamplane.v1.PolicyChanged.fleet:type_name -> streamplane.v1.FleetPolicy
+	1,  // 8: streamplane.v1.Generation.state:type_name -> streamplane.v1.GenerationState
+	17, // 9: streamplane.v1.Lane.generations:type_name -> streamplane.v1.Generation
+	18, // 10: streamplane.v1.Stream.lanes:type_name -> streamplane.v1.Lane
+	19, // 11: streamplane.v1.Stream.topic:type_name -> streamplane.v1.TopicSettings
+	3,  // 12: streamplane.v1.Stream.failover:type_name -> streamplane.v1.FailoverPolicy
+	2,  // 13: streamplane.v1.RegisterClusterRequest.cluster:type_name -> streamplane.v1.Cluster
+	2,  // 14: streamplane.v1.RegisterClusterResponse.cluster:type_name -> streamplane.v1.Cluster
+	2,  // 15: streamplane.v1.ListClustersResponse.clusters:type_name -> streamplane.v1.Cluster
+	19, // 16: streamplane.v1.CreateStreamRequest.topic:type_name -> streamplane.v1.TopicSettings
+	20, // 17: streamplane.v1.StreamResponse.stream:type_name -> streamplane.v1.Stream
+	20, // 18: streamplane.v1.ListStreamsResponse.streams:type_name -> streamplane.v1.Stream
+	17, // 19: streamplane.v1.FailoverResponse.previous:type_name -> streamplane.v1.Generation
+	17, // 20: streamplane.v1.FailoverResponse.current:type_name -> streamplane.v1.Generation
+	18, // 21: streamplane.v1.LaneAdded.lane:type_name -> streamplane.v1.Lane
+	17, // 22: streamplane.v1.FailedOver.previous:type_name -> streamplane.v1.Generation
+	17, // 23: streamplane.v1.FailedOver.current:type_name -> streamplane.v1.Generation
+	17, // 24: streamplane.v1.GenerationSealed.generation:type_name -> streamplane.v1.Generation
+	17, // 25: streamplane.v1.GenerationDrained.generation:type_name -> streamplane.v1.Generation
+	38, // 26: streamplane.v1.ProducerHeartbeatRequest.in_flight:type_name -> streamplane.v1.GenerationRef
+	2,  // 27: streamplane.v1.TopologyEvent.cluster_registered:type_name -> streamplane.v1.Cluster
+	2,  // 28: streamplane.v1.TopologyEvent.cluster_updated:type_name -> streamplane.v1.Cluster
+	20, // 29: streamplane.v1.TopologyEvent.stream_created:type_name -> streamplane.v1.Stream
+	34, // 30: streamplane.v1.TopologyEvent.lane_added:type_name -> streamplane.v1.LaneAdded
+	35, // 31: streamplane.v1.TopologyEvent.failed_over:type_name -> streamplane.v1.FailedOver
+	43, // 32: streamplane.v1.TopologyEvent.group_event:type_name -> streamplane.v1.GroupEvent
+	36, // 33: streamplane.v1.TopologyEvent.generation_sealed:type_name -> streamplane.v1.GenerationSealed
+	37, // 34: streamplane.v1.TopologyEvent.generation_drained:type_name -> streamplane.v1.GenerationDrained
+	15, // 35: streamplane.v1.TopologyEvent.cluster_health_changed:type_name -> streamplane.v1.ClusterHealthChanged
+	16, // 36: streamplane.v1.TopologyEvent.policy_changed:type_name -> streamplane.v1.PolicyChanged
+	13, // 37: streamplane.v1.TopologyEvent.generation_abandoned:type_name -> streamplane.v1.GenerationAbandoned
+	21, // 38: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
+	23, // 39: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
+	25, // 40: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
+	27, // 41: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
+	28, // 42: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
+	30, // 43: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
+	31, // 44: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
+	33, // 45: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
+	39, // 46: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
+	41, // 47: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
+	6,  // 48: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
+	8,  // 49: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
+	9,  // 50: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
+	11, // 51: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
+	4,  // 52: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
+	12, // 53: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
+	14, // 54: streamplane.v1.TopologyService.AbandonGeneration:input_type -> streamplane.v1.AbandonGenerationRequest
+	22, // 55: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
+	24, // 56: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
+	26, // 57: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
+	26, // 58: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
+	29, // 59: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
+	26, // 60: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
+	32, // 61: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
+	44, // 62: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
+	40, // 63: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
+	42, // 64: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
+	7,  // 65: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
+	2,  // 66: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
+	10, // 67: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
+	26, // 68: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
+	4,  // 69: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	4,  // 70: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	13, // 71: streamplane.v1.TopologyService.AbandonGeneration:output_type -> streamplane.v1.GenerationAbandoned
+	55, // [55:72] is the sub-list for method output_type
+	38, // [38:55] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_topology_proto_init() }
@@ -3191,7 +3380,7 @@ func file_streamplane_v1_topology_proto_init() {
 	if File_streamplane_v1_topology_proto != nil {
 		return
 	}
-	file_streamplane_v1_topology_proto_msgTypes[40].OneofWrappers = []any{
+	file_streamplane_v1_topology_proto_msgTypes[42].OneofWrappers = []any{
 		(*TopologyEvent_ClusterRegistered)(nil),
 		(*TopologyEvent_ClusterUpdated)(nil),
 		(*TopologyEvent_StreamCreated)(nil),
@@ -3203,6 +3392,7 @@ func file_streamplane_v1_topology_proto_init() {
 		(*TopologyEvent_ClusterHealthChanged)(nil),
 		(*TopologyEvent_ClusterRemoved)(nil),
 		(*TopologyEvent_PolicyChanged)(nil),
+		(*TopologyEvent_GenerationAbandoned)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3210,7 +3400,7 @@ func file_streamplane_v1_topology_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_topology_proto_rawDesc), len(file_streamplane_v1_topology_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,7 @@ const (
 	TopologyService_SetStreamPolicy_FullMethodName   = "/streamplane.v1.TopologyService/SetStreamPolicy"
 	TopologyService_SetFleetPolicy_FullMethodName    = "/streamplane.v1.TopologyService/SetFleetPolicy"
 	TopologyService_GetFleetPolicy_FullMethodName    = "/streamplane.v1.TopologyService/GetFleetPolicy"
+	TopologyService_AbandonGeneration_FullMethodName = "/streamplane.v1.TopologyService/AbandonGeneration"
 )
 
 // TopologyServiceClient is the client API for TopologyService service.
@@ -65,6 +66,9 @@ type TopologyServiceClient interface {
 	SetStreamPolicy(ctx context.Context, in *SetStreamPolicyRequest, opts ...grpc.CallOption) (*StreamResponse, error)
 	SetFleetPolicy(ctx context.Context, in *FleetPolicy, opts ...grpc.CallOption) (*FleetPolicy, error)
 	GetFleetPolicy(ctx context.Context, in *GetFleetPolicyRequest, opts ...grpc.CallOption) (*FleetPolicy, error)
+	// Give up a draining or sealed generation whose cluster is gone for good; its unread ranges are recorded as
+	// lost (FAILED_PRECONDITION for an active or drained one).
+	AbandonGeneration(ctx context.Context, in *AbandonGenerationRequest, opts ...grpc.CallOption) (*GenerationAbandoned, error)
 }
 
 type topologyServiceClient struct {
@@ -244,6 +248,16 @@ func (c *topologyServiceClient) GetFleetPolicy(ctx context.Context, in *GetFleet
 	return out, nil
 }
 
+func (c *topologyServiceClient) AbandonGeneration(ctx context.Context, in *AbandonGenerationRequest, opts ...grpc.CallOption) (*GenerationAbandoned, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GenerationAbandoned)
+	err := c.cc.Invoke(ctx, TopologyService_AbandonGeneration_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TopologyServiceServer is the server API for TopologyService service.
 // All implementations must embed UnimplementedTopologyServiceServer
 // for forward compatibility.
@@ -270,6 +284,9 @@ type TopologyServiceServer interface {
 	SetStreamPolicy(context.Context, *SetStreamPolicyRequest) (*StreamResponse, error)
 	SetFleetPolicy(context.Context, *FleetPolicy) (*FleetPolicy, error)
 	GetFleetPolicy(context.Context, *GetFleetPolicyRequest) (*FleetPolicy, error)
+	// Give up a draining or sealed generation whose cluster is gone for good; its unread ranges are recorded as
+	// lost (FAILED_PRECONDITION for an active or drained one).
+	AbandonGeneration(context.Context, *AbandonGenerationRequest) (*GenerationAbandoned, error)
 	mustEmbedUnimplementedTopologyServiceServer()
 }
 
@@ -327,6 +344,9 @@ func (UnimplementedTopologyServiceServer) SetFleetPolicy(context.Context, *Fleet
 }
 func (UnimplementedTopologyServiceServer) GetFleetPolicy(context.Context, *GetFleetPolicyRequest) (*FleetPolicy, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFleetPolicy not implemented")
+}
+func (UnimplementedTopologyServiceServer) AbandonGeneration(context.Context, *AbandonGenerationRequest) (*GenerationAbandoned, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbandonGeneration not implemented")
 }
 func (UnimplementedTopologyServiceServer) mustEmbedUnimplementedTopologyServiceServer() {}
 func (UnimplementedTopologyServiceServer) testEmbeddedByValue()                         {}
@@ -630,6 +650,24 @@ func _TopologyService_GetFleetPolicy_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TopologyService_AbandonGeneration_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbandonGenerationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopologyServiceServer).AbandonGeneration(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopologyService_AbandonGeneration_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopologyServiceServer).AbandonGeneration(ctx, req.(*AbandonGenerationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TopologyService_ServiceDesc is the grpc.ServiceDesc for TopologyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -696,6 +734,10 @@ var TopologyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFleetPolicy",
 			Handler:    _TopologyService_GetFleetPolicy_Handler,
+		},
+		{
+			MethodName: "AbandonGeneration",
+			Handler:    _TopologyService_AbandonGeneration_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -7,6 +7,7 @@ sees protobuf. Each `*_to_pb` has its `*_from_pb`, so both sides of the wire use
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from streamplane import model as m
 from streamplane.errors import StreamplaneError
@@ -152,6 +153,23 @@ def stream_from_pb(x: pb.Stream) -> m.Stream:
     )
 
 
+def generation_abandoned_to_pb(e: m.GenerationAbandoned) -> pb.GenerationAbandoned:
+    return pb.GenerationAbandoned(
+        stream=e.stream, lane=e.lane, generation=generation_to_pb(e.generation), reason=e.reason, lost=list(e.lost)
+    )
+
+
+def generation_abandoned_from_pb(a: pb.GenerationAbandoned, **head: Any) -> m.GenerationAbandoned:
+    return m.GenerationAbandoned(
+        **head,
+        stream=a.stream,
+        lane=a.lane,
+        generation=generation_from_pb(a.generation),
+        reason=a.reason,
+        lost=tuple(a.lost),
+    )
+
+
 def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
     msg = pb.TopologyEvent(version=e.version, time_unix_ms=e.time_ms, actor=e.actor)
     match e:
@@ -163,6 +181,8 @@ def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
             msg.cluster_health_changed.CopyFrom(pb.ClusterHealthChanged(cluster=cluster_to_pb(c), previous=e.previous))
         case m.ClusterRemoved():
             msg.cluster_removed = e.cluster
+        case m.GenerationAbandoned():
+            msg.generation_abandoned.CopyFrom(generation_abandoned_to_pb(e))
         case m.PolicyChanged():
             changed = pb.PolicyChanged(stream=e.stream)
             if e.failover is not None:
@@ -213,6 +233,8 @@ def event_from_pb(x: pb.TopologyEvent) -> m.TopologyEvent:
             return m.ClusterHealthChanged(**head, cluster=cluster_from_pb(h.cluster), previous=h.previous)
         case "cluster_removed":
             return m.ClusterRemoved(**head, cluster=x.cluster_removed)
+        case "generation_abandoned":
+            return generation_abandoned_from_pb(x.generation_abandoned, **head)
         case "policy_changed":
             p = x.policy_changed
             return m.PolicyChanged(

@@ -20,6 +20,7 @@ class GenerationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GENERATION_STATE_DRAINING: _ClassVar[GenerationState]
     GENERATION_STATE_SEALED: _ClassVar[GenerationState]
     GENERATION_STATE_DRAINED: _ClassVar[GenerationState]
+    GENERATION_STATE_ABANDONED: _ClassVar[GenerationState]
 CLUSTER_ADMIN_UNSPECIFIED: ClusterAdmin
 CLUSTER_ADMIN_KAFKA: ClusterAdmin
 CLUSTER_ADMIN_LOCAL: ClusterAdmin
@@ -28,6 +29,7 @@ GENERATION_STATE_ACTIVE: GenerationState
 GENERATION_STATE_DRAINING: GenerationState
 GENERATION_STATE_SEALED: GenerationState
 GENERATION_STATE_DRAINED: GenerationState
+GENERATION_STATE_ABANDONED: GenerationState
 
 class Cluster(_message.Message):
     __slots__ = ("name", "bootstrap_servers", "zone", "capacity_weight", "health", "config_ref", "admin", "control_endpoint", "health_reasons", "health_since_unix_ms", "cordoned")
@@ -138,6 +140,32 @@ class SetStreamPolicyRequest(_message.Message):
 class GetFleetPolicyRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class GenerationAbandoned(_message.Message):
+    __slots__ = ("stream", "lane", "generation", "reason", "lost")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    generation: Generation
+    reason: str
+    lost: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[_Union[Generation, _Mapping]] = ..., reason: _Optional[str] = ..., lost: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AbandonGenerationRequest(_message.Message):
+    __slots__ = ("stream", "lane", "generation", "reason")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    generation: int
+    reason: str
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ClusterHealthChanged(_message.Message):
     __slots__ = ("cluster", "previous")
@@ -424,7 +452,7 @@ class GroupEvent(_message.Message):
     def __init__(self, group: _Optional[str] = ..., type: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ...) -> None: ...
 
 class TopologyEvent(_message.Message):
-    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained", "cluster_health_changed", "cluster_removed", "policy_changed")
+    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained", "cluster_health_changed", "cluster_removed", "policy_changed", "generation_abandoned")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -439,6 +467,7 @@ class TopologyEvent(_message.Message):
     CLUSTER_HEALTH_CHANGED_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_REMOVED_FIELD_NUMBER: _ClassVar[int]
     POLICY_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_ABANDONED_FIELD_NUMBER: _ClassVar[int]
     version: str
     time_unix_ms: int
     actor: str
@@ -453,4 +482,5 @@ class TopologyEvent(_message.Message):
     cluster_health_changed: ClusterHealthChanged
     cluster_removed: str
     policy_changed: PolicyChanged
-    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ..., cluster_health_changed: _Optional[_Union[ClusterHealthChanged, _Mapping]] = ..., cluster_removed: _Optional[str] = ..., policy_changed: _Optional[_Union[PolicyChanged, _Mapping]] = ...) -> None: ...
+    generation_abandoned: GenerationAbandoned
+    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ..., cluster_health_changed: _Optional[_Union[ClusterHealthChanged, _Mapping]] = ..., cluster_removed: _Optional[str] = ..., policy_changed: _Optional[_Union[PolicyChanged, _Mapping]] = ..., generation_abandoned: _Optional[_Union[GenerationAbandoned, _Mapping]] = ...) -> None: ...

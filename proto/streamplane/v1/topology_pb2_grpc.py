@@ -114,6 +114,11 @@ class TopologyServiceStub:
                 request_serializer=streamplane_dot_v1_dot_topology__pb2.GetFleetPolicyRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_topology__pb2.FleetPolicy.FromString,
                 _registered_method=True)
+        self.AbandonGeneration = channel.unary_unary(
+                '/streamplane.v1.TopologyService/AbandonGeneration',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.AbandonGenerationRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.GenerationAbandoned.FromString,
+                _registered_method=True)
 
 
 class TopologyServiceServicer:
@@ -221,6 +226,14 @@ class TopologyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AbandonGeneration(self, request, context):
+        """Give up a draining or sealed generation whose cluster is gone for good; its unread ranges are recorded as
+        lost (FAILED_PRECONDITION for an active or drained one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopologyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -303,6 +316,11 @@ def add_TopologyServiceServicer_to_server(servicer, server):
                     servicer.GetFleetPolicy,
                     request_deserializer=streamplane_dot_v1_dot_topology__pb2.GetFleetPolicyRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_topology__pb2.FleetPolicy.SerializeToString,
+            ),
+            'AbandonGeneration': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbandonGeneration,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.AbandonGenerationRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.GenerationAbandoned.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -737,6 +755,33 @@ class TopologyService:
             '/streamplane.v1.TopologyService/GetFleetPolicy',
             streamplane_dot_v1_dot_topology__pb2.GetFleetPolicyRequest.SerializeToString,
             streamplane_dot_v1_dot_topology__pb2.FleetPolicy.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbandonGeneration(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/AbandonGeneration',
+            streamplane_dot_v1_dot_topology__pb2.AbandonGenerationRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.GenerationAbandoned.FromString,
             options,
             channel_credentials,
             insecure,
