@@ -128,14 +128,14 @@ def cmd_cluster_health(args: argparse.Namespace) -> None:
         ["AGO_S", "REACHABLE", "LATENCY_MS", "BROKERS", "PARTITIONS", "LEADERLESS", "UNDER_REPLICATED", "ERROR"],
         [
             [
-                f"{(_time.time() * 1000 - p['at_ms']) / 1000:.1f}",
-                "yes" if p["reachable"] else "no",
-                p["latency_ms"],
-                p["brokers"],
-                p["partitions"],
-                p["leaderless"],
-                p["under_replicated"],
-                p["error"] or "-",
+                f"{(_time.time() * 1000 - p.at_ms) / 1000:.1f}",
+                "yes" if p.reachable else "no",
+                f"{p.latency_ms:.1f}",
+                p.brokers,
+                p.partitions,
+                p.leaderless,
+                p.under_replicated,
+                p.error or "-",
             ]
             for p in reversed(probes)
         ],

@@ -130,23 +130,10 @@ class CoordinatorClient:
         got = self._call(self.topology.RegisterCluster, request)
         return m.ClusterAt(got.version, convert.cluster_from_pb(got.cluster))
 
-    def cluster_health(self, name: str) -> tuple[m.Cluster, list[dict[str, Any]]]:
+    def cluster_health(self, name: str) -> tuple[m.Cluster, list[m.Probe]]:
         """A cluster with its health and reasons, and the health monitor's recent probes (oldest first)."""
         got = self._call(self.topology.ClusterHealth, pb.ClusterHealthRequest(name=name), idempotent=True)
-        probes = [
-            {
-                "at_ms": p.at_unix_ms,
-                "reachable": p.reachable,
-                "latency_ms": round(p.latency_ms, 1),
-                "brokers": p.brokers,
-                "partitions": p.partitions,
-                "leaderless": p.leaderless,
-                "under_replicated": p.under_replicated,
-                "error": p.error,
-            }
-            for p in got.probes
-        ]
-        return convert.cluster_from_pb(got.cluster), probes
+        return convert.cluster_from_pb(got.cluster), [convert.probe_from_pb(name, p) for p in got.probes]
 
     def cordon_cluster(self, name: str, cordoned: bool = True) -> m.Cluster:
         got = self._call(self.topology.CordonCluster, pb.CordonClusterRequest(name=name, cordoned=cordoned))

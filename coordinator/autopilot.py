@@ -9,7 +9,6 @@ class does the I/O (probes, the store, logs).
 from __future__ import annotations
 
 import collections
-import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -19,9 +18,10 @@ import structlog
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import health
-from streamplane.coordinator.health import Probe
+from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import StreamplaneError
+from streamplane.model import Probe
 from streamplane.names import TOPIC_PREFIX
 
 log = structlog.get_logger(__name__)
@@ -96,33 +96,18 @@ class Autopilot:
         self._recent: collections.deque[int] = collections.deque(maxlen=10_000)
         self._last_moved: dict[tuple[str, str], int] = {}
         self.waiting: list[str] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = LeaderLoop("autopilot", self.run_once, is_leader, self.config.tick_ms / 1000)
 
     def probes(self, cluster: str) -> list[Probe]:
         """The newest probes of a cluster, oldest first (this replica's, while it leads)."""
         return list(self.history.get(cluster, ()))
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="autopilot", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.config.tick_ms / 1000):
-            if not self.is_leader():
-                continue
-            try:
-                self.run_once()
-            except StreamplaneError as err:
-                log.warning("autopilot.pass_failed", error=err.message)
-            except Exception:
-                log.exception("autopilot.pass_crashed")
+        self._loop.stop(timeout_s=5)
 
     def run_once(self) -> None:
         """Record the probes that finished, start those due, then fail over what the policies call for."""

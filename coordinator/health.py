@@ -12,26 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from streamplane.model import ACTIVE, Cluster, FleetPolicy, Stream
+from streamplane.model import ACTIVE, Cluster, FleetPolicy, Probe, Stream
 
 HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN = "healthy", "degraded", "unhealthy", "unknown"
 HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN)
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One look at a cluster."""
-
-    cluster: str
-    at_ms: int
-    reachable: bool
-    latency_ms: float = 0.0
-    brokers: int = 0
-    partitions: int = 0
-    """Partitions of our topics (sp.*) the metadata lists."""
-    leaderless: int = 0
-    under_replicated: int = 0
-    error: str = ""
 
 
 def judge(probe: Probe, brokers_seen: int = 0) -> tuple[str, tuple[str, ...]]:

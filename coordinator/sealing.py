@@ -15,7 +15,6 @@ before their last write, which consumers will then not read. Route every produce
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
@@ -24,6 +23,7 @@ import structlog
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog, events, keys, leases, planted
 from streamplane.coordinator.cluster_admin import ClusterAdmin
+from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
@@ -278,28 +278,13 @@ class Sealer:
         self.admin = admin
         self.is_leader = is_leader
         self.config = config or SealingConfig()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = LeaderLoop("sealer", self.run_once, is_leader, self.config.loop_ms / 1000)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="sealer", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=15)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.config.loop_ms / 1000):
-            if not self.is_leader():
-                continue
-            try:
-                self.run_once()
-            except StreamplaneError as err:
-                log.warning("sealer.pass_failed", error=err.message)
-            except Exception:
-                log.exception("sealer.pass_crashed")
+        self._loop.stop()
 
     def run_once(self) -> None:
         """Seal what can be sealed, then mark drained what every group has finished."""

@@ -12,10 +12,9 @@ import grpc
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import auth, events, sealing
 from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.health import Probe
 from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.topology import Topology
-from streamplane.model import TopologyEvent
+from streamplane.model import Probe, TopologyEvent
 from streamplane.rpc import grpc_errors, grpc_stream_errors
 from streamplane.v1 import convert
 from streamplane.v1 import topology_pb2 as pb
@@ -140,19 +139,7 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     ) -> pb.ClusterHealthResponse:
         self._guard.require(context, auth.READ)
         cluster = self._topology.get_cluster(request.name)
-        probes = [
-            pb.Probe(
-                at_unix_ms=p.at_ms,
-                reachable=p.reachable,
-                latency_ms=p.latency_ms,
-                brokers=p.brokers,
-                partitions=p.partitions,
-                leaderless=p.leaderless,
-                under_replicated=p.under_replicated,
-                error=p.error,
-            )
-            for p in self._probes(cluster.name)
-        ]
+        probes = [convert.probe_to_pb(p) for p in self._probes(cluster.name)]
         return pb.ClusterHealthResponse(cluster=convert.cluster_to_pb(cluster), probes=probes)
 
     @grpc_errors

@@ -190,6 +190,22 @@ class TopicSettings(_Record):
         return " ".join(f"{k}={v}" for k, v in shown.items()) or "cluster defaults"
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One look of the health monitor at a cluster."""
+
+    cluster: str
+    at_ms: int
+    reachable: bool
+    latency_ms: float = 0.0
+    brokers: int = 0
+    partitions: int = 0
+    """Partitions of our topics (sp.*) the metadata lists."""
+    leaderless: int = 0
+    under_replicated: int = 0
+    error: str = ""
+
+
 FAILOVER_MODES = ("auto", "manual")
 
 

@@ -41,6 +41,7 @@ STRICT = [
     "streamplane.coordinator.guard",
     "streamplane.coordinator.health",
     "streamplane.coordinator.autopilot",
+    "streamplane.coordinator.loop",
     "streamplane.coordinator.limits",
     # the client's public API
     "streamplane.client.credentials",

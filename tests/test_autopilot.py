@@ -26,7 +26,6 @@ from streamplane.coordinator.health import (
     DEGRADED,
     HEALTHY,
     UNHEALTHY,
-    Probe,
     choose_target,
     judge,
     plan_failovers,
@@ -34,6 +33,7 @@ from streamplane.coordinator.health import (
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import FailedPreconditionError
+from streamplane.model import Probe
 from tests.helpers import cli, wait_until
 
 T0 = 1_800_000_000_000
@@ -190,7 +190,7 @@ def test_freeze_records_health_but_moves_nothing_then_the_autopilot_moves_within
             c.set_stream_policy(f"ap-{i}", model.FailoverPolicy(unhealthy_after_ms=1_000))
         wait_until(lambda: c.cluster_health("dead")[0].health == UNHEALTHY, timeout=10)
         cluster, probes = c.cluster_health("dead")
-        assert cluster.health_reasons[0].startswith("metadata unreachable") and probes and not probes[-1]["reachable"]
+        assert cluster.health_reasons[0].startswith("metadata unreachable") and probes and not probes[-1].reachable
         changed = [e for e in c.watch_topology("", idle_timeout_s=0.2) if isinstance(e, model.ClusterHealthChanged)]
         assert changed[-1].cluster.name == "dead" and changed[-1].actor == AUTOPILOT
         import time

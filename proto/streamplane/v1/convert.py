@@ -58,6 +58,33 @@ def cluster_from_pb(x: pb.Cluster) -> m.Cluster:
     )
 
 
+def probe_to_pb(p: m.Probe) -> pb.Probe:
+    return pb.Probe(
+        at_unix_ms=p.at_ms,
+        reachable=p.reachable,
+        latency_ms=p.latency_ms,
+        brokers=p.brokers,
+        partitions=p.partitions,
+        leaderless=p.leaderless,
+        under_replicated=p.under_replicated,
+        error=p.error,
+    )
+
+
+def probe_from_pb(cluster: str, x: pb.Probe) -> m.Probe:
+    return m.Probe(
+        cluster,
+        x.at_unix_ms,
+        x.reachable,
+        x.latency_ms,
+        x.brokers,
+        x.partitions,
+        x.leaderless,
+        x.under_replicated,
+        x.error,
+    )
+
+
 def failover_policy_to_pb(p: m.FailoverPolicy) -> pb.FailoverPolicy:
     return pb.FailoverPolicy(mode=p.mode, unhealthy_after_ms=p.unhealthy_after_ms, min_interval_ms=p.min_interval_ms)
 
