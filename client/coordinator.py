@@ -187,12 +187,17 @@ class CoordinatorClient:
         )
 
     def producer_heartbeat(
-        self, producer_id: str, topology_version: str, in_flight: list[tuple[str, str, int]]
+        self,
+        producer_id: str,
+        topology_version: str,
+        in_flight: list[tuple[str, str, int]],
+        errors: list[m.ClusterErrors] | None = None,
     ) -> m.ProducerLease:
         request = pb.ProducerHeartbeatRequest(
             producer_id=producer_id,
             topology_version=topology_version,
             in_flight=convert.generation_refs_to_pb(in_flight),
+            errors=convert.cluster_errors_to_pb(errors or []),
         )
         got = self._call(self.topology.ProducerHeartbeat, request, idempotent=True)
         return m.ProducerLease(got.heartbeat_interval_ms, got.ttl_ms, got.topology_version)

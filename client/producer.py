@@ -38,7 +38,7 @@ from streamplane.client import metrics
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
-from streamplane.model import FailedOver, Generation
+from streamplane.model import ClusterErrors, FailedOver, Generation
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
 log = structlog.get_logger(__name__)
@@ -127,6 +127,8 @@ class Producer:
         """Records whose delivery finally failed (each also logged, and reported to its on_delivery)."""
         self._version = ""  # the event version the routes are current as of
         self._resolving = 0
+        self._errors: dict[str, tuple[int, str]] = {}
+        """{cluster: (errors, the last one)} librdkafka reported since the last heartbeat."""
         self._closed = threading.Event()
         self._beat_now = threading.Event()
         self._heartbeat_s = 1.0
@@ -144,7 +146,16 @@ class Producer:
         with self._lock:
             version = self._version
             in_flight = self._in_flight_generations()
-        answer = self._client.producer_heartbeat(self.producer_id, version, in_flight)
+            errors, self._errors = self._errors, {}
+        reports = [ClusterErrors(cluster, count, last) for cluster, (count, last) in sorted(errors.items())]
+        try:
+            answer = self._client.producer_heartbeat(self.producer_id, version, in_flight, reports)
+        except StreamplaneError:
+            with self._lock:  # told with the next heartbeat
+                for cluster, (count, last) in errors.items():
+                    seen = self._errors.get(cluster, (0, ""))
+                    self._errors[cluster] = (seen[0] + count, seen[1] or last)
+            raise
         self._heartbeat_s = max(0.05, answer.heartbeat_interval_ms / 1000)
         with self._lock:
             if not self._routes and not self._resolving and answer.topology_version > self._version:
@@ -275,6 +286,13 @@ class Producer:
         self.route(stream, lane)
         return self.produce(stream, value, key, lane, headers, on_delivery)
 
+    def _cluster_error(self, cluster: str, err: Any) -> None:
+        """librdkafka's error callback: a cluster's brokers refuse or drop connections. Told to the coordinator
+        with the next heartbeat, for its health monitor."""
+        with self._lock:
+            count, _ = self._errors.get(cluster, (0, ""))
+            self._errors[cluster] = (count + 1, str(err)[:300])
+
     def _failed(self, gen: GenerationKey, err: Any, msg: Any, on_delivery: Any = None) -> None:
         """A record that finally failed on `gen`: sent again if its lane has moved on, else reported."""
         with self._lock:
@@ -380,7 +398,11 @@ class _Sender:
     def __init__(self, owner: Producer, route: Route) -> None:
         self.owner = owner
         self.route = route
-        self._config = {**owner._config, "bootstrap.servers": route.bootstrap_servers}
+        self._config = {
+            **owner._config,
+            "bootstrap.servers": route.bootstrap_servers,
+            "error_cb": lambda err: owner._cluster_error(route.cluster, err),
+        }
         self.quiet = KafkaProducer(
             {
                 **self._config,

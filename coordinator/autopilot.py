@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import health
+from streamplane.coordinator import health, sealing
 from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import StreamplaneError
-from streamplane.model import Probe
+from streamplane.model import ClusterErrors, Probe
 from streamplane.names import TOPIC_PREFIX
 
 log = structlog.get_logger(__name__)
@@ -112,10 +112,12 @@ class Autopilot:
     def run_once(self) -> None:
         """Record the probes that finished, start those due, then fail over what the policies call for."""
         now = self.clock.now_ms()
-        for name, running in list(self._running.items()):
-            if running.done():
-                del self._running[name]
-                self._observe(running.result())
+        finished = [name for name, running in self._running.items() if running.done()]
+        if finished:
+            since = now - 2 * self.config.probe_interval_ms
+            reported = sealing.reported_errors(sealing.read_producers(self.topology.db), since)
+            for name in finished:
+                self._observe(self._running.pop(name).result(), reported.get(name))
         clusters = self.topology.list_clusters()
         due = self.clock.monotonic() - self.config.probe_interval_ms / 1000
         for c in clusters:
@@ -129,11 +131,11 @@ class Autopilot:
         elif self.waiting:
             self.waiting = []
 
-    def _observe(self, probe: Probe) -> None:
+    def _observe(self, probe: Probe, reported: ClusterErrors | None) -> None:
         seen = max(self._brokers_seen.get(probe.cluster, 0), probe.brokers)
         self._brokers_seen[probe.cluster] = seen
         self.history.setdefault(probe.cluster, collections.deque(maxlen=self.config.history)).append(probe)
-        state, reasons = health.judge(probe, seen)
+        state, reasons = health.judge(probe, seen, reported)
         try:
             changed = self.topology.record_health(probe.cluster, state, reasons, actor=AUTOPILOT, seen_ms=probe.at_ms)
         except StreamplaneError as err:  # removed meanwhile, or the store is away: the next probe tells again

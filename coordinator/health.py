@@ -12,17 +12,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from streamplane.model import ACTIVE, Cluster, FleetPolicy, Probe, Stream
+from streamplane.model import ACTIVE, Cluster, ClusterErrors, FleetPolicy, Probe, Stream
 
 HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN = "healthy", "degraded", "unhealthy", "unknown"
 HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN)
 
 
-def judge(probe: Probe, brokers_seen: int = 0) -> tuple[str, tuple[str, ...]]:
-    """The state a probe shows, with its reasons. `brokers_seen`: the most brokers this cluster had."""
+def judge(probe: Probe, brokers_seen: int = 0, reported: ClusterErrors | None = None) -> tuple[str, tuple[str, ...]]:
+    """The state a probe shows, with its reasons. `brokers_seen`: the most brokers this cluster had;
+    `reported`: what producers told of it lately (`count` producers saw errors)."""
+    told = f"{reported.count} producer(s) report errors ({reported.last_error})" if reported else ""
     if not probe.reachable:
-        return UNHEALTHY, (f"metadata unreachable: {probe.error or 'no answer'}",)
-    reasons = []
+        return UNHEALTHY, (f"metadata unreachable: {probe.error or 'no answer'}", *([told] if told else []))
+    reasons = [told] if told else []
     if brokers_seen and probe.brokers < brokers_seen:
         reasons.append(f"{brokers_seen - probe.brokers} of {brokers_seen} brokers missing")
     if probe.leaderless:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import structlog
 
@@ -27,7 +28,15 @@ from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
-from streamplane.model import DRAINED, DRAINING, SEALED, Generation, GenerationDrained, GenerationSealed
+from streamplane.model import (
+    DRAINED,
+    DRAINING,
+    SEALED,
+    ClusterErrors,
+    Generation,
+    GenerationDrained,
+    GenerationSealed,
+)
 from streamplane.names import check_lane_name, check_object_name
 
 log = structlog.get_logger(__name__)
@@ -55,6 +64,8 @@ class ProducerSession:
     alive_until_ms: int = 0
     principal: str = ""
     """Who opened the session: only they renew or close it."""
+    errors: list[list[Any]] = field(default_factory=list)
+    """[cluster, count, last error, at ms]: what it saw of clusters since its previous heartbeat."""
 
     def holds_back(self, gen: GenerationKey, wait_version: str) -> bool:
         """Whether this producer may still write records to `gen` (seal waits for it)."""
@@ -81,6 +92,7 @@ def producer_heartbeat(
     now_ms: int,
     ttl_ms: int,
     principal: str = "",
+    errors: list[ClusterErrors] | None = None,
 ) -> str:
     """Open or renew a producer session; return the newest event version (producers with no routes adopt it).
     Only the principal that opened a session renews it."""
@@ -94,7 +106,12 @@ def producer_heartbeat(
         if number < 1:
             raise InvalidArgumentError(f"in_flight.generation must be at least 1, not {number}")
     _check_owner(tr, producer_id, principal)
-    session = ProducerSession(producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms, principal)
+    if len(errors or []) > 1000:
+        raise InvalidArgumentError(f"errors lists {len(errors or [])} clusters; the limit is 1000")
+    reported = [[e.cluster[:64], max(0, e.count), e.last_error[:300], now_ms] for e in errors or []]
+    session = ProducerSession(
+        producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms, principal, reported
+    )
     tr.set(keys.producer_key(producer_id), json.dumps(asdict(session)).encode())
     return events.head_version(tr)
 
@@ -110,6 +127,17 @@ def _check_owner(tr: Transaction, producer_id: str, principal: str) -> None:
     raw = tr.get(keys.producer_key(producer_id))
     if raw:
         leases.check_principal(json.loads(raw).get("principal", ""), principal, f"producer session {producer_id}")
+
+
+def reported_errors(producers: list[ProducerSession], since_ms: int) -> dict[str, ClusterErrors]:
+    """{cluster: errors} the producers reported in heartbeats since `since_ms`; `count` counts producers."""
+    found: dict[str, ClusterErrors] = {}
+    for p in producers:
+        for cluster, count, last, at_ms in p.errors:
+            if at_ms >= since_ms and count > 0:
+                seen = found.get(cluster)
+                found[cluster] = ClusterErrors(cluster, (seen.count if seen else 0) + 1, last)
+    return found
 
 
 @transactional

@@ -128,6 +128,7 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
             now_ms=self._clock.now_ms(),
             ttl_ms=cfg.producer_ttl_ms,
             principal=principal.name,
+            errors=convert.cluster_errors_from_pb(request.errors),
         )
         return pb.ProducerHeartbeatResponse(
             heartbeat_interval_ms=cfg.producer_heartbeat_ms, ttl_ms=cfg.producer_ttl_ms, topology_version=head

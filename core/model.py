@@ -206,6 +206,15 @@ class Probe:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class ClusterErrors:
+    """Errors a client saw talking to a cluster (connections refused, brokers down) since its last report."""
+
+    cluster: str
+    count: int
+    last_error: str = ""
+
+
 FAILOVER_MODES = ("auto", "manual")
 
 

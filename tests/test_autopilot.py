@@ -271,3 +271,23 @@ def test_a_generation_on_a_cluster_gone_for_good_is_abandoned_with_its_unread_ra
             ).returncode
             == 5
         )
+
+
+def test_producers_tell_the_health_monitor_what_they_see_of_a_cluster(fleet) -> None:
+    from streamplane.client import Producer
+
+    address, _ = fleet
+    with CoordinatorClient(address) as c:
+        c.set_fleet_policy(model.FleetPolicy(frozen=True))
+        c.create_stream("told", 1, cluster="dead")
+        producer = Producer(address, **{"message.timeout.ms": 60_000})
+        try:
+            producer.produce("told", b"x")
+            wait_until(
+                lambda: any("1 producer(s) report errors" in r for r in c.cluster_health("dead")[0].health_reasons),
+                timeout=15,
+                what=lambda: str(c.cluster_health("dead")[0].health_reasons),
+            )
+            assert not any("report errors" in r for r in c.cluster_health("alive-1")[0].health_reasons)
+        finally:
+            producer.close(timeout_s=0.5)  # its record cannot be delivered: the cluster is dead

@@ -2397,7 +2397,10 @@ type ProducerHeartbeatRequest struct {
 	// The newest event version the producer routes by: it writes to no generation drained before it.
 	TopologyVersion string `protobuf:"bytes,2,opt,name=topology_version,json=topologyVersion,proto3" json:"topology_version,omitempty"`
 	// Generations the producer still has records in flight to (handed to Kafka, not yet acknowledged).
-	InFlight      []*GenerationRef `protobuf:"bytes,3,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InFlight []*GenerationRef `protobuf:"bytes,3,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// What the producer saw of each cluster since its last heartbeat (only clusters with errors): the health
+	// monitor adds it to its probes.
+	Errors        []*ClusterErrors `protobuf:"bytes,4,rep,name=errors,proto3" json:"errors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2453,6 +2456,73 @@ func (x *ProducerHeartbeatRequest) GetInFlight() []*GenerationRef {
 	return nil
 }
 
+func (x *ProducerHeartbeatRequest) GetErrors() []*ClusterErrors {
+	if x != nil {
+		return x.Errors
+	}
+	return nil
+}
+
+type ClusterErrors struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	LastError     string                 `protobuf:"bytes,3,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterErrors) Reset() {
+	*x = ClusterErrors{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterErrors) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterErrors) ProtoMessage() {}
+
+func (x *ClusterErrors) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterErrors.ProtoReflect.Descriptor instead.
+func (*ClusterErrors) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ClusterErrors) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ClusterErrors) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ClusterErrors) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 type ProducerHeartbeatResponse struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	HeartbeatIntervalMs uint32                 `protobuf:"varint,1,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
@@ -2465,7 +2535,7 @@ type ProducerHeartbeatResponse struct {
 
 func (x *ProducerHeartbeatResponse) Reset() {
 	*x = ProducerHeartbeatResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2547,7 @@ func (x *ProducerHeartbeatResponse) String() string {
 func (*ProducerHeartbeatResponse) ProtoMessage() {}
 
 func (x *ProducerHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[38]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2560,7 @@ func (x *ProducerHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ProducerHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{38}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ProducerHeartbeatResponse) GetHeartbeatIntervalMs() uint32 {
@@ -2523,7 +2593,7 @@ type CloseProducerRequest struct {
 
 func (x *CloseProducerRequest) Reset() {
 	*x = CloseProducerRequest{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2605,7 @@ func (x *CloseProducerRequest) String() string {
 func (*CloseProducerRequest) ProtoMessage() {}
 
 func (x *CloseProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[39]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2618,7 @@ func (x *CloseProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProducerRequest.ProtoReflect.Descriptor instead.
 func (*CloseProducerRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{39}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CloseProducerRequest) GetProducerId() string {
@@ -2566,7 +2636,7 @@ type CloseProducerResponse struct {
 
 func (x *CloseProducerResponse) Reset() {
 	*x = CloseProducerResponse{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2578,7 +2648,7 @@ func (x *CloseProducerResponse) String() string {
 func (*CloseProducerResponse) ProtoMessage() {}
 
 func (x *CloseProducerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[40]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2591,7 +2661,7 @@ func (x *CloseProducerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProducerResponse.ProtoReflect.Descriptor instead.
 func (*CloseProducerResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{40}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{41}
 }
 
 // A change to a consumer group: membership or leases (the audit trail of who held what, when and why).
@@ -2614,7 +2684,7 @@ type GroupEvent struct {
 
 func (x *GroupEvent) Reset() {
 	*x = GroupEvent{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[41]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2696,7 @@ func (x *GroupEvent) String() string {
 func (*GroupEvent) ProtoMessage() {}
 
 func (x *GroupEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[41]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2709,7 @@ func (x *GroupEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupEvent.ProtoReflect.Descriptor instead.
 func (*GroupEvent) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{41}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GroupEvent) GetGroup() string {
@@ -2733,7 +2803,7 @@ type TopologyEvent struct {
 
 func (x *TopologyEvent) Reset() {
 	*x = TopologyEvent{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[42]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2815,7 @@ func (x *TopologyEvent) String() string {
 func (*TopologyEvent) ProtoMessage() {}
 
 func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[42]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2828,7 @@ func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologyEvent.ProtoReflect.Descriptor instead.
 func (*TopologyEvent) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{42}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TopologyEvent) GetVersion() string {
@@ -3156,12 +3226,18 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\rR\n" +
-	"generation\"\xa2\x01\n" +
+	"generation\"\xd9\x01\n" +
 	"\x18ProducerHeartbeatRequest\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\tR\n" +
 	"producerId\x12)\n" +
 	"\x10topology_version\x18\x02 \x01(\tR\x0ftopologyVersion\x12:\n" +
-	"\tin_flight\x18\x03 \x03(\v2\x1d.streamplane.v1.GenerationRefR\binFlight\"\x91\x01\n" +
+	"\tin_flight\x18\x03 \x03(\v2\x1d.streamplane.v1.GenerationRefR\binFlight\x125\n" +
+	"\x06errors\x18\x04 \x03(\v2\x1d.streamplane.v1.ClusterErrorsR\x06errors\"^\n" +
+	"\rClusterErrors\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x03 \x01(\tR\tlastError\"\x91\x01\n" +
 	"\x19ProducerHeartbeatResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\rR\x13heartbeatIntervalMs\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\rR\x05ttlMs\x12)\n" +
@@ -3247,7 +3323,7 @@ func file_streamplane_v1_topology_proto_rawDescGZIP() []byte {
 }
 
 var file_streamplane_v1_topology_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_streamplane_v1_topology_proto_goTypes = []any{
 	(ClusterAdmin)(0),                 // 0: streamplane.v1.ClusterAdmin
 	(GenerationState)(0),              // 1: streamplane.v1.GenerationState
@@ -3289,11 +3365,12 @@ var file_streamplane_v1_topology_proto_goTypes = []any{
 	(*GenerationDrained)(nil),         // 37: streamplane.v1.GenerationDrained
 	(*GenerationRef)(nil),             // 38: streamplane.v1.GenerationRef
 	(*ProducerHeartbeatRequest)(nil),  // 39: streamplane.v1.ProducerHeartbeatRequest
-	(*ProducerHeartbeatResponse)(nil), // 40: streamplane.v1.ProducerHeartbeatResponse
-	(*CloseProducerRequest)(nil),      // 41: streamplane.v1.CloseProducerRequest
-	(*CloseProducerResponse)(nil),     // 42: streamplane.v1.CloseProducerResponse
-	(*GroupEvent)(nil),                // 43: streamplane.v1.GroupEvent
-	(*TopologyEvent)(nil),             // 44: streamplane.v1.TopologyEvent
+	(*ClusterErrors)(nil),             // 40: streamplane.v1.ClusterErrors
+	(*ProducerHeartbeatResponse)(nil), // 41: streamplane.v1.ProducerHeartbeatResponse
+	(*CloseProducerRequest)(nil),      // 42: streamplane.v1.CloseProducerRequest
+	(*CloseProducerResponse)(nil),     // 43: streamplane.v1.CloseProducerResponse
+	(*GroupEvent)(nil),                // 44: streamplane.v1.GroupEvent
+	(*TopologyEvent)(nil),             // 45: streamplane.v1.TopologyEvent
 }
 var file_streamplane_v1_topology_proto_depIdxs = []int32{
 	0,  // 0: streamplane.v1.Cluster.admin:type_name -> streamplane.v1.ClusterAdmin
@@ -3323,56 +3400,57 @@ var file_streamplane_v1_topology_proto_depIdxs = []int32{
 	17, // 24: streamplane.v1.GenerationSealed.generation:type_name -> streamplane.v1.Generation
 	17, // 25: streamplane.v1.GenerationDrained.generation:type_name -> streamplane.v1.Generation
 	38, // 26: streamplane.v1.ProducerHeartbeatRequest.in_flight:type_name -> streamplane.v1.GenerationRef
-	2,  // 27: streamplane.v1.TopologyEvent.cluster_registered:type_name -> streamplane.v1.Cluster
-	2,  // 28: streamplane.v1.TopologyEvent.cluster_updated:type_name -> streamplane.v1.Cluster
-	20, // 29: streamplane.v1.TopologyEvent.stream_created:type_name -> streamplane.v1.Stream
-	34, // 30: streamplane.v1.TopologyEvent.lane_added:type_name -> streamplane.v1.LaneAdded
-	35, // 31: streamplane.v1.TopologyEvent.failed_over:type_name -> streamplane.v1.FailedOver
-	43, // 32: streamplane.v1.TopologyEvent.group_event:type_name -> streamplane.v1.GroupEvent
-	36, // 33: streamplane.v1.TopologyEvent.generation_sealed:type_name -> streamplane.v1.GenerationSealed
-	37, // 34: streamplane.v1.TopologyEvent.generation_drained:type_name -> streamplane.v1.GenerationDrained
-	15, // 35: streamplane.v1.TopologyEvent.cluster_health_changed:type_name -> streamplane.v1.ClusterHealthChanged
-	16, // 36: streamplane.v1.TopologyEvent.policy_changed:type_name -> streamplane.v1.PolicyChanged
-	13, // 37: streamplane.v1.TopologyEvent.generation_abandoned:type_name -> streamplane.v1.GenerationAbandoned
-	21, // 38: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
-	23, // 39: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
-	25, // 40: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
-	27, // 41: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
-	28, // 42: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
-	30, // 43: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
-	31, // 44: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
-	33, // 45: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
-	39, // 46: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
-	41, // 47: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
-	6,  // 48: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
-	8,  // 49: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
-	9,  // 50: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
-	11, // 51: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
-	4,  // 52: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
-	12, // 53: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
-	14, // 54: streamplane.v1.TopologyService.AbandonGeneration:input_type -> streamplane.v1.AbandonGenerationRequest
-	22, // 55: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
-	24, // 56: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
-	26, // 57: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
-	26, // 58: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
-	29, // 59: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
-	26, // 60: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
-	32, // 61: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
-	44, // 62: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
-	40, // 63: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
-	42, // 64: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
-	7,  // 65: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
-	2,  // 66: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
-	10, // 67: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
-	26, // 68: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
-	4,  // 69: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
-	4,  // 70: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
-	13, // 71: streamplane.v1.TopologyService.AbandonGeneration:output_type -> streamplane.v1.GenerationAbandoned
-	55, // [55:72] is the sub-list for method output_type
-	38, // [38:55] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	40, // 27: streamplane.v1.ProducerHeartbeatRequest.errors:type_name -> streamplane.v1.ClusterErrors
+	2,  // 28: streamplane.v1.TopologyEvent.cluster_registered:type_name -> streamplane.v1.Cluster
+	2,  // 29: streamplane.v1.TopologyEvent.cluster_updated:type_name -> streamplane.v1.Cluster
+	20, // 30: streamplane.v1.TopologyEvent.stream_created:type_name -> streamplane.v1.Stream
+	34, // 31: streamplane.v1.TopologyEvent.lane_added:type_name -> streamplane.v1.LaneAdded
+	35, // 32: streamplane.v1.TopologyEvent.failed_over:type_name -> streamplane.v1.FailedOver
+	44, // 33: streamplane.v1.TopologyEvent.group_event:type_name -> streamplane.v1.GroupEvent
+	36, // 34: streamplane.v1.TopologyEvent.generation_sealed:type_name -> streamplane.v1.GenerationSealed
+	37, // 35: streamplane.v1.TopologyEvent.generation_drained:type_name -> streamplane.v1.GenerationDrained
+	15, // 36: streamplane.v1.TopologyEvent.cluster_health_changed:type_name -> streamplane.v1.ClusterHealthChanged
+	16, // 37: streamplane.v1.TopologyEvent.policy_changed:type_name -> streamplane.v1.PolicyChanged
+	13, // 38: streamplane.v1.TopologyEvent.generation_abandoned:type_name -> streamplane.v1.GenerationAbandoned
+	21, // 39: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
+	23, // 40: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
+	25, // 41: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
+	27, // 42: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
+	28, // 43: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
+	30, // 44: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
+	31, // 45: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
+	33, // 46: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
+	39, // 47: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
+	42, // 48: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
+	6,  // 49: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
+	8,  // 50: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
+	9,  // 51: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
+	11, // 52: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
+	4,  // 53: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
+	12, // 54: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
+	14, // 55: streamplane.v1.TopologyService.AbandonGeneration:input_type -> streamplane.v1.AbandonGenerationRequest
+	22, // 56: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
+	24, // 57: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
+	26, // 58: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
+	26, // 59: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
+	29, // 60: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
+	26, // 61: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
+	32, // 62: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
+	45, // 63: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
+	41, // 64: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
+	43, // 65: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
+	7,  // 66: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
+	2,  // 67: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
+	10, // 68: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
+	26, // 69: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
+	4,  // 70: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	4,  // 71: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	13, // 72: streamplane.v1.TopologyService.AbandonGeneration:output_type -> streamplane.v1.GenerationAbandoned
+	56, // [56:73] is the sub-list for method output_type
+	39, // [39:56] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_topology_proto_init() }
@@ -3380,7 +3458,7 @@ func file_streamplane_v1_topology_proto_init() {
 	if File_streamplane_v1_topology_proto != nil {
 		return
 	}
-	file_streamplane_v1_topology_proto_msgTypes[42].OneofWrappers = []any{
+	file_streamplane_v1_topology_proto_msgTypes[43].OneofWrappers = []any{
 		(*TopologyEvent_ClusterRegistered)(nil),
 		(*TopologyEvent_ClusterUpdated)(nil),
 		(*TopologyEvent_StreamCreated)(nil),
@@ -3400,7 +3478,7 @@ func file_streamplane_v1_topology_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_topology_proto_rawDesc), len(file_streamplane_v1_topology_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -85,6 +85,14 @@ def probe_from_pb(cluster: str, x: pb.Probe) -> m.Probe:
     )
 
 
+def cluster_errors_to_pb(errors: Iterable[m.ClusterErrors]) -> list[pb.ClusterErrors]:
+    return [pb.ClusterErrors(cluster=e.cluster, count=e.count, last_error=e.last_error) for e in errors]
+
+
+def cluster_errors_from_pb(errors: Iterable[pb.ClusterErrors]) -> list[m.ClusterErrors]:
+    return [m.ClusterErrors(e.cluster, e.count, e.last_error) for e in errors]
+
+
 def failover_policy_to_pb(p: m.FailoverPolicy) -> pb.FailoverPolicy:
     return pb.FailoverPolicy(mode=p.mode, unhealthy_after_ms=p.unhealthy_after_ms, min_interval_ms=p.min_interval_ms)
 

@@ -400,14 +400,26 @@ class GenerationRef(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class ProducerHeartbeatRequest(_message.Message):
-    __slots__ = ("producer_id", "topology_version", "in_flight")
+    __slots__ = ("producer_id", "topology_version", "in_flight", "errors")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     topology_version: str
     in_flight: _containers.RepeatedCompositeFieldContainer[GenerationRef]
-    def __init__(self, producer_id: _Optional[str] = ..., topology_version: _Optional[str] = ..., in_flight: _Optional[_Iterable[_Union[GenerationRef, _Mapping]]] = ...) -> None: ...
+    errors: _containers.RepeatedCompositeFieldContainer[ClusterErrors]
+    def __init__(self, producer_id: _Optional[str] = ..., topology_version: _Optional[str] = ..., in_flight: _Optional[_Iterable[_Union[GenerationRef, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[ClusterErrors, _Mapping]]] = ...) -> None: ...
+
+class ClusterErrors(_message.Message):
+    __slots__ = ("cluster", "count", "last_error")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    count: int
+    last_error: str
+    def __init__(self, cluster: _Optional[str] = ..., count: _Optional[int] = ..., last_error: _Optional[str] = ...) -> None: ...
 
 class ProducerHeartbeatResponse(_message.Message):
     __slots__ = ("heartbeat_interval_ms", "ttl_ms", "topology_version")
