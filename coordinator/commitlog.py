@@ -285,12 +285,13 @@ def _apply(
             f"{jump}; the limit is {MAX_COMMIT_CHUNKS}"
         )
     chunks: dict[int, int] = {}
+    # rejects are judged against the log before this commit (one acked and rejected at once is a reject)
+    rejected = [j for j in c.rejects if not _is_done(tr, pk, header, j.offset, chunks)]
     jumped = 0
     if jump > header.low:
         header, jumped = _jump(tr, pk, header, jump, chunks)
 
     # acks and rejects are done offsets: OR them into the chunks' bitmaps
-    rejected = [j for j in c.rejects if not _is_done(tr, pk, header, j.offset, chunks)]
     done_new = [r for r in c.acked if r[1] > header.low] + [(j.offset, j.offset + 1) for j in rejected]
     # below the low watermark everything is done already
     merged_bits = offsets.merge_masks(
@@ -343,6 +344,8 @@ def _apply(
             if not (old_state and _copy_in_flight(old_state, now_ms)):
                 state.update(copies=begun + 1, copy_ms=now_ms)
                 copies.append(DlqCopy(r.offset, begun + 1))
+            else:  # the copy begun already is the one to write (asking again for it is granted the same)
+                copies.append(DlqCopy(r.offset, begun))
         tr.set(key, json.dumps(state, sort_keys=True).encode())
         retries += 0 if old_state else 1
     # dlq copies about to be written for rejects: counted before they are written, skipped once rejected, and
