@@ -12,7 +12,7 @@ import collections
 import time
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -40,10 +40,13 @@ class AutopilotConfig:
     history: int = 30
     """Probes kept per cluster (in the leader's memory) for `cluster health`."""
     probe_threads: int = 8
+    topics_every: int = 5
+    """Every how many probes the partitions of our topics are read too (the others read brokers only)."""
 
 
-def probe_cluster(name: str, bootstrap_servers: str, *, timeout_s: float, now_ms: int) -> Probe:
-    """Read a cluster's metadata through our own wire client (one short-lived connection)."""
+def probe_cluster(name: str, bootstrap_servers: str, *, timeout_s: float, now_ms: int, topics: bool = True) -> Probe:
+    """Read a cluster's metadata through our own wire client (one short-lived connection); without `topics`
+    only its brokers (a cheap look: partitions are counted on every few probes)."""
     from streamplane.client.kafka.config import ConnectionConfig
     from streamplane.client.kafka.connection import KafkaConnection
 
@@ -52,12 +55,14 @@ def probe_cluster(name: str, bootstrap_servers: str, *, timeout_s: float, now_ms
         config = ConnectionConfig(timeout_s=timeout_s)
         conn = KafkaConnection.connect_any(bootstrap_servers, config)
         try:
-            md = conn.metadata(None)
+            md = conn.metadata(None if topics else [])
         finally:
             conn.close()
     except (StreamplaneError, OSError) as err:
         message = err.message if isinstance(err, StreamplaneError) else str(err)
         return Probe(name, now_ms, False, (time.perf_counter() - started) * 1000, error=message[:300])
+    if not topics:
+        return Probe(name, now_ms, True, (time.perf_counter() - started) * 1000, len(md.brokers), partitions=-1)
     ours = [p for topic, parts in md.topics.items() if topic.startswith(f"{TOPIC_PREFIX}.") for p in parts]
     return Probe(
         name,
@@ -91,6 +96,11 @@ class Autopilot:
         self._pool = futures.ThreadPoolExecutor(self.config.probe_threads, thread_name_prefix="probe")
         self._running: dict[str, futures.Future[Probe]] = {}
         self._probed_at: dict[str, float] = {}
+        self._next_due = float("-inf")
+        self._probes_made: dict[str, int] = {}
+        self._partitions: dict[str, Probe] = {}
+        """The last probe of each cluster that read its partitions."""
+        self._unhealthy = False
         self._brokers_seen: dict[str, int] = {}
         self.history: dict[str, collections.deque[Probe]] = {}
         self._recent: collections.deque[int] = collections.deque(maxlen=10_000)
@@ -110,28 +120,49 @@ class Autopilot:
         self._loop.stop(timeout_s=5)
 
     def run_once(self) -> None:
-        """Record the probes that finished, start those due, then fail over what the policies call for."""
+        """Record the probes that finished, start those due, then fail over what the policies call for. A tick
+        with nothing finished, nothing due and no cluster unhealthy reads nothing (an idle fleet costs little)."""
         now = self.clock.now_ms()
         finished = [name for name, running in self._running.items() if running.done()]
+        if not finished and not self._unhealthy and self.clock.monotonic() < self._next_due:
+            return
         if finished:
             since = now - 2 * self.config.probe_interval_ms
             reported = sealing.reported_errors(sealing.read_producers(self.topology.db), since)
             for name in finished:
                 self._observe(self._running.pop(name).result(), reported.get(name))
         clusters = self.topology.list_clusters()
-        due = self.clock.monotonic() - self.config.probe_interval_ms / 1000
+        interval = self.config.probe_interval_ms / 1000
+        due = self.clock.monotonic() - interval
         for c in clusters:
             if c.name not in self._running and self._probed_at.get(c.name, float("-inf")) <= due:
                 self._probed_at[c.name] = self.clock.monotonic()
+                count = self._probes_made[c.name] = self._probes_made.get(c.name, -1) + 1
                 self._running[c.name] = self._pool.submit(
-                    self._probe, c.name, c.bootstrap_servers, timeout_s=self.config.probe_timeout_ms / 1000, now_ms=now
+                    self._probe,
+                    c.name,
+                    c.bootstrap_servers,
+                    timeout_s=self.config.probe_timeout_ms / 1000,
+                    now_ms=now,
+                    topics=count % self.config.topics_every == 0 or c.health != health.HEALTHY,
                 )
-        if any(c.health == health.UNHEALTHY for c in clusters):  # streams are read only when one may move
+        for gone in set(self._probed_at) - {c.name for c in clusters}:
+            del self._probed_at[gone]
+        self._next_due = min(self._probed_at.values(), default=self.clock.monotonic()) + interval
+        self._unhealthy = any(c.health == health.UNHEALTHY for c in clusters)
+        if self._unhealthy:  # streams are read only when a lane may move
             self.fail_over(now)
         elif self.waiting:
             self.waiting = []
 
     def _observe(self, probe: Probe, reported: ClusterErrors | None) -> None:
+        if probe.partitions < 0:  # a brokers-only look: the partitions as last read
+            last = self._partitions.get(probe.cluster, Probe(probe.cluster, 0, True))
+            probe = replace(
+                probe, partitions=last.partitions, leaderless=last.leaderless, under_replicated=last.under_replicated
+            )
+        elif probe.reachable:
+            self._partitions[probe.cluster] = probe
         seen = max(self._brokers_seen.get(probe.cluster, 0), probe.brokers)
         self._brokers_seen[probe.cluster] = seen
         self.history.setdefault(probe.cluster, collections.deque(maxlen=self.config.history)).append(probe)

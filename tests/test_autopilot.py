@@ -126,7 +126,7 @@ def test_a_flapping_cluster_moves_each_lane_at_most_once_a_minute(tmp_path: Path
     topology.set_stream_policy("flappy", model.FailoverPolicy(unhealthy_after_ms=2_000))
     down = lambda: (clock.now_ms() - T0) // 3000 % 2 == 1  # noqa: E731
 
-    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int) -> Probe:
+    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
         current = topology.describe_stream("flappy").value.lane("realtime").active.cluster  # type: ignore[union-attr]
         dead = down() and name == current
         return Probe(name, now_ms, not dead, brokers=3, error="refused" if dead else "")
