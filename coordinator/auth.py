@@ -43,7 +43,6 @@ _GRANTS: dict[str, frozenset[str]] = {
     OPERATOR: frozenset({READ, CHANGE_STREAMS, CONFIGURE_GROUPS}),
     ADMIN: frozenset({READ, PRODUCE, CONSUME, CHANGE_STREAMS, CONFIGURE_GROUPS, CHANGE_CLUSTERS, ISSUE_TOKENS}),
 }
-PERMISSIONS = tuple(sorted(_GRANTS[ADMIN]))
 
 
 def check_role(role: str) -> str:

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from streamplane.model import ACTIVE, Cluster, ClusterErrors, FleetPolicy, Probe, Stream
 
-HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN = "healthy", "degraded", "unhealthy", "unknown"
-HEALTH_STATES = (HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN)
+HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
 
 
 def judge(probe: Probe, brokers_seen: int = 0, reported: ClusterErrors | None = None) -> tuple[str, tuple[str, ...]]:
