@@ -51,6 +51,7 @@ from streamplane.errors import (
     AlreadyExistsError,
     FencedError,
     InvalidArgumentError,
+    LimitExceededError,
     StreamplaneError,
     UnavailableError,
 )
@@ -114,7 +115,8 @@ class _Receiver:
     def received(self, fetched: Fetched) -> tuple[int, int]:
         ledger = self.ledger
         for s in fetched.skipped:
-            metrics.DECODE_ERRORS.labels(*ledger.labels).inc()
+            reason = "too_large" if isinstance(s.error, LimitExceededError) else "corrupt"
+            metrics.DECODE_ERRORS.labels(*ledger.labels, reason).inc()
             metrics.REJECTS.labels(*ledger.labels).inc(max(0, s.next_offset - s.first_offset))
             log.warning(
                 "consumer.batch_rejected",

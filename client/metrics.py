@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -31,8 +31,16 @@ FETCH_BYTES = Counter(
 )
 DECODE_ERRORS = Counter(
     "streamplane_client_decode_errors",
-    "Batches that could not be decoded (corrupt, or over the decompression limit) and were rejected",
-    ["group", "stream", "lane"],
+    "Batches that could not be decoded and were rejected, by reason: corrupt, or too_large (a batch over the "
+    "decompression limit: a zstd bomb)",
+    ["group", "stream", "lane", "reason"],
+    registry=REGISTRY,
+)
+PRODUCER_SWITCH = Histogram(
+    "streamplane_client_producer_switch_seconds",
+    "From a failover's commit to the producer writing to the new generation",
+    ["stream", "lane"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
     registry=REGISTRY,
 )
 TIME_LAG = Gauge(

@@ -224,6 +224,8 @@ class Producer:
                     if isinstance(event, FailedOver) and (event.stream, event.lane) in self._routes:
                         self._set_route(event.stream, event.lane, event.current)
                         self._beat_now.set()
+                        switched_s = max(0.0, time.time() - event.time_ms / 1000)
+                        metrics.PRODUCER_SWITCH.labels(event.stream, event.lane).observe(switched_s)
                     with self._lock:
                         self._version = event.version
                     if self._closed.is_set():

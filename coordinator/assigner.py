@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, events, keys, leadership, leases
+from streamplane.coordinator import commitlog, events, keys, leadership, leases, metrics
 from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
@@ -420,6 +420,8 @@ class Assigner:
             if applied is not None:
                 version, loads = seen
                 self._proposed[group] = applied.proposed
+                metrics.LEASE_GRANTS.labels(group).inc(applied.granted)
+                metrics.LEASE_MOVES.labels(group).inc(len(applied.moved))
                 self._moved.setdefault(group, {}).update({k: (now, w) for k, w in applied.moved.items()})
                 deadline = applied.next_deadline_ms
                 if applied.proposed:  # look again after rebalance_ms to confirm (or drop) the proposed moves

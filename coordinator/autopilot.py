@@ -18,6 +18,7 @@ import structlog
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import health, sealing
+from streamplane.coordinator.health import AUTOPILOT
 from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import StreamplaneError
@@ -25,9 +26,6 @@ from streamplane.model import ClusterErrors, Probe
 from streamplane.names import TOPIC_PREFIX
 
 log = structlog.get_logger(__name__)
-
-AUTOPILOT = "autopilot"
-"""The actor of every change the autopilot makes."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from streamplane.model import ACTIVE, Cluster, ClusterErrors, FleetPolicy, Probe, Stream
 
 HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
+AUTOPILOT = "autopilot"
+"""The actor of every change the autopilot makes."""
 
 
 def judge(probe: Probe, brokers_seen: int = 0, reported: ClusterErrors | None = None) -> tuple[str, tuple[str, ...]]:

@@ -411,6 +411,8 @@ class Applied:
     """Rebalancing moves the pass found worth making, left for the next pass to confirm (see assignment.py)."""
     moved: dict[LeaseKey, str] = field(default_factory=dict)
     """{partition: the live holder this pass took it from to give to another} (their cool-down starts)."""
+    granted: int = 0
+    """Leases the pass granted (new holders, at a new epoch)."""
 
 
 def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[LeaseKey, int]:
@@ -512,6 +514,7 @@ def apply_assignment(
                 lag_ms=0,
             )
             ev.group(group, "lease_granted", want, new, "assignment")
+            done.granted += 1
         if new != leases.get(k):
             _write_lease(tr, group, leases.get(k), new)
             _bump(tr, group, leases[k].worker_id if k in leases else "", new.worker_id)

@@ -1,16 +1,20 @@
-"""The coordinator's Prometheus metrics and their HTTP endpoint (/metrics)."""
+"""The coordinator's Prometheus metrics and their HTTP endpoint (/metrics).
+
+Counters are bumped after a change commits (never inside a transaction body); gauges that describe state
+(lag, cluster health, generations) are read from the store when Prometheus scrapes. `compose/grafana/` and
+`compose/prometheus/` query these names, and a test checks that they exist.
+"""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
-import grpc
 from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from streamplane.model import Lag
+from streamplane.coordinator.health import DEGRADED, HEALTHY, UNHEALTHY
+from streamplane.model import GENERATION_STATES, Cluster, FleetPolicy, Lag, Stream
 
 RPCS = Counter("streamplane_rpc_total", "gRPC calls handled, by method and status code", ["method", "code"])
 RPC_SECONDS = Histogram(
@@ -27,6 +31,17 @@ RETRIES = Counter("streamplane_retries_total", "Retry entries in commits, by gro
 REJECTS = Counter("streamplane_rejects_total", "Reject entries in commits, by group", ["group"])
 STALE_EPOCH = Counter(
     "streamplane_stale_epoch_refusals_total", "Calls refused for a stale lease epoch, by group", ["group"]
+)
+
+
+FAILOVERS = Counter(
+    "streamplane_failovers_total",
+    "Lanes failed over to a new generation, by stream, lane and who moved them (autopilot or operator)",
+    ["stream", "lane", "by"],
+)
+LEASE_GRANTS = Counter("streamplane_lease_grants_total", "Leases granted by the Assigner, by group", ["group"])
+LEASE_MOVES = Counter(
+    "streamplane_lease_moves_total", "Held leases the Assigner moved to another worker to balance load", ["group"]
 )
 
 
@@ -57,32 +72,48 @@ LAG = LagCollector()
 REGISTRY.register(LAG)
 
 
-def _code_of(context: grpc.ServicerContext) -> str:
-    code = context.code() if hasattr(context, "code") else None
-    return code.name if isinstance(code, grpc.StatusCode) else "OK"
+class FleetCollector:
+    """Cluster health, cordons, the fleet's freeze and generations by state, read at scrape time."""
 
+    def __init__(self) -> None:
+        self.source: Callable[[], tuple[list[Cluster], list[Stream], FleetPolicy]] | None = None
 
-class MetricsInterceptor(grpc.ServerInterceptor):
-    """Counts every unary call by method and final status, and times it."""
-
-    def intercept_service(self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails) -> Any:
-        handler = continuation(details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        method = details.method.rsplit("/", 1)[-1]
-        inner = handler.unary_unary
-
-        def timed(request: Any, context: grpc.ServicerContext) -> Any:
-            started = time.perf_counter()
-            try:
-                return inner(request, context)
-            finally:
-                RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
-                RPCS.labels(method, _code_of(context)).inc()
-
-        return grpc.unary_unary_rpc_method_handler(
-            timed, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+    def collect(self) -> Any:
+        health = GaugeMetricFamily(
+            "streamplane_cluster_health",
+            "1 for a cluster's current health state, 0 for the others",
+            labels=["cluster", "state"],
         )
+        cordoned = GaugeMetricFamily(
+            "streamplane_cluster_cordoned", "1 while a cluster is cordoned", labels=["cluster"]
+        )
+        frozen = GaugeMetricFamily("streamplane_fleet_frozen", "1 while automatic failover is frozen fleet-wide")
+        generations = GaugeMetricFamily(
+            "streamplane_generations", "Generations by cluster and state", labels=["cluster", "state"]
+        )
+        if self.source is not None:
+            clusters, streams, policy = self.source()
+            for c in clusters:
+                for state in (HEALTHY, DEGRADED, UNHEALTHY):
+                    health.add_metric([c.name, state], 1.0 if c.health == state else 0.0)
+                cordoned.add_metric([c.name], 1.0 if c.cordoned else 0.0)
+            counts: dict[tuple[str, str], int] = {}
+            for s in streams:
+                for lane in s.lanes:
+                    for g in lane.generations:
+                        counts[(g.cluster, g.state.value)] = counts.get((g.cluster, g.state.value), 0) + 1
+            for c in clusters:
+                for state in GENERATION_STATES:
+                    generations.add_metric([c.name, state.value], counts.get((c.name, state.value), 0))
+            frozen.add_metric([], 1.0 if policy.frozen else 0.0)
+        yield health
+        yield cordoned
+        yield frozen
+        yield generations
+
+
+FLEET = FleetCollector()
+REGISTRY.register(FLEET)
 
 
 def serve_metrics(host: str, port: int) -> None:

@@ -29,7 +29,8 @@ from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
 from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.limits import HELLO_TIMEOUT_S, UNARY_RESERVE, Deadlines, StreamLimits
-from streamplane.coordinator.metrics import LAG, MetricsInterceptor, serve_metrics
+from streamplane.coordinator.metrics import FLEET, LAG, serve_metrics
+from streamplane.coordinator.rpc_metrics import MetricsInterceptor
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
@@ -162,6 +163,7 @@ def start(
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
     commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db, clock=clock, guard=guard), server)
     LAG.source = lambda: lag(db, "", now_ms=clock.now_ms())
+    FLEET.source = lambda: (topology.list_clusters(), topology.list_streams(), topology.fleet_policy())
     deadlines = Deadlines(clock)
     assigner_pb2_grpc.add_AssignerServiceServicer_to_server(
         AssignerServicer(assigner, guard=guard, deadlines=deadlines, hello_timeout_s=hello_timeout_s), server

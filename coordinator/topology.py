@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import events, keys
+from streamplane.coordinator import events, keys, metrics
 from streamplane.coordinator.cluster_admin import ClusterAdmin
-from streamplane.coordinator.health import HEALTHY, active_load, choose_target
+from streamplane.coordinator.health import AUTOPILOT, HEALTHY, active_load, choose_target
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.store.api import StoreUnavailableError, Watch
 from streamplane.errors import (
@@ -511,7 +511,9 @@ class Topology:
             )
             return draining, nxt
 
-        return self._commit(change)
+        done = self._commit(change)
+        metrics.FAILOVERS.labels(stream, lane, "autopilot" if actor == AUTOPILOT else "operator").inc()
+        return done
 
     def abandon_generation(self, stream: str, lane: str, number: int, reason: str, *, actor: str = "") -> Committed:
         """Give up a draining or sealed generation whose cluster is gone for good. Nothing is dropped silently:

@@ -19,7 +19,7 @@ def test_compose_file_is_valid_and_has_the_engines(docker_compose: str) -> None:
     services = subprocess.run(
         [docker_compose, "-f", str(COMPOSE), "config", "--services"], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert {"fdb", "kafka-a", "kafka-b", "coordinator-1", "coordinator-2", "prometheus"} <= set(services)
+    assert {"fdb", "kafka-a", "kafka-b", "coordinator-1", "coordinator-2", "prometheus", "grafana"} <= set(services)
     rendered = subprocess.run(
         [docker_compose, "-f", str(COMPOSE), "config"], capture_output=True, text=True, check=True
     ).stdout

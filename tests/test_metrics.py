@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,30 @@ def test_metrics_count_calls_by_method_and_code(tmp_path: Path) -> None:
     assert 'streamplane_rpc_total{code="OK",method="ListStreams"} 2.0' in text
     assert 'streamplane_rpc_total{code="NOT_FOUND",method="DescribeStream"} 1.0' in text
     assert 'streamplane_rpc_seconds_count{method="ListStreams"} 2.0' in text
+
+
+def test_failovers_cluster_health_and_generations_are_exported(coordinator, local_cluster) -> None:
+    """The series the dashboard and the alert rules read move with the fleet: a failover by an operator is
+    counted, a cordon and the fleet's freeze show, and generations are counted by cluster and state."""
+    from prometheus_client import REGISTRY, generate_latest
+
+    from streamplane import model
+
+    bootstrap, control = local_cluster
+    stream = f"metrics-{uuid.uuid4().hex[:6]}"
+    with CoordinatorClient(coordinator.address) as client:
+        for name in ("m-east", "m-west"):
+            client.register_cluster(
+                model.Cluster(name, bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+            )
+        client.create_stream(stream, partitions=2, cluster="m-east")
+        client.failover(stream, "realtime", "m-west", reason="rehearsal")
+        client.cordon_cluster("m-east")
+        client.set_fleet_policy(model.FleetPolicy(frozen=True))
+    text = generate_latest(REGISTRY).decode()
+    assert f'streamplane_failovers_total{{by="operator",lane="realtime",stream="{stream}"}} 1.0' in text
+    assert 'streamplane_cluster_cordoned{cluster="m-east"} 1.0' in text
+    assert 'streamplane_cluster_health{cluster="m-west",state="healthy"} 1.0' in text
+    assert "streamplane_fleet_frozen 1.0" in text
+    assert 'streamplane_generations{cluster="m-east",state="draining"} 1.0' in text
+    assert 'streamplane_generations{cluster="m-west",state="active"} 1.0' in text
