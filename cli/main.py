@@ -421,6 +421,24 @@ def cmd_lag(args: argparse.Namespace) -> None:
             _time.sleep(args.watch)
 
 
+def cmd_doctor(args: argparse.Namespace) -> None:
+    from streamplane.cli import doctor
+
+    if not 0.2 <= args.interval <= 60:
+        raise errors.InvalidArgumentError(f"--interval takes 0.2 to 60 seconds, not {args.interval:g}")
+    if args.target_s <= 0:
+        raise errors.InvalidArgumentError(f"--target-s must be positive, not {args.target_s:g}")
+    print(f"looking at {args.stream} twice, {args.interval:g} s apart ...", file=sys.stderr, flush=True)
+    with _client(args) as client:
+        found = doctor.run(
+            client, args.stream, args.group or "", interval_s=args.interval, target_ms=int(args.target_s * 1000)
+        )
+    if args.output == "json":
+        print_json(found)
+        return
+    print("\n\n".join(doctor.render(d, args.interval) for d in found))
+
+
 def cmd_group_configure(args: argparse.Namespace) -> None:
     with _client(args) as client:
         client.configure_group(args.group, args.lane, args.max_attempts)
@@ -787,6 +805,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", default="", metavar="CLUSTER", help="target cluster (default: the autopilot's choice)")
     p.add_argument("--partitions", type=int, default=0, help="partition count of the new generation (default: same)")
     p.add_argument("--reason", default="")
+
+    p = add(sub, "doctor", cmd_doctor, "explain why a stream is late for a group, with evidence and what to run next")
+    p.add_argument("stream")
+    p.add_argument("--group", default="", help="the group to examine (default: every group that read the stream)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between its two looks (default 2)")
+    p.add_argument("--target-s", type=float, default=5.0, help="the time lag a lane should stay under (default 5)")
 
     p = add(sub, "events", cmd_events, "print the topology event log (a group's churn: group events GROUP)")
     _event_log_arguments(p)

@@ -28,12 +28,15 @@ class ClusterAdmin(Protocol):
         ...
 
 
-def kafka_end_offsets(cluster: Cluster, topic: str, partitions: int, timeout_s: float = 10.0) -> list[int]:
-    """End offsets through librdkafka's ListOffsets; any Kafka-protocol cluster, real or local."""
+def kafka_end_offsets(
+    cluster: Cluster, topic: str, partitions: int, timeout_s: float = 10.0, *, log_level: int = 3
+) -> list[int]:
+    """End offsets through librdkafka's ListOffsets; any Kafka-protocol cluster, real or local. `log_level` 0
+    keeps librdkafka's connection errors off stderr (for a command whose answer already says so)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "streamplane-coordinator", "log_level": 3}
+        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "streamplane-coordinator", "log_level": log_level}
     )
     try:
         return [

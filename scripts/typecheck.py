@@ -22,6 +22,9 @@ STRICT = [
     "streamplane.clock",
     "streamplane.errors",
     "streamplane.names",
+    "streamplane.doctor",
+    "streamplane.cli.doctor",
+    "streamplane.coordinator.metrics",
     # the coordinator's domain: no gRPC, no store driver
     "streamplane.coordinator.assignment",
     "streamplane.coordinator.topology",

@@ -1,0 +1,149 @@
+"""`streamplane doctor`: gather what `streamplane.doctor.diagnose` needs, twice, and print what it finds.
+
+The coordinator gives the topology, cluster health, the group's members and leases, and the commit log's
+watermarks and retry state; Kafka gives each partition's end offset (so lag is counted against what was
+written, not only against what workers reported).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from streamplane import model
+from streamplane.client.coordinator import CoordinatorClient
+from streamplane.coordinator.cluster_admin import kafka_end_offsets
+from streamplane.doctor import HELD, Diagnosis, Observation, PartitionLook, diagnose, unsettled
+from streamplane.errors import NotFoundError, UnavailableError
+
+MAX_PROGRESS_READS = 200
+"""Partitions whose retry state is read (the ones not moving, with records waiting)."""
+
+Ends = dict[tuple[str, int], list[int] | None]
+
+
+def _end_offsets(
+    stream: model.Stream, clusters: dict[str, model.Cluster], unreachable: set[str], timeout_s: float
+) -> Ends:
+    """Per unsettled generation, Kafka's end offsets (None when its cluster cannot be read; a cluster that
+    failed once is not asked again)."""
+    out: Ends = {}
+    for lane in stream.lanes:
+        for g in lane.generations:
+            if not unsettled(g.state):
+                continue
+            cluster = clusters.get(g.cluster)
+            if cluster is None or g.cluster in unreachable:
+                out[(lane.name, g.number)] = None
+                continue
+            try:
+                out[(lane.name, g.number)] = kafka_end_offsets(
+                    cluster, g.topic, g.partitions, timeout_s=timeout_s, log_level=0
+                )
+            except UnavailableError:
+                unreachable.add(g.cluster)
+                out[(lane.name, g.number)] = None
+    return out
+
+
+def observe(
+    client: CoordinatorClient,
+    stream_name: str,
+    group: str,
+    *,
+    interval_s: float = 2.0,
+    target_ms: int = 5_000,
+    kafka_timeout_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Observation:
+    """Two looks at `stream_name` as `group` reads it, `interval_s` apart."""
+    stream = client.describe_stream(stream_name)
+    clusters = {c.name: c for c in client.list_clusters()}
+    unreachable: set[str] = set()
+    ends_before = _end_offsets(stream, clusters, unreachable, kafka_timeout_s)
+    lag_before = {x.lease_id: x for x in client.lag(group, stream_name).partitions}
+    started = time.monotonic()
+    sleep(interval_s)
+    ends_after = _end_offsets(stream, clusters, unreachable, kafka_timeout_s)
+    lag_after = {x.lease_id: x for x in client.lag(group, stream_name).partitions}
+    elapsed = max(time.monotonic() - started, 1e-3)
+    desc = client.describe_group(group)
+    now_ms = int(time.time() * 1000)
+    members = tuple(m for m in desc.members if m.alive_until_ms > now_ms)
+    live = {m.worker_id for m in members}
+    leases = {x.lease_id: x for x in desc.leases if x.state in HELD and x.worker_id in live}
+    looks: list[PartitionLook] = []
+    progress_reads = 0
+    for lane in stream.lanes:
+        for g in lane.generations:
+            if not unsettled(g.state):
+                continue
+            before, after = ends_before.get((lane.name, g.number)), ends_after.get((lane.name, g.number))
+            for p in range(g.partitions):
+                lid = model.PartitionRef(stream.name, lane.name, g.number, p).lease_id
+                was, now = lag_before.get(lid), lag_after.get(lid)
+                low_before = was.low_watermark if was else 0
+                low_after = now.low_watermark if now else low_before
+                end_after = after[p] if after is not None else None
+                retrying: tuple[int, ...] = ()
+                done_above = 0
+                waiting = end_after is None or end_after > low_after
+                if now is not None and low_after == low_before and waiting and progress_reads < MAX_PROGRESS_READS:
+                    progress_reads += 1
+                    progress = client.progress(group, lid, max_ranges=64)
+                    retrying, done_above = progress.retrying, progress.done_above_low_watermark
+                lease = leases.get(lid)
+                looks.append(
+                    PartitionLook(
+                        lane=lane.name,
+                        generation=g.number,
+                        partition=p,
+                        cluster=g.cluster,
+                        state=g.state,
+                        end_before=before[p] if before is not None else None,
+                        end_after=end_after,
+                        low_before=low_before,
+                        low_after=low_after,
+                        time_lag_ms=now.time_lag_ms if now else 0,
+                        retrying=retrying,
+                        done_above_low=done_above,
+                        holder=lease.worker_id if lease else "",
+                        holder_records_per_s=lease.load.records_per_s if lease else 0.0,
+                    )
+                )
+    return Observation(stream.name, group, tuple(looks), clusters, members, elapsed, target_ms)
+
+
+def groups_of(client: CoordinatorClient, stream: str) -> list[str]:
+    """Groups that have progress on `stream` (NotFoundError when none has read it yet)."""
+    client.describe_stream(stream)  # NotFoundError for a stream that does not exist
+    found = sorted({x.group for x in client.lag("", stream).lanes})
+    if not found:
+        raise NotFoundError(
+            f"no group has committed progress on stream {stream!r} yet; name one with --group", kind="group", name=""
+        )
+    return found
+
+
+def run(client: CoordinatorClient, stream: str, group: str, *, interval_s: float, target_ms: int) -> list[Diagnosis]:
+    return [
+        diagnose(observe(client, stream, g, interval_s=interval_s, target_ms=target_ms))
+        for g in ([group] if group else groups_of(client, stream))
+    ]
+
+
+def render(diagnosis: Diagnosis, interval_s: float) -> str:
+    """The diagnosis for a person: the lanes' figures, then each cause with its evidence and next commands."""
+    lines = [f"doctor: stream {diagnosis.stream}, group {diagnosis.group} (two looks {interval_s:g} s apart)"]
+    for lane, row in sorted(diagnosis.lanes.items()):
+        lines.append(
+            f"  {lane}: {int(row['offset_lag']):,} records behind, time lag {row['time_lag_ms'] / 1000:.1f} s, "
+            f"input {row['input_per_s']:,.0f}/s, processed {row['processed_per_s']:,.0f}/s"
+        )
+    if diagnosis.healthy:
+        lines.append("no cause of lateness found: every lane is on time")
+    for i, f in enumerate(diagnosis.findings, 1):
+        lines.append(f"{i}. [{f.cause}] {f.summary}")
+        lines += [f"     evidence: {e}" for e in f.evidence]
+        lines += [f"     next: {step}" for step in f.next_steps]
+    return "\n".join(lines)

@@ -1,0 +1,225 @@
+"""`streamplane doctor` names the right cause: the pure diagnosis on built observations, and the real CLI on
+four staged scenarios against a real coordinator and local Kafka cluster (backlog, a poison record in
+retries, a dead cluster with an undrained generation, too few workers)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from streamplane import model
+from streamplane.client import Consumer, CoordinatorClient, Message, Producer
+from streamplane.doctor import BACKLOG, DEAD, PAUSED, SHORT, STUCK, Observation, PartitionLook, diagnose
+from tests.helpers import cli, free_port, register_local_clusters, wait_until
+
+# -- the pure diagnosis ------------------------------------------------------------------------------------------
+
+
+def look(**kw: Any) -> PartitionLook:
+    base: dict[str, Any] = dict(
+        lane="realtime",
+        generation=1,
+        partition=0,
+        cluster="a",
+        state=model.ACTIVE,
+        end_before=100,
+        end_after=100,
+        low_before=100,
+        low_after=100,
+        holder="w1",
+        holder_records_per_s=50.0,
+    )
+    return PartitionLook(**{**base, **kw})
+
+
+CLUSTERS = {"a": model.Cluster("a", "x:1"), "b": model.Cluster("b", "y:1")}
+MEMBER = model.MemberInfo("w1", "s1", capacity=1.0)
+
+
+def causes(*parts: PartitionLook, members: tuple[model.MemberInfo, ...] = (MEMBER,), **kw: Any) -> list[str]:
+    obs = Observation("s", "g", parts, kw.pop("clusters", CLUSTERS), members, interval_s=1.0, **kw)
+    return [f.cause for f in diagnose(obs).findings]
+
+
+def test_on_time_lanes_have_no_finding() -> None:
+    assert causes(look(), look(partition=1, end_before=50, end_after=60, low_before=50, low_after=60)) == []
+
+
+def test_each_cause_is_named_from_its_evidence() -> None:
+    sick = {**CLUSTERS, "a": model.Cluster("a", "x:1", health="unhealthy", health_reasons=["no broker answers"])}
+    draining = look(state=model.DRAINING, end_before=None, end_after=None, low_before=40, low_after=40)
+    assert causes(draining, look(cluster="b", generation=2), clusters=sick) == [DEAD]
+    stuck = look(end_after=200, low_before=40, low_after=40, retrying=(40,), done_above_low=150, time_lag_ms=9000)
+    assert causes(stuck) == [STUCK]
+    assert causes(look(end_after=300, low_before=10, low_after=10, holder=""), members=()) == [SHORT]
+    paused = look(end_after=300, low_before=10, low_after=10, holder_records_per_s=0.0, time_lag_ms=20_000)
+    assert causes(paused) == [PAUSED]
+    behind = look(end_before=1000, end_after=2000, low_before=100, low_after=600, time_lag_ms=3000)
+    assert causes(behind) == [BACKLOG]
+
+
+def test_a_lane_catching_up_within_its_target_is_not_a_backlog() -> None:
+    catching_up = look(end_before=1000, end_after=1100, low_before=100, low_after=600, time_lag_ms=1000)
+    assert causes(catching_up) == []
+    assert causes(catching_up, target_ms=500) == [BACKLOG]
+
+
+def test_a_settled_partition_of_a_sick_cluster_is_not_reported() -> None:
+    sick = {**CLUSTERS, "a": model.Cluster("a", "x:1", health="unhealthy")}
+    done = look(state=model.SEALED, end_before=40, end_after=40, low_before=40, low_after=40)
+    assert causes(done, clusters=sick) == []
+
+
+# -- the CLI on staged scenarios ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def address(coordinator, local_cluster) -> str:
+    bootstrap, control = local_cluster
+    register_local_clusters(coordinator.address, bootstrap, control.endpoint, ("east", "west"))
+    return coordinator.address
+
+
+def doctor(address: str, stream: str, group: str) -> list[dict[str, Any]]:
+    done = cli("-o", "json", "doctor", stream, "--group", group, "--interval", "1", coordinator=address)
+    assert done.returncode == 0, done.stderr
+    assert "looking at" in done.stderr  # it says what it is doing while it samples
+    (found,) = json.loads(done.stdout)
+    return found["findings"]
+
+
+def produce(address: str, stream: str, values: list[bytes]) -> None:
+    with Producer(address, **{"linger.ms": 5}) as producer:
+        for v in values:
+            producer.produce(stream, v, key=v)
+        assert producer.flush() == 0
+
+
+def consume_in_background(consumer: Consumer, handle: Any) -> tuple[threading.Thread, threading.Event]:
+    stop = threading.Event()
+    runner = threading.Thread(target=consumer.run, args=(handle,), kwargs={"stop": stop}, daemon=True)
+    runner.start()
+    return runner, stop
+
+
+def test_doctor_names_a_backlog(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("d-backlog", 2, cluster="east")
+    produce(address, "d-backlog", [b"b%d" % i for i in range(3000)])
+    seen = []
+
+    def slow(msg: Message) -> None:
+        time.sleep(0.004)  # ~250 records/s: below the input below
+        seen.append(msg.offset)
+
+    producing = threading.Event()
+
+    def keep_producing() -> None:
+        with Producer(address, **{"linger.ms": 5}) as producer:
+            i = 0
+            while not producing.is_set():
+                for _ in range(100):
+                    producer.produce("d-backlog", b"more%d" % i)
+                    i += 1
+                time.sleep(0.05)  # ~2,000 records/s
+
+    with Consumer(address, group="d-g-backlog", stream="d-backlog", concurrency=1) as consumer:
+        runner, stop = consume_in_background(consumer, slow)
+        writer = threading.Thread(target=keep_producing, daemon=True)
+        writer.start()
+        try:
+            wait_until(lambda: len(seen) > 200, timeout=20)
+            findings = doctor(address, "d-backlog", "d-g-backlog")
+        finally:
+            producing.set()
+            stop.set()
+            writer.join()
+            runner.join()
+    assert [f["cause"] for f in findings] == [BACKLOG], findings
+    assert "falling behind" in findings[0]["summary"]
+    assert any("input" in e and "processed" in e for e in findings[0]["evidence"])
+
+
+def test_doctor_names_a_poison_record_in_retries(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("d-poison", 1, cluster="east")
+        client.configure_group("d-g-poison", "realtime", 1000)
+    produce(address, "d-poison", [b"poison" if i == 10 else b"ok%d" % i for i in range(200)])
+    done = set()
+
+    def handle(msg: Message) -> None:
+        if msg.value == b"poison":
+            raise RuntimeError("cannot parse this record")
+        done.add(msg.offset)
+
+    with Consumer(address, group="d-g-poison", stream="d-poison", retry_backoff_s=0.3) as consumer:
+        runner, stop = consume_in_background(consumer, handle)
+        try:
+            wait_until(lambda: len(done) == 199, timeout=20)
+            wait_until(lambda: lag_low(address, "d-g-poison") == 10, timeout=10)
+            findings = doctor(address, "d-poison", "d-g-poison")
+        finally:
+            stop.set()
+            runner.join()
+    assert [f["cause"] for f in findings] == [STUCK], findings
+    assert "offset 10 of d-poison/realtime/g1/p0" in findings[0]["summary"]
+    assert any("--max-attempts" in step for step in findings[0]["next_steps"])
+
+
+def lag_low(address: str, group: str) -> int:
+    with CoordinatorClient(address) as client:
+        parts = client.lag(group).partitions
+    return parts[0].low_watermark if parts else -1
+
+
+def test_doctor_names_a_dead_cluster_holding_an_undrained_generation(address: str, local_cluster) -> None:
+    _, control = local_cluster
+    with CoordinatorClient(address) as client:
+        client.create_stream("d-dead", 2, cluster="east")
+        produce(address, "d-dead", [b"d%d" % i for i in range(100)])
+        client.failover("d-dead", "realtime", "west", reason="rehearsal")
+        # east goes away: its registration now points where no broker listens
+        dead = model.Cluster(
+            "east", f"127.0.0.1:{free_port()}", admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint
+        )
+        client.register_cluster(dead, update_existing=True)
+    findings = doctor(address, "d-dead", "d-g-dead")
+    assert {f["cause"] for f in findings} == {DEAD}, findings
+    stranded, still_written = sorted(findings, key=lambda f: f["lane"] != "realtime")
+    assert "g1 of d-dead/realtime is stranded on sick cluster east" in stranded["summary"]
+    assert any("generation abandon d-dead realtime 1" in step for step in stranded["next_steps"])
+    # the dlq lane was never failed over: it is still written on the dead cluster, and doctor says to move it
+    assert still_written["lane"] == "dlq" and "still written to g1 on sick cluster east" in still_written["summary"]
+    assert "streamplane failover d-dead --lane dlq" in still_written["next_steps"]
+
+
+def test_doctor_names_too_few_workers(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("d-short", 2, cluster="east")
+    produce(address, "d-short", [b"s%d" % i for i in range(100)])
+    seen = []
+    with Consumer(address, group="d-g-short", stream="d-short") as consumer:
+        runner, stop = consume_in_background(consumer, lambda msg: seen.append(msg.offset))
+        wait_until(lambda: len(seen) == 100, timeout=20)
+        stop.set()
+        runner.join()
+    produce(address, "d-short", [b"late%d" % i for i in range(500)])  # the group's only worker is gone
+    findings = doctor(address, "d-short", "d-g-short")
+    assert [f["cause"] for f in findings] == [SHORT], findings
+    assert "2 partition(s) of d-short/realtime have no holder" in findings[0]["summary"]
+    assert "group d-g-short has no live worker" in findings[0]["evidence"][0]
+
+
+def test_doctor_refuses_bad_input_in_one_sentence(address: str) -> None:
+    done = cli("doctor", "nope", coordinator=address)
+    assert done.returncode == 3 and "does not exist" in done.stderr, done.stderr
+    with CoordinatorClient(address) as client:
+        client.create_stream("d-unread", 1, cluster="east")
+    done = cli("doctor", "d-unread", coordinator=address)
+    assert done.returncode == 3 and "name one with --group" in done.stderr, done.stderr
+    done = cli("doctor", "d-unread", "--interval", "0", coordinator=address)
+    assert done.returncode == 2 and "--interval" in done.stderr, done.stderr
