@@ -445,34 +445,6 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
     print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
 
 
-def describe_event(event: model.Event) -> str:
-    """One line saying what an event changed."""
-    match event:
-        case model.ClusterRegistered(cluster=c) | model.ClusterUpdated(cluster=c):
-            return f"{event.kind} {c.name} bootstrap={c.bootstrap_servers}"
-        case model.StreamCreated(stream=s):
-            lanes = ", ".join(f"{lane.name}:g{lane.active.number}@{lane.active.cluster}" for lane in s.lanes)
-            return f"stream_created {s.name} lanes=[{lanes}]"
-        case model.LaneAdded(stream=stream, lane=lane):
-            return f"lane_added {stream}/{lane.name} g{lane.active.number}@{lane.active.cluster}"
-        case model.GroupChanged() as g:
-            lease = f" {g.lease_id}@{g.epoch}" if g.lease_id else ""
-            reason = f" ({g.reason})" if g.reason else ""
-            return f"{g.change} {g.group}/{g.worker_id}{lease}{reason}"
-        case model.FailedOver() as f:
-            reason = f" reason={f.reason!r}" if f.reason else ""
-            return (
-                f"failed_over {f.stream}/{f.lane} g{f.previous.number}@{f.previous.cluster} "
-                f"({f.previous.state}) -> g{f.current.number}@{f.current.cluster}{reason}"
-            )
-        case model.GenerationSealed() as s:
-            ends = ",".join(str(x) for x in s.generation.end_offsets)
-            return f"generation_sealed {s.stream}/{s.lane} g{s.generation.number} end_offsets=[{ends}] ({s.reason})"
-        case model.GenerationDrained() as d:
-            return f"generation_drained {d.stream}/{d.lane} g{d.generation.number} groups={','.join(d.groups)}"
-    return event.kind or "unknown"
-
-
 def _print_events(args: argparse.Namespace, stream: Iterator[model.Event]) -> None:
     import datetime as dt
 
@@ -481,7 +453,7 @@ def _print_events(args: argparse.Namespace, stream: Iterator[model.Event]) -> No
             print(json.dumps(to_jsonable(event), sort_keys=True), flush=True)
         else:
             when = dt.datetime.fromtimestamp(event.time_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            print(f"{event.version}  {when[:-4]}Z  {event.actor}  {describe_event(event)}", flush=True)
+            print(f"{event.version}  {when[:-4]}Z  {event.actor}  {model.describe_event(event)}", flush=True)
 
 
 def cmd_events(args: argparse.Namespace) -> None:

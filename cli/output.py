@@ -2,35 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
-from enum import Enum
 from typing import Any
 
-from streamplane.errors import StreamplaneError
-
-
-def to_jsonable(value: Any) -> Any:
-    """Model objects (also inside lists and dicts) as plain JSON values; an event says its kind."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        kind = getattr(value, "kind", None)
-        if isinstance(kind, str) and kind:
-            out["kind"] = kind
-        return out
-    if isinstance(value, StreamplaneError):
-        return {"error": type(value).__name__, "message": value.message}
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    return value
+from streamplane.model import to_jsonable
 
 
 def print_json(value: Any) -> None:

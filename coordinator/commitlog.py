@@ -527,20 +527,44 @@ def due_retries(
 
 
 @transactional
-def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
-    """Lag per partition and lane of one group, optionally of one stream (and lane)."""
+def read_headers(tr: Transaction, group: str, *, stream: str = "", lane: str = "") -> list[tuple[PartitionRef, Header]]:
+    """Every partition summary of one group, optionally of one stream (and lane), in key order."""
     check_object_name("group", group)
     prefix: tuple[str, ...] = (group,) + ((stream,) if stream else ()) + ((lane,) if stream and lane else ())
     r0 = keys.PROGRESS.range(prefix)
-    partitions: list[PartitionLag] = []
-    lanes: dict[tuple[str, str], tuple[int, int]] = {}
+    out = []
     for key, raw in tr.get_range(r0.start, r0.stop, snapshot=True):
         _, s, la, gen, p = keys.PROGRESS.unpack(key)
         if lane and la != lane:
             continue
-        h = Header(**json.loads(raw))
+        out.append((PartitionRef(s, la, gen, p), Header(**json.loads(raw))))
+    return out
+
+
+@transactional
+def read_rejects(
+    tr: Transaction, group: str, *, limit: int = 50
+) -> list[tuple[PartitionRef, int, str, dict[str, Any]]]:
+    """The group's first `limit` rejected records: (partition, offset, reason, where its dlq copy went)."""
+    check_object_name("group", group)
+    r0 = keys.REJECTS.range((group,))
+    out = []
+    for key, raw in tr.get_range(r0.start, r0.stop, limit=limit, snapshot=True):
+        _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
+        mark = json.loads(raw)
+        out.append((PartitionRef(s, la, gen, p), offset, mark.get("reason", ""), mark.get("dlq", {})))
+    return out
+
+
+@transactional
+def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
+    """Lag per partition and lane of one group, optionally of one stream (and lane)."""
+    partitions: list[PartitionLag] = []
+    lanes: dict[tuple[str, str], tuple[int, int]] = {}
+    for ref, h in read_headers(tr, group, stream=stream, lane=lane):
+        s, la = ref.stream, ref.lane
         off, t = h.offset_lag(), h.time_lag_ms(now_ms)
-        partitions.append(PartitionLag(group, PartitionRef(s, la, gen, p).lease_id, h.low, h.high, off, t))
+        partitions.append(PartitionLag(group, ref.lease_id, h.low, h.high, off, t))
         was_off, was_t = lanes.get((s, la), (0, 0))
         lanes[(s, la)] = (was_off + off, max(was_t, t))
     return Lag(

@@ -140,6 +140,28 @@ def read_events(tr: Transaction, after: bytes | None, *, limit: int = 1000) -> l
 
 
 @transactional
+def read_recent_events(tr: Transaction, *, before: bytes | None = None, limit: int = 500) -> list[Event]:
+    """The newest topology events strictly before version `before` (None: the newest of all), newest first, at
+    most `limit`: a reader of the log's tail (the console) pays for what it shows, not for the log's length."""
+    r = keys.EVENTS.range()
+    end = r.stop if before is None else keys.event_key(before)
+    rows = tr.get_range(r.start, end, limit=limit, reverse=True, snapshot=True)
+    return [_decode(keys.event_version(k), v) for k, v in rows]
+
+
+@transactional
+def read_recent_group_events(
+    tr: Transaction, group: str, *, before: bytes | None = None, limit: int = 500
+) -> list[GroupChanged]:
+    """A group's newest events strictly before version `before` (None: the newest), newest first."""
+    r = keys.GROUP_EVENTS.range((group,))
+    end = r.stop if before is None else keys.group_event_key(group, before)
+    rows = tr.get_range(r.start, end, limit=limit, reverse=True, snapshot=True)
+    out = [_decode(keys.group_event_version(k), v) for k, v in rows]
+    return [e for e in out if isinstance(e, GroupChanged)]
+
+
+@transactional
 def head_version(tr: Transaction) -> str:
     """The version of the newest topology event ("" for an empty log)."""
     r = keys.EVENTS.range()

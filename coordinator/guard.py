@@ -60,10 +60,7 @@ class Guard:
             return ANONYMOUS
         for key, value in context.invocation_metadata() or ():
             if key == AUTHORIZATION:
-                scheme, _, token = str(value).partition(" ")
-                if scheme.lower() != "bearer" or not token or self.issuer is None:
-                    raise UnauthenticatedError("the authorization metadata must be 'Bearer <token>'")
-                return self.issuer.verify(token.strip(), now_s=self._clock.now_ms() / 1000)
+                return self.bearer(str(value))
         names = (context.auth_context() or {}).get("x509_common_name") or []
         if names:
             name = names[0].decode(errors="replace")
@@ -76,6 +73,15 @@ class Guard:
             "for its own address), or present a client certificate"
         )
 
+    def bearer(self, authorization: str) -> Principal:
+        """The principal of an `authorization` value ('Bearer <token>'), for gRPC metadata and HTTP alike."""
+        if not self.enabled:
+            return ANONYMOUS
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip() or self.issuer is None:
+            raise UnauthenticatedError("the authorization must be 'Bearer <token>'")
+        return self.issuer.verify(token.strip(), now_s=self._clock.now_ms() / 1000)
+
     def require(
         self, context: grpc.ServicerContext, permission: str, *, stream: str = "", group: str = ""
     ) -> Principal:
@@ -87,6 +93,11 @@ class Guard:
     def change(self, context: grpc.ServicerContext, permission: str, *, stream: str = "", group: str = "") -> str:
         """Like `require`, for a topology change: also counted against the principal's rate. Returns the actor."""
         principal = self.require(context, permission, stream=stream, group=group)
+        self.charge(principal)
+        return actor(principal, context)
+
+    def charge(self, principal: Principal) -> None:
+        """Count one topology change against the principal's rate; LimitExceededError past it."""
         now = self._clock.monotonic()
         with self._lock:
             bucket = self._buckets.setdefault(principal.name, _Bucket(self._burst, now))
@@ -97,7 +108,6 @@ class Guard:
                     f"{principal.name} made more than {self._rate:g} topology changes per second; retry shortly"
                 )
             bucket.tokens -= 1
-        return actor(principal, context)
 
     def name_of(self, context: grpc.ServicerContext) -> str:
         """The caller's name for resource limits; 'unauthenticated' when it proves none."""

@@ -7,10 +7,11 @@ a JSON form: it is how the coordinator stores them, and newer coordinators may a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any, ClassVar
 
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError, quoted
@@ -782,3 +783,64 @@ EVENT_KINDS: dict[str, type[TopologyEvent]] = {
 }
 """The topology log's stored kinds. (Group events were in it before they had a log of their own; readers of
 an older store skip them.)"""
+
+
+def describe_event(event: Event) -> str:
+    """One line saying what an event changed."""
+    match event:
+        case ClusterRegistered(cluster=c) | ClusterUpdated(cluster=c):
+            return f"{event.kind} {c.name} bootstrap={c.bootstrap_servers}"
+        case StreamCreated(stream=s):
+            lanes = ", ".join(f"{lane.name}:g{lane.active.number}@{lane.active.cluster}" for lane in s.lanes)
+            return f"stream_created {s.name} lanes=[{lanes}]"
+        case LaneAdded(stream=stream, lane=lane):
+            return f"lane_added {stream}/{lane.name} g{lane.active.number}@{lane.active.cluster}"
+        case GroupChanged() as g:
+            lease = f" {g.lease_id}@{g.epoch}" if g.lease_id else ""
+            reason = f" ({g.reason})" if g.reason else ""
+            return f"{g.change} {g.group}/{g.worker_id}{lease}{reason}"
+        case FailedOver() as f:
+            reason = f" reason={f.reason!r}" if f.reason else ""
+            return (
+                f"failed_over {f.stream}/{f.lane} g{f.previous.number}@{f.previous.cluster} "
+                f"({f.previous.state}) -> g{f.current.number}@{f.current.cluster}{reason}"
+            )
+        case GenerationSealed() as s:
+            ends = ",".join(str(x) for x in s.generation.end_offsets)
+            return f"generation_sealed {s.stream}/{s.lane} g{s.generation.number} end_offsets=[{ends}] ({s.reason})"
+        case GenerationDrained() as d:
+            return f"generation_drained {d.stream}/{d.lane} g{d.generation.number} groups={','.join(d.groups)}"
+        case GenerationAbandoned() as a:
+            return f"generation_abandoned {a.stream}/{a.lane} g{a.generation.number} ({a.reason}) lost={len(a.lost)}"
+        case ClusterHealthChanged(cluster=c, previous=previous):
+            reasons = f" ({'; '.join(c.health_reasons)})" if c.health_reasons else ""
+            return f"cluster_health_changed {c.name} {previous or '?'} -> {c.health}{reasons}"
+        case ClusterRemoved(cluster=name):
+            return f"cluster_removed {name}"
+        case PolicyChanged(stream=stream, failover=failover, fleet=fleet):
+            if fleet is not None:
+                cap = fleet.max_failovers_per_minute
+                return f"policy_changed fleet frozen={fleet.frozen} max_failovers_per_minute={cap}"
+            return f"policy_changed {stream} {failover}"
+    return event.kind or "unknown"
+
+
+def to_jsonable(value: Any) -> Any:
+    """Model objects (also inside lists and dicts) as plain JSON values; an event says its kind."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        kind = getattr(value, "kind", None)
+        if isinstance(kind, str) and kind:
+            out["kind"] = kind
+        return out
+    if isinstance(value, StreamplaneError):
+        return {"error": type(value).__name__, "message": value.message}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    return value

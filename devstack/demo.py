@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from streamplane.cli.main import describe_event
+from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.devstack.stack import LocalStack
 from streamplane.model import DRAINED, Generation, Lane, Stream
@@ -119,7 +119,7 @@ def _pipeline(client: CoordinatorClient, clusters: dict[str, str], records: int)
 
     _say("[6/6] the topology's event log (the group's churn is in its own: streamplane group events):")
     for event in client.watch_topology("", idle_timeout_s=1.0):
-        _say(f"      {event.version}  {describe_event(event)}")
+        _say(f"      {event.version}  {model.describe_event(event)}")
     missing = set(range(records)) - handler.ids
     ok = not missing and drained and rejects == 1 and lag.offset_lag == 0
     _say(
