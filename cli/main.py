@@ -495,6 +495,12 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from streamplane.coordinator import server
     from streamplane.coordinator.store import StoreConfig
 
+    if args.console_port is not None and not 0 <= args.console_port <= 65535:
+        raise errors.InvalidArgumentError(f"--console-port must be a port number (0 to 65535), not {args.console_port}")
+    if not 200 <= args.console_sample_ms <= 60_000:
+        raise errors.InvalidArgumentError(
+            f"--console-sample-ms must be between 200 and 60000, not {args.console_sample_ms}"
+        )
     return server.serve_forever(
         StoreConfig.from_env(args.data_dir),
         parent_pid=args.parent_pid,
@@ -510,6 +516,9 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         else None,
         control_endpoints=args.allow_control_endpoint,
         insecure=args.insecure,
+        console=server.ConsoleSettings(args.console_port, args.console_actions, args.console_sample_ms)
+        if args.console_port is not None
+        else None,
     )
 
 
@@ -547,6 +556,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         engine=args.engine,
         kafka_security=args.kafka_security,
         brokers=args.brokers,
+        console_port=None if args.console_port < 0 else args.console_port,
     )
 
 
@@ -818,6 +828,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--insecure", action="store_true", help="listen beyond loopback without TLS or authentication (not advised)"
     )
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
+    p.add_argument(
+        "--console-port",
+        type=int,
+        default=None,
+        help="serve the web console on this port (0: a free one; off when not given); same TLS and tokens as gRPC",
+    )
+    p.add_argument(
+        "--console-actions", action="store_true", help="allow operator actions (failover, drain, freeze) in the console"
+    )
+    p.add_argument("--console-sample-ms", type=int, default=5000, help="how often the console samples lag")
     p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
     p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
     p.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)  # `streamplane dev`'s child
@@ -846,6 +866,9 @@ def build_parser() -> argparse.ArgumentParser:
         "are replicated to every broker)",
     )
     p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
+    p.add_argument(
+        "--console-port", type=int, default=0, help="the web console's port (default: a free one; -1: no console)"
+    )
     p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"))
     p.add_argument("--port", type=int, default=7400)
     p.add_argument("--host", default="127.0.0.1")

@@ -468,7 +468,7 @@ class Consumer:
                     "enable.idempotence": True,
                     "message.timeout.ms": DLQ_COPY_TIMEOUT_MS,  # over by then: see the commit log's copy rule
                 }
-                self._dlq = Producer(self._coordinator, **config)
+                self._dlq = Producer(self._coordinator, token=self.config.token, tls=self.config.tls, **config)
             return self._dlq
 
     # -- commits, revokes, retries and load reports: one thread for every lease

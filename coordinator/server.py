@@ -27,6 +27,7 @@ from streamplane.coordinator.auth_servicer import AuthServicer
 from streamplane.coordinator.autopilot import Autopilot, AutopilotConfig
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
 from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag
+from streamplane.coordinator.console import Console
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.limits import HELLO_TIMEOUT_S, UNARY_RESERVE, Deadlines, StreamLimits
 from streamplane.coordinator.metrics import FLEET, LAG, serve_metrics
@@ -78,12 +79,15 @@ class RunningCoordinator:
     sealer: Sealer
     deadlines: Deadlines
     autopilot: Autopilot
+    console: Console | None = None
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop the assignment loop, then serving (open streams end: their sessions are left for the next
         coordinator to resume, not ended), then close the store. Bounded: calls still running after the grace
         period are cancelled, and stopping goes on STOP_CANCEL_S later whatever they do."""
         self.health.enter_graceful_shutdown()
+        if self.console is not None:
+            self.console.stop()
         self.assigner.stop()
         self.deadlines.stop()
         if not self.server.stop(grace_s).wait(grace_s + STOP_CANCEL_S):
@@ -91,6 +95,18 @@ class RunningCoordinator:
         self.sealer.stop()
         self.autopilot.stop()
         self.db.close()
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    """The web console: off unless a coordinator is given these (`--console-port`)."""
+
+    port: int = 0
+    """0 picks a free port."""
+    actions: bool = False
+    """Operator actions (failover, drain, freeze) from the console; read-only without."""
+    sample_ms: int = 5000
+    """How often the lag charts take a sample."""
 
 
 @dataclass(frozen=True)
@@ -141,11 +157,13 @@ def start(
     hello_timeout_s: float = HELLO_TIMEOUT_S,
     streams_per_principal: int = STREAMS_PER_PRINCIPAL,
     autopilot_config: AutopilotConfig | None = None,
+    console: ConsoleSettings | None = None,
 ) -> RunningCoordinator:
     """Start the gRPC server on host:port (0 picks a free port) over an open store; `clock` is its time.
 
     `guard` authenticates and authorizes every call (default: authentication off); `tls` serves TLS;
-    `control_endpoints` are the local clusters' control channels a registration may name.
+    `control_endpoints` are the local clusters' control channels a registration may name; `console` serves the
+    web console on host:console.port (over TLS when `tls` is given).
     """
     guard = guard or Guard(clock=clock)
     limits = StreamLimits(max(1, max_workers - UNARY_RESERVE), streams_per_principal, guard.name_of)
@@ -181,15 +199,35 @@ def start(
         bound = 0
     if bound == 0:
         raise UnavailableError(f"cannot listen on {host}:{port}: the address is in use or not available")
+    web = None
+    if console is not None:
+        try:
+            web = Console(
+                topology,
+                assigner,
+                guard,
+                host=host,
+                port=console.port,
+                actions=console.actions,
+                sample_ms=console.sample_ms,
+                clock=clock,
+                probes=autopilot.probes,
+                tls=(tls.cert_file, tls.key_file) if tls else None,
+            )
+        except OSError as err:
+            server.stop(0)
+            raise UnavailableError(f"cannot serve the console on {host}:{console.port}: {err.strerror}") from err
     server.start()
     assigner.start()
     sealer.start()
     autopilot.start()
+    if web is not None:
+        web.start()
     for name in ("", *SERVICE_NAMES):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     address = f"{host}:{bound}"
     log.info("coordinator.started", address=address, store=db.driver, tls=tls is not None, auth=guard.enabled)
-    return RunningCoordinator(server, address, db, health_servicer, assigner, sealer, deadlines, autopilot)
+    return RunningCoordinator(server, address, db, health_servicer, assigner, sealer, deadlines, autopilot, web)
 
 
 def serve_forever(
@@ -204,6 +242,7 @@ def serve_forever(
     tls: ServerTls | None = None,
     control_endpoints: Collection[str] = (),
     insecure: bool = False,
+    console: ConsoleSettings | None = None,
 ) -> int:
     """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves.
 
@@ -234,13 +273,15 @@ def serve_forever(
             guard=guard,
             tls=tls,
             control_endpoints=control_endpoints,
+            console=console,
         )
     except Exception:
         db.close()
         raise
     if metrics_port:
         serve_metrics(host, metrics_port)
-    print(f"coordinator={running.address} store={db.driver}", flush=True)
+    web = f" console={running.console.url}" if running.console else ""
+    print(f"coordinator={running.address} store={db.driver}{web}", flush=True)
     log.info("coordinator.stopping", signal=wait_for_stop(lambda: bool(parent_pid) and os.getppid() != parent_pid))
     watchdog = threading.Timer(STOP_DEADLINE_S, _exit_now, args=(1, "coordinator.stop_deadline_passed"))
     watchdog.daemon = True

@@ -103,11 +103,20 @@ class CoordinatorChild:
     gone. Restarted on the same port whenever it dies without being asked to stop."""
 
     def __init__(
-        self, data_dir: Path, host: str, port: int, session_ttl_ms: int, extra_args: Sequence[str] = ()
+        self,
+        data_dir: Path,
+        host: str,
+        port: int,
+        session_ttl_ms: int,
+        extra_args: Sequence[str] = (),
+        console_port: int | None = None,
     ) -> None:
         self.data_dir, self.host, self.port, self.session_ttl_ms = data_dir, host, port, session_ttl_ms
         self.extra_args = list(extra_args)
         """Security settings: the token key, the local clusters' control endpoints."""
+        self.console_port = console_port
+        """The web console's port (0: a free one, then kept across restarts); None: no console."""
+        self.console_url = ""
         self.address = ""
         self.restarts = 0
         self._proc: subprocess.Popen[str] | None = None
@@ -144,6 +153,8 @@ class CoordinatorChild:
             str(os.getpid()),
             *self.extra_args,
         ]
+        if self.console_port is not None:
+            command += ["--console-port", str(self.console_port), "--console-actions", "--console-sample-ms", "1000"]
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         line = _readline_until(proc, time.monotonic() + START_TIMEOUT_S)
         if not line.startswith("coordinator="):
@@ -153,10 +164,14 @@ class CoordinatorChild:
                 f"the coordinator did not start within {START_TIMEOUT_S:.0f} s (exit code {proc.poll()}); "
                 "its log is above"
             )
-        address = line.split()[0].split("=", 1)[1]
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        address = fields["coordinator"]
         with self._serving:
             self._proc, self.address = proc, address
             self.port = int(address.rsplit(":", 1)[1])  # a restart listens where clients look
+            if "console" in fields:
+                self.console_url = fields["console"]
+                self.console_port = int(self.console_url.rstrip("/").rsplit(":", 1)[1])
             self._serving.notify_all()
 
     def _watch(self) -> None:
@@ -226,6 +241,8 @@ class LocalStack:
     """An admin token for the stack's own coordinator (authentication is on, even locally)."""
     token_file: Path | None = None
     """Where the admin token was left for the CLI and clients of the coordinator's address."""
+    console_port: int | None = 0
+    """The web console's port (0: a free one; None: no console). On in the dev stack, with operator actions."""
 
     def start(self) -> None:
         names = cluster_names(self.clusters)
@@ -256,7 +273,7 @@ class LocalStack:
                     security += ["--allow-control-endpoint", c.control_endpoint]
             issuer = TokenIssuer(load_key(self.token_key_file, create=True))
             self.coordinator = CoordinatorChild(
-                Path(self.data_dir), self.host, self.port, self.session_ttl_ms, security
+                Path(self.data_dir), self.host, self.port, self.session_ttl_ms, security, self.console_port
             )
             self.coordinator.start()
             self.admin_token = issuer.create("dev-admin", ADMIN, now_s=time.time(), ttl_s=ADMIN_TOKEN_TTL_S)
@@ -468,6 +485,7 @@ def run_dev(
     engine: str = "mock",
     kafka_security: str = "plaintext",
     brokers: int = 0,
+    console_port: int | None = 0,
 ) -> int:
     """Run the local stack in the foreground until SIGINT or SIGTERM, with its control endpoint for faults
     (`control=HOST:PORT`, also written to DATA_DIR/dev.json for `streamplane fault`)."""
@@ -486,6 +504,7 @@ def run_dev(
         engine=engine,
         kafka_security=kafka_security,
         brokers=brokers,
+        console_port=console_port,
     )
     stack.start()
     control = None
@@ -504,6 +523,8 @@ def run_dev(
                     flush=True,
                 )
         print(f"control={control.endpoint}", flush=True)
+        if stack.coordinator is not None and stack.coordinator.console_url:
+            print(f"console={stack.coordinator.console_url}", flush=True)
         print(f"token_file={stack.token_file}", flush=True)
         print("ready (Ctrl-C stops everything)", flush=True)
         wait_for_stop(lambda: not all(c.alive() for c in stack.local))

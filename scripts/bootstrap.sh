@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(build-essential libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev clang libclang-rt-14-dev docker-compose prometheus)
+APT_PACKAGES=(build-essential libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev clang libclang-rt-14-dev docker-compose prometheus chromium)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -58,6 +58,12 @@ try:
 except UnavailableError as err:
     print(f"bootstrap: {err.message}; real-Kafka tests will be skipped", file=sys.stderr)
 PY
+
+# playwright-core from npm drives Debian's Chromium in the console's browser tests (tests/browser), once.
+if command -v npm >/dev/null 2>&1 && [ ! -d tests/browser/node_modules/playwright-core ]; then
+  echo "bootstrap: installing playwright-core for the browser tests (npm, once)" >&2
+  (cd tests/browser && npm ci --no-audit --no-fund --silent) || echo "bootstrap: npm could not install playwright-core; the browser test will fail" >&2
+fi
 
 # The Go client's modules (gRPC, protobuf, franz-go for its test), from the Go module proxy, once: its test
 # then compiles without a download. Without Go, its test is skipped with that reason.

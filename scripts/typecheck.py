@@ -25,6 +25,9 @@ STRICT = [
     "streamplane.doctor",
     "streamplane.cli.doctor",
     "streamplane.coordinator.metrics",
+    "streamplane.coordinator.console.history",
+    "streamplane.coordinator.console.views",
+    "streamplane.coordinator.console.server",
     # the coordinator's domain: no gRPC, no store driver
     "streamplane.coordinator.assignment",
     "streamplane.coordinator.topology",

@@ -1,0 +1,363 @@
+"""What the console's pages show, read from the domain: plain JSON-able dicts, no HTTP here.
+
+Every read is bounded: the event log is read from its tail (at most `EVENT_SCAN` events per page), groups
+and partitions as the store lists them. Operator actions are previewed first (what will move) and then made
+through the same domain calls as the CLI's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from streamplane import model
+from streamplane.clock import Clock
+from streamplane.coordinator import commitlog, events, leases
+from streamplane.coordinator.assigner import Assigner
+from streamplane.coordinator.console.history import LagHistory
+from streamplane.coordinator.health import active_load, choose_target
+from streamplane.coordinator.topology import Topology
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from streamplane.model import to_jsonable
+from streamplane.names import check_object_name
+
+EVENT_SCAN = 5000
+"""Events of the log's tail a page may read to find what it shows."""
+PAGE = 200
+"""Events one page of the event log shows."""
+
+
+def stream_of(event: model.Event) -> str:
+    """The stream an event concerns ("" for cluster and fleet events); group events by their lease."""
+    match event:
+        case model.StreamCreated(stream=s):
+            return s.name
+        case model.GroupChanged(lease_id=lid):
+            return lid.split("/", 1)[0] if lid else ""
+    value = getattr(event, "stream", "")
+    return value if isinstance(value, str) else ""
+
+
+def event_row(event: model.Event) -> dict[str, Any]:
+    """An event as the console lists it: when, who, what, and the stream or group it concerns."""
+    return {
+        "version": event.version,
+        "time_ms": event.time_ms,
+        "actor": event.actor,
+        "kind": event.change if isinstance(event, model.GroupChanged) else event.kind,
+        "text": model.describe_event(event),
+        "stream": stream_of(event),
+        "group": event.group if isinstance(event, model.GroupChanged) else "",
+    }
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    stream: str = ""
+    group: str = ""
+    actor: str = ""
+    kind: str = ""
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        return (
+            (not self.stream or row["stream"] == self.stream)
+            and (not self.group or row["group"] == self.group)
+            and (not self.actor or self.actor.lower() in row["actor"].lower())
+            and (not self.kind or row["kind"] == self.kind)
+        )
+
+
+class Views:
+    def __init__(
+        self,
+        topology: Topology,
+        assigner: Assigner,
+        history: LagHistory,
+        clock: Clock,
+        probes: Callable[[str], list[model.Probe]] = lambda name: [],
+    ) -> None:
+        self.topology = topology
+        self.db = topology.db
+        self.assigner = assigner
+        self.history = history
+        self.clock = clock
+        self.probes = probes
+
+    # -- pages
+    def fleet(self) -> dict[str, Any]:
+        clusters = self.topology.list_clusters()
+        streams = self.topology.list_streams()
+        held: dict[str, dict[str, int]] = {c.name: {} for c in clusters}
+        for s in streams:
+            for lane in s.lanes:
+                for g in lane.generations:
+                    counts = held.setdefault(g.cluster, {})
+                    counts[g.state.value] = counts.get(g.state.value, 0) + 1
+        rows = []
+        for c in clusters:
+            recent = self.probes(c.name)
+            rows.append(
+                {
+                    **to_jsonable(c),
+                    "generations": held.get(c.name, {}),
+                    "probe": to_jsonable(recent[-1]) if recent else None,
+                }
+            )
+        health = [
+            event_row(e)
+            for e in events.read_recent_events(self.db, limit=EVENT_SCAN)
+            if isinstance(e, model.ClusterHealthChanged)
+        ][:20]
+        return {
+            "clusters": rows,
+            "policy": to_jsonable(self.topology.fleet_policy()),
+            "health_changes": health,
+            "streams": len(streams),
+        }
+
+    def streams(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": s.name,
+                "lanes": [
+                    {
+                        "name": lane.name,
+                        "priority": lane.priority,
+                        "cluster": lane.active.cluster,
+                        "generation": lane.active.number,
+                        "partitions": lane.active.partitions,
+                        "unsettled": sum(1 for g in lane.generations if g.state not in model.SETTLED),
+                    }
+                    for lane in s.lanes
+                ],
+            }
+            for s in self.topology.list_streams()
+        ]
+
+    def stream(self, name: str) -> dict[str, Any]:
+        """A stream with each lane's generations as a timeline: when each opened (and by which failover, who,
+        why), sealed, drained or was abandoned, read from the event log's tail."""
+        stream = self.topology.get_stream(name)
+        marks: dict[tuple[str, int], dict[str, Any]] = {}
+
+        def mark(lane: str, number: int) -> dict[str, Any]:
+            return marks.setdefault((lane, number), {})
+
+        oldest = 0
+        for e in events.read_recent_events(self.db, limit=EVENT_SCAN):
+            oldest = e.time_ms
+            match e:
+                case model.StreamCreated(stream=s) if s.name == name:
+                    for lane in s.lanes:
+                        for g in lane.generations:
+                            mark(lane.name, g.number).setdefault("opened", _opening(e, "stream created"))
+                case model.LaneAdded(stream=s, lane=lane) if s == name:
+                    for g in lane.generations:
+                        mark(lane.name, g.number).setdefault("opened", _opening(e, "lane added"))
+                case model.FailedOver(stream=s, lane=lane, previous=prev, current=cur) if s == name:
+                    mark(lane, cur.number).setdefault("opened", _opening(e, e.reason or "failover"))
+                    mark(lane, prev.number).setdefault("draining_ms", e.time_ms)
+                case model.GenerationSealed(stream=s, lane=lane, generation=g) if s == name:
+                    mark(lane, g.number).setdefault("sealed_ms", e.time_ms)
+                case model.GenerationDrained(stream=s, lane=lane, generation=g) if s == name:
+                    mark(lane, g.number).setdefault("drained_ms", e.time_ms)
+                case model.GenerationAbandoned(stream=s, lane=lane, generation=g) if s == name:
+                    mark(lane, g.number).setdefault("abandoned_ms", e.time_ms)
+                    mark(lane, g.number).setdefault("lost", list(e.lost))
+        lanes = []
+        for lane in stream.lanes:
+            gens = []
+            for g in lane.generations:
+                gens.append({**to_jsonable(g), **marks.get((lane.name, g.number), {})})
+            lanes.append({"name": lane.name, "priority": lane.priority, "generations": gens})
+        return {
+            "name": stream.name,
+            "lanes": lanes,
+            "topic": {**to_jsonable(stream.topic), "text": stream.topic.describe()},
+            "failover": to_jsonable(stream.failover),
+            "now_ms": self.clock.now_ms(),
+            "history_from_ms": oldest,
+        }
+
+    def groups(self) -> list[dict[str, Any]]:
+        now = self.clock.now_ms()
+        out = []
+        for group in leases.read_groups(self.db):
+            lag = commitlog.lag(self.db, group, now_ms=now)
+            out.append({"name": group, "offset_lag": lag.offset_lag, "time_lag_ms": lag.time_lag_ms})
+        return out
+
+    def group(self, name: str) -> dict[str, Any]:
+        check_object_name("group", name)
+        desc = self.assigner.describe(name)
+        now = self.clock.now_ms()
+        if not desc.members and not desc.leases and name not in leases.read_groups(self.db):
+            raise NotFoundError(f"group {name!r} does not exist", kind="group", name=name)
+        headers = commitlog.read_headers(self.db, name)
+        lag = commitlog.lag(self.db, name, now_ms=now)
+        by_worker: dict[str, list[dict[str, Any]]] = {}
+        for x in desc.leases:
+            by_worker.setdefault(x.worker_id or "", []).append({**to_jsonable(x), "lease_id": x.lease_id})
+        members = [
+            {
+                **to_jsonable(m),
+                "ttl_left_ms": max(0, m.alive_until_ms - now),
+                "leases": len(by_worker.get(m.worker_id, [])),
+                "lag_records": sum(x["load"]["lag_records"] for x in by_worker.get(m.worker_id, [])),
+            }
+            for m in desc.members
+        ]
+        retries = [
+            {"lease_id": ref.lease_id, "retries": h.retries, "low_watermark": h.low}
+            for ref, h in headers
+            if h.retries > 0
+        ]
+        rejects = [
+            {"lease_id": ref.lease_id, "offset": offset, "reason": reason, "dlq": dlq}
+            for ref, offset, reason, dlq in commitlog.read_rejects(self.db, name, limit=50)
+        ]
+        return {
+            "name": name,
+            "leader_replica": desc.leader_replica,
+            "members": members,
+            "leases": by_worker,
+            "lag": to_jsonable(lag),
+            "history": [to_jsonable(s) for s in self.history.series(name)],
+            "sample_ms": self.history.sample_ms,
+            "retry_backlog": {"offsets": sum(r["retries"] for r in retries), "partitions": retries[:100]},
+            "rejects": {"total": sum(h.rejects for _, h in headers), "first": rejects},
+            "events": [event_row(e) for e in events.read_recent_group_events(self.db, name, limit=50)],
+        }
+
+    def events(self, f: EventFilter, before: str = "") -> dict[str, Any]:
+        """A page of the newest events matching `f`, newest first, older than `before` (a version)."""
+        cursor = events.parse_version(before, "before") if before else None
+        rows: list[dict[str, Any]] = []
+        scanned = 0
+        if f.group:
+            check_object_name("group", f.group)
+        while len(rows) < PAGE and scanned < EVENT_SCAN:
+            if f.group:
+                batch: list[model.Event] = list(
+                    events.read_recent_group_events(self.db, f.group, before=cursor, limit=500)
+                )
+            else:
+                batch = list(events.read_recent_events(self.db, before=cursor, limit=500))
+            if not batch:
+                break
+            scanned += len(batch)
+            cursor = bytes.fromhex(batch[-1].version)
+            rows += [r for r in map(event_row, batch) if f.matches(r)]
+        return {"events": rows[:PAGE], "more": scanned >= EVENT_SCAN or len(rows) > PAGE, "scanned": scanned}
+
+    # -- operator actions: a preview says what will move; the same call with confirm makes it
+    def failover_preview(self, stream: str, lane: str, to: str) -> dict[str, Any]:
+        s = self.topology.get_stream(stream)
+        current = s.require_lane(lane).active
+        clusters = self.topology.list_clusters()
+        if to:
+            target = next((c for c in clusters if c.name == to), None)
+            if target is None:
+                raise NotFoundError(f"cluster {to!r} is not registered", kind="cluster", name=to)
+        else:
+            source = next((c for c in clusters if c.name == current.cluster), model.Cluster(current.cluster, ""))
+            target = choose_target(clusters, source, active_load(self.topology.list_streams()))
+            if target is None:
+                raise FailedPreconditionError(
+                    f"no healthy, uncordoned cluster other than {current.cluster!r} to fail {stream}/{lane} over to"
+                )
+        readers = sorted(
+            {x.group for x in commitlog.lag_of_every_group(self.db, stream=stream, lane=lane, now_ms=0).lanes}
+        )
+        return {
+            "action": "failover",
+            "stream": stream,
+            "lane": lane,
+            "from": to_jsonable(current),
+            "to": {"cluster": target.name, "health": target.health, "generation": current.number + 1},
+            "groups": readers,
+            "moves": [
+                f"producers of {stream}/{lane} switch to g{current.number + 1} on {target.name} "
+                f"({current.partitions} partitions)",
+                f"g{current.number} on {current.cluster} drains: sealed once every producer switched, then read "
+                f"to its end by {', '.join(readers) or 'no group yet'}",
+            ],
+        }
+
+    def drain_preview(self, cluster: str, to: str) -> dict[str, Any]:
+        self.topology.get_cluster(cluster)
+        clusters = self.topology.list_clusters()
+        streams = self.topology.list_streams()
+        source = next(c for c in clusters if c.name == cluster)
+        load = active_load(streams)
+        lanes = []
+        for s in streams:
+            for lane in s.lanes:
+                if lane.generations and lane.active.cluster == cluster:
+                    target = next((c for c in clusters if c.name == to), None) if to else None
+                    target = target or choose_target(clusters, source, load)
+                    if target is not None:
+                        load[target.name] = load.get(target.name, 0) + 1
+                    lanes.append({"stream": s.name, "lane": lane.name, "to": target.name if target else ""})
+        rate = self.topology.fleet_policy().max_failovers_per_minute
+        return {
+            "action": "drain",
+            "cluster": cluster,
+            "lanes": lanes,
+            "rate_per_minute": rate,
+            "moves": [f"{x['stream']}/{x['lane']} -> {x['to'] or '(no target)'}" for x in lanes]
+            + [f"{cluster} is cordoned: no new generation lands on it"],
+        }
+
+    def freeze_preview(self, frozen: bool) -> dict[str, Any]:
+        policy = self.topology.fleet_policy()
+        sick = [c.name for c in self.topology.list_clusters() if c.health != "healthy"]
+        effect = (
+            "automatic failover stops fleet-wide: health is still watched and recorded, nothing moves by itself"
+            if frozen
+            else f"automatic failover resumes (at most {policy.max_failovers_per_minute} a minute)"
+        )
+        return {
+            "action": "freeze" if frozen else "unfreeze",
+            "frozen": policy.frozen,
+            "moves": [effect] + ([f"clusters not healthy now: {', '.join(sick)}"] if sick else []),
+        }
+
+    def failover(self, stream: str, lane: str, to: str, reason: str, actor: str) -> dict[str, Any]:
+        preview = self.failover_preview(stream, lane, to)
+        done = self.topology.failover(stream, lane, preview["to"]["cluster"], 0, reason or "console", actor=actor)
+        previous, current = done.value
+        return {"done": True, "previous": to_jsonable(previous), "current": to_jsonable(current)}
+
+    def drain(self, cluster: str, to: str, actor: str) -> dict[str, Any]:
+        """Cordon the cluster and fail over its lanes, as many as the fleet's rate allows a minute; the rest
+        waits for the next call (or `streamplane cluster drain`, which waits for them)."""
+        preview = self.drain_preview(cluster, to)
+        self.topology.cordon(cluster, True, actor=actor)
+        moved: list[str] = []
+        left: list[str] = []
+        for x in preview["lanes"]:
+            if len(moved) >= preview["rate_per_minute"] or not x["to"]:
+                left.append(f"{x['stream']}/{x['lane']}")
+                continue
+            self.topology.failover(x["stream"], x["lane"], x["to"], 0, f"drain of cluster {cluster}", actor=actor)
+            moved.append(f"{x['stream']}/{x['lane']} -> {x['to']}")
+        return {"done": True, "moved": moved, "left": left}
+
+    def freeze(self, frozen: bool, actor: str) -> dict[str, Any]:
+        policy = self.topology.fleet_policy()
+        done = self.topology.set_fleet_policy(model.FleetPolicy(frozen, policy.max_failovers_per_minute), actor=actor)
+        return {"done": True, "policy": to_jsonable(done.value)}
+
+
+def _opening(event: model.Event, why: str) -> dict[str, Any]:
+    return {"time_ms": event.time_ms, "actor": event.actor, "why": why, "version": event.version}
+
+
+def require_text(body: dict[str, Any], key: str, *, optional: bool = False) -> str:
+    """A string field of an action's JSON body, or InvalidArgumentError naming it."""
+    value = body.get(key, "")
+    if not isinstance(value, str) or (not value and not optional):
+        raise InvalidArgumentError(f"{key} must be a non-empty string" if not optional else f"{key} must be a string")
+    return value

@@ -1,0 +1,316 @@
+"""The web console: its API behind the gRPC API's tokens and roles, previews before actions, live events, bad
+input refused with a clear status; and in a real browser (headless Chromium driven by playwright-core) on a
+live `streamplane dev`: a stream fails over and its timeline updates without a reload, a group's time-lag
+chart moves, the event log filters. Screenshots of each page go to .cache/artifacts/console/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamplane import model
+from streamplane.client import Consumer, CoordinatorClient, Message, Producer
+from streamplane.coordinator import server
+from streamplane.coordinator.auth import TokenIssuer, new_key
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.store import StoreConfig, open_store
+from tests.helpers import REPO, Proc, cli, start_dev, wait_until
+
+ARTIFACTS = REPO / ".cache" / "artifacts" / "console"
+BROWSER = REPO / "tests" / "browser"
+
+
+class Console:
+    """An in-process coordinator with authentication on and its console, and tokens for each role."""
+
+    def __init__(self, running: server.RunningCoordinator, issuer: TokenIssuer) -> None:
+        assert running.console is not None
+        self.running, self.url, self.address = running, running.console.url, running.address
+        now = time.time()
+        self.tokens = {role: issuer.create(f"{role}-1", role, now_s=now, ttl_s=600) for role in model_roles()}
+
+    def call(
+        self, path: str, *, role: str | None = "admin", body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        request = urllib.request.Request(self.url + path.lstrip("/"), data=data, method="POST" if data else "GET")
+        if role:
+            request.add_header("Authorization", f"Bearer {self.tokens[role]}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            request.add_header(k, v)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                raw = reply.read()
+                return reply.status, json.loads(raw) if reply.headers.get_content_type() == "application/json" else raw
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+
+def model_roles() -> tuple[str, ...]:
+    from streamplane.coordinator.auth import ROLES
+
+    return ROLES
+
+
+def _console(tmp_path: Path, local_cluster: Any, *, actions: bool) -> Iterator[Console]:
+    bootstrap, control = local_cluster
+    issuer = TokenIssuer(new_key())
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
+        admin=RoutingAdmin(),
+        control_endpoints=[control.endpoint],
+        guard=Guard(issuer),
+        console=server.ConsoleSettings(port=0, actions=actions, sample_ms=200),
+    )
+    try:
+        c = Console(running, issuer)
+        admin = c.tokens["admin"]
+        with CoordinatorClient(running.address, token=admin) as client:
+            for name in ("east", "west"):
+                client.register_cluster(
+                    model.Cluster(name, bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+                )
+            client.create_stream("web", 2, cluster="east")
+        yield c
+    finally:
+        running.stop(0)
+
+
+@pytest.fixture
+def console(tmp_path: Path, local_cluster: Any) -> Iterator[Console]:
+    yield from _console(tmp_path, local_cluster, actions=True)
+
+
+def test_every_page_needs_a_credential_and_a_viewer_reads_them_all(console: Console) -> None:
+    status, body = console.call("api/fleet", role=None)
+    assert status == 401 and "sign in" in body["message"]
+    status, body = console.call("api/fleet", role=None, headers={"Authorization": "Bearer forged"})
+    assert status == 401
+    status, page = console.call("/", role=None)  # the page itself loads, then asks for a token
+    assert status == 200 and b"/static/app.js" in page
+    for path in ("api/fleet", "api/streams", "api/stream?name=web", "api/groups", "api/events", "api/whoami"):
+        status, body = console.call(path, role="viewer")
+        assert status == 200, (path, body)
+    assert console.call("api/whoami", role="viewer")[1] == {
+        "name": "viewer-1",
+        "role": "viewer",
+        "actions": True,
+        "may_operate": False,
+    }
+    fleet = console.call("api/fleet", role="viewer")[1]
+    assert {c["name"] for c in fleet["clusters"]} == {"east", "west"}
+    assert fleet["clusters"][0]["generations"] == {"active": 2} or fleet["clusters"][1]["generations"] == {"active": 2}
+
+
+def test_login_sets_a_cookie_the_api_and_live_view_accept(console: Console) -> None:
+    status, body = console.call("api/login", role=None, body={"token": console.tokens["viewer"]})
+    assert status == 200 and body == {"name": "viewer-1", "role": "viewer"}
+    request = urllib.request.Request(
+        console.url + "api/login", data=json.dumps({"token": console.tokens["viewer"]}).encode()
+    )
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        cookie = reply.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    status, _ = console.call("api/fleet", role=None, headers={"Cookie": cookie.split(";")[0]})
+    assert status == 200
+    assert console.call("api/login", role=None, body={"token": "nope"})[0] == 401
+
+
+def test_actions_are_previewed_then_made_by_operators_only(console: Console) -> None:
+    ask = {"stream": "web", "lane": "realtime", "to": "", "reason": "disk full"}
+    status, body = console.call("api/actions/failover", role="viewer", body=ask)
+    assert status == 403 and "lacks stream.change" in body["message"]
+    status, preview = console.call("api/actions/failover", role="operator", body=ask)
+    assert status == 200, preview
+    assert preview["to"]["cluster"] == "west" and preview["from"]["cluster"] == "east"
+    assert "producers of web/realtime switch to g2 on west (2 partitions)" in preview["moves"]
+    with CoordinatorClient(console.address, token=console.tokens["admin"]) as client:
+        assert client.describe_stream("web").require_lane("realtime").active.number == 1  # a preview moves nothing
+        status, done = console.call("api/actions/failover", role="operator", body={**ask, "confirm": True})
+        assert status == 200 and done["current"]["cluster"] == "west", done
+        lane = client.describe_stream("web").require_lane("realtime")
+        assert [g.state for g in lane.generations][-1] == model.ACTIVE and lane.active.number == 2
+        failed_over = [e for e in client.watch_topology("", idle_timeout_s=0.3) if isinstance(e, model.FailedOver)]
+        assert failed_over[-1].actor == "operator-1" and failed_over[-1].reason == "disk full"
+    status, preview = console.call("api/actions/freeze", role="operator", body={"frozen": True})
+    assert status == 403 and "cluster.change" in preview["message"]  # freezing the fleet is an admin's
+    status, preview = console.call("api/actions/freeze", role="admin", body={"frozen": True})
+    assert status == 200 and preview["moves"][0].startswith("automatic failover stops fleet-wide")
+    status, done = console.call("api/actions/freeze", role="admin", body={"frozen": True, "confirm": True})
+    assert status == 200 and done["policy"]["frozen"] is True
+    status, preview = console.call("api/actions/drain", role="admin", body={"cluster": "east"})
+    assert status == 200 and preview["moves"][0] == "web/dlq -> west"
+
+
+def test_a_read_only_console_refuses_actions(tmp_path: Path, local_cluster: Any) -> None:
+    for c in _console(tmp_path, local_cluster, actions=False):
+        status, body = c.call("api/actions/freeze", role="admin", body={"frozen": True, "confirm": True})
+        assert status == 403 and "read-only" in body["message"]
+        assert c.call("api/whoami")[1]["actions"] is False
+
+
+def test_bad_input_gets_a_status_and_a_sentence(console: Console) -> None:
+    assert console.call("api/stream?name=nope")[0] == 404
+    status, body = console.call("api/group?name=" + "x" * 500)
+    assert status == 400 and "group" in body["message"]
+    assert console.call("api/events?before=zz")[0] == 400
+    assert console.call("api/nope")[0] == 404
+    assert console.call("static/../server.py", role=None)[0] == 404
+    status, body = console.call("api/actions/failover", body=b"{not json")
+    assert status == 400 and "not JSON" in body["message"]
+    status, body = console.call("api/actions/failover", body={"stream": 7, "lane": "realtime"})
+    assert status == 400 and "stream must be" in body["message"]
+    status, body = console.call("api/actions/failover", body={"stream": "web"}, headers={"Origin": "http://evil"})
+    assert status == 403 and "cross-origin" in body["message"]
+    status, body = console.call("api/actions/freeze", body={"frozen": "yes"})
+    assert status == 400
+
+
+def test_the_live_view_streams_topology_events_and_lag_samples(console: Console) -> None:
+    request = urllib.request.Request(console.url + "api/live")
+    request.add_header("Authorization", f"Bearer {console.tokens['viewer']}")
+    got: list[str] = []
+    reply = urllib.request.urlopen(request, timeout=10)
+
+    def read() -> None:
+        for raw in reply:
+            got.append(raw.decode().rstrip("\n"))
+
+    threading.Thread(target=read, daemon=True).start()
+    wait_until(lambda: "event: hello" in got, timeout=5)
+    with CoordinatorClient(console.address, token=console.tokens["admin"]) as client:
+        client.failover("web", "realtime", "west", reason="live")
+    wait_until(lambda: any("failed_over web/realtime" in line for line in got), timeout=5, what=lambda: str(got))
+    wait_until(lambda: "event: lag" in got, timeout=5)
+    reply.close()
+
+
+def test_the_group_page_shows_workers_lag_history_retries_and_rejects(console: Console) -> None:
+    token = console.tokens["admin"]
+    with CoordinatorClient(console.address, token=token) as client:
+        client.configure_group("web-g", "realtime", 2)
+    with Producer(console.address, token=token) as producer:
+        for i in range(50):
+            producer.produce("web", b"bad" if i == 7 else b"ok%d" % i, key=b"k")
+        assert producer.flush() == 0
+    seen: list[int] = []
+
+    def handle(msg: Message) -> None:
+        if msg.value == b"bad":
+            raise ValueError("not a log line")
+        seen.append(msg.offset)
+
+    stop = threading.Event()
+    with Consumer(console.address, group="web-g", stream="web", token=token, retry_backoff_s=0.1) as consumer:
+        runner = threading.Thread(target=consumer.run, args=(handle,), kwargs={"stop": stop}, daemon=True)
+        runner.start()
+        wait_until(lambda: console.call("api/group?name=web-g")[1].get("rejects", {}).get("total") == 1, timeout=20)
+        page = console.call("api/group?name=web-g", role="viewer")[1]
+        stop.set()
+        runner.join()
+    assert [m["worker_id"] for m in page["members"]] == [consumer.worker_id]
+    assert sum(len(x) for x in page["leases"].values()) >= 2
+    (reject,) = page["rejects"]["first"]
+    assert "not a log line" in reject["reason"]
+    assert (reject["dlq"]["stream"], reject["dlq"]["lane"], reject["dlq"]["generation"]) == ("web", "dlq", 1)
+    assert page["history"], "the lag sampler keeps the last hour per group"
+    assert {e["kind"] for e in page["events"]} >= {"member_joined", "lease_granted"}
+
+
+# -- in a real browser -----------------------------------------------------------------------------------------
+
+
+def _browser_ready() -> str:
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail("node is missing: the console's browser test needs Node.js (this machine kind has it)")
+    if not (BROWSER / "node_modules" / "playwright-core").is_dir():
+        pytest.fail("tests/browser/node_modules is missing: scripts/bootstrap.sh installs playwright-core with npm")
+    if not (Path("/usr/lib/chromium/chromium").exists() or Path("/usr/bin/chromium").exists()):
+        pytest.fail("Chromium is missing: scripts/bootstrap.sh installs Debian's chromium")
+    return node
+
+
+@pytest.mark.e2e
+def test_console_in_a_browser_on_a_live_dev_stack(tmp_path: Path) -> None:
+    node = _browser_ready()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    proc, address, _ = start_dev(tmp_path / "dev")
+    browser: Proc | None = None
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    try:
+        url = next(line.split("=", 1)[1] for line in proc.seen if line.startswith("console="))
+        token = Path(next(line.split("=", 1)[1] for line in proc.seen if line.startswith("token_file="))).read_text()
+        created = cli("stream", "create", "weblogs", "--partitions", "2", "--cluster", "local-a", coordinator=address)
+        assert created.returncode == 0, created.stderr
+
+        def produce() -> None:
+            with Producer(address) as producer:
+                while not stop.is_set():
+                    for i in range(50):
+                        producer.produce("weblogs", b"line %d" % i)
+                    time.sleep(0.02)
+
+        def consume() -> None:
+            def slow(msg: Message) -> None:
+                time.sleep(0.002)  # slower than the producer: time lag grows, the chart moves
+
+            with Consumer(address, group="web-readers", stream="weblogs", concurrency=1) as consumer:
+                consumer.run(slow, stop=stop)
+
+        threads = [threading.Thread(target=produce, daemon=True), threading.Thread(target=consume, daemon=True)]
+        for t in threads:
+            t.start()
+        with CoordinatorClient(address) as client:
+            wait_until(lambda: client.lag("web-readers").lanes, timeout=20)
+
+        browser = Proc(
+            [node, str(BROWSER / "console.mjs"), url, token.strip(), str(ARTIFACTS), "weblogs", "web-readers"]
+        )
+        fleet = browser.wait_for(r"^step fleet clusters=(\d+)", timeout=60)
+        assert fleet.group(1) == "2"
+        browser.wait_for(r"^wait failover", timeout=30)
+        done = cli("failover", "weblogs", "--to", "local-b", "--reason", "browser test", coordinator=address)
+        assert done.returncode == 0, done.stderr
+        browser.send("go")
+        timeline = browser.wait_for(r"^step timeline reloaded=(\w+) g1=(\w+)", timeout=30)
+        assert timeline.group(1) == "false", "the timeline must update in place, without a reload"
+        assert timeline.group(2) in ("draining", "sealed", "drained")
+        chart = browser.wait_for(r"^step chart first=(\d+) now=(\d+) max_ms=([\d.]+)", timeout=60)
+        assert int(chart.group(2)) >= int(chart.group(1)) + 3 and float(chart.group(3)) > 0
+        events = browser.wait_for(r"^step events all=(\d+) failed_over=(\d+)", timeout=30)
+        assert int(events.group(2)) >= 1 and int(events.group(2)) < int(events.group(1))
+        confirm = browser.wait_for(r"^step confirm moves=(.*) policy=(.*)$", timeout=30)
+        assert "automatic failover stops fleet-wide" in confirm.group(1)
+        assert "automatic failover on" in confirm.group(2), "cancelled: nothing changed"
+        browser.wait_for(r"^done", timeout=30)
+        assert not [line for line in browser.seen if line.startswith("pageerror")], browser.seen
+        for shot in ("login", "fleet", "stream-before", "stream-after", "group", "events", "confirm"):
+            assert (ARTIFACTS / f"{shot}.png").stat().st_size > 5_000, shot
+        print(f"console screenshots in {ARTIFACTS}")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=15)
+        if browser is not None and browser.popen.poll() is None:
+            browser.popen.kill()
+        proc.popen.terminate()
+        try:
+            proc.popen.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.popen.kill()
