@@ -8,13 +8,17 @@ Counters are bumped after a change commits (never inside a transaction body); ga
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import structlog
 from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
 from streamplane.coordinator.health import DEGRADED, HEALTHY, UNHEALTHY
 from streamplane.model import GENERATION_STATES, Cluster, FleetPolicy, Lag, Stream
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 RPCS = Counter("streamplane_rpc_total", "gRPC calls handled, by method and status code", ["method", "code"])
 RPC_SECONDS = Histogram(
@@ -45,6 +49,18 @@ LEASE_MOVES = Counter(
 )
 
 
+def _read(source: Callable[[], T] | None) -> T | None:
+    """What a collector's source says, or None: a scrape never fails (a store that is down or closed shows
+    as missing series, and the coordinator's logs say why)."""
+    if source is None:
+        return None
+    try:
+        return source()
+    except Exception as err:
+        log.warning("metrics.source_failed", error=str(err)[:200])
+        return None
+
+
 class LagCollector:
     """Time and offset lag per group, stream and lane, read from the commit log at scrape time."""
 
@@ -60,7 +76,7 @@ class LagCollector:
         offset_lag = GaugeMetricFamily(
             "streamplane_offset_lag", "Records not yet processed", labels=["group", "stream", "lane"]
         )
-        lag = self.source() if self.source else None
+        lag = _read(self.source)
         for lane in lag.lanes if lag else ():
             time_lag.add_metric([lane.group, lane.stream, lane.lane], lane.time_lag_ms / 1000)
             offset_lag.add_metric([lane.group, lane.stream, lane.lane], lane.offset_lag)
@@ -91,8 +107,9 @@ class FleetCollector:
         generations = GaugeMetricFamily(
             "streamplane_generations", "Generations by cluster and state", labels=["cluster", "state"]
         )
-        if self.source is not None:
-            clusters, streams, policy = self.source()
+        fleet = _read(self.source)
+        if fleet is not None:
+            clusters, streams, policy = fleet
             for c in clusters:
                 for state in (HEALTHY, DEGRADED, UNHEALTHY):
                     health.add_metric([c.name, state], 1.0 if c.health == state else 0.0)

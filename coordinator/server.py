@@ -94,6 +94,8 @@ class RunningCoordinator:
             log.warning("coordinator.stop_timeout", grace_s=grace_s)
         self.sealer.stop()
         self.autopilot.stop()
+        for collector in (LAG, FLEET):  # scrapes after this see no series from a closed store
+            collector.source = None
         self.db.close()
 
 
