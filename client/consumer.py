@@ -41,7 +41,7 @@ from streamplane.client.config import ConsumerConfig
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.fetch_loop import FetchLoop
 from streamplane.client.fetcher import Fetched
-from streamplane.client.flow import Budget
+from streamplane.client.flow import Budget, ByPriority
 from streamplane.client.kafka import ConnectionConfig, KafkaAuthenticationError
 from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes, ToCopy
 from streamplane.client.message import PENDING, BatchOutcome, Message, _text
@@ -209,12 +209,12 @@ class Consumer:
         self.budget = Budget(cfg.max_in_flight, cfg.max_buffered_bytes)
         self.client = CoordinatorClient(coordinator, token=cfg.token, tls=cfg.tls)
         self._coordinator = self.client.target
-        self._check_subscription()
+        self._priorities = self._check_subscription()
         self._ledgers: dict[str, LeaseLedger] = {}
         self._ledgers_lock = threading.Lock()
         self.active: set[LeaseLedger] = set()
         """Leases the committer looks at: those that read, ended records or are revoking since it last did."""
-        self._work: queue.Queue[Any] = queue.Queue()
+        self._work: queue.Queue[Any] = ByPriority(self._priority_of)
         self._closed = threading.Event()
         self._connected = threading.Event()  # cleared while the group session is being resumed
         self._connected.set()
@@ -243,10 +243,19 @@ class Consumer:
             t.start()
 
     # -- the group session
-    def _check_subscription(self) -> None:
+    def _check_subscription(self) -> dict[str, int]:
+        """The subscribed lanes' priorities ({lane: priority}); NotFoundError for a lane the stream lacks."""
         described = self.client.describe_stream(self.stream)
         for lane in self.lanes:
             described.require_lane(lane)
+        return {lane.name: lane.priority for lane in described.lanes}
+
+    def _priority_of(self, item: Any) -> int:
+        """The handlers take records of higher-priority lanes first (the stop marker before anything)."""
+        if item is _STOP:
+            return 1 << 30
+        ledger = item.ledger if isinstance(item, Batch) else item[0]._reader
+        return self._priorities.get(ledger.lane, 0)
 
     def _join(self, resume: str = "") -> WorkerSession:
         session = WorkerSession(
@@ -709,7 +718,7 @@ class Consumer:
                 handle(item)
 
         if by_key:
-            queues: list[queue.Queue[Any]] = [queue.Queue() for _ in range(self.concurrency)]
+            queues: list[queue.Queue[Any]] = [ByPriority(self._priority_of) for _ in range(self.concurrency)]
         else:  # every thread takes from the shared queue; this one too
             queues = [self._work] * (self.concurrency - 1)
         threads = [

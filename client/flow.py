@@ -7,8 +7,12 @@ held never exceeds the cap, and fetching pauses while the records held reach the
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import queue
 import threading
 from collections.abc import Callable
+from typing import Any
 
 
 class Held:
@@ -79,3 +83,25 @@ class Budget:
         """Call `fn` once, at the next release (a paused fetch loop's wake-up)."""
         with self._cond:
             self._on_room = fn
+
+
+class ByPriority(queue.Queue[Any]):
+    """Work waiting for the handlers, higher-priority lanes first and in arrival order within a priority: a
+    backlog on a lower lane never queues ahead of the top lane's records."""
+
+    def __init__(self, priority_of: Callable[[Any], int]) -> None:
+        self._priority_of = priority_of
+        super().__init__()
+
+    def _init(self, maxsize: int) -> None:
+        self.queue: list[tuple[int, int, Any]] = []  # type: ignore[assignment]
+        self._arrivals = itertools.count()
+
+    def _qsize(self) -> int:
+        return len(self.queue)
+
+    def _put(self, item: Any) -> None:
+        heapq.heappush(self.queue, (-self._priority_of(item), next(self._arrivals), item))
+
+    def _get(self) -> Any:
+        return heapq.heappop(self.queue)[2]
