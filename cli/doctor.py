@@ -86,7 +86,7 @@ def observe(
                 low_after = now.low_watermark if now else low_before
                 end_after = after[p] if after is not None else None
                 retrying: tuple[int, ...] = ()
-                done_above = 0
+                done_above = max(0, now.high_watermark - now.low_watermark - now.offset_lag) if now else 0
                 waiting = end_after is None or end_after > low_after
                 if now is not None and low_after == low_before and waiting and progress_reads < MAX_PROGRESS_READS:
                     progress_reads += 1

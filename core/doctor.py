@@ -61,7 +61,7 @@ class PartitionLook:
         """Records not yet processed, by Kafka's end offset (None when the cluster could not be read)."""
         if self.end_after is None:
             return None
-        return max(0, self.end_after - self.low_after)
+        return max(0, self.end_after - self.low_after - self.done_above_low)
 
 
 @dataclass(frozen=True)
@@ -164,9 +164,8 @@ def diagnose(obs: Observation) -> Diagnosis:
                 p.lane,
                 f"offset {p.low_after} of {s}/{p.lease} is being retried and holds the partition's progress",
                 (
-                    f"low watermark stuck at {p.low_after} for {obs.interval_s:g} s",
+                    f"low watermark stuck at {p.low_after} for {obs.interval_s:.0f} s",
                     f"{p.done_above_low:,} records after it already done; {len(p.retrying)} offset(s) in retry",
-                    f"time lag {p.time_lag_ms / 1000:.1f} s",
                 ),
                 (
                     f"streamplane lag --group {g} --stream {s} --lane {p.lane} --partitions",
@@ -219,7 +218,7 @@ def diagnose(obs: Observation) -> Diagnosis:
                     p.lane,
                     f"{s}/{p.lease} is held by {p.holder} but not read: its progress has not moved",
                     (
-                        f"low watermark {p.low_after} unchanged for {obs.interval_s:g} s, {p.offset_lag:,} records "
+                        f"low watermark {p.low_after} unchanged for {obs.interval_s:.0f} s, {p.offset_lag:,} records "
                         "waiting",
                         f"{p.holder} reports 0 records/s for it",
                     ),
@@ -256,7 +255,7 @@ def diagnose(obs: Observation) -> Diagnosis:
                 f"{s}/{lane} has a backlog of {int(row['offset_lag']):,} records: {behind}{eta}",
                 (
                     f"input {row['input_per_s']:,.0f} records/s, processed {row['processed_per_s']:,.0f} records/s "
-                    f"over {obs.interval_s:g} s",
+                    f"over {obs.interval_s:.0f} s",
                     f"time lag {row['time_lag_ms'] / 1000:.1f} s (target {obs.target_ms / 1000:g} s)",
                     "every partition with records is held, and none is stuck",
                 ),
