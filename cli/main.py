@@ -401,6 +401,13 @@ def cmd_lag(args: argparse.Namespace) -> None:
                     ["STREAM", "LANE", "OFFSET LAG", "TIME LAG"],
                     [[x.stream, x.lane, f"{x.offset_lag:,}", _seconds(x.time_lag_ms)] for x in lag.lanes],
                 )
+                lost = _lost(client, args.group, args.stream, lag) if args.group else []
+                if lost:
+                    print()
+                    print(
+                        "lost: records of abandoned generations this group never processed (see `streamplane events`)"
+                    )
+                    print_table(["PARTITION", "NEVER PROCESSED"], lost)
                 if args.partitions:
                     print()
                     print_table(
@@ -439,10 +446,39 @@ def cmd_doctor(args: argparse.Namespace) -> None:
     print("\n\n".join(doctor.render(d, args.interval) for d in found))
 
 
+def _lost(client: CoordinatorClient, group: str, stream: str, lag: model.Lag) -> list[list[str]]:
+    """[partition, range] the group never processed in abandoned generations of the streams it reads."""
+    streams = {stream} if stream else {model.PartitionRef.parse(x.lease_id).stream for x in lag.partitions}
+    rows = []
+    for name in sorted(streams):
+        for lane in client.describe_stream(name).lanes:
+            for g in lane.generations:
+                if g.state != model.ABANDONED:
+                    continue
+                for p in range(g.partitions):
+                    lid = model.PartitionRef(name, lane.name, g.number, p).lease_id
+                    low = client.progress(group, lid, max_ranges=1).low_watermark
+                    end = g.end_offsets[p] if p < len(g.end_offsets) else None
+                    if end is None:
+                        rows.append([lid, f"[{low}, ?)"])
+                    elif low < end:
+                        rows.append([lid, f"[{low}, {end}) ({end - low:,} records)"])
+    return rows
+
+
 def cmd_group_configure(args: argparse.Namespace) -> None:
     with _client(args) as client:
-        client.configure_group(args.group, args.lane, args.max_attempts)
-    print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
+        target = -1 if args.no_lag_target else args.lag_target_ms
+        client.configure_group(args.group, args.lane, args.max_attempts, target)
+    if args.max_attempts:
+        print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
+    if target > 0:
+        print(
+            f"group {args.group}: past {target / 1000:g} s of time lag, lane {args.lane} gets the first claim on "
+            "the group's workers"
+        )
+    elif target < 0:
+        print(f"group {args.group}: lane {args.lane} has no time-lag target")
 
 
 def _print_events(args: argparse.Namespace, stream: Iterator[model.Event]) -> None:
@@ -732,10 +768,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = add(group, "events", cmd_group_events, "print a group's log: members joining, leases granted and moved")
     p.add_argument("group")
     _event_log_arguments(p)
-    p = add(group, "configure", cmd_group_configure, "set how many attempts a lane's records get before rejection")
+    p = add(
+        group,
+        "configure",
+        cmd_group_configure,
+        "set a lane's attempts before rejection and its time-lag target (past it, the lane gets the workers first)",
+    )
     p.add_argument("group")
     p.add_argument("--lane", required=True)
-    p.add_argument("--max-attempts", type=int, required=True)
+    p.add_argument("--max-attempts", type=int, default=0)
+    p.add_argument("--lag-target-ms", type=int, default=0, help="default 5000 for the top-priority lane")
+    p.add_argument("--no-lag-target", action="store_true", help="the lane never gets the first claim")
 
     p = add(sub, "lag", cmd_lag, "offset and time lag per stream and lane, of one group or all")
     p.add_argument("group", nargs="?", default="")

@@ -57,6 +57,7 @@ from streamplane.errors import (
 )
 from streamplane.model import (
     DLQ_COPY_TIMEOUT_MS,
+    ClusterErrors,
     Commit,
     DlqLocation,
     Grant,
@@ -222,6 +223,7 @@ class Consumer:
         self._dlq: Producer | None = None
         self._dlq_lock = threading.Lock()
         self._loads: dict[str, LeaseLoad] = {}
+        self._cluster_names: dict[str, str] = {}  # bootstrap servers of a grant: its cluster's name
         self._fetch = FetchLoop(
             budget=self.budget,
             max_decompressed=self.max_decompressed,
@@ -375,6 +377,7 @@ class Consumer:
             old.drop()
         position = grant.start_offset if grant.start_offset >= 0 else -2 if self.start_from_latest else -1
         receiver = _Receiver(self, ledger)
+        self._cluster_names[grant.bootstrap_servers] = grant.cluster
         self._fetch.add(grant.lease_id, grant.bootstrap_servers, grant.topic, p.partition, position, receiver)
         log.info("consumer.lease_granted", lease=grant.lease_id, epoch=grant.epoch, start=grant.start_offset)
 
@@ -630,7 +633,11 @@ class Consumer:
         live = {x.lease_id for x in ledgers}
         for lid in [lid for lid in self._loads if lid not in live]:
             del self._loads[lid]
-        session.report_load(records_per_s=total, leases=changed)
+        errors = [
+            ClusterErrors(self._cluster_names.get(bootstrap, bootstrap)[:64], count, last)
+            for bootstrap, (count, last) in self._fetch.take_errors().items()
+        ]
+        session.report_load(records_per_s=total, leases=changed, errors=errors)
 
     # -- the two APIs
     def __iter__(self) -> Iterator[Message]:

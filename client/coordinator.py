@@ -265,8 +265,12 @@ class CoordinatorClient:
         request = cpb.GetLagRequest(group=group, stream=stream, lane=lane)
         return convert.lag_from_pb(self._call(self.commitlog.GetLag, request, idempotent=True))
 
-    def configure_group(self, group: str, lane: str, max_attempts: int) -> None:
-        request = cpb.ConfigureGroupRequest(group=group, lane=lane, max_attempts=max_attempts)
+    def configure_group(self, group: str, lane: str, max_attempts: int = 0, lag_target_ms: int = 0) -> None:
+        """A lane's max attempts and/or time-lag target for the group (0 leaves a setting; lag_target_ms -1:
+        no target)."""
+        request = cpb.ConfigureGroupRequest(
+            group=group, lane=lane, max_attempts=max_attempts, lag_target_ms=lag_target_ms
+        )
         self._call(self.commitlog.ConfigureGroup, request)
 
     def watch_topology(

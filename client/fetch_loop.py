@@ -166,6 +166,8 @@ class FetchLoop:
         self._clusters: dict[str, _Cluster] = {}
         self._links: dict[tuple[str, int], _Link] = {}
         self._unreachable: dict[str, int] = {}  # broker host:port: failed connects in a row (logged once)
+        self._errors: dict[str, tuple[int, str]] = {}  # cluster bootstrap: (errors, the last) since taken
+        self._errors_lock = threading.Lock()
         self._oneoffs: dict[str, list[tuple[int, OneOff]]] = {}
         self._control: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -324,6 +326,7 @@ class FetchLoop:
                 cluster.next_metadata = now + cluster.backoff_s
                 cluster.backoff_s = min(METADATA_BACKOFF_S[1], cluster.backoff_s * 2)
                 log.info("fetch_loop.metadata_failed", cluster=bootstrap, error=err.message)
+                self._count_error(bootstrap, f"metadata: {err.message}")
                 continue
             cluster.backoff_s = METADATA_BACKOFF_S[0]
             cluster.next_metadata = now + cluster.backoff_s
@@ -347,8 +350,20 @@ class FetchLoop:
         with KafkaConnection.connect_any(cluster.bootstrap, cluster.config) as conn:
             return conn.metadata(topics)
 
+    def _count_error(self, bootstrap: str, text: str) -> None:
+        with self._errors_lock:
+            count, _ = self._errors.get(bootstrap, (0, ""))
+            self._errors[bootstrap] = (count + 1, text[:300])
+
+    def take_errors(self) -> dict[str, tuple[int, str]]:
+        """{cluster bootstrap: (errors, the last one)} since the last call (the worker reports them)."""
+        with self._errors_lock:
+            taken, self._errors = self._errors, {}
+        return taken
+
     def _fail_cluster(self, bootstrap: str, err: StreamplaneError) -> None:
         log.error("fetch_loop.cluster_failed", cluster=bootstrap, error=err.message)
+        self._count_error(bootstrap, err.message)
         for key, p in list(self._parts.items()):
             if p.cluster == bootstrap:
                 self._remove(key)
@@ -383,6 +398,7 @@ class FetchLoop:
         except StreamplaneError as err:
             broker = f"{link.host}:{link.port}"
             failures = self._unreachable[broker] = self._unreachable.get(broker, 0) + 1
+            self._count_error(link.cluster, f"broker {broker} unreachable: {err.message}")
             if failures == 1:  # once per outage, not at every retry: a broker down for minutes is one line
                 log.warning("fetch_loop.broker_unreachable", broker=broker, error=err.message, retrying=True)
             self._drop(link)

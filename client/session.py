@@ -19,12 +19,23 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from streamplane.client.coordinator import CoordinatorClient, SessionCall
 from streamplane.client.credentials import ClientTls
 from streamplane.errors import FencedError, StreamplaneError
-from streamplane.model import Grant, Heartbeat, Hello, LeaseLoad, Release, Revoke, Sealed, SessionEvent, Subscription
+from streamplane.model import (
+    ClusterErrors,
+    Grant,
+    Heartbeat,
+    Hello,
+    LeaseLoad,
+    Release,
+    Revoke,
+    Sealed,
+    SessionEvent,
+    Subscription,
+)
 
 __all__ = ["Grant", "LeaseLoad", "Revoke", "Sealed", "SessionEndedError", "WorkerSession"]
 
@@ -108,16 +119,22 @@ class WorkerSession:
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):
             load = self._load
-            if load.leases:  # lease loads go out once; later heartbeats carry only the worker's totals
+            if load.leases or load.errors:  # lease loads and errors go out once; later beats carry the totals
                 self._load = Heartbeat(load.cpu, load.records_per_s)
             self._outbox.put(load)
 
     def report_load(
-        self, *, cpu: float = 0.0, records_per_s: float = 0.0, leases: Mapping[str, LeaseLoad] | None = None
+        self,
+        *,
+        cpu: float = 0.0,
+        records_per_s: float = 0.0,
+        leases: Mapping[str, LeaseLoad] | None = None,
+        errors: Sequence[ClusterErrors] = (),
     ) -> None:
         """The load sent with the next heartbeats (the Assigner balances by it). Lease loads are sent once,
-        with the next heartbeat: report only the leases whose load changed."""
-        self._load = Heartbeat(cpu, records_per_s, tuple((leases or {}).items()))
+        with the next heartbeat: report only the leases whose load changed. `errors`: what fetches met per
+        cluster since the last report (the coordinator's health monitor counts workers that see errors)."""
+        self._load = Heartbeat(cpu, records_per_s, tuple((leases or {}).items()), tuple(errors))
 
     def events(self) -> Iterator[SessionEvent]:
         """Grants, revokes and seals as they come; ends when the session is closed, raises SessionEndedError

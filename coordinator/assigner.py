@@ -99,6 +99,7 @@ class Session:
             lease_loads=[(lid, x.records_per_s, x.lag_records, x.lag_ms) for lid, x in beat.leases],
             now_ms=self.clock.now_ms(),
             ttl_ms=cfg.ttl_ms,
+            errors=beat.errors,
         )
         self._last_heard = self.clock.monotonic()
 
@@ -250,6 +251,8 @@ class Assigner:
         self._last_pass: dict[str, tuple[int, float, int, tuple[int, int]]] = {}
         # group: rebalancing moves the last pass proposed (made only if the next pass confirms them)
         self._proposed: dict[str, frozenset[tuple[LeaseKey, str]]] = {}
+        # group: lower lanes past their time-lag target, served with the top tier
+        self._promoted: dict[str, frozenset[tuple[str, str]]] = {}
         # group: {partition: (when it was last moved to balance load, the worker it left)} (the cool-down)
         self._moved: dict[str, dict[LeaseKey, tuple[int, str]]] = {}
         self._renew_at = 0
@@ -405,6 +408,7 @@ class Assigner:
                     proposed=self._proposed.get(group, frozenset()),
                     pinned=self._pinned(group, now),
                     grace=grace,
+                    promoted=self._promoted.get(group, frozenset()),
                 )
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)
@@ -420,6 +424,7 @@ class Assigner:
             if applied is not None:
                 version, loads = seen
                 self._proposed[group] = applied.proposed
+                self._promoted[group] = applied.promoted
                 metrics.LEASE_GRANTS.labels(group).inc(applied.granted)
                 metrics.LEASE_MOVES.labels(group).inc(len(applied.moved))
                 self._moved.setdefault(group, {}).update({k: (now, w) for k, w in applied.moved.items()})

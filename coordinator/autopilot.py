@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import health, sealing
+from streamplane.coordinator import health, leases, sealing
 from streamplane.coordinator.health import AUTOPILOT
 from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.topology import Topology
@@ -127,8 +127,9 @@ class Autopilot:
         if finished:
             since = now - 2 * self.config.probe_interval_ms
             reported = sealing.reported_errors(sealing.read_producers(self.topology.db), since)
+            fetching = leases.reported_errors(self.topology.db, since)
             for name in finished:
-                self._observe(self._running.pop(name).result(), reported.get(name))
+                self._observe(self._running.pop(name).result(), reported.get(name), fetching.get(name))
         clusters = self.topology.list_clusters()
         interval = self.config.probe_interval_ms / 1000
         due = self.clock.monotonic() - interval
@@ -153,7 +154,7 @@ class Autopilot:
         elif self.waiting:
             self.waiting = []
 
-    def _observe(self, probe: Probe, reported: ClusterErrors | None) -> None:
+    def _observe(self, probe: Probe, reported: ClusterErrors | None, fetching: ClusterErrors | None = None) -> None:
         if probe.partitions < 0:  # a brokers-only look: the partitions as last read
             last = self._partitions.get(probe.cluster, Probe(probe.cluster, 0, True))
             probe = replace(
@@ -164,7 +165,7 @@ class Autopilot:
         seen = max(self._brokers_seen.get(probe.cluster, 0), probe.brokers)
         self._brokers_seen[probe.cluster] = seen
         self.history.setdefault(probe.cluster, collections.deque(maxlen=self.config.history)).append(probe)
-        state, reasons = health.judge(probe, seen, reported)
+        state, reasons = health.judge(probe, seen, reported, fetching)
         try:
             changed = self.topology.record_health(probe.cluster, state, reasons, actor=AUTOPILOT, seen_ms=probe.at_ms)
         except StreamplaneError as err:  # removed meanwhile, or the store is away: the next probe tells again

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from streamplane import offsets
-from streamplane.coordinator import keys, planted
+from streamplane.coordinator import group_config, keys, planted
 from streamplane.coordinator.leases import check_lease, parse_lease_id
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.errors import (
@@ -26,10 +26,12 @@ from streamplane.errors import (
     StreamplaneError,
 )
 from streamplane.model import (
+    ABANDONED,
     DLQ_COPY_TIMEOUT_MS,
     GAVE_UP,
     Commit,
     DlqCopy,
+    Generation,
     Lag,
     LaneLag,
     PartitionLag,
@@ -38,7 +40,7 @@ from streamplane.model import (
     Retry,
     RetryState,
 )
-from streamplane.names import check_lane_name, check_object_name
+from streamplane.names import check_object_name
 
 __all__ = ["Commit", "Reject", "Retry"]  # the commit's model types, re-exported for callers of commit()
 
@@ -46,7 +48,6 @@ CHUNK = offsets.CHUNK
 """Offsets per done-offsets value: a bitmap of at most 512 bytes (a big Python int while in use)."""
 MAX_ENTRIES = 100_000
 """Ranges, retries and rejects in one commit, together."""
-DEFAULT_MAX_ATTEMPTS = 5
 MAX_TEXT = 1024
 
 
@@ -120,23 +121,6 @@ def _write_chunk(tr: Transaction, pk: PartitionKey, chunk: int, mask: int) -> No
         tr.set(_chunk_key(pk, chunk), mask.to_bytes((mask.bit_length() + 7) // 8, "little"))
     else:
         tr.clear(_chunk_key(pk, chunk))
-
-
-def max_attempts(tr: Transaction, group: str, lane: str) -> int:
-    raw = tr.get(keys.group_config_key(group))
-    return json.loads(raw).get("max_attempts", {}).get(lane, DEFAULT_MAX_ATTEMPTS) if raw else DEFAULT_MAX_ATTEMPTS
-
-
-@transactional
-def configure(tr: Transaction, group: str, lane: str, attempts: int) -> None:
-    check_object_name("group", group)
-    check_lane_name("lane", lane)
-    if not 1 <= attempts <= 1000:
-        raise InvalidArgumentError(f"max_attempts must be between 1 and 1000, not {attempts}")
-    key = keys.group_config_key(group)
-    config = json.loads(tr.get(key) or b"{}")
-    config.setdefault("max_attempts", {})[lane] = attempts
-    tr.set(key, json.dumps(config, sort_keys=True).encode())
 
 
 MAX_COMMIT_CHUNKS = 4096
@@ -274,7 +258,7 @@ def _apply(
     check_writer(tr, group, lid, epoch, principal)
     header = read_header(tr, pk)
     high = validate(c, header)
-    limit = max_attempts(tr, group, pk[2])
+    limit = group_config.max_attempts(tr, group, pk[2])
 
     # a range from the low watermark on moves it; the other ranges are bounded before anything is written
     jump = next((e for s, e in c.acked if s <= header.low < e), header.low)
@@ -558,11 +542,19 @@ def read_rejects(
 
 @transactional
 def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
-    """Lag per partition and lane of one group, optionally of one stream (and lane)."""
+    """Lag per partition and lane of one group, optionally of one stream (and lane). Partitions of abandoned
+    generations are left out: what they hold is lost (the abandon event lists it), not late."""
     partitions: list[PartitionLag] = []
     lanes: dict[tuple[str, str], tuple[int, int]] = {}
+    abandoned: dict[tuple[str, str, int], bool] = {}
     for ref, h in read_headers(tr, group, stream=stream, lane=lane):
         s, la = ref.stream, ref.lane
+        gen = (s, la, ref.generation)
+        if gen not in abandoned:
+            raw = tr.get(keys.generation_key(*gen))
+            abandoned[gen] = raw is not None and Generation.from_json(raw).state == ABANDONED
+        if abandoned[gen]:
+            continue
         off, t = h.offset_lag(), h.time_lag_ms(now_ms)
         partitions.append(PartitionLag(group, ref.lease_id, h.low, h.high, off, t))
         was_off, was_t = lanes.get((s, la), (0, 0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import auth, metrics
+from streamplane.coordinator import auth, group_config, metrics
 from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.leases import parse_lease_id
@@ -144,5 +144,5 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
         self, request: cpb.ConfigureGroupRequest, context: grpc.ServicerContext
     ) -> cpb.ConfigureGroupResponse:
         self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
-        cl.configure(self._db, request.group, request.lane, request.max_attempts)
+        group_config.configure(self._db, request.group, request.lane, request.max_attempts, request.lag_target_ms)
         return cpb.ConfigureGroupResponse()

@@ -19,13 +19,21 @@ AUTOPILOT = "autopilot"
 """The actor of every change the autopilot makes."""
 
 
-def judge(probe: Probe, brokers_seen: int = 0, reported: ClusterErrors | None = None) -> tuple[str, tuple[str, ...]]:
+def judge(
+    probe: Probe,
+    brokers_seen: int = 0,
+    reported: ClusterErrors | None = None,
+    fetching: ClusterErrors | None = None,
+) -> tuple[str, tuple[str, ...]]:
     """The state a probe shows, with its reasons. `brokers_seen`: the most brokers this cluster had;
-    `reported`: what producers told of it lately (`count` producers saw errors)."""
-    told = f"{reported.count} producer(s) report errors ({reported.last_error})" if reported else ""
+    `reported`: what producers told of it lately (`count` producers saw errors); `fetching`: what workers'
+    fetches met (`count` workers)."""
+    told = [f"{reported.count} producer(s) report errors ({reported.last_error})"] if reported else []
+    if fetching:
+        told.append(f"{fetching.count} worker(s) report fetch errors ({fetching.last_error})")
     if not probe.reachable:
-        return UNHEALTHY, (f"metadata unreachable: {probe.error or 'no answer'}", *([told] if told else []))
-    reasons = [told] if told else []
+        return UNHEALTHY, (f"metadata unreachable: {probe.error or 'no answer'}", *told)
+    reasons = list(told)
     if brokers_seen and probe.brokers < brokers_seen:
         reasons.append(f"{brokers_seen - probe.brokers} of {brokers_seen} brokers missing")
     if probe.leaderless:

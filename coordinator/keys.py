@@ -40,6 +40,8 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "group_event_head", group)          -> 8-byte count of the group's events (its watchers' key)
     ("streamplane", "txn", process, slot)               -> idempotency token of a process's recent writing attempt
     ("streamplane", "fleet_policy")                     -> FleetPolicy {frozen, max_failovers_per_minute}
+    ("streamplane", "worker_errors", group, worker_id)  -> [[cluster, errors, last error, at_ms]]: what a worker's
+                                                           fetches met lately (the health monitor reads them)
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ EVENT_HEAD = ROOT.pack(("event_head",))
 GROUPS = ROOT["group"]
 GROUP_LOADS = ROOT["group_loads"]
 MEMBERS = ROOT["member"]
+WORKER_ERRORS = ROOT["worker_errors"]
 LEASES = ROOT["lease"]
 HELD = ROOT["held"]
 MEMBER_VERSIONS = ROOT["member_version"]
@@ -118,6 +121,10 @@ def group_key(group: str) -> bytes:
 
 def member_key(group: str, worker_id: str) -> bytes:
     return MEMBERS.pack((group, worker_id))
+
+
+def worker_errors_key(group: str, worker_id: str) -> bytes:
+    return WORKER_ERRORS.pack((group, worker_id))
 
 
 def lease_key(group: str, stream: str, lane: str, generation: int, partition: int) -> bytes:

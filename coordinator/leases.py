@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from streamplane.coordinator import events, keys, planted
+from streamplane.coordinator import events, group_config, keys, planted
 from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign, smooth
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, get_stream
@@ -30,7 +30,7 @@ from streamplane.errors import (
     PermissionDeniedError,
     quoted,
 )
-from streamplane.model import SETTLED, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
+from streamplane.model import SETTLED, ClusterErrors, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
 from streamplane.names import check_lane_name, check_object_name
 
 GRANTED, REVOKING, FREE = "granted", "revoking", "free"
@@ -294,11 +294,18 @@ def heartbeat(
     lease_loads: list[tuple[str, float, int, int]],
     now_ms: int,
     ttl_ms: int,
+    errors: Sequence[ClusterErrors] = (),
 ) -> None:
-    """Extend the session and record the worker's load, and each held lease's throughput and lag."""
+    """Extend the session and record the worker's load, each held lease's throughput and lag, and the errors
+    its fetches met per cluster (kept apart, for the health monitor; only a report with errors writes)."""
     _finite("heartbeat.cpu", cpu)
     _finite("heartbeat.records_per_s", records_per_s)
+    if len(errors) > 1000:
+        raise InvalidArgumentError(f"heartbeat.errors lists {len(errors)} clusters; the limit is 1000")
     member = _own_member(tr, group, worker_id, session_id)
+    seen = [[e.cluster[:64], max(0, e.count), e.last_error[:300], now_ms] for e in errors if e.count > 0]
+    if seen:
+        tr.set(keys.worker_errors_key(group, worker_id), json.dumps(seen).encode())
     tr.set(
         keys.member_key(group, worker_id),
         replace(member, cpu=cpu, records_per_s=records_per_s, alive_until_ms=now_ms + ttl_ms).to_json(),
@@ -342,6 +349,7 @@ def release(
 
 def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: _Events) -> None:
     tr.clear(keys.member_key(group, member.worker_id))
+    tr.clear(keys.worker_errors_key(group, member.worker_id))
     _, held = read_member_leases(tr, group, member.worker_id)
     for lease in held:
         _write_lease(tr, group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
@@ -413,6 +421,8 @@ class Applied:
     """{partition: the live holder this pass took it from to give to another} (their cool-down starts)."""
     granted: int = 0
     """Leases the pass granted (new holders, at a new epoch)."""
+    promoted: frozenset[tuple[str, str]] = frozenset()
+    """(stream, lane) of lower lanes past their time-lag target: their partitions have the first claim."""
 
 
 def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[LeaseKey, int]:
@@ -452,18 +462,26 @@ def apply_assignment(
     proposed: frozenset[tuple[LeaseKey, str]] | None = None,
     pinned: Mapping[LeaseKey, str] | None = None,
     grace: bool = False,
+    promoted: frozenset[tuple[str, str]] = frozenset(),
 ) -> Applied:
     """Compute the group's assignment and move leases towards it: grant free ones, revoke moved ones with a
     deadline, and force moves whose deadline passed (the old holder's epoch is then stale). `proposed` is
     the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, {partition: the worker it
     was recently moved away from}, not to be moved back there yet. With `grace` (a new leader's first TTL)
-    every member counts as live, since none could heartbeat while nobody led."""
+    every member counts as live, since none could heartbeat while nobody led. `promoted` is the previous
+    pass's `Applied.promoted`: lower lanes past their time-lag target are served with the top tier until
+    their lag is back under half the target, and each change is a group event."""
     members = {w: m for w, m in read_members(tr, group).items() if grace or m.alive_until_ms > now_ms}
     leases = read_leases(tr, group)
     wanted = group_partitions(tr, members)
+    ev = _Events(tr, "assigner", now_ms)
+    first_claim = _first_claim(tr, group, wanted, leases, promoted, ev)
+    top = max(wanted.values(), default=0)
     specs = [
         PartitionSpec(
-            k, priority=prio, load=(leases[k].records_per_s if k in leases and leases[k].records_per_s > 0 else 1.0)
+            k,
+            priority=top if k[:2] in first_claim else prio,
+            load=(leases[k].records_per_s if k in leases and leases[k].records_per_s > 0 else 1.0),
         )
         for k, prio in wanted.items()
     ]
@@ -475,8 +493,7 @@ def apply_assignment(
             current[k] = owner
     plan = assign(specs, workers, current, threshold=threshold, proposed=proposed, pinned=pinned)
     target = plan.holders
-    done = Applied(proposed=plan.proposed)
-    ev = _Events(tr, "assigner", now_ms)
+    done = Applied(proposed=plan.proposed, promoted=first_claim)
     for k in set(wanted) | set(leases):
         lease = leases.get(k) or Lease(*k)
         want = target.get(k, "")
@@ -521,6 +538,68 @@ def apply_assignment(
         if new.state == REVOKING and (not done.next_deadline_ms or new.deadline_ms < done.next_deadline_ms):
             done.next_deadline_ms = new.deadline_ms
     return done
+
+
+def _first_claim(
+    tr: Transaction,
+    group: str,
+    wanted: dict[LeaseKey, int],
+    leases: dict[LeaseKey, Lease],
+    before: frozenset[tuple[str, str]],
+    ev: _Events,
+) -> frozenset[tuple[str, str]]:
+    """Lower lanes whose time lag (the most any holder reports for one of its partitions) is past their
+    target, or was and is not yet back under half of it: they are served with the top tier now. Each lane
+    that gains or loses the first claim is a group event with its lag and target."""
+    top = max(wanted.values(), default=0)
+    priority: dict[tuple[str, str], int] = {}
+    for k, prio in wanted.items():
+        priority[k[:2]] = prio
+    configured = group_config.lag_targets(tr, group)
+    tops = {s: max(p for (s2, _), p in priority.items() if s2 == s) for s, _ in priority}
+    lag: dict[tuple[str, str], int] = {}
+    for k, lease in leases.items():
+        if lease.state != FREE and k in wanted:
+            lag[k[:2]] = max(lag.get(k[:2], 0), lease.lag_ms)
+    now: set[tuple[str, str]] = set()
+    for lane, prio in priority.items():
+        if prio >= top:
+            continue  # already served first
+        target = configured.get(lane[1], group_config.DEFAULT_LAG_TARGET_MS if prio >= tops[lane[0]] else 0)
+        if target <= 0:
+            continue
+        seen = lag.get(lane, 0)
+        if seen > target or (lane in before and seen > target // 2):
+            now.add(lane)
+            if lane not in before:
+                ev.group(
+                    group,
+                    "lane_promoted",
+                    reason=f"{lane[0]}/{lane[1]}: time lag {seen / 1000:.1f} s is past its {target / 1000:g} s "
+                    "target; its partitions get the first claim on the workers",
+                )
+        elif lane in before:
+            ev.group(
+                group,
+                "lane_restored",
+                reason=f"{lane[0]}/{lane[1]}: time lag {seen / 1000:.1f} s is back under half its "
+                f"{target / 1000:g} s target; served by its priority again",
+            )
+    return frozenset(now)
+
+
+@transactional
+def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
+    """{cluster: errors} workers' fetches met since `since_ms`; `count` counts workers. Only workers whose
+    sessions reported errors have a key here (it goes with their session)."""
+    found: dict[str, ClusterErrors] = {}
+    r = keys.WORKER_ERRORS.range()
+    for _, raw in tr.get_range(r.start, r.stop, snapshot=True):
+        for cluster, count, last, at_ms in json.loads(raw):
+            if at_ms >= since_ms and count > 0:
+                was = found.get(cluster)
+                found[cluster] = ClusterErrors(cluster, (was.count if was else 0) + 1, last)
+    return found
 
 
 def end_offset(tr: Transaction, lease: Lease) -> int:

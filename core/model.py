@@ -438,6 +438,8 @@ class Heartbeat:
     cpu: float = 0.0
     records_per_s: float = 0.0
     leases: tuple[tuple[str, LeaseLoad], ...] = ()
+    errors: tuple[ClusterErrors, ...] = ()
+    """Errors the worker's fetches met per cluster since its last report (sent once, like lease loads)."""
 
 
 @dataclass(frozen=True)

@@ -265,12 +265,36 @@ def test_a_generation_on_a_cluster_gone_for_good_is_abandoned_with_its_unread_ra
         assert c.describe_stream("stranded").lane("realtime").generations[0].state == model.ABANDONED  # type: ignore[union-attr]
         event = [e for e in c.watch_topology("", idle_timeout_s=0.2) if isinstance(e, model.GenerationAbandoned)][-1]
         assert event.reason == "cluster dead decommissioned" and event.lost == ("group reader p0: [40, ?)",)
+        # lost, not late: the lag leaves the abandoned partitions out, and `lag GROUP` lists what was lost
+        assert [x.lease_id for x in c.lag("reader").partitions if "/g1/" in x.lease_id] == []
+    shown = cli("lag", "reader", "--stream", "stranded", coordinator=address)
+    assert shown.returncode == 0, shown.stderr
+    assert "records of abandoned generations this group never processed" in shown.stdout
+    assert "stranded/realtime/g1/p0  [40, ?)" in shown.stdout and "stranded/realtime/g1/p1  [0, ?)" in shown.stdout
+    with CoordinatorClient(address) as c:
         assert (
             cli(
                 "generation", "abandon", "stranded", "realtime", "1", "--reason", "again", coordinator=address
             ).returncode
             == 5
         )
+
+
+def test_workers_tell_the_health_monitor_what_their_fetches_meet(fleet) -> None:
+    from streamplane.client import Consumer
+
+    address, _ = fleet
+    with CoordinatorClient(address) as c:
+        c.set_fleet_policy(model.FleetPolicy(frozen=True))
+        c.create_stream("fetched", 1, cluster="dead")
+        with Consumer(address, group="fetchers", stream="fetched") as consumer:
+            consumer._start("records")  # fetch without a handler: the fetch loop alone meets the dead cluster
+            wait_until(
+                lambda: any("1 worker(s) report fetch errors" in r for r in c.cluster_health("dead")[0].health_reasons),
+                timeout=20,
+                what=lambda: str(c.cluster_health("dead")[0].health_reasons),
+            )
+        assert not any("fetch errors" in r for r in c.cluster_health("alive-1")[0].health_reasons)
 
 
 def test_producers_tell_the_health_monitor_what_they_see_of_a_cluster(fleet) -> None:

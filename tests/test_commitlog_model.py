@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamplane.coordinator import commitlog as cl
-from streamplane.coordinator import keys, leases
+from streamplane.coordinator import group_config, keys, leases
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.api import MAX_VALUE_BYTES
@@ -195,7 +195,7 @@ def test_a_dlq_copy_is_counted_before_it_is_written_and_skipped_once_rejected(he
     """Copy, then mark rejected: the commit log counts each copy begun, answers a re-sent commit the same,
     and lets nobody copy a record that is rejected already."""
     reset(held)
-    cl.configure(held, "g", "realtime", 2)
+    group_config.configure(held, "g", "realtime", 2)
     assert cl.commit(held, "g", LEASE, 1, cl.Commit(retries=[cl.Retry(7, 1, "boom")]), now_ms=1).copies == []
     last = cl.Commit(retries=[cl.Retry(7, 2, "boom")])
     first = cl.commit(held, "g", LEASE, 1, last, now_ms=2)

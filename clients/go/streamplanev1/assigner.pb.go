@@ -305,10 +305,12 @@ func (x *LeaseLoad) GetLagMs() int64 {
 
 // At least every heartbeat_interval_ms (Welcome); a session silent for ttl_ms loses its leases.
 type Heartbeat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cpu           float64                `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	RecordsPerS   float64                `protobuf:"fixed64,2,opt,name=records_per_s,json=recordsPerS,proto3" json:"records_per_s,omitempty"`
-	Leases        []*LeaseLoad           `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Cpu         float64                `protobuf:"fixed64,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	RecordsPerS float64                `protobuf:"fixed64,2,opt,name=records_per_s,json=recordsPerS,proto3" json:"records_per_s,omitempty"`
+	Leases      []*LeaseLoad           `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
+	// Errors the worker's fetches met per cluster since its last report (for the health monitor).
+	Errors        []*ClusterErrors `protobuf:"bytes,4,rep,name=errors,proto3" json:"errors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +362,13 @@ func (x *Heartbeat) GetRecordsPerS() float64 {
 func (x *Heartbeat) GetLeases() []*LeaseLoad {
 	if x != nil {
 		return x.Leases
+	}
+	return nil
+}
+
+func (x *Heartbeat) GetErrors() []*ClusterErrors {
+	if x != nil {
+		return x.Errors
 	}
 	return nil
 }
@@ -1443,11 +1452,12 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\rrecords_per_s\x18\x02 \x01(\x01R\vrecordsPerS\x12\x1f\n" +
 	"\vlag_records\x18\x03 \x01(\x03R\n" +
 	"lagRecords\x12\x15\n" +
-	"\x06lag_ms\x18\x04 \x01(\x03R\x05lagMs\"t\n" +
+	"\x06lag_ms\x18\x04 \x01(\x03R\x05lagMs\"\xab\x01\n" +
 	"\tHeartbeat\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\x01R\x03cpu\x12\"\n" +
 	"\rrecords_per_s\x18\x02 \x01(\x01R\vrecordsPerS\x121\n" +
-	"\x06leases\x18\x03 \x03(\v2\x19.streamplane.v1.LeaseLoadR\x06leases\":\n" +
+	"\x06leases\x18\x03 \x03(\v2\x19.streamplane.v1.LeaseLoadR\x06leases\x125\n" +
+	"\x06errors\x18\x04 \x03(\v2\x1d.streamplane.v1.ClusterErrorsR\x06errors\":\n" +
 	"\aRelease\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xb6\x01\n" +
@@ -1568,40 +1578,42 @@ var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*MemberInfo)(nil),           // 16: streamplane.v1.MemberInfo
 	(*GroupDescription)(nil),     // 17: streamplane.v1.GroupDescription
 	(*WatchGroupRequest)(nil),    // 18: streamplane.v1.WatchGroupRequest
-	(GenerationState)(0),         // 19: streamplane.v1.GenerationState
-	(*GroupEvent)(nil),           // 20: streamplane.v1.GroupEvent
+	(*ClusterErrors)(nil),        // 19: streamplane.v1.ClusterErrors
+	(GenerationState)(0),         // 20: streamplane.v1.GenerationState
+	(*GroupEvent)(nil),           // 21: streamplane.v1.GroupEvent
 }
 var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: streamplane.v1.Hello.subscriptions:type_name -> streamplane.v1.Subscription
 	3,  // 1: streamplane.v1.Heartbeat.leases:type_name -> streamplane.v1.LeaseLoad
-	2,  // 2: streamplane.v1.WorkerMessage.hello:type_name -> streamplane.v1.Hello
-	4,  // 3: streamplane.v1.WorkerMessage.heartbeat:type_name -> streamplane.v1.Heartbeat
-	5,  // 4: streamplane.v1.WorkerMessage.release:type_name -> streamplane.v1.Release
-	0,  // 5: streamplane.v1.Grant.partition:type_name -> streamplane.v1.PartitionRef
-	19, // 6: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
-	0,  // 7: streamplane.v1.GenerationChange.partition:type_name -> streamplane.v1.PartitionRef
-	19, // 8: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
-	7,  // 9: streamplane.v1.AssignerMessage.welcome:type_name -> streamplane.v1.Welcome
-	8,  // 10: streamplane.v1.AssignerMessage.grant:type_name -> streamplane.v1.Grant
-	9,  // 11: streamplane.v1.AssignerMessage.revoke:type_name -> streamplane.v1.Revoke
-	10, // 12: streamplane.v1.AssignerMessage.generation_change:type_name -> streamplane.v1.GenerationChange
-	0,  // 13: streamplane.v1.LeaseInfo.partition:type_name -> streamplane.v1.PartitionRef
-	1,  // 14: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
-	16, // 15: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
-	15, // 16: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
-	6,  // 17: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
-	12, // 18: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
-	14, // 19: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
-	18, // 20: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
-	11, // 21: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
-	13, // 22: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
-	17, // 23: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
-	20, // 24: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	19, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
+	2,  // 3: streamplane.v1.WorkerMessage.hello:type_name -> streamplane.v1.Hello
+	4,  // 4: streamplane.v1.WorkerMessage.heartbeat:type_name -> streamplane.v1.Heartbeat
+	5,  // 5: streamplane.v1.WorkerMessage.release:type_name -> streamplane.v1.Release
+	0,  // 6: streamplane.v1.Grant.partition:type_name -> streamplane.v1.PartitionRef
+	20, // 7: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
+	0,  // 8: streamplane.v1.GenerationChange.partition:type_name -> streamplane.v1.PartitionRef
+	20, // 9: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
+	7,  // 10: streamplane.v1.AssignerMessage.welcome:type_name -> streamplane.v1.Welcome
+	8,  // 11: streamplane.v1.AssignerMessage.grant:type_name -> streamplane.v1.Grant
+	9,  // 12: streamplane.v1.AssignerMessage.revoke:type_name -> streamplane.v1.Revoke
+	10, // 13: streamplane.v1.AssignerMessage.generation_change:type_name -> streamplane.v1.GenerationChange
+	0,  // 14: streamplane.v1.LeaseInfo.partition:type_name -> streamplane.v1.PartitionRef
+	1,  // 15: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
+	16, // 16: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
+	15, // 17: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
+	6,  // 18: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
+	12, // 19: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
+	14, // 20: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
+	18, // 21: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
+	11, // 22: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
+	13, // 23: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
+	17, // 24: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
+	21, // 25: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
+	22, // [22:26] is the sub-list for method output_type
+	18, // [18:22] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_assigner_proto_init() }

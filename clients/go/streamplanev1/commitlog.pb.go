@@ -1450,8 +1450,12 @@ type ConfigureGroupRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	Lane  string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
-	// Attempts before a record must be rejected; 1..1000, default 5.
-	MaxAttempts   uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Attempts before a record must be rejected; 1..1000, default 5; 0 leaves it as it is.
+	MaxAttempts uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// The time lag the lane should stay under (ms, 1000..86400000): past it, the Assigner gives the lane's
+	// partitions the first claim on the group's workers. 0 leaves it as it is; -1: no target. Default: 5000
+	// for the stream's top-priority lane, none for the others.
+	LagTargetMs   int64 `protobuf:"varint,4,opt,name=lag_target_ms,json=lagTargetMs,proto3" json:"lag_target_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1503,6 +1507,13 @@ func (x *ConfigureGroupRequest) GetLane() string {
 func (x *ConfigureGroupRequest) GetMaxAttempts() uint32 {
 	if x != nil {
 		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *ConfigureGroupRequest) GetLagTargetMs() int64 {
+	if x != nil {
+		return x.LagTargetMs
 	}
 	return 0
 }
@@ -1669,11 +1680,12 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x05lanes\x18\x03 \x03(\v2\x17.streamplane.v1.LaneLagR\x05lanes\x12\x1d\n" +
 	"\n" +
 	"offset_lag\x18\x04 \x01(\x03R\toffsetLag\x12\x1e\n" +
-	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\"d\n" +
+	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\"\x88\x01\n" +
 	"\x15ConfigureGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12!\n" +
-	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\"\x18\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\"\n" +
+	"\rlag_target_ms\x18\x04 \x01(\x03R\vlagTargetMs\"\x18\n" +
 	"\x16ConfigureGroupResponse2\xff\x03\n" +
 	"\x10CommitLogService\x12G\n" +
 	"\x06Commit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n" +

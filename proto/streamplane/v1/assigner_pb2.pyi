@@ -56,14 +56,16 @@ class LeaseLoad(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., records_per_s: _Optional[float] = ..., lag_records: _Optional[int] = ..., lag_ms: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("cpu", "records_per_s", "leases")
+    __slots__ = ("cpu", "records_per_s", "leases", "errors")
     CPU_FIELD_NUMBER: _ClassVar[int]
     RECORDS_PER_S_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
     cpu: float
     records_per_s: float
     leases: _containers.RepeatedCompositeFieldContainer[LeaseLoad]
-    def __init__(self, cpu: _Optional[float] = ..., records_per_s: _Optional[float] = ..., leases: _Optional[_Iterable[_Union[LeaseLoad, _Mapping]]] = ...) -> None: ...
+    errors: _containers.RepeatedCompositeFieldContainer[_topology_pb2.ClusterErrors]
+    def __init__(self, cpu: _Optional[float] = ..., records_per_s: _Optional[float] = ..., leases: _Optional[_Iterable[_Union[LeaseLoad, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[_topology_pb2.ClusterErrors, _Mapping]]] = ...) -> None: ...
 
 class Release(_message.Message):
     __slots__ = ("lease_id", "epoch")

@@ -385,6 +385,7 @@ def worker_message_to_pb(x: m.WorkerMessage) -> apb.WorkerMessage:
                         )
                         for lid, y in x.leases
                     ],
+                    errors=cluster_errors_to_pb(x.errors),
                 )
             )
         case m.Release():
@@ -403,7 +404,7 @@ def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
         case "heartbeat":
             b = x.heartbeat
             loads = tuple((y.lease_id, m.LeaseLoad(y.records_per_s, y.lag_records, y.lag_ms)) for y in b.leases)
-            return m.Heartbeat(b.cpu, b.records_per_s, loads)
+            return m.Heartbeat(b.cpu, b.records_per_s, loads, tuple(cluster_errors_from_pb(b.errors)))
         case "release":
             return m.Release(x.release.lease_id, x.release.epoch)
     return None

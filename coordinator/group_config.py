@@ -1,0 +1,59 @@
+"""A group's settings per lane: attempts before a record is rejected, and the time lag the lane should stay
+under (past it, the Assigner gives the lane's partitions the first claim on the group's workers).
+
+Kept in one small value per group (`keys.group_config_key`), read by the commit log and the Assigner.
+"""
+
+from __future__ import annotations
+
+import json
+
+from streamplane.coordinator import keys
+from streamplane.coordinator.store import Transaction, transactional
+from streamplane.errors import InvalidArgumentError
+from streamplane.names import check_lane_name, check_object_name
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_LAG_TARGET_MS = 5_000
+"""The time-lag target of a stream's top-priority lane unless configured (the others have none)."""
+NO_LAG_TARGET = -1
+
+
+@transactional
+def max_attempts(tr: Transaction, group: str, lane: str) -> int:
+    """Attempts a record of `lane` gets before it must be rejected."""
+    raw = tr.get(keys.group_config_key(group))
+    return json.loads(raw).get("max_attempts", {}).get(lane, DEFAULT_MAX_ATTEMPTS) if raw else DEFAULT_MAX_ATTEMPTS
+
+
+@transactional
+def lag_targets(tr: Transaction, group: str) -> dict[str, int]:
+    """{lane: time-lag target ms (NO_LAG_TARGET: none)} as configured for the group; lanes left out take the
+    default (DEFAULT_LAG_TARGET_MS for a stream's top-priority lane, none for the others)."""
+    raw = tr.get(keys.group_config_key(group))
+    targets: dict[str, int] = json.loads(raw).get("lag_target_ms", {}) if raw else {}
+    return targets
+
+
+@transactional
+def configure(tr: Transaction, group: str, lane: str, attempts: int = 0, lag_target_ms: int = 0) -> None:
+    """Set a lane's max attempts and/or time-lag target for a group (0 leaves a setting as it is)."""
+    check_object_name("group", group)
+    check_lane_name("lane", lane)
+    if not attempts and not lag_target_ms:
+        raise InvalidArgumentError("give max_attempts or lag_target_ms (or both)")
+    if attempts and not 1 <= attempts <= 1000:
+        raise InvalidArgumentError(f"max_attempts must be between 1 and 1000, not {attempts}")
+    if lag_target_ms and lag_target_ms != NO_LAG_TARGET and not 1000 <= lag_target_ms <= 86_400_000:
+        raise InvalidArgumentError(
+            f"lag_target_ms must be between 1000 and 86400000 (or -1 for none), not {lag_target_ms}"
+        )
+    key = keys.group_config_key(group)
+    config = json.loads(tr.get(key) or b"{}")
+    if attempts:
+        config.setdefault("max_attempts", {})[lane] = attempts
+    if lag_target_ms:
+        config.setdefault("lag_target_ms", {})[lane] = lag_target_ms
+    tr.set(key, json.dumps(config, sort_keys=True).encode())
+    tr.add(keys.group_version_key(group), 1)  # the Assigner looks at the group again
+    tr.add(keys.ASSIGNER_WAKE, 1)
