@@ -125,7 +125,17 @@ def cmd_cluster_health(args: argparse.Namespace) -> None:
     for reason in cluster.health_reasons:
         print(f"  - {reason}")
     print_table(
-        ["AGO_S", "REACHABLE", "LATENCY_MS", "BROKERS", "PARTITIONS", "LEADERLESS", "UNDER_REPLICATED", "ERROR"],
+        [
+            "AGO_S",
+            "REACHABLE",
+            "LATENCY_MS",
+            "BROKERS",
+            "PARTITIONS",
+            "LEADERLESS",
+            "UNDER_REPLICATED",
+            "CANARY_MS",
+            "ERROR",
+        ],
         [
             [
                 f"{(_time.time() * 1000 - p.at_ms) / 1000:.1f}",
@@ -135,7 +145,8 @@ def cmd_cluster_health(args: argparse.Namespace) -> None:
                 p.partitions,
                 p.leaderless,
                 p.under_replicated,
-                p.error or "-",
+                f"{p.canary_ms:.1f}" if p.canary_ms >= 0 else "-",
+                p.error or p.canary_error or "-",
             ]
             for p in reversed(probes)
         ],

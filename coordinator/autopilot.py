@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, replace
+from typing import Any
 
 import structlog
 
@@ -22,7 +23,7 @@ from streamplane.coordinator.health import AUTOPILOT
 from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import StreamplaneError
-from streamplane.model import ClusterErrors, Probe
+from streamplane.model import Cluster, ClusterErrors, Probe
 from streamplane.names import TOPIC_PREFIX
 
 log = structlog.get_logger(__name__)
@@ -40,6 +41,57 @@ class AutopilotConfig:
     probe_threads: int = 8
     topics_every: int = 5
     """Every how many probes the partitions of our topics are read too (the others read brokers only)."""
+    canary_every: int = 5
+    """Every how many probes a canary record is produced to the cluster's health topic and fetched back."""
+    canary_slow_ms: float = 2000.0
+    """A canary slower than this makes the cluster degraded."""
+
+
+CANARY_TOPIC = f"{TOPIC_PREFIX}._canary"
+"""One small topic per cluster (1 partition) that the health monitor writes to and reads back."""
+
+
+def run_canary(cluster: Cluster, *, timeout_s: float) -> tuple[float, str]:
+    """Produce one record to the cluster's health topic and fetch it back: (ms it took, "" or the error).
+    The topic must exist (the autopilot creates it once per cluster)."""
+    from confluent_kafka import KafkaException, Producer
+
+    from streamplane.client.fetcher import PartitionFetcher
+
+    started = time.perf_counter()
+    try:
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "acks": "all",
+                "message.timeout.ms": max(1, int(timeout_s * 1000)),
+                "socket.timeout.ms": max(10, int(timeout_s * 1000)),
+                "log_level": 0,
+            }
+        )
+        stored: list[Any] = []
+        value = f"canary {time.time_ns()}".encode()
+        producer.produce(CANARY_TOPIC, value, partition=0, on_delivery=lambda err, msg: stored.append((err, msg)))
+        producer.flush(timeout_s)
+        del producer
+        if not stored:
+            return (time.perf_counter() - started) * 1000, "canary record not acknowledged in time"
+        err, msg = stored[0]
+        if err is not None:
+            return (time.perf_counter() - started) * 1000, f"canary produce failed: {err.str()}"
+        fetcher = PartitionFetcher(cluster.bootstrap_servers, CANARY_TOPIC, 0, start_offset=msg.offset())
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                got = fetcher.fetch()
+                if got.batch is not None and any(r.value == value for r in got.batch.records()):
+                    return (time.perf_counter() - started) * 1000, ""
+            return (time.perf_counter() - started) * 1000, "canary record not fetched back in time"
+        finally:
+            fetcher.close()
+    except (StreamplaneError, KafkaException, OSError) as err:
+        message = err.message if isinstance(err, StreamplaneError) else str(err)
+        return (time.perf_counter() - started) * 1000, f"canary failed: {message[:200]}"
 
 
 def probe_cluster(name: str, bootstrap_servers: str, *, timeout_s: float, now_ms: int, topics: bool = True) -> Probe:
@@ -85,12 +137,16 @@ class Autopilot:
         *,
         clock: Clock = SYSTEM,
         probe: Callable[..., Probe] = probe_cluster,
+        canary: Callable[..., tuple[float, str]] | None = run_canary,
     ) -> None:
+        """`probe` and `canary` are what look at a cluster (tests give stand-ins; canary None runs none)."""
         self.topology = topology
         self.is_leader = is_leader
         self.config = config or AutopilotConfig()
         self.clock = clock
         self._probe = probe
+        self._canary = canary
+        self._canary_topics: set[str] = set()  # clusters whose health topic exists
         self._pool = futures.ThreadPoolExecutor(self.config.probe_threads, thread_name_prefix="probe")
         self._running: dict[str, futures.Future[Probe]] = {}
         self._probed_at: dict[str, float] = {}
@@ -137,14 +193,7 @@ class Autopilot:
             if c.name not in self._running and self._probed_at.get(c.name, float("-inf")) <= due:
                 self._probed_at[c.name] = self.clock.monotonic()
                 count = self._probes_made[c.name] = self._probes_made.get(c.name, -1) + 1
-                self._running[c.name] = self._pool.submit(
-                    self._probe,
-                    c.name,
-                    c.bootstrap_servers,
-                    timeout_s=self.config.probe_timeout_ms / 1000,
-                    now_ms=now,
-                    topics=count % self.config.topics_every == 0 or c.health != health.HEALTHY,
-                )
+                self._running[c.name] = self._pool.submit(self._look, c, count, now)
         for gone in set(self._probed_at) - {c.name for c in clusters}:
             del self._probed_at[gone]
         self._next_due = min(self._probed_at.values(), default=self.clock.monotonic()) + interval
@@ -153,6 +202,28 @@ class Autopilot:
             self.fail_over(now)
         elif self.waiting:
             self.waiting = []
+
+    def _look(self, cluster: Cluster, count: int, now_ms: int) -> Probe:
+        """One probe of a cluster (in the pool); every `canary_every` probes of a reachable cluster, the canary
+        too, its health topic created first if need be."""
+        cfg = self.config
+        probe = self._probe(
+            cluster.name,
+            cluster.bootstrap_servers,
+            timeout_s=cfg.probe_timeout_ms / 1000,
+            now_ms=now_ms,
+            topics=count % cfg.topics_every == 0 or cluster.health != health.HEALTHY,
+        )
+        if self._canary is None or not probe.reachable or count % cfg.canary_every:
+            return probe
+        try:
+            if cluster.name not in self._canary_topics:
+                self.topology.admin.ensure_topic(cluster, CANARY_TOPIC, 1)
+                self._canary_topics.add(cluster.name)
+        except StreamplaneError as err:
+            return replace(probe, canary_ms=0.0, canary_error=f"canary topic not created: {err.message[:200]}")
+        took, error = self._canary(cluster, timeout_s=cfg.probe_timeout_ms / 1000)
+        return replace(probe, canary_ms=took, canary_error=error)
 
     def _observe(self, probe: Probe, reported: ClusterErrors | None, fetching: ClusterErrors | None = None) -> None:
         if probe.partitions < 0:  # a brokers-only look: the partitions as last read
@@ -165,7 +236,7 @@ class Autopilot:
         seen = max(self._brokers_seen.get(probe.cluster, 0), probe.brokers)
         self._brokers_seen[probe.cluster] = seen
         self.history.setdefault(probe.cluster, collections.deque(maxlen=self.config.history)).append(probe)
-        state, reasons = health.judge(probe, seen, reported, fetching)
+        state, reasons = health.judge(probe, seen, reported, fetching, canary_slow_ms=self.config.canary_slow_ms)
         try:
             changed = self.topology.record_health(probe.cluster, state, reasons, actor=AUTOPILOT, seen_ms=probe.at_ms)
         except StreamplaneError as err:  # removed meanwhile, or the store is away: the next probe tells again

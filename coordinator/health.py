@@ -24,6 +24,8 @@ def judge(
     brokers_seen: int = 0,
     reported: ClusterErrors | None = None,
     fetching: ClusterErrors | None = None,
+    *,
+    canary_slow_ms: float = 2000.0,
 ) -> tuple[str, tuple[str, ...]]:
     """The state a probe shows, with its reasons. `brokers_seen`: the most brokers this cluster had;
     `reported`: what producers told of it lately (`count` producers saw errors); `fetching`: what workers'
@@ -34,6 +36,10 @@ def judge(
     if not probe.reachable:
         return UNHEALTHY, (f"metadata unreachable: {probe.error or 'no answer'}", *told)
     reasons = list(told)
+    if probe.canary_error:
+        reasons.append(probe.canary_error)
+    elif probe.canary_ms > canary_slow_ms:
+        reasons.append(f"canary took {probe.canary_ms:.0f} ms (over {canary_slow_ms:.0f} ms)")
     if brokers_seen and probe.brokers < brokers_seen:
         reasons.append(f"{brokers_seen - probe.brokers} of {brokers_seen} brokers missing")
     if probe.leaderless:

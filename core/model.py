@@ -205,6 +205,9 @@ class Probe:
     leaderless: int = 0
     under_replicated: int = 0
     error: str = ""
+    canary_ms: float = -1.0
+    """A record produced to the cluster's health topic and fetched back, in ms; -1 when this probe ran none."""
+    canary_error: str = ""
 
 
 @dataclass(frozen=True)

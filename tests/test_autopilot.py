@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from streamplane import model
 from streamplane.client import CoordinatorClient, WorkerSession
@@ -48,6 +49,27 @@ def test_judge() -> None:
     state, reasons = judge(Probe("a", T0, True, brokers=2, partitions=8, leaderless=3), brokers_seen=3)
     assert state == DEGRADED and reasons == ("1 of 3 brokers missing", "3 of 8 partitions without a leader")
     assert judge(Probe("a", T0, True, brokers=1, partitions=4, leaderless=4))[0] == UNHEALTHY
+    assert judge(Probe("a", T0, True, brokers=3, canary_ms=40.0)) == (HEALTHY, ())
+    assert judge(Probe("a", T0, True, brokers=3, canary_ms=2500.0)) == (
+        DEGRADED,
+        ("canary took 2500 ms (over 2000 ms)",),
+    )
+    failed = judge(Probe("a", T0, True, brokers=3, canary_ms=900.0, canary_error="canary produce failed: timed out"))
+    assert failed == (DEGRADED, ("canary produce failed: timed out",))
+
+
+def test_the_canary_writes_to_each_reachable_clusters_health_topic_and_reads_it_back(fleet, local_cluster) -> None:
+    address, _ = fleet
+    with CoordinatorClient(address) as c:
+        c.set_fleet_policy(model.FleetPolicy(frozen=True))
+        wait_until(lambda: any(p.canary_ms >= 0 for p in c.cluster_health("alive-1")[1]), timeout=15)
+        (canary,) = [p for p in c.cluster_health("alive-1")[1] if p.canary_ms >= 0][-1:]
+        assert canary.canary_error == "" and 0 < canary.canary_ms < 2000
+        assert all(p.canary_ms < 0 for p in c.cluster_health("dead")[1]), "an unreachable cluster gets no canary"
+    shown = cli("cluster", "health", "alive-1", coordinator=address)
+    assert "CANARY_MS" in shown.stdout
+    topics = AdminClient({"bootstrap.servers": local_cluster[0]}).list_topics(timeout=10).topics
+    assert "sp._canary" in topics and len(topics["sp._canary"].partitions) == 1
 
 
 def _cluster(name: str, health: str = HEALTHY, *, zone: str = "", since: int = T0, **kw: object) -> model.Cluster:

@@ -393,8 +393,12 @@ type Probe struct {
 	Leaderless      uint32                 `protobuf:"varint,6,opt,name=leaderless,proto3" json:"leaderless,omitempty"`
 	UnderReplicated uint32                 `protobuf:"varint,7,opt,name=under_replicated,json=underReplicated,proto3" json:"under_replicated,omitempty"`
 	Error           string                 `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The canary: a record produced to the cluster's health topic (sp._canary) and fetched back, in ms; -1
+	// when this probe ran none.
+	CanaryMs      float64 `protobuf:"fixed64,9,opt,name=canary_ms,json=canaryMs,proto3" json:"canary_ms,omitempty"`
+	CanaryError   string  `protobuf:"bytes,10,opt,name=canary_error,json=canaryError,proto3" json:"canary_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Probe) Reset() {
@@ -479,6 +483,20 @@ func (x *Probe) GetUnderReplicated() uint32 {
 func (x *Probe) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *Probe) GetCanaryMs() float64 {
+	if x != nil {
+		return x.CanaryMs
+	}
+	return 0
+}
+
+func (x *Probe) GetCanaryError() string {
+	if x != nil {
+		return x.CanaryError
 	}
 	return ""
 }
@@ -3070,7 +3088,7 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x0fmin_interval_ms\x18\x03 \x01(\rR\rminIntervalMs\"^\n" +
 	"\vFleetPolicy\x12\x16\n" +
 	"\x06frozen\x18\x01 \x01(\bR\x06frozen\x127\n" +
-	"\x18max_failovers_per_minute\x18\x02 \x01(\rR\x15maxFailoversPerMinute\"\xfd\x01\n" +
+	"\x18max_failovers_per_minute\x18\x02 \x01(\rR\x15maxFailoversPerMinute\"\xbd\x02\n" +
 	"\x05Probe\x12\x1c\n" +
 	"\n" +
 	"at_unix_ms\x18\x01 \x01(\x03R\batUnixMs\x12\x1c\n" +
@@ -3085,7 +3103,10 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"leaderless\x18\x06 \x01(\rR\n" +
 	"leaderless\x12)\n" +
 	"\x10under_replicated\x18\a \x01(\rR\x0funderReplicated\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"*\n" +
+	"\x05error\x18\b \x01(\tR\x05error\x12\x1b\n" +
+	"\tcanary_ms\x18\t \x01(\x01R\bcanaryMs\x12!\n" +
+	"\fcanary_error\x18\n" +
+	" \x01(\tR\vcanaryError\"*\n" +
 	"\x14ClusterHealthRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"y\n" +
 	"\x15ClusterHealthResponse\x121\n" +

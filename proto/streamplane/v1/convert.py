@@ -68,6 +68,8 @@ def probe_to_pb(p: m.Probe) -> pb.Probe:
         leaderless=p.leaderless,
         under_replicated=p.under_replicated,
         error=p.error,
+        canary_ms=p.canary_ms,
+        canary_error=p.canary_error,
     )
 
 
@@ -82,6 +84,8 @@ def probe_from_pb(cluster: str, x: pb.Probe) -> m.Probe:
         x.leaderless,
         x.under_replicated,
         x.error,
+        x.canary_ms,
+        x.canary_error,
     )
 
 

@@ -76,7 +76,7 @@ class FleetPolicy(_message.Message):
     def __init__(self, frozen: _Optional[bool] = ..., max_failovers_per_minute: _Optional[int] = ...) -> None: ...
 
 class Probe(_message.Message):
-    __slots__ = ("at_unix_ms", "reachable", "latency_ms", "brokers", "partitions", "leaderless", "under_replicated", "error")
+    __slots__ = ("at_unix_ms", "reachable", "latency_ms", "brokers", "partitions", "leaderless", "under_replicated", "error", "canary_ms", "canary_error")
     AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     REACHABLE_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,8 @@ class Probe(_message.Message):
     LEADERLESS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CANARY_MS_FIELD_NUMBER: _ClassVar[int]
+    CANARY_ERROR_FIELD_NUMBER: _ClassVar[int]
     at_unix_ms: int
     reachable: bool
     latency_ms: float
@@ -93,7 +95,9 @@ class Probe(_message.Message):
     leaderless: int
     under_replicated: int
     error: str
-    def __init__(self, at_unix_ms: _Optional[int] = ..., reachable: _Optional[bool] = ..., latency_ms: _Optional[float] = ..., brokers: _Optional[int] = ..., partitions: _Optional[int] = ..., leaderless: _Optional[int] = ..., under_replicated: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    canary_ms: float
+    canary_error: str
+    def __init__(self, at_unix_ms: _Optional[int] = ..., reachable: _Optional[bool] = ..., latency_ms: _Optional[float] = ..., brokers: _Optional[int] = ..., partitions: _Optional[int] = ..., leaderless: _Optional[int] = ..., under_replicated: _Optional[int] = ..., error: _Optional[str] = ..., canary_ms: _Optional[float] = ..., canary_error: _Optional[str] = ...) -> None: ...
 
 class ClusterHealthRequest(_message.Message):
     __slots__ = ("name",)
