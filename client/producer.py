@@ -38,7 +38,7 @@ from streamplane.client import metrics
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
-from streamplane.model import ClusterErrors, FailedOver, Generation
+from streamplane.model import ClusterErrors, ClusterHealthChanged, FailedOver, Generation
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
 log = structlog.get_logger(__name__)
@@ -121,6 +121,9 @@ class Producer:
         self._lock = threading.Lock()
         self._routes: dict[tuple[str, str], Route] = {}
         self._senders: dict[GenerationKey, _Sender] = {}
+        self._spares: dict[str, _Spare] = {}
+        """{bootstrap servers: a warm librdkafka producer} for clusters a failover may move a lane to (see
+        `_warm`): a fresh idempotent producer waits about 500 ms for its producer id; a warm one has it."""
         self._active: dict[tuple[str, str], _Sender] = {}  # the sender of each lane's current route
         self._resend: list[tuple[Any, Route, Any]] = []
         self.failed = 0
@@ -221,6 +224,8 @@ class Producer:
         while not self._closed.is_set():
             try:
                 for event in self._client.watch_topology(self._version):
+                    if isinstance(event, ClusterHealthChanged) and event.cluster.health != "healthy":
+                        self._warm(event.cluster.name)
                     if isinstance(event, FailedOver) and (event.stream, event.lane) in self._routes:
                         self._set_route(event.stream, event.lane, event.current)
                         self._beat_now.set()
@@ -237,6 +242,29 @@ class Producer:
                 log.warning("producer.watch_failed", error=err.message, retry_in_s=delay)
                 self._closed.wait(delay)
                 delay = min(5.0, delay * 2)
+
+    def _warm(self, sick: str) -> None:
+        """A cluster we write to is no longer healthy: a failover may follow. Start a spare producer toward
+        each healthy, uncordoned cluster we do not write to (at most MAX_SPARES), so that the lane's first
+        records after the switch do not wait for a new producer id."""
+        with self._lock:
+            if not any(r.cluster == sick for r in self._routes.values()):
+                return
+            writing = {r.bootstrap_servers for r in self._routes.values()} | set(self._spares)
+            room = MAX_SPARES - len(self._spares)
+        try:
+            clusters = self._client.list_clusters()
+        except StreamplaneError as err:
+            log.info("producer.warm_failed", error=err.message)
+            return
+        fit = [c for c in clusters if c.name != sick and c.health == "healthy" and not c.cordoned]
+        for c in [c for c in fit if c.bootstrap_servers not in writing][: max(0, room)]:
+            spare = _Spare(self, c.name, c.bootstrap_servers)  # outside the lock: it takes a few ms
+            with self._lock:
+                if self._closed.is_set() or len(self._spares) >= MAX_SPARES:
+                    return
+                self._spares.setdefault(c.bootstrap_servers, spare)
+            log.info("producer.warmed", cluster=c.name, because=f"{sick} is not healthy")
 
     def _sender(self, route: Route) -> _Sender:
         """The librdkafka producers of a route (call with the lock held)."""
@@ -319,7 +347,10 @@ class Producer:
         while not self._closed.is_set():
             with self._lock:
                 senders = list(self._senders.values())
+                spares = [p for s in self._spares.values() for p in s.producers()]
                 resend, self._resend = self._resend, []
+            for spare in spares:  # their connection errors, told to the coordinator like any other
+                spare.poll(0)
             for msg, route, on_delivery in resend:
                 log.info("producer.resend", topic=msg.topic(), to=route.topic)
                 with self._lock:
@@ -375,6 +406,7 @@ class Producer:
         self._poller.join(timeout=5)
         with self._lock:
             senders, self._senders, self._active = list(self._senders.values()), {}, {}
+            self._spares.clear()  # never written to: nothing to flush
         for sender in senders:
             sender.count_produced()
             sender.close()
@@ -392,6 +424,34 @@ class Producer:
         self.close()
 
 
+MAX_SPARES = 3
+"""Warm producers one Producer keeps toward clusters a failover may pick."""
+
+
+class _Spare:
+    """Warm producers toward a cluster, not yet bound to a route (the two a sender has: quiet and reported):
+    they connect and get their producer ids now; the route whose sender adopts them gets their reports."""
+
+    def __init__(self, owner: Producer, cluster: str, bootstrap_servers: str) -> None:
+        self.route: GenerationKey | None = None
+        config = {
+            **owner._config,
+            "bootstrap.servers": bootstrap_servers,
+            "error_cb": lambda err: owner._cluster_error(cluster, err),
+        }
+        self.quiet = KafkaProducer(
+            {
+                **config,
+                "delivery.report.only.error": True,
+                "on_delivery": lambda err, msg: owner._failed(self.route, err, msg) if self.route else None,
+            }
+        )
+        self.reported = KafkaProducer(config)
+
+    def producers(self) -> list[KafkaProducer]:
+        return [self.quiet, self.reported]
+
+
 class _Sender:
     """The librdkafka producers of one route (one lane generation). Records without `on_delivery` go through
     one that reports failures only (cheap); records with it through one that reports every delivery. What
@@ -405,14 +465,19 @@ class _Sender:
             "bootstrap.servers": route.bootstrap_servers,
             "error_cb": lambda err: owner._cluster_error(route.cluster, err),
         }
-        self.quiet = KafkaProducer(
-            {
-                **self._config,
-                "delivery.report.only.error": True,
-                "on_delivery": lambda err, msg: owner._failed(route.key, err, msg),
-            }
-        )
+        spare = owner._spares.pop(route.bootstrap_servers, None)  # the caller holds the owner's lock
         self.reported: KafkaProducer | None = None
+        if spare is not None:
+            spare.route = route.key
+            self.quiet, self.reported = spare.quiet, spare.reported
+        else:
+            self.quiet = KafkaProducer(
+                {
+                    **self._config,
+                    "delivery.report.only.error": True,
+                    "on_delivery": lambda err, msg: owner._failed(route.key, err, msg),
+                }
+            )
         self.produced = 0
         self._counted = 0
 

@@ -86,3 +86,36 @@ def test_metrics_count_records_out_when_asked(address: str) -> None:
         assert producer.flush() == 0
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
     assert 'streamplane_client_records_out_total{lane="dlq",stream="purchases"} 30.0' in text
+
+
+def test_a_producer_warms_up_toward_other_clusters_when_its_cluster_turns_sick(coordinator, local_cluster) -> None:
+    """When a cluster it writes to is reported unhealthy, the producer starts spare producers toward healthy
+    clusters, so a failover there does not wait for a new idempotent producer id (about 500 ms): the first
+    record after the switch is acknowledged soon after the failover's commit."""
+    from streamplane import model
+
+    bootstrap, control = local_cluster
+    other = ",".join(reversed(bootstrap.split(",")))  # the same local cluster, named by another address list
+    with CoordinatorClient(coordinator.address) as client:
+        for name, servers in (("sick", bootstrap), ("spare", other)):
+            client.register_cluster(
+                model.Cluster(name, servers, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+            )
+        client.set_fleet_policy(model.FleetPolicy(frozen=True))
+        client.create_stream("warmed", 1, cluster="sick")
+    acked: list[tuple[float, str]] = []
+    with Producer(coordinator.address, **{"linger.ms": 5}) as producer:
+        producer.produce("warmed", b"before", on_delivery=lambda err, msg: acked.append((time.time(), msg.topic())))
+        assert producer.flush(10) == 0
+        coordinator.autopilot.topology.record_health("sick", "unhealthy", ("rehearsal",), actor="test", seen_ms=0)
+        wait_until(lambda: other in producer._spares, timeout=10)
+        time.sleep(1.0)  # the spare gets its producer id meanwhile (the health monitor waits 10 s to move a lane)
+        with CoordinatorClient(coordinator.address) as client:
+            done = client.failover("warmed", "realtime", "spare", reason="rehearsal")
+        moved = time.time()
+        wait_until(lambda: producer.route("warmed").generation == done.current.number, timeout=10)
+        producer.produce("warmed", b"after", on_delivery=lambda err, msg: acked.append((time.time(), msg.topic())))
+        assert producer.flush(10) == 0
+        (first_after,) = [t for t, topic in acked if topic == done.current.topic]
+        assert first_after - moved < 0.3, f"the first record after the switch took {first_after - moved:.3f} s"
+        assert other not in producer._spares, "the new generation's sender adopted the warm producers"
