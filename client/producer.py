@@ -317,8 +317,9 @@ class Producer:
         return self.produce(stream, value, key, lane, headers, on_delivery)
 
     def _cluster_error(self, cluster: str, err: Any) -> None:
-        """librdkafka's error callback: a cluster's brokers refuse or drop connections. Told to the coordinator
-        with the next heartbeat, for its health monitor."""
+        """librdkafka's error callback (a cluster's brokers refuse or drop connections), and records whose
+        delivery finally failed there. Told to the coordinator with the next heartbeat, for its health
+        monitor."""
         with self._lock:
             count, _ = self._errors.get(cluster, (0, ""))
             self._errors[cluster] = (count + 1, str(err)[:300])
@@ -330,6 +331,9 @@ class Producer:
             moved_on = current is not None and current.generation != gen[2] and err.code() != KafkaError._PURGE_QUEUE
             if current is not None and moved_on:
                 self._resend.append((msg, current, on_delivery))
+            sender = self._senders.get(gen)
+        if sender is not None and err.code() != KafkaError._PURGE_QUEUE:
+            self._cluster_error(sender.route.cluster, err)  # a delivery that failed there: the health monitor hears
         if moved_on:
             return
         self.failed += 1
