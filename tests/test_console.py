@@ -25,7 +25,7 @@ from streamplane.coordinator.auth import TokenIssuer, new_key
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.store import StoreConfig, open_store
-from tests.helpers import REPO, Proc, cli, start_dev, wait_until
+from tests.helpers import REPO, Proc, cli, make_certificates, start_dev, wait_until
 
 ARTIFACTS = REPO / ".cache" / "artifacts" / "console"
 BROWSER = REPO / "tests" / "browser"
@@ -314,3 +314,29 @@ def test_console_in_a_browser_on_a_live_dev_stack(tmp_path: Path) -> None:
             proc.popen.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.popen.kill()
+
+
+def test_with_tls_the_console_serves_https_with_the_coordinators_certificate(tmp_path: Path) -> None:
+    import ssl
+
+    certs = make_certificates(tmp_path / "certs")
+    issuer = TokenIssuer(new_key())
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
+        guard=Guard(issuer),
+        tls=server.ServerTls(certs["server.crt"], certs["server.key"]),
+        console=server.ConsoleSettings(port=0),
+    )
+    try:
+        assert running.console is not None and running.console.url.startswith("https://")
+        token = issuer.create("viewer-1", "viewer", now_s=time.time(), ttl_s=60)
+        request = urllib.request.Request(running.console.url + "api/whoami")
+        request.add_header("Authorization", f"Bearer {token}")
+        context = ssl.create_default_context(cafile=str(certs["ca"]))
+        with urllib.request.urlopen(request, timeout=5, context=context) as reply:
+            assert json.loads(reply.read())["name"] == "viewer-1"
+        plain = running.console.url.replace("https://", "http://") + "api/whoami"
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(plain, timeout=5).read()
+    finally:
+        running.stop(0)

@@ -30,6 +30,7 @@ from streamplane.coordinator.console.views import EventFilter, Views, event_row,
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.topology import Topology
 from streamplane.model import Probe, to_jsonable
+from streamplane.names import check_object_name
 
 log = structlog.get_logger(__name__)
 
@@ -296,6 +297,8 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             principal = self._principal()
             q = self._query()
             group = q.get("group", "")
+            if group:
+                check_object_name("group", group)
             auth.check(principal, auth.READ, group=group)
             if not console._live.acquire(blocking=False):
                 raise errors.UnavailableError(f"the console serves at most {MAX_LIVE} live views at once")
