@@ -1,7 +1,7 @@
-"""The Assigner: the assignment loop (on the leader replica) and worker sessions (on any replica).
+"""The Assigner: the assignment loop (each group's on the replica owning it) and worker sessions (on any).
 
 Transport-free: the gRPC servicer feeds sessions what workers send and streams out what `updates` yields.
-A session's updates come from the store (its member's leases, watched), so a session sees the leader's
+A session's updates come from the store (its member's leases, watched), so a session sees its group owner's
 decisions whichever replica it is connected to.
 """
 
@@ -256,8 +256,14 @@ class Assigner:
         # group: {partition: (when it was last moved to balance load, the worker it left)} (the cool-down)
         self._moved: dict[str, dict[LeaseKey, tuple[int, str]]] = {}
         self._renew_at = 0
-        self._grace_until = 0  # a new leader ends no session before this: each worker gets a TTL to find it
+        # group: until when this replica ends no session of a group it just took over (each worker gets a TTL
+        # to find the replica serving it)
+        self._grace_until: dict[str, int] = {}
+        self.owned: set[str] = set()
+        """The groups whose assignment this replica runs (its fair share of the live replicas')."""
+        self._groups: set[str] = set()  # the groups there were at the last claim
         self.is_leader = False
+        """Whether this replica holds the leader key (it runs the sealer and the autopilot)."""
 
     # -- sessions
     def open_session(
@@ -308,7 +314,8 @@ class Assigner:
         """Members and leases of a group, and which replica leads the assignment."""
 
         def read(tr: Transaction) -> tuple[dict[str, Member], dict[LeaseKey, Lease], str]:
-            return leases.read_members(tr, group), leases.read_leases(tr, group), leadership.leader(tr)
+            owner = leadership.group_owner(tr, group) or leadership.leader(tr)
+            return leases.read_members(tr, group), leases.read_leases(tr, group), owner
 
         members, held, leader = self.db.transact(read)
         return GroupDescription(
@@ -366,30 +373,52 @@ class Assigner:
             del moved[k]
         return {k: w for k, (_, w) in moved.items()}
 
+    def _write_rest(self, group: str, rest: list[leases.Change], now: int) -> None:
+        """The rest of a large pass, MAX_LEASE_WRITES changes a transaction, each while still the leader."""
+        for i in range(0, len(rest), leases.MAX_LEASE_WRITES):
+            chunk = rest[i : i + leases.MAX_LEASE_WRITES]
+
+            def write(tr: Transaction, chunk: list[leases.Change] = chunk) -> int:
+                leadership.ensure_group(tr, group, self.replica_id, now)
+                return leases.write_changes(tr, group, chunk, now_ms=now)
+
+            self.db.transact(write)
+
     def run_once(self) -> int:
-        """One pass of the loop: renew leadership; if leader, expire sessions and rebalance groups that need it.
+        """One pass of the loop: renew the leader key and this replica's groups (claiming its fair share of the
+        groups among the live replicas); expire sessions and rebalance the groups it owns that need it.
         Returns when the next pass is due (ms since the epoch), unless a group changes first."""
         cfg = self.config
         now = self.clock.now_ms()
-        if now >= self._renew_at or not self.is_leader:
-            was_leader = self.is_leader
+        groups = leases.read_groups(self.db)
+        renew = now >= self._renew_at
+        if renew or not self.is_leader:  # a standby tries every pass, to take over right after the leader's TTL
             self.is_leader = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
+        # a new group is claimed at once, and a replica without groups looks for free ones every pass
+        if renew or set(groups) != self._groups or (groups and not self.owned):
+            self._groups = set(groups)
+            owned = leadership.claim_groups(self.db, self.replica_id, groups, now, cfg.ttl_ms)
+            for group in owned - self.owned:  # new to this process: its workers may not have reached anyone
+                self._grace_until[group] = now + cfg.ttl_ms
+            self.owned = owned
+            for gone in set(self._grace_until) - self.owned:
+                del self._grace_until[gone]
+        if renew:
             self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
-            if self.is_leader and not was_leader:  # workers could not heartbeat while nobody led
-                self._grace_until = now + cfg.ttl_ms
-        if not self.is_leader:
-            return now + cfg.rebalance_ms  # a standby: try again soon enough to take over after the leader's TTL
-        due = self._renew_at
+        # a standby, or a replica with no group, looks again soon enough to take over right after a TTL
+        standby = not self.is_leader or (groups and not self.owned)
+        due = min(self._renew_at, now + cfg.rebalance_ms) if standby else self._renew_at
         # loads and topology events do not wake the loop: each group with members looks again every rebalance_ms
         poll = now + cfg.rebalance_ms
-        for group in leases.read_groups(self.db):
+        for group in sorted(self.owned):
 
             def step(
                 tr: Transaction, group: str = group
-            ) -> tuple[int, leases.Applied | None, tuple[int, tuple[int, int]]]:
-                leadership.ensure(tr, self.replica_id, now)
-                grace = now < self._grace_until
-                next_expiry = self._grace_until if grace else leases.expire(tr, group, now)
+            ) -> tuple[int, leases.Applied | None, tuple[int, tuple[int, int]], list[leases.Change]]:
+                leadership.ensure_group(tr, group, self.replica_id, now)
+                grace_until = self._grace_until.get(group, 0)
+                grace = now < grace_until
+                next_expiry = grace_until if grace else leases.expire(tr, group, now)
                 version = _counter(tr, keys.group_version_key(group))
                 loads = (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD))
                 last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
@@ -398,8 +427,8 @@ class Assigner:
                 # rebalance_ms) new loads or topology events (a failover's new generation)
                 fresh_loads = loads != last_loads and self.clock.monotonic() - last_time >= cfg.rebalance_ms / 1000
                 if version == last_version and not due and not fresh_loads:
-                    return next_expiry, None, (version, loads)  # nothing computed: `seen` is not used
-                applied = leases.apply_assignment(
+                    return next_expiry, None, (version, loads), []  # nothing computed: `seen` is not used
+                applied, changes, events_so_far = leases.plan_assignment(
                     tr,
                     group,
                     now_ms=now,
@@ -410,15 +439,19 @@ class Assigner:
                     grace=grace,
                     promoted=self._promoted.get(group, frozenset()),
                 )
+                # a pass that fits one transaction is written in it; a larger one in several after it
+                first = changes[: leases.MAX_LEASE_WRITES]
+                leases.write_changes(tr, group, first, now_ms=now, events_so_far=events_so_far)
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)
                 seen = (
                     _counter(tr, keys.group_version_key(group)),
                     (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD)),
                 )
-                return next_expiry, applied, seen
+                return next_expiry, applied, seen, changes[leases.MAX_LEASE_WRITES :]
 
-            next_expiry, applied, seen = self.db.transact(step)
+            next_expiry, applied, seen, rest = self.db.transact(step)
+            self._write_rest(group, rest, now)
             if next_expiry:
                 due = min(due, next_expiry, poll)
             if applied is not None:

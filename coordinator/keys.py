@@ -20,7 +20,10 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "member_version", group, worker_id) -> counter bumped when the member's leases change (watch)
     ("streamplane", "group_version", group)             -> counter bumped when membership or leases change (watch)
     ("streamplane", "group_loads", group)               -> counter bumped when a worker reports changed lease loads
-    ("streamplane", "leader")                           -> Leader {replica, expires_ms}: who runs the assignment loop
+    ("streamplane", "leader")                           -> Leader {replica, expires_ms}: runs the sealer, autopilot
+    ("streamplane", "group_owner", group)               -> {replica, expires_ms}: the replica running the group's
+                                                           assignment (groups spread over the live replicas)
+    ("streamplane", "replica", replica)                 -> {expires_ms}: a live coordinator replica
     ("streamplane", "assigner_wake")                    -> counter bumped by every group change (the loop's watch)
     ("streamplane", "group_config", group)              -> {max_attempts: {lane: n}}
     ("streamplane", "progress", group, stream, lane, generation, partition)
@@ -81,6 +84,8 @@ HELD = ROOT["held"]
 MEMBER_VERSIONS = ROOT["member_version"]
 GROUP_VERSIONS = ROOT["group_version"]
 LEADER = ROOT.pack(("leader",))
+GROUP_OWNERS = ROOT["group_owner"]
+REPLICAS = ROOT["replica"]
 ASSIGNER_WAKE = ROOT.pack(("assigner_wake",))
 GROUP_CONFIGS = ROOT["group_config"]
 PROGRESS = ROOT["progress"]
@@ -113,6 +118,14 @@ def generation_key(stream: str, lane: str, number: int) -> bytes:
 
 def unsettled_key(stream: str, lane: str, number: int) -> bytes:
     return UNSETTLED.pack((stream, lane, number))
+
+
+def group_owner_key(group: str) -> bytes:
+    return GROUP_OWNERS.pack((group,))
+
+
+def replica_key(replica: str) -> bytes:
+    return REPLICAS.pack((replica,))
 
 
 def group_key(group: str) -> bytes:

@@ -1,12 +1,15 @@
-"""Which coordinator replica runs the assignment loop: the holder of the leader key, renewed every loop.
+"""Which coordinator replica does what: one leader (the holder of the leader key) runs the sealer and the
+autopilot; each group's assignment is run by the replica owning the group's key, and groups spread over the
+live replicas, each claiming its fair share. Keys are renewed every third of a TTL.
 
-A replica that cannot renew before its lease expires loses leadership, and every assignment transaction
-checks the key, so a replica that lost it changes nothing: it stops assigning within one TTL.
+A replica that cannot renew before its lease expires loses it, and every changing transaction checks the
+key, so a replica that lost it changes nothing: it stops within one TTL, and only its groups move.
 """
 
 from __future__ import annotations
 
 import json
+import math
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
@@ -40,4 +43,52 @@ def ensure(tr: Transaction, replica: str, now_ms: int) -> None:
 @transactional
 def leader(tr: Transaction) -> str:
     raw = tr.get(keys.LEADER)
+    return json.loads(raw)["replica"] if raw else ""
+
+
+@transactional
+def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, ttl_ms: int) -> set[str]:
+    """Renew this replica's liveness and its groups, and claim free ones (unowned, or whose owner let its key
+    expire) up to its fair share of the groups among the live replicas; past its share (a replica joined) it
+    lets the extra ones go. Returns the groups it owns now."""
+    tr.set(keys.replica_key(replica), json.dumps({"expires_ms": now_ms + ttl_ms}).encode())
+    r = keys.REPLICAS.range()
+    live = 0
+    for key, raw in tr.get_range(r.start, r.stop):
+        expires = json.loads(raw)["expires_ms"]
+        if expires > now_ms:
+            live += 1
+        elif expires < now_ms - 10 * ttl_ms:
+            tr.clear(key)  # long gone
+    share = math.ceil(len(groups) / max(1, live))
+    mine, free = [], []
+    for group in sorted(groups):
+        found = tr.get(keys.group_owner_key(group))
+        owner = json.loads(found) if found else None
+        if owner is None or owner["expires_ms"] <= now_ms:
+            free.append(group)
+        elif owner["replica"] == replica:
+            mine.append(group)
+    keep, release = mine[:share], mine[share:]
+    claim = free[: max(0, share - len(keep))]
+    lease = json.dumps({"replica": replica, "expires_ms": now_ms + ttl_ms}).encode()
+    for group in keep + claim:
+        tr.set(keys.group_owner_key(group), lease)
+    for group in release:
+        tr.clear(keys.group_owner_key(group))
+    return set(keep + claim)
+
+
+@transactional
+def ensure_group(tr: Transaction, group: str, replica: str, now_ms: int) -> None:
+    """Raise NotLeaderError unless `replica` owns `group` (call inside the changing transaction)."""
+    raw = tr.get(keys.group_owner_key(group))
+    owner = json.loads(raw) if raw else None
+    if not owner or owner["replica"] != replica or owner["expires_ms"] <= now_ms:
+        raise NotLeaderError(f"replica {replica} does not run group {group!r}")
+
+
+@transactional
+def group_owner(tr: Transaction, group: str) -> str:
+    raw = tr.get(keys.group_owner_key(group))
     return json.loads(raw)["replica"] if raw else ""

@@ -451,6 +451,22 @@ def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[LeaseK
     return wanted
 
 
+MAX_LEASE_WRITES = 2_000
+"""Lease changes one transaction writes at most (each with its holder index and group event: about 1 KB): a
+pass with more writes them in several transactions, well under FoundationDB's 10 MB and 5 s."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One lease's move as a pass planned it: written only if the lease is still `old` when written."""
+
+    key: LeaseKey
+    old: Lease | None
+    new: Lease
+    notes: tuple[tuple[str, str, Lease, str], ...] = ()
+    """Group events (change, worker, lease, reason) that go with it."""
+
+
 @transactional
 def apply_assignment(
     tr: Transaction,
@@ -464,13 +480,43 @@ def apply_assignment(
     grace: bool = False,
     promoted: frozenset[tuple[str, str]] = frozenset(),
 ) -> Applied:
-    """Compute the group's assignment and move leases towards it: grant free ones, revoke moved ones with a
-    deadline, and force moves whose deadline passed (the old holder's epoch is then stale). `proposed` is
-    the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, {partition: the worker it
-    was recently moved away from}, not to be moved back there yet. With `grace` (a new leader's first TTL)
-    every member counts as live, since none could heartbeat while nobody led. `promoted` is the previous
-    pass's `Applied.promoted`: lower lanes past their time-lag target are served with the top tier until
-    their lag is back under half the target, and each change is a group event."""
+    """Plan the group's assignment and write every change in this transaction (see `plan_assignment`; the
+    Assigner writes large passes in several, `write_changes`)."""
+    done, changes, events_so_far = plan_assignment(
+        tr,
+        group,
+        now_ms=now_ms,
+        revoke_ms=revoke_ms,
+        threshold=threshold,
+        proposed=proposed,
+        pinned=pinned,
+        grace=grace,
+        promoted=promoted,
+    )
+    write_changes(tr, group, changes, now_ms=now_ms, events_so_far=events_so_far)
+    return done
+
+
+def plan_assignment(
+    tr: Transaction,
+    group: str,
+    *,
+    now_ms: int,
+    revoke_ms: int,
+    threshold: float = 0.1,
+    proposed: frozenset[tuple[LeaseKey, str]] | None = None,
+    pinned: Mapping[LeaseKey, str] | None = None,
+    grace: bool = False,
+    promoted: frozenset[tuple[str, str]] = frozenset(),
+) -> tuple[Applied, list[Change], int]:
+    """Compute the group's assignment and the lease changes that move towards it: grant free ones, revoke
+    moved ones with a deadline, and force moves whose deadline passed (the old holder's epoch is then stale).
+    `proposed` is the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, {partition: the
+    worker it was recently moved away from}, not to be moved back there yet. With `grace` (a new leader's
+    first TTL) every member counts as live, since none could heartbeat while nobody led. `promoted` is the
+    previous pass's `Applied.promoted`: lower lanes past their time-lag target are served with the top tier
+    until their lag is back under half the target, and each change is a group event (written here). Returns
+    the pass's result, the changes in key order, and how many events this transaction appended so far."""
     members = {w: m for w, m in read_members(tr, group).items() if grace or m.alive_until_ms > now_ms}
     leases = read_leases(tr, group)
     wanted = group_partitions(tr, members)
@@ -494,28 +540,25 @@ def apply_assignment(
     plan = assign(specs, workers, current, threshold=threshold, proposed=proposed, pinned=pinned)
     target = plan.holders
     done = Applied(proposed=plan.proposed, promoted=first_claim)
-    for k in set(wanted) | set(leases):
+    changes: list[Change] = []
+    for k in sorted(set(wanted) | set(leases)):
         lease = leases.get(k) or Lease(*k)
         want = target.get(k, "")
         if lease.state != FREE and lease.worker_id not in members:
             lease = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)  # holder is gone
         new = lease
+        notes: list[tuple[str, str, Lease, str]] = []
         if lease.state == GRANTED and lease.worker_id != want:
             new = replace(lease, state=REVOKING, target=want, deadline_ms=now_ms + revoke_ms)
             if want:
                 done.moved[k] = lease.worker_id
-            ev.group(
-                group,
-                "lease_revoking",
-                lease.worker_id,
-                lease,
-                f"rebalance: moving to {want!r}" if want else "no longer assigned",
-            )
+            reason = f"rebalance: moving to {want!r}" if want else "no longer assigned"
+            notes.append(("lease_revoking", lease.worker_id, lease, reason))
         elif lease.state == REVOKING:
             if lease.worker_id == want:
                 new = replace(lease, state=GRANTED, target="", deadline_ms=0)  # the move was called off
             elif now_ms >= lease.deadline_ms:
-                ev.group(group, "lease_revoked", lease.worker_id, lease, "revoke deadline passed")
+                notes.append(("lease_revoked", lease.worker_id, lease, "revoke deadline passed"))
                 new = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
             elif lease.target != want:
                 new = replace(lease, target=want)
@@ -530,14 +573,34 @@ def apply_assignment(
                 lag_records=0,
                 lag_ms=0,
             )
-            ev.group(group, "lease_granted", want, new, "assignment")
+            notes.append(("lease_granted", want, new, "assignment"))
             done.granted += 1
         if new != leases.get(k):
-            _write_lease(tr, group, leases.get(k), new)
-            _bump(tr, group, leases[k].worker_id if k in leases else "", new.worker_id)
+            changes.append(Change(k, leases.get(k), new, tuple(notes)))
         if new.state == REVOKING and (not done.next_deadline_ms or new.deadline_ms < done.next_deadline_ms):
             done.next_deadline_ms = new.deadline_ms
-    return done
+    return done, changes, ev.n
+
+
+def write_changes(
+    tr: Transaction, group: str, changes: Sequence[Change], *, now_ms: int, events_so_far: int = 0
+) -> int:
+    """Write the planned changes whose lease is still as planned (one that moved meanwhile is left to the next
+    pass: epochs fence every lease on its own, so any subset of a plan is a valid state). Returns how many
+    were written. `events_so_far`: events this transaction already appended (each needs its own number)."""
+    ev = _Events(tr, "assigner", now_ms)
+    ev.n = events_so_far
+    written = 0
+    for c in changes:
+        raw = tr.get(keys.lease_key(group, *c.key))
+        if (_lease_from(keys.lease_key(group, *c.key), raw) if raw else None) != c.old:
+            continue
+        for change, worker, lease, reason in c.notes:
+            ev.group(group, change, worker, lease, reason)
+        _write_lease(tr, group, c.old, c.new)
+        _bump(tr, group, c.old.worker_id if c.old is not None else "", c.new.worker_id)
+        written += 1
+    return written
 
 
 def _first_claim(

@@ -1,0 +1,54 @@
+"""Groups spread over coordinator replicas: each replica runs the assignment of its fair share of the groups
+(through a per-group owner key), and when one stops, only its groups move to the others, within a TTL
+(issue 17). Two replicas over one embedded store, in one process, with a manual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamplane.clock import ManualClock
+from streamplane.coordinator import leadership, leases
+from streamplane.coordinator.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology import Topology
+from streamplane.model import Cluster, Subscription
+
+GROUPS = [f"g{i}" for i in range(6)]
+
+
+def test_groups_split_between_replicas_and_a_dead_replicas_groups_move(tmp_path: Path) -> None:
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    topology = Topology(db, MemoryClusterAdmin())
+    topology.register_cluster(Cluster("c", "c:9092"))
+    topology.create_stream("s", 2, "c")
+    clock = ManualClock()
+    config = AssignerConfig(ttl_ms=3000, rebalance_ms=500)
+    a, b = Assigner(db, config, replica_id="a", clock=clock), Assigner(db, config, replica_id="b", clock=clock)
+    a.run_once()
+    b.run_once()
+    for g in GROUPS:  # workers join after both replicas are live
+        leases.join(db, g, "w", "s1", [Subscription("s")], capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=60_000)
+    for _ in range(4):
+        clock.advance(1000)
+        a.run_once()
+        b.run_once()
+    assert len(a.owned) == len(b.owned) == 3 and a.owned | b.owned == set(GROUPS)
+    for g in GROUPS:  # every group was assigned by its owner
+        owner = leadership.group_owner(db, g)
+        assert owner in ("a", "b") and a.describe(g).leader_replica == owner
+        assert {x.worker_id for x in a.describe(g).leases} == {"w"}
+    before_b = set(b.owned)
+
+    # b dies: after its TTL, a takes its groups (and keeps its own); a group nobody serves waits at most a TTL
+    for _ in range(4):
+        clock.advance(1000)
+        a.run_once()
+    assert a.owned == set(GROUPS), "the survivor runs every group"
+    assert all(leadership.group_owner(db, g) == "a" for g in before_b)
+    leases.join(
+        db, "g-new", "w", "s2", [Subscription("s")], capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=60_000
+    )
+    a.run_once()
+    assert "g-new" in a.owned and {x.worker_id for x in a.describe("g-new").leases} == {"w"}, "a new group at once"
+    db.close()
