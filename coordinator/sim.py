@@ -170,12 +170,22 @@ class World:
         self.faults_until = 0
         self.stream = get_stream(self.inner, STREAM)
 
-    def _start_coordinator(self) -> None:
-        """A coordinator process: the Assigner and the sealer, with nothing in memory but their config."""
+    def _start_coordinator(self, replica: int | None = None) -> None:
+        """Coordinator processes, with nothing in memory but their config: two Assigner replicas (one runs the
+        group, the other stands by to take it over) and the sealer. With `replica`, only that one restarts, as a
+        new process with a new replica id (its group, if it ran it, waits a TTL, then either replica takes it)."""
         config = AssignerConfig(ttl_ms=self.ttl_ms, heartbeat_interval_ms=500, revoke_ms=1000, rebalance_ms=500)
-        self.assigner = Assigner(
-            self.db, config, replica_id="sim", clock=self.clock, new_session_id=lambda: self.rng.randbytes(6).hex()
-        )
+
+        def start(name: str) -> Assigner:
+            return Assigner(
+                self.db, config, replica_id=name, clock=self.clock, new_session_id=lambda: self.rng.randbytes(6).hex()
+            )
+
+        if replica is None:
+            self.assigners = [start("sim-a"), start("sim-b")]
+        else:
+            self.assigners[replica] = start(f"sim-{'ab'[replica]}-{self.now}")
+        self.assigner = self.assigners[0]  # sessions may open on any replica
         self.sealer = Sealer(self.db, self.admin, lambda: True, SealingConfig(producer_ttl_ms=4000), clock=self.clock)
 
     def _start_producer(self, p: Producer) -> None:
@@ -210,7 +220,8 @@ class World:
             if self.now >= self.faults_until and self.admin.down:
                 self.admin.down.clear()  # the faults are over: every cluster is back
             self._produce()
-            self.assigner.run_once()
+            for assigner in self.assigners:
+                assigner.run_once()
             self.sealer.run_once()
             self.stream = get_stream(self.inner, STREAM)  # what workers see this step
             for w in self.workers:
@@ -238,8 +249,8 @@ class World:
                 self._change(partial(self.topology.failover, STREAM, LANE, target, grow, reason="sim"))
             case "clock_jump":
                 self.clock.advance(pick.randrange(500, 2500))
-            case "coordinator_restart":  # nothing survives but the store
-                self._start_coordinator()
+            case "coordinator_restart":  # one replica's process restarts: nothing of it survives but the store
+                self._start_coordinator(pick.randrange(2))
             case "heartbeat_lost":
                 pick.choice(self.workers).beat_at = self.now + 500
             case "producer_restart":  # a new session (holding seals back) before its route
