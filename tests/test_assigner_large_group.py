@@ -15,8 +15,9 @@ from streamplane.clock import ManualClock
 from streamplane.coordinator import keys, leases
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-from streamplane.coordinator.store import Database, StoreConfig, Transaction, open_store
+from streamplane.coordinator.store import Transaction
 from streamplane.coordinator.store.api import MAX_TRANSACTION_BYTES
+from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import Topology
 from streamplane.model import Cluster, Subscription
 
@@ -24,51 +25,27 @@ STREAMS, PARTITIONS, WORKERS = 25, 4000, 100  # 100,000 partitions
 TTL_MS = 60_000
 
 
-class Measured:
-    """The store, with the bytes each writing transaction wrote recorded (the embedded driver refuses one over
-    MAX_TRANSACTION_BYTES; this shows how far under it the largest stayed)."""
-
-    def __init__(self, db: Database) -> None:
-        self.db, self.largest, self.transactions = db, 0, 0
-
-    @property
-    def driver(self) -> str:
-        return self.db.driver
-
-    def transact(self, fn):  # type: ignore[no-untyped-def]
-        def body(tr: Transaction):  # type: ignore[no-untyped-def]
-            out = fn(tr)
-            self.largest = max(self.largest, getattr(tr, "_bytes", 0))
-            self.transactions += 1
-            return out
-
-        return self.db.transact(body)
-
-    def close(self) -> None:
-        self.db.close()
-
-
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Measured]:
-    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+def store(tmp_path: Path) -> Iterator[EmbeddedDatabase]:
+    db = EmbeddedDatabase(tmp_path)
     topology = Topology(db, MemoryClusterAdmin())
     for name in ("c1", "c2"):
         topology.register_cluster(Cluster(name, f"{name}:9092"))
     for s in range(STREAMS):
         topology.create_stream(f"big{s}", PARTITIONS, "c1")
-    yield Measured(db)
+    yield db
     db.close()
 
 
-def beat(store: Measured, clock: ManualClock, workers: range) -> None:
+def beat(store: EmbeddedDatabase, clock: ManualClock, workers: range) -> None:
     for w in workers:
         now = clock.now_ms()
         leases.heartbeat(
-            store.db, "g", f"w{w}", f"s{w}", cpu=0, records_per_s=0, lease_loads=[], now_ms=now, ttl_ms=TTL_MS
+            store, "g", f"w{w}", f"s{w}", cpu=0, records_per_s=0, lease_loads=[], now_ms=now, ttl_ms=TTL_MS
         )
 
 
-def holders(db: Measured) -> Counter[str]:
+def holders(db: EmbeddedDatabase) -> Counter[str]:
     """{lease id: live holders} from the lease records, checked against the held index."""
 
     def read(tr: Transaction) -> tuple[dict[leases.LeaseKey, leases.Lease], set[tuple[str, leases.LeaseKey]]]:
@@ -76,18 +53,18 @@ def holders(db: Measured) -> Counter[str]:
         index = {(k[1], tuple(k[2:])) for k in (keys.HELD.unpack(key) for key, _ in tr.get_range(r.start, r.stop))}
         return leases.read_leases(tr, "g"), index
 
-    found, index = db.db.transact(read)
+    found, index = db.transact(read)
     held = {(x.worker_id, x.key) for x in found.values() if x.state != leases.FREE}
     assert held == index, "the held index and the lease records disagree"
     return Counter(x.lease_id for x in found.values() if x.state == leases.GRANTED)
 
 
-def test_a_100k_partition_group_assigns_in_bounded_transactions(store: Measured) -> None:
+def test_a_100k_partition_group_assigns_in_bounded_transactions(store: EmbeddedDatabase) -> None:
     clock = ManualClock()
-    assigner = Assigner(store, AssignerConfig(ttl_ms=TTL_MS), replica_id="r", clock=clock)  # type: ignore[arg-type]
+    assigner = Assigner(store, AssignerConfig(ttl_ms=TTL_MS), replica_id="r", clock=clock)
     subs = [Subscription(f"big{s}", ("realtime",)) for s in range(STREAMS)]
     for w in range(WORKERS):
-        leases.join(store.db, "g", f"w{w}", f"s{w}", subs, capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=TTL_MS)
+        leases.join(store, "g", f"w{w}", f"s{w}", subs, capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=TTL_MS)
 
     def settle(passes: int = 20) -> None:
         for _ in range(passes):
@@ -97,22 +74,22 @@ def test_a_100k_partition_group_assigns_in_bounded_transactions(store: Measured)
     settle(3)
     first = holders(store)
     assert len(first) == STREAMS * PARTITIONS and set(first.values()) == {1}
-    assert store.largest < MAX_TRANSACTION_BYTES / 4, store.largest
+    assert store.largest_write < MAX_TRANSACTION_BYTES / 4, store.largest_write
 
     # a worker dies: the others heartbeat, its leases go to them
     clock.advance(TTL_MS)
     beat(store, clock, range(1, WORKERS))
     settle(3)
-    after = leases.read_leases(store.db, "g")
+    after = leases.read_leases(store, "g")
     assert not [x for x in after.values() if x.worker_id == "w0" and x.state != leases.FREE]
     assert set(holders(store).values()) == {1} and len(holders(store)) == STREAMS * PARTITIONS
 
     # a new generation of one stream: its 4,000 new partitions get holders too (the old ones stay until drained)
-    topology = Topology(store.db, MemoryClusterAdmin())
+    topology = Topology(store, MemoryClusterAdmin())
     topology.failover("big0", "realtime", "c2", reason="rehearsal")
     beat(store, clock, range(1, WORKERS))
     settle(3)
     final = holders(store)
     assert len(final) == (STREAMS + 1) * PARTITIONS and set(final.values()) == {1}
-    assert store.largest < MAX_TRANSACTION_BYTES / 4, store.largest
-    print(f"largest transaction {store.largest:,} bytes over {store.transactions} transactions")
+    assert store.largest_write < MAX_TRANSACTION_BYTES / 4, store.largest_write
+    print(f"largest transaction {store.largest_write:,} bytes")

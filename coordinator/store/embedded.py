@@ -222,6 +222,8 @@ class EmbeddedDatabase:
         self._watches = _WatchRegistry()
         self._closed = False
         self._commit_version = self._read_commit_version()
+        self.largest_write = 0
+        """The most bytes (keys and values) one committed transaction wrote since the store was opened."""
 
     def _read_commit_version(self) -> int:
         row = self._conn.execute("SELECT value FROM meta WHERE name = 'commit_version'").fetchone()
@@ -257,6 +259,7 @@ class EmbeddedDatabase:
                 raise StoreUnavailableError(f"the embedded store at {self.path} failed: {err}") from err
             if tr._dirty:
                 self._commit_version += 1
+                self.largest_write = max(self.largest_write, tr._bytes)
                 tr.get_versionstamp().committed = True
                 self._watches.fire(tr.written, tr.cleared_ranges)
             # Registered under the lock, after this commit's own writes fired: no later commit can slip between.
