@@ -478,6 +478,10 @@ def _lost(client: CoordinatorClient, group: str, stream: str, lag: model.Lag) ->
 
 
 def cmd_group_configure(args: argparse.Namespace) -> None:
+    if args.no_lag_target and args.lag_target_ms:
+        raise errors.InvalidArgumentError("give --lag-target-ms or --no-lag-target, not both")
+    if not (args.max_attempts or args.lag_target_ms or args.no_lag_target):
+        raise errors.InvalidArgumentError("give --max-attempts, --lag-target-ms or --no-lag-target")
     with _client(args) as client:
         target = -1 if args.no_lag_target else args.lag_target_ms
         client.configure_group(args.group, args.lane, args.max_attempts, target)
@@ -594,6 +598,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from streamplane.devstack.stack import run_dev
 
     _assigner_config(args)  # checks --session-ttl-ms here; the coordinator child gets it as it is
+    if args.console_port > 65535:
+        raise errors.InvalidArgumentError(f"--console-port must be a port number (0 to 65535), not {args.console_port}")
     return run_dev(
         clusters=args.clusters,
         data_dir=Path(args.data_dir),

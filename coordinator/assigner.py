@@ -374,7 +374,7 @@ class Assigner:
         return {k: w for k, (_, w) in moved.items()}
 
     def _write_rest(self, group: str, rest: list[leases.Change], now: int) -> None:
-        """The rest of a large pass, MAX_LEASE_WRITES changes a transaction, each while still the leader."""
+        """The rest of a large pass, MAX_LEASE_WRITES changes a transaction, each while still the group's owner."""
         for i in range(0, len(rest), leases.MAX_LEASE_WRITES):
             chunk = rest[i : i + leases.MAX_LEASE_WRITES]
 

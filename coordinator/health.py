@@ -11,12 +11,35 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from streamplane.errors import InvalidArgumentError
 from streamplane.model import ACTIVE, Cluster, ClusterErrors, FleetPolicy, Probe, Stream
 
 HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
 AUTOPILOT = "autopilot"
 """The actor of every change the autopilot makes."""
+MAX_REPORTED_CLUSTERS = 1000
+
+
+def stored_reports(errors: Sequence[ClusterErrors], now_ms: int, field: str) -> list[list[Any]]:
+    """What a client (producer or worker) reported per cluster, as kept with its session: [cluster, errors,
+    last error, when], bounded; InvalidArgumentError naming `field` for too many clusters."""
+    if len(errors) > MAX_REPORTED_CLUSTERS:
+        raise InvalidArgumentError(f"{field} lists {len(errors)} clusters; the limit is {MAX_REPORTED_CLUSTERS}")
+    return [[e.cluster[:64], max(0, e.count), e.last_error[:300], now_ms] for e in errors]
+
+
+def count_reporters(reports: Iterable[list[list[Any]]], since_ms: int) -> dict[str, ClusterErrors]:
+    """{cluster: errors} from each client's stored reports since `since_ms`: `count` counts the clients that
+    saw errors there, with one of their last errors."""
+    found: dict[str, ClusterErrors] = {}
+    for entries in reports:
+        for cluster, count, last, at_ms in entries:
+            if at_ms >= since_ms and count > 0:
+                seen = found.get(cluster)
+                found[cluster] = ClusterErrors(cluster, (seen.count if seen else 0) + 1, last)
+    return found
 
 
 def judge(

@@ -19,6 +19,7 @@ from typing import Any
 
 from streamplane.coordinator import events, group_config, keys, planted
 from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign, smooth
+from streamplane.coordinator.health import count_reporters, stored_reports
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, get_stream
 from streamplane.errors import (
@@ -300,10 +301,8 @@ def heartbeat(
     its fetches met per cluster (kept apart, for the health monitor; only a report with errors writes)."""
     _finite("heartbeat.cpu", cpu)
     _finite("heartbeat.records_per_s", records_per_s)
-    if len(errors) > 1000:
-        raise InvalidArgumentError(f"heartbeat.errors lists {len(errors)} clusters; the limit is 1000")
+    seen = [r for r in stored_reports(errors, now_ms, "heartbeat.errors") if r[1] > 0]
     member = _own_member(tr, group, worker_id, session_id)
-    seen = [[e.cluster[:64], max(0, e.count), e.last_error[:300], now_ms] for e in errors if e.count > 0]
     if seen:
         tr.set(keys.worker_errors_key(group, worker_id), json.dumps(seen).encode())
     tr.set(
@@ -616,10 +615,11 @@ def _first_claim(
     that gains or loses the first claim is a group event with its lag and target."""
     top = max(wanted.values(), default=0)
     priority: dict[tuple[str, str], int] = {}
+    tops: dict[str, int] = {}  # each stream's top priority
     for k, prio in wanted.items():
         priority[k[:2]] = prio
+        tops[k[0]] = max(tops.get(k[0], prio), prio)
     configured = group_config.lag_targets(tr, group)
-    tops = {s: max(p for (s2, _), p in priority.items() if s2 == s) for s, _ in priority}
     lag: dict[tuple[str, str], int] = {}
     for k, lease in leases.items():
         if lease.state != FREE and k in wanted:
@@ -655,14 +655,8 @@ def _first_claim(
 def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
     """{cluster: errors} workers' fetches met since `since_ms`; `count` counts workers. Only workers whose
     sessions reported errors have a key here (it goes with their session)."""
-    found: dict[str, ClusterErrors] = {}
     r = keys.WORKER_ERRORS.range()
-    for _, raw in tr.get_range(r.start, r.stop, snapshot=True):
-        for cluster, count, last, at_ms in json.loads(raw):
-            if at_ms >= since_ms and count > 0:
-                was = found.get(cluster)
-                found[cluster] = ClusterErrors(cluster, (was.count if was else 0) + 1, last)
-    return found
+    return count_reporters((json.loads(raw) for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms)
 
 
 def end_offset(tr: Transaction, lease: Lease) -> int:

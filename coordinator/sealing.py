@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, events, keys, leases, planted
+from streamplane.coordinator import commitlog, events, health, keys, leases, planted
 from streamplane.coordinator.cluster_admin import ClusterAdmin
 from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.store import Database, Transaction, transactional
@@ -106,9 +106,7 @@ def producer_heartbeat(
         if number < 1:
             raise InvalidArgumentError(f"in_flight.generation must be at least 1, not {number}")
     _check_owner(tr, producer_id, principal)
-    if len(errors or []) > 1000:
-        raise InvalidArgumentError(f"errors lists {len(errors or [])} clusters; the limit is 1000")
-    reported = [[e.cluster[:64], max(0, e.count), e.last_error[:300], now_ms] for e in errors or []]
+    reported = health.stored_reports(errors or [], now_ms, "errors")
     session = ProducerSession(
         producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms, principal, reported
     )
@@ -131,13 +129,7 @@ def _check_owner(tr: Transaction, producer_id: str, principal: str) -> None:
 
 def reported_errors(producers: list[ProducerSession], since_ms: int) -> dict[str, ClusterErrors]:
     """{cluster: errors} the producers reported in heartbeats since `since_ms`; `count` counts producers."""
-    found: dict[str, ClusterErrors] = {}
-    for p in producers:
-        for cluster, count, last, at_ms in p.errors:
-            if at_ms >= since_ms and count > 0:
-                seen = found.get(cluster)
-                found[cluster] = ClusterErrors(cluster, (seen.count if seen else 0) + 1, last)
-    return found
+    return health.count_reporters((p.errors for p in producers), since_ms)
 
 
 @transactional

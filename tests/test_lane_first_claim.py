@@ -96,3 +96,14 @@ def test_lane_settings_are_checked(db: Database) -> None:
     group_config.configure(db, GROUP, "backfill", lag_target_ms=60_000)  # one setting leaves the other
     assert group_config.max_attempts(db, GROUP, "backfill") == 3
     assert group_config.lag_targets(db, GROUP) == {"backfill": 60_000}
+
+
+def test_the_cli_refuses_unclear_lane_settings_in_one_sentence() -> None:
+    from tests.helpers import cli
+
+    done = cli("group", "configure", "g", "--lane", "backfill")
+    assert done.returncode == 2 and "give --max-attempts, --lag-target-ms or --no-lag-target" in done.stderr
+    done = cli("group", "configure", "g", "--lane", "backfill", "--lag-target-ms", "9000", "--no-lag-target")
+    assert done.returncode == 2 and "not both" in done.stderr
+    done = cli("dev", "--console-port", "70000")
+    assert done.returncode == 2 and "--console-port must be a port number" in done.stderr

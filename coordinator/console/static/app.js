@@ -147,6 +147,12 @@ const pages = {
   },
 };
 
+// A burst of events (a drain moves dozens of lanes) reads the shown page once, not once per event.
+let pending = null;
+const soon = (fn) => {
+  if (!pending) pending = setTimeout(() => { pending = null; fn(); }, 200);
+};
+
 const eventRow = (e) => `<tr class="event" data-kind="${esc(e.kind)}"><td>${when(e.time_ms)}</td><td>${esc(e.actor)}</td><td>${esc(e.kind)}</td><td>${esc(e.text)}</td></tr>`;
 
 function renderGroup() {
@@ -217,12 +223,12 @@ function openLive(group) {
       const match = (!f.stream || e.stream === f.stream) && (!f.group || e.group === f.group) && (!f.actor || e.actor.includes(f.actor)) && (!f.kind || e.kind === f.kind);
       if (state.tail && match) document.querySelector("#events tr")?.insertAdjacentHTML("afterend", eventRow(e));
     } else if (view !== "group") {
-      render(); // a change the shown page may depend on: read it again
+      soon(render); // a change the shown page may depend on: read it again
     }
   });
   state.live.addEventListener("group", (m) => {
     const [view] = state.route;
-    if (view === "group") pages.group(state.route[1]);
+    if (view === "group") soon(() => pages.group(state.route[1]));
     else if (view === "events" && state.tail) document.querySelector("#events tr")?.insertAdjacentHTML("afterend", eventRow(JSON.parse(m.data)));
   });
   state.live.addEventListener("lag", (m) => {
