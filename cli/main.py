@@ -478,13 +478,18 @@ def _lost(client: CoordinatorClient, group: str, stream: str, lag: model.Lag) ->
 
 
 def cmd_group_configure(args: argparse.Namespace) -> None:
-    if args.no_lag_target and args.lag_target_ms:
+    # 0 means "leave as it is" on the wire: a 0 given here is a bad value, said as such
+    if args.max_attempts == 0:
+        raise errors.InvalidArgumentError("max_attempts must be between 1 and 1000, not 0")
+    if args.lag_target_ms == 0:
+        raise errors.InvalidArgumentError("lag_target_ms must be between 1000 and 86400000, not 0 (or --no-lag-target)")
+    if args.no_lag_target and args.lag_target_ms is not None:
         raise errors.InvalidArgumentError("give --lag-target-ms or --no-lag-target, not both")
-    if not (args.max_attempts or args.lag_target_ms or args.no_lag_target):
+    if args.max_attempts is None and args.lag_target_ms is None and not args.no_lag_target:
         raise errors.InvalidArgumentError("give --max-attempts, --lag-target-ms or --no-lag-target")
     with _client(args) as client:
-        target = -1 if args.no_lag_target else args.lag_target_ms
-        client.configure_group(args.group, args.lane, args.max_attempts, target)
+        target = -1 if args.no_lag_target else args.lag_target_ms or 0
+        client.configure_group(args.group, args.lane, args.max_attempts or 0, target)
     if args.max_attempts:
         print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
     if target > 0:
@@ -793,8 +798,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("group")
     p.add_argument("--lane", required=True)
-    p.add_argument("--max-attempts", type=int, default=0)
-    p.add_argument("--lag-target-ms", type=int, default=0, help="default 5000 for the top-priority lane")
+    p.add_argument("--max-attempts", type=int, default=None)
+    p.add_argument("--lag-target-ms", type=int, default=None, help="default 5000 for the top-priority lane")
     p.add_argument("--no-lag-target", action="store_true", help="the lane never gets the first claim")
 
     p = add(sub, "lag", cmd_lag, "offset and time lag per stream and lane, of one group or all")
