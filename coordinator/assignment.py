@@ -74,6 +74,133 @@ def smooth(previous: float, measured: float) -> float:
     return previous + SMOOTHING * (measured - previous)
 
 
+class _Board:
+    """Who holds what and each worker's load: the state both the pure function and the Balancer work on."""
+
+    def __init__(self, workers: list[WorkerSpec]) -> None:
+        self.by_id = {w.id: w for w in workers}
+        self.load = dict.fromkeys(self.by_id, 0.0)
+        self.held: dict[str, dict[PartitionKey, PartitionSpec]] = {w: {} for w in self.by_id}
+        self.result: dict[PartitionKey, str] = {}
+
+    def util(self, worker: str) -> float:
+        return self.load[worker] / self.by_id[worker].capacity
+
+    def place(self, p: PartitionSpec, worker: str) -> None:
+        self.result[p.key] = worker
+        self.load[worker] += p.load
+        self.held[worker][p.key] = p
+
+    def unplace(self, p: PartitionSpec, worker: str) -> None:
+        del self.result[p.key], self.held[worker][p.key]
+        self.load[worker] -= p.load
+
+    def place_orphans(self, orphans: list[PartitionSpec], fits: Callable[[str, PartitionSpec], bool]) -> None:
+        """Each orphan, in order, to the least utilized worker with room (a heap of (utilization, id))."""
+        heap = [(self.util(w), w) for w in self.by_id]
+        heapq.heapify(heap)
+        for p in orphans:
+            skipped = []
+            while heap:
+                util, w = heapq.heappop(heap)
+                if util != self.util(w):  # stale entry
+                    heapq.heappush(heap, (self.util(w), w))
+                    continue
+                if fits(w, p):
+                    self.place(p, w)
+                    heapq.heappush(heap, (self.util(w), w))
+                    break
+                skipped.append((util, w))
+            for item in skipped:
+                heapq.heappush(heap, item)
+
+    def rebalance(
+        self,
+        threshold: float,
+        pinned: Mapping[PartitionKey, str] | None,
+        max_moves: int | None,
+        fits: Callable[[str, PartitionSpec], bool],
+    ) -> list[tuple[PartitionSpec, str, str]]:
+        """Move from the most to the least utilized worker while that narrows their gap, either because the
+        gap is past the tolerance, or because the move narrows it by at least that fraction (an exact fix of a
+        small imbalance is worth it; shuffling within measurement noise is not). Returns the moves made, as
+        (partition, from, to)."""
+        by_id, load, held = self.by_id, self.load, self.held
+        moves: list[tuple[PartitionSpec, str, str]] = []
+        if not by_id:
+            return moves
+        # the most and least utilized workers come from two heaps, refreshed only for the pair a move changes
+        # (ties go to the greatest id as the most utilized and the least id as the least, as max/min would)
+        rank = {w: i for i, w in enumerate(sorted(by_id))}
+        utils = {w: load[w] / by_id[w].capacity for w in by_id}
+        total = sum(utils.values())
+        tops = [(-u, -rank[w], w) for w, u in utils.items()]
+        bottoms = [(u, rank[w], w) for w, u in utils.items()]
+        heapq.heapify(tops)
+        heapq.heapify(bottoms)
+        while max_moves is None or len(moves) < max_moves:
+            while -tops[0][0] != utils[tops[0][2]]:  # stale entry
+                heapq.heappop(tops)
+            while bottoms[0][0] != utils[bottoms[0][2]]:
+                heapq.heappop(bottoms)
+            hi, lo = tops[0][2], bottoms[0][2]
+            gap = utils[hi] - utils[lo]
+            mean = total / len(utils)
+            if gap <= 1e-12 or not held[hi]:
+                break
+            wide = gap > threshold * mean
+            c_hi, c_lo = by_id[hi].capacity, by_id[lo].capacity
+            ideal = (load[hi] * c_lo - load[lo] * c_hi) / (c_hi + c_lo)  # the load whose move equalizes the pair
+            # the candidate that makes the exact transfer (ties: lowest priority, then key); the checks run
+            # cheapest first, since a busy worker holds hundreds of partitions
+            l_hi, l_lo, spread, narrow = load[hi], load[lo], 1 / c_hi + 1 / c_lo, gap * (1 - threshold)
+            best: PartitionSpec | None = None
+            best_d = 0.0
+            for p in held[hi].values():
+                x = p.load
+                new_gap = abs((l_hi - x) / c_hi - (l_lo + x) / c_lo)
+                # worth it: narrows the gap by more than the partition's own share of it (how far the move
+                # shifts each side, on average), and either the gap is wide or it narrows by the threshold
+                if gap - new_gap <= x * spread / 2 + 1e-12 or not (wide or new_gap <= narrow):
+                    continue
+                if (pinned and pinned.get(p.key) == lo) or not fits(lo, p):
+                    continue  # a move back within its cool-down, or no room
+                d = abs(x - ideal)
+                if (
+                    best is None
+                    or d < best_d
+                    or (d == best_d and (p.priority, repr(p.key)) < (best.priority, repr(best.key)))
+                ):
+                    best, best_d = p, d
+            if best is None:
+                break
+            p = best
+            self.unplace(p, hi)
+            self.place(p, lo)
+            moves.append((p, hi, lo))
+            for w in (hi, lo):
+                u = load[w] / by_id[w].capacity
+                total += u - utils[w]
+                utils[w] = u
+                heapq.heappush(tops, (-u, -rank[w], w))
+                heapq.heappush(bottoms, (u, rank[w], w))
+        return moves
+
+    def undo(self, moves: list[tuple[PartitionSpec, str, str]]) -> None:
+        for p, src, dst in reversed(moves):
+            self.unplace(p, dst)
+            self.place(p, src)
+
+
+def _order(p: PartitionSpec) -> tuple[int, float, str]:
+    """The order partitions are served in: priority first, then the heaviest (placed while room is widest)."""
+    return (-p.priority, -p.load, repr(p.key))
+
+
+def _always(worker: str, p: PartitionSpec) -> bool:
+    return True
+
+
 def assign(
     partitions: list[PartitionSpec],
     workers: list[WorkerSpec],
@@ -101,97 +228,182 @@ def assign(
     """
     if not workers:
         return Assignment({})
-    by_id = {w.id: w for w in workers}
-    load = dict.fromkeys(by_id, 0.0)
-    held: dict[str, dict[PartitionKey, PartitionSpec]] = {w: {} for w in by_id}
-    result: dict[PartitionKey, str] = {}
+    board = _Board(workers)
     top = max((p.priority for p in partitions), default=0)
+    capped = any(w.max_load > 0 for w in workers)
 
     def fits(worker: str, p: PartitionSpec) -> bool:
-        limit = by_id[worker].max_load
-        return p.priority >= top or limit <= 0 or load[worker] + p.load <= limit
+        limit = board.by_id[worker].max_load
+        return p.priority >= top or limit <= 0 or board.load[worker] + p.load <= limit
 
-    def place(p: PartitionSpec, worker: str) -> None:
-        result[p.key] = worker
-        load[worker] += p.load
-        held[worker][p.key] = p
-
+    check = fits if capped else _always
     # 1. keep live holders (priority first, so scarce room goes to higher tiers)
-    ordered = sorted(partitions, key=lambda p: (-p.priority, -p.load, repr(p.key)))
+    ordered = sorted(partitions, key=_order)
     orphans = []
     for p in ordered:
         owner = current.get(p.key)
-        if owner in by_id and fits(owner, p):
-            place(p, owner)
+        if owner in board.by_id and check(owner, p):
+            board.place(p, owner)
         else:
             orphans.append(p)
-
-    # 2. orphans to the least utilized worker with room (heap of (utilization, id))
-    heap = [(load[w] / by_id[w].capacity, w) for w in by_id]
-    heapq.heapify(heap)
-    for p in orphans:
-        skipped = []
-        while heap:
-            util, w = heapq.heappop(heap)
-            if util != load[w] / by_id[w].capacity:  # stale entry
-                heapq.heappush(heap, (load[w] / by_id[w].capacity, w))
-                continue
-            if fits(w, p):
-                place(p, w)
-                heapq.heappush(heap, (load[w] / by_id[w].capacity, w))
-                break
-            skipped.append((util, w))
-        for item in skipped:
-            heapq.heappush(heap, item)
-
-    # 3. rebalance: move from the most to the least utilized worker while that narrows their gap, either
-    #    because the gap is past the tolerance, or because the move narrows it by at least that fraction
-    #    (an exact fix of a small imbalance is worth it; shuffling within measurement noise is not)
-    moves = 0
-    planned: list[tuple[PartitionKey, str]] = []
-    confirmed = proposed is None or bool(proposed)
-    if not confirmed:  # plan on copies: nothing held moves before the next pass sees the same imbalance
-        saved = dict(result), dict(load), {w: dict(h) for w, h in held.items()}
-    while max_moves is None or moves < max_moves:
-        utils = {w: load[w] / by_id[w].capacity for w in by_id}
-        hi = max(utils, key=lambda w: (utils[w], w))
-        lo = min(utils, key=lambda w: (utils[w], w))
-        gap = utils[hi] - utils[lo]
-        mean = sum(utils.values()) / len(utils)
-        if gap <= 1e-12 or not held[hi]:
-            break
-        wide = gap > threshold * mean
-        c_hi, c_lo = by_id[hi].capacity, by_id[lo].capacity
-        ideal = (load[hi] * c_lo - load[lo] * c_hi) / (c_hi + c_lo)  # the load whose move equalizes the pair
-        best = None
-        for p in held[hi].values():
-            if pinned and pinned.get(p.key) == lo:
-                continue  # that would reverse a recent move
-            new_gap = abs((load[hi] - p.load) / c_hi - (load[lo] + p.load) / c_lo)
-            share = p.load * (1 / c_hi + 1 / c_lo) / 2  # how far the move shifts each side, on average
-            worth = gap - new_gap > share + 1e-12 and (wide or new_gap <= gap * (1 - threshold))
-            if worth and fits(lo, p):
-                score = (abs(p.load - ideal), p.priority, repr(p.key))  # prefer the exact transfer
-                if best is None or score < best[0]:
-                    best = (score, p)
-        if best is None:
-            break
-        p = best[1]
-        del held[hi][p.key]
-        load[hi] -= p.load
-        place(p, lo)
-        planned.append((p.key, lo))
-        moves += 1
-    if not confirmed and planned:
-        (result, load, held), wanted = saved, frozenset(planned)
-    else:
-        wanted = frozenset()
-
+    # 2. orphans to the least utilized worker with room
+    board.place_orphans(orphans, check)
+    # 3. rebalance; unless confirmed, plan only: nothing held moves before the next pass sees the same imbalance
+    planned = board.rebalance(threshold, pinned, max_moves, check)
+    wanted: frozenset[tuple[PartitionKey, str]] = frozenset()
+    if proposed is not None and not proposed and planned:
+        board.undo(planned)
+        wanted = frozenset((p.key, dst) for p, _, dst in planned)
     # 4. where room is capped, a waiting partition takes the place of a lower-priority one it fits instead of
     #    (rebalancing may have freed room after it was turned away); repeat until nothing changes
-    if any(w.max_load > 0 for w in workers):
-        _serve_priority_first(ordered, by_id, load, held, result, place)
-    return Assignment(result, wanted)
+    if capped:
+        _serve_priority_first(ordered, board.by_id, board.load, board.held, board.result, board.place)
+    return Assignment(board.result, wanted)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one step of the Balancer changed."""
+
+    changed: dict[PartitionKey, str]
+    """{partition: its new holder ("" for none)} for every partition whose holder differs from the last step's."""
+    proposed: frozenset[tuple[PartitionKey, str]] = frozenset()
+    """As `Assignment.proposed`."""
+
+
+class Balancer:
+    """The assignment's working state, kept between passes and updated from changes (a worker joined or died,
+    a load measured, a generation opened or drained): each step costs what changed, not the group's size.
+
+    A step gives the same holders as `assign()` over the same partitions, workers and the previous step's
+    holders (the property tests compare them). Groups whose workers cap their load (`max_load`) are the
+    exception in cost, not in result: their steps recompute with `assign()`, since a capped worker's room
+    depends on every partition's priority.
+    """
+
+    def __init__(self) -> None:
+        self.partitions: dict[PartitionKey, PartitionSpec] = {}
+        self._board = _Board([])
+        self._orphans: set[PartitionKey] = set()
+        self._before: dict[PartitionKey, str] = {}  # holders before their first change since the last step
+
+    @property
+    def holders(self) -> Mapping[PartitionKey, str]:
+        """{partition: worker} as of the last step (a live view: do not keep it across steps)."""
+        return self._board.result
+
+    @property
+    def workers(self) -> Mapping[str, WorkerSpec]:
+        return self._board.by_id
+
+    def _changing(self, key: PartitionKey) -> None:
+        if key not in self._before:
+            self._before[key] = self._board.result.get(key, "")
+
+    def put_worker(self, spec: WorkerSpec) -> None:
+        """A worker joined, or changed its capacity or limit."""
+        board = self._board
+        if spec.id not in board.by_id:
+            board.load[spec.id] = 0.0
+            board.held[spec.id] = {}
+        board.by_id[spec.id] = spec
+
+    def remove_worker(self, worker: str) -> None:
+        """A worker is gone: its partitions are orphans for the next step."""
+        board = self._board
+        if worker not in board.by_id:
+            return
+        for key in board.held[worker]:
+            self._changing(key)
+            del board.result[key]
+            self._orphans.add(key)
+        del board.by_id[worker], board.load[worker], board.held[worker]
+
+    def put_partition(self, spec: PartitionSpec) -> None:
+        """A new partition (an orphan), or a new load or priority for a known one."""
+        board = self._board
+        old = self.partitions.get(spec.key)
+        self.partitions[spec.key] = spec
+        owner = board.result.get(spec.key)
+        if owner is None:
+            self._orphans.add(spec.key)
+        elif old != spec:
+            board.load[owner] += spec.load - old.load  # type: ignore[union-attr]
+            board.held[owner][spec.key] = spec
+
+    def hold(self, key: PartitionKey, worker: str) -> None:
+        """Seat a known partition with its present holder, a known worker (the state read from a store)."""
+        if key in self._orphans and worker in self._board.by_id:
+            self._orphans.discard(key)
+            self._board.place(self.partitions[key], worker)
+
+    def remove_partition(self, key: PartitionKey) -> None:
+        """A partition needs no holder any more (its generation drained, or nobody subscribes to it)."""
+        spec = self.partitions.pop(key, None)
+        if spec is None:
+            return
+        self._orphans.discard(key)
+        owner = self._board.result.get(key)
+        if owner is not None:
+            self._changing(key)
+            self._board.unplace(spec, owner)
+
+    def step(
+        self,
+        *,
+        threshold: float = DEFAULT_THRESHOLD,
+        max_moves: int | None = None,
+        proposed: frozenset[tuple[PartitionKey, str]] | None = None,
+        pinned: Mapping[PartitionKey, str] | None = None,
+    ) -> Step:
+        """Place the orphans and rebalance, with `assign()`'s arguments and rules."""
+        board = self._board
+        if board.by_id and any(w.max_load > 0 for w in board.by_id.values()):
+            return self._done(self._recompute(threshold, max_moves, proposed, pinned))
+        if board.by_id:
+            for key in self._orphans:
+                self._changing(key)
+            board.place_orphans(sorted((self.partitions[k] for k in self._orphans), key=_order), _always)
+            self._orphans.clear()
+            planned = board.rebalance(threshold, pinned, max_moves, _always)
+            for p, src, _ in planned:  # the first move of each starts from its holder before rebalancing
+                self._before.setdefault(p.key, src)
+            if proposed is not None and not proposed and planned:
+                board.undo(planned)
+                return self._done(frozenset((p.key, dst) for p, _, dst in planned))
+        return self._done(frozenset())
+
+    def _recompute(
+        self,
+        threshold: float,
+        max_moves: int | None,
+        proposed: frozenset[tuple[PartitionKey, str]] | None,
+        pinned: Mapping[PartitionKey, str] | None,
+    ) -> frozenset[tuple[PartitionKey, str]]:
+        old = self._board
+        plan = assign(
+            list(self.partitions.values()),
+            list(old.by_id.values()),
+            old.result,
+            threshold=threshold,
+            max_moves=max_moves,
+            proposed=proposed,
+            pinned=pinned,
+        )
+        for key in set(old.result) | set(plan.holders):
+            if old.result.get(key) != plan.holders.get(key):
+                self._changing(key)
+        self._board = _Board(list(old.by_id.values()))
+        for key, worker in plan.holders.items():
+            self._board.place(self.partitions[key], worker)
+        self._orphans = set(self.partitions) - set(plan.holders)
+        return plan.proposed
+
+    def _done(self, proposed: frozenset[tuple[PartitionKey, str]]) -> Step:
+        result = self._board.result
+        changed = {k: result.get(k, "") for k, old in self._before.items() if result.get(k, "") != old}
+        self._before = {}
+        return Step(changed, proposed)
 
 
 def _serve_priority_first(

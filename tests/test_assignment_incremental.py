@@ -1,0 +1,189 @@
+"""The Balancer (incremental assignment) against the pure `assign()`: over random sequences of joins, deaths,
+load reports and generations opened and drained, every step gives the holders and proposals `assign()` gives
+for the same partitions, workers and previous holders, and reports exactly the holders that changed.
+
+Loads are multiples of 1/8 (sums are exact in floating point, so the two paths may not differ by rounding:
+the comparison is exact); the balance bound with arbitrary loads is checked separately."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamplane.coordinator.assignment import (
+    DEFAULT_THRESHOLD,
+    Balancer,
+    PartitionSpec,
+    WorkerSpec,
+    assign,
+)
+
+eighths = st.integers(1, 8000).map(lambda n: n / 8)
+
+
+def worker(draw, i: int, capped: bool) -> WorkerSpec:
+    cap = draw(st.sampled_from([0.0, 0.0, 40.0, 400.0])) if capped else 0.0
+    return WorkerSpec(f"w{i}", capacity=draw(st.sampled_from([0.5, 1.0, 1.0, 2.0])), max_load=cap)
+
+
+@st.composite
+def histories(draw, capped: bool = False):
+    """A list of operations: ("join", spec) ("die", id) ("load", key, load) ("open", [specs]) ("drain", [keys])
+    ("step", proposed-mode)."""
+    ops: list[tuple] = []
+    n_workers = draw(st.integers(1, 6))
+    next_worker = n_workers
+    live = [f"w{i}" for i in range(n_workers)]
+    ops += [("join", worker(draw, i, capped)) for i in range(n_workers)]
+    generation = 0
+    keys: list[tuple[int, int]] = []
+
+    def open_generation() -> None:
+        nonlocal generation
+        generation += 1
+        prio = draw(st.sampled_from([100, 50]))
+        specs = [
+            PartitionSpec((generation, p), priority=prio, load=draw(eighths)) for p in range(draw(st.integers(1, 24)))
+        ]
+        keys.extend(s.key for s in specs)
+        ops.append(("open", specs))
+
+    open_generation()
+    ops.append(("step", None))
+    for _ in range(draw(st.integers(1, 25))):
+        kind = draw(st.sampled_from(["join", "die", "load", "load", "open", "drain", "step", "step"]))
+        if kind == "join":
+            ops.append(("join", worker(draw, next_worker, capped)))
+            live.append(f"w{next_worker}")
+            next_worker += 1
+        elif kind == "die" and live:
+            ops.append(("die", live.pop(draw(st.integers(0, len(live) - 1)))))
+        elif kind == "load" and keys:
+            for _ in range(draw(st.integers(1, 10))):
+                ops.append(("load", draw(st.sampled_from(keys)), draw(eighths)))
+        elif kind == "open":
+            open_generation()
+        elif kind == "drain" and keys:
+            gen = draw(st.sampled_from(sorted({k[0] for k in keys})))
+            gone = [k for k in keys if k[0] == gen]
+            keys[:] = [k for k in keys if k[0] != gen]
+            ops.append(("drain", gone))
+        else:
+            ops.append(("step", draw(st.sampled_from(["none", "empty", "previous"]))))
+    ops.append(("step", "previous"))
+    return ops
+
+
+def replay(ops: list[tuple]) -> int:
+    """Apply the history to a Balancer and, at each step, compare it with assign(); returns steps compared."""
+    balancer = Balancer()
+    partitions: dict = {}
+    workers: dict[str, WorkerSpec] = {}
+    holders: dict = {}
+    last_proposed: frozenset = frozenset()
+    pinned: dict = {}
+    steps = 0
+    for op in ops:
+        match op:
+            case ("join", spec):
+                workers[spec.id] = spec
+                balancer.put_worker(spec)
+            case ("die", wid):
+                del workers[wid]
+                balancer.remove_worker(wid)
+            case ("load", key, load):
+                spec = PartitionSpec(key, partitions[key].priority, load)
+                partitions[key] = spec
+                balancer.put_partition(spec)
+            case ("open", specs):
+                for spec in specs:
+                    partitions[spec.key] = spec
+                    balancer.put_partition(spec)
+            case ("drain", gone):
+                for key in gone:
+                    del partitions[key]
+                    balancer.remove_partition(key)
+            case ("step", mode):
+                proposed = {"none": None, "empty": frozenset(), "previous": last_proposed}[mode] if mode else None
+                current = {k: w for k, w in holders.items() if k in partitions and w in workers}
+                want = assign(
+                    list(partitions.values()),
+                    list(workers.values()),
+                    current,
+                    threshold=DEFAULT_THRESHOLD,
+                    proposed=proposed,
+                    pinned=pinned,
+                )
+                got = balancer.step(threshold=DEFAULT_THRESHOLD, proposed=proposed, pinned=pinned)
+                assert dict(balancer.holders) == want.holders
+                assert got.proposed == want.proposed
+                before = {k: holders.get(k, "") for k in set(holders) | set(want.holders)}
+                assert got.changed == {
+                    k: want.holders.get(k, "") for k, old in before.items() if want.holders.get(k, "") != old
+                }
+                for key, new in got.changed.items():  # the cool-down of moves between live workers
+                    if holders.get(key) in workers and new:
+                        pinned[key] = holders[key]
+                holders = dict(want.holders)
+                last_proposed = want.proposed
+                steps += 1
+    return steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_incremental_steps_equal_the_pure_function(ops) -> None:
+    assert replay(ops) >= 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(capped=True))
+def test_incremental_steps_equal_the_pure_function_with_capped_workers(ops) -> None:
+    assert replay(ops) >= 2
+
+
+def test_a_steady_group_changes_nothing_and_a_death_moves_only_its_partitions() -> None:
+    rng = random.Random(3)
+    balancer = Balancer()
+    for w in range(50):
+        balancer.put_worker(WorkerSpec(f"w{w}"))
+    for p in range(2_000):
+        balancer.put_partition(PartitionSpec(p, load=rng.uniform(100, 5000)))
+    balancer.step()
+    assert balancer.step(proposed=frozenset()).changed == {}
+    victims = {k for k, w in balancer.holders.items() if w == "w7"}
+    balancer.remove_worker("w7")
+    step = balancer.step(proposed=frozenset())
+    assert set(step.changed) == victims
+    assert "w7" not in step.changed.values() and all(step.changed.values())
+    assert len(balancer.holders) == 2_000 and "w7" not in set(balancer.holders.values())
+
+
+def test_the_balance_bound_holds_with_arbitrary_loads_after_a_confirmed_step() -> None:
+    rng = random.Random(11)
+    balancer = Balancer()
+    specs = [WorkerSpec(f"w{w}", capacity=rng.choice([1.0, 2.0])) for w in range(40)]
+    for spec in specs:
+        balancer.put_worker(spec)
+    loads = {p: rng.uniform(0.1, 1000) for p in range(3_000)}
+    for p, load in loads.items():
+        balancer.put_partition(PartitionSpec(p, load=load))
+    balancer.step()
+    for _ in range(5):  # loads drift, workers come and go
+        for p in rng.sample(sorted(loads), 300):
+            loads[p] = rng.uniform(0.1, 1000)
+            balancer.put_partition(PartitionSpec(p, load=loads[p]))
+        gone = rng.choice(specs)
+        specs.remove(gone)
+        balancer.remove_worker(gone.id)
+        proposed = balancer.step(proposed=frozenset()).proposed
+        balancer.step(proposed=proposed or frozenset({("confirmed", "")}))
+    used = {w.id: 0.0 for w in specs}
+    for p, w in balancer.holders.items():
+        used[w] += loads[p]
+    util = {w.id: used[w.id] / w.capacity for w in specs}
+    gap = max(util.values()) - min(util.values())
+    bound = max(DEFAULT_THRESHOLD * sum(util.values()) / len(util), 1.5 * max(loads.values()) / 1.0)
+    assert gap <= bound + 1e-6
