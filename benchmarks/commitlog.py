@@ -188,7 +188,7 @@ def scattered() -> tuple[tuple[int, int], tuple[int, int], float]:
     """1M offsets, every other one acked first: storage then, and after the gaps are filled."""
     import time as _t
 
-    from streamplane.coordinator import leases
+    from streamplane.coordinator import group_state, leases
     from streamplane.coordinator.cluster_admin import RoutingAdmin
     from streamplane.coordinator.topology import Topology
 
@@ -209,7 +209,7 @@ def scattered() -> tuple[tuple[int, int], tuple[int, int], float]:
             now_ms=now,
             ttl_ms=3_600_000,
         )
-        leases.apply_assignment(db, "scatter", now_ms=now, revoke_ms=1000)
+        group_state.apply_assignment(db, "scatter", now_ms=now, revoke_ms=1000)
         n = 1_000_000
         started = _t.perf_counter()
         for parity in (1, 0):

@@ -16,7 +16,8 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, events, keys, leadership, leases, metrics
+from streamplane.coordinator import commitlog, events, group_state, keys, leadership, leases, metrics
+from streamplane.coordinator.group_state import GroupState
 from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
@@ -259,6 +260,8 @@ class Assigner:
         # group: until when this replica ends no session of a group it just took over (each worker gets a TTL
         # to find the replica serving it)
         self._grace_until: dict[str, int] = {}
+        # group: the working state of each group this replica owns, kept between passes
+        self._states: dict[str, GroupState] = {}
         self.owned: set[str] = set()
         """The groups whose assignment this replica runs (its fair share of the live replicas')."""
         self._groups: set[str] = set()  # the groups there were at the last claim
@@ -373,16 +376,44 @@ class Assigner:
             del moved[k]
         return {k: w for k, (_, w) in moved.items()}
 
-    def _write_rest(self, group: str, rest: list[leases.Change], now: int) -> None:
+    def _write_rest(self, state: GroupState, rest: list[group_state.Change], now: int) -> None:
         """The rest of a large pass, MAX_LEASE_WRITES changes a transaction, each while still the group's owner."""
-        for i in range(0, len(rest), leases.MAX_LEASE_WRITES):
-            chunk = rest[i : i + leases.MAX_LEASE_WRITES]
+        group = state.group
+        for i in range(0, len(rest), group_state.MAX_LEASE_WRITES):
+            chunk = rest[i : i + group_state.MAX_LEASE_WRITES]
 
-            def write(tr: Transaction, chunk: list[leases.Change] = chunk) -> int:
+            def write(tr: Transaction, chunk: list[group_state.Change] = chunk) -> list[LeaseKey]:
                 leadership.ensure_group(tr, group, self.replica_id, now)
-                return leases.write_changes(tr, group, chunk, now_ms=now)
+                return group_state.write_changes(tr, group, chunk, now_ms=now)
 
-            self.db.transact(write)
+            state.reread.update(self.db.transact(write))
+
+    def _pass(
+        self, tr: Transaction, group: str, now: int, grace: bool, first_try: bool
+    ) -> tuple[GroupState, group_state.Applied, list[group_state.Change]]:
+        """Plan a pass of a group on its working state (caught up with the store), or on one read whole: at the
+        first pass, after too many changes to follow, every RESYNC_MS, and whenever a transaction body runs
+        again (the state is updated as the body runs; a retried body cannot trust what an attempt left)."""
+        cfg = self.config
+        kept = self._states.get(group) if first_try else None
+        touched = None
+        if kept is not None and now - kept.built_ms < group_state.RESYNC_MS:
+            touched = group_state.catch_up(tr, kept, now_ms=now, grace=grace)
+        if kept is None or touched is None:
+            kept, touched = group_state.build(tr, group, now_ms=now, grace=grace), set()
+        state = self._states[group] = kept
+        applied, changes = group_state.plan(
+            tr,
+            state,
+            touched,
+            now_ms=now,
+            revoke_ms=cfg.revoke_ms,
+            threshold=cfg.threshold,
+            proposed=self._proposed.get(group, frozenset()),
+            pinned=self._pinned(group, now),
+            promoted=self._promoted.get(group, frozenset()),
+        )
+        return state, applied, changes
 
     def run_once(self) -> int:
         """One pass of the loop: renew the leader key and this replica's groups (claiming its fair share of the
@@ -403,6 +434,8 @@ class Assigner:
             self.owned = owned
             for gone in set(self._grace_until) - self.owned:
                 del self._grace_until[gone]
+            for gone in set(self._states) - self.owned:
+                del self._states[gone]
         if renew:
             self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
         # a standby, or a replica with no group, looks again soon enough to take over right after a TTL
@@ -411,10 +444,13 @@ class Assigner:
         # loads and topology events do not wake the loop: each group with members looks again every rebalance_ms
         poll = now + cfg.rebalance_ms
         for group in sorted(self.owned):
+            tries = 0
 
             def step(
                 tr: Transaction, group: str = group
-            ) -> tuple[int, leases.Applied | None, tuple[int, tuple[int, int]], list[leases.Change]]:
+            ) -> tuple[int, group_state.Applied | None, tuple[int, tuple[int, int]], list[group_state.Change]]:
+                nonlocal tries
+                tries += 1
                 leadership.ensure_group(tr, group, self.replica_id, now)
                 grace_until = self._grace_until.get(group, 0)
                 grace = now < grace_until
@@ -428,30 +464,25 @@ class Assigner:
                 fresh_loads = loads != last_loads and self.clock.monotonic() - last_time >= cfg.rebalance_ms / 1000
                 if version == last_version and not due and not fresh_loads:
                     return next_expiry, None, (version, loads), []  # nothing computed: `seen` is not used
-                applied, changes, events_so_far = leases.plan_assignment(
-                    tr,
-                    group,
-                    now_ms=now,
-                    revoke_ms=cfg.revoke_ms,
-                    threshold=cfg.threshold,
-                    proposed=self._proposed.get(group, frozenset()),
-                    pinned=self._pinned(group, now),
-                    grace=grace,
-                    promoted=self._promoted.get(group, frozenset()),
-                )
+                state, applied, changes = self._pass(tr, group, now, grace, tries == 1)
                 # a pass that fits one transaction is written in it; a larger one in several after it
-                first = changes[: leases.MAX_LEASE_WRITES]
-                leases.write_changes(tr, group, first, now_ms=now, events_so_far=events_so_far)
+                first = changes[: group_state.MAX_LEASE_WRITES]
+                state.reread.update(group_state.write_changes(tr, group, first, now_ms=now))
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)
                 seen = (
                     _counter(tr, keys.group_version_key(group)),
                     (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD)),
                 )
-                return next_expiry, applied, seen, changes[leases.MAX_LEASE_WRITES :]
+                return next_expiry, applied, seen, changes[group_state.MAX_LEASE_WRITES :]
 
-            next_expiry, applied, seen, rest = self.db.transact(step)
-            self._write_rest(group, rest, now)
+            try:
+                next_expiry, applied, seen, rest = self.db.transact(step)
+                if rest:
+                    self._write_rest(self._states[group], rest, now)
+            except BaseException:
+                self._states.pop(group, None)  # what it holds may not have been written: read it whole next time
+                raise
             if next_expiry:
                 due = min(due, next_expiry, poll)
             if applied is not None:
@@ -465,6 +496,8 @@ class Assigner:
                 if applied.proposed:  # look again after rebalance_ms to confirm (or drop) the proposed moves
                     confirm = now + cfg.rebalance_ms
                     deadline = min(deadline, confirm) if deadline else confirm
+                if group in self._states and self._states[group].reread:  # a lease moved under the pass
+                    deadline = now
                 self._last_pass[group] = (version, self.clock.monotonic(), deadline, loads)
             deadline = self._last_pass.get(group, (0, 0.0, 0, ()))[2]
             if deadline:

@@ -176,13 +176,25 @@ def read_events_and_watch(tr: Transaction, after: bytes | None, *, limit: int = 
 
 
 @transactional
-def read_group_events(tr: Transaction, group: str, after: bytes | None, *, limit: int = 1000) -> list[GroupChanged]:
-    """A group's events strictly after version `after` (None: from the start), oldest first, at most `limit`."""
+def read_group_events(
+    tr: Transaction, group: str, after: bytes | None, *, limit: int = 1000, snapshot: bool = False
+) -> list[GroupChanged]:
+    """A group's events strictly after version `after` (None: from the start), oldest first, at most `limit`.
+    A snapshot read is enough for a reader that keeps its cursor: an event committed after it has a later
+    version, so the next read finds it."""
     r = keys.GROUP_EVENTS.range((group,))
     begin = r.start if after is None else keys.group_event_key(group, after) + b"\x00"
-    rows = tr.get_range(begin, r.stop, limit=limit)
+    rows = tr.get_range(begin, r.stop, limit=limit, snapshot=snapshot)
     out = [_decode(keys.group_event_version(k), v) for k, v in rows]
     return [e for e in out if isinstance(e, GroupChanged)]
+
+
+@transactional
+def last_group_event(tr: Transaction, group: str) -> bytes | None:
+    """The version of a group's newest event (None: it has none), as a cursor for `read_group_events`."""
+    r = keys.GROUP_EVENTS.range((group,))
+    last = tr.get_range(r.start, r.stop, limit=1, reverse=True, snapshot=True)
+    return keys.group_event_version(last[0][0]) if last else None
 
 
 @transactional

@@ -20,6 +20,7 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "member_version", group, worker_id) -> counter bumped when the member's leases change (watch)
     ("streamplane", "group_version", group)             -> counter bumped when membership or leases change (watch)
     ("streamplane", "group_loads", group)               -> counter bumped when a worker reports changed lease loads
+    ("streamplane", "load_report", group, stream, lane, generation, partition) -> b"": a lease whose load changed
     ("streamplane", "leader")                           -> Leader {replica, expires_ms}: runs the sealer, autopilot
     ("streamplane", "group_owner", group)               -> {replica, expires_ms}: the replica running the group's
                                                            assignment (groups spread over the live replicas)
@@ -77,6 +78,7 @@ EVENTS = ROOT["event"]
 EVENT_HEAD = ROOT.pack(("event_head",))
 GROUPS = ROOT["group"]
 GROUP_LOADS = ROOT["group_loads"]
+LOAD_REPORTS = ROOT["load_report"]
 MEMBERS = ROOT["member"]
 WORKER_ERRORS = ROOT["worker_errors"]
 LEASES = ROOT["lease"]
@@ -154,6 +156,11 @@ def group_version_key(group: str) -> bytes:
 
 def group_loads_key(group: str) -> bytes:
     return GROUP_LOADS.pack((group,))
+
+
+def load_report_key(group: str, stream: str, lane: str, generation: int, partition: int) -> bytes:
+    """Set by a heartbeat that wrote a lease's load, cleared by the group's owner once it has read it."""
+    return LOAD_REPORTS.pack((group, stream, lane, generation, partition))
 
 
 def held_key(group: str, worker_id: str, stream: str, lane: str, generation: int, partition: int) -> bytes:

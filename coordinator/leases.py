@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 
-from streamplane.coordinator import events, group_config, keys, planted
-from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign, smooth
+from streamplane.coordinator import events, keys, planted
+from streamplane.coordinator.assignment import smooth
 from streamplane.coordinator.health import count_reporters, stored_reports
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, get_stream
@@ -31,7 +30,7 @@ from streamplane.errors import (
     PermissionDeniedError,
     quoted,
 )
-from streamplane.model import SETTLED, ClusterErrors, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
+from streamplane.model import ClusterErrors, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
 from streamplane.names import check_lane_name, check_object_name
 
 GRANTED, REVOKING, FREE = "granted", "revoking", "free"
@@ -114,21 +113,22 @@ def _finite(field_name: str, value: float, *, positive: bool = False) -> float:
 # -- reads ---------------------------------------------------------------------------------------------------------
 
 
-def _lease_from(key: bytes, raw: bytes) -> Lease:
+def lease_from(key: bytes, raw: bytes) -> Lease:
     _, stream, lane, generation, partition = keys.LEASES.unpack(key)
     return Lease(stream, lane, generation, partition, **json.loads(raw))
 
 
 @transactional
-def read_members(tr: Transaction, group: str) -> dict[str, Member]:
+def read_members(tr: Transaction, group: str, *, snapshot: bool = False) -> dict[str, Member]:
     r = keys.MEMBERS.range((group,))
-    return {m.worker_id: m for m in (Member.from_json(v) for _, v in tr.get_range(r.start, r.stop))}
+    rows = tr.get_range(r.start, r.stop, snapshot=snapshot)
+    return {m.worker_id: m for m in (Member.from_json(v) for _, v in rows)}
 
 
 @transactional
 def read_leases(tr: Transaction, group: str) -> dict[LeaseKey, Lease]:
     r = keys.LEASES.range((group,))
-    return {lease.key: lease for lease in (_lease_from(k, v) for k, v in tr.get_range(r.start, r.stop))}
+    return {lease.key: lease for lease in (lease_from(k, v) for k, v in tr.get_range(r.start, r.stop))}
 
 
 @transactional
@@ -149,13 +149,13 @@ def read_member_leases(tr: Transaction, group: str, worker_id: str) -> tuple[Mem
         lease_key = keys.lease_key(group, *k)
         lease_raw = tr.get(lease_key)
         if lease_raw is not None:
-            lease = _lease_from(lease_key, lease_raw)
+            lease = lease_from(lease_key, lease_raw)
             if lease.worker_id == worker_id and lease.state != FREE:
                 held.append(lease)
     return member, held
 
 
-def _write_lease(tr: Transaction, group: str, old: Lease | None, new: Lease) -> None:
+def write_lease(tr: Transaction, group: str, old: Lease | None, new: Lease) -> None:
     """Store a lease and keep the holder index (held/...) in step with it."""
     old_holder = old.worker_id if old is not None and old.state != FREE else ""
     new_holder = new.worker_id if new.state != FREE else ""
@@ -177,11 +177,13 @@ def _bump(tr: Transaction, group: str, *workers: str) -> None:
             tr.add(keys.member_version_key(group, worker), 1)
 
 
-class _Events:
-    """Appends several events in one transaction (each needs its own user version)."""
+class GroupEvents:
+    """Appends group events in a transaction. Each event of a transaction needs its own user version: they are
+    numbered per transaction (on the transaction object), so events appended by different steps of one
+    transaction (a session replaced at join, an expiry and the pass after it) never overwrite each other."""
 
     def __init__(self, tr: Transaction, actor: str, now_ms: int) -> None:
-        self.tr, self.actor, self.now_ms, self.n = tr, actor, now_ms, 0
+        self.tr, self.actor, self.now_ms = tr, actor, now_ms
 
     def group(self, group: str, type_: str, worker_id: str = "", lease: Lease | None = None, reason: str = "") -> None:
         event = GroupChanged(
@@ -192,8 +194,9 @@ class _Events:
             epoch=lease.epoch if lease else 0,
             reason=reason,
         )
-        events.append_group_event(self.tr, event, actor=self.actor, time_ms=self.now_ms, user_version=self.n)
-        self.n += 1
+        n = getattr(self.tr, "_streamplane_group_events", 0)
+        setattr(self.tr, "_streamplane_group_events", n + 1)  # noqa: B010 - a Protocol has no such attribute
+        events.append_group_event(self.tr, event, actor=self.actor, time_ms=self.now_ms, user_version=n)
 
 
 def validate_subscriptions(tr: Transaction, subscriptions: list[Subscription]) -> tuple[Subscription, ...]:
@@ -247,20 +250,22 @@ def join(
             check_principal(old.principal, principal, f"session {resume_session}")
             resumed = replace(old, alive_until_ms=max(old.alive_until_ms, now_ms + ttl_ms))
             tr.set(keys.member_key(group, worker_id), resumed.to_json())
-            _Events(tr, worker_id, now_ms).group(group, "member_resumed", worker_id, reason=f"session {old.session_id}")
+            GroupEvents(tr, worker_id, now_ms).group(
+                group, "member_resumed", worker_id, reason=f"session {old.session_id}"
+            )
             return resumed
         if old.alive_until_ms > now_ms:
             raise AlreadyExistsError(
                 f"worker_id {worker_id!r} already has a live session in group {group!r}", kind="worker", name=worker_id
             )
-        _leave(tr, group, old, "replaced by a new session after its TTL", _Events(tr, "assigner", now_ms))
+        _leave(tr, group, old, "replaced by a new session after its TTL", GroupEvents(tr, "assigner", now_ms))
     member = Member(
         worker_id, session_id, subs, capacity, max_load, alive_until_ms=now_ms + ttl_ms, principal=principal
     )
     tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
     tr.set(keys.member_key(group, worker_id), member.to_json())
     _bump(tr, group, worker_id)
-    _Events(tr, worker_id, now_ms).group(group, "member_joined", worker_id, reason=f"session {session_id}")
+    GroupEvents(tr, worker_id, now_ms).group(group, "member_joined", worker_id, reason=f"session {session_id}")
     return member
 
 
@@ -315,11 +320,12 @@ def heartbeat(
         _finite("heartbeat.leases.records_per_s", rps)
         key = keys.lease_key(group, *parse_lease_id(lid))
         raw = tr.get(key)
-        lease = _lease_from(key, raw) if raw else None
+        lease = lease_from(key, raw) if raw else None
         if lease is None or lease.worker_id != worker_id or lease.state == FREE:
             continue  # a lease that moved away in the meantime: its load is the new holder's to report
         load = smooth(lease.records_per_s, rps)
         tr.set(key, replace(lease, records_per_s=load, lag_records=lag_records, lag_ms=lag_ms).to_json())
+        tr.set(keys.load_report_key(group, *lease.key), b"")  # the group's owner reads these leases again
 
 
 @transactional
@@ -332,7 +338,7 @@ def release(
     _own_member(tr, group, worker_id, session_id)
     key = keys.lease_key(group, *parse_lease_id(lid))
     raw = tr.get(key)
-    lease = _lease_from(key, raw) if raw else None
+    lease = lease_from(key, raw) if raw else None
     if lease is not None and epoch > lease.epoch:
         raise FailedPreconditionError(f"worker {worker_id!r} never held lease {lid} at epoch {epoch}")
     if lease is None or lease.worker_id != worker_id or lease.state == FREE or lease.epoch != epoch:
@@ -340,18 +346,18 @@ def release(
         # held it at `epoch`; nothing to do, and no reason to end the session
         return lease
     freed = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
-    _write_lease(tr, group, lease, freed)
+    write_lease(tr, group, lease, freed)
     _bump(tr, group, worker_id)
-    _Events(tr, worker_id, now_ms).group(group, "lease_released", worker_id, lease)
+    GroupEvents(tr, worker_id, now_ms).group(group, "lease_released", worker_id, lease)
     return freed
 
 
-def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: _Events) -> None:
+def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: GroupEvents) -> None:
     tr.clear(keys.member_key(group, member.worker_id))
     tr.clear(keys.worker_errors_key(group, member.worker_id))
     _, held = read_member_leases(tr, group, member.worker_id)
     for lease in held:
-        _write_lease(tr, group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
+        write_lease(tr, group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
         ev.group(group, "lease_revoked", member.worker_id, lease, reason)
     _bump(tr, group, member.worker_id)
     ev.group(group, "member_left", member.worker_id, reason=reason)
@@ -364,19 +370,24 @@ def leave(tr: Transaction, group: str, worker_id: str, session_id: str, reason: 
     member = Member.from_json(raw) if raw else None
     if member is None or member.session_id != session_id:
         return False
-    _leave(tr, group, member, reason, _Events(tr, "assigner", now_ms))
+    _leave(tr, group, member, reason, GroupEvents(tr, "assigner", now_ms))
     return True
 
 
 @transactional
 def expire(tr: Transaction, group: str, now_ms: int) -> int:
     """End every session past its TTL; return when the next live one would expire (0: none left). Heartbeats
-    only move that time later, and a new member wakes the loop, so nothing can expire sooner."""
-    ev = _Events(tr, "assigner", now_ms)
-    members = read_members(tr, group).values()
+    only move that time later, and a new member wakes the loop, so nothing can expire sooner. The members are
+    read without conflicts (heartbeats rewrite them all the time); one about to expire is read again, with
+    one, so a heartbeat that lands meanwhile keeps it alive."""
+    ev = GroupEvents(tr, "assigner", now_ms)
+    members = read_members(tr, group, snapshot=True).values()
     for member in members:
         if member.alive_until_ms <= now_ms:
-            _leave(tr, group, member, "no heartbeat within the session TTL", ev)
+            raw = tr.get(keys.member_key(group, member.worker_id))
+            again = Member.from_json(raw) if raw else None
+            if again is not None and again.alive_until_ms <= now_ms:
+                _leave(tr, group, again, "no heartbeat within the session TTL", ev)
     return min((m.alive_until_ms for m in members if m.alive_until_ms > now_ms), default=0)
 
 
@@ -387,7 +398,7 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int, principal: st
     check_object_name("group", group)
     key = keys.lease_key(group, *parse_lease_id(lid))
     raw = tr.get(key)
-    lease = _lease_from(key, raw) if raw else None
+    lease = lease_from(key, raw) if raw else None
     if lease is None:
         raise NotFoundError(f"lease {lid} does not exist in group {group!r}", kind="lease", name=lid)
     if lease.state == FREE or (lease.epoch != epoch and planted.STALE_EPOCH not in planted.active):
@@ -403,252 +414,6 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int, principal: st
         if raw:
             check_principal(Member.from_json(raw).principal, principal, f"lease {lid}")
     return lease
-
-
-# -- assignment --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Applied:
-    """What one assignment pass leaves for later."""
-
-    next_deadline_ms: int = 0
-    """The earliest revoke deadline still pending after the pass (0: none): when to look again."""
-    proposed: frozenset[tuple[LeaseKey, str]] = frozenset()
-    """Rebalancing moves the pass found worth making, left for the next pass to confirm (see assignment.py)."""
-    moved: dict[LeaseKey, str] = field(default_factory=dict)
-    """{partition: the live holder this pass took it from to give to another} (their cool-down starts)."""
-    granted: int = 0
-    """Leases the pass granted (new holders, at a new epoch)."""
-    promoted: frozenset[tuple[str, str]] = frozenset()
-    """(stream, lane) of lower lanes past their time-lag target: their partitions have the first claim."""
-
-
-def group_partitions(tr: Transaction, members: dict[str, Member]) -> dict[LeaseKey, int]:
-    """Every partition the members subscribe to: {(stream, lane, generation, partition): lane priority}.
-
-    Generations stay until they are drained, so draining and sealed ones keep their holders.
-    """
-    wanted: dict[LeaseKey, int] = {}
-    streams: dict[str, Any] = {}
-    for member in members.values():
-        for sub in member.subscriptions:
-            if sub.stream not in streams:
-                try:
-                    streams[sub.stream] = get_stream(tr, sub.stream)
-                except NotFoundError:
-                    continue
-            stream = streams[sub.stream]
-            for lane in stream.lanes:
-                if (sub.lanes and lane.name not in sub.lanes) or (not sub.lanes and lane.name == "dlq"):
-                    continue
-                for gen in lane.generations:
-                    if gen.state in SETTLED:
-                        continue
-                    for p in range(gen.partitions):
-                        wanted[(stream.name, lane.name, gen.number, p)] = lane.priority
-    return wanted
-
-
-MAX_LEASE_WRITES = 2_000
-"""Lease changes one transaction writes at most (each with its holder index and group event: about 1 KB): a
-pass with more writes them in several transactions, well under FoundationDB's 10 MB and 5 s."""
-
-
-@dataclass(frozen=True)
-class Change:
-    """One lease's move as a pass planned it: written only if the lease is still `old` when written."""
-
-    key: LeaseKey
-    old: Lease | None
-    new: Lease
-    notes: tuple[tuple[str, str, Lease, str], ...] = ()
-    """Group events (change, worker, lease, reason) that go with it."""
-
-
-@transactional
-def apply_assignment(
-    tr: Transaction,
-    group: str,
-    *,
-    now_ms: int,
-    revoke_ms: int,
-    threshold: float = 0.1,
-    proposed: frozenset[tuple[LeaseKey, str]] | None = None,
-    pinned: Mapping[LeaseKey, str] | None = None,
-    grace: bool = False,
-    promoted: frozenset[tuple[str, str]] = frozenset(),
-) -> Applied:
-    """Plan the group's assignment and write every change in this transaction (see `plan_assignment`; the
-    Assigner writes large passes in several, `write_changes`)."""
-    done, changes, events_so_far = plan_assignment(
-        tr,
-        group,
-        now_ms=now_ms,
-        revoke_ms=revoke_ms,
-        threshold=threshold,
-        proposed=proposed,
-        pinned=pinned,
-        grace=grace,
-        promoted=promoted,
-    )
-    write_changes(tr, group, changes, now_ms=now_ms, events_so_far=events_so_far)
-    return done
-
-
-def plan_assignment(
-    tr: Transaction,
-    group: str,
-    *,
-    now_ms: int,
-    revoke_ms: int,
-    threshold: float = 0.1,
-    proposed: frozenset[tuple[LeaseKey, str]] | None = None,
-    pinned: Mapping[LeaseKey, str] | None = None,
-    grace: bool = False,
-    promoted: frozenset[tuple[str, str]] = frozenset(),
-) -> tuple[Applied, list[Change], int]:
-    """Compute the group's assignment and the lease changes that move towards it: grant free ones, revoke
-    moved ones with a deadline, and force moves whose deadline passed (the old holder's epoch is then stale).
-    `proposed` is the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, {partition: the
-    worker it was recently moved away from}, not to be moved back there yet. With `grace` (a new leader's
-    first TTL) every member counts as live, since none could heartbeat while nobody led. `promoted` is the
-    previous pass's `Applied.promoted`: lower lanes past their time-lag target are served with the top tier
-    until their lag is back under half the target, and each change is a group event (written here). Returns
-    the pass's result, the changes in key order, and how many events this transaction appended so far."""
-    members = {w: m for w, m in read_members(tr, group).items() if grace or m.alive_until_ms > now_ms}
-    leases = read_leases(tr, group)
-    wanted = group_partitions(tr, members)
-    ev = _Events(tr, "assigner", now_ms)
-    first_claim = _first_claim(tr, group, wanted, leases, promoted, ev)
-    top = max(wanted.values(), default=0)
-    specs = [
-        PartitionSpec(
-            k,
-            priority=top if k[:2] in first_claim else prio,
-            load=(leases[k].records_per_s if k in leases and leases[k].records_per_s > 0 else 1.0),
-        )
-        for k, prio in wanted.items()
-    ]
-    workers = [WorkerSpec(w, m.capacity, m.max_load) for w, m in members.items()]
-    current: dict[LeaseKey, str] = {}
-    for k, lease in leases.items():
-        owner = lease.target if lease.state == REVOKING else lease.worker_id
-        if lease.state != FREE and owner in members:
-            current[k] = owner
-    plan = assign(specs, workers, current, threshold=threshold, proposed=proposed, pinned=pinned)
-    target = plan.holders
-    done = Applied(proposed=plan.proposed, promoted=first_claim)
-    changes: list[Change] = []
-    for k in sorted(set(wanted) | set(leases)):
-        lease = leases.get(k) or Lease(*k)
-        want = target.get(k, "")
-        if lease.state != FREE and lease.worker_id not in members:
-            lease = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)  # holder is gone
-        new = lease
-        notes: list[tuple[str, str, Lease, str]] = []
-        if lease.state == GRANTED and lease.worker_id != want:
-            new = replace(lease, state=REVOKING, target=want, deadline_ms=now_ms + revoke_ms)
-            if want:
-                done.moved[k] = lease.worker_id
-            reason = f"rebalance: moving to {want!r}" if want else "no longer assigned"
-            notes.append(("lease_revoking", lease.worker_id, lease, reason))
-        elif lease.state == REVOKING:
-            if lease.worker_id == want:
-                new = replace(lease, state=GRANTED, target="", deadline_ms=0)  # the move was called off
-            elif now_ms >= lease.deadline_ms:
-                notes.append(("lease_revoked", lease.worker_id, lease, "revoke deadline passed"))
-                new = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
-            elif lease.target != want:
-                new = replace(lease, target=want)
-        if new.state == FREE and want:
-            new = replace(
-                new,
-                worker_id=want,
-                epoch=new.epoch + (0 if planted.NO_EPOCH_BUMP in planted.active and new.epoch else 1),
-                state=GRANTED,
-                target="",
-                deadline_ms=0,
-                lag_records=0,
-                lag_ms=0,
-            )
-            notes.append(("lease_granted", want, new, "assignment"))
-            done.granted += 1
-        if new != leases.get(k):
-            changes.append(Change(k, leases.get(k), new, tuple(notes)))
-        if new.state == REVOKING and (not done.next_deadline_ms or new.deadline_ms < done.next_deadline_ms):
-            done.next_deadline_ms = new.deadline_ms
-    return done, changes, ev.n
-
-
-def write_changes(
-    tr: Transaction, group: str, changes: Sequence[Change], *, now_ms: int, events_so_far: int = 0
-) -> int:
-    """Write the planned changes whose lease is still as planned (one that moved meanwhile is left to the next
-    pass: epochs fence every lease on its own, so any subset of a plan is a valid state). Returns how many
-    were written. `events_so_far`: events this transaction already appended (each needs its own number)."""
-    ev = _Events(tr, "assigner", now_ms)
-    ev.n = events_so_far
-    written = 0
-    for c in changes:
-        raw = tr.get(keys.lease_key(group, *c.key))
-        if (_lease_from(keys.lease_key(group, *c.key), raw) if raw else None) != c.old:
-            continue
-        for change, worker, lease, reason in c.notes:
-            ev.group(group, change, worker, lease, reason)
-        _write_lease(tr, group, c.old, c.new)
-        _bump(tr, group, c.old.worker_id if c.old is not None else "", c.new.worker_id)
-        written += 1
-    return written
-
-
-def _first_claim(
-    tr: Transaction,
-    group: str,
-    wanted: dict[LeaseKey, int],
-    leases: dict[LeaseKey, Lease],
-    before: frozenset[tuple[str, str]],
-    ev: _Events,
-) -> frozenset[tuple[str, str]]:
-    """Lower lanes whose time lag (the most any holder reports for one of its partitions) is past their
-    target, or was and is not yet back under half of it: they are served with the top tier now. Each lane
-    that gains or loses the first claim is a group event with its lag and target."""
-    top = max(wanted.values(), default=0)
-    priority: dict[tuple[str, str], int] = {}
-    tops: dict[str, int] = {}  # each stream's top priority
-    for k, prio in wanted.items():
-        priority[k[:2]] = prio
-        tops[k[0]] = max(tops.get(k[0], prio), prio)
-    configured = group_config.lag_targets(tr, group)
-    lag: dict[tuple[str, str], int] = {}
-    for k, lease in leases.items():
-        if lease.state != FREE and k in wanted:
-            lag[k[:2]] = max(lag.get(k[:2], 0), lease.lag_ms)
-    now: set[tuple[str, str]] = set()
-    for lane, prio in priority.items():
-        if prio >= top:
-            continue  # already served first
-        target = configured.get(lane[1], group_config.DEFAULT_LAG_TARGET_MS if prio >= tops[lane[0]] else 0)
-        if target <= 0:
-            continue
-        seen = lag.get(lane, 0)
-        if seen > target or (lane in before and seen > target // 2):
-            now.add(lane)
-            if lane not in before:
-                ev.group(
-                    group,
-                    "lane_promoted",
-                    reason=f"{lane[0]}/{lane[1]}: time lag {seen / 1000:.1f} s is past its {target / 1000:g} s "
-                    "target; its partitions get the first claim on the workers",
-                )
-        elif lane in before:
-            ev.group(
-                group,
-                "lane_restored",
-                reason=f"{lane[0]}/{lane[1]}: time lag {seen / 1000:.1f} s is back under half its "
-                f"{target / 1000:g} s target; served by its priority again",
-            )
-    return frozenset(now)
 
 
 @transactional

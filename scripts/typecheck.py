@@ -32,6 +32,7 @@ STRICT = [
     "streamplane.coordinator.assignment",
     "streamplane.coordinator.topology",
     "streamplane.coordinator.leases",
+    "streamplane.coordinator.group_state",
     "streamplane.coordinator.commitlog",
     "streamplane.coordinator.sealing",
     "streamplane.coordinator.events",

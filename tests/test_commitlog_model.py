@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamplane.coordinator import commitlog as cl
-from streamplane.coordinator import group_config, keys, leases
+from streamplane.coordinator import group_config, group_state, keys, leases
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.api import MAX_VALUE_BYTES
@@ -33,7 +33,7 @@ def held(local_cluster, tmp_path_factory):
     topology.create_stream("s", 1, "c")
     now = int(time.time() * 1000)
     leases.join(db, "g", "w", "sess", [leases.Subscription("s")], capacity=1, max_load=0, now_ms=now, ttl_ms=3_600_000)
-    leases.apply_assignment(db, "g", now_ms=now, revoke_ms=1000)
+    group_state.apply_assignment(db, "g", now_ms=now, revoke_ms=1000)
     assert leases.check_lease(db, "g", LEASE, 1).worker_id == "w"
     yield db
     db.close()

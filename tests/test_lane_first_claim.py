@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamplane.coordinator import events, group_config, leases
+from streamplane.coordinator import events, group_config, group_state, leases
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
@@ -56,23 +56,23 @@ def changes(db: Database) -> list[tuple[str, str]]:
 
 def test_a_lane_past_its_target_gets_the_first_claim_and_hands_it_back_when_its_lag_recovers(db: Database) -> None:
     group_config.configure(db, GROUP, "backfill", lag_target_ms=10_000)
-    first = leases.apply_assignment(db, GROUP, now_ms=T0, revoke_ms=1000)
+    first = group_state.apply_assignment(db, GROUP, now_ms=T0, revoke_ms=1000)
     assert states(db) == {B0: "granted"}, "one backfill partition fits under max_load, the other waits"
     assert first.promoted == frozenset()
 
     report(db, T0 + 1000, backfill_lag_ms=20_000)
-    promoted = leases.apply_assignment(db, GROUP, now_ms=T0 + 1000, revoke_ms=1000, promoted=first.promoted)
+    promoted = group_state.apply_assignment(db, GROUP, now_ms=T0 + 1000, revoke_ms=1000, promoted=first.promoted)
     assert promoted.promoted == {BACKFILL}
     assert states(db) == {B0: "granted", B1: "granted"}, "past its target the lane is served with the top tier"
     ((change, reason),) = changes(db)
     assert change == "lane_promoted" and "20.0 s is past its 10 s target" in reason
 
     report(db, T0 + 2000, backfill_lag_ms=8_000)  # under the target, not yet under half of it: it keeps it
-    still = leases.apply_assignment(db, GROUP, now_ms=T0 + 2000, revoke_ms=1000, promoted=promoted.promoted)
+    still = group_state.apply_assignment(db, GROUP, now_ms=T0 + 2000, revoke_ms=1000, promoted=promoted.promoted)
     assert still.promoted == {BACKFILL} and states(db)[B1] == "granted" and len(changes(db)) == 1
 
     report(db, T0 + 3000, backfill_lag_ms=1_000)
-    restored = leases.apply_assignment(db, GROUP, now_ms=T0 + 3000, revoke_ms=1000, promoted=still.promoted)
+    restored = group_state.apply_assignment(db, GROUP, now_ms=T0 + 3000, revoke_ms=1000, promoted=still.promoted)
     assert restored.promoted == frozenset()
     assert states(db) == {B0: "granted", B1: "revoking"}, "back under half its target, it gives the room back"
     assert [c for c, _ in changes(db)] == ["lane_promoted", "lane_restored"]
@@ -80,12 +80,12 @@ def test_a_lane_past_its_target_gets_the_first_claim_and_hands_it_back_when_its_
 
 
 def test_a_lower_lane_without_a_target_is_served_by_its_priority_whatever_its_lag(db: Database) -> None:
-    first = leases.apply_assignment(db, GROUP, now_ms=T0, revoke_ms=1000)
+    first = group_state.apply_assignment(db, GROUP, now_ms=T0, revoke_ms=1000)
     report(db, T0 + 1000, backfill_lag_ms=3_600_000)
-    again = leases.apply_assignment(db, GROUP, now_ms=T0 + 1000, revoke_ms=1000, promoted=first.promoted)
+    again = group_state.apply_assignment(db, GROUP, now_ms=T0 + 1000, revoke_ms=1000, promoted=first.promoted)
     assert again.promoted == frozenset() and states(db) == {B0: "granted"} and changes(db) == []
     group_config.configure(db, GROUP, "backfill", lag_target_ms=group_config.NO_LAG_TARGET)
-    assert leases.apply_assignment(db, GROUP, now_ms=T0 + 2000, revoke_ms=1000).promoted == frozenset()
+    assert group_state.apply_assignment(db, GROUP, now_ms=T0 + 2000, revoke_ms=1000).promoted == frozenset()
 
 
 def test_lane_settings_are_checked(db: Database) -> None:

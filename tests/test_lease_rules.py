@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamplane.coordinator import leases
+from streamplane.coordinator import events, group_state, leases
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
@@ -46,8 +46,8 @@ def join(db: Database, worker: str, now: int, session: str = "") -> None:
     )
 
 
-def assign(db: Database, now: int) -> leases.Applied:
-    return leases.apply_assignment(db, GROUP, now_ms=now, revoke_ms=REVOKE_MS)
+def assign(db: Database, now: int) -> group_state.Applied:
+    return group_state.apply_assignment(db, GROUP, now_ms=now, revoke_ms=REVOKE_MS)
 
 
 def held(db: Database) -> dict[str, tuple[str, int, str]]:
@@ -161,3 +161,18 @@ def test_a_broken_session_is_resumed_with_its_leases_and_epochs_while_it_has_not
             now_ms=T0 + 4 * TTL_MS,
             **{**resume, "resume_session": "s-w1"},
         )
+
+
+def test_a_session_replaced_at_join_keeps_every_event_of_that_transaction(db: Database) -> None:
+    """The audit trail (and the Assigner, which follows it) sees each lease the old session lost, its leaving
+    and the new session's joining: events appended by two steps of one transaction get distinct numbers."""
+    join(db, "w", T0, "first")
+    assign(db, T0)
+    join(db, "w", T0 + TTL_MS + 1, "second")  # the first session's TTL passed: it is replaced
+    tail = events.read_recent_group_events(db, GROUP, limit=4)[::-1]
+    assert [(e.change, e.lease_id) for e in tail] == [
+        ("lease_revoked", P0),
+        ("lease_revoked", P1),
+        ("member_left", ""),
+        ("member_joined", ""),
+    ]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog, keys, leases, sealing
+from streamplane.coordinator import commitlog, group_state, keys, leases, sealing
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.store import Database, StoreConfig, open_store
@@ -47,7 +47,7 @@ def script(db: Database) -> list[Any]:
         lambda: leases.join(
             db, "g", "w2", "s2", [Subscription("logs")], capacity=1, max_load=0, now_ms=T0, ttl_ms=3000
         ),
-        lambda: leases.apply_assignment(db, "g", now_ms=T0, revoke_ms=1000),
+        lambda: group_state.apply_assignment(db, "g", now_ms=T0, revoke_ms=1000),
         lambda: leases.heartbeat(
             db, "g", "w1", "s1", cpu=0.5, records_per_s=10, lease_loads=[], now_ms=T0 + 100, ttl_ms=3000
         ),
