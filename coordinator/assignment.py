@@ -20,7 +20,10 @@ by the one before it, for any two workers
 
 from __future__ import annotations
 
+import bisect
+import functools
 import heapq
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +85,13 @@ class _Board:
         self.load = dict.fromkeys(self.by_id, 0.0)
         self.held: dict[str, dict[PartitionKey, PartitionSpec]] = {w: {} for w in self.by_id}
         self.result: dict[PartitionKey, str] = {}
+        self._names: dict[PartitionKey, str] = {}  # repr of keys, the last tie-break (kept: keys are reused)
+
+    def name(self, key: PartitionKey) -> str:
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = repr(key)
+        return name
 
     def util(self, worker: str) -> float:
         return self.load[worker] / self.by_id[worker].capacity
@@ -138,6 +148,7 @@ class _Board:
         bottoms = [(u, rank[w], w) for w, u in utils.items()]
         heapq.heapify(tops)
         heapq.heapify(bottoms)
+        sorted_held: dict[str, list[tuple[float, int, str, PartitionSpec]]] = {}
         while max_moves is None or len(moves) < max_moves:
             while -tops[0][0] != utils[tops[0][2]]:  # stale entry
                 heapq.heappop(tops)
@@ -151,32 +162,27 @@ class _Board:
             wide = gap > threshold * mean
             c_hi, c_lo = by_id[hi].capacity, by_id[lo].capacity
             ideal = (load[hi] * c_lo - load[lo] * c_hi) / (c_hi + c_lo)  # the load whose move equalizes the pair
-            # the candidate that makes the exact transfer (ties: lowest priority, then key); the checks run
-            # cheapest first, since a busy worker holds hundreds of partitions
-            l_hi, l_lo, spread, narrow = load[hi], load[lo], 1 / c_hi + 1 / c_lo, gap * (1 - threshold)
-            best: PartitionSpec | None = None
-            best_d = 0.0
-            for p in held[hi].values():
-                x = p.load
-                new_gap = abs((l_hi - x) / c_hi - (l_lo + x) / c_lo)
-                # worth it: narrows the gap by more than the partition's own share of it (how far the move
-                # shifts each side, on average), and either the gap is wide or it narrows by the threshold
-                if gap - new_gap <= x * spread / 2 + 1e-12 or not (wide or new_gap <= narrow):
-                    continue
-                if (pinned and pinned.get(p.key) == lo) or not fits(lo, p):
-                    continue  # a move back within its cool-down, or no room
-                d = abs(x - ideal)
-                if (
-                    best is None
-                    or d < best_d
-                    or (d == best_d and (p.priority, repr(p.key)) < (best.priority, repr(best.key)))
-                ):
-                    best, best_d = p, d
+            l_hi, l_lo, narrow = load[hi], load[lo], gap * (1 - threshold)
+            # the candidate that makes the exact transfer (ties: lowest priority, then key), searched outward
+            # from `ideal` in the worker's partitions sorted by load: a busy worker holds thousands
+            best = self._closest(
+                self._sorted(sorted_held, hi),
+                ideal,
+                functools.partial(
+                    _worth, gap=gap, l_hi=l_hi, l_lo=l_lo, c_hi=c_hi, c_lo=c_lo, wide=wide, narrow=narrow
+                ),
+                functools.partial(_movable, to=lo, pinned=pinned, fits=fits),
+            )
             if best is None:
                 break
             p = best
             self.unplace(p, hi)
             self.place(p, lo)
+            item = (p.load, p.priority, self.name(p.key), p)
+            hi_sorted = sorted_held[hi]
+            del hi_sorted[bisect.bisect_left(hi_sorted, item[:3])]
+            if lo in sorted_held:
+                bisect.insort(sorted_held[lo], item)
             moves.append((p, hi, lo))
             for w in (hi, lo):
                 u = load[w] / by_id[w].capacity
@@ -186,10 +192,77 @@ class _Board:
                 heapq.heappush(bottoms, (u, rank[w], w))
         return moves
 
+    def _sorted(
+        self, cache: dict[str, list[tuple[float, int, str, PartitionSpec]]], worker: str
+    ) -> list[tuple[float, int, str, PartitionSpec]]:
+        """A worker's partitions as (load, priority, name, spec), sorted, kept for one rebalance."""
+        found = cache.get(worker)
+        if found is None:
+            found = cache[worker] = sorted(
+                (p.load, p.priority, self.name(p.key), p) for p in self.held[worker].values()
+            )
+        return found
+
+    @staticmethod
+    def _closest(
+        items: list[tuple[float, int, str, PartitionSpec]],
+        ideal: float,
+        worth: Callable[[float], bool],
+        ok: Callable[[PartitionSpec], bool],
+    ) -> PartitionSpec | None:
+        """The item whose load is closest to `ideal` (ties: the least (priority, name)) among those whose load
+        is `worth` moving and that are `ok` to move. Loads worth moving form an interval around `ideal`, so the
+        search goes outward from it a run of equal loads at a time, and a side ends at its first load that is
+        not worth it: a step costs what it looks at, not what the worker holds."""
+        best: tuple[float, int, str, PartitionSpec] | None = None
+        best_d = 0.0
+        down = up = bisect.bisect_left(items, (ideal,))  # items[:down] are below ideal, items[up:] at or above
+        low_end, high_end = 0, len(items)
+        while down > low_end or up < high_end:
+            d_down = ideal - items[down - 1][0] if down > low_end else math.inf
+            d_up = items[up][0] - ideal if up < high_end else math.inf
+            if best is not None and min(d_down, d_up) > best_d:
+                break
+            if d_down <= d_up:
+                x = items[down - 1][0]
+                start = bisect.bisect_left(items, (x,), low_end, down)
+                run, down = items[start:down], start
+                if not worth(x):
+                    low_end = down
+                    continue
+            else:
+                x = items[up][0]
+                end = bisect.bisect_left(items, (x, math.inf), up, high_end)
+                run, up = items[up:end], end
+                if not worth(x):
+                    high_end = up
+                    continue
+            found = next((item for item in run if ok(item[3])), None)
+            if found is not None and (best is None or abs(x - ideal) < best_d or found[1:3] < best[1:3]):
+                best, best_d = found, abs(x - ideal)
+        return best[3] if best is not None else None
+
     def undo(self, moves: list[tuple[PartitionSpec, str, str]]) -> None:
         for p, src, dst in reversed(moves):
             self.unplace(p, dst)
             self.place(p, src)
+
+
+def _worth(
+    x: float, *, gap: float, l_hi: float, l_lo: float, c_hi: float, c_lo: float, wide: bool, narrow: float
+) -> bool:
+    """Whether moving a partition of load `x` from the most to the least utilized worker is worth it: it
+    narrows their gap by more than the partition's own share of it (how far the move shifts each side, on
+    average), and either the gap is wide or it narrows by the threshold. True on an interval of loads."""
+    new_gap = abs((l_hi - x) / c_hi - (l_lo + x) / c_lo)
+    return gap - new_gap > x * (1 / c_hi + 1 / c_lo) / 2 + 1e-12 and (wide or new_gap <= narrow)
+
+
+def _movable(
+    p: PartitionSpec, *, to: str, pinned: Mapping[PartitionKey, str] | None, fits: Callable[[str, PartitionSpec], bool]
+) -> bool:
+    """Not a move back within its cool-down, and room for it."""
+    return not (pinned and pinned.get(p.key) == to) and fits(to, p)
 
 
 def _order(p: PartitionSpec) -> tuple[int, float, str]:
@@ -343,6 +416,7 @@ class Balancer:
         if spec is None:
             return
         self._orphans.discard(key)
+        self._board._names.pop(key, None)
         owner = self._board.result.get(key)
         if owner is not None:
             self._changing(key)
