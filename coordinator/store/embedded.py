@@ -9,6 +9,7 @@ monotonic across restarts.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import sqlite3
 import struct
@@ -37,6 +38,44 @@ CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOU
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (name, value) VALUES ('commit_version', 0);
 """
+
+
+class _FairLock:
+    """A reentrant lock handed over in arrival order. With a plain lock, a thread writing transactions back to
+    back (a large assignment pass, written in chunks) takes it again before the threads waiting for it wake,
+    and starves them (heartbeats, then sessions, expire); FoundationDB has no such lock to queue on."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._queue: collections.deque[threading.Lock] = collections.deque()
+        self._owner: int | None = None
+        self._depth = 0
+
+    def __enter__(self) -> None:
+        me = threading.get_ident()
+        with self._mutex:
+            if self._owner == me:
+                self._depth += 1
+                return
+            if self._owner is None and not self._queue:
+                self._owner, self._depth = me, 1
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self._queue.append(turn)
+        turn.acquire()  # released by the holder handing the lock over
+        self._owner, self._depth = me, 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._mutex:
+            self._depth -= 1
+            if self._depth:
+                return
+            if self._queue:
+                self._owner = -1  # handed over: taken by the next in line, not by whoever comes first
+                self._queue.popleft().release()
+            else:
+                self._owner = None
 
 
 class _Watch:
@@ -218,7 +257,7 @@ class EmbeddedDatabase:
         except sqlite3.Error as err:
             raise StoreUnavailableError(f"cannot open the embedded store at {self.path}: {err}") from err
         self._read_only = read_only
-        self._lock = threading.RLock()
+        self._lock = _FairLock()
         self._watches = _WatchRegistry()
         self._closed = False
         self._commit_version = self._read_commit_version()
