@@ -190,6 +190,35 @@ def read_group_events(
 
 
 @transactional
+def read_group_events_of_others(
+    tr: Transaction, group: str, after: bytes | None, actor: str, *, limit: int, max_rows: int
+) -> tuple[list[GroupChanged], bytes | None] | None:
+    """A group's events after version `after` that `actor` did not append, and the version of the last row
+    read (the next cursor). Rows of `actor` are told apart by the encoded body's first bytes, not decoded: a
+    reader following the log skips its own writes cheaply. None when more than `limit` events of others or
+    `max_rows` rows follow `after` (too much to follow). Snapshot reads, as in `read_group_events`."""
+    own = b'{"actor": ' + json.dumps(actor).encode() + b","
+    r = keys.GROUP_EVENTS.range((group,))
+    begin = r.start if after is None else keys.group_event_key(group, after) + b"\x00"
+    found: list[GroupChanged] = []
+    cursor, rows = after, 0
+    while True:
+        page = tr.get_range(begin, r.stop, limit=1000, snapshot=True)
+        for k, v in page:
+            if not v.startswith(own):
+                event = _decode(keys.group_event_version(k), v)
+                if isinstance(event, GroupChanged):
+                    found.append(event)
+        rows += len(page)
+        if len(found) > limit or rows > max_rows:
+            return None
+        if len(page) < 1000:
+            return found, (keys.group_event_version(page[-1][0]) if page else cursor)
+        cursor = keys.group_event_version(page[-1][0])
+        begin = page[-1][0] + b"\x00"
+
+
+@transactional
 def last_group_event(tr: Transaction, group: str) -> bytes | None:
     """The version of a group's newest event (None: it has none), as a cursor for `read_group_events`."""
     r = keys.GROUP_EVENTS.range((group,))

@@ -49,8 +49,13 @@ costs less than following them."""
 RESYNC_MS = 600_000
 """How often the owner rebuilds a group from the store although nothing says it must (a safety net: a pass
 that finds the state had drifted logs it)."""
+MAX_OWN_TAIL = 200_000
+"""Group events a pass skips at most as the owner's own (a first assignment of a large group writes one each)."""
 _LEASE_EVENTS = ("lease_released", "lease_revoked")
 """Group events that change a lease outside the owner's passes (a worker's release, a session's end)."""
+ASSIGNER = "assigner"
+"""The actor of the owner's own group events. Others that write as it end a member's session (a session closed
+or replaced at join), which the members' own records show: their leases are read again for that."""
 
 
 @dataclass
@@ -130,6 +135,8 @@ class GroupState:
         self.revoking: set[LeaseKey] = set()
         self.wanted: dict[LeaseKey, int] = {}
         """{partition: its lane's priority} for every partition the members subscribe to."""
+        self.lanes: dict[tuple[str, str], int] = {}
+        """{(stream, lane): priority} of the lanes in `wanted`."""
         self.balancer = Balancer()
         self.first_claim: frozenset[tuple[str, str]] = frozenset()
         """Lanes served with the top tier (as the balancer's partition specs have them)."""
@@ -139,8 +146,8 @@ class GroupState:
         """The topology log's head (EVENT_HEAD) when `wanted` was computed."""
         self.subscriptions: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
         self.reread: set[LeaseKey] = set()
-        """Leases to read again and plan at the next pass, which is due at once (a write found them changed
-        since the state had them: until then the state holds what the pass planned for them)."""
+        """Leases to plan again at the next pass, which is due at once (a write found them changed since the
+        state had them; the state has them as the write found them)."""
         self.built_ms = 0
         self.fresh = True
         """Built and not planned yet: the first pass plans every lease."""
@@ -166,13 +173,16 @@ class GroupState:
 
     @property
     def top(self) -> int:
-        return max(self.wanted.values(), default=0)
+        """The group's top priority."""
+        return max(self.lanes.values(), default=0)
 
     def set_members(self, live: dict[str, Member]) -> set[str]:
-        """Take the live members; returns the workers that are gone."""
+        """Take the live members; returns the workers that are gone or have a new session (the leases of the
+        old one were freed when it was replaced)."""
         gone = set(self.members) - set(live)
         for worker in gone:
             self.balancer.remove_worker(worker)
+        gone.update(w for w, m in live.items() if w in self.members and self.members[w].session_id != m.session_id)
         for worker, member in live.items():
             old = self.members.get(worker)
             if old is None or (old.capacity, old.max_load) != (member.capacity, member.max_load):
@@ -187,6 +197,10 @@ class GroupState:
             self.balancer.remove_partition(key)
         changed = [k for k, prio in wanted.items() if self.wanted.get(k) != prio]
         self.wanted = wanted
+        self.lanes = {}
+        for k, prio in wanted.items():
+            if k[:2] not in self.lanes:
+                self.lanes[k[:2]] = prio
         top = self.top
         for key in changed:
             self.balancer.put_partition(self.spec(key, top))
@@ -230,14 +244,14 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
     group = state.group
     touched = set(state.reread)
     state.reread.clear()
-    tail = events.read_group_events(tr, group, state.cursor, limit=MAX_TAIL + 1, snapshot=True)
-    if len(tail) > MAX_TAIL:
+    # the owner's own writes (grants, revokes, expiries) are in the state already: only others' are followed
+    tail = events.read_group_events_of_others(tr, group, state.cursor, ASSIGNER, limit=MAX_TAIL, max_rows=MAX_OWN_TAIL)
+    if tail is None:
         return None
-    for event in tail:
+    for event in tail[0]:
         if event.lease_id and event.change in _LEASE_EVENTS:
             touched.add(parse_lease_id(event.lease_id))
-    if tail:
-        state.cursor = bytes.fromhex(tail[-1].version)
+    state.cursor = tail[1]
     r = keys.LOAD_REPORTS.range((group,))
     reports = tr.get_range(r.start, r.stop, limit=MAX_TAIL + 1, snapshot=True)
     if len(reports) > MAX_TAIL:
@@ -245,16 +259,6 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
     if reports:  # a report written after this read lands past the cleared range, or is lost (loads are advisory)
         tr.clear_range(r.start, reports[-1][0] + b"\x00")
         touched.update(keys.LOAD_REPORTS.unpack(k)[1:] for k, _ in reports)
-    top = state.top
-    for key in touched:
-        raw = tr.get(keys.lease_key(group, *key))
-        if raw is None:
-            continue
-        lease = lease_from(keys.lease_key(group, *key), raw)
-        old = state.leases.get(key)
-        state.put_lease(lease)
-        if key in state.wanted and (old is None or old.records_per_s != lease.records_per_s):
-            state.balancer.put_partition(state.spec(key, top))
     members = {w: m for w, m in read_members(tr, group, snapshot=True).items() if grace or m.alive_until_ms > now_ms}
     for worker in state.set_members(members):
         touched.update(state.held.get(worker, ()))
@@ -263,7 +267,22 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
     if topology != state.topology or subscriptions != state.subscriptions:
         state.topology, state.subscriptions = topology, subscriptions
         touched.update(k for k in state.set_wanted(group_partitions(tr, members.values())) if k in state.leases)
+    read_again(tr, state, touched)
     return touched
+
+
+def read_again(tr: Transaction, state: GroupState, touched: Iterable[LeaseKey]) -> None:
+    """Read these leases from the store into the state (and their loads into the Balancer)."""
+    top = state.top
+    for key in touched:
+        raw = tr.get(keys.lease_key(state.group, *key))
+        if raw is None:
+            continue
+        lease = lease_from(keys.lease_key(state.group, *key), raw)
+        old = state.leases.get(key)
+        state.put_lease(lease)
+        if key in state.wanted and (old is None or old.records_per_s != lease.records_per_s):
+            state.balancer.put_partition(state.spec(key, top))
 
 
 def plan(
@@ -286,7 +305,7 @@ def plan(
     back under half the target, and each change is a group event (written here). Returns the pass's result
     and the changes in key order."""
     group = state.group
-    ev = GroupEvents(tr, "assigner", now_ms)
+    ev = GroupEvents(tr, ASSIGNER, now_ms)
     state.set_first_claim(_first_claim(tr, group, state, promoted, ev))
     step = state.balancer.step(threshold=threshold, proposed=proposed, pinned=pinned)
     done = Applied(proposed=step.proposed, promoted=state.first_claim)
@@ -365,7 +384,7 @@ def write_changes(tr: Transaction, group: str, changes: Sequence[Change], *, now
     """Write the planned changes whose lease is still as planned (one that moved meanwhile is left to the next
     pass: epochs fence every lease on its own, so any subset of a plan is a valid state). Returns the leases
     not written."""
-    ev = GroupEvents(tr, "assigner", now_ms)
+    ev = GroupEvents(tr, ASSIGNER, now_ms)
     stale = []
     for c in changes:
         raw = tr.get(keys.lease_key(group, *c.key))
@@ -453,13 +472,10 @@ def _first_claim(
     that gains or loses the first claim is a group event with its lag and target. Only lower lanes' leases
     are looked at (a group with one tier looks at none)."""
     top = state.top
-    priority: dict[tuple[str, str], int] = {}
     tops: dict[str, int] = {}  # each stream's top priority
-    for k, prio in state.wanted.items():
-        if k[:2] not in priority:
-            priority[k[:2]] = prio
-            tops[k[0]] = max(tops.get(k[0], prio), prio)
-    lower = {lane: prio for lane, prio in priority.items() if prio < top}
+    for (stream, _), prio in state.lanes.items():
+        tops[stream] = max(tops.get(stream, prio), prio)
+    lower = {lane: prio for lane, prio in state.lanes.items() if prio < top}
     if not lower:
         return frozenset()
     configured = group_config.lag_targets(tr, group)

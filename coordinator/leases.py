@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from streamplane.coordinator import events, keys, planted
 from streamplane.coordinator.assignment import smooth
@@ -30,7 +31,7 @@ from streamplane.errors import (
     PermissionDeniedError,
     quoted,
 )
-from streamplane.model import ClusterErrors, Generation, GroupChanged, MemberInfo, PartitionRef, Subscription
+from streamplane.model import ClusterErrors, Generation, GroupChanged, Heartbeat, MemberInfo, PartitionRef, Subscription
 from streamplane.names import check_lane_name, check_object_name
 
 GRANTED, REVOKING, FREE = "granted", "revoking", "free"
@@ -234,10 +235,12 @@ def join(
     ttl_ms: int,
     resume_session: str = "",
     principal: str = "",
-) -> Member:
+) -> Member | None:
     """Register a worker's new session; refuse a worker id that another live session holds. With
     `resume_session`, the worker's live session of that id is resumed instead: same session, same leases and
-    epochs (its stream broke, say because the coordinator restarted; nothing the worker did is undone)."""
+    epochs (its stream broke, say because the coordinator restarted; nothing the worker did is undone). None
+    when the worker's expired session holds more leases than one transaction frees (see LEAVE_LEASES): this
+    transaction freed some, and a later join succeeds."""
     check_object_name("group", group)
     check_worker_id(worker_id)
     capacity = _finite("capacity", capacity or 1.0, positive=True)
@@ -258,7 +261,9 @@ def join(
             raise AlreadyExistsError(
                 f"worker_id {worker_id!r} already has a live session in group {group!r}", kind="worker", name=worker_id
             )
-        _leave(tr, group, old, "replaced by a new session after its TTL", GroupEvents(tr, "assigner", now_ms))
+        ev = GroupEvents(tr, "assigner", now_ms)
+        if not _leave(tr, group, old, "replaced by a new session after its TTL", ev)[1]:
+            return None  # the old session's leases are still being freed (committed so far): join again soon
     member = Member(
         worker_id, session_id, subs, capacity, max_load, alive_until_ms=now_ms + ttl_ms, principal=principal
     )
@@ -288,43 +293,46 @@ def _own_member(tr: Transaction, group: str, worker_id: str, session_id: str) ->
     return member
 
 
+def check_heartbeat(beat: Heartbeat) -> list[list[Any]]:
+    """Refuse a heartbeat with bad figures or lease ids (InvalidArgumentError naming the field), before anything
+    is written; returns its error reports in their stored form."""
+    _finite("heartbeat.cpu", beat.cpu)
+    _finite("heartbeat.records_per_s", beat.records_per_s)
+    for lid, load in beat.leases:
+        parse_lease_id(lid)
+        _finite("heartbeat.leases.records_per_s", load.records_per_s)
+    return stored_reports(beat.errors, 0, "heartbeat.errors")
+
+
 @transactional
 def heartbeat(
-    tr: Transaction,
-    group: str,
-    worker_id: str,
-    session_id: str,
-    *,
-    cpu: float,
-    records_per_s: float,
-    lease_loads: list[tuple[str, float, int, int]],
-    now_ms: int,
-    ttl_ms: int,
-    errors: Sequence[ClusterErrors] = (),
+    tr: Transaction, group: str, worker_id: str, session_id: str, beat: Heartbeat, *, now_ms: int, ttl_ms: int
 ) -> None:
     """Extend the session and record the worker's load, each held lease's throughput and lag, and the errors
-    its fetches met per cluster (kept apart, for the health monitor; only a report with errors writes)."""
-    _finite("heartbeat.cpu", cpu)
-    _finite("heartbeat.records_per_s", records_per_s)
-    seen = [r for r in stored_reports(errors, now_ms, "heartbeat.errors") if r[1] > 0]
+    its fetches met per cluster (kept apart, for the health monitor; only a report with errors writes).
+    FencedError when the session has ended; nothing is written then."""
+    check_heartbeat(beat)
     member = _own_member(tr, group, worker_id, session_id)
+    seen = [r for r in stored_reports(beat.errors, now_ms, "heartbeat.errors") if r[1] > 0]
     if seen:
         tr.set(keys.worker_errors_key(group, worker_id), json.dumps(seen).encode())
     tr.set(
         keys.member_key(group, worker_id),
-        replace(member, cpu=cpu, records_per_s=records_per_s, alive_until_ms=now_ms + ttl_ms).to_json(),
+        replace(member, cpu=beat.cpu, records_per_s=beat.records_per_s, alive_until_ms=now_ms + ttl_ms).to_json(),
     )
-    if lease_loads:
+    if beat.leases:
         tr.add(keys.group_loads_key(group), 1)  # the assignment loop looks again only when loads moved
-    for lid, rps, lag_records, lag_ms in lease_loads:
-        _finite("heartbeat.leases.records_per_s", rps)
+    for lid, load in beat.leases:
         key = keys.lease_key(group, *parse_lease_id(lid))
         raw = tr.get(key)
         lease = lease_from(key, raw) if raw else None
         if lease is None or lease.worker_id != worker_id or lease.state == FREE:
             continue  # a lease that moved away in the meantime: its load is the new holder's to report
-        load = smooth(lease.records_per_s, rps)
-        tr.set(key, replace(lease, records_per_s=load, lag_records=lag_records, lag_ms=lag_ms).to_json())
+        records_per_s = smooth(lease.records_per_s, load.records_per_s)
+        tr.set(
+            key,
+            replace(lease, records_per_s=records_per_s, lag_records=load.lag_records, lag_ms=load.lag_ms).to_json(),
+        )
         tr.set(keys.load_report_key(group, *lease.key), b"")  # the group's owner reads these leases again
 
 
@@ -352,15 +360,28 @@ def release(
     return freed
 
 
-def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: GroupEvents) -> None:
-    tr.clear(keys.member_key(group, member.worker_id))
-    tr.clear(keys.worker_errors_key(group, member.worker_id))
+LEAVE_LEASES = 4_000
+"""Leases one transaction frees at most for a session that ends. A session holding more (the first worker of a
+large group holds all of it) ends over several transactions: its member record stays, with no session and
+no TTL, until the rest are freed (by the next expiry passes, or the owner's pass, which regrants leases whose
+holder is gone); its worker id cannot join again until then."""
+
+
+def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: GroupEvents) -> tuple[int, bool]:
+    """End a member's session and free its leases (at most LEAVE_LEASES); returns how many it freed, and
+    whether it is gone (False: leases remain, freed by later transactions)."""
     _, held = read_member_leases(tr, group, member.worker_id)
-    for lease in held:
+    for lease in held[:LEAVE_LEASES]:
         write_lease(tr, group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
         ev.group(group, "lease_revoked", member.worker_id, lease, reason)
     _bump(tr, group, member.worker_id)
+    if len(held) > LEAVE_LEASES:
+        tr.set(keys.member_key(group, member.worker_id), replace(member, session_id="", alive_until_ms=0).to_json())
+        return LEAVE_LEASES, False
+    tr.clear(keys.member_key(group, member.worker_id))
+    tr.clear(keys.worker_errors_key(group, member.worker_id))
     ev.group(group, "member_left", member.worker_id, reason=reason)
+    return len(held), True
 
 
 @transactional
@@ -374,20 +395,34 @@ def leave(tr: Transaction, group: str, worker_id: str, session_id: str, reason: 
     return True
 
 
+EXPIRE_LEASES = 2_000
+"""Leases one expiry transaction frees at most, over the sessions it ends (it ends at least one): many sessions
+past their TTL at once (a network partition) are ended over several passes, each transaction well under
+FoundationDB's 10 MB."""
+
+
 @transactional
 def expire(tr: Transaction, group: str, now_ms: int) -> int:
-    """End every session past its TTL; return when the next live one would expire (0: none left). Heartbeats
-    only move that time later, and a new member wakes the loop, so nothing can expire sooner. The members are
-    read without conflicts (heartbeats rewrite them all the time); one about to expire is read again, with
-    one, so a heartbeat that lands meanwhile keeps it alive."""
+    """End sessions past their TTL (see EXPIRE_LEASES); return when the next one is due (0: no live session
+    left; `now_ms` while expired ones remain). Heartbeats only move that time later, and a new member wakes the
+    loop, so nothing can expire sooner. The members are read without conflicts (heartbeats rewrite them all
+    the time); one about to expire is read again, with one, so a heartbeat that lands meanwhile keeps it."""
     ev = GroupEvents(tr, "assigner", now_ms)
     members = read_members(tr, group, snapshot=True).values()
+    freed, left = 0, False
     for member in members:
         if member.alive_until_ms <= now_ms:
+            if freed >= EXPIRE_LEASES:
+                left = True
+                continue
             raw = tr.get(keys.member_key(group, member.worker_id))
             again = Member.from_json(raw) if raw else None
             if again is not None and again.alive_until_ms <= now_ms:
-                _leave(tr, group, again, "no heartbeat within the session TTL", ev)
+                count, gone = _leave(tr, group, again, "no heartbeat within the session TTL", ev)
+                freed += count
+                left = left or not gone
+    if left:
+        return now_ms
     return min((m.alive_until_ms for m in members if m.alive_until_ms > now_ms), default=0)
 
 
@@ -424,11 +459,19 @@ def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
     return count_reporters((json.loads(raw) for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms)
 
 
-def end_offset(tr: Transaction, lease: Lease) -> int:
-    """The lease partition's end offset once its generation is sealed; -1 before (and once it is gone)."""
-    raw = tr.get(keys.generation_key(lease.stream, lease.lane, lease.generation))
-    ends = Generation.from_json(raw).end_offsets if raw is not None else []
-    return ends[lease.partition] if lease.partition < len(ends) else -1
+def end_offsets(tr: Transaction, held: Sequence[Lease]) -> dict[str, int]:
+    """{lease id: its partition's end offset once its generation is sealed; -1 before (and once it is gone)},
+    each generation read once."""
+    by_generation: dict[tuple[str, str, int], list[int]] = {}
+    out = {}
+    for lease in held:
+        gen = (lease.stream, lease.lane, lease.generation)
+        ends = by_generation.get(gen)
+        if ends is None:
+            raw = tr.get(keys.generation_key(*gen))
+            ends = by_generation[gen] = Generation.from_json(raw).end_offsets if raw is not None else []
+        out[lease.lease_id] = ends[lease.partition] if lease.partition < len(ends) else -1
+    return out
 
 
 @dataclass(frozen=True)
