@@ -19,8 +19,9 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog, events, group_state, keys, leadership, leases, metrics
 from streamplane.coordinator.group_state import GroupState
 from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
+from streamplane.coordinator.session_writer import SessionWriter
 from streamplane.coordinator.store import Database, Transaction
-from streamplane.errors import FencedError, StreamplaneError
+from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
     Grant,
     GroupChanged,
@@ -29,6 +30,7 @@ from streamplane.model import (
     LeaseInfo,
     LeaseLoad,
     PartitionRef,
+    Release,
     Revoke,
     Sealed,
     SessionEvent,
@@ -60,6 +62,8 @@ class AssignerConfig:
     """Imbalance tolerated before moving held leases (see assignment.py)."""
     cooldown_ms: int = 30_000
     """A partition moved to balance load is not moved back to the worker it left within this time."""
+    heartbeat_flush_ms: int = 100
+    """How long heartbeats wait to be written together (see session_writer.py); well under `ttl_ms`."""
 
 
 def _counter(tr: Transaction, key: bytes) -> int:
@@ -83,39 +87,24 @@ class Session:
         self._sent_revokes: set[tuple[str, int]] = set()
         self._sent_ends: dict[str, int] = {}  # lease: the end offset it was told (-1: not sealed yet)
         self._seen_versions: tuple[int, int] = (-1, -1)  # (member version, event head) of the last snapshot
+        self._next_versions = self._seen_versions  # the versions of a look not yet told
 
     @property
     def db(self) -> Database:
         return self.assigner.db
 
     def heartbeat(self, beat: Heartbeat) -> None:
-        cfg = self.assigner.config
-        leases.heartbeat(
-            self.db,
-            self.group,
-            self.worker_id,
-            self.session_id,
-            cpu=beat.cpu,
-            records_per_s=beat.records_per_s,
-            lease_loads=[(lid, x.records_per_s, x.lag_records, x.lag_ms) for lid, x in beat.leases],
-            now_ms=self.clock.now_ms(),
-            ttl_ms=cfg.ttl_ms,
-            errors=beat.errors,
-        )
+        """Take the worker's heartbeat: checked now (bad input raises), written with the replica's others."""
+        leases.check_heartbeat(beat)
+        self.assigner.writer.heartbeat(self.group, self.worker_id, self.session_id, beat, self.fail)
         self._last_heard = self.clock.monotonic()
 
     def release(self, lid: str, epoch: int) -> None:
-        """Hand one lease back. A release that cannot apply (late, or of a lease this worker never held)
-        concerns that lease only: it is logged and the session goes on; only an ended session ends it."""
+        """Hand one lease back (written with the replica's others, at once). A release that cannot apply (late,
+        or of a lease this worker never held) concerns that lease only: it is logged and the session goes on;
+        only an ended session ends it."""
         self._last_heard = self.clock.monotonic()
-        try:
-            leases.release(self.db, self.group, self.worker_id, self.session_id, lid, epoch, now_ms=self.clock.now_ms())
-        except FencedError:
-            raise
-        except StreamplaneError as err:
-            log.info(
-                "session.release_refused", group=self.group, worker=self.worker_id, lease=lid[:200], error=err.message
-            )
+        self.assigner.writer.release(self.group, self.worker_id, self.session_id, Release(lid, epoch), self.fail)
 
     def fail(self, error: StreamplaneError) -> None:
         """End the session because the worker sent something wrong; `updates` reports it."""
@@ -135,98 +124,107 @@ class Session:
 
     def updates(self, is_active: Callable[[], bool]) -> Iterator[SessionEvent]:
         """Grants, revokes and seals as the leader decides them, until the session ends: it ends by raising
-        the reason (FencedError once expired or replaced, the worker's own error after bad input)."""
+        the reason (FencedError once expired or replaced, the worker's own error after bad input).
+
+        An idle session costs no reads: it waits on a watch of its member's version (bumped by every change
+        to its leases) and looks at the store again only when that fires or the topology log moves (a seal
+        changes no lease, only its end offset)."""
         cfg = self.assigner.config
-        while is_active():
-            if self._failure is not None:
-                raise self._failure
-            if self.clock.monotonic() - self._last_heard > cfg.ttl_ms / 1000:
-                self.close("no heartbeat within the session TTL")
-                raise FencedError(
-                    f"session {self.session_id} ended: no heartbeat within {cfg.ttl_ms} ms; its leases were revoked"
-                )
-
-            member_key = keys.member_version_key(self.group, self.worker_id)
-
-            def probe(tr: Transaction, member_key: bytes = member_key) -> tuple[tuple[int, int], Any]:
-                return (_counter(tr, member_key), _counter(tr, keys.EVENT_HEAD)), tr.watch(member_key)
-
-            versions, watch = self.db.transact(probe)
-            if versions == self._seen_versions:  # nothing changed for this member: no reads, no work
-                try:
-                    watch.wait(cfg.heartbeat_interval_ms / 1000)
-                finally:
+        watch: Any = None  # the member watch of the last look, kept while nothing changed
+        try:
+            while is_active():
+                if self._failure is not None:
+                    raise self._failure
+                if self.clock.monotonic() - self._last_heard > cfg.ttl_ms / 1000:
+                    self.close("no heartbeat within the session TTL")
+                    raise FencedError(
+                        f"session {self.session_id} ended: no heartbeat within {cfg.ttl_ms} ms; its leases were revoked"
+                    )
+                if watch is not None:
+                    fired = watch.wait(cfg.heartbeat_interval_ms / 1000)
+                    head = self.assigner.topology_head
+                    if not fired and head >= 0 and head == self._seen_versions[1]:
+                        continue  # nothing changed for this member
                     watch.cancel()
-                continue
-            watch.cancel()
-            self._seen_versions = versions
-            sent = set(self._sent_grants)
-
-            def snapshot(
-                tr: Transaction, sent: set[tuple[str, int]] = sent
-            ) -> tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int], Any]:
-                member, held = leases.read_member_leases(tr, self.group, self.worker_id)
-                ends = {x.lease_id: leases.end_offset(tr, x) for x in held}
-                grants: dict[str, Grant] = {}
-                placements: dict[tuple[str, str, int], leases.Placement] = {}
-                for lease in held:  # topology lookups only for new grants, once per generation
-                    if (lease.lease_id, lease.epoch) not in sent:
-                        gen = (lease.stream, lease.lane, lease.generation)
-                        if gen not in placements:
-                            placements[gen] = leases.placement(tr, lease)
-                        where = placements[gen]
-                        header = commitlog.read_header(tr, (self.group, *lease.key))
-                        grants[lease.lease_id] = Grant(
-                            lease_id=lease.lease_id,
-                            partition=PartitionRef(*lease.key),
-                            epoch=lease.epoch,
-                            topic=where.topic,
-                            cluster=where.cluster,
-                            bootstrap_servers=where.bootstrap_servers,
-                            start_offset=header.low if header.updated_ms else -1,
-                            end_offset=ends[lease.lease_id],
-                        )
-                watch = tr.watch(keys.member_version_key(self.group, self.worker_id))
-                return member, held, grants, ends, watch
-
-            member, held, grants, ends, watch = self.db.transact(snapshot)
-            try:
-                if member is None or member.session_id != self.session_id:
-                    self._closed.set()
-                    # fail() records its error before it removes the member: report that cause, if it was one
-                    raise self._failure or FencedError(
-                        f"session {self.session_id} of worker {self.worker_id!r} has ended (expired or replaced); "
-                        "its leases were revoked"
-                    )
-                now_held = {(lease.lease_id, lease.epoch) for lease in held}
-                for lease in held:
-                    ident = (lease.lease_id, lease.epoch)
-                    end = ends[lease.lease_id]
-                    if ident not in self._sent_grants:
-                        self._sent_grants.add(ident)
-                        self._sent_ends[lease.lease_id] = end
-                        yield grants[lease.lease_id]
-                    elif end >= 0 > self._sent_ends.get(lease.lease_id, -1):
-                        self._sent_ends[lease.lease_id] = end
-                        yield Sealed(lease.lease_id, PartitionRef(*lease.key), end)
-                    if lease.state == REVOKING and ident not in self._sent_revokes:
-                        self._sent_revokes.add(ident)
-                        yield Revoke(
-                            lease.lease_id,
-                            lease.epoch,
-                            deadline_ms=lease.deadline_ms,
-                            reason=f"moving to {lease.target}" if lease.target else "no longer assigned",
-                        )
-                for lid, epoch in sorted(self._sent_grants - now_held):
-                    self._sent_grants.discard((lid, epoch))
-                    self._sent_ends.pop(lid, None)
-                    yield Revoke(
-                        lid, epoch, reason="lease is gone (released, moved after its deadline, or partition removed)"
-                    )
-                    self._sent_revokes.discard((lid, epoch))
-                watch.wait(cfg.heartbeat_interval_ms / 1000)
-            finally:
+                    watch = None
+                    continue  # look again, after the checks above
+                look, watch = self.db.transact(self._look)
+                if look is not None:
+                    yield from self._tell(*look)
+        finally:
+            if watch is not None:
                 watch.cancel()
+
+    def _look(
+        self, tr: Transaction
+    ) -> tuple[tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int]] | None, Any]:
+        """The member's leases, their end offsets and the grants not sent yet, with a watch of the member's
+        version; None for the first when nothing changed since the last look."""
+        member_key = keys.member_version_key(self.group, self.worker_id)
+        versions = (_counter(tr, member_key), _counter(tr, keys.EVENT_HEAD))
+        watch = tr.watch(member_key)
+        if versions == self._seen_versions:
+            return None, watch
+        member, held = leases.read_member_leases(tr, self.group, self.worker_id)
+        ends = leases.end_offsets(tr, held)
+        grants: dict[str, Grant] = {}
+        placements: dict[tuple[str, str, int], leases.Placement] = {}
+        for lease in held:  # topology lookups only for new grants, once per generation
+            if (lease.lease_id, lease.epoch) not in self._sent_grants:
+                gen = (lease.stream, lease.lane, lease.generation)
+                if gen not in placements:
+                    placements[gen] = leases.placement(tr, lease)
+                where = placements[gen]
+                header = commitlog.read_header(tr, (self.group, *lease.key))
+                grants[lease.lease_id] = Grant(
+                    lease_id=lease.lease_id,
+                    partition=PartitionRef(*lease.key),
+                    epoch=lease.epoch,
+                    topic=where.topic,
+                    cluster=where.cluster,
+                    bootstrap_servers=where.bootstrap_servers,
+                    start_offset=header.low if header.updated_ms else -1,
+                    end_offset=ends[lease.lease_id],
+                )
+        self._next_versions = versions
+        return (member, held, grants, ends), watch
+
+    def _tell(
+        self, member: Member | None, held: list[Lease], grants: dict[str, Grant], ends: dict[str, int]
+    ) -> Iterator[SessionEvent]:
+        """What changed since the last look, as the worker hears it."""
+        if member is None or member.session_id != self.session_id:
+            self._closed.set()
+            # fail() records its error before it removes the member: report that cause, if it was one
+            raise self._failure or FencedError(
+                f"session {self.session_id} of worker {self.worker_id!r} has ended (expired or replaced); "
+                "its leases were revoked"
+            )
+        self._seen_versions = self._next_versions
+        now_held = {(lease.lease_id, lease.epoch) for lease in held}
+        for lease in held:
+            ident = (lease.lease_id, lease.epoch)
+            end = ends[lease.lease_id]
+            if ident not in self._sent_grants:
+                self._sent_grants.add(ident)
+                self._sent_ends[lease.lease_id] = end
+                yield grants[lease.lease_id]
+            elif end >= 0 > self._sent_ends.get(lease.lease_id, -1):
+                self._sent_ends[lease.lease_id] = end
+                yield Sealed(lease.lease_id, PartitionRef(*lease.key), end)
+            if lease.state == REVOKING and ident not in self._sent_revokes:
+                self._sent_revokes.add(ident)
+                yield Revoke(
+                    lease.lease_id,
+                    lease.epoch,
+                    deadline_ms=lease.deadline_ms,
+                    reason=f"moving to {lease.target}" if lease.target else "no longer assigned",
+                )
+        for lid, epoch in sorted(self._sent_grants - now_held):
+            self._sent_grants.discard((lid, epoch))
+            self._sent_ends.pop(lid, None)
+            yield Revoke(lid, epoch, reason="lease is gone (released, moved after its deadline, or partition removed)")
+            self._sent_revokes.discard((lid, epoch))
 
 
 class Assigner:
@@ -248,6 +246,12 @@ class Assigner:
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.writer = SessionWriter(db, ttl_ms=self.config.ttl_ms, flush_ms=self.config.heartbeat_flush_ms, clock=clock)
+        """Writes what the sessions' workers send, batched."""
+        self.topology_head = -1
+        """The topology log's head as this replica's follower last read it (-1: not followed, so sessions
+        look at the store at every heartbeat interval): sessions compare it with the head of their last look
+        to learn of seals without a read."""
         # group: (version, time, next deadline ms, loads version) of the last pass that computed it
         self._last_pass: dict[str, tuple[int, float, int, tuple[int, int]]] = {}
         # group: rebalancing moves the last pass proposed (made only if the next pass confirms them)
@@ -295,6 +299,10 @@ class Assigner:
             resume_session=resume_session,
             principal=principal,
         )
+        if member is None:
+            raise UnavailableError(
+                f"worker {worker_id!r}'s previous session still holds leases being freed; join again in a moment"
+            )
         resumed = member.session_id == resume_session
         log.info(
             "session.resumed" if resumed else "session.opened", group=group, worker=worker_id, session=member.session_id
@@ -339,6 +347,8 @@ class Assigner:
 
     # -- the assignment loop
     def start(self) -> None:
+        self.writer.start()
+        threading.Thread(target=self._follow_topology, name="assigner-topology", daemon=True).start()
         self._thread = threading.Thread(target=self._loop, name="assigner", daemon=True)
         self._thread.start()
 
@@ -350,6 +360,25 @@ class Assigner:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=5)
+        self.writer.stop()
+
+    def _follow_topology(self) -> None:
+        """Keep `topology_head` current: one watch for every session of this replica."""
+        while not self._stop.is_set():
+            try:
+                head, watch = self.db.transact(lambda tr: (_counter(tr, keys.EVENT_HEAD), tr.watch(keys.EVENT_HEAD)))
+            except StreamplaneError as err:
+                log.warning("assigner.topology_follow_failed", error=err.message)
+                self.topology_head = -1
+                self._stop.wait(1)
+                continue
+            self.topology_head = head
+            try:
+                while not watch.wait(1) and not self._stop.is_set():
+                    pass
+            finally:
+                watch.cancel()
+        self.topology_head = -1
 
     def _loop(self) -> None:
         cfg = self.config
@@ -384,7 +413,9 @@ class Assigner:
 
             def write(tr: Transaction, chunk: list[group_state.Change] = chunk) -> list[LeaseKey]:
                 leadership.ensure_group(tr, group, self.replica_id, now)
-                return group_state.write_changes(tr, group, chunk, now_ms=now)
+                stale = group_state.write_changes(tr, group, chunk, now_ms=now)
+                group_state.read_again(tr, state, stale)
+                return stale
 
             state.reread.update(self.db.transact(write))
 
@@ -467,7 +498,9 @@ class Assigner:
                 state, applied, changes = self._pass(tr, group, now, grace, tries == 1)
                 # a pass that fits one transaction is written in it; a larger one in several after it
                 first = changes[: group_state.MAX_LEASE_WRITES]
-                state.reread.update(group_state.write_changes(tr, group, first, now_ms=now))
+                stale = group_state.write_changes(tr, group, first, now_ms=now)
+                group_state.read_again(tr, state, stale)  # as they are, and planned again at once
+                state.reread.update(stale)
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)
                 seen = (

@@ -56,6 +56,7 @@ from streamplane.model import (
     Generation,
     GenerationDrained,
     GenerationSealed,
+    Heartbeat,
     Lane,
     LaneAdded,
     Reject,
@@ -306,17 +307,7 @@ class World:
         if self.now >= w.beat_at:
             w.beat_at = self.now + 500
             try:
-                leases.heartbeat(
-                    self.db,
-                    GROUP,
-                    w.name,
-                    w.session,
-                    cpu=0,
-                    records_per_s=0,
-                    lease_loads=[],
-                    now_ms=self.now,
-                    ttl_ms=self.ttl_ms,
-                )
+                leases.heartbeat(self.db, GROUP, w.name, w.session, Heartbeat(), now_ms=self.now, ttl_ms=self.ttl_ms)
                 w.alive_until = self.now + self.ttl_ms
             except FencedError:  # its session ended while it was away: join again
                 w.session, w.held, w.position, w.retrying = "", {}, {}, {}

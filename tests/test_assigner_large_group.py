@@ -19,7 +19,7 @@ from streamplane.coordinator.store import Transaction
 from streamplane.coordinator.store.api import MAX_TRANSACTION_BYTES
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import Topology
-from streamplane.model import Cluster, Subscription
+from streamplane.model import Cluster, Heartbeat, Subscription
 
 STREAMS, PARTITIONS, WORKERS = 25, 4000, 100  # 100,000 partitions
 TTL_MS = 60_000
@@ -40,9 +40,7 @@ def store(tmp_path: Path) -> Iterator[EmbeddedDatabase]:
 def beat(store: EmbeddedDatabase, clock: ManualClock, workers: range) -> None:
     for w in workers:
         now = clock.now_ms()
-        leases.heartbeat(
-            store, "g", f"w{w}", f"s{w}", cpu=0, records_per_s=0, lease_loads=[], now_ms=now, ttl_ms=TTL_MS
-        )
+        leases.heartbeat(store, "g", f"w{w}", f"s{w}", Heartbeat(), now_ms=now, ttl_ms=TTL_MS)
 
 
 def holders(db: EmbeddedDatabase) -> Counter[str]:

@@ -19,7 +19,7 @@ from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import StreamplaneError
-from streamplane.model import Cluster, Subscription
+from streamplane.model import Cluster, Heartbeat, LeaseLoad, Subscription
 
 GROUP = "g"
 TTL = 3000
@@ -86,11 +86,13 @@ def test_the_kept_state_equals_a_fresh_read_after_every_pass(
     def beat_all() -> None:  # every live session heartbeats; some report loads; revokes are honoured
         for worker, session in list(sessions.items()):
             _, held = leases.read_member_leases(db, GROUP, worker)
-            loads = [(x.lease_id, rng.uniform(10, 1000), 0, rng.randrange(0, 3000)) for x in held if rng.random() < 0.3]
-            leases.heartbeat(
-                db, GROUP, worker, session, cpu=0.1, records_per_s=1.0, lease_loads=loads, now_ms=clock.now_ms(),
-                ttl_ms=TTL,
-            )  # fmt: skip
+            loads = tuple(
+                (x.lease_id, LeaseLoad(rng.uniform(10, 1000), 0, rng.randrange(0, 3000)))
+                for x in held
+                if rng.random() < 0.3
+            )
+            beat = Heartbeat(cpu=0.1, records_per_s=1.0, leases=loads)
+            leases.heartbeat(db, GROUP, worker, session, beat, now_ms=clock.now_ms(), ttl_ms=TTL)
             for x in held:
                 if x.state == leases.REVOKING and rng.random() < 0.8:
                     leases.release(db, GROUP, worker, session, x.lease_id, x.epoch, now_ms=clock.now_ms())

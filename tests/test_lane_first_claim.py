@@ -14,7 +14,7 @@ from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import InvalidArgumentError
-from streamplane.model import Cluster, Subscription
+from streamplane.model import Cluster, Heartbeat, LeaseLoad, Subscription
 
 T0 = 1_800_000_000_000
 GROUP = "g"
@@ -38,8 +38,11 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 def report(db: Database, now: int, backfill_lag_ms: int) -> None:
     held = [x.lease_id for x in leases.read_leases(db, GROUP).values() if x.worker_id == "w1"]
-    loads = [(lid, 1.0, 100, backfill_lag_ms if lid.startswith("jobs/backfill") else 200) for lid in held]
-    leases.heartbeat(db, GROUP, "w1", "s1", cpu=0.5, records_per_s=4.0, lease_loads=loads, now_ms=now, ttl_ms=600_000)
+    loads = tuple(
+        (lid, LeaseLoad(1.0, 100, backfill_lag_ms if lid.startswith("jobs/backfill") else 200)) for lid in held
+    )
+    beat = Heartbeat(cpu=0.5, records_per_s=4.0, leases=loads)
+    leases.heartbeat(db, GROUP, "w1", "s1", beat, now_ms=now, ttl_ms=600_000)
 
 
 def states(db: Database) -> dict[str, str]:

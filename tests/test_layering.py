@@ -14,6 +14,7 @@ PROTOBUF_EDGES = {
     "coordinator/commitlog_servicer.py",
     "coordinator/auth_servicer.py",
     "coordinator/server.py",
+    "benchmarks/_session_fleet.py",  # a load generator speaking the session protocol from asyncio
 }
 DOMAIN = [
     "assignment.py",

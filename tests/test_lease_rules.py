@@ -13,7 +13,7 @@ from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import AlreadyExistsError, FailedPreconditionError, FencedError
-from streamplane.model import Cluster, Subscription
+from streamplane.model import Cluster, Heartbeat, Subscription
 
 T0 = 1_800_000_000_000
 TTL_MS = 3000
@@ -102,7 +102,7 @@ def test_a_silent_worker_expires_at_its_ttl_and_its_partitions_go_to_the_others(
     join(db, "w2", T0 + 1000)
     assign(db, T0 + 1000)
     assert sorted(v[0] for v in held(db).values()) == ["w1", "w2"]
-    leases.heartbeat(db, GROUP, "w2", "s-w2", cpu=0, records_per_s=0, lease_loads=[], now_ms=T0 + 2000, ttl_ms=TTL_MS)
+    leases.heartbeat(db, GROUP, "w2", "s-w2", Heartbeat(), now_ms=T0 + 2000, ttl_ms=TTL_MS)
     assert leases.expire(db, GROUP, T0 + TTL_MS - 1) == T0 + TTL_MS, "w1 expires next, at its TTL"
     leases.expire(db, GROUP, T0 + TTL_MS)
     assign(db, T0 + TTL_MS)

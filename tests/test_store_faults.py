@@ -24,7 +24,7 @@ from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import StreamplaneError
-from streamplane.model import Cluster, Commit, Retry, Subscription
+from streamplane.model import Cluster, Commit, Heartbeat, Retry, Subscription
 
 T0 = 1_800_000_000_000
 WORST = Faults(conflict=0.15, too_old=0.1, unknown_committed=0.2, unknown_lost=0.1)
@@ -49,7 +49,7 @@ def script(db: Database) -> list[Any]:
         ),
         lambda: group_state.apply_assignment(db, "g", now_ms=T0, revoke_ms=1000),
         lambda: leases.heartbeat(
-            db, "g", "w1", "s1", cpu=0.5, records_per_s=10, lease_loads=[], now_ms=T0 + 100, ttl_ms=3000
+            db, "g", "w1", "s1", Heartbeat(cpu=0.5, records_per_s=10), now_ms=T0 + 100, ttl_ms=3000
         ),
         lambda: sealing.producer_heartbeat(db, "p1", "", [], now_ms=T0, ttl_ms=5000) and None,
         lambda: _commit(db, "logs/realtime/g1/p0", [(0, 4)], retries=[Retry(5, 1, "boom")]),

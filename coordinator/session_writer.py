@@ -1,0 +1,153 @@
+"""The replica's session writer: what every session's worker sends (heartbeats, releases), written together.
+
+A heartbeat pushes its session's TTL forward and records the loads that changed; a release hands a lease back.
+Written in a transaction each, a replica holding thousands of sessions would spend its time committing them,
+and a worker handing back thousands of leases (the first worker of a large group, when the others join) would
+wake every reader of its leases once per lease. So sessions hand them here (O(1) each) and one thread writes
+them in batches of at most MAX_BATCH per transaction: releases at once, together with whatever came in
+meanwhile (a group commit), heartbeats at least every `flush_ms` (the newest per session, lease loads merged,
+since each is sent once). A message whose session has ended (expired or replaced) is answered through its
+session's callback, as a write alone would have raised.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import structlog
+
+from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator import leases
+from streamplane.coordinator.store import Database, Transaction
+from streamplane.errors import FencedError, StreamplaneError
+from streamplane.model import Heartbeat, Release
+
+log = structlog.get_logger(__name__)
+
+MAX_BATCH = 2_000
+"""Messages one transaction writes at most (each a member record, a lease, or the loads a heartbeat reports)."""
+
+
+@dataclass
+class _Pending:
+    group: str
+    worker_id: str
+    session_id: str
+    message: Heartbeat | Release
+    now_ms: int
+    fenced: Callable[[FencedError], None]
+
+
+def _merge(old: Heartbeat, new: Heartbeat) -> Heartbeat:
+    """Two heartbeats of one session not yet written: the newest figures, every lease load (newest wins)."""
+    if not old.leases and not old.errors:
+        return new
+    loads = dict(old.leases)
+    loads.update(new.leases)
+    return replace(new, leases=tuple(loads.items()), errors=new.errors or old.errors)
+
+
+class SessionWriter:
+    """Writes the sessions' heartbeats and releases of one replica in batches (see the module's docstring).
+
+    Until `start`, every message is written as it comes (tests driving sessions by hand see each at once).
+    """
+
+    def __init__(self, db: Database, *, ttl_ms: int, flush_ms: int, clock: Clock = SYSTEM) -> None:
+        self.db = db
+        self.ttl_ms = ttl_ms
+        self.flush_ms = flush_ms
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._beats: dict[tuple[str, str, str], _Pending] = {}
+        self._releases: list[_Pending] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def heartbeat(
+        self, group: str, worker_id: str, session_id: str, beat: Heartbeat, fenced: Callable[[FencedError], None]
+    ) -> None:
+        """Take a session's heartbeat, already checked (`leases.check_heartbeat`); `fenced` is called if its
+        session turns out to have ended."""
+        pending = _Pending(group, worker_id, session_id, beat, self.clock.now_ms(), fenced)
+        key = (group, worker_id, session_id)
+        with self._lock:
+            old = self._beats.get(key)
+            if old is not None:
+                pending.message = _merge(old.message, beat)  # type: ignore[arg-type]
+            self._beats[key] = pending
+        if self._thread is None:
+            self.flush()
+
+    def release(
+        self, group: str, worker_id: str, session_id: str, release: Release, fenced: Callable[[FencedError], None]
+    ) -> None:
+        """Take a session's release of one lease; written at once, with whatever else is waiting."""
+        with self._lock:
+            self._releases.append(_Pending(group, worker_id, session_id, release, self.clock.now_ms(), fenced))
+        if self._thread is None:
+            self.flush()
+        else:
+            self._wake.set()
+
+    def flush(self) -> None:
+        """Write every message taken so far."""
+        with self._lock:
+            batch = self._releases + list(self._beats.values())
+            self._releases, self._beats = [], {}
+        for i in range(0, len(batch), MAX_BATCH):
+            chunk = batch[i : i + MAX_BATCH]
+            try:
+                ended, refused = self.db.transact(lambda tr, chunk=chunk: self._write(tr, chunk))
+            except StreamplaneError as err:  # the store is unreachable: the sessions' TTLs will tell
+                log.warning("sessions.write_failed", messages=len(chunk), error=err.message)
+                continue
+            for p, err in refused:  # a release that cannot apply concerns that lease only
+                log.info("session.release_refused", group=p.group, worker=p.worker_id, error=err.message)
+            for p, fenced in ended:
+                p.fenced(fenced)
+
+    def _write(
+        self, tr: Transaction, chunk: Sequence[_Pending]
+    ) -> tuple[list[tuple[_Pending, FencedError]], list[tuple[_Pending, StreamplaneError]]]:
+        """Write a batch; returns the messages of ended sessions, and the releases refused."""
+        ended, refused = [], []
+        for p in chunk:  # every check below raises before its message wrote anything
+            try:
+                if isinstance(p.message, Release):
+                    leases.release(
+                        tr, p.group, p.worker_id, p.session_id, p.message.lease_id, p.message.epoch, now_ms=p.now_ms
+                    )
+                else:
+                    leases.heartbeat(
+                        tr, p.group, p.worker_id, p.session_id, p.message, now_ms=p.now_ms, ttl_ms=self.ttl_ms
+                    )
+            except FencedError as err:
+                ended.append((p, err))
+            except StreamplaneError as err:
+                refused.append((p, err))
+        return ended, refused
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="session-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.flush_ms / 1000)
+            self._wake.clear()
+            try:
+                self.flush()
+            except Exception:
+                log.exception("sessions.flush_crashed")
