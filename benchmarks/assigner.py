@@ -13,21 +13,23 @@ with `kafka_default_resume_ms=<n> speedup_vs_default=<n>` added in full mode.
 
 `--fleet` (issue 17; with `--quick`, at a reduced size) measures the Assigner at fleet scale instead:
   (f1) the pure assignment function with measured loads at 50,000 partitions x 1,000 workers and at
-       1,000,000 x 5,000 (200,000 x 2,000 with --quick): fresh, steady (nothing changed) and one worker gone;
+       1,000,000 x 5,000 (200,000 x 2,000 with --quick): fresh, steady (nothing changed) and one worker gone,
+       and beside it the incremental Balancer from the same assignment: steady, one worker gone, one joined;
   (f2) the Assigner's loop over the embedded store (FoundationDB's limits enforced) with 100,000 partitions and
        1,000 workers (20,000 x 200 with --quick), members joined through the domain calls: the first
        assignment, the time from a worker's session ending until all its partitions are granted again (p50,
        p99 over 5 workers), a pass's cost when nothing changed and when loads changed, and the largest
        transaction written.
 Its last line is `incremental_50k_1k_ms=<x> incremental_1m_5k_ms=<x> fleet_regrant_p99_ms=<x>
-steady_coordinator_cores=<x> max_txn_bytes=<n>`; the first two are the pure function's recomputation after a
-worker is gone (there is no incremental path yet).
+steady_coordinator_cores=<x> max_txn_bytes=<n>`; the first two are the Balancer's incremental step after a
+worker is gone (the pure function's recomputation is printed beside it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -43,13 +45,14 @@ from confluent_kafka import Consumer, Producer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _local import local_cluster, register_local
+from _session_fleet import SessionFleet
 
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.coordinator import server
-from streamplane.coordinator.assignment import PartitionSpec, WorkerSpec, assign
+from streamplane.coordinator.assignment import Balancer, PartitionSpec, WorkerSpec, assign
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.log import configure_logging
-from streamplane.model import Grant, Revoke
+from streamplane.model import Grant, Heartbeat, LeaseLoad, Revoke
 
 
 def compute_ms() -> tuple[float, float]:
@@ -236,15 +239,42 @@ def _timed(fn):  # type: ignore[no-untyped-def]
     return out, (time.perf_counter() - started) * 1000
 
 
-def pure_fleet(partitions: int, workers: int) -> tuple[float, float, float]:
-    """(fresh, steady, one worker gone) ms of the pure assignment function with measured loads."""
+def pure_fleet(partitions: int, workers: int) -> dict[str, float]:
+    """ms of the pure assignment function with measured loads (fresh, steady, one worker gone), and of the
+    Balancer's incremental steps from the same assignment (steady, one worker gone, a worker joined)."""
     rng = random.Random(17)
     parts = [PartitionSpec(i, priority=100, load=rng.uniform(100, 5000)) for i in range(partitions)]
     specs = [WorkerSpec(f"w{i}") for i in range(workers)]
     base, fresh = _timed(lambda: assign(parts, specs, {}))
     _, steady = _timed(lambda: assign(parts, specs, base.holders, proposed=frozenset()))
     _, gone = _timed(lambda: assign(parts, specs[1:], base.holders, proposed=frozenset()))
-    return fresh, steady, gone
+    balancer = Balancer()
+    for w in specs:
+        balancer.put_worker(w)
+    for p in parts:
+        balancer.put_partition(p)
+    for key, worker in base.holders.items():
+        balancer.hold(key, worker)
+    _, inc_steady = _timed(lambda: balancer.step(proposed=frozenset()))
+
+    def death() -> None:
+        balancer.remove_worker(specs[0].id)
+        balancer.step(proposed=frozenset())
+
+    def join() -> None:
+        balancer.put_worker(WorkerSpec("newcomer"))
+        balancer.step(proposed=frozenset())
+
+    _, inc_gone = _timed(death)
+    _, inc_join = _timed(join)
+    return {
+        "fresh": fresh,
+        "steady": steady,
+        "gone": gone,
+        "inc_steady": inc_steady,
+        "inc_gone": inc_gone,
+        "inc_join": inc_join,
+    }
 
 
 def store_fleet(partitions: int, workers: int) -> dict[str, float]:
@@ -295,10 +325,8 @@ def store_fleet(partitions: int, workers: int) -> dict[str, float]:
         _, idle_ms = _timed(lambda: [assigner.run_once() for _ in range(20)])
         w = workers - 1
         held = [x.lease_id for x in leases.read_leases(db, "g").values() if x.worker_id == f"w{w}"]
-        leases.heartbeat(
-            db, "g", f"w{w}", f"s{w}", cpu=0.5, records_per_s=100.0,
-            lease_loads=[(lid, 100.0, 0, 0) for lid in held], now_ms=clock.now_ms(), ttl_ms=ttl,
-        )  # fmt: skip
+        beat = Heartbeat(cpu=0.5, records_per_s=100.0, leases=tuple((lid, LeaseLoad(100.0, 0, 0)) for lid in held))
+        leases.heartbeat(db, "g", f"w{w}", f"s{w}", beat, now_ms=clock.now_ms(), ttl_ms=ttl)
         clock.advance(1000)
         _, loads_ms = _timed(assigner.run_once)
         largest = db.largest_write
@@ -313,15 +341,132 @@ def store_fleet(partitions: int, workers: int) -> dict[str, float]:
     }
 
 
+FLEET_VICTIM = """
+import sys
+from streamplane.client import WorkerSession
+s = WorkerSession(sys.argv[1], group="fleet", worker_id=sys.argv[2], subscriptions={s: [] for s in sys.argv[3:]})
+s.join()
+print("joined", flush=True)
+for event in s.events():
+    if type(event).__name__ == "Revoke" and event.deadline_ms:
+        s.release(event.lease_id, event.epoch)
+"""
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def session_fleet(partitions: int, workers: int, kills: int) -> dict[str, float]:
+    """The real coordinator (its own process) and `workers` worker sessions over gRPC from this process (the
+    load generator: the real session protocol, heartbeats included): regrant time after kill -9 of a worker
+    process (p50, p99 over `kills`), and the coordinator's CPU while the fleet is steady."""
+    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.topology import Topology
+    from streamplane.model import Cluster
+
+    per_stream = 4000
+    streams = [f"fleet{s}" for s in range(partitions // per_stream)]
+    with tempfile.TemporaryDirectory(prefix="streamplane-fleet-") as tmp:
+        db = open_store(StoreConfig(driver="embedded", data_dir=Path(tmp)))
+        topology = Topology(db, MemoryClusterAdmin())
+        topology.register_cluster(Cluster("c1", "c1:9092"))
+        for name in streams:
+            topology.create_stream(name, per_stream, "c1")
+        db.close()
+        coordinator = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("_fleet_coordinator.py")), tmp, str(workers * 2 + 200)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert coordinator.stdout is not None
+            address = coordinator.stdout.readline().strip()
+            return _session_runs(address, coordinator.pid, streams, partitions, workers, kills)
+        finally:
+            coordinator.kill()
+            coordinator.wait()
+
+
+def _session_runs(
+    address: str, pid: int, streams: list[str], partitions: int, workers: int, kills: int
+) -> dict[str, float]:
+    started = time.monotonic()
+    sessions = SessionFleet(address, "fleet", streams, workers - 1)
+    sessions.start()
+    print(f"    {workers - 1} sessions joined in {time.monotonic() - started:.1f} s", flush=True)
+    grants = sessions.grants
+    watcher = CoordinatorClient(address)
+
+    def held_by() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for lease in watcher.describe_group("fleet").leases:
+            if lease.state == "granted":
+                counts[lease.worker_id] = counts.get(lease.worker_id, 0) + 1
+        return counts
+
+    def settle(victim: str) -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            counts = held_by()
+            if sum(counts.values()) == partitions and counts.get(victim, 0) >= partitions // workers * 0.9:
+                return
+            time.sleep(1)
+        raise SystemExit(f"the fleet did not settle with {victim} holding its share within 300 s")
+
+    regrants = []
+    steady_cores = 0.0
+    for run in range(kills):
+        victim_id = f"victim{run}"
+        victim = subprocess.Popen(
+            [sys.executable, "-c", FLEET_VICTIM, address, victim_id, *streams], stdout=subprocess.PIPE, text=True
+        )
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "joined"
+        settle(victim_id)
+        if run == 0:
+            print(f"    the fleet settled in {time.monotonic() - started:.1f} s; steady CPU over 10 s...", flush=True)
+            time.sleep(2)
+            cpu, t = _cpu_s(pid), time.monotonic()
+            time.sleep(10)
+            steady_cores = (_cpu_s(pid) - cpu) / (time.monotonic() - t)
+        lost = {x.partition.lease_id for x in watcher.describe_group("fleet").leases if x.worker_id == victim_id}
+        killed = time.time()
+        victim.kill()
+        victim.wait()
+        while not lost <= {k for k, t in grants.items() if t >= killed}:
+            if time.time() - killed > 30:
+                raise SystemExit(f"run {run}: {victim_id}'s leases were not granted again within 30 s")
+            time.sleep(0.005)
+        regrants.append((max(grants[k] for k in lost) - killed) * 1000)
+        print(
+            f"    kill -9 of a worker holding {len(lost)} leases: all granted again in {regrants[-1]:.0f} ms",
+            flush=True,
+        )
+    if sessions.ended:
+        raise SystemExit(f"{len(sessions.ended)} sessions ended while they heartbeat, e.g. {sessions.ended[0]}")
+    sessions.stop()
+    watcher.close()
+    regrants.sort()
+    return {
+        "regrant_p50_ms": statistics.median(regrants),
+        "regrant_p99_ms": regrants[-1],
+        "steady_cores": steady_cores,
+    }
+
+
 def fleet(quick: bool) -> None:
     big = (200_000, 2_000) if quick else (1_000_000, 5_000)
     results = {}
     for size in ((50_000, 1_000), big):
-        fresh, steady, gone = pure_fleet(*size)
-        results[size] = gone
+        r = pure_fleet(*size)
+        results[size] = r["inc_gone"]
         print(
-            f"(f1) pure assignment, {size[0]:,} partitions x {size[1]:,} workers, measured loads: "
-            f"fresh {fresh:.0f} ms, steady {steady:.0f} ms, one worker gone {gone:.0f} ms",
+            f"(f1) {size[0]:,} partitions x {size[1]:,} workers, measured loads: pure assign() fresh "
+            f"{r['fresh']:.0f} ms, steady {r['steady']:.0f} ms, one worker gone {r['gone']:.0f} ms; incremental "
+            f"(Balancer) steady {r['inc_steady']:.1f} ms, one worker gone {r['inc_gone']:.1f} ms, a worker joined "
+            f"{r['inc_join']:.1f} ms ({r['gone'] / r['inc_gone']:.0f}x faster than recomputing)",
             flush=True,
         )
     partitions, workers = (20_000, 200) if quick else (100_000, 1_000)
@@ -338,14 +483,22 @@ def fleet(quick: bool) -> None:
         f"{f['largest']:,} bytes",
         flush=True,
     )
+    print(f"(f3) real coordinator, {partitions:,} partitions x {workers:,} worker sessions over gRPC:", flush=True)
+    g = session_fleet(partitions, workers, kills=3 if quick else 5)
     print(
-        "goals: incremental change at 50k x 1k <= 20 ms and at 1M x 5k <= 1 s (no incremental path yet: these are "
-        "full recomputations); regrant p99 <= 2 s; steady <= 0.1 cores; every transaction < 10 MB"
+        f"(f3) kill -9 of a worker -> its partitions granted again: p50 {g['regrant_p50_ms']:.0f} ms, p99 "
+        f"{g['regrant_p99_ms']:.0f} ms; the coordinator process while the fleet is steady (heartbeats, sessions, "
+        f"loop, sealer, autopilot): {g['steady_cores']:.3f} cores",
+        flush=True,
+    )
+    print(
+        "goals: incremental change at 50k x 1k <= 20 ms and at 1M x 5k <= 1 s; regrant p99 <= 2 s; steady <= 0.1 "
+        "cores; every transaction < 10 MB"
     )
     big_ms = f"{results[big]:.0f}" if not quick else "n/a"
     print(
-        f"incremental_50k_1k_ms={results[(50_000, 1_000)]:.0f} incremental_1m_5k_ms={big_ms} "
-        f"fleet_regrant_p99_ms={f['regrant_p99_ms']:.0f} steady_coordinator_cores={steady_cores:.3f} "
+        f"incremental_50k_1k_ms={results[(50_000, 1_000)]:.1f} incremental_1m_5k_ms={big_ms} "
+        f"fleet_regrant_p99_ms={g['regrant_p99_ms']:.0f} steady_coordinator_cores={g['steady_cores']:.3f} "
         f"max_txn_bytes={f['largest']}"
     )
 

@@ -1,0 +1,85 @@
+"""A load generator of worker sessions for `benchmarks/assigner.py --fleet`: many workers speaking the real
+session protocol (hello, heartbeats at the interval the coordinator asks for, releases of revoked leases) from
+one thread and one asyncio loop over a few channels, not a thread per worker. It notes when each lease is
+granted, as a worker with no backlog would start reading it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import grpc
+
+from streamplane.model import Grant, Heartbeat, Hello, Release, Revoke, Subscription
+from streamplane.v1 import assigner_pb2_grpc as apb_grpc
+from streamplane.v1 import convert
+
+SESSIONS_PER_CHANNEL = 100
+
+
+class SessionFleet:
+    """`count` worker sessions in group `group`, each subscribed to every stream of `streams`."""
+
+    def __init__(self, address: str, group: str, streams: Sequence[str], count: int) -> None:
+        self.address, self.group, self.count = address, group, count
+        self.subscriptions = tuple(Subscription(s) for s in streams)
+        self.grants: dict[str, float] = {}
+        """{lease id: when it was last granted (time.time())}."""
+        self.ended: list[str] = []
+        """Sessions the coordinator ended (each with its reason): none should end in a steady fleet."""
+        self.joined = threading.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="session-fleet", daemon=True)
+
+    def start(self, timeout_s: float = 300) -> None:
+        """Open every session and return once all are welcomed."""
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._main(), self._loop)
+        if not self.joined.wait(timeout_s):
+            raise SystemExit(f"the {self.count} sessions did not all join within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _main(self) -> None:
+        channels = [grpc.aio.insecure_channel(self.address) for _ in range(0, self.count, SESSIONS_PER_CHANNEL)]
+        welcomed: list[asyncio.Future[None]] = []
+        for i in range(self.count):  # all at once, as a fleet deployed together starts
+            stub = apb_grpc.AssignerServiceStub(channels[i // SESSIONS_PER_CHANNEL])
+            ready = self._loop.create_future()
+            welcomed.append(ready)
+            self._tasks.append(self._loop.create_task(self._session(stub, f"w{i}", ready)))
+        await asyncio.gather(*welcomed)
+        self.joined.set()
+
+    async def _session(self, stub: apb_grpc.AssignerServiceStub, worker_id: str, ready: asyncio.Future[None]) -> None:
+        call = stub.Session()
+        await call.write(convert.worker_message_to_pb(Hello(self.group, worker_id, self.subscriptions)))
+        welcome = convert.welcome_from_pb(await call.read())
+        assert welcome is not None, f"{worker_id}: no welcome"
+        ready.set_result(None)
+        writing = asyncio.Lock()  # one write at a time on a call
+        beats = self._loop.create_task(self._heartbeats(call, writing, welcome.heartbeat_interval_ms / 1000))
+        try:
+            while (message := await call.read()) is not grpc.aio.EOF:
+                match convert.session_event_from_pb(message):
+                    case Grant(lease_id=lid):
+                        self.grants[lid] = time.time()
+                    case Revoke(lease_id=lid, epoch=epoch, deadline_ms=deadline) if deadline:
+                        async with writing:
+                            await call.write(convert.worker_message_to_pb(Release(lid, epoch)))
+        except grpc.aio.AioRpcError as err:
+            self.ended.append(f"{worker_id}: {err.details()}")
+        finally:
+            beats.cancel()
+
+    async def _heartbeats(self, call: grpc.aio.StreamStreamCall, writing: asyncio.Lock, interval_s: float) -> None:
+        beat = convert.worker_message_to_pb(Heartbeat())
+        while True:
+            await asyncio.sleep(interval_s)
+            async with writing:
+                await call.write(beat)
