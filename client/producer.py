@@ -138,7 +138,8 @@ class Producer:
         self._heartbeat()  # opens the session; an unreachable coordinator fails here
         self._watcher = threading.Thread(target=self._watch, name="producer-routes", daemon=True)
         self._watch_started = False
-        threading.Thread(target=self._heartbeats, name="producer-session", daemon=True).start()
+        self._beater = threading.Thread(target=self._heartbeats, name="producer-session", daemon=True)
+        self._beater.start()
         self._poller = threading.Thread(target=self._poll_loop, name="producer-poll", daemon=True)
         self._poller.start()
         if metrics_port:
@@ -408,6 +409,7 @@ class Producer:
         self._closed.set()
         self._beat_now.set()
         self._poller.join(timeout=5)
+        self._beater.join(timeout=5)  # a heartbeat under way ends before its channel closes
         with self._lock:
             senders, self._senders, self._active = list(self._senders.values()), {}, {}
             self._spares.clear()  # never written to: nothing to flush
