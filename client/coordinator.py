@@ -34,6 +34,12 @@ DEFAULT_COORDINATOR = "127.0.0.1:7400"
 T = TypeVar("T")
 
 
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
+"""The largest answer the client takes from the coordinator: a description of a 100,000-partition group is
+about 4.4 MB, past gRPC's default 4 MB (the coordinator still bounds what it receives)."""
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_ANSWER_BYTES)]
+
+
 class CoordinatorClient:
     """Calls to one coordinator.
 
@@ -64,9 +70,9 @@ class CoordinatorClient:
         if tls is not None:
             ca, key, chain = tls.files()
             credentials = grpc.ssl_channel_credentials(ca, key, chain)
-            self._channel = grpc.secure_channel(self.target, credentials)
+            self._channel = grpc.secure_channel(self.target, credentials, options=CHANNEL_OPTIONS)
         else:
-            self._channel = grpc.insecure_channel(self.target)
+            self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         self.topology = pb_grpc.TopologyServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.commitlog = cpb_grpc.CommitLogServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.assigner = apb_grpc.AssignerServiceStub(self._channel)  # type: ignore[no-untyped-call]
