@@ -59,7 +59,7 @@ def compute_ms() -> tuple[float, float]:
     rng = random.Random(7)
     parts = [PartitionSpec(i, priority=100 if i < 8000 else 50, load=rng.uniform(100, 5000)) for i in range(10_000)]
     workers = [WorkerSpec(f"w{i}", capacity=rng.choice([1.0, 2.0])) for i in range(200)]
-    base = assign(parts, workers, {})
+    base = assign(parts, workers, {}).holders
 
     def best(fn) -> float:
         times = []
@@ -118,14 +118,7 @@ def _regrant_runs(address: str, bootstrap: str, control, runs: int, results: lis
             victim.kill()
             raise SystemExit(f"run {run}: the group did not settle at 32 + 32 leases")
         victim_leases = {f"bench/realtime/g1/p{p}" for p in range(64)} - set(survivor.leases)
-        killed = time.time()
-        victim.kill()
-        victim.wait()
-        while not victim_leases <= {k for k, t in grants.items() if t >= killed}:
-            if time.time() - killed > 10:
-                raise SystemExit(f"run {run}: leases not regranted within 10 s")
-            time.sleep(0.002)
-        results.append((max(grants[k] for k in victim_leases) - killed) * 1000)
+        results.append(_kill_and_regrant(victim, victim_leases, grants, 10, f"run {run}"))
         survivor.close()
 
 
@@ -138,6 +131,21 @@ def _settled(client: CoordinatorClient, group: str) -> bool:
             return False
         by_worker[lease.worker_id] = by_worker.get(lease.worker_id, 0) + 1
     return by_worker == {"survivor": 32, "victim": 32}
+
+
+def _kill_and_regrant(
+    victim: subprocess.Popen[str], lost: set[str], grants: dict[str, float], limit_s: float, what: str
+) -> float:
+    """kill -9 the victim worker process; ms until every lease in `lost` is granted again (per `grants`,
+    {lease id: when granted}), or SystemExit past `limit_s`."""
+    killed = time.time()
+    victim.kill()
+    victim.wait()
+    while not lost <= {k for k, t in grants.items() if t >= killed}:
+        if time.time() - killed > limit_s:
+            raise SystemExit(f"{what}: leases not granted again within {limit_s:g} s")
+        time.sleep(0.002)
+    return (max(grants[k] for k in lost) - killed) * 1000
 
 
 def _follow(session: WorkerSession, grants: dict[str, float]) -> None:
@@ -432,14 +440,7 @@ def _session_runs(
             time.sleep(10)
             steady_cores = (_cpu_s(pid) - cpu) / (time.monotonic() - t)
         lost = {x.partition.lease_id for x in watcher.describe_group("fleet").leases if x.worker_id == victim_id}
-        killed = time.time()
-        victim.kill()
-        victim.wait()
-        while not lost <= {k for k, t in grants.items() if t >= killed}:
-            if time.time() - killed > 30:
-                raise SystemExit(f"run {run}: {victim_id}'s leases were not granted again within 30 s")
-            time.sleep(0.005)
-        regrants.append((max(grants[k] for k in lost) - killed) * 1000)
+        regrants.append(_kill_and_regrant(victim, lost, grants, 30, f"run {run}, {victim_id}"))
         print(
             f"    kill -9 of a worker holding {len(lost)} leases: all granted again in {regrants[-1]:.0f} ms",
             flush=True,

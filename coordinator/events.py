@@ -99,6 +99,11 @@ def _body(event: Event, actor: str, time_ms: int) -> bytes:
     return json.dumps(body, sort_keys=True).encode()
 
 
+def _actor_prefix(actor: str) -> bytes:
+    """How every `_body` of `actor` begins ("actor" sorts first among its keys): told apart without decoding."""
+    return json.dumps({"actor": actor, "data": None}, sort_keys=True).encode().split(b' "data"')[0]
+
+
 def append_event(tr: Transaction, event: TopologyEvent, *, actor: str, time_ms: int, user_version: int = 0) -> None:
     """Append one event to the topology log in `tr`; its version is the transaction's commit versionstamp.
     `time_ms` is the caller's clock, read outside the transaction body (a retried body keeps its time)."""
@@ -197,7 +202,7 @@ def read_group_events_of_others(
     read (the next cursor). Rows of `actor` are told apart by the encoded body's first bytes, not decoded: a
     reader following the log skips its own writes cheaply. None when more than `limit` events of others or
     `max_rows` rows follow `after` (too much to follow). Snapshot reads, as in `read_group_events`."""
-    own = b'{"actor": ' + json.dumps(actor).encode() + b","
+    own = _actor_prefix(actor)
     r = keys.GROUP_EVENTS.range((group,))
     begin = r.start if after is None else keys.group_event_key(group, after) + b"\x00"
     found: list[GroupChanged] = []
