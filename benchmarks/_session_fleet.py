@@ -27,6 +27,7 @@ class SessionFleet:
         self.subscriptions = tuple(Subscription(s) for s in streams)
         self.grants: dict[str, float] = {}
         """{lease id: when it was last granted (time.time())}."""
+        self._holders: dict[str, int] = {}  # {lease id: how many of these sessions hold it (one, once settled)}
         self.ended: list[str] = []
         """Sessions the coordinator ended (each with its reason): none should end in a steady fleet."""
         self.joined = threading.Event()
@@ -40,6 +41,10 @@ class SessionFleet:
         asyncio.run_coroutine_threadsafe(self._main(), self._loop)
         if not self.joined.wait(timeout_s):
             raise SystemExit(f"the {self.count} sessions did not all join within {timeout_s:.0f} s")
+
+    def held(self) -> int:
+        """How many leases these sessions hold, as they were told."""
+        return sum(1 for n in list(self._holders.values()) if n > 0)
 
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -69,9 +74,12 @@ class SessionFleet:
                 match convert.session_event_from_pb(message):
                     case Grant(lease_id=lid):
                         self.grants[lid] = time.time()
-                    case Revoke(lease_id=lid, epoch=epoch, deadline_ms=deadline) if deadline:
+                        self._holders[lid] = self._holders.get(lid, 0) + 1
+                    case Revoke(lease_id=lid, epoch=epoch, deadline_ms=deadline) if deadline:  # hand it back
                         async with writing:
                             await call.write(convert.worker_message_to_pb(Release(lid, epoch)))
+                    case Revoke(lease_id=lid):  # gone from this worker
+                        self._holders[lid] -= 1
         except grpc.aio.AioRpcError as err:
             self.ended.append(f"{worker_id}: {err.details()}")
         finally:
