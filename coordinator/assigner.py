@@ -19,6 +19,7 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog, events, group_state, keys, leadership, leases, metrics
 from streamplane.coordinator.group_state import GroupState
 from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
+from streamplane.coordinator.session_reader import SessionReader
 from streamplane.coordinator.session_writer import SessionWriter
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
@@ -88,6 +89,7 @@ class Session:
         self._sent_ends: dict[str, int] = {}  # lease: the end offset it was told (-1: not sealed yet)
         self._seen_versions: tuple[int, int] = (-1, -1)  # (member version, event head) of the last snapshot
         self._next_versions = self._seen_versions  # the versions of a look not yet told
+        self._leases: leases.LeaseCache = {}  # the member's leases as last read
 
     @property
     def db(self) -> Database:
@@ -148,7 +150,7 @@ class Session:
                     watch.cancel()
                     watch = None
                     continue  # look again, after the checks above
-                look, watch = self.db.transact(self._look)
+                look, watch = self.assigner.reader.look(self._look)
                 if look is not None:
                     yield from self._tell(*look)
         finally:
@@ -165,7 +167,7 @@ class Session:
         watch = tr.watch(member_key)
         if versions == self._seen_versions:
             return None, watch
-        member, held = leases.read_member_leases(tr, self.group, self.worker_id)
+        member, held = leases.read_member_leases(tr, self.group, self.worker_id, self._leases)
         ends = leases.end_offsets(tr, held)
         grants: dict[str, Grant] = {}
         placements: dict[tuple[str, str, int], leases.Placement] = {}
@@ -248,6 +250,8 @@ class Assigner:
         self._thread: threading.Thread | None = None
         self.writer = SessionWriter(db, ttl_ms=self.config.ttl_ms, flush_ms=self.config.heartbeat_flush_ms, clock=clock)
         """Writes what the sessions' workers send, batched."""
+        self.reader = SessionReader(db)
+        """Reads what the sessions look at, batched."""
         self.topology_head = -1
         """The topology log's head as this replica's follower last read it (-1: not followed, so sessions
         look at the store at every heartbeat interval): sessions compare it with the head of their last look
@@ -348,6 +352,7 @@ class Assigner:
     # -- the assignment loop
     def start(self) -> None:
         self.writer.start()
+        self.reader.start()
         threading.Thread(target=self._follow_topology, name="assigner-topology", daemon=True).start()
         self._thread = threading.Thread(target=self._loop, name="assigner", daemon=True)
         self._thread.start()
@@ -361,6 +366,7 @@ class Assigner:
         if self._thread:
             self._thread.join(timeout=5)
         self.writer.stop()
+        self.reader.stop()
 
     def _follow_topology(self) -> None:
         """Keep `topology_head` current: one watch for every session of this replica."""

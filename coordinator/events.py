@@ -70,10 +70,17 @@ written before that, where watchers skip them)."""
 
 
 def _payload(event: Event) -> dict[str, Any]:
-    data = {k: v for k, v in asdict(event).items() if k not in _HEADER}
-    if isinstance(event, GroupChanged):  # stored as "type" since the first version of the log
-        data["type"] = data.pop("change")
-    return data
+    if isinstance(event, GroupChanged):  # flat, and many a pass: by hand; stored as "type" since the first version
+        e = event
+        return {
+            "group": e.group,
+            "type": e.change,
+            "worker_id": e.worker_id,
+            "lease_id": e.lease_id,
+            "epoch": e.epoch,
+            "reason": e.reason,
+        }
+    return {k: v for k, v in asdict(event).items() if k not in _HEADER}
 
 
 def _event(kind: str, data: dict[str, Any], **header: Any) -> Event:

@@ -167,6 +167,16 @@ def held_key(group: str, worker_id: str, stream: str, lane: str, generation: int
     return HELD.pack((group, worker_id, stream, lane, generation, partition))
 
 
+def held_key_prefix(group: str, worker_id: str) -> bytes:
+    """What every key of a member's holder index begins with; the rest is the packed lease key's tail."""
+    return HELD.pack((group, worker_id))
+
+
+def lease_key_prefix(group: str) -> bytes:
+    """What every lease key of a group begins with (followed by the packed stream, lane, generation, partition)."""
+    return LEASES.pack((group,))
+
+
 def group_config_key(group: str) -> bytes:
     return GROUP_CONFIGS.pack((group,))
 

@@ -10,6 +10,7 @@ which partition, when and why.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -80,9 +81,17 @@ class Lease:
         return (self.stream, self.lane, self.generation, self.partition)
 
     def to_json(self) -> bytes:
-        d = asdict(self)
-        for k in ("stream", "lane", "generation", "partition"):
-            d.pop(k)
+        # by hand, not asdict() (which copies deeply): every lease write of a large pass goes through here
+        d = {
+            "worker_id": self.worker_id,
+            "epoch": self.epoch,
+            "state": self.state,
+            "target": self.target,
+            "deadline_ms": self.deadline_ms,
+            "records_per_s": self.records_per_s,
+            "lag_records": self.lag_records,
+            "lag_ms": self.lag_ms,
+        }
         return json.dumps(d, sort_keys=True).encode()
 
 
@@ -138,21 +147,36 @@ def read_groups(tr: Transaction) -> list[str]:
     return [keys.GROUPS.unpack(k)[0] for k, _ in tr.get_range(r.start, r.stop)]
 
 
+LeaseCache = dict[bytes, tuple[bytes, Lease]]
+"""{lease key: (its stored value, the lease it decodes to)}: what a reader of the same leases over and over
+(a session) keeps, so that only leases that changed are decoded again."""
+
+
 @transactional
-def read_member_leases(tr: Transaction, group: str, worker_id: str) -> tuple[Member | None, list[Lease]]:
-    """The member and the leases it holds (granted or revoking), through the member's index of them."""
+def read_member_leases(
+    tr: Transaction, group: str, worker_id: str, cache: LeaseCache | None = None
+) -> tuple[Member | None, list[Lease]]:
+    """The member and the leases it holds (granted or revoking), through the member's index of them. With
+    `cache`, leases whose value is unchanged are taken from it, and it is left holding what was read."""
     raw = tr.get(keys.member_key(group, worker_id))
     member = Member.from_json(raw) if raw else None
-    r = keys.HELD.range((group, worker_id))
+    index = keys.held_key_prefix(group, worker_id)
+    leases_prefix = keys.lease_key_prefix(group)
+    seen: LeaseCache = {}
     held = []
-    for key, _ in tr.get_range(r.start, r.stop):
-        k = keys.HELD.unpack(key)[2:]
-        lease_key = keys.lease_key(group, *k)
+    for key, _ in tr.get_range(index + b"\x00", index + b"\xff"):
+        lease_key = leases_prefix + key[len(index) :]  # both keys end with the same packed lease key
         lease_raw = tr.get(lease_key)
-        if lease_raw is not None:
-            lease = lease_from(lease_key, lease_raw)
-            if lease.worker_id == worker_id and lease.state != FREE:
-                held.append(lease)
+        if lease_raw is None:
+            continue
+        known = cache.get(lease_key) if cache is not None else None
+        lease = known[1] if known is not None and known[0] == lease_raw else lease_from(lease_key, lease_raw)
+        seen[lease_key] = (lease_raw, lease)
+        if lease.worker_id == worker_id and lease.state != FREE:
+            held.append(lease)
+    if cache is not None:
+        cache.clear()
+        cache.update(seen)
     return member, held
 
 
@@ -459,17 +483,23 @@ def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
     return count_reporters((json.loads(raw) for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms)
 
 
+@functools.lru_cache(maxsize=4096)
+def _end_offsets_of(raw: bytes) -> tuple[int, ...]:
+    """A stored generation's end offsets, decoded once per value: every session's look reads them."""
+    return tuple(Generation.from_json(raw).end_offsets)
+
+
 def end_offsets(tr: Transaction, held: Sequence[Lease]) -> dict[str, int]:
     """{lease id: its partition's end offset once its generation is sealed; -1 before (and once it is gone)},
     each generation read once."""
-    by_generation: dict[tuple[str, str, int], list[int]] = {}
+    by_generation: dict[tuple[str, str, int], tuple[int, ...]] = {}
     out = {}
     for lease in held:
         gen = (lease.stream, lease.lane, lease.generation)
         ends = by_generation.get(gen)
         if ends is None:
             raw = tr.get(keys.generation_key(*gen))
-            ends = by_generation[gen] = Generation.from_json(raw).end_offsets if raw is not None else []
+            ends = by_generation[gen] = _end_offsets_of(raw) if raw is not None else ()
         out[lease.lease_id] = ends[lease.partition] if lease.partition < len(ends) else -1
     return out
 

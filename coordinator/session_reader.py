@@ -1,0 +1,105 @@
+"""The replica's session reader: the sessions' looks at their leases, read together.
+
+A session looks at its member's leases when its watch fires. A pass that changes many leases fires the
+watches of nearly every session of the group at once, and a pass too large for one transaction does so once
+per transaction it writes. Read in a transaction each, a thousand sessions' looks queue on the store between
+two of those transactions (the embedded store hands its lock over in arrival order), so writing a pass costs a
+round of every session's look per chunk. So sessions hand their looks here and one thread reads whatever is
+waiting in a few transactions of at most MAX_LOOKS each (a group commit, for reads): a round of looks costs a
+few transactions whatever the number of sessions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import structlog
+
+from streamplane.coordinator.store import Database, Transaction
+from streamplane.errors import StreamplaneError, UnavailableError
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+MAX_LOOKS = 100
+"""Looks one transaction reads at most (each a member's leases: a few hundred keys for a large member), well
+within FoundationDB's 5 s."""
+
+
+class _Look(Generic[T]):
+    def __init__(self, body: Callable[[Transaction], T]) -> None:
+        self.body = body
+        self.done = threading.Event()
+        self.result: T | None = None
+        self.error: Exception | None = None
+
+
+class SessionReader:
+    """Reads the sessions' looks of one replica in batches (see the module's docstring).
+
+    Until `start`, every look runs in a transaction of its own, as it comes (tests driving sessions by hand).
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._lock = threading.Lock()
+        self._waiting: list[_Look[Any]] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def look(self, body: Callable[[Transaction], T]) -> T:
+        """Run `body` (reads only: it may run again, in a transaction shared with other looks) and return what it
+        returns, or raise what the transaction raised."""
+        if self._thread is None:
+            return self.db.transact(body)
+        pending = _Look(body)
+        with self._lock:
+            if self._stop.is_set():
+                raise UnavailableError("the coordinator is stopping")
+            self._waiting.append(pending)
+        self._wake.set()
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result  # type: ignore[return-value]
+
+    def read(self) -> None:
+        """Read every look waiting so far."""
+        with self._lock:
+            batch, self._waiting = self._waiting, []
+        for i in range(0, len(batch), MAX_LOOKS):
+            chunk = batch[i : i + MAX_LOOKS]
+            try:
+                results = self.db.transact(lambda tr, chunk=chunk: [p.body(tr) for p in chunk])
+            except Exception as err:  # every look of the chunk hears it, as from a transaction of its own
+                if not isinstance(err, StreamplaneError):
+                    log.exception("sessions.look_failed", looks=len(chunk))
+                for p in chunk:
+                    p.error = err
+                    p.done.set()
+                continue
+            for p, result in zip(chunk, results, strict=True):
+                p.result = result
+                p.done.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="session-reader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.read()  # whatever came in before the stop: read, so that no look waits forever
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            self.read()
