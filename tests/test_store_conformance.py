@@ -38,6 +38,40 @@ def test_reads_see_own_writes_before_commit(store: Database, prefix: bytes) -> N
     assert rows == [(prefix + b"x", b"mine")]
 
 
+def test_range_reads_merge_this_transactions_writes_clears_and_limits(store: Database, prefix: bytes) -> None:
+    """Reads inside a transaction see its own sets, clears and cleared ranges over what was stored, in order
+    and within the limit, and a set after a clear of its range survives the commit."""
+    _set_all(store, {prefix + bytes([i]): b"old" for i in (1, 3, 5, 7, 9)})
+    end = prefix + b"\xff"
+
+    def body(tr: Transaction) -> list[object]:
+        tr.clear_range(prefix + b"\x03", prefix + b"\x06")  # 3 and 5
+        tr.set(prefix + b"\x04", b"new")  # inside the cleared range
+        tr.set(prefix + b"\x08", b"new")
+        tr.clear(prefix + b"\x09")
+        tr.set(prefix + b"\x01", b"changed")
+        return [
+            tr.get_range(prefix, end),
+            tr.get_range(prefix, end, limit=2),
+            tr.get_range(prefix, end, limit=2, reverse=True),
+            tr.get(prefix + b"\x03"),
+            tr.get(prefix + b"\x04"),
+        ]
+
+    whole, first_two, last_two, three, four = store.transact(body)
+    expected = [
+        (prefix + b"\x01", b"changed"),
+        (prefix + b"\x04", b"new"),
+        (prefix + b"\x07", b"old"),
+        (prefix + b"\x08", b"new"),
+    ]
+    assert whole == expected
+    assert first_two == expected[:2]
+    assert last_two == expected[::-1][:2]
+    assert (three, four) == (None, b"new")
+    assert store.transact(lambda tr: tr.get_range(prefix, end)) == expected  # and so it was committed
+
+
 def test_range_reads_forward_reverse_and_limit(store: Database, prefix: bytes) -> None:
     items = {prefix + bytes([i]): bytes([i]) * 3 for i in (5, 1, 9, 3, 7)}
     _set_all(store, items)

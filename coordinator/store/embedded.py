@@ -135,7 +135,11 @@ class _Versionstamp:
 
 
 class EmbeddedTransaction:
-    """A transaction of the embedded driver. Created by `EmbeddedDatabase.transact`, under its lock."""
+    """A transaction of the embedded driver. Created by `EmbeddedDatabase.transact`, under its lock.
+
+    Writes are kept in memory (reads see them) and reach SQLite together at commit: each SQLite call lets go
+    of the GIL, and with hundreds of session threads waiting for it, a pass writing thousands of leases one
+    call at a time held the store's lock for seconds while it waited to get the GIL back."""
 
     def __init__(self, conn: sqlite3.Connection, commit_version: int, *, read_only: bool = False) -> None:
         self._conn = conn
@@ -144,14 +148,22 @@ class EmbeddedTransaction:
         self._versionstamp = _Versionstamp(self._stamp)
         self._bytes = 0
         self._dirty = False
+        self._values: dict[bytes, bytes | None] = {}  # what this transaction wrote (None: cleared)
         self.written: set[bytes] = set()
         self.cleared_ranges: list[tuple[bytes, bytes]] = []
         self.new_watches: list[_Watch] = []
         self.registry: _WatchRegistry | None = None
 
+    def _cleared(self, key: bytes) -> bool:
+        return any(b <= key < e for b, e in self.cleared_ranges)
+
     # -- reads
     def get(self, key: bytes) -> bytes | None:
         check_key(key)
+        if key in self._values:
+            return self._values[key]
+        if self.cleared_ranges and self._cleared(key):
+            return None
         row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
@@ -159,11 +171,24 @@ class EmbeddedTransaction:
         self, begin: bytes, end: bytes, *, limit: int = 0, reverse: bool = False, snapshot: bool = False
     ) -> list[tuple[bytes, bytes]]:
         order = "DESC" if reverse else "ASC"
+        mine = [k for k in self._values if begin <= k < end]
+        cleared = [(b, e) for b, e in self.cleared_ranges if b < end and begin < e]
+        stored_limit = limit if limit > 0 and not mine and not cleared else -1  # else: merged, then limited
         rows = self._conn.execute(
             f"SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key {order} LIMIT ?",
-            (begin, end, limit if limit > 0 else -1),
+            (begin, end, stored_limit),
         ).fetchall()
-        return [(bytes(k), bytes(v)) for k, v in rows]
+        if not mine and not cleared:
+            return [(bytes(k), bytes(v)) for k, v in rows]
+        merged = {bytes(k): bytes(v) for k, v in rows if not any(b <= k < e for b, e in cleared)}
+        for k in mine:
+            value = self._values[k]
+            if value is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = value
+        out = sorted(merged.items(), reverse=reverse)
+        return out[:limit] if limit > 0 else out
 
     # -- writes
     def _account(self, key: bytes, value: bytes = b"") -> None:
@@ -181,18 +206,30 @@ class EmbeddedTransaction:
 
     def set(self, key: bytes, value: bytes) -> None:
         self._account(key, value)
-        self._conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
+        self._values[key] = value
         self.written.add(key)
 
     def clear(self, key: bytes) -> None:
         self._account(key)
-        self._conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+        self._values[key] = None
         self.written.add(key)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         self._account(begin, end)
-        self._conn.execute("DELETE FROM kv WHERE key >= ? AND key < ?", (begin, end))
+        for k in [k for k in self._values if begin <= k < end]:
+            self._values[k] = None
         self.cleared_ranges.append((begin, end))
+
+    def flush(self) -> None:
+        """Write what this transaction wrote to SQLite (in the SQLite transaction `transact` opened)."""
+        for b, e in self.cleared_ranges:  # every write after a clear of its range is in `_values`
+            self._conn.execute("DELETE FROM kv WHERE key >= ? AND key < ?", (b, e))
+        sets = [(k, v) for k, v in self._values.items() if v is not None]
+        clears = [(k,) for k, v in self._values.items() if v is None]
+        if sets:
+            self._conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", sets)
+        if clears:
+            self._conn.executemany("DELETE FROM kv WHERE key = ?", clears)
 
     def add(self, key: bytes, delta: int) -> None:
         old = self.get(key) or b""
@@ -286,6 +323,7 @@ class EmbeddedDatabase:
                 try:
                     result = fn(tr)
                     if tr._dirty:
+                        tr.flush()
                         self._conn.execute(
                             "UPDATE meta SET value = ? WHERE name = 'commit_version'", (self._commit_version + 1,)
                         )
