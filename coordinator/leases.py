@@ -306,10 +306,12 @@ def check_principal(owner: str, caller: str, what: str) -> None:
         )
 
 
-def _own_member(tr: Transaction, group: str, worker_id: str, session_id: str) -> Member:
+def _own_member(tr: Transaction, group: str, worker_id: str, session_id: str) -> dict[str, Any]:
+    """The session's member record as stored (a dict: a heartbeat changes three of its fields, and decoding
+    the whole member was most of its cost); FencedError once the session has ended."""
     raw = tr.get(keys.member_key(group, worker_id))
-    member = Member.from_json(raw) if raw else None
-    if member is None or member.session_id != session_id:
+    member: dict[str, Any] | None = json.loads(raw) if raw else None
+    if member is None or member["session_id"] != session_id:
         raise FencedError(
             f"session {session_id} of worker {worker_id!r} in group {group!r} has ended; "
             "its leases were revoked: join again"
@@ -340,10 +342,8 @@ def heartbeat(
     seen = [r for r in stored_reports(beat.errors, now_ms, "heartbeat.errors") if r[1] > 0]
     if seen:
         tr.set(keys.worker_errors_key(group, worker_id), json.dumps(seen).encode())
-    tr.set(
-        keys.member_key(group, worker_id),
-        replace(member, cpu=beat.cpu, records_per_s=beat.records_per_s, alive_until_ms=now_ms + ttl_ms).to_json(),
-    )
+    member.update(cpu=beat.cpu, records_per_s=beat.records_per_s, alive_until_ms=now_ms + ttl_ms)
+    tr.set(keys.member_key(group, worker_id), json.dumps(member, sort_keys=True).encode())
     if beat.leases:
         tr.add(keys.group_loads_key(group), 1)  # the assignment loop looks again only when loads moved
     for lid, load in beat.leases:
@@ -432,14 +432,20 @@ def expire(tr: Transaction, group: str, now_ms: int) -> int:
     loop, so nothing can expire sooner. The members are read without conflicts (heartbeats rewrite them all
     the time); one about to expire is read again, with one, so a heartbeat that lands meanwhile keeps it."""
     ev = GroupEvents(tr, "assigner", now_ms)
-    members = read_members(tr, group, snapshot=True).values()
+    r = keys.MEMBERS.range((group,))
+    # only each member's deadline: decoding whole members (subscriptions and all) at every pass was most of
+    # an idle fleet's assignment loop
+    deadlines = [
+        (d["worker_id"], d["alive_until_ms"])
+        for d in map(json.loads, (v for _, v in tr.get_range(r.start, r.stop, snapshot=True)))
+    ]
     freed, left = 0, False
-    for member in members:
-        if member.alive_until_ms <= now_ms:
+    for worker_id, alive_until_ms in deadlines:
+        if alive_until_ms <= now_ms:
             if freed >= EXPIRE_LEASES:
                 left = True
                 continue
-            raw = tr.get(keys.member_key(group, member.worker_id))
+            raw = tr.get(keys.member_key(group, worker_id))
             again = Member.from_json(raw) if raw else None
             if again is not None and again.alive_until_ms <= now_ms:
                 count, gone = _leave(tr, group, again, "no heartbeat within the session TTL", ev)
@@ -447,7 +453,7 @@ def expire(tr: Transaction, group: str, now_ms: int) -> int:
                 left = left or not gone
     if left:
         return now_ms
-    return min((m.alive_until_ms for m in members if m.alive_until_ms > now_ms), default=0)
+    return min((t for _, t in deadlines if t > now_ms), default=0)
 
 
 @transactional
