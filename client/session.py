@@ -158,8 +158,11 @@ class WorkerSession:
             raise SessionEndedError(f"session {self.session_id} ended: {cause.message}", cause=cause) from cause
 
     def release(self, lease_id: str, epoch: int) -> None:
-        """Hand a lease back (after a revoke, once in-flight work is done)."""
-        self._held.pop(lease_id, None)
+        """Hand a lease back (after a revoke, once in-flight work is done). A release at an epoch other than the
+        one held leaves the held lease in place (the coordinator refuses it too)."""
+        held = self._held.get(lease_id)
+        if held is not None and held.epoch == epoch:
+            self._held.pop(lease_id, None)  # (the session's thread may have dropped it meanwhile)
         self._outbox.put(Release(lease_id, epoch))
 
     def check(self, lease_id: str, epoch: int) -> None:

@@ -152,6 +152,12 @@ LeaseCache = dict[bytes, tuple[bytes, Lease]]
 (a session) keeps, so that only leases that changed are decoded again."""
 
 
+def has_holders(tr: Transaction, group: str) -> bool:
+    """Whether any member of the group holds a lease (one key of the holder index, read without conflicts)."""
+    r = keys.HELD.range((group,))
+    return bool(tr.get_range(r.start, r.stop, limit=1, snapshot=True))
+
+
 @transactional
 def read_member_leases(
     tr: Transaction, group: str, worker_id: str, cache: LeaseCache | None = None

@@ -17,7 +17,7 @@ from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat
 
-CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500)
+CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500, join_window_ms=0)  # paced by joins: below
 
 
 @pytest.fixture
@@ -53,7 +53,9 @@ def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_it
     # not the 50 ms beat: the next load check, well before the session could expire
     assert due == clock.now_ms() + CONFIG.rebalance_ms
 
-    short = Assigner(db, AssignerConfig(ttl_ms=3000, rebalance_ms=10_000), replica_id="a", clock=clock)
+    short = Assigner(
+        db, AssignerConfig(ttl_ms=3000, rebalance_ms=10_000, join_window_ms=0), replica_id="a", clock=clock
+    )
     short.run_once()  # leads from the member's join on (a new leader ends no session within its first TTL)
     clock.advance(2500)  # the silent member has 500 ms left: sooner than the renewal or the next load check
     (member,) = short.describe("g").members
@@ -75,7 +77,7 @@ def test_a_standby_replica_checks_for_a_dead_leader_every_rebalance_interval(tmp
 
 def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_pass(with_stream: Database) -> None:
     db, clock = with_stream, ManualClock()
-    config = AssignerConfig(ttl_ms=60_000, rebalance_ms=500, cooldown_ms=30_000)
+    config = AssignerConfig(ttl_ms=60_000, rebalance_ms=500, cooldown_ms=30_000, join_window_ms=0)
     assigner = Assigner(db, config, replica_id="a", clock=clock)
     assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()
@@ -118,3 +120,46 @@ def test_a_new_leader_gives_every_session_a_ttl_to_find_it_before_ending_any(wit
     assert {m.worker_id for m in new.describe("g").members} == {"w1"}, "w2 did not come back within the grace"
     w1_after = {(x.lease_id, x.epoch) for x in new.describe("g").leases if x.worker_id == "w1"}
     assert w1_before <= w1_after, new.describe("g")
+
+
+def test_a_new_groups_first_assignment_waits_for_its_members_to_stop_joining(with_stream: Database) -> None:
+    """A fleet starting together is assigned once, to all of it: not to whoever joined first, then moved."""
+    db, clock = with_stream, ManualClock()
+    config = AssignerConfig(ttl_ms=60_000, join_window_ms=300, join_window_max_ms=1000)
+    assigner = Assigner(db, config, replica_id="a", clock=clock)
+
+    def held() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for lease in assigner.describe("g").leases:
+            if lease.worker_id:
+                out[lease.worker_id] = out.get(lease.worker_id, 0) + 1
+        return out
+
+    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    due = assigner.run_once()
+    assert held() == {} and due == clock.now_ms() + 300  # waits for more joins
+    clock.advance(200)
+    assigner.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    assigner.run_once()
+    clock.advance(200)  # 400 ms after the first join, 200 after the last: still waiting
+    assigner.run_once()
+    assert held() == {}
+    clock.advance(100)
+    assigner.run_once()
+    assert held() == {"w1": 2, "w2": 2}  # one assignment to both: no lease moved
+    # once assigned, a join is served at once (it rebalances as before)
+    assigner.open_session("g", "w3", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    assigner.run_once()
+    assert sum(held().values()) == 4
+
+
+def test_joins_that_never_stop_delay_a_first_assignment_only_up_to_the_maximum(with_stream: Database) -> None:
+    db, clock = with_stream, ManualClock()
+    config = AssignerConfig(ttl_ms=60_000, join_window_ms=300, join_window_max_ms=1000)
+    assigner = Assigner(db, config, replica_id="a", clock=clock)
+    for i in range(6):  # a join every 200 ms, for 1.2 s
+        assigner.open_session("g", f"w{i}", [Subscription("paced")], capacity=1.0, max_load=0.0)
+        assigner.run_once()
+        granted = [x for x in assigner.describe("g").leases if x.worker_id]
+        assert bool(granted) == (i * 200 >= 1000), f"after {i * 200} ms"
+        clock.advance(200)

@@ -23,7 +23,7 @@ def test_groups_split_between_replicas_and_a_dead_replicas_groups_move(tmp_path:
     topology.register_cluster(Cluster("c", "c:9092"))
     topology.create_stream("s", 2, "c")
     clock = ManualClock()
-    config = AssignerConfig(ttl_ms=3000, rebalance_ms=500)
+    config = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
     a, b = Assigner(db, config, replica_id="a", clock=clock), Assigner(db, config, replica_id="b", clock=clock)
     a.run_once()
     b.run_once()
