@@ -309,7 +309,9 @@ def test_the_source_and_its_progress_reach_a_coordinator_over_mutual_tls(
         with CoordinatorClient(address, tls=ops) as client:
             # the listener recorded the query's progress: both partitions, everything done
             wait_until(
-                lambda: len(client.lag("tls-q").partitions) == 2 and client.lag("tls-q").offset_lag == 0, timeout=30
+                lambda: len(client.lag("tls-q").partitions) == 2 and client.lag("tls-q").offset_lag == 0,
+                timeout=30,
+                what=lambda: f"the coordinator's lag of tls-q: {client.lag('tls-q')}",
             )
     finally:
         running.stop(0)
