@@ -305,13 +305,14 @@ def store_fleet(partitions: int, workers: int) -> dict[str, float]:
             topology.create_stream(f"fleet{s}", 4000, "c1")
         clock = ManualClock()
         ttl = 600_000
-        assigner = Assigner(db, AssignerConfig(ttl_ms=ttl), replica_id="r", clock=clock)
+        # every worker joins before the first pass: no join window to wait out
+        assigner = Assigner(db, AssignerConfig(ttl_ms=ttl, join_window_ms=0), replica_id="r", clock=clock)
         subs = [Subscription(f"fleet{s}", ("realtime",)) for s in range(streams)]
         for w in range(workers):
             leases.join(db, "g", f"w{w}", f"s{w}", subs, capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=ttl)
 
-        def free() -> int:
-            return sum(1 for x in leases.read_leases(db, "g").values() if x.state != leases.GRANTED)
+        def free() -> int:  # partitions not granted (before the first pass, no lease exists at all)
+            return partitions - sum(1 for x in leases.read_leases(db, "g").values() if x.state == leases.GRANTED)
 
         started = time.perf_counter()
         while True:
