@@ -495,9 +495,10 @@ def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
     return count_reporters((json.loads(raw) for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def _end_offsets_of(raw: bytes) -> tuple[int, ...]:
-    """A stored generation's end offsets, decoded once per value: every session's look reads them."""
+    """A stored generation's end offsets, decoded once per value: every session's look reads them. A value
+    with thousands of end offsets is tens of KB, so only the generations in use recently are kept."""
     return tuple(Generation.from_json(raw).end_offsets)
 
 
