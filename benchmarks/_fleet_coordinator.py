@@ -17,10 +17,10 @@ from streamplane.log import configure_logging
 
 
 def main() -> None:
-    data_dir, max_workers = Path(sys.argv[1]), int(sys.argv[2])
+    data_dir = Path(sys.argv[1])
     configure_logging(os.environ.get("STREAMPLANE_LOG_LEVEL", "error"))
     db = open_store(StoreConfig(driver="embedded", data_dir=data_dir))
-    running = server.start(db, admin=MemoryClusterAdmin(), max_workers=max_workers, assigner_config=AssignerConfig())
+    running = server.start(db, admin=MemoryClusterAdmin(), assigner_config=AssignerConfig())
     print(running.address, flush=True)
     threading.Event().wait()
 

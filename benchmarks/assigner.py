@@ -395,7 +395,7 @@ def session_fleet(partitions: int, workers: int, kills: int) -> dict[str, float]
             topology.create_stream(name, per_stream, "c1")
         db.close()
         coordinator = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("_fleet_coordinator.py")), tmp, str(workers * 2 + 200)],
+            [sys.executable, str(Path(__file__).with_name("_fleet_coordinator.py")), tmp],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -1,15 +1,15 @@
 """The Assigner: the assignment loop (each group's on the replica owning it) and worker sessions (on any).
 
-Transport-free: the gRPC servicer feeds sessions what workers send and streams out what `updates` yields.
-A session's updates come from the store (its member's leases, watched), so a session sees its group owner's
-decisions whichever replica it is connected to.
+Transport-free: the gRPC servicer feeds sessions what workers send, and `session_stream.py` tells each worker
+what its session's looks find. Those come from the store (its member's leases, watched), so a session sees its
+group owner's decisions whichever replica it is connected to.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,8 @@ class Session:
         self._seen_versions: tuple[int, int] = (-1, -1)  # (member version, event head) of the last snapshot
         self._next_versions = self._seen_versions  # the versions of a look not yet told
         self._leases: leases.LeaseCache = {}  # the member's leases as last read
+        self.on_change: Callable[[], None] = lambda: None
+        """Called (from any thread) when the session ends on this replica's side: its stream wakes to say so."""
 
     @property
     def db(self) -> Database:
@@ -116,9 +118,11 @@ class Session:
         self.assigner.writer.release(self.group, self.worker_id, self.session_id, Release(lid, epoch), self.fail)
 
     def fail(self, error: StreamplaneError) -> None:
-        """End the session because the worker sent something wrong; `updates` reports it."""
+        """End the session because the worker sent something wrong, or the store says it ended (blocks on the
+        store); its stream reports `error`, woken through `on_change`."""
         self._failure = error
         self.close(f"bad input: {error.message}")
+        self.on_change()
 
     def close(self, reason: str) -> None:
         """End the session and free its leases at once (idempotent). While this coordinator stops, a stream
@@ -131,40 +135,27 @@ class Session:
             if leases.leave(self.db, self.group, self.worker_id, self.session_id, reason, now_ms=self.clock.now_ms()):
                 log.info("session.closed", group=self.group, worker=self.worker_id, reason=reason)
 
-    def updates(self, is_active: Callable[[], bool]) -> Iterator[SessionEvent]:
-        """Grants, revokes and seals as the leader decides them, until the session ends: it ends by raising
-        the reason (FencedError once expired or replaced, the worker's own error after bad input).
+    @property
+    def failure(self) -> StreamplaneError | None:
+        """Why the session ended on this replica's side (bad input from its worker, or ended in the store)."""
+        return self._failure
 
-        An idle session costs no reads: it waits on a watch of its member's version (bumped by every change
-        to its leases) and looks at the store again only when that fires or the topology log moves (a seal
-        changes no lease, only its end offset)."""
-        cfg = self.assigner.config
-        watch: Any = None  # the member watch of the last look, kept while nothing changed
-        try:
-            while is_active():
-                if self._failure is not None:
-                    raise self._failure
-                if self.clock.monotonic() - self._last_heard > cfg.ttl_ms / 1000:
-                    self.close("no heartbeat within the session TTL")
-                    raise FencedError(
-                        f"session {self.session_id} ended: no heartbeat within {cfg.ttl_ms} ms; its leases were revoked"
-                    )
-                if watch is not None:
-                    fired = watch.wait(cfg.heartbeat_interval_ms / 1000)
-                    head = self.assigner.topology_head
-                    if not fired and head >= 0 and head == self._seen_versions[1]:
-                        continue  # nothing changed for this member
-                    watch.cancel()
-                    watch = None
-                    continue  # look again, after the checks above
-                look, watch = self.assigner.reader.look(self._look)
-                if look is not None:
-                    yield from self._tell(*look)
-        finally:
-            if watch is not None:
-                watch.cancel()
+    @property
+    def seen_topology_head(self) -> int:
+        """The topology log's head at the last look told to the worker (-1 before the first)."""
+        return self._seen_versions[1]
 
-    def _look(
+    def silent(self) -> bool:
+        """Whether the worker sent nothing for longer than the session TTL."""
+        return self.clock.monotonic() - self._last_heard > self.assigner.config.ttl_ms / 1000
+
+    def expire(self) -> FencedError:
+        """End the session for its silence; returns what its worker is told."""
+        self.close("no heartbeat within the session TTL")
+        ttl = self.assigner.config.ttl_ms
+        return FencedError(f"session {self.session_id} ended: no heartbeat within {ttl} ms; its leases were revoked")
+
+    def look(
         self, tr: Transaction
     ) -> tuple[tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int]] | None, Any]:
         """The member's leases, their end offsets and the grants not sent yet, with a watch of the member's
@@ -198,7 +189,7 @@ class Session:
         self._next_versions = versions
         return (member, held, grants, ends), watch
 
-    def _tell(
+    def tell(
         self, member: Member | None, held: list[Lease], grants: dict[str, Grant], ends: dict[str, int]
     ) -> Iterator[SessionEvent]:
         """What changed since the last look, as the worker hears it."""
@@ -327,14 +318,10 @@ class Assigner:
     def check_lease(self, group: str, lid: str, epoch: int) -> Lease:
         return leases.check_lease(self.db, group, lid, epoch)
 
-    def group_events(
-        self, group: str, after: bytes | None, is_active: Callable[[], bool], poll_s: float = 1.0
-    ) -> Iterator[GroupChanged]:
-        """The group's log after `after`, then its new events as they commit, while `is_active()`."""
+    def group_events(self, group: str, after: bytes | None) -> AsyncIterator[GroupChanged]:
+        """The group's log after `after`, then its new events as they commit (on an event loop)."""
         check_object_name("group", group)
-        return events.follow(
-            lambda cursor: events.read_group_events_and_watch(self.db, group, cursor), after, is_active, poll_s
-        )
+        return events.follow(lambda cursor: events.read_group_events_and_watch(self.db, group, cursor), after)
 
     def describe(self, group: str) -> GroupDescription:
         """Members and leases of a group, and which replica leads the assignment."""

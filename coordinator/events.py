@@ -6,12 +6,14 @@ Versions are the 12 bytes of the key's versionstamp (commit version, batch order
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
 from streamplane.coordinator import keys
+from streamplane.coordinator.event_loop import setter
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.store.api import Watch
 from streamplane.errors import InvalidArgumentError, quoted
@@ -249,22 +251,22 @@ def read_group_events_and_watch(
 E = TypeVar("E", bound=Event)
 
 
-def follow(
-    read_and_watch: Callable[[bytes | None], tuple[list[E], Watch]],
-    after: bytes | None,
-    is_active: Callable[[], bool],
-    poll_s: float = 1.0,
-) -> Iterator[E]:
-    """Every event of a log after `after`, then each new one as it commits, while `is_active()` (checked at
-    least every `poll_s`, so a watcher that went away is noticed without an event)."""
+async def follow(
+    read_and_watch: Callable[[bytes | None], tuple[list[E], Watch]], after: bytes | None
+) -> AsyncIterator[E]:
+    """Every event of a log after `after`, then each new one as it commits, for as long as the caller iterates
+    (on an event loop: reads run on its executor; between them it waits on a watch, with no thread or poll)."""
+    loop = asyncio.get_running_loop()
     cursor = after
-    while is_active():
-        batch, watch = read_and_watch(cursor)
+    while True:
+        batch, watch = await asyncio.to_thread(read_and_watch, cursor)
+        fired = asyncio.Event()
+        watch.on_fire(setter(loop, fired))
         try:
             for event in batch:
                 cursor = bytes.fromhex(event.version)
                 yield event
             if not batch:
-                watch.wait(poll_s)
+                await fired.wait()
         finally:
             watch.cancel()

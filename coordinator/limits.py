@@ -1,34 +1,29 @@
-"""Resource limits of the gRPC server: long-lived streams cannot take every server thread, and a stream that
-never says hello is closed.
+"""Resource limits of the gRPC server: the streams open at once are capped, in total and per principal.
 
-Every streaming call (worker sessions, event-log watches) holds a server thread for its whole life. The
-server's pool is shared with unary calls, so streams are capped in total (the rest of the pool is reserved
-for unary calls) and per principal (one client cannot take the fleet's share). Limits are counted, not
-timed: no thread or timer per stream; one reaper thread closes sessions whose hello is late.
+Streams (worker sessions, event-log watches) are coroutines on the event loop, not threads, so an open stream
+costs memory only; the total cap bounds that, and the cap per principal keeps one client from taking the
+fleet's share. Counted, not timed: nothing runs per stream.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 import structlog
 
-from streamplane.clock import SYSTEM, Clock
-
 log = structlog.get_logger(__name__)
 
-UNARY_RESERVE = 64
-"""Server threads that streams never take: unary calls are served however many streams are open."""
+MAX_STREAMS = 20_000
+"""Streams one coordinator process holds open at once (each a few KB and a socket's buffers)."""
 HELLO_TIMEOUT_S = 10.0
 """How long a worker session may stay open without its hello."""
 
 
-class StreamLimits(grpc.ServerInterceptor):  # type: ignore[misc]
+class StreamLimits(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Caps the streaming calls open at once: `max_streams` in total, `per_principal` for one principal
     (`principal_of(context)` names it). A call over a cap is refused with RESOURCE_EXHAUSTED."""
 
@@ -36,7 +31,7 @@ class StreamLimits(grpc.ServerInterceptor):  # type: ignore[misc]
         self,
         max_streams: int,
         per_principal: int,
-        principal_of: Callable[[grpc.ServicerContext], str],
+        principal_of: Callable[[Any], str],
     ) -> None:
         self.max_streams = max_streams
         self.per_principal = per_principal
@@ -65,33 +60,50 @@ class StreamLimits(grpc.ServerInterceptor):  # type: ignore[misc]
             else:
                 self._open.pop(principal, None)
 
-    def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None], details: Any
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(details)
+    async def _admit(self, method: str, context: Any) -> Callable[[], None]:
+        """Count the call in, or refuse it; returns what counts it out (idempotent)."""
+        principal = self._principal_of(context)
+        refused = self._acquire(principal)
+        if refused:
+            log.warning("rpc.stream_refused", method=method, principal=principal, reason=refused)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+        released = False
+
+        def release(*_: object) -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._release(principal)
+
+        context.add_done_callback(release)
+        return release
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]], details: Any
+    ) -> Any:
+        handler = await continuation(details)
         if handler is None or not handler.response_streaming:
             return handler
         behavior = handler.stream_stream if handler.request_streaming else handler.unary_stream
+        method = details.method
+        if inspect.isasyncgenfunction(behavior):
 
-        def limited(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            principal = self._principal_of(context)
-            refused = self._acquire(principal)
-            if refused:
-                log.warning("rpc.stream_refused", method=details.method, principal=principal, reason=refused)
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
-            released = threading.Event()
+            async def limited(request: Any, context: Any) -> AsyncIterator[Any]:
+                release = await self._admit(method, context)
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                finally:
+                    release()
 
-            def release() -> None:
-                if not released.is_set():
-                    released.set()
-                    self._release(principal)
+        else:  # a coroutine that writes to the context itself (gRPC's health service)
 
-            if not context.add_callback(release):
-                release()
-            try:
-                yield from behavior(request, context)
-            finally:
-                release()
+            async def limited(request: Any, context: Any) -> Any:  # type: ignore[misc]
+                release = await self._admit(method, context)
+                try:
+                    return await behavior(request, context)
+                finally:
+                    release()
 
         factory = (
             grpc.stream_stream_rpc_method_handler if handler.request_streaming else grpc.unary_stream_rpc_method_handler
@@ -101,46 +113,3 @@ class StreamLimits(grpc.ServerInterceptor):  # type: ignore[misc]
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
-
-
-class Deadlines:
-    """Cancels calls that did not reach a point in time (a session's hello): one reaper thread for all."""
-
-    def __init__(self, clock: Clock = SYSTEM, tick_s: float = 0.25) -> None:
-        self._clock = clock
-        self._tick_s = tick_s
-        self._heap: list[tuple[float, int, grpc.ServicerContext]] = []
-        self._pending: set[int] = set()
-        self._ids = itertools.count()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="deadlines", daemon=True)
-        self._thread.start()
-
-    def watch(self, context: grpc.ServicerContext, seconds: float) -> int:
-        """Cancel `context` in `seconds` unless `met(token)` is called first."""
-        token = next(self._ids)
-        with self._lock:
-            heapq.heappush(self._heap, (self._clock.monotonic() + seconds, token, context))
-            self._pending.add(token)
-        return token
-
-    def met(self, token: int) -> None:
-        with self._lock:
-            self._pending.discard(token)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._tick_s):
-            now = self._clock.monotonic()
-            late = []
-            with self._lock:
-                while self._heap and self._heap[0][0] <= now:
-                    _, token, context = heapq.heappop(self._heap)
-                    if token in self._pending:
-                        self._pending.discard(token)
-                        late.append(context)
-            for context in late:
-                context.cancel()
-
-    def stop(self) -> None:
-        self._stop.set()

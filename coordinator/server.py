@@ -28,12 +28,14 @@ from streamplane.coordinator.autopilot import Autopilot, AutopilotConfig
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
 from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag
 from streamplane.coordinator.console import Console
+from streamplane.coordinator.event_loop import EventLoopThread
 from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.limits import HELLO_TIMEOUT_S, UNARY_RESERVE, Deadlines, StreamLimits
+from streamplane.coordinator.limits import HELLO_TIMEOUT_S, MAX_STREAMS, StreamLimits
 from streamplane.coordinator.metrics import FLEET, LAG, serve_metrics
 from streamplane.coordinator.rpc_metrics import MetricsInterceptor
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.servicer import TopologyServicer
+from streamplane.coordinator.session_stream import SessionHub
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import InvalidArgumentError, UnavailableError
@@ -57,8 +59,11 @@ STOP_DEADLINE_S = 3.0
 STOP_CANCEL_S = 0.5
 """After the grace period, how long stopping waits for cancelled calls before it goes on regardless (gRPC
 sometimes never reports the end of a call that received undecodable messages)."""
-STREAMS_PER_PRINCIPAL = 5000
-"""Streams (worker sessions, watches) one principal may hold open (a worker holds one session)."""
+STREAMS_PER_PRINCIPAL = 10_000
+"""Streams (worker sessions, watches) one principal may hold open (a worker holds one session): a fleet whose
+workers share one identity fits, one client opening streams in a loop does not take them all."""
+UNARY_THREADS = 64
+"""Threads serving unary calls (each a store transaction or two); streams take none."""
 SERVICE_NAMES = (
     topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,
     assigner_pb2.DESCRIPTOR.services_by_name["AssignerService"].full_name,
@@ -71,13 +76,13 @@ SERVICE_NAMES = (
 class RunningCoordinator:
     """A started coordinator: its server, address and store."""
 
-    server: grpc.Server
+    server: grpc.aio.Server
+    loop: EventLoopThread
     address: str
     db: Database
-    health: health.HealthServicer
+    health: health.aio.HealthServicer
     assigner: Assigner
     sealer: Sealer
-    deadlines: Deadlines
     autopilot: Autopilot
     console: Console | None = None
 
@@ -85,13 +90,18 @@ class RunningCoordinator:
         """Stop the assignment loop, then serving (open streams end: their sessions are left for the next
         coordinator to resume, not ended), then close the store. Bounded: calls still running after the grace
         period are cancelled, and stopping goes on STOP_CANCEL_S later whatever they do."""
-        self.health.enter_graceful_shutdown()
+        try:
+            self.loop.run(self.health.enter_graceful_shutdown(), STOP_CANCEL_S)
+        except Exception as err:
+            log.warning("coordinator.health_shutdown_failed", error=str(err))
         if self.console is not None:
             self.console.stop()
         self.assigner.stop()
-        self.deadlines.stop()
-        if not self.server.stop(grace_s).wait(grace_s + STOP_CANCEL_S):
+        try:
+            self.loop.run(self.server.stop(grace_s), grace_s + STOP_CANCEL_S)
+        except Exception:
             log.warning("coordinator.stop_timeout", grace_s=grace_s)
+        self.loop.stop(STOP_CANCEL_S)
         self.sealer.stop()
         self.autopilot.stop()
         for collector in (LAG, FLEET):  # scrapes after this see no series from a closed store
@@ -151,7 +161,8 @@ def start(
     admin: ClusterAdmin | None = None,
     assigner_config: AssignerConfig | None = None,
     sealing_config: SealingConfig | None = None,
-    max_workers: int = 512,
+    max_workers: int = UNARY_THREADS,
+    max_streams: int = MAX_STREAMS,
     clock: Clock = SYSTEM,
     guard: Guard | None = None,
     tls: ServerTls | None = None,
@@ -163,44 +174,57 @@ def start(
 ) -> RunningCoordinator:
     """Start the gRPC server on host:port (0 picks a free port) over an open store; `clock` is its time.
 
+    Unary calls run on `max_workers` threads; streams (at most `max_streams` open) on one event loop thread.
     `guard` authenticates and authorizes every call (default: authentication off); `tls` serves TLS;
     `control_endpoints` are the local clusters' control channels a registration may name; `console` serves the
     web console on host:console.port (over TLS when `tls` is given).
     """
     guard = guard or Guard(clock=clock)
-    limits = StreamLimits(max(1, max_workers - UNARY_RESERVE), streams_per_principal, guard.name_of)
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[MetricsInterceptor(), limits],
-        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
-    )
+    limits = StreamLimits(max_streams, streams_per_principal, guard.name_of)
     topology = Topology(db, admin or RoutingAdmin(), clock, control_endpoints=control_endpoints)
     assigner = Assigner(db, assigner_config, clock=clock)
     autopilot = Autopilot(topology, lambda: assigner.is_leader, autopilot_config, clock=clock)
-    topology_pb2_grpc.add_TopologyServiceServicer_to_server(
-        TopologyServicer(topology, sealing_config, clock=clock, guard=guard, probes=autopilot.probes), server
-    )
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
-    commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(db, clock=clock, guard=guard), server)
+    loop = EventLoopThread()
+    health_servicer = health.aio.HealthServicer()
+
+    async def serve() -> tuple[grpc.aio.Server, int]:
+        """Build the server and bind its port (on the loop: an asyncio server belongs to one loop)."""
+        server = grpc.aio.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+            interceptors=[MetricsInterceptor(), limits],
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
+        )
+        topology_pb2_grpc.add_TopologyServiceServicer_to_server(
+            TopologyServicer(topology, sealing_config, clock=clock, guard=guard, probes=autopilot.probes), server
+        )
+        commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(
+            CommitLogServicer(db, clock=clock, guard=guard), server
+        )
+        hub = SessionHub(assigner, loop.loop)
+        assigner_pb2_grpc.add_AssignerServiceServicer_to_server(
+            AssignerServicer(assigner, hub, guard=guard, hello_timeout_s=hello_timeout_s), server
+        )
+        auth_pb2_grpc.add_AuthServiceServicer_to_server(AuthServicer(guard, clock=clock), server)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        try:
+            if tls is not None:
+                return server, server.add_secure_port(f"{host}:{port}", tls.credentials())
+            return server, server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # grpc's way of saying the address could not be bound
+            return server, 0
+
+    try:
+        server, bound = loop.run(serve())
+    except BaseException:
+        loop.stop()
+        raise
+    if bound == 0:
+        loop.stop()
+        raise UnavailableError(f"cannot listen on {host}:{port}: the address is in use or not available")
     LAG.source = lambda: lag(db, "", now_ms=clock.now_ms())
     FLEET.source = lambda: (topology.list_clusters(), topology.list_streams(), topology.fleet_policy())
-    deadlines = Deadlines(clock)
-    assigner_pb2_grpc.add_AssignerServiceServicer_to_server(
-        AssignerServicer(assigner, guard=guard, deadlines=deadlines, hello_timeout_s=hello_timeout_s), server
-    )
-    auth_pb2_grpc.add_AuthServiceServicer_to_server(AuthServicer(guard, clock=clock), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    try:
-        if tls is not None:
-            bound = server.add_secure_port(f"{host}:{port}", tls.credentials())
-        else:
-            bound = server.add_insecure_port(f"{host}:{port}")
-    except RuntimeError:  # grpc's way of saying the address could not be bound
-        bound = 0
-    if bound == 0:
-        raise UnavailableError(f"cannot listen on {host}:{port}: the address is in use or not available")
     web = None
     if console is not None:
         try:
@@ -217,19 +241,23 @@ def start(
                 tls=(tls.cert_file, tls.key_file) if tls else None,
             )
         except OSError as err:
-            server.stop(0)
+            loop.stop()
             raise UnavailableError(f"cannot serve the console on {host}:{console.port}: {err.strerror}") from err
-    server.start()
-    assigner.start()
+    assigner.start()  # before serving: a session's first heartbeat finds the replica's writer running
+    loop.run(server.start())
     sealer.start()
     autopilot.start()
     if web is not None:
         web.start()
-    for name in ("", *SERVICE_NAMES):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def serving() -> None:
+        for name in ("", *SERVICE_NAMES):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    loop.run(serving())
     address = f"{host}:{bound}"
     log.info("coordinator.started", address=address, store=db.driver, tls=tls is not None, auth=guard.enabled)
-    return RunningCoordinator(server, address, db, health_servicer, assigner, sealer, deadlines, autopilot, web)
+    return RunningCoordinator(server, loop, address, db, health_servicer, assigner, sealer, autopilot, web)
 
 
 def serve_forever(

@@ -5,7 +5,7 @@ Errors are mapped to gRPC statuses by `streamplane.rpc`; nothing here decides an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -19,9 +19,6 @@ from streamplane.rpc import grpc_errors, grpc_stream_errors
 from streamplane.v1 import convert
 from streamplane.v1 import topology_pb2 as pb
 from streamplane.v1 import topology_pb2_grpc as pb_grpc
-
-# How long WatchTopology waits on the event-log watch before re-checking that its client is still there.
-WATCH_POLL_S = 1.0
 
 
 class TopologyServicer(pb_grpc.TopologyServiceServicer):
@@ -103,12 +100,12 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
         )
 
     @grpc_stream_errors
-    def WatchTopology(
-        self, request: pb.WatchTopologyRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.TopologyEvent]:
+    async def WatchTopology(
+        self, request: pb.WatchTopologyRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.TopologyEvent]:
         self._guard.require(context, auth.READ)
         after = events.parse_version(request.from_version)
-        for event in events.follow(self._topology.read_events_and_watch, after, context.is_active, WATCH_POLL_S):
+        async for event in events.follow(self._topology.read_events_and_watch, after):
             if isinstance(event, TopologyEvent):  # not a group event an older store kept in this log
                 yield convert.event_to_pb(event)
 

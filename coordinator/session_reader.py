@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import structlog
 
@@ -29,12 +30,10 @@ MAX_LOOKS = 100
 within FoundationDB's 5 s."""
 
 
-class _Look(Generic[T]):
-    def __init__(self, body: Callable[[Transaction], T]) -> None:
+class _Look:
+    def __init__(self, body: Callable[[Transaction], Any]) -> None:
         self.body = body
-        self.done = threading.Event()
-        self.result: T | None = None
-        self.error: Exception | None = None
+        self.future: Future[Any] = Future()
 
 
 class SessionReader:
@@ -46,7 +45,7 @@ class SessionReader:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._lock = threading.Lock()
-        self._waiting: list[_Look[Any]] = []
+        self._waiting: list[_Look] = []
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -54,18 +53,25 @@ class SessionReader:
     def look(self, body: Callable[[Transaction], T]) -> T:
         """Run `body` (reads only: it may run again, in a transaction shared with other looks) and return what it
         returns, or raise what the transaction raised."""
-        if self._thread is None:
-            return self.db.transact(body)
+        return self.submit(body).result()
+
+    def submit(self, body: Callable[[Transaction], T]) -> Future[T]:
+        """Like `look`, without waiting: the future holds what `body` returns or what the transaction raised (an
+        event loop awaits it with asyncio.wrap_future)."""
         pending = _Look(body)
+        if self._thread is None:
+            try:
+                pending.future.set_result(self.db.transact(body))
+            except Exception as err:
+                pending.future.set_exception(err)
+            return pending.future
         with self._lock:
             if self._stop.is_set():
-                raise UnavailableError("the coordinator is stopping")
+                pending.future.set_exception(UnavailableError("the coordinator is stopping"))
+                return pending.future
             self._waiting.append(pending)
         self._wake.set()
-        pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
-        return pending.result  # type: ignore[return-value]
+        return pending.future
 
     def read(self) -> None:
         """Read every look waiting so far."""
@@ -73,18 +79,20 @@ class SessionReader:
             batch, self._waiting = self._waiting, []
         for i in range(0, len(batch), MAX_LOOKS):
             chunk = batch[i : i + MAX_LOOKS]
+
+            def read_all(tr: Transaction, chunk: list[_Look] = chunk) -> list[Any]:
+                return [p.body(tr) for p in chunk]
+
             try:
-                results = self.db.transact(lambda tr, chunk=chunk: [p.body(tr) for p in chunk])
+                results = self.db.transact(read_all)
             except Exception as err:  # every look of the chunk hears it, as from a transaction of its own
                 if not isinstance(err, StreamplaneError):
                     log.exception("sessions.look_failed", looks=len(chunk))
                 for p in chunk:
-                    p.error = err
-                    p.done.set()
+                    p.future.set_exception(err)
                 continue
             for p, result in zip(chunk, results, strict=True):
-                p.result = result
-                p.done.set()
+                p.future.set_result(result)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="session-reader", daemon=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import structlog
 
@@ -100,13 +101,17 @@ class SessionWriter:
             self._releases, self._beats = [], {}
         for i in range(0, len(batch), MAX_BATCH):
             chunk = batch[i : i + MAX_BATCH]
+
+            def write(tr: Transaction, chunk: list[_Pending] = chunk) -> tuple[list[Any], list[Any]]:
+                return self._write(tr, chunk)
+
             try:
-                ended, refused = self.db.transact(lambda tr, chunk=chunk: self._write(tr, chunk))
+                ended, refused = self.db.transact(write)
             except StreamplaneError as err:  # the store is unreachable: the sessions' TTLs will tell
                 log.warning("sessions.write_failed", messages=len(chunk), error=err.message)
                 continue
-            for p, err in refused:  # a release that cannot apply concerns that lease only
-                log.info("session.release_refused", group=p.group, worker=p.worker_id, error=err.message)
+            for p, why in refused:  # a release that cannot apply concerns that lease only
+                log.info("session.release_refused", group=p.group, worker=p.worker_id, error=why.message)
             for p, fenced in ended:
                 p.fenced(fenced)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import grpc
@@ -122,13 +123,34 @@ MAX_STATUS_MESSAGE = 1024
 """Characters of a status message: a longer one would not fit gRPC's metadata and turn into another error."""
 
 
-def _abort(context: grpc.ServicerContext, err: StreamplaneError) -> None:
+_STATUS: ContextVar[grpc.StatusCode] = ContextVar("streamplane_rpc_status", default=grpc.StatusCode.OK)
+
+
+def begin_call() -> None:
+    """Mark the start of a unary call in this context (see `call_status`)."""
+    _STATUS.set(grpc.StatusCode.OK)
+
+
+def call_status() -> grpc.StatusCode:
+    """The status the unary handler that just ran in this context ended with (for metrics: the asyncio server's
+    context for a handler on a thread does not say)."""
+    return _STATUS.get()
+
+
+def _status(err: StreamplaneError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """An error as a call's status: its code, message and trailing metadata."""
     trailing = [(_KIND_KEY, type(err).__name__)]
     details = details_json(err)
     if details and len(details) <= MAX_STATUS_MESSAGE:
         trailing.append((_DETAILS_KEY, details))
-    context.set_trailing_metadata(tuple(trailing))
-    context.abort(status_for(err), err.message[:MAX_STATUS_MESSAGE])
+    return status_for(err), err.message[:MAX_STATUS_MESSAGE], tuple(trailing)
+
+
+def _abort(context: grpc.ServicerContext, err: StreamplaneError) -> None:
+    code, message, trailing = _status(err)
+    context.set_trailing_metadata(trailing)
+    _STATUS.set(code)
+    context.abort(code, message)
 
 
 def grpc_errors(handler: F) -> F:
@@ -142,22 +164,28 @@ def grpc_errors(handler: F) -> F:
             _abort(context, err)
         except Exception:
             log.exception("rpc.internal_error", method=handler.__name__)
+            _STATUS.set(grpc.StatusCode.INTERNAL)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {handler.__name__}; see coordinator log")
 
     return wrapper  # type: ignore[return-value]
 
 
 def grpc_stream_errors(handler: F) -> F:
-    """Like `grpc_errors`, for server-streaming methods (generators)."""
+    """Like `grpc_errors`, for streaming methods served on the event loop (async generators)."""
 
     @functools.wraps(handler)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         try:
-            yield from handler(self, request, context)
+            async for item in handler(self, request, context):
+                yield item
+        except grpc.aio.AbortError:
+            raise  # the handler ended the call itself
         except StreamplaneError as err:
-            _abort(context, err)
+            code, message, trailing = _status(err)
+            context.set_trailing_metadata(trailing)
+            await context.abort(code, message)
         except Exception:
             log.exception("rpc.internal_error", method=handler.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {handler.__name__}; see coordinator log")
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {handler.__name__}; see coordinator log")
 
     return wrapper  # type: ignore[return-value]

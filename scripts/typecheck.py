@@ -50,6 +50,10 @@ STRICT = [
     "streamplane.coordinator.autopilot",
     "streamplane.coordinator.loop",
     "streamplane.coordinator.limits",
+    "streamplane.coordinator.event_loop",
+    "streamplane.coordinator.session_stream",
+    "streamplane.coordinator.session_reader",
+    "streamplane.coordinator.session_writer",
     # the client's public API
     "streamplane.client.credentials",
     "streamplane.client.coordinator",

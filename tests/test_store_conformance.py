@@ -209,6 +209,28 @@ def test_watch_fires_on_clear_range(store: Database, prefix: bytes) -> None:
     assert watch.wait(5)
 
 
+def test_watch_calls_back_once_when_it_fires_and_never_once_cancelled(store: Database, prefix: bytes) -> None:
+    """An event loop follows watches through `on_fire` (no thread waits on each): the callback comes once after
+    the commit, at once when the watch has already fired, and never for a cancelled watch."""
+    calls: list[str] = []
+    fired = threading.Event()
+    key = prefix + b"cb"
+    watch = store.transact(lambda tr: tr.watch(key))
+    watch.on_fire(lambda: (calls.append("first"), fired.set()))
+    store.transact(lambda tr: tr.set(prefix + b"other", b"1"))
+    assert not fired.wait(0.2)
+    store.transact(lambda tr: tr.set(key, b"1"))
+    assert fired.wait(5)
+    watch.on_fire(lambda: calls.append("late"))  # already fired: called at once
+    assert calls == ["first", "late"]
+    cancelled = store.transact(lambda tr: tr.watch(key))
+    cancelled.on_fire(lambda: calls.append("cancelled"))
+    cancelled.cancel()
+    store.transact(lambda tr: tr.set(key, b"2"))
+    time.sleep(0.3)
+    assert calls == ["first", "late"]
+
+
 def test_concurrent_read_modify_write_is_serializable(store: Database, prefix: bytes) -> None:
     """16 threads increment one counter with plain get/set: no increment may be lost."""
     key = prefix + b"rmw"

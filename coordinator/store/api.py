@@ -40,6 +40,11 @@ class Watch(Protocol):
         """Stop watching; a later `wait` returns False once its timeout passes."""
         ...
 
+    def on_fire(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once when the watch fires (at once if it has): from whichever thread fires it, so it
+        must be quick and thread-safe (an event loop's call_soon_threadsafe). Not called once cancelled."""
+        ...
+
 
 class Versionstamp(Protocol):
     """The 10-byte commit versionstamp of a transaction, available once it has committed."""

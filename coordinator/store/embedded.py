@@ -85,15 +85,30 @@ class _Watch:
         self._registry = registry
         self.key = key
         self._fired = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
 
     def fire(self) -> None:
-        self._fired.set()
+        with self._lock:
+            self._fired.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_fire(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._fired.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._fired.wait(timeout)
 
     def cancel(self) -> None:
         self._registry.remove(self)
+        with self._lock:
+            self._callbacks = []
 
 
 class _WatchRegistry:

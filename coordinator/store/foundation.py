@@ -47,13 +47,19 @@ class _FdbWatch:
     def __init__(self, future: Any) -> None:
         self._future = future
         self._ready = threading.Event()
+        self._cancelled = False
         future.on_ready(lambda _f: self._ready.set())
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
     def cancel(self) -> None:
+        self._cancelled = True
         self._future.cancel()
+
+    def on_fire(self, callback: Callable[[], None]) -> None:
+        # on_ready calls at once when ready, else from the network thread; a cancelled watch is ready too
+        self._future.on_ready(lambda _f: None if self._cancelled else callback())
 
 
 class _FdbVersionstamp:

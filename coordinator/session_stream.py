@@ -1,0 +1,153 @@
+"""Worker sessions served on the replica's event loop: no thread, timer or poll per session.
+
+A session's stream sleeps on one asyncio event until something concerns it: its member's watch fires (a lease
+of it changed), the topology log moves (a seal changes an end offset, not a lease), its session ends on this
+replica's side (bad input, or the store says it ended), or its worker fell silent past the TTL. Then it looks
+at the store (through the replica's session reader, batched with the other sessions' looks) and tells its
+worker what changed. The last two causes are found by one task per replica (`SessionHub`), every TICK_S, for
+all its sessions at once. What blocks on the store (opening and closing a session) runs on the loop's executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import structlog
+
+from streamplane.coordinator.assigner import Assigner, Session
+from streamplane.coordinator.event_loop import setter
+from streamplane.coordinator.store.api import Watch
+from streamplane.errors import InvalidArgumentError, StreamplaneError
+from streamplane.model import Heartbeat, Hello, Release, SessionEvent, WorkerMessage
+
+log = structlog.get_logger(__name__)
+
+TICK_S = 0.25
+"""How often the hub checks every session's TTL and the topology log's head."""
+
+
+class SessionStream:
+    """One worker's session as its stream sees it."""
+
+    def __init__(self, hub: SessionHub, session: Session) -> None:
+        self.hub = hub
+        self.session = session
+        self.wake = asyncio.Event()
+        self.expired = False
+        session.on_change = setter(hub.loop, self.wake)
+
+    def take(self, message: WorkerMessage | None) -> None:
+        """A message from the worker after its hello (O(1): written later with the replica's others); bad input
+        raises InvalidArgumentError."""
+        match message:
+            case Heartbeat() as beat:
+                self.session.heartbeat(beat)
+            case Release(lease_id=lid, epoch=epoch):
+                self.session.release(lid, epoch)
+            case other:
+                what = type(other).__name__.lower() if other else "an empty message"
+                raise InvalidArgumentError(f"a session takes one hello, then heartbeats and releases, not {what}")
+
+    async def end(self, reason: str) -> None:
+        """End the session (frees its leases in the store)."""
+        await asyncio.to_thread(self.session.close, reason)
+
+    def end_soon(self, reason: str) -> None:
+        """`end` without waiting (from a call's done callback, on the loop)."""
+        with contextlib.suppress(RuntimeError):  # stopping: its sessions are left for the next to resume
+            self.hub.loop.run_in_executor(None, self.session.close, reason)
+
+    async def fail(self, error: StreamplaneError) -> None:
+        """End the session for the worker's bad input; its stream reports `error`."""
+        await asyncio.to_thread(self.session.fail, error)
+
+    async def events(self) -> AsyncIterator[SessionEvent]:
+        """Grants, revokes and seals as the group's owner decides them, until the session ends: it ends by
+        raising why (FencedError once expired or replaced, the worker's own error after bad input)."""
+        session = self.session
+        watch: Watch | None = None
+        try:
+            while True:
+                if session.failure is not None:
+                    raise session.failure
+                if self.expired:
+                    raise await asyncio.to_thread(session.expire)
+                self.wake.clear()
+                look, current = await asyncio.wrap_future(self.session.assigner.reader.submit(session.look))
+                watch = current
+                current.on_fire(setter(self.hub.loop, self.wake))
+                if look is not None:
+                    for event in session.tell(*look):
+                        yield event
+                await self.wake.wait()
+                current.cancel()
+                watch = None
+        finally:
+            if watch is not None:
+                watch.cancel()
+            self.hub.forget(self)
+
+
+class SessionHub:
+    """The sessions a replica serves on its event loop, and the one task that checks their TTLs and the
+    topology log for all of them."""
+
+    def __init__(self, assigner: Assigner, loop: asyncio.AbstractEventLoop, *, tick_s: float = TICK_S) -> None:
+        self.assigner = assigner
+        self.loop = loop
+        self.tick_s = tick_s
+        self._streams: set[SessionStream] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    async def open(self, hello: Hello, principal: str) -> SessionStream:
+        """Open (or resume) the session a worker's hello asks for; on the loop."""
+        session = await asyncio.to_thread(
+            self.assigner.open_session,
+            hello.group,
+            hello.worker_id,
+            list(hello.subscriptions),
+            capacity=hello.capacity,
+            max_load=hello.max_load,
+            resume_session=hello.resume_session,
+            principal=principal,
+        )
+        stream = SessionStream(self, session)
+        self._streams.add(stream)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._watch_all(), name="session-hub")
+        return stream
+
+    def forget(self, stream: SessionStream) -> None:
+        self._streams.discard(stream)
+
+    def check(self, last_head: int, look_anyway: bool = False) -> int:
+        """Wake the sessions whose worker fell silent past the TTL, and those that have not looked since the
+        topology log moved (all of them with `look_anyway`); returns the head seen."""
+        head = self.assigner.topology_head
+        moved = head != last_head
+        for stream in self._streams:
+            session = stream.session
+            if session.silent():
+                stream.expired = True
+                stream.wake.set()
+            elif look_anyway or (moved and session.seen_topology_head != head):
+                stream.wake.set()
+        return head
+
+    async def _watch_all(self) -> None:
+        # While the topology log is not followed (-1: the store is unreachable), every session looks at every
+        # heartbeat interval instead, so that seals still reach the workers.
+        unfollowed_every = max(1, round(self.assigner.config.heartbeat_interval_ms / 1000 / self.tick_s))
+        head, ticks = self.assigner.topology_head, 0
+        while self._streams:
+            await asyncio.sleep(self.tick_s)
+            ticks += 1
+            try:
+                head = self.check(head, look_anyway=head < 0 and ticks % unfollowed_every == 0)
+            except Exception:  # never let one bad session stop the checks of all
+                log.exception("sessions.check_failed")
