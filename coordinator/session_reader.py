@@ -76,7 +76,8 @@ class SessionReader:
     def read(self) -> None:
         """Read every look waiting so far."""
         with self._lock:
-            batch, self._waiting = self._waiting, []
+            waiting, self._waiting = self._waiting, []
+        batch = [p for p in waiting if p.future.set_running_or_notify_cancel()]  # not those given up meanwhile
         for i in range(0, len(batch), MAX_LOOKS):
             chunk = batch[i : i + MAX_LOOKS]
 
@@ -110,4 +111,7 @@ class SessionReader:
         while not self._stop.is_set():
             self._wake.wait()
             self._wake.clear()
-            self.read()
+            try:
+                self.read()
+            except Exception:  # the reader must outlive any one batch: every session's looks wait on it
+                log.exception("sessions.read_crashed")

@@ -111,3 +111,20 @@ def test_before_start_each_look_is_read_at_once(counting: _Counting) -> None:
     reader = SessionReader(counting)  # type: ignore[arg-type]
     assert reader.look(lambda tr: tr.get(b"member/7")) == b"v7"
     assert counting.transactions == 1
+
+
+def test_a_look_given_up_while_it_waits_is_skipped_and_the_reader_goes_on(counting: _Counting) -> None:
+    """A session whose stream ends while its look waits cancels that look; the reader skips it (a crash here
+    once left every later look of the replica waiting forever: no worker got a grant again)."""
+    reader = SessionReader(counting)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        first = reader.submit(lambda tr: tr.get(b"member/1"))  # taken at once: the store holds it back
+        given_up = reader.submit(lambda tr: tr.get(b"member/2"))
+        kept = reader.submit(lambda tr: tr.get(b"member/3"))
+        assert given_up.cancel()
+        counting.go.set()
+        assert first.result(10) == b"v1" and kept.result(10) == b"v3"
+        assert reader.submit(lambda tr: tr.get(b"member/4")).result(10) == b"v4", "the reader still reads"
+    finally:
+        reader.stop()
