@@ -655,7 +655,8 @@ def _assigner_config(args: argparse.Namespace):
 
     if not 100 <= args.session_ttl_ms <= 60_000:
         raise errors.InvalidArgumentError(f"--session-ttl-ms must be between 100 and 60000, not {args.session_ttl_ms}")
-    return AssignerConfig(ttl_ms=args.session_ttl_ms, heartbeat_interval_ms=max(50, args.session_ttl_ms // 4))
+    ttl = args.session_ttl_ms
+    return AssignerConfig(ttl_ms=ttl, heartbeat_interval_ms=max(50, ttl // 4), refresh_ms=ttl // 2)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

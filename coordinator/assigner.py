@@ -65,6 +65,11 @@ class AssignerConfig:
     """A partition moved to balance load is not moved back to the worker it left within this time."""
     heartbeat_flush_ms: int = 100
     """How long heartbeats wait to be written together (see session_writer.py); well under `ttl_ms`."""
+    refresh_ms: int = 1500
+    """How often a heartbeat that reports nothing new is written anyway: the replica serving a session ends it
+    after `ttl_ms` of silence, and each write stores a deadline `ttl_ms + refresh_ms` ahead, so the group's
+    owner (which sees only the store) ends it within `ttl_ms + refresh_ms` if that replica is gone too. An idle
+    fleet writes one heartbeat of two or three instead of each."""
     join_window_ms: int = 300
     """A group nobody holds a lease of yet is first assigned once no member joined for this long (at most
     `join_window_max_ms` after its first pass was due), like Kafka's group.initial.rebalance.delay.ms: a fleet
@@ -97,6 +102,8 @@ class Session:
         self._seen_versions: tuple[int, int] = (-1, -1)  # (member version, event head) of the last snapshot
         self._next_versions = self._seen_versions  # the versions of a look not yet told
         self._leases: leases.LeaseCache = {}  # the member's leases as last read
+        self._written: tuple[float, float] | None = None  # (cpu, records/s) of the last heartbeat handed on
+        self._refresh_at = 0.0  # when an unchanged heartbeat is handed on again
         self.on_change: Callable[[], None] = lambda: None
         """Called (from any thread) when the session ends on this replica's side: its stream wakes to say so."""
 
@@ -105,10 +112,16 @@ class Session:
         return self.assigner.db
 
     def heartbeat(self, beat: Heartbeat) -> None:
-        """Take the worker's heartbeat: checked now (bad input raises), written with the replica's others."""
+        """Take the worker's heartbeat: checked now (bad input raises), written with the replica's others when
+        it reports something new or the stored deadline is due for a refresh (`refresh_ms`)."""
         leases.check_heartbeat(beat)
-        self.assigner.writer.heartbeat(self.group, self.worker_id, self.session_id, beat, self.fail)
-        self._last_heard = self.clock.monotonic()
+        now = self.clock.monotonic()
+        self._last_heard = now
+        figures = (beat.cpu, beat.records_per_s)
+        if beat.leases or beat.errors or figures != self._written or now >= self._refresh_at:
+            self.assigner.writer.heartbeat(self.group, self.worker_id, self.session_id, beat, self.fail)
+            self._written = figures
+            self._refresh_at = now + self.assigner.config.refresh_ms / 1000
 
     def release(self, lid: str, epoch: int) -> None:
         """Hand one lease back (written with the replica's others, at once). A release that cannot apply (late,
@@ -246,7 +259,12 @@ class Assigner:
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.writer = SessionWriter(db, ttl_ms=self.config.ttl_ms, flush_ms=self.config.heartbeat_flush_ms, clock=clock)
+        self.writer = SessionWriter(
+            db,
+            ttl_ms=self.config.ttl_ms + self.config.refresh_ms,
+            flush_ms=self.config.heartbeat_flush_ms,
+            clock=clock,
+        )
         """Writes what the sessions' workers send, batched."""
         self.reader = SessionReader(db)
         """Reads what the sessions look at, batched."""

@@ -163,3 +163,27 @@ def test_joins_that_never_stop_delay_a_first_assignment_only_up_to_the_maximum(w
         granted = [x for x in assigner.describe("g").leases if x.worker_id]
         assert bool(granted) == (i * 200 >= 1000), f"after {i * 200} ms"
         clock.advance(200)
+
+
+def test_an_idle_heartbeat_is_written_only_to_refresh_the_deadline_and_news_at_once(with_stream: Database) -> None:
+    """An idle fleet's heartbeats say nothing new: each is written only every refresh_ms, with a deadline
+    ttl_ms + refresh_ms ahead, so a live session never lapses in the store between two writes."""
+    db, clock = with_stream, ManualClock()
+    cfg = AssignerConfig(ttl_ms=3000, heartbeat_interval_ms=750, refresh_ms=1500, join_window_ms=0)
+    assigner = Assigner(db, cfg, replica_id="a", clock=clock)
+    session = assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+
+    def stored_deadline() -> int:
+        return {m.worker_id: m.alive_until_ms for m in assigner.describe("g").members}["w1"]
+
+    written = []
+    for _ in range(8):  # 6 s of heartbeats every 750 ms, nothing new in them
+        session.heartbeat(Heartbeat())
+        written.append(stored_deadline())
+        assert stored_deadline() >= clock.now_ms() + cfg.ttl_ms, "a live session's stored deadline lapsed"
+        clock.advance(cfg.heartbeat_interval_ms)
+    assert len(set(written)) == 4, f"one write per refresh, not one per heartbeat: {written}"
+    before = stored_deadline()
+    session.heartbeat(Heartbeat(records_per_s=120.0))  # news: written at once
+    assert stored_deadline() > before
+    assert {m.worker_id: m.records_per_s for m in assigner.describe("g").members}["w1"] == 120.0
