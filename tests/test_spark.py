@@ -294,8 +294,8 @@ def test_the_source_and_its_progress_reach_a_coordinator_over_mutual_tls(
             )
             client.create_stream("sp-tls", 2)
         with Producer(address, tls=ops, **{"linger.ms": 5}) as producer:
-            for i in range(300):
-                producer.produce("sp-tls", b"id-%d" % i)
+            for i in range(300):  # keyed: both partitions get records (keyless ones may all stick to one)
+                producer.produce("sp-tls", b"id-%d" % i, key=b"%d" % i)
             assert producer.flush(30) == 0
         job = {
             "tls.ca": str(certs["ca"]),
