@@ -290,6 +290,8 @@ class Assigner:
         self._assigned: set[str] = set()  # groups past that wait
         # group: the working state of each group this replica owns, kept between passes
         self._states: dict[str, GroupState] = {}
+        # group: (group version, when its next session expiry is due) as the last expiry read found them
+        self._next_expiry: dict[str, tuple[int, int]] = {}
         self.owned: set[str] = set()
         """The groups whose assignment this replica runs (its fair share of the live replicas')."""
         self._groups: set[str] = set()  # the groups there were at the last claim
@@ -509,6 +511,8 @@ class Assigner:
                 del self._grace_until[gone]
             for gone in set(self._states) - self.owned:
                 del self._states[gone]
+            for gone in set(self._next_expiry) - self.owned:
+                del self._next_expiry[gone]
             self._assigned &= self.owned
             for gone in set(self._joining) - self.owned:
                 del self._joining[gone]
@@ -521,17 +525,29 @@ class Assigner:
         poll = now + cfg.rebalance_ms
         for group in sorted(self.owned):
             tries = 0
+            expiry_read: tuple[int, int] | None = None
 
             def step(
                 tr: Transaction, group: str = group
             ) -> tuple[int, group_state.Applied | None, tuple[int, tuple[int, int]], list[group_state.Change]]:
-                nonlocal tries
+                nonlocal tries, expiry_read
                 tries += 1
+                expiry_read = None
                 leadership.ensure_group(tr, group, self.replica_id, now)
                 grace_until = self._grace_until.get(group, 0)
                 grace = now < grace_until
-                next_expiry = grace_until if grace else leases.expire(tr, group, now)
                 version = _counter(tr, keys.group_version_key(group))
+                known_version, known_expiry = self._next_expiry.get(group, (-1, 0))
+                if grace:
+                    next_expiry = grace_until
+                elif version == known_version and now < known_expiry:
+                    # nobody joined or left since the last expiry read, and heartbeats only move deadlines
+                    # later: nothing can expire before the known time, so the members need not be read
+                    next_expiry = known_expiry
+                else:
+                    next_expiry = leases.expire(tr, group, now)
+                    version = _counter(tr, keys.group_version_key(group))  # with the leaves it wrote
+                    expiry_read = (version, next_expiry)  # kept once this transaction commits
                 loads = (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD))
                 last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
                 due = bool(deadline) and now >= deadline
@@ -559,6 +575,8 @@ class Assigner:
 
             try:
                 next_expiry, applied, seen, rest = self.db.transact(step)
+                if expiry_read is not None:
+                    self._next_expiry[group] = expiry_read
                 if rest:
                     self._write_rest(self._states[group], rest, now)
             except BaseException:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
+from streamplane.coordinator import leases
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.leases import Subscription
@@ -187,3 +188,32 @@ def test_an_idle_heartbeat_is_written_only_to_refresh_the_deadline_and_news_at_o
     session.heartbeat(Heartbeat(records_per_s=120.0))  # news: written at once
     assert stored_deadline() > before
     assert {m.worker_id: m.records_per_s for m in assigner.describe("g").members}["w1"] == 120.0
+
+
+def test_idle_passes_read_no_member_and_a_silent_session_still_expires_on_time(
+    with_stream: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pass used to decode every member's deadline: a thousand idle workers cost the loop more than all
+    else. Until the known next expiry (or a join or leave), a pass reads no member; then it expires on time."""
+    db, clock = with_stream, ManualClock()
+    cfg = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
+    assigner = Assigner(db, cfg, replica_id="a", clock=clock)
+    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    assigner.run_once()  # grants every lease; reads w1's deadline
+    member_reads = []
+    original = leases.expire
+
+    def counted(*args: object, **kwargs: object) -> int:
+        member_reads.append(1)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(leases, "expire", counted)
+    for _ in range(5):  # 2.5 s of passes every rebalance_ms: w1 has not expired yet
+        clock.advance(cfg.rebalance_ms)
+        assigner.run_once()
+    assert member_reads == [], "an idle pass read the members"
+    assert [m.worker_id for m in assigner.describe("g").members] == ["w1"]
+    clock.advance(600)  # past w1's deadline: the next pass reads and ends it
+    assigner.run_once()
+    assert member_reads == [1]
+    assert assigner.describe("g").members == ()
