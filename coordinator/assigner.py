@@ -79,6 +79,10 @@ class AssignerConfig:
     """The longest a new group's first assignment waits for joins."""
 
 
+PLACEMENTS_KEPT = 10_000
+"""Generations whose placement a replica keeps decoded (the cache starts over past that)."""
+
+
 def _counter(tr: Transaction, key: bytes) -> int:
     """A little-endian counter kept with atomic adds (0 when absent)."""
     return int.from_bytes(tr.get(key) or b"\0" * 8, "little")
@@ -186,7 +190,7 @@ class Session:
             if (lease.lease_id, lease.epoch) not in self._sent_grants:
                 gen = (lease.stream, lease.lane, lease.generation)
                 if gen not in placements:
-                    placements[gen] = leases.placement(tr, lease)
+                    placements[gen] = self.assigner.placement(tr, lease, versions[1])
                 where = placements[gen]
                 header = commitlog.read_header(tr, (self.group, *lease.key))
                 grants[lease.lease_id] = Grant(
@@ -268,6 +272,7 @@ class Assigner:
         """Writes what the sessions' workers send, batched."""
         self.reader = SessionReader(db)
         """Reads what the sessions look at, batched."""
+        self._placements: dict[tuple[str, str, int], tuple[int, leases.Placement]] = {}
         self.topology_head = -1
         """The topology log's head as this replica's follower last read it (-1: not followed, so sessions
         look at the store at every heartbeat interval): sessions compare it with the head of their last look
@@ -334,6 +339,20 @@ class Assigner:
             "session.resumed" if resumed else "session.opened", group=group, worker=worker_id, session=member.session_id
         )
         return Session(self, group, member)
+
+    def placement(self, tr: Transaction, lease: Lease, topology_head: int) -> leases.Placement:
+        """Where a lease's generation is, read once per topology change for all of this replica's sessions
+        (a generation's topic and cluster are fixed, and a cluster's address changes only with an event):
+        a fleet joining at once would otherwise decode its stream once per worker."""
+        gen = (lease.stream, lease.lane, lease.generation)
+        known = self._placements.get(gen)
+        if known is not None and known[0] == topology_head:
+            return known[1]
+        where = leases.placement(tr, lease)
+        if len(self._placements) >= PLACEMENTS_KEPT:
+            self._placements.clear()
+        self._placements[gen] = (topology_head, where)
+        return where
 
     def check_lease(self, group: str, lid: str, epoch: int) -> Lease:
         return leases.check_lease(self.db, group, lid, epoch)
