@@ -17,6 +17,8 @@ from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import convert
 
 SESSIONS_PER_CHANNEL = 100
+JOIN_WAVE = 250
+"""Sessions opened at once."""
 
 
 class SessionFleet:
@@ -30,6 +32,8 @@ class SessionFleet:
         self._holders: dict[str, int] = {}  # {lease id: how many of these sessions hold it (one, once settled)}
         self.ended: list[str] = []
         """Sessions the coordinator ended (each with its reason): none should end in a steady fleet."""
+        self.refused: list[str] = []
+        """Sessions that never got their welcome (each with the status it got instead)."""
         self.joined = threading.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._loop = asyncio.new_event_loop()
@@ -41,6 +45,8 @@ class SessionFleet:
         asyncio.run_coroutine_threadsafe(self._main(), self._loop)
         if not self.joined.wait(timeout_s):
             raise SystemExit(f"the {self.count} sessions did not all join within {timeout_s:.0f} s")
+        if self.refused:
+            raise SystemExit(f"{len(self.refused)} of {self.count} sessions were refused, e.g. {self.refused[0]}")
 
     def held(self) -> int:
         """How many leases these sessions hold, as they were told."""
@@ -52,19 +58,28 @@ class SessionFleet:
 
     async def _main(self) -> None:
         channels = [grpc.aio.insecure_channel(self.address) for _ in range(0, self.count, SESSIONS_PER_CHANNEL)]
-        welcomed: list[asyncio.Future[None]] = []
-        for i in range(self.count):  # all at once, as a fleet deployed together starts
-            stub = apb_grpc.AssignerServiceStub(channels[i // SESSIONS_PER_CHANNEL])
-            ready = self._loop.create_future()
-            welcomed.append(ready)
-            self._tasks.append(self._loop.create_task(self._session(stub, f"w{i}", ready)))
-        await asyncio.gather(*welcomed)
+        # as a fleet deployed together starts: in waves, each opened at once (thousands of streams opened in the
+        # same millisecond over a few connections make gRPC's core fail some with INTERNAL, in any server; a
+        # real fleet's workers each have a connection of their own)
+        for wave in range(0, self.count, JOIN_WAVE):
+            welcomed: list[asyncio.Future[None]] = []
+            for i in range(wave, min(self.count, wave + JOIN_WAVE)):
+                stub = apb_grpc.AssignerServiceStub(channels[i // SESSIONS_PER_CHANNEL])
+                ready = self._loop.create_future()
+                welcomed.append(ready)
+                self._tasks.append(self._loop.create_task(self._session(stub, f"w{i}", ready)))
+            await asyncio.gather(*welcomed)
         self.joined.set()
 
     async def _session(self, stub: apb_grpc.AssignerServiceStub, worker_id: str, ready: asyncio.Future[None]) -> None:
         call = stub.Session()
-        await call.write(convert.worker_message_to_pb(Hello(self.group, worker_id, self.subscriptions)))
-        welcome = convert.welcome_from_pb(await call.read())
+        try:
+            await call.write(convert.worker_message_to_pb(Hello(self.group, worker_id, self.subscriptions)))
+            welcome = convert.welcome_from_pb(await call.read())
+        except grpc.aio.AioRpcError as err:  # refused or cut off before its welcome: counted, not waited for
+            self.refused.append(f"{worker_id}: {err.code().name} {err.details()}")
+            ready.set_result(None)
+            return
         assert welcome is not None, f"{worker_id}: no welcome"
         ready.set_result(None)
         writing = asyncio.Lock()  # one write at a time on a call
