@@ -377,6 +377,12 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _threads_and_rss(pid: int) -> tuple[int, float]:
+    """A process's thread count and resident memory (MB), from /proc."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["Threads"]), int(fields["VmRSS"].split()[0]) / 1024
+
+
 def session_fleet(partitions: int, workers: int, kills: int) -> dict[str, float]:
     """The real coordinator (its own process) and `workers` worker sessions over gRPC from this process (the
     load generator: the real session protocol, heartbeats included): regrant time after kill -9 of a worker
@@ -447,6 +453,12 @@ def _session_runs(
             cpu, t = _cpu_s(pid), time.monotonic()
             time.sleep(10)
             steady_cores = (_cpu_s(pid) - cpu) / (time.monotonic() - t)
+            threads, rss_mb = _threads_and_rss(pid)
+            print(
+                f"    steady coordinator: {steady_cores:.3f} cores, {threads} threads, {rss_mb:.0f} MB resident "
+                f"for {workers} sessions",
+                flush=True,
+            )
         lost = set(held)
         regrants.append(_kill_and_regrant(victim, lost, grants, 30, f"run {run}, {victim_id}"))
         print(
