@@ -656,7 +656,12 @@ def _assigner_config(args: argparse.Namespace):
     if not 100 <= args.session_ttl_ms <= 60_000:
         raise errors.InvalidArgumentError(f"--session-ttl-ms must be between 100 and 60000, not {args.session_ttl_ms}")
     ttl = args.session_ttl_ms
-    return AssignerConfig(ttl_ms=ttl, heartbeat_interval_ms=max(50, ttl // 4), refresh_ms=ttl // 2)
+    join_window_ms = getattr(args, "join_window_ms", AssignerConfig.join_window_ms)  # `dev` keeps the default
+    if not 0 <= join_window_ms <= 60_000:
+        raise errors.InvalidArgumentError(f"--join-window-ms must be between 0 and 60000, not {join_window_ms}")
+    return AssignerConfig(
+        ttl_ms=ttl, heartbeat_interval_ms=max(50, ttl // 4), refresh_ms=ttl // 2, join_window_ms=join_window_ms
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -905,6 +910,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--console-sample-ms", type=int, default=5000, help="how often the console samples lag")
     p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
+    p.add_argument(
+        "--join-window-ms",
+        type=int,
+        default=300,
+        help="a new group is first assigned once no worker joined for this long (at most 10 s): a fleet starting "
+        "together is assigned once instead of moving leases as each joins (0: at once)",
+    )
     p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
     p.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)  # `streamplane dev`'s child
 
