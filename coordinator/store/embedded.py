@@ -9,6 +9,7 @@ monotonic across restarts.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import sqlite3
@@ -164,6 +165,7 @@ class EmbeddedTransaction:
         self._bytes = 0
         self._dirty = False
         self._values: dict[bytes, bytes | None] = {}  # what this transaction wrote (None: cleared)
+        self._keys: list[bytes] = []  # the keys of `_values`, sorted: a range read finds its own by bisection
         self.written: set[bytes] = set()
         self.cleared_ranges: list[tuple[bytes, bytes]] = []
         self.new_watches: list[_Watch] = []
@@ -186,7 +188,7 @@ class EmbeddedTransaction:
         self, begin: bytes, end: bytes, *, limit: int = 0, reverse: bool = False, snapshot: bool = False
     ) -> list[tuple[bytes, bytes]]:
         order = "DESC" if reverse else "ASC"
-        mine = [k for k in self._values if begin <= k < end]
+        mine = self._written_in(begin, end)
         cleared = [(b, e) for b, e in self.cleared_ranges if b < end and begin < e]
         stored_limit = limit if limit > 0 and not mine and not cleared else -1  # else: merged, then limited
         rows = self._conn.execute(
@@ -205,6 +207,10 @@ class EmbeddedTransaction:
         out = sorted(merged.items(), reverse=reverse)
         return out[:limit] if limit > 0 else out
 
+    def _written_in(self, begin: bytes, end: bytes) -> list[bytes]:
+        """The keys this transaction wrote in [begin, end), in order (O(log n), not a scan of every write)."""
+        return self._keys[bisect.bisect_left(self._keys, begin) : bisect.bisect_left(self._keys, end)]
+
     # -- writes
     def _account(self, key: bytes, value: bytes = b"") -> None:
         if self._read_only:
@@ -219,19 +225,23 @@ class EmbeddedTransaction:
             )
         self._dirty = True
 
-    def set(self, key: bytes, value: bytes) -> None:
-        self._account(key, value)
+    def _write(self, key: bytes, value: bytes | None) -> None:
+        if key not in self._values:
+            bisect.insort(self._keys, key)
         self._values[key] = value
         self.written.add(key)
 
+    def set(self, key: bytes, value: bytes) -> None:
+        self._account(key, value)
+        self._write(key, value)
+
     def clear(self, key: bytes) -> None:
         self._account(key)
-        self._values[key] = None
-        self.written.add(key)
+        self._write(key, None)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         self._account(begin, end)
-        for k in [k for k in self._values if begin <= k < end]:
+        for k in self._written_in(begin, end):
             self._values[k] = None
         self.cleared_ranges.append((begin, end))
 
