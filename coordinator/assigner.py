@@ -11,7 +11,6 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
@@ -22,6 +21,7 @@ from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
 from streamplane.coordinator.session_reader import SessionReader
 from streamplane.coordinator.session_writer import SessionWriter
 from streamplane.coordinator.store import Database, Transaction
+from streamplane.coordinator.store.api import Watch
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
     Grant,
@@ -174,7 +174,7 @@ class Session:
 
     def look(
         self, tr: Transaction
-    ) -> tuple[tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int]] | None, Any]:
+    ) -> tuple[tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int]] | None, Watch]:
         """The member's leases, their end offsets and the grants not sent yet, with a watch of the member's
         version; None for the first when nothing changed since the last look."""
         member_key = keys.member_version_key(self.group, self.worker_id)

@@ -36,8 +36,6 @@ async def _feed(stream: SessionStream, requests: AsyncIterator[apb.WorkerMessage
     except StreamplaneError as err:
         await stream.fail(err)
         return
-    except asyncio.CancelledError:
-        raise
     except grpc.RpcError:
         pass  # the worker went away: end below
     except Exception as err:

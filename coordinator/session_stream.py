@@ -75,18 +75,17 @@ class SessionStream:
                 if self.expired:
                     raise await asyncio.to_thread(session.expire)
                 self.wake.clear()
-                look, current = await asyncio.wrap_future(self.session.assigner.reader.submit(session.look))
-                watch = current
+                look, current = await asyncio.wrap_future(session.assigner.reader.submit(session.look))
+                watch = current  # cancelled below, or in `finally` if the stream ends while it waits
                 current.on_fire(setter(self.hub.loop, self.wake))
                 if look is not None:
                     for event in session.tell(*look):
                         yield event
                 await self.wake.wait()
                 current.cancel()
-                watch = None
         finally:
             if watch is not None:
-                watch.cancel()
+                watch.cancel()  # a second cancel is harmless
             self.hub.forget(self)
 
 
@@ -100,9 +99,6 @@ class SessionHub:
         self.tick_s = tick_s
         self._streams: set[SessionStream] = set()
         self._task: asyncio.Task[None] | None = None
-
-    def __len__(self) -> int:
-        return len(self._streams)
 
     async def open(self, hello: Hello, principal: str) -> SessionStream:
         """Open (or resume) the session a worker's hello asks for; on the loop."""

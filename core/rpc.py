@@ -137,20 +137,17 @@ def call_status() -> grpc.StatusCode:
     return _STATUS.get()
 
 
-def _status(err: StreamplaneError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
-    """An error as a call's status: its code, message and trailing metadata."""
+def _status(context: grpc.ServicerContext, err: StreamplaneError) -> tuple[grpc.StatusCode, str]:
+    """Set an error's trailing metadata (its kind and fields) on the call; returns the code and message to
+    abort it with."""
     trailing = [(_KIND_KEY, type(err).__name__)]
     details = details_json(err)
     if details and len(details) <= MAX_STATUS_MESSAGE:
         trailing.append((_DETAILS_KEY, details))
-    return status_for(err), err.message[:MAX_STATUS_MESSAGE], tuple(trailing)
-
-
-def _abort(context: grpc.ServicerContext, err: StreamplaneError) -> None:
-    code, message, trailing = _status(err)
-    context.set_trailing_metadata(trailing)
+    context.set_trailing_metadata(tuple(trailing))
+    code = status_for(err)
     _STATUS.set(code)
-    context.abort(code, message)
+    return code, err.message[:MAX_STATUS_MESSAGE]
 
 
 def grpc_errors(handler: F) -> F:
@@ -161,7 +158,7 @@ def grpc_errors(handler: F) -> F:
         try:
             return handler(self, request, context)
         except StreamplaneError as err:
-            _abort(context, err)
+            context.abort(*_status(context, err))
         except Exception:
             log.exception("rpc.internal_error", method=handler.__name__)
             _STATUS.set(grpc.StatusCode.INTERNAL)
@@ -181,9 +178,7 @@ def grpc_stream_errors(handler: F) -> F:
         except grpc.aio.AbortError:
             raise  # the handler ended the call itself
         except StreamplaneError as err:
-            code, message, trailing = _status(err)
-            context.set_trailing_metadata(trailing)
-            await context.abort(code, message)
+            await context.abort(*_status(context, err))
         except Exception:
             log.exception("rpc.internal_error", method=handler.__name__)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error in {handler.__name__}; see coordinator log")
