@@ -21,7 +21,7 @@ from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
 from streamplane.coordinator.session_reader import SessionReader
 from streamplane.coordinator.session_writer import SessionWriter
 from streamplane.coordinator.store import Database, Transaction
-from streamplane.coordinator.store.api import Watch
+from streamplane.coordinator.store.api import Watch, read_counter
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
     Grant,
@@ -65,11 +65,6 @@ class AssignerConfig:
     """A partition moved to balance load is not moved back to the worker it left within this time."""
     heartbeat_flush_ms: int = 100
     """How long heartbeats wait to be written together (see session_writer.py); well under `ttl_ms`."""
-    refresh_ms: int = 1500
-    """How often a heartbeat that reports nothing new is written anyway: the replica serving a session ends it
-    after `ttl_ms` of silence, and each write stores a deadline `ttl_ms + refresh_ms` ahead, so the group's
-    owner (which sees only the store) ends it within `ttl_ms + refresh_ms` if that replica is gone too. An idle
-    fleet writes one heartbeat of two or three instead of each."""
     join_window_ms: int = 300
     """A group nobody holds a lease of yet is first assigned once no member joined for this long (at most
     `join_window_max_ms` after its first pass was due), like Kafka's group.initial.rebalance.delay.ms: a fleet
@@ -81,11 +76,6 @@ class AssignerConfig:
 
 PLACEMENTS_KEPT = 10_000
 """Generations whose placement a replica keeps decoded (the cache starts over past that)."""
-
-
-def _counter(tr: Transaction, key: bytes) -> int:
-    """A little-endian counter kept with atomic adds (0 when absent)."""
-    return int.from_bytes(tr.get(key) or b"\0" * 8, "little")
 
 
 class Session:
@@ -107,7 +97,6 @@ class Session:
         self._next_versions = self._seen_versions  # the versions of a look not yet told
         self._leases: leases.LeaseCache = {}  # the member's leases as last read
         self._written: tuple[float, float] | None = None  # (cpu, records/s) of the last heartbeat handed on
-        self._refresh_at = 0.0  # when an unchanged heartbeat is handed on again
         self.on_change: Callable[[], None] = lambda: None
         """Called (from any thread) when the session ends on this replica's side: its stream wakes to say so."""
 
@@ -116,16 +105,16 @@ class Session:
         return self.assigner.db
 
     def heartbeat(self, beat: Heartbeat) -> None:
-        """Take the worker's heartbeat: checked now (bad input raises), written with the replica's others when
-        it reports something new or the stored deadline is due for a refresh (`refresh_ms`)."""
+        """Take the worker's heartbeat: checked now (bad input raises), and written with the replica's others
+        only when it reports something new. That it came is kept here: this replica ends the session when its
+        worker falls silent (`silent`), and the store keeps the member alive while this replica is registered
+        (`leases.live_until`), so an idle fleet's heartbeats write nothing."""
         leases.check_heartbeat(beat)
-        now = self.clock.monotonic()
-        self._last_heard = now
+        self._last_heard = self.clock.monotonic()
         figures = (beat.cpu, beat.records_per_s)
-        if beat.leases or beat.errors or figures != self._written or now >= self._refresh_at:
+        if beat.leases or beat.errors or figures != self._written:
             self.assigner.writer.heartbeat(self.group, self.worker_id, self.session_id, beat, self.fail)
             self._written = figures
-            self._refresh_at = now + self.assigner.config.refresh_ms / 1000
 
     def release(self, lid: str, epoch: int) -> None:
         """Hand one lease back (written with the replica's others, at once). A release that cannot apply (late,
@@ -142,15 +131,15 @@ class Session:
         self.on_change()
 
     def close(self, reason: str) -> None:
-        """End the session and free its leases at once (idempotent). While this coordinator stops, a stream
-        that ends leaves its session as it is: the worker resumes it at the next coordinator (or it expires
-        there after its TTL)."""
+        """End the session and free its leases at once (idempotent; if the store cannot be reached, the session
+        writer tries again until it can: while this replica lives, nobody else ends its sessions). While this
+        coordinator stops, a stream that ends leaves its session as it is: the worker resumes it at the next
+        coordinator (or it expires there after its TTL)."""
         if not self._closed.is_set():
             self._closed.set()
             if self.assigner.stopping:
                 return
-            if leases.leave(self.db, self.group, self.worker_id, self.session_id, reason, now_ms=self.clock.now_ms()):
-                log.info("session.closed", group=self.group, worker=self.worker_id, reason=reason)
+            self.assigner.writer.leave(self.group, self.worker_id, self.session_id, reason)
 
     @property
     def failure(self) -> StreamplaneError | None:
@@ -178,7 +167,7 @@ class Session:
         """The member's leases, their end offsets and the grants not sent yet, with a watch of the member's
         version; None for the first when nothing changed since the last look."""
         member_key = keys.member_version_key(self.group, self.worker_id)
-        versions = (_counter(tr, member_key), _counter(tr, keys.EVENT_HEAD))
+        versions = (read_counter(tr, member_key), events.head(tr))
         watch = tr.watch(member_key)
         if versions == self._seen_versions:
             return None, watch
@@ -263,12 +252,7 @@ class Assigner:
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.writer = SessionWriter(
-            db,
-            ttl_ms=self.config.ttl_ms + self.config.refresh_ms,
-            flush_ms=self.config.heartbeat_flush_ms,
-            clock=clock,
-        )
+        self.writer = SessionWriter(db, ttl_ms=self.config.ttl_ms, flush_ms=self.config.heartbeat_flush_ms, clock=clock)
         """Writes what the sessions' workers send, batched."""
         self.reader = SessionReader(db)
         """Reads what the sessions look at, batched."""
@@ -329,6 +313,7 @@ class Assigner:
             ttl_ms=self.config.ttl_ms,
             resume_session=resume_session,
             principal=principal,
+            replica=self.replica_id,
         )
         if member is None:
             raise UnavailableError(
@@ -409,7 +394,7 @@ class Assigner:
         """Keep `topology_head` current: one watch for every session of this replica."""
         while not self._stop.is_set():
             try:
-                head, watch = self.db.transact(lambda tr: (_counter(tr, keys.EVENT_HEAD), tr.watch(keys.EVENT_HEAD)))
+                head, watch = self.db.transact(lambda tr: (events.head(tr), tr.watch(keys.EVENT_HEAD)))
             except StreamplaneError as err:
                 log.warning("assigner.topology_follow_failed", error=err.message)
                 self.topology_head = -1
@@ -555,7 +540,7 @@ class Assigner:
                 leadership.ensure_group(tr, group, self.replica_id, now)
                 grace_until = self._grace_until.get(group, 0)
                 grace = now < grace_until
-                version = _counter(tr, keys.group_version_key(group))
+                version = read_counter(tr, keys.group_version_key(group))
                 known_version, known_expiry = self._next_expiry.get(group, (-1, 0))
                 if grace:
                     next_expiry = grace_until
@@ -565,9 +550,9 @@ class Assigner:
                     next_expiry = known_expiry
                 else:
                     next_expiry = leases.expire(tr, group, now)
-                    version = _counter(tr, keys.group_version_key(group))  # with the leaves it wrote
+                    version = read_counter(tr, keys.group_version_key(group))  # with the leaves it wrote
                     expiry_read = (version, next_expiry)  # kept once this transaction commits
-                loads = (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD))
+                loads = (read_counter(tr, keys.group_loads_key(group)), events.head(tr))
                 last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
                 due = bool(deadline) and now >= deadline
                 # an unchanged group costs nothing: recompute on a change, a deadline, or (at most every
@@ -587,8 +572,8 @@ class Assigner:
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)
                 seen = (
-                    _counter(tr, keys.group_version_key(group)),
-                    (_counter(tr, keys.group_loads_key(group)), _counter(tr, keys.EVENT_HEAD)),
+                    read_counter(tr, keys.group_version_key(group)),
+                    (read_counter(tr, keys.group_loads_key(group)), events.head(tr)),
                 )
                 return next_expiry, applied, seen, changes[group_state.MAX_LEASE_WRITES :]
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from streamplane.coordinator import keys
 from streamplane.coordinator.event_loop import setter
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.coordinator.store.api import Watch
+from streamplane.coordinator.store.api import Watch, read_counter
 from streamplane.errors import InvalidArgumentError, quoted
 from streamplane.model import (
     EVENT_KINDS,
@@ -173,6 +173,13 @@ def read_recent_group_events(
     rows = tr.get_range(r.start, end, limit=limit, reverse=True, snapshot=True)
     out = [_decode(keys.group_event_version(k), v) for k, v in rows]
     return [e for e in out if isinstance(e, GroupChanged)]
+
+
+@transactional
+def head(tr: Transaction) -> int:
+    """A count that every append to the topology log moves (0 for an empty log): what changed since a reader
+    last looked is one small read away."""
+    return read_counter(tr, keys.EVENT_HEAD)
 
 
 @transactional

@@ -113,10 +113,6 @@ def group_partitions(tr: Transaction, members: Iterable[Member]) -> dict[LeaseKe
     return wanted
 
 
-def _counter(tr: Transaction, key: bytes) -> int:
-    return int.from_bytes(tr.get(key) or b"\0" * 8, "little")
-
-
 def _subscriptions(members: Iterable[Member]) -> frozenset[tuple[str, tuple[str, ...]]]:
     return frozenset((s.stream, s.lanes) for m in members for s in m.subscriptions)
 
@@ -227,7 +223,7 @@ def build(tr: Transaction, group: str, *, now_ms: int, grace: bool) -> GroupStat
     members = {w: m for w, m in read_members(tr, group).items() if grace or m.alive_until_ms > now_ms}
     state.set_members(members)
     state.subscriptions = _subscriptions(members.values())
-    state.topology = _counter(tr, keys.EVENT_HEAD)
+    state.topology = events.head(tr)
     state.set_wanted(group_partitions(tr, members.values()))
     for key, lease in state.leases.items():
         owner = lease.target if lease.state == REVOKING else lease.worker_id
@@ -263,7 +259,7 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
     for worker in state.set_members(members):
         touched.update(state.held.get(worker, ()))
     subscriptions = _subscriptions(members.values())
-    topology = _counter(tr, keys.EVENT_HEAD)
+    topology = events.head(tr)
     if topology != state.topology or subscriptions != state.subscriptions:
         state.topology, state.subscriptions = topology, subscriptions
         touched.update(k for k in state.set_wanted(group_partitions(tr, members.values())) if k in state.leases)

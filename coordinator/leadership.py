@@ -79,6 +79,22 @@ def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, 
     return set(keep + claim)
 
 
+def replica_expiries(tr: Transaction) -> dict[str, int]:
+    """{replica: until when its registration holds (ms)}, read without conflicts: every replica renews its own
+    every third of a TTL, and a reader of members must not conflict with that."""
+    r = keys.REPLICAS.range()
+    return {
+        keys.REPLICAS.unpack(k)[0]: json.loads(v)["expires_ms"] for k, v in tr.get_range(r.start, r.stop, snapshot=True)
+    }
+
+
+def replica_expires(tr: Transaction, replica: str) -> int:
+    """Until when one replica's registration holds (0: none), read with a conflict: a decision that a replica is
+    gone is redone if it renews meanwhile."""
+    raw = tr.get(keys.replica_key(replica))
+    return int(json.loads(raw)["expires_ms"]) if raw else 0
+
+
 @transactional
 def ensure_group(tr: Transaction, group: str, replica: str, now_ms: int) -> None:
     """Raise NotLeaderError unless `replica` owns `group` (call inside the changing transaction)."""

@@ -4,8 +4,10 @@ A lease covers one partition of one generation of a lane. Its epoch grows on eve
 was paused past its TTL and comes back holds a stale epoch and is refused (fenced). A lease is `granted`
 to one worker, `revoking` (the holder has until a deadline to hand it back, and it moves to `target`), or
 `free`. Liveness is `alive_until_ms` on the member, pushed forward by heartbeats; the assignment loop
-expires members past it. Every change appends group events to the event log, the audit trail of who held
-which partition, when and why.
+expires members past it. A member served by a coordinator replica (`Member.replica`) lives at least as long as
+that replica's registration: the replica ends the session itself when its worker falls silent, so a heartbeat
+that says nothing new need not be written, and the store decides only once that replica is gone. Every change
+appends group events to the event log, the audit trail of who held which partition, when and why.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from streamplane.coordinator import events, keys, planted
+from streamplane.coordinator import events, keys, leadership, planted
 from streamplane.coordinator.assignment import smooth
 from streamplane.coordinator.health import count_reporters, stored_reports
 from streamplane.coordinator.store import Transaction, transactional
@@ -45,6 +47,9 @@ MAX_SUBSCRIPTIONS = 64
 @dataclass(frozen=True)
 class Member(MemberInfo):
     """A group member as stored: the model's MemberInfo, with its JSON form."""
+
+    replica: str = ""
+    """The coordinator replica serving the session ("": none, the stored deadline alone decides)."""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -128,11 +133,25 @@ def lease_from(key: bytes, raw: bytes) -> Lease:
     return Lease(stream, lane, generation, partition, **json.loads(raw))
 
 
+def live_until(alive_until_ms: int, replica: str, replicas: dict[str, int]) -> int:
+    """When a member's session ends unless something is heard of it: its stored deadline, or while the replica
+    serving it is registered, that replica's (`replicas`: `leadership.replica_expiries`)."""
+    return max(alive_until_ms, replicas.get(replica, 0)) if replica else alive_until_ms
+
+
 @transactional
 def read_members(tr: Transaction, group: str, *, snapshot: bool = False) -> dict[str, Member]:
+    """The group's members, each `alive_until_ms` as the group's owner sees it (`live_until`)."""
     r = keys.MEMBERS.range((group,))
     rows = tr.get_range(r.start, r.stop, snapshot=snapshot)
-    return {m.worker_id: m for m in (Member.from_json(v) for _, v in rows)}
+    replicas = leadership.replica_expiries(tr)
+    out = {}
+    for _, raw in rows:
+        m = Member.from_json(raw)
+        if m.replica:
+            m = replace(m, alive_until_ms=live_until(m.alive_until_ms, m.replica, replicas))
+        out[m.worker_id] = m
+    return out
 
 
 @transactional
@@ -265,12 +284,13 @@ def join(
     ttl_ms: int,
     resume_session: str = "",
     principal: str = "",
+    replica: str = "",
 ) -> Member | None:
-    """Register a worker's new session; refuse a worker id that another live session holds. With
-    `resume_session`, the worker's live session of that id is resumed instead: same session, same leases and
-    epochs (its stream broke, say because the coordinator restarted; nothing the worker did is undone). None
-    when the worker's expired session holds more leases than one transaction frees (see LEAVE_LEASES): this
-    transaction freed some, and a later join succeeds."""
+    """Register a worker's new session, served by `replica`; refuse a worker id that another live session
+    holds. With `resume_session`, the worker's live session of that id is resumed instead: same session, same
+    leases and epochs (its stream broke, say because the coordinator restarted; nothing the worker did is
+    undone), now served by `replica`. None when the worker's expired session holds more leases than one
+    transaction frees (see LEAVE_LEASES): this transaction freed some, and a later join succeeds."""
     check_object_name("group", group)
     check_worker_id(worker_id)
     capacity = _finite("capacity", capacity or 1.0, positive=True)
@@ -281,13 +301,13 @@ def join(
         old = Member.from_json(raw)
         if resume_session and old.session_id == resume_session:  # not ended yet: its leases are still its own
             check_principal(old.principal, principal, f"session {resume_session}")
-            resumed = replace(old, alive_until_ms=max(old.alive_until_ms, now_ms + ttl_ms))
+            resumed = replace(old, alive_until_ms=max(old.alive_until_ms, now_ms + ttl_ms), replica=replica)
             tr.set(keys.member_key(group, worker_id), resumed.to_json())
             GroupEvents(tr, worker_id, now_ms).group(
                 group, "member_resumed", worker_id, reason=f"session {old.session_id}"
             )
             return resumed
-        if old.alive_until_ms > now_ms:
+        if live_until(old.alive_until_ms, old.replica, leadership.replica_expiries(tr)) > now_ms:
             raise AlreadyExistsError(
                 f"worker_id {worker_id!r} already has a live session in group {group!r}", kind="worker", name=worker_id
             )
@@ -295,7 +315,14 @@ def join(
         if not _leave(tr, group, old, "replaced by a new session after its TTL", ev)[1]:
             return None  # the old session's leases are still being freed (committed so far): join again soon
     member = Member(
-        worker_id, session_id, subs, capacity, max_load, alive_until_ms=now_ms + ttl_ms, principal=principal
+        worker_id,
+        session_id,
+        subs,
+        capacity,
+        max_load,
+        alive_until_ms=now_ms + ttl_ms,
+        principal=principal,
+        replica=replica,
     )
     tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
     tr.set(keys.member_key(group, worker_id), member.to_json())
@@ -433,27 +460,31 @@ FoundationDB's 10 MB."""
 
 @transactional
 def expire(tr: Transaction, group: str, now_ms: int) -> int:
-    """End sessions past their TTL (see EXPIRE_LEASES); return when the next one is due (0: no live session
-    left; `now_ms` while expired ones remain). Heartbeats only move that time later, and a new member wakes the
-    loop, so nothing can expire sooner. The members are read without conflicts (heartbeats rewrite them all
-    the time); one about to expire is read again, with one, so a heartbeat that lands meanwhile keeps it."""
+    """End sessions past their TTL, or whose replica is gone (`live_until`; see EXPIRE_LEASES); return when the
+    next one is due (0: no live session left; `now_ms` while expired ones remain). Heartbeats and renewals only
+    move that time later, and a new member wakes the loop, so nothing can expire sooner. The members and
+    replicas are read without conflicts (heartbeats and renewals rewrite them all the time); one about to
+    expire is read again, with one, so a heartbeat or a renewal that lands meanwhile keeps it."""
     ev = GroupEvents(tr, "assigner", now_ms)
     r = keys.MEMBERS.range((group,))
+    replicas = leadership.replica_expiries(tr)
     # only each member's deadline: decoding whole members (subscriptions and all) at every pass was most of
     # an idle fleet's assignment loop
     deadlines = [
-        (d["worker_id"], d["alive_until_ms"])
+        (d["worker_id"], live_until(d["alive_until_ms"], d.get("replica", ""), replicas))
         for d in map(json.loads, (v for _, v in tr.get_range(r.start, r.stop, snapshot=True)))
     ]
     freed, left = 0, False
-    for worker_id, alive_until_ms in deadlines:
-        if alive_until_ms <= now_ms:
+    for worker_id, until_ms in deadlines:
+        if until_ms <= now_ms:
             if freed >= EXPIRE_LEASES:
                 left = True
                 continue
             raw = tr.get(keys.member_key(group, worker_id))
             again = Member.from_json(raw) if raw else None
-            if again is not None and again.alive_until_ms <= now_ms:
+            if again is not None and again.replica:
+                replicas[again.replica] = leadership.replica_expires(tr, again.replica)
+            if again is not None and live_until(again.alive_until_ms, again.replica, replicas) <= now_ms:
                 count, gone = _leave(tr, group, again, "no heartbeat within the session TTL", ev)
                 freed += count
                 left = left or not gone

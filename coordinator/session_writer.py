@@ -8,6 +8,9 @@ them in batches of at most MAX_BATCH per transaction: releases at once, together
 meanwhile (a group commit), heartbeats at least every `flush_ms` (the newest per session, lease loads merged,
 since each is sent once). A message whose session has ended (expired or replaced) is answered through its
 session's callback, as a write alone would have raised.
+
+It also ends sessions (`leave`): at once, in the caller's thread, and when the store cannot be reached, again at
+every flush until it can. While this replica is registered nobody else would end them (see `leases.live_until`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from streamplane.coordinator import leases
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import Heartbeat, Release
+
+_Leave = tuple[str, str, str, str]
+"""(group, worker id, session id, reason) of a session to end."""
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +70,7 @@ class SessionWriter:
         self._lock = threading.Lock()
         self._beats: dict[tuple[str, str, str], _Pending] = {}
         self._releases: list[_Pending] = []
+        self._leaves: list[_Leave] = []  # sessions whose end could not be written yet
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -94,11 +101,28 @@ class SessionWriter:
         else:
             self._wake.set()
 
+    def leave(self, group: str, worker_id: str, session_id: str, reason: str) -> bool:
+        """End a session and free its leases now; if the store cannot be reached, keep it and try again at every
+        flush. True if it ended now (False: already ended, or kept for later)."""
+        try:
+            left = leases.leave(self.db, group, worker_id, session_id, reason, now_ms=self.clock.now_ms())
+        except StreamplaneError as err:
+            log.warning("session.leave_failed", group=group, worker=worker_id, error=err.message)
+            with self._lock:
+                self._leaves.append((group, worker_id, session_id, reason))
+            return False
+        if left:
+            log.info("session.closed", group=group, worker=worker_id, reason=reason)
+        return left
+
     def flush(self) -> None:
-        """Write every message taken so far."""
+        """Write every message taken so far, and end the sessions whose end could not be written before."""
         with self._lock:
             batch = self._releases + list(self._beats.values())
             self._releases, self._beats = [], {}
+            leaves, self._leaves = self._leaves, []
+        for leave in leaves:
+            self.leave(*leave)
         for i in range(0, len(batch), MAX_BATCH):
             chunk = batch[i : i + MAX_BATCH]
 

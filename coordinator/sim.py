@@ -38,7 +38,7 @@ import structlog
 from streamplane import offsets
 from streamplane.clock import ManualClock
 from streamplane.coordinator import commitlog, events, leases, planted, sealing
-from streamplane.coordinator.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.assigner import Assigner, AssignerConfig, Session
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
@@ -121,7 +121,10 @@ class Worker:
     down_until: int = 0
     beat_at: int = 0
     alive_until: int = 0
-    """Until when the coordinator counts its session as live (its last join or heartbeat plus the TTL)."""
+    """Until when the coordinator may count its session as live: its last join or heartbeat plus the TTL (the
+    replica serving it ends it then), or longer if that replica died (see `_serve_sessions`)."""
+    stream: Session | None = None
+    """Its session's stream to the replica serving it (None: broken, or never opened)."""
     held: dict[str, int] = field(default_factory=dict)
     """lease id: the epoch this worker believes it holds (stale while paused)."""
     position: dict[str, int] = field(default_factory=dict)
@@ -170,6 +173,8 @@ class World:
         """... and those rejected."""
         self.faults_until = 0
         self.stream = get_stream(self.inner, STREAM)
+        self.streams: list[Session] = []
+        """The sessions the replicas serve (a crashed worker's until its silence ends it, as a hung host's)."""
 
     def _start_coordinator(self, replica: int | None = None) -> None:
         """Coordinator processes, with nothing in memory but their config: two Assigner replicas (one runs the
@@ -223,6 +228,7 @@ class World:
             self._produce()
             for assigner in self.assigners:
                 assigner.run_once()
+            self._serve_sessions()
             self.sealer.run_once()
             self.stream = get_stream(self.inner, STREAM)  # what workers see this step
             for w in self.workers:
@@ -235,7 +241,7 @@ class World:
         match fault.kind:
             case "crash":  # a worker is killed (-9): its session ends by TTL, its memory is gone
                 w = pick.choice(self.workers)
-                w.up, w.down_until, w.session = False, self.now + pick.randrange(500, 4000), ""
+                w.up, w.down_until, w.session, w.stream = False, self.now + pick.randrange(500, 4000), "", None
                 w.held, w.position, w.retrying, w.sent = {}, {}, {}, {}
             case "pause":  # a worker pauses (GC, VM), then resumes believing it still holds its leases
                 pick.choice(self.workers).paused_until = self.now + pick.randrange(1000, 6000)
@@ -287,6 +293,40 @@ class World:
             self.admin.append(p.cluster, topic, self.rng.randrange(p.partitions), self.rng.randrange(1, 6))
 
     # -- workers
+    def _serve_sessions(self) -> None:
+        """What each replica's session hub does: end a session whose worker fell silent past the TTL. A session
+        of a replica that restarted lost its stream with that process; its worker resumes it elsewhere."""
+        for session in list(self.streams):
+            if session.assigner not in self.assigners:
+                self.streams.remove(session)
+                for w in self.workers:  # its member lives until the replica's registration lapses, and the
+                    # group's next owner ends no session within a TTL of taking it over
+                    if w.name == session.worker_id:
+                        w.alive_until = max(w.alive_until, self.now + 2 * self.ttl_ms + 500)
+            elif session.silent():
+                self.streams.remove(session)
+                self._change(session.expire)
+        for w in self.workers:
+            if w.stream is not None and w.stream not in self.streams:
+                w.stream = None
+
+    def _open(self, w: Worker) -> Session | None:
+        """Open the worker's session at a replica, or resume the one it has (None: its crashed session is still
+        live; the worker tries again later). A session that ended meanwhile is replaced: the worker starts over."""
+        try:
+            session = self.assigner.open_session(
+                GROUP, w.name, [Subscription(STREAM)], capacity=1.0, max_load=0.0, resume_session=w.session
+            )
+        except StreamplaneError as err:
+            if "live session" in err.message and self.now < w.alive_until:
+                return None  # its crashed session has not expired yet
+            self.fail(f"join of {w.name}: {type(err).__name__}: {err.message}")
+        if session.session_id != w.session:
+            w.session, w.held, w.position, w.retrying = session.session_id, {}, {}, {}
+        w.alive_until = self.now + self.ttl_ms + STEP_MS
+        self.streams.append(session)
+        return session
+
     def _work(self, w: Worker) -> None:
         if not w.up:
             if self.now >= w.down_until:
@@ -296,22 +336,17 @@ class World:
             return
         for lid, epoch in list(w.held.items()):  # a zombie first finishes what it believes it holds
             self._process(w, lid, epoch)
-        if not w.session:
-            try:
-                session = self.assigner.open_session(GROUP, w.name, [Subscription(STREAM)], capacity=1.0, max_load=0.0)
-            except StreamplaneError as err:
-                if "live session" in err.message and self.now < w.alive_until:
-                    return  # its crashed session has not expired yet
-                self.fail(f"join of {w.name}: {type(err).__name__}: {err.message}")
-            w.session, w.alive_until = session.session_id, self.now + self.ttl_ms
+        if w.stream is None:
+            w.stream = self._open(w)
+            if w.stream is None:
+                return
         if self.now >= w.beat_at:
             w.beat_at = self.now + 500
-            try:
-                leases.heartbeat(self.db, GROUP, w.name, w.session, Heartbeat(), now_ms=self.now, ttl_ms=self.ttl_ms)
-                w.alive_until = self.now + self.ttl_ms
-            except FencedError:  # its session ended while it was away: join again
-                w.session, w.held, w.position, w.retrying = "", {}, {}, {}
+            w.stream.heartbeat(Heartbeat())
+            if isinstance(w.stream.failure, FencedError):  # its session ended while it was away: join again
+                w.session, w.held, w.position, w.retrying, w.stream = "", {}, {}, {}, None
                 return
+            w.alive_until = max(w.alive_until, self.now + self.ttl_ms + STEP_MS)  # the hub looks every step
         self._sync(w)
 
     def _sync(self, w: Worker) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import leases
+from streamplane.coordinator import keys, leadership, leases
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.leases import Subscription
@@ -166,28 +166,47 @@ def test_joins_that_never_stop_delay_a_first_assignment_only_up_to_the_maximum(w
         clock.advance(200)
 
 
-def test_an_idle_heartbeat_is_written_only_to_refresh_the_deadline_and_news_at_once(with_stream: Database) -> None:
-    """An idle fleet's heartbeats say nothing new: each is written only every refresh_ms, with a deadline
-    ttl_ms + refresh_ms ahead, so a live session never lapses in the store between two writes."""
+def test_an_idle_heartbeat_writes_nothing_and_news_are_written_at_once(with_stream: Database) -> None:
+    """An idle fleet's heartbeats say nothing new: none is written (the replica serving the session keeps its
+    liveness, and the store keeps the member while that replica is registered); news are written at once."""
     db, clock = with_stream, ManualClock()
-    cfg = AssignerConfig(ttl_ms=3000, heartbeat_interval_ms=750, refresh_ms=1500, join_window_ms=0)
+    cfg = AssignerConfig(ttl_ms=3000, heartbeat_interval_ms=750, join_window_ms=0)
     assigner = Assigner(db, cfg, replica_id="a", clock=clock)
     session = assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    session.heartbeat(Heartbeat())  # the first one says what the worker's figures are
 
-    def stored_deadline() -> int:
-        return {m.worker_id: m.alive_until_ms for m in assigner.describe("g").members}["w1"]
-
-    written = []
-    for _ in range(8):  # 6 s of heartbeats every 750 ms, nothing new in them
-        session.heartbeat(Heartbeat())
-        written.append(stored_deadline())
-        assert stored_deadline() >= clock.now_ms() + cfg.ttl_ms, "a live session's stored deadline lapsed"
+    stored = db.transact(lambda tr: tr.get(keys.member_key("g", "w1")))
+    for _ in range(8):  # 6 s of heartbeats every 750 ms, nothing new in them, the replica renewing itself
         clock.advance(cfg.heartbeat_interval_ms)
-    assert len(set(written)) == 4, f"one write per refresh, not one per heartbeat: {written}"
-    before = stored_deadline()
+        session.heartbeat(Heartbeat())
+        assigner.run_once()
+        assert db.transact(lambda tr: tr.get(keys.member_key("g", "w1"))) == stored, "an idle heartbeat was written"
+        assert not session.silent()
+    assert [m.worker_id for m in assigner.describe("g").members] == ["w1"], "a live session expired"
     session.heartbeat(Heartbeat(records_per_s=120.0))  # news: written at once
-    assert stored_deadline() > before
     assert {m.worker_id: m.records_per_s for m in assigner.describe("g").members}["w1"] == 120.0
+
+
+def test_a_member_outlives_its_stored_deadline_only_while_its_replica_is_registered(with_stream: Database) -> None:
+    """Replica "a" serves w1 and dies; "b" runs the group. w1 is not ended while a's registration holds (its
+    worker may be resuming at "b"), and is ended at the first pass after it lapses."""
+    db, clock = with_stream, ManualClock()
+    cfg = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
+    a = Assigner(db, cfg, replica_id="a", clock=clock)
+    a.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    for _ in range(10):  # 5 s: a renews, w1 says nothing new (nothing is written for it)
+        a.run_once()
+        clock.advance(500)
+    a_expires = db.transact(lambda tr: leadership.replica_expires(tr, "a"))
+    assert a_expires > clock.now_ms() > cfg.ttl_ms, "w1's stored deadline has passed, a's registration holds"
+    assert [m.worker_id for m in a.describe("g").members] == ["w1"], "ended while its replica was registered"
+    b = Assigner(db, cfg, replica_id="b", clock=clock)
+    clock.advance(cfg.ttl_ms)  # a died: b takes the group over once a's keys lapse
+    b.run_once()
+    assert "g" in b.owned
+    clock.advance(cfg.ttl_ms)  # b's grace for a group it took over ends; a's registration is long gone
+    b.run_once()
+    assert b.describe("g").members == (), "a member of a dead replica outlived it"
 
 
 def test_idle_passes_read_no_member_and_a_silent_session_still_expires_on_time(
@@ -198,7 +217,10 @@ def test_idle_passes_read_no_member_and_a_silent_session_still_expires_on_time(
     db, clock = with_stream, ManualClock()
     cfg = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
     assigner = Assigner(db, cfg, replica_id="a", clock=clock)
-    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    # joined directly, not through a session of this replica: only its stored deadline keeps it
+    leases.join(
+        db, "g", "w1", "s1", [Subscription("paced")], capacity=1.0, max_load=0.0, now_ms=clock.now_ms(), ttl_ms=3000
+    )
     assigner.run_once()  # grants every lease; reads w1's deadline
     member_reads = []
     original = leases.expire

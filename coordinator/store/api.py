@@ -142,6 +142,11 @@ def transactional(fn: Callable[Concatenate[Transaction, P], T]) -> Callable[Conc
     return wrapper
 
 
+def read_counter(tr: Transaction, key: bytes) -> int:
+    """A counter kept with `Transaction.add` (little-endian, as FoundationDB's atomic add): 0 when absent."""
+    return int.from_bytes(tr.get(key) or b"\0" * 8, "little")
+
+
 def check_key(key: bytes) -> None:
     """Raise StoreLimitError if `key` is longer than FoundationDB allows."""
     if len(key) > MAX_KEY_BYTES:
