@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import health, leases, sealing
+from streamplane.coordinator import events, health, leases, sealing
 from streamplane.coordinator.health import AUTOPILOT
 from streamplane.coordinator.loop import LeaderLoop
 from streamplane.coordinator.topology import Topology
@@ -155,6 +155,7 @@ class Autopilot:
         self._partitions: dict[str, Probe] = {}
         """The last probe of each cluster that read its partitions."""
         self._unhealthy = False
+        self._planned: tuple[int, int] = (-1, 0)  # (topology head, recheck ms) of the last failover plan
         self._brokers_seen: dict[str, int] = {}
         self.history: dict[str, collections.deque[Probe]] = {}
         self._recent: collections.deque[int] = collections.deque(maxlen=10_000)
@@ -175,10 +176,13 @@ class Autopilot:
 
     def run_once(self) -> None:
         """Record the probes that finished, start those due, then fail over what the policies call for. A tick
-        with nothing finished, nothing due and no cluster unhealthy reads nothing (an idle fleet costs little)."""
+        with nothing finished and nothing due reads nothing, and while a cluster is unhealthy, only whether the
+        topology changed: failovers are planned again on a change or when one held back by time may go (an
+        idle fleet costs little, and so does one waiting for a cluster to come back)."""
         now = self.clock.now_ms()
         finished = [name for name, running in self._running.items() if running.done()]
-        if not finished and not self._unhealthy and self.clock.monotonic() < self._next_due:
+        replan = self._unhealthy and self._replan_due(now)
+        if not finished and not replan and self.clock.monotonic() < self._next_due:
             return
         if finished:
             since = now - 2 * self.config.probe_interval_ms
@@ -198,10 +202,14 @@ class Autopilot:
             del self._probed_at[gone]
         self._next_due = min(self._probed_at.values(), default=self.clock.monotonic()) + interval
         self._unhealthy = any(c.health == health.UNHEALTHY for c in clusters)
-        if self._unhealthy:  # streams are read only when a lane may move
+        if self._unhealthy and self._replan_due(now):  # streams are read only when a lane may move
             self.fail_over(now)
-        elif self.waiting:
-            self.waiting = []
+        elif not self._unhealthy:
+            self.waiting, self._planned = [], (-1, 0)
+
+    def _replan_due(self, now_ms: int) -> bool:
+        head, recheck_ms = self._planned
+        return events.head(self.topology.db) != head or 0 < recheck_ms <= now_ms
 
     def _look(self, cluster: Cluster, count: int, now_ms: int) -> Probe:
         """One probe of a cluster (in the pool); every `canary_every` probes of a reachable cluster, the canary
@@ -247,6 +255,7 @@ class Autopilot:
 
     def fail_over(self, now_ms: int) -> list[health.Move]:
         """Apply the failovers the policies call for now; returns them."""
+        head = events.head(self.topology.db)  # read before the plan: a change meanwhile plans again
         plan = health.plan_failovers(
             self.topology.list_clusters(),
             self.topology.list_streams(),
@@ -259,6 +268,7 @@ class Autopilot:
             for line in plan.waiting:
                 log.warning("autopilot.waiting", why=line)
         self.waiting = plan.waiting
+        self._planned = (head, plan.recheck_ms)
         done = []
         for move in plan.moves:
             try:

@@ -90,6 +90,9 @@ class Plan:
     moves: list[Move]
     waiting: list[str]
     """Why lanes that should move did not (frozen, rate cap, no healthy target), one line each."""
+    recheck_ms: int = 0
+    """When a lane held back only by time (unhealthy too briefly, hysteresis, rate cap) may move with nothing
+    else changed (0: none is; only a change in the topology can move one)."""
 
 
 def choose_target(
@@ -132,6 +135,7 @@ def plan_failovers(
     load = active_load(streams)
     moves: list[Move] = []
     waiting: list[str] = []
+    rechecks: list[int] = []
     for stream in sorted(streams, key=lambda s: s.name):
         policy = stream.failover
         for lane in sorted(stream.lanes, key=lambda x: (-x.priority, x.name)):
@@ -141,18 +145,23 @@ def plan_failovers(
             if source is None or source.health != UNHEALTHY:
                 continue
             unhealthy_for = now_ms - source.health_since_ms
-            if policy.mode != "auto" or unhealthy_for < policy.unhealthy_after_ms:
+            if policy.mode != "auto":
+                continue
+            if unhealthy_for < policy.unhealthy_after_ms:
+                rechecks.append(source.health_since_ms + policy.unhealthy_after_ms)
                 continue
             what = f"{stream.name}/{lane.name} on {source.name}"
             moved_at = last_moved.get((stream.name, lane.name))
             if moved_at is not None and now_ms - moved_at < policy.min_interval_ms:
                 waiting.append(f"{what}: it failed over {(now_ms - moved_at) / 1000:.0f} s ago (hysteresis)")
+                rechecks.append(moved_at + policy.min_interval_ms)
                 continue
             if fleet.frozen:
                 waiting.append(f"{what}: the fleet is frozen")
                 continue
             if budget <= 0:
                 waiting.append(f"{what}: {fleet.max_failovers_per_minute} failovers in the last minute (rate cap)")
+                rechecks.append(min((t for t in recent if now_ms - t < 60_000), default=now_ms) + 60_000)
                 continue
             target = choose_target(clusters, source, load)
             if target is None:
@@ -164,4 +173,4 @@ def plan_failovers(
             load[target.name] = load.get(target.name, 0) + 1
             load[source.name] = load.get(source.name, 1) - 1
             budget -= 1
-    return Plan(moves, waiting)
+    return Plan(moves, waiting, min(rechecks, default=0))

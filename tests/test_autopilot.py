@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient
 from streamplane import model
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.clock import ManualClock
-from streamplane.coordinator import server
+from streamplane.coordinator import health, server
 from streamplane.coordinator.autopilot import AUTOPILOT, Autopilot, AutopilotConfig
-from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.cluster_admin import MemoryClusterAdmin, RoutingAdmin
 from streamplane.coordinator.health import (
     DEGRADED,
     HEALTHY,
@@ -94,6 +94,7 @@ def test_plan_moves_lanes_off_a_cluster_unhealthy_long_enough_to_the_least_loade
     streams = [_stream("s1", "a"), _stream("s2", "c")]
     early = plan_failovers(clusters, streams, model.FleetPolicy(), now_ms=T0 + 9_000, recent=[], last_moved={})
     assert early.moves == [], "unhealthy for less than the policy's 10 s"
+    assert early.recheck_ms == T0 + 10_000, "planned again once the policy's 10 s are up"
     plan = plan_failovers(clusters, streams, model.FleetPolicy(), now_ms=T0 + 11_000, recent=[], last_moved={})
     assert [(m.stream, m.lane, m.target) for m in plan.moves] == [("s1", "realtime", "c"), ("s1", "dlq", "c")]
     assert "unhealthy for 11.0 s (metadata unreachable: refused)" in plan.moves[0].reason
@@ -107,7 +108,7 @@ def test_plan_respects_manual_mode_freeze_rate_cap_hysteresis_and_missing_target
     manual = plan_failovers(
         clusters, [_stream("s", "a", mode="manual")], model.FleetPolicy(), now_ms=now, recent=[], last_moved={}
     )
-    assert manual.moves == [] and manual.waiting == []
+    assert manual.moves == [] and manual.waiting == [] and manual.recheck_ms == 0
     frozen = plan_failovers(
         clusters, [_stream("s", "a")], model.FleetPolicy(frozen=True), now_ms=now, recent=[], last_moved={}
     )
@@ -117,12 +118,15 @@ def test_plan_respects_manual_mode_freeze_rate_cap_hysteresis_and_missing_target
                             recent=[now - 70_000, now - 30_000], last_moved={})  # fmt: skip
     assert len(capped.moves) == 2, "3 a minute, one of them spent 30 s ago"
     assert sum("rate cap" in w for w in capped.waiting) == 8
+    assert capped.recheck_ms == now + 30_000, "when the failover of 30 s ago leaves the minute"
     moved_recently = plan_failovers(clusters, [_stream("s", "a")], model.FleetPolicy(), now_ms=now, recent=[],
                                     last_moved={("s", "realtime"): now - 5_000})  # fmt: skip
     assert [m.lane for m in moved_recently.moves] == ["dlq"] and "hysteresis" in moved_recently.waiting[0]
+    assert moved_recently.recheck_ms == now - 5_000 + model.FailoverPolicy().min_interval_ms
     nowhere = plan_failovers([clusters[0], _cluster("b", cordoned=True)], [_stream("s", "a")], model.FleetPolicy(),
                              now_ms=now, recent=[], last_moved={})  # fmt: skip
     assert nowhere.moves == [] and "no healthy, uncordoned cluster" in nowhere.waiting[0]
+    assert nowhere.recheck_ms == 0 and frozen.recheck_ms == 0, "only a change in the topology can move these"
 
 
 # -- over a real store and the local cluster ------------------------------------------------------------------
@@ -169,6 +173,51 @@ def test_a_flapping_cluster_moves_each_lane_at_most_once_a_minute(tmp_path: Path
         for lane in ("realtime", "dlq"):
             times = [t for t, x in moves if x == lane]
             assert all(b - a >= 60_000 for a, b in itertools.pairwise(times)), (lane, times)
+    finally:
+        pilot.stop()
+        db.close()
+
+
+def test_a_cluster_that_stays_unhealthy_is_planned_for_again_only_on_a_change_or_when_time_allows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning reads every stream: a fleet waiting for a cluster to come back (nowhere to move to) used to
+    plan five times a second. Now: when the policy's wait is up, and when the topology changes."""
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    clock = ManualClock(T0)
+    topology = Topology(db, MemoryClusterAdmin(), clock)
+    for name in ("a", "b"):
+        topology.register_cluster(model.Cluster(name, f"{name}:9092"))
+    topology.create_stream("s", 1, "a")
+    topology.cordon("b")
+
+    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        return Probe(name, now_ms, name != "a", brokers=1, error="refused" if name == "a" else "")
+
+    plans: list[int] = []
+    real_plan = health.plan_failovers
+
+    def counted(*args: object, **kwargs: object) -> health.Plan:
+        plans.append(clock.now_ms() - T0)
+        return real_plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(health, "plan_failovers", counted)
+    pilot = Autopilot(
+        topology, lambda: True, AutopilotConfig(probe_interval_ms=600_000), clock=clock, probe=probe, canary=None
+    )
+    try:
+        pilot.run_once()
+        wait_until(lambda: all(f.done() for f in pilot._running.values()), timeout=5)
+        pilot.run_once()  # "a" is unhealthy from now on: planned once (its 10 s have not passed)
+        for _ in range(150):  # 15 s of ticks
+            clock.advance(100)
+            pilot.run_once()
+        assert plans == [0, 10_000], "planned at every tick, or not when the policy's 10 s were up"
+        assert pilot.waiting and "no healthy, uncordoned cluster" in pilot.waiting[0]
+        topology.cordon("b", False)  # a change: planned again at the next tick, and the lanes move
+        pilot.run_once()
+        assert plans[-1] == 15_000, plans
+        assert topology.describe_stream("s").value.require_lane("realtime").active.cluster == "b"
     finally:
         pilot.stop()
         db.close()
