@@ -659,7 +659,7 @@ def _assigner_config(args: argparse.Namespace):
     join_window_ms = getattr(args, "join_window_ms", AssignerConfig.join_window_ms)  # `dev` keeps the default
     if not 0 <= join_window_ms <= 60_000:
         raise errors.InvalidArgumentError(f"--join-window-ms must be between 0 and 60000, not {join_window_ms}")
-    return AssignerConfig(ttl_ms=ttl, heartbeat_interval_ms=max(50, ttl // 4), join_window_ms=join_window_ms)
+    return AssignerConfig.with_ttl(ttl, join_window_ms=join_window_ms)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
