@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import grpc
 
 from streamplane.model import Grant, Heartbeat, Hello, Release, Revoke, Subscription
+from streamplane.process import usage
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import convert
 
@@ -32,6 +33,8 @@ class SessionFleet:
         self._holders: dict[str, int] = {}  # {lease id: how many of these sessions hold it (one, once settled)}
         self.ended: list[str] = []
         """Sessions the coordinator ended (each with its reason): none should end in a steady fleet."""
+        self.heartbeat_interval_s = 0.0
+        """What the coordinator asked for, in its welcome."""
         self.refused: list[str] = []
         """Sessions that never got their welcome (each with the status it got instead)."""
         self.joined = threading.Event()
@@ -83,7 +86,8 @@ class SessionFleet:
         assert welcome is not None, f"{worker_id}: no welcome"
         ready.set_result(None)
         writing = asyncio.Lock()  # one write at a time on a call
-        beats = self._loop.create_task(self._heartbeats(call, writing, welcome.heartbeat_interval_ms / 1000))
+        self.heartbeat_interval_s = welcome.heartbeat_interval_ms / 1000
+        beats = self._loop.create_task(self._heartbeats(call, writing, self.heartbeat_interval_s))
         try:
             while (message := await call.read()) is not grpc.aio.EOF:
                 match convert.session_event_from_pb(message):
@@ -106,3 +110,33 @@ class SessionFleet:
             await asyncio.sleep(interval_s)
             async with writing:
                 await call.write(beat)
+
+
+def bare_streams_cores(address: str, pid: int, count: int, interval_s: float, seconds: float = 10.0) -> float:
+    """The peer's cost: `count` streams to a bare gRPC server (`_bare_grpc_server.py`, process `pid`) over
+    channels of SESSIONS_PER_CHANNEL, each sending a worker's idle heartbeat every `interval_s`, as the fleet's
+    sessions do; returns the server's CPU (cores) over `seconds`, once they all send."""
+    beat = convert.worker_message_to_pb(Heartbeat()).SerializeToString()
+
+    async def run() -> float:
+        channels = [grpc.aio.insecure_channel(address) for _ in range(0, count, SESSIONS_PER_CHANNEL)]
+
+        async def stream(i: int) -> None:
+            call = channels[i // SESSIONS_PER_CHANNEL].stream_stream("/bare.Sink/Drain")()
+            await asyncio.sleep(interval_s * i / count)  # spread, as sessions that joined at different times
+            while True:
+                await call.write(beat)
+                await asyncio.sleep(interval_s)
+
+        tasks = [asyncio.create_task(stream(i)) for i in range(count)]
+        await asyncio.sleep(interval_s + 2)
+        cpu, started = usage(pid).cpu_s, time.monotonic()
+        await asyncio.sleep(seconds)
+        cores = (usage(pid).cpu_s - cpu) / (time.monotonic() - started)
+        for task in tasks:
+            task.cancel()
+        for channel in channels:
+            await channel.close()
+        return cores
+
+    return asyncio.run(run())

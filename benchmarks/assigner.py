@@ -20,16 +20,20 @@ with `kafka_default_resume_ms=<n> speedup_vs_default=<n>` added in full mode.
        assignment, the time from a worker's session ending until all its partitions are granted again (p50,
        p99 over 5 workers), a pass's cost when nothing changed and when loads changed, and the largest
        transaction written.
+  (f3) the real coordinator in its own process and as many worker sessions from a load generator speaking the
+       session protocol: kill -9 of a worker until its partitions are granted again, and the coordinator's CPU
+       while the fleet is steady, beside its peer: a bare grpc.aio server receiving the same heartbeats over as
+       many streams and doing nothing else (the floor of what serving them can cost).
 Its last line is `incremental_50k_1k_ms=<x> incremental_1m_5k_ms=<x> fleet_regrant_p99_ms=<x>
-steady_coordinator_cores=<x> max_txn_bytes=<n>`; the first two are the Balancer's incremental step after a
-worker is gone (the pure function's recomputation is printed beside it).
+steady_coordinator_cores=<x> max_txn_bytes=<n> steady_vs_bare_grpc=<r>`; the first two are the Balancer's
+incremental step after a worker is gone (the pure function's recomputation is printed beside it); the last is
+the bare server's CPU divided by ours (1.0: the coordinator costs no more than receiving the heartbeats).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -46,7 +50,7 @@ from confluent_kafka import Consumer, Producer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _local import local_cluster, register_local
-from _session_fleet import SessionFleet
+from _session_fleet import SessionFleet, bare_streams_cores
 
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.coordinator import server
@@ -54,6 +58,7 @@ from streamplane.coordinator.assignment import Balancer, PartitionSpec, WorkerSp
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.log import configure_logging
 from streamplane.model import Grant, Heartbeat, LeaseLoad, Revoke
+from streamplane.process import usage
 
 
 def compute_ms() -> tuple[float, float]:
@@ -371,18 +376,6 @@ for event in s.events():
 """
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _threads_and_rss(pid: int) -> tuple[int, float]:
-    """A process's thread count and resident memory (MB), from /proc."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["Threads"]), int(fields["VmRSS"].split()[0]) / 1024
-
-
 def session_fleet(partitions: int, workers: int, kills: int) -> dict[str, float]:
     """The real coordinator (its own process) and `workers` worker sessions over gRPC from this process (the
     load generator: the real session protocol, heartbeats included): regrant time after kill -9 of a worker
@@ -450,13 +443,13 @@ def _session_runs(
         if run == 0:
             print(f"    the fleet settled in {time.monotonic() - started:.1f} s; steady CPU over 10 s...", flush=True)
             time.sleep(2)
-            cpu, t = _cpu_s(pid), time.monotonic()
+            cpu, t = usage(pid).cpu_s, time.monotonic()
             time.sleep(10)
-            steady_cores = (_cpu_s(pid) - cpu) / (time.monotonic() - t)
-            threads, rss_mb = _threads_and_rss(pid)
+            steady_cores = (usage(pid).cpu_s - cpu) / (time.monotonic() - t)
+            now = usage(pid)
             print(
-                f"    steady coordinator: {steady_cores:.3f} cores, {threads} threads, {rss_mb:.0f} MB resident "
-                f"for {workers} sessions",
+                f"    steady coordinator: {steady_cores:.3f} cores, {now.threads} threads, {now.rss_kib / 1024:.0f} MB "
+                f"resident for {workers} sessions",
                 flush=True,
             )
         lost = set(held)
@@ -473,7 +466,21 @@ def _session_runs(
         "regrant_p50_ms": statistics.median(regrants),
         "regrant_p99_ms": regrants[-1],
         "steady_cores": steady_cores,
+        "bare_cores": bare_grpc_cores(workers, sessions.heartbeat_interval_s),
     }
+
+
+def bare_grpc_cores(streams: int, interval_s: float) -> float:
+    """The steady figure's peer: a bare grpc.aio server receiving the same heartbeats over as many streams."""
+    bare = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("_bare_grpc_server.py"))], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert bare.stdout is not None
+        return bare_streams_cores(bare.stdout.readline().strip(), bare.pid, streams, interval_s)
+    finally:
+        bare.kill()
+        bare.wait()
 
 
 def _track(lines: Iterable[str], held: set[str]) -> None:
@@ -518,7 +525,8 @@ def fleet(quick: bool) -> None:
     print(
         f"(f3) kill -9 of a worker -> its partitions granted again: p50 {g['regrant_p50_ms']:.0f} ms, p99 "
         f"{g['regrant_p99_ms']:.0f} ms; the coordinator process while the fleet is steady (heartbeats, sessions, "
-        f"loop, sealer, autopilot): {g['steady_cores']:.3f} cores",
+        f"loop, sealer, autopilot): {g['steady_cores']:.3f} cores; a bare grpc.aio server receiving the same "
+        f"heartbeats and doing nothing else: {g['bare_cores']:.3f} cores",
         flush=True,
     )
     print(
@@ -529,7 +537,7 @@ def fleet(quick: bool) -> None:
     print(
         f"incremental_50k_1k_ms={results[(50_000, 1_000)]:.1f} incremental_1m_5k_ms={big_ms} "
         f"fleet_regrant_p99_ms={g['regrant_p99_ms']:.0f} steady_coordinator_cores={g['steady_cores']:.3f} "
-        f"max_txn_bytes={f['largest']}"
+        f"max_txn_bytes={f['largest']} steady_vs_bare_grpc={g['bare_cores'] / max(g['steady_cores'], 1e-9):.2f}"
     )
 
 

@@ -907,7 +907,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--console-actions", action="store_true", help="allow operator actions (failover, drain, freeze) in the console"
     )
     p.add_argument("--console-sample-ms", type=int, default=5000, help="how often the console samples lag")
-    p.add_argument("--session-ttl-ms", type=int, default=3000, help="a silent worker loses its leases after this")
+    p.add_argument(
+        "--session-ttl-ms",
+        type=int,
+        default=6000,  # AssignerConfig.ttl_ms (not imported: the CLI starts without the coordinator)
+        help="a silent worker loses its leases after this (its heartbeats go out every third of it)",
+    )
     p.add_argument(
         "--join-window-ms",
         type=int,

@@ -47,11 +47,14 @@ log = structlog.get_logger(__name__)
 class AssignerConfig:
     """Timing of the Assigner."""
 
-    ttl_ms: int = 3000
+    ttl_ms: int = 6000
     """A session silent this long loses its leases. A closed stream (a crashed worker) loses them at once;
-    this only bounds a hung or cut-off one. Measured: at 1 s, a worker reading 1,024 busy partitions on a
-    2-core machine lost its session under load in one run of two; at 3 s, none did."""
-    heartbeat_interval_ms: int = 1000
+    this only bounds a hung or cut-off one (Kafka's consumers take 45 s by default). Measured: at 1 s, a worker
+    reading 1,024 busy partitions on a 2-core machine lost its session under load in one run of two; at 3 s,
+    none did. Every worker heartbeats every third of it, and gRPC's Python server spends about 0.1 cores on
+    1,000 messages a second whatever handles them (`benchmarks/assigner.py --fleet` measures it), so 6 s lets a
+    replica serve 1,000 idle workers on 0.05 cores. The dev stack runs 3 s, for quick feedback."""
+    heartbeat_interval_ms: int = 2000
     """How often workers are asked to heartbeat: a third of `ttl_ms`, as Kafka advises for its consumers (a
     crashed worker's closed stream ends its session at once; heartbeats only tell a hung worker from a live
     one, and each costs the replica serving it a message)."""
