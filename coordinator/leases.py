@@ -406,9 +406,11 @@ def release(
     lease = lease_from(key, raw) if raw else None
     if lease is not None and epoch > lease.epoch:
         raise FailedPreconditionError(f"worker {worker_id!r} never held lease {lid} at epoch {epoch}")
-    if lease is None or lease.worker_id != worker_id or lease.state == FREE or lease.epoch != epoch:
-        # a late release: the lease was freed (its generation drained, say) or moved on since this worker
-        # held it at `epoch`; nothing to do, and no reason to end the session
+    if lease is None or lease.state == FREE:
+        return lease  # a late release: the lease was freed (its generation drained, say), or is gone
+    if (lease.worker_id != worker_id or lease.epoch != epoch) and planted.LATE_RELEASE not in planted.active:
+        # a late release: the lease moved on since this worker held it at `epoch`; nothing to do, and no
+        # reason to end the session
         return lease
     freed = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
     write_lease(tr, group, lease, freed)

@@ -19,6 +19,10 @@ UNKNOWN_AS_FAILURE = "unknown_as_failure"
 DROP_RETRIES = "drop_retries"
 """Advancing the low watermark drops the partition's retry state, as if compaction swept it away."""
 
-ALL = (STALE_EPOCH, NO_EPOCH_BUMP, EARLY_SEAL, UNKNOWN_AS_FAILURE, DROP_RETRIES)
+LATE_RELEASE = "late_release"
+"""A release trusts its message: it frees the lease it names whoever holds it now and at whatever epoch, so one
+delivered late frees the lease granted since."""
+
+ALL = (STALE_EPOCH, NO_EPOCH_BUMP, EARLY_SEAL, UNKNOWN_AS_FAILURE, DROP_RETRIES, LATE_RELEASE)
 
 active: set[str] = set()

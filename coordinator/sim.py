@@ -130,6 +130,8 @@ class Worker:
     position: dict[str, int] = field(default_factory=dict)
     sent: dict[str, Commit] = field(default_factory=dict)
     """The last commit sent per lease (the network may deliver it twice, late)."""
+    late: list[tuple[int, str, str, int]] = field(default_factory=list)
+    """Releases the network delivers again, late: (when, session, lease id, epoch)."""
     retrying: dict[str, set[int]] = field(default_factory=dict)
     """Poison records it asked to retry, per lease: it rejects them on its next pass."""
 
@@ -242,7 +244,7 @@ class World:
             case "crash":  # a worker is killed (-9): its session ends by TTL, its memory is gone
                 w = pick.choice(self.workers)
                 w.up, w.down_until, w.session, w.stream = False, self.now + pick.randrange(500, 4000), "", None
-                w.held, w.position, w.retrying, w.sent = {}, {}, {}, {}
+                w.held, w.position, w.retrying, w.sent, w.late = {}, {}, {}, {}, []
             case "pause":  # a worker pauses (GC, VM), then resumes believing it still holds its leases
                 pick.choice(self.workers).paused_until = self.now + pick.randrange(1000, 6000)
             case "cluster_down":  # the active cluster is down for a while
@@ -336,6 +338,7 @@ class World:
             return
         for lid, epoch in list(w.held.items()):  # a zombie first finishes what it believes it holds
             self._process(w, lid, epoch)
+        self._deliver_late(w)
         if w.stream is None:
             w.stream = self._open(w)
             if w.stream is None:
@@ -348,6 +351,24 @@ class World:
                 return
             w.alive_until = max(w.alive_until, self.now + self.ttl_ms + STEP_MS)  # the hub looks every step
         self._sync(w)
+
+    def _deliver_late(self, w: Worker) -> None:
+        """Deliver the releases whose second copy is due: whatever the lease became since, it must not change
+        (the worker holds it again at a newer epoch, another worker does, or it is free)."""
+        due = [x for x in w.late if x[0] <= self.now]
+        w.late = [x for x in w.late if x[0] > self.now]
+        for _, session, lid, epoch in due:
+            key = leases.parse_lease_id(lid)
+            before = leases.read_leases(self.inner, GROUP).get(key)
+            try:
+                leases.release(self.db, GROUP, w.name, session, lid, epoch, now_ms=self.now)
+            except FencedError:
+                continue  # its session has ended since: refused whole
+            except UnavailableError:
+                continue
+            after = leases.read_leases(self.inner, GROUP).get(key)
+            if before is not None and before.epoch != epoch and after != before:
+                self.fail(f"a late release of {lid} at epoch {epoch} changed the lease held at epoch {before.epoch}")
 
     def _sync(self, w: Worker) -> None:
         """Learn the leases held now (a session's grants and revokes); hand back the revoked ones."""
@@ -369,6 +390,8 @@ class World:
                 self._change(
                     partial(leases.release, self.db, GROUP, w.name, w.session, lid, lease.epoch, now_ms=self.now)
                 )
+                if self.now < self.faults_until and self.rng.random() < 0.3:  # the network delivers it again, late
+                    w.late.append((self.now + self.rng.randrange(500, 8000), w.session, lid, lease.epoch))
                 w.held.pop(lid, None)
                 w.retrying.pop(lid, None)
 
