@@ -197,10 +197,15 @@ class _Board:
     ) -> list[tuple[float, int, str, PartitionSpec]]:
         """A worker's partitions as (load, priority, name, spec), sorted, kept for one rebalance."""
         found = cache.get(worker)
-        if found is None:
-            found = cache[worker] = sorted(
-                (p.load, p.priority, self.name(p.key), p) for p in self.held[worker].values()
-            )
+        if found is None:  # `name` inlined: a step after a worker's death sorts thousands of workers' partitions
+            names, found = self._names, []
+            for p in self.held[worker].values():
+                name = names.get(p.key)
+                if name is None:
+                    name = names[p.key] = repr(p.key)
+                found.append((p.load, p.priority, name, p))
+            found.sort()
+            cache[worker] = found
         return found
 
     @staticmethod
