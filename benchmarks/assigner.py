@@ -23,7 +23,9 @@ with `kafka_default_resume_ms=<n> speedup_vs_default=<n>` added in full mode.
   (f3) the real coordinator in its own process and as many worker sessions from a load generator speaking the
        session protocol: kill -9 of a worker until its partitions are granted again, and the coordinator's CPU
        while the fleet is steady, beside its peer: a bare grpc.aio server receiving the same heartbeats over as
-       many streams and doing nothing else (the floor of what serving them can cost).
+       many streams and doing nothing else (the floor of what serving them can cost);
+  (f4) without --quick, 5,000 sessions on 20,000 partitions: they join, settle and hold every lease for 30 s
+       with none ended, and the coordinator's CPU meanwhile.
 Its last line is `incremental_50k_1k_ms=<x> incremental_1m_5k_ms=<x> fleet_regrant_p99_ms=<x>
 steady_coordinator_cores=<x> max_txn_bytes=<n> steady_vs_bare_grpc=<r>`; the first two are the Balancer's
 incremental step after a worker is gone (the pure function's recomputation is printed beside it); the last is
@@ -379,7 +381,8 @@ for event in s.events():
 def session_fleet(partitions: int, workers: int, kills: int) -> dict[str, float]:
     """The real coordinator (its own process) and `workers` worker sessions over gRPC from this process (the
     load generator: the real session protocol, heartbeats included): regrant time after kill -9 of a worker
-    process (p50, p99 over `kills`), and the coordinator's CPU while the fleet is steady."""
+    process (p50, p99 over `kills`), and the coordinator's CPU while the fleet is steady. With no kill, only
+    that the fleet holds every lease and no session ends (`_held_fleet`)."""
     from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.topology import Topology
     from streamplane.model import Cluster
@@ -401,6 +404,8 @@ def session_fleet(partitions: int, workers: int, kills: int) -> dict[str, float]
         try:
             assert coordinator.stdout is not None
             address = coordinator.stdout.readline().strip()
+            if not kills:
+                return _held_fleet(address, coordinator.pid, streams, partitions, workers)
             return _session_runs(address, coordinator.pid, streams, partitions, workers, kills)
         finally:
             coordinator.kill()
@@ -442,16 +447,7 @@ def _session_runs(
         settle(victim_id, held)
         if run == 0:
             print(f"    the fleet settled in {time.monotonic() - started:.1f} s; steady CPU over 10 s...", flush=True)
-            time.sleep(2)
-            cpu, t = usage(pid).cpu_s, time.monotonic()
-            time.sleep(10)
-            steady_cores = (usage(pid).cpu_s - cpu) / (time.monotonic() - t)
-            now = usage(pid)
-            print(
-                f"    steady coordinator: {steady_cores:.3f} cores, {now.threads} threads, {now.rss_kib / 1024:.0f} MB "
-                f"resident for {workers} sessions",
-                flush=True,
-            )
+            steady_cores = _steady_cores(pid, workers)
         lost = set(held)
         regrants.append(_kill_and_regrant(victim, lost, grants, 30, f"run {run}, {victim_id}"))
         print(
@@ -468,6 +464,42 @@ def _session_runs(
         "steady_cores": steady_cores,
         "bare_cores": bare_grpc_cores(workers, sessions.heartbeat_interval_s),
     }
+
+
+def _steady_cores(pid: int, sessions: int) -> float:
+    """The coordinator's CPU (cores) over 10 s, once 2 s have passed; printed with its threads and memory."""
+    time.sleep(2)
+    cpu, t = usage(pid).cpu_s, time.monotonic()
+    time.sleep(10)
+    cores = (usage(pid).cpu_s - cpu) / (time.monotonic() - t)
+    now = usage(pid)
+    print(
+        f"    steady coordinator: {cores:.3f} cores, {now.threads} threads, {now.rss_kib / 1024:.0f} MB resident for "
+        f"{sessions} sessions",
+        flush=True,
+    )
+    return cores
+
+
+def _held_fleet(address: str, pid: int, streams: list[str], partitions: int, workers: int) -> dict[str, float]:
+    """`workers` sessions join and settle, and hold their leases for 30 s: none may end."""
+    started = time.monotonic()
+    sessions = SessionFleet(address, "fleet", streams, workers)
+    sessions.start()
+    joined = time.monotonic() - started
+    print(f"    {workers} sessions joined in {joined:.1f} s", flush=True)
+    while sessions.held() < partitions:
+        if time.monotonic() - started > 300:
+            raise SystemExit(f"the fleet holds {sessions.held()} of {partitions} leases after 300 s")
+        time.sleep(0.5)
+    print(f"    the fleet settled in {time.monotonic() - started:.1f} s; steady CPU over 10 s...", flush=True)
+    steady = _steady_cores(pid, workers)
+    time.sleep(18)
+    if sessions.ended:
+        raise SystemExit(f"{len(sessions.ended)} sessions ended while they heartbeat, e.g. {sessions.ended[0]}")
+    print(f"    after 30 s of holding, none of the {workers} sessions has ended", flush=True)
+    sessions.stop()
+    return {"joined_s": joined, "steady_cores": steady}
 
 
 def bare_grpc_cores(streams: int, interval_s: float) -> float:
@@ -529,6 +561,10 @@ def fleet(quick: bool) -> None:
         f"heartbeats and doing nothing else: {g['bare_cores']:.3f} cores",
         flush=True,
     )
+    if not quick:
+        print("(f4) real coordinator, 20,000 partitions x 5,000 worker sessions over gRPC (one replica's share):")
+        h = session_fleet(20_000, 5_000, kills=0)
+        print(f"(f4) 5,000 sessions joined in {h['joined_s']:.0f} s, steady {h['steady_cores']:.3f} cores", flush=True)
     print(
         "goals: incremental change at 50k x 1k <= 20 ms and at 1M x 5k <= 1 s; regrant p99 <= 2 s; steady <= 0.1 "
         "cores; every transaction < 10 MB"
