@@ -195,6 +195,15 @@ def validate(c: Commit, header: Header) -> int:
     return high
 
 
+def _oldest_pending(c: Commit, header: Header) -> int:
+    """When the oldest record not processed yet was written, as the time lag uses it. A commit that saw less of
+    the partition than the log knows of (a late copy of an earlier one) knows nothing of the records past its
+    high watermark: it never makes that time later, or unknown (0), and so never hides a lag."""
+    if c.high_watermark >= header.high or not header.oldest_pending_ts_ms:
+        return c.oldest_pending_ts_ms
+    return min(c.oldest_pending_ts_ms or header.oldest_pending_ts_ms, header.oldest_pending_ts_ms)
+
+
 def check_writer(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "") -> None:
     """Who may write a partition's progress: the lease holder at `epoch`; or, with epoch 0, an unmanaged group
     (one the Assigner never served, whose progress an external engine such as Spark tracks and fences with
@@ -383,7 +392,7 @@ def _apply(
         low=low,
         high=max(high, low),
         high_ts_ms=max(header.high_ts_ms, c.high_watermark_ts_ms),
-        oldest_pending_ts_ms=c.oldest_pending_ts_ms,
+        oldest_pending_ts_ms=_oldest_pending(c, header),
         done_above=header.done_above + added - consumed,
         retries=retries,
         rejects=rejects,

@@ -20,7 +20,9 @@ right end offsets and drained.
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
+import math
 import random
 import shutil
 import sys
@@ -175,6 +177,8 @@ class World:
         """... and those rejected."""
         self.faults_until = 0
         self.stream = get_stream(self.inner, STREAM)
+        self.appended: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+        """(cluster, topic, partition): (end offset, when) of each append, for the records' ages."""
         self.streams: list[Session] = []
         """The sessions the replicas serve (a crashed worker's until its silence ends it, as a hung host's)."""
 
@@ -292,7 +296,15 @@ class World:
             if self.now >= self.faults_until + 10_000 or p.cluster in self.admin.down:
                 continue  # the last 20 s are quiet: everything written is in; a down cluster takes nothing
             topic = f"sp.{STREAM}.{LANE}.g{p.generation}"
-            self.admin.append(p.cluster, topic, self.rng.randrange(p.partitions), self.rng.randrange(1, 6))
+            partition = self.rng.randrange(p.partitions)
+            self.admin.append(p.cluster, topic, partition, self.rng.randrange(1, 6))
+            end = self.admin.topics[(p.cluster, topic)][partition]
+            self.appended.setdefault((p.cluster, topic, partition), []).append((end, self.now))
+
+    def _written_ms(self, cluster: str, topic: str, partition: int, offset: int) -> int:
+        """When the record at `offset` was written."""
+        appends = self.appended[(cluster, topic, partition)]
+        return appends[bisect.bisect_right(appends, (offset, math.inf))][1]
 
     # -- workers
     def _serve_sessions(self) -> None:
@@ -415,11 +427,13 @@ class World:
         read = range(start, max(start, upto))
         poison = [o for o in read if _poison(number, partition, o)]
         acked = offsets.to_ranges(o for o in read if o not in poison)
+        pending = min([*poison, max(start, upto)]) if poison or upto < end else None
         body = Commit(
             acked=acked,
             retries=[Retry(o, 1, "poison") for o in poison],
             rejects=[Reject(o, "poison, again") for o in rejects],
             high_watermark=end,
+            oldest_pending_ts_ms=0 if pending is None else self._written_ms(gen.cluster, topic, partition, pending),
         )
         try:
             commitlog.commit(self.db, GROUP, lid, epoch, body, now_ms=self.now)
@@ -437,6 +451,7 @@ class World:
         self.rejected.setdefault(lid, set()).update(rejects)
         self.retried.setdefault(lid, set()).update(poison)
         self._check_commit_log(lid)
+        self._check_time_lag(lid, gen.cluster, topic)
         earlier = w.sent.get(lid)
         w.sent[lid] = body
         if earlier is not None and self.now < self.faults_until and self.rng.random() < 0.05:
@@ -446,6 +461,7 @@ class World:
             except FencedError:
                 self.fail(f"a duplicate of an accepted commit of {lid} at epoch {epoch} was refused")
             self._check_commit_log(lid)
+            self._check_time_lag(lid, gen.cluster, topic)
 
     def _low(self, pk: tuple[str, str, str, int, int]) -> int:
         return self.inner.transact(lambda tr: commitlog.read_header(tr, pk).low)
@@ -463,6 +479,22 @@ class World:
             self.fail(
                 f"the commit log of {lid} counts {progress.header.retries} retries and {progress.header.rejects} "
                 f"rejects; {len(pending)} retries are pending and {len(rejected)} were rejected"
+            )
+
+    def _check_time_lag(self, lid: str, cluster: str, topic: str) -> None:
+        """The time lag the commit log reports is never less than the age of the oldest record it knows of (below
+        its high watermark) that was not processed."""
+        _, _, _, partition = leases.parse_lease_id(lid)
+        header = self.inner.transact(lambda tr: commitlog.read_header(tr, (GROUP, *leases.parse_lease_id(lid))))
+        done = self.done.get(lid, set())
+        oldest = next((o for o in range(header.low, header.high) if o not in done), None)
+        if oldest is None:
+            return
+        age = self.now - self._written_ms(cluster, topic, partition, oldest)
+        if header.time_lag_ms(self.now) < age:
+            self.fail(
+                f"{lid} reports a time lag of {header.time_lag_ms(self.now)} ms, but record {oldest}, written "
+                f"{age} ms ago, is not processed"
             )
 
     def _check_replay(self) -> None:
