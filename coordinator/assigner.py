@@ -245,7 +245,12 @@ class Session:
 
 
 class Assigner:
-    """The Assigner of one coordinator replica."""
+    """The Assigner of one coordinator replica.
+
+    `replica_id` must be new for every process (the default is random): the members of the sessions a replica
+    serves live as long as its registration, so a restarted process that took its predecessor's id would keep
+    sessions alive that nobody serves any more.
+    """
 
     def __init__(
         self,
