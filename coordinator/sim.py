@@ -374,10 +374,8 @@ class World:
             before = leases.read_leases(self.inner, GROUP).get(key)
             try:
                 leases.release(self.db, GROUP, w.name, session, lid, epoch, now_ms=self.now)
-            except FencedError:
-                continue  # its session has ended since: refused whole
-            except UnavailableError:
-                continue
+            except (FencedError, UnavailableError):
+                continue  # its session has ended since (refused whole), or the store is away: nothing changed
             after = leases.read_leases(self.inner, GROUP).get(key)
             if before is not None and before.epoch != epoch and after != before:
                 self.fail(f"a late release of {lid} at epoch {epoch} changed the lease held at epoch {before.epoch}")
@@ -484,13 +482,13 @@ class World:
     def _check_time_lag(self, lid: str, cluster: str, topic: str) -> None:
         """The time lag the commit log reports is never less than the age of the oldest record it knows of (below
         its high watermark) that was not processed."""
-        _, _, _, partition = leases.parse_lease_id(lid)
-        header = self.inner.transact(lambda tr: commitlog.read_header(tr, (GROUP, *leases.parse_lease_id(lid))))
+        key = leases.parse_lease_id(lid)
+        header = self.inner.transact(lambda tr: commitlog.read_header(tr, (GROUP, *key)))
         done = self.done.get(lid, set())
         oldest = next((o for o in range(header.low, header.high) if o not in done), None)
         if oldest is None:
             return
-        age = self.now - self._written_ms(cluster, topic, partition, oldest)
+        age = self.now - self._written_ms(cluster, topic, key[3], oldest)
         if header.time_lag_ms(self.now) < age:
             self.fail(
                 f"{lid} reports a time lag of {header.time_lag_ms(self.now)} ms, but record {oldest}, written "
