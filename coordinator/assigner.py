@@ -19,6 +19,7 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog, events, group_state, keys, leadership, leases, metrics
 from streamplane.coordinator.group_state import GroupState
 from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
+from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.session_reader import SessionReader
 from streamplane.coordinator.session_writer import SessionWriter
 from streamplane.coordinator.store import Database, Transaction
@@ -267,7 +268,14 @@ class Assigner:
         self._new_session_id = new_session_id
         self.replica_id = replica_id or f"replica-{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop(
+            "assigner",
+            self.run_once,
+            interval_ms=self.config.loop_ms,
+            clock=clock,
+            # at once on any group change (a join, a leave, a release)
+            wake=lambda: self.db.transact(lambda tr: tr.watch(keys.ASSIGNER_WAKE)),
+        )
         self.writer = SessionWriter(db, ttl_ms=self.config.ttl_ms, flush_ms=self.config.heartbeat_flush_ms, clock=clock)
         """Writes what the sessions' workers send, batched."""
         self.reader = SessionReader(db)
@@ -392,8 +400,7 @@ class Assigner:
         self.writer.start()
         self.reader.start()
         threading.Thread(target=self._follow_topology, name="assigner-topology", daemon=True).start()
-        self._thread = threading.Thread(target=self._loop, name="assigner", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     @property
     def stopping(self) -> bool:
@@ -401,8 +408,7 @@ class Assigner:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=5)
+        self._loop.stop(timeout_s=5)
         self.writer.stop()
         self.reader.stop()
 
@@ -423,21 +429,6 @@ class Assigner:
             finally:
                 watch.cancel()
         self.topology_head = -1
-
-    def _loop(self) -> None:
-        cfg = self.config
-        while not self._stop.is_set():
-            # Wake at once on any group change (a join, a leave, a release), else every loop_ms.
-            wake = self.db.transact(lambda tr: tr.watch(keys.ASSIGNER_WAKE))
-            due_ms = self.clock.now_ms() + cfg.loop_ms
-            try:
-                due_ms = self.run_once()
-            except StreamplaneError as err:
-                log.warning("assigner.pass_failed", error=err.message)
-            except Exception:
-                log.exception("assigner.pass_crashed")
-            wake.wait(max(cfg.loop_ms, due_ms - self.clock.now_ms()) / 1000)
-            wake.cancel()
 
     def _pinned(self, group: str, now: int) -> dict[LeaseKey, str]:
         """{partition: the worker it left} for the group's partitions still in their cool-down after a move

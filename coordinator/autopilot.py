@@ -20,7 +20,7 @@ import structlog
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, health, leases, sealing
 from streamplane.coordinator.health import AUTOPILOT
-from streamplane.coordinator.loop import LeaderLoop
+from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import StreamplaneError
 from streamplane.model import Cluster, ClusterErrors, Probe
@@ -161,7 +161,9 @@ class Autopilot:
         self._recent: collections.deque[int] = collections.deque(maxlen=10_000)
         self._last_moved: dict[tuple[str, str], int] = {}
         self.waiting: list[str] = []
-        self._loop = LeaderLoop("autopilot", self.run_once, is_leader, self.config.tick_ms / 1000)
+        self._loop = BackgroundLoop(
+            "autopilot", self.run_once, interval_ms=self.config.tick_ms, clock=clock, is_leader=is_leader
+        )
 
     def probes(self, cluster: str) -> list[Probe]:
         """The newest probes of a cluster, oldest first (this replica's, while it leads)."""

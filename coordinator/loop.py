@@ -1,26 +1,57 @@
-"""The one background loop of the coordinator's leader-only work (the Sealer, the Autopilot): a thread that runs
-a pass every interval while this replica leads, and logs, never dies of, a pass that fails."""
+"""The one background loop of the coordinator (the Assigner, the Sealer, the Autopilot): a thread that runs a
+pass, then waits until the next is due or something it watches changes, and logs, never dies of, a pass that
+fails."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import structlog
 
+from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator.store.api import Watch
 from streamplane.errors import StreamplaneError
 
 log = structlog.get_logger(__name__)
 
+STOP_CHECK_S = 0.25
+"""How often a loop waiting on a watch looks whether it was stopped."""
 
-class LeaderLoop:
-    """Runs `run_once` every `interval_s` while `is_leader()`; `start` and `stop` it once each."""
 
-    def __init__(self, name: str, run_once: Callable[[], object], is_leader: Callable[[], bool], interval_s: float):
+def _always() -> bool:
+    return True
+
+
+class BackgroundLoop:
+    """Runs `run_once` again and again; `start` and `stop` it once each.
+
+    Args:
+        name: the thread's name, and the prefix of the log events of a pass that fails.
+        run_once: one pass; returns when the next is due (ms on `clock`), or None for `interval_ms` from now.
+        interval_ms: the shortest wait between two passes, and the wait after a pass that named no time.
+        is_leader: passes run only while it is true (leader-only work); the loop looks again every interval.
+        wake: a watch taken before each pass; its firing starts the next pass early (a change the pass must
+            see at once). A watch that cannot be taken (the store is away) leaves the plain wait.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        run_once: Callable[[], int | None],
+        *,
+        interval_ms: int,
+        clock: Clock = SYSTEM,
+        is_leader: Callable[[], bool] = _always,
+        wake: Callable[[], Watch] | None = None,
+    ) -> None:
         self.name = name
         self._run_once = run_once
+        self._interval_ms = interval_ms
+        self._clock = clock
         self._is_leader = is_leader
-        self._interval_s = interval_s
+        self._wake = wake
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -34,12 +65,40 @@ class LeaderLoop:
             self._thread.join(timeout=timeout_s)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            if not self._is_leader():
+        while not self._stop.is_set():
+            watch = self._watch()
+            due = self._pass() if self._is_leader() else None
+            wait_ms = self._interval_ms if due is None else max(self._interval_ms, due - self._clock.now_ms())
+            if watch is None:
+                self._stop.wait(wait_ms / 1000)
                 continue
             try:
-                self._run_once()
-            except StreamplaneError as err:
-                log.warning(f"{self.name}.pass_failed", error=err.message)
-            except Exception:
-                log.exception(f"{self.name}.pass_crashed")
+                self._sleep_on(watch, wait_ms / 1000)
+            finally:
+                watch.cancel()
+
+    def _sleep_on(self, watch: Watch, wait_s: float) -> None:
+        """Until the watch fires, `wait_s` passes or the loop stops (looked at every STOP_CHECK_S)."""
+        end = time.monotonic() + wait_s
+        while not self._stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0 or watch.wait(min(left, STOP_CHECK_S)):
+                return
+
+    def _watch(self) -> Watch | None:
+        if self._wake is None:
+            return None
+        try:
+            return self._wake()
+        except StreamplaneError as err:
+            log.warning(f"{self.name}.watch_failed", error=err.message)
+            return None
+
+    def _pass(self) -> int | None:
+        try:
+            return self._run_once()
+        except StreamplaneError as err:
+            log.warning(f"{self.name}.pass_failed", error=err.message)
+        except Exception:
+            log.exception(f"{self.name}.pass_crashed")
+        return None

@@ -24,7 +24,7 @@ import structlog
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import commitlog, events, health, keys, leases, planted
 from streamplane.coordinator.cluster_admin import ClusterAdmin
-from streamplane.coordinator.loop import LeaderLoop
+from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
@@ -298,7 +298,9 @@ class Sealer:
         self.admin = admin
         self.is_leader = is_leader
         self.config = config or SealingConfig()
-        self._loop = LeaderLoop("sealer", self.run_once, is_leader, self.config.loop_ms / 1000)
+        self._loop = BackgroundLoop(
+            "sealer", self.run_once, interval_ms=self.config.loop_ms, clock=clock, is_leader=is_leader
+        )
 
     def start(self) -> None:
         self._loop.start()

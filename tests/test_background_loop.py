@@ -1,0 +1,75 @@
+"""The coordinator's one background loop: passes that fail never end it, a watch wakes it early, only the
+leader runs leader-only work, and the time a pass names is kept."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from streamplane.coordinator.loop import BackgroundLoop
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.errors import UnavailableError
+
+WAKE = b"\x02test/wake"
+
+
+def _wait_for(condition, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_failing_pass_is_logged_and_the_loop_goes_on() -> None:
+    passes: list[int] = []
+
+    def run_once() -> None:
+        passes.append(1)
+        if len(passes) % 2:
+            raise UnavailableError("store away") if len(passes) % 4 == 1 else RuntimeError("a bug")
+
+    loop = BackgroundLoop("t", run_once, interval_ms=10)
+    loop.start()
+    try:
+        assert _wait_for(lambda: len(passes) >= 6)
+    finally:
+        loop.stop()
+
+
+def test_only_the_leader_runs_passes() -> None:
+    leader = threading.Event()
+    passes: list[int] = []
+    loop = BackgroundLoop("t", lambda: passes.append(1), interval_ms=10, is_leader=leader.is_set)
+    loop.start()
+    try:
+        time.sleep(0.2)
+        assert passes == []
+        leader.set()
+        assert _wait_for(lambda: len(passes) >= 2)
+    finally:
+        loop.stop()
+
+
+def test_a_watched_change_wakes_it_before_the_time_its_pass_named(tmp_path) -> None:
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    passes: list[float] = []
+
+    def run_once() -> int:
+        passes.append(time.monotonic())
+        return int(time.time() * 1000) + 60_000  # nothing due for a minute
+
+    loop = BackgroundLoop("t", run_once, interval_ms=10, wake=lambda: db.transact(lambda tr: tr.watch(WAKE)))
+    loop.start()
+    try:
+        assert _wait_for(lambda: len(passes) == 1)
+        time.sleep(0.3)
+        assert len(passes) == 1  # the named time is kept: no pass every interval
+        db.transact(lambda tr: tr.set(WAKE, b"1"))
+        assert _wait_for(lambda: len(passes) == 2, timeout_s=2)
+    finally:
+        started = time.monotonic()
+        loop.stop()
+        assert time.monotonic() - started < 2  # a stop does not wait out the minute
+        db.close()
