@@ -20,6 +20,12 @@ STOP_CHECK_S = 0.25
 """How often a loop waiting on a watch looks whether it was stopped."""
 
 
+def next_pass_ms(due_ms: int | None, now_ms: int, interval_ms: int) -> int:
+    """When the pass after one that returned `due_ms` runs, unless a watch fires first: at the time it named,
+    but never sooner than `interval_ms` from now (None: `interval_ms` from now)."""
+    return max(due_ms or 0, now_ms + interval_ms)
+
+
 def _always() -> bool:
     return True
 
@@ -68,7 +74,8 @@ class BackgroundLoop:
         while not self._stop.is_set():
             watch = self._watch()
             due = self._pass() if self._is_leader() else None
-            wait_ms = self._interval_ms if due is None else max(self._interval_ms, due - self._clock.now_ms())
+            now = self._clock.now_ms()
+            wait_ms = next_pass_ms(due, now, self._interval_ms) - now
             if watch is None:
                 self._stop.wait(wait_ms / 1000)
                 continue

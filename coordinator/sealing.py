@@ -53,7 +53,9 @@ class SealingConfig:
     producer_heartbeat_ms: int = 1_000
     """How often producers are asked to heartbeat."""
     loop_ms: int = 200
-    """How often the leader looks for generations to seal or mark drained."""
+    """How often the leader looks for generations to seal or mark drained while some are draining or sealed."""
+    idle_ms: int = 10_000
+    """How often it looks while none are: a failover (a topology event) wakes it at once."""
 
 
 @dataclass(frozen=True)
@@ -282,6 +284,14 @@ def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generatio
     return done
 
 
+@transactional
+def _drain(tr: Transaction, now_ms: int) -> tuple[list[tuple[str, str, Generation, list[str]]], bool]:
+    """`mark_drained`, and whether every generation is settled after it (active or drained)."""
+    done = mark_drained(tr, now_ms)
+    r = keys.UNSETTLED.range()
+    return done, not tr.get_range(r.start, r.stop, limit=1)
+
+
 class Sealer:
     """Seals and drains generations; runs on every replica but acts only while `is_leader()` is true."""
 
@@ -299,7 +309,12 @@ class Sealer:
         self.is_leader = is_leader
         self.config = config or SealingConfig()
         self._loop = BackgroundLoop(
-            "sealer", self.run_once, interval_ms=self.config.loop_ms, clock=clock, is_leader=is_leader
+            "sealer",
+            self.run_once,
+            interval_ms=self.config.loop_ms,
+            clock=clock,
+            is_leader=is_leader,
+            wake=lambda: db.transact(lambda tr: tr.watch(keys.EVENT_HEAD)),
         )
 
     def start(self) -> None:
@@ -308,8 +323,10 @@ class Sealer:
     def stop(self) -> None:
         self._loop.stop()
 
-    def run_once(self) -> None:
-        """Seal what can be sealed, then mark drained what every group has finished."""
+    def run_once(self) -> int | None:
+        """Seal what can be sealed, then mark drained what every group has finished. Returns when to look again
+        with no topology event meanwhile: soon (None: every loop_ms) while any generation is unsettled, else after
+        idle_ms."""
         plans, expired = plan_seals(self.db, self.clock.now_ms())
         for producer in expired:
             log.info("producer.expired", producer=producer)
@@ -330,5 +347,7 @@ class Sealer:
                     end_offsets=sealed.end_offsets,
                     reason=plan.reason,
                 )
-        for stream, lane, gen, groups in mark_drained(self.db, self.clock.now_ms()):
+        drained, settled = _drain(self.db, self.clock.now_ms())
+        for stream, lane, gen, groups in drained:
             log.info("generation.drained", stream=stream, lane=lane, generation=gen.number, groups=groups)
+        return self.clock.now_ms() + self.config.idle_ms if settled else None

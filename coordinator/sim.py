@@ -39,11 +39,13 @@ import structlog
 
 from streamplane import offsets
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog, events, leases, planted, sealing
+from streamplane.coordinator import commitlog, events, keys, leases, planted, sealing
 from streamplane.coordinator.assigner import Assigner, AssignerConfig, Session
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.loop import next_pass_ms
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.store.api import Watch
 from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
 from streamplane.coordinator.topology import Topology, get_stream, list_clusters
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
@@ -63,6 +65,7 @@ from streamplane.model import (
     LaneAdded,
     Reject,
     Retry,
+    Stream,
     StreamCreated,
     Subscription,
 )
@@ -110,6 +113,26 @@ def schedule(seed: int, fault_s: int = 30) -> list[Fault]:
     return out
 
 
+@dataclass
+class _Loop:
+    """A coordinator's BackgroundLoop in simulated time: a pass when the time the last one named comes, or
+    sooner when the key it watches changes."""
+
+    run_once: Callable[[], int | None]
+    interval_ms: int
+    wake_key: bytes
+    due_ms: int = 0
+    watch: Watch | None = None
+
+    def tick(self, world: World) -> None:
+        if world.now < self.due_ms and not (self.watch is not None and self.watch.wait(0)):
+            return
+        if self.watch is not None:
+            self.watch.cancel()
+        self.watch = world._watch(self.wake_key)
+        self.due_ms = next_pass_ms(self.run_once(), world.now, self.interval_ms)
+
+
 class InvariantError(AssertionError):
     """An invariant broke: what, and at which simulated millisecond."""
 
@@ -122,6 +145,10 @@ class Worker:
     paused_until: int = 0
     down_until: int = 0
     beat_at: int = 0
+    poll_at: int = 0
+    """When it next reads and commits records (a consumer's poll)."""
+    watch: Watch | None = None
+    """Fires when its member's leases change: what makes its session tell it of grants and revokes."""
     alive_until: int = 0
     """Until when the coordinator may count its session as live: its last join or heartbeat plus the TTL (the
     replica serving it ends it then), or longer if that replica died (see `_serve_sessions`)."""
@@ -175,8 +202,10 @@ class World:
         """... those sent as retries (pending until done) ..."""
         self.rejected: dict[str, set[int]] = {}
         """... and those rejected."""
+        self.prefix: dict[str, int] = {}
+        """Per lease id, offsets below this are all done (see `_done_below`)."""
         self.faults_until = 0
-        self.stream = get_stream(self.inner, STREAM)
+        self.stream, self.stream_watch = self._read_stream()
         self.appended: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
         """(cluster, topic, partition): (end offset, when) of each append, for the records' ages."""
         self.streams: list[Session] = []
@@ -199,6 +228,10 @@ class World:
             self.assigners[replica] = start(f"sim-{'ab'[replica]}-{self.now}")
         self.assigner = self.assigners[0]  # sessions may open on any replica
         self.sealer = Sealer(self.db, self.admin, lambda: True, SealingConfig(producer_ttl_ms=4000), clock=self.clock)
+        self.loops = [
+            *(_Loop(a.run_once, config.loop_ms, keys.ASSIGNER_WAKE) for a in self.assigners),
+            _Loop(self.sealer.run_once, self.sealer.config.loop_ms, keys.EVENT_HEAD),
+        ]
 
     def _start_producer(self, p: Producer) -> None:
         """As the client's Producer starts: open its session first (with no version, it holds back every seal),
@@ -232,15 +265,22 @@ class World:
             if self.now >= self.faults_until and self.admin.down:
                 self.admin.down.clear()  # the faults are over: every cluster is back
             self._produce()
-            for assigner in self.assigners:
-                assigner.run_once()
+            for loop in self.loops[:2]:  # the Assigner replicas
+                loop.tick(self)
             self._serve_sessions()
-            self.sealer.run_once()
-            self.stream = get_stream(self.inner, STREAM)  # what workers see this step
+            self.loops[2].tick(self)  # the sealer
+            if self.stream_watch.wait(0):  # the topology changed: what workers see from now on
+                self.stream, self.stream_watch = self._read_stream()
             for w in self.workers:
                 self._work(w)
             self.clock.advance(STEP_MS)
         self._check_quiesced()
+
+    def _watch(self, key: bytes) -> Watch:
+        return self.inner.transact(lambda tr: tr.watch(key))
+
+    def _read_stream(self) -> tuple[Stream, Watch]:
+        return self.inner.transact(lambda tr: (get_stream(tr, STREAM), tr.watch(keys.EVENT_HEAD)))
 
     def _inject(self, fault: Fault) -> None:
         pick = random.Random(fault.pick)  # the fault's own choices, the same whatever else was removed
@@ -248,7 +288,7 @@ class World:
             case "crash":  # a worker is killed (-9): its session ends by TTL, its memory is gone
                 w = pick.choice(self.workers)
                 w.up, w.down_until, w.session, w.stream = False, self.now + pick.randrange(500, 4000), "", None
-                w.held, w.position, w.retrying, w.sent, w.late = {}, {}, {}, {}, []
+                w.held, w.position, w.retrying, w.sent, w.late, w.watch = {}, {}, {}, {}, [], None
             case "pause":  # a worker pauses (GC, VM), then resumes believing it still holds its leases
                 pick.choice(self.workers).paused_until = self.now + pick.randrange(1000, 6000)
             case "cluster_down":  # the active cluster is down for a while
@@ -336,7 +376,7 @@ class World:
                 return None  # its crashed session has not expired yet
             self.fail(f"join of {w.name}: {type(err).__name__}: {err.message}")
         if session.session_id != w.session:
-            w.session, w.held, w.position, w.retrying = session.session_id, {}, {}, {}
+            w.session, w.held, w.position, w.retrying, w.watch = session.session_id, {}, {}, {}, None
         w.alive_until = self.now + self.ttl_ms + STEP_MS
         self.streams.append(session)
         return session
@@ -348,8 +388,10 @@ class World:
             return
         if self.now < w.paused_until:
             return
-        for lid, epoch in list(w.held.items()):  # a zombie first finishes what it believes it holds
-            self._process(w, lid, epoch)
+        if self.now >= w.poll_at:
+            w.poll_at = self.now + self.rng.randrange(2, 6) * STEP_MS
+            for lid, epoch in list(w.held.items()):  # a zombie first finishes what it believes it holds
+                self._process(w, lid, epoch)
         self._deliver_late(w)
         if w.stream is None:
             w.stream = self._open(w)
@@ -362,7 +404,8 @@ class World:
                 w.session, w.held, w.position, w.retrying, w.stream = "", {}, {}, {}, None
                 return
             w.alive_until = max(w.alive_until, self.now + self.ttl_ms + STEP_MS)  # the hub looks every step
-        self._sync(w)
+        if w.watch is None or w.watch.wait(0):
+            self._sync(w)
 
     def _deliver_late(self, w: Worker) -> None:
         """Deliver the releases whose second copy is due: whatever the lease became since, it must not change
@@ -382,7 +425,11 @@ class World:
 
     def _sync(self, w: Worker) -> None:
         """Learn the leases held now (a session's grants and revokes); hand back the revoked ones."""
-        member, held = leases.read_member_leases(self.inner, GROUP, w.name)
+        if w.watch is not None:
+            w.watch.cancel()
+        (member, held), w.watch = self.inner.transact(
+            lambda tr: (leases.read_member_leases(tr, GROUP, w.name), tr.watch(keys.member_version_key(GROUP, w.name)))
+        )
         if member is None or member.session_id != w.session:
             w.session, w.held, w.position, w.retrying = "", {}, {}, {}
             return
@@ -439,17 +486,13 @@ class World:
             w.held.pop(lid, None)
             w.retrying.pop(lid, None)
             return
-        lease = leases.read_leases(self.inner, GROUP).get((stream, lane, number, partition))
-        if lease is None or lease.epoch != epoch or lease.worker_id != w.name:
-            self.fail(f"a commit of {lid} by {w.name} at epoch {epoch} was accepted, but the lease is at {lease}")
         w.position[lid] = max(start, upto)
         w.retrying[lid] = set(poison)
         self.done.setdefault(lid, set()).update(o for a, b in acked for o in range(a, b))
         self.done[lid].update(rejects)
         self.rejected.setdefault(lid, set()).update(rejects)
         self.retried.setdefault(lid, set()).update(poison)
-        self._check_commit_log(lid)
-        self._check_time_lag(lid, gen.cluster, topic)
+        self._check_commit(w, lid, epoch, gen.cluster, topic)
         earlier = w.sent.get(lid)
         w.sent[lid] = body
         if earlier is not None and self.now < self.faults_until and self.rng.random() < 0.05:
@@ -458,20 +501,48 @@ class World:
                 commitlog.commit(self.db, GROUP, lid, epoch, earlier, now_ms=self.now)
             except FencedError:
                 self.fail(f"a duplicate of an accepted commit of {lid} at epoch {epoch} was refused")
-            self._check_commit_log(lid)
-            self._check_time_lag(lid, gen.cluster, topic)
+            self._check_commit(w, lid, epoch, gen.cluster, topic)
 
     def _low(self, pk: tuple[str, str, str, int, int]) -> int:
         return self.inner.transact(lambda tr: commitlog.read_header(tr, pk).low)
 
     # -- invariants
-    def _check_commit_log(self, lid: str) -> None:
-        progress = commitlog.progress(self.inner, GROUP, lid, max_ranges=100_000)
-        stored = set(range(progress.header.low)) | {o for a, b in progress.done for o in range(a, b)}
-        if stored != self.done[lid]:
-            missing, extra = sorted(self.done[lid] - stored)[:5], sorted(stored - self.done[lid])[:5]
+    def _check_commit(self, w: Worker, lid: str, epoch: int, cluster: str, topic: str) -> None:
+        """After a commit was accepted: its sender holds the lease at its epoch, the commit log holds what the
+        reference model holds, and its time lag is not less than the age of the oldest record not processed.
+        One read of the store for all three."""
+        key = leases.parse_lease_id(lid)
+        lease, progress = self.inner.transact(
+            lambda tr: (
+                leases.read_leases(tr, GROUP).get(key),
+                commitlog.progress(tr, GROUP, lid, max_ranges=100_000),
+            )
+        )
+        if lease is None or lease.epoch != epoch or lease.worker_id != w.name:
+            self.fail(f"a commit of {lid} by {w.name} at epoch {epoch} was accepted, but the lease is at {lease}")
+        self._check_commit_log(lid, progress)
+        self._check_time_lag(lid, progress.header, cluster, topic)
+
+    def _done_below(self, lid: str) -> int:
+        """The first offset of `lid` the reference model does not hold as done (kept, as it only grows)."""
+        done, below = self.done[lid], self.prefix.get(lid, 0)
+        while below in done:
+            below += 1
+        self.prefix[lid] = below
+        return below
+
+    def _check_commit_log(self, lid: str, progress: commitlog.Progress) -> None:
+        """The stored offsets (all below the header's low, and the done ranges above it) are exactly the reference
+        model's; its retry and reject counts are those pending and rejected."""
+        done, low = self.done[lid], progress.header.low
+        above = [(a, b) for a, b in progress.done if b > low]
+        stored = low + sum(b - max(a, low) for a, b in above)
+        missing_range = next(((a, b) for a, b in above if any(o not in done for o in range(max(a, low), b))), None)
+        if self._done_below(lid) < low or missing_range is not None or stored != len(done):
+            stored_set = set(range(low)) | {o for a, b in progress.done for o in range(a, b)}
+            missing, extra = sorted(done - stored_set)[:5], sorted(stored_set - done)[:5]
             self.fail(f"the commit log of {lid} differs from what was committed: missing {missing}, extra {extra}")
-        pending = self.retried.get(lid, set()) - self.done[lid]
+        pending = self.retried.get(lid, set()) - done
         rejected = self.rejected.get(lid, set())
         if (progress.header.retries, progress.header.rejects) != (len(pending), len(rejected)):
             self.fail(
@@ -479,16 +550,14 @@ class World:
                 f"rejects; {len(pending)} retries are pending and {len(rejected)} were rejected"
             )
 
-    def _check_time_lag(self, lid: str, cluster: str, topic: str) -> None:
+    def _check_time_lag(self, lid: str, header: commitlog.Header, cluster: str, topic: str) -> None:
         """The time lag the commit log reports is never less than the age of the oldest record it knows of (below
         its high watermark) that was not processed."""
-        key = leases.parse_lease_id(lid)
-        header = self.inner.transact(lambda tr: commitlog.read_header(tr, (GROUP, *key)))
         done = self.done.get(lid, set())
         oldest = next((o for o in range(header.low, header.high) if o not in done), None)
         if oldest is None:
             return
-        age = self.now - self._written_ms(cluster, topic, key[3], oldest)
+        age = self.now - self._written_ms(cluster, topic, leases.parse_lease_id(lid)[3], oldest)
         if header.time_lag_ms(self.now) < age:
             self.fail(
                 f"{lid} reports a time lag of {header.time_lag_ms(self.now)} ms, but record {oldest}, written "
