@@ -161,6 +161,14 @@ def read_leases(tr: Transaction, group: str) -> dict[LeaseKey, Lease]:
 
 
 @transactional
+def read_lease(tr: Transaction, group: str, key: LeaseKey) -> Lease | None:
+    """One lease of the group (None: no such partition)."""
+    stored = keys.lease_key(group, *key)
+    raw = tr.get(stored)
+    return lease_from(stored, raw) if raw else None
+
+
+@transactional
 def read_groups(tr: Transaction) -> list[str]:
     r = keys.GROUPS.range()
     return [keys.GROUPS.unpack(k)[0] for k, _ in tr.get_range(r.start, r.stop)]
@@ -500,9 +508,7 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int, principal: st
     """The lease if it is still held at `epoch`; FencedError otherwise (a newer grant, or none). With
     `principal`, also PermissionDeniedError unless that principal opened the holder's session."""
     check_object_name("group", group)
-    key = keys.lease_key(group, *parse_lease_id(lid))
-    raw = tr.get(key)
-    lease = lease_from(key, raw) if raw else None
+    lease = read_lease(tr, group, parse_lease_id(lid))
     if lease is None:
         raise NotFoundError(f"lease {lid} does not exist in group {group!r}", kind="lease", name=lid)
     if lease.state == FREE or (lease.epoch != epoch and planted.STALE_EPOCH not in planted.active):

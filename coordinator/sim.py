@@ -113,6 +113,20 @@ def schedule(seed: int, fault_s: int = 30) -> list[Fault]:
     return out
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What a worker read of one lease, and the commit that says so."""
+
+    lid: str
+    epoch: int
+    body: Commit
+    upto: int
+    poison: list[int]
+    rejects: list[int]
+    cluster: str
+    topic: str
+
+
 @dataclass
 class _Loop:
     """A coordinator's BackgroundLoop in simulated time: a pass when the time the last one named comes, or
@@ -390,8 +404,7 @@ class World:
             return
         if self.now >= w.poll_at:
             w.poll_at = self.now + self.rng.randrange(2, 6) * STEP_MS
-            for lid, epoch in list(w.held.items()):  # a zombie first finishes what it believes it holds
-                self._process(w, lid, epoch)
+            self._process(w, list(w.held.items()))  # a zombie first finishes what it believes it holds
         self._deliver_late(w)
         if w.stream is None:
             w.stream = self._open(w)
@@ -414,12 +427,12 @@ class World:
         w.late = [x for x in w.late if x[0] > self.now]
         for _, session, lid, epoch in due:
             key = leases.parse_lease_id(lid)
-            before = leases.read_leases(self.inner, GROUP).get(key)
+            before = leases.read_lease(self.inner, GROUP, key)
             try:
                 leases.release(self.db, GROUP, w.name, session, lid, epoch, now_ms=self.now)
             except (FencedError, UnavailableError):
                 continue  # its session has ended since (refused whole), or the store is away: nothing changed
-            after = leases.read_leases(self.inner, GROUP).get(key)
+            after = leases.read_lease(self.inner, GROUP, key)
             if before is not None and before.epoch != epoch and after != before:
                 self.fail(f"a late release of {lid} at epoch {epoch} changed the lease held at epoch {before.epoch}")
 
@@ -443,7 +456,7 @@ class World:
                 w.held[lid] = lease.epoch
                 w.position[lid] = self._low((GROUP, *lease.key))
             if lease.state == leases.REVOKING:
-                self._process(w, lid, lease.epoch)
+                self._process(w, [(lid, lease.epoch)])
                 self._change(
                     partial(leases.release, self.db, GROUP, w.name, w.session, lid, lease.epoch, now_ms=self.now)
                 )
@@ -452,76 +465,93 @@ class World:
                 w.held.pop(lid, None)
                 w.retrying.pop(lid, None)
 
-    def _process(self, w: Worker, lid: str, epoch: int) -> None:
-        """Read what is there (up to the sealed end) and commit it as done, fenced by the epoch."""
+    def _process(self, w: Worker, held: Iterable[tuple[str, int]]) -> None:
+        """Read what is there for each lease (up to a sealed end) and commit it as done in one call, each fenced
+        by its epoch, as the client's batched commit does."""
+        reads = [r for lid, epoch in held if (r := self._read(w, lid, epoch)) is not None]
+        if not reads:
+            return
+        results = commitlog.commit_many(self.db, GROUP, [(r.lid, r.epoch, r.body) for r in reads], now_ms=self.now)
+        accepted = []
+        for r, result in zip(reads, results, strict=True):
+            if isinstance(result, FencedError):  # a zombie, or a lease that moved: drop it
+                w.held.pop(r.lid, None)
+                w.retrying.pop(r.lid, None)
+                continue
+            if isinstance(result, StreamplaneError):
+                self.fail(f"a commit of {r.lid} failed: {type(result).__name__}: {result.message}")
+            w.position[r.lid] = r.upto
+            w.retrying[r.lid] = set(r.poison)
+            self.done.setdefault(r.lid, set()).update(o for a, b in r.body.acked for o in range(a, b))
+            self.done[r.lid].update(r.rejects)
+            self.rejected.setdefault(r.lid, set()).update(r.rejects)
+            self.retried.setdefault(r.lid, set()).update(r.poison)
+            accepted.append(r)
+        self._check_commits(w, accepted)
+        for r in accepted:
+            earlier = w.sent.get(r.lid)
+            w.sent[r.lid] = r.body
+            if earlier is not None and self.now < self.faults_until and self.rng.random() < 0.05:
+                # the network delivers the previous commit again, after this one: it must change nothing
+                try:
+                    commitlog.commit(self.db, GROUP, r.lid, r.epoch, earlier, now_ms=self.now)
+                except FencedError:
+                    self.fail(f"a duplicate of an accepted commit of {r.lid} at epoch {r.epoch} was refused")
+                self._check_commits(w, [r])
+
+    def _read(self, w: Worker, lid: str, epoch: int) -> _Read | None:
+        """What the worker read of a lease since its last commit, and the commit that says so (None: nothing)."""
         stream, lane, number, partition = leases.parse_lease_id(lid)
         topic = f"sp.{stream}.{lane}.g{number}"
         found = self.stream.lane(lane)
         gen = found.generation(number) if found else None
         if gen is None or gen.state == DRAINED:
-            return
+            return None
         cluster_ends = self.admin.topics.get((gen.cluster, topic))
         if gen.cluster in self.admin.down or cluster_ends is None:
-            return
+            return None
         end = cluster_ends[partition] if not gen.end_offsets else gen.end_offsets[partition]
         start = w.position.get(lid, 0)
         upto = min(end, start + self.rng.randrange(1, 40))
         rejects = sorted(w.retrying.get(lid, ()))  # poison records retried on an earlier pass: now rejected
         if upto <= start and not rejects:
-            return
+            return None
         read = range(start, max(start, upto))
         poison = [o for o in read if _poison(number, partition, o)]
-        acked = offsets.to_ranges(o for o in read if o not in poison)
         pending = min([*poison, max(start, upto)]) if poison or upto < end else None
         body = Commit(
-            acked=acked,
+            acked=offsets.to_ranges(o for o in read if o not in poison),
             retries=[Retry(o, 1, "poison") for o in poison],
             rejects=[Reject(o, "poison, again") for o in rejects],
             high_watermark=end,
             oldest_pending_ts_ms=0 if pending is None else self._written_ms(gen.cluster, topic, partition, pending),
         )
-        try:
-            commitlog.commit(self.db, GROUP, lid, epoch, body, now_ms=self.now)
-        except FencedError:  # a zombie, or a lease that moved: drop it
-            w.held.pop(lid, None)
-            w.retrying.pop(lid, None)
-            return
-        w.position[lid] = max(start, upto)
-        w.retrying[lid] = set(poison)
-        self.done.setdefault(lid, set()).update(o for a, b in acked for o in range(a, b))
-        self.done[lid].update(rejects)
-        self.rejected.setdefault(lid, set()).update(rejects)
-        self.retried.setdefault(lid, set()).update(poison)
-        self._check_commit(w, lid, epoch, gen.cluster, topic)
-        earlier = w.sent.get(lid)
-        w.sent[lid] = body
-        if earlier is not None and self.now < self.faults_until and self.rng.random() < 0.05:
-            # the network delivers the previous commit again, after this one: it must change nothing
-            try:
-                commitlog.commit(self.db, GROUP, lid, epoch, earlier, now_ms=self.now)
-            except FencedError:
-                self.fail(f"a duplicate of an accepted commit of {lid} at epoch {epoch} was refused")
-            self._check_commit(w, lid, epoch, gen.cluster, topic)
+        return _Read(lid, epoch, body, max(start, upto), poison, rejects, gen.cluster, topic)
 
     def _low(self, pk: tuple[str, str, str, int, int]) -> int:
         return self.inner.transact(lambda tr: commitlog.read_header(tr, pk).low)
 
     # -- invariants
-    def _check_commit(self, w: Worker, lid: str, epoch: int, cluster: str, topic: str) -> None:
-        """After a commit was accepted: its sender holds the lease at its epoch, the commit log holds what the
+    def _check_commits(self, w: Worker, accepted: list[_Read]) -> None:
+        """After commits were accepted: their sender holds each lease at its epoch, the commit log holds what the
         reference model holds, and its time lag is not less than the age of the oldest record not processed.
-        One read of the store for all three."""
-        key = leases.parse_lease_id(lid)
-        lease, progress = self.inner.transact(
-            lambda tr: (
-                leases.read_leases(tr, GROUP).get(key),
-                commitlog.progress(tr, GROUP, lid, max_ranges=100_000),
-            )
+        One read of the store for all of them."""
+        if not accepted:
+            return
+        stored = self.inner.transact(
+            lambda tr: [
+                (
+                    leases.read_lease(tr, GROUP, leases.parse_lease_id(r.lid)),
+                    commitlog.progress(tr, GROUP, r.lid, max_ranges=100_000),
+                )
+                for r in accepted
+            ]
         )
-        if lease is None or lease.epoch != epoch or lease.worker_id != w.name:
-            self.fail(f"a commit of {lid} by {w.name} at epoch {epoch} was accepted, but the lease is at {lease}")
-        self._check_commit_log(lid, progress)
-        self._check_time_lag(lid, progress.header, cluster, topic)
+        for r, (lease, progress) in zip(accepted, stored, strict=True):
+            if lease is None or lease.epoch != r.epoch or lease.worker_id != w.name:
+                self.fail(f"a commit of {r.lid} by {w.name} at epoch {r.epoch} was accepted; the lease is at {lease}")
+            self._check_commit_log(r.lid, progress)
+            self._check_time_lag(r.lid, progress.header, r.cluster, r.topic)
 
     def _done_below(self, lid: str) -> int:
         """The first offset of `lid` the reference model does not hold as done (kept, as it only grows)."""
