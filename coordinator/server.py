@@ -26,7 +26,8 @@ from streamplane.coordinator.assigner_servicer import AssignerServicer
 from streamplane.coordinator.auth_servicer import AuthServicer
 from streamplane.coordinator.autopilot import Autopilot, AutopilotConfig
 from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
-from streamplane.coordinator.commitlog_servicer import CommitLogServicer, lag
+from streamplane.coordinator.commitlog_service import CommitLog
+from streamplane.coordinator.commitlog_servicer import CommitLogServicer
 from streamplane.coordinator.console import Console
 from streamplane.coordinator.event_loop import EventLoopThread
 from streamplane.coordinator.guard import Guard
@@ -185,6 +186,7 @@ def start(
     assigner = Assigner(db, assigner_config, clock=clock)
     autopilot = Autopilot(topology, lambda: assigner.is_leader, autopilot_config, clock=clock)
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
+    commit_log = CommitLog(db, clock=clock)
     loop = EventLoopThread()
     health_servicer = health.aio.HealthServicer()
 
@@ -199,7 +201,7 @@ def start(
             TopologyServicer(topology, sealing_config, clock=clock, guard=guard, probes=autopilot.probes), server
         )
         commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(
-            CommitLogServicer(db, clock=clock, guard=guard), server
+            CommitLogServicer(commit_log, guard=guard), server
         )
         hub = SessionHub(assigner, loop.loop)
         assigner_pb2_grpc.add_AssignerServiceServicer_to_server(
@@ -223,7 +225,7 @@ def start(
     if bound == 0:
         loop.stop()
         raise UnavailableError(f"cannot listen on {host}:{port}: the address is in use or not available")
-    LAG.source = lambda: lag(db, "", now_ms=clock.now_ms())
+    LAG.source = lambda: commit_log.lag("")
     FLEET.source = lambda: (topology.list_clusters(), topology.list_streams(), topology.fleet_policy())
     web = None
     if console is not None:

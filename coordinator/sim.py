@@ -42,6 +42,7 @@ from streamplane.clock import ManualClock
 from streamplane.coordinator import commitlog, events, keys, leases, planted, sealing
 from streamplane.coordinator.assigner import Assigner, AssignerConfig, Session
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.commitlog_service import CommitLog
 from streamplane.coordinator.loop import next_pass_ms
 from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
@@ -202,6 +203,7 @@ class World:
         self.db = ChaosDatabase(self.inner, seed=seed, faults=STORE_FAULTS, idempotent=idempotent)
         self.admin = MemoryClusterAdmin()
         self.topology = Topology(self.db, self.admin, self.clock)
+        self.commit_log = CommitLog(self.db, clock=self.clock)
         self.ttl_ms = 3000
         self._start_coordinator()
         for name in CLUSTERS:
@@ -471,15 +473,15 @@ class World:
         reads = [r for lid, epoch in held if (r := self._read(w, lid, epoch)) is not None]
         if not reads:
             return
-        results = commitlog.commit_many(self.db, GROUP, [(r.lid, r.epoch, r.body) for r in reads], now_ms=self.now)
+        outcomes = self.commit_log.commit_many(GROUP, [(r.lid, r.epoch, r.body) for r in reads])
         accepted = []
-        for r, result in zip(reads, results, strict=True):
-            if isinstance(result, FencedError):  # a zombie, or a lease that moved: drop it
+        for r, outcome in zip(reads, outcomes, strict=True):
+            if isinstance(outcome.error, FencedError):  # a zombie, or a lease that moved: drop it
                 w.held.pop(r.lid, None)
                 w.retrying.pop(r.lid, None)
                 continue
-            if isinstance(result, StreamplaneError):
-                self.fail(f"a commit of {r.lid} failed: {type(result).__name__}: {result.message}")
+            if outcome.error is not None:
+                self.fail(f"a commit of {r.lid} failed: {type(outcome.error).__name__}: {outcome.error.message}")
             w.position[r.lid] = r.upto
             w.retrying[r.lid] = set(r.poison)
             self.done.setdefault(r.lid, set()).update(o for a, b in r.body.acked for o in range(a, b))
@@ -494,7 +496,7 @@ class World:
             if earlier is not None and self.now < self.faults_until and self.rng.random() < 0.05:
                 # the network delivers the previous commit again, after this one: it must change nothing
                 try:
-                    commitlog.commit(self.db, GROUP, r.lid, r.epoch, earlier, now_ms=self.now)
+                    self.commit_log.commit(GROUP, r.lid, r.epoch, earlier)
                 except FencedError:
                     self.fail(f"a duplicate of an accepted commit of {r.lid} at epoch {r.epoch} was refused")
                 self._check_commits(w, [r])

@@ -34,6 +34,7 @@ STRICT = [
     "streamplane.coordinator.leases",
     "streamplane.coordinator.group_state",
     "streamplane.coordinator.commitlog",
+    "streamplane.coordinator.commitlog_service",
     "streamplane.coordinator.sealing",
     "streamplane.coordinator.events",
     "streamplane.coordinator.keys",

@@ -29,6 +29,8 @@ DOMAIN = [
     "cluster_admin.py",
     "auth.py",
     "health.py",
+    "commitlog_service.py",
+    "loop.py",
 ]
 
 

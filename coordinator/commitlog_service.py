@@ -1,0 +1,85 @@
+"""The commit log's service: runs its transactions, then counts what they did for the metrics. The servicer
+decodes and encodes around it; the simulator drives it as the servicer does."""
+
+from __future__ import annotations
+
+from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator import commitlog, group_config, metrics
+from streamplane.coordinator.store import Database
+from streamplane.errors import FencedError, StreamplaneError
+from streamplane.model import Commit, CommitOutcome, Lag, Progress, RetryState
+
+
+class CommitLog:
+    """Progress per record of every group: commits fenced by epoch, retries, rejects and lag."""
+
+    def __init__(self, db: Database, *, clock: Clock = SYSTEM) -> None:
+        self.db = db
+        self.clock = clock
+
+    def commit(self, group: str, lid: str, epoch: int, c: Commit, *, principal: str = "") -> commitlog.CommitResult:
+        """One lease's commit; FencedError (counted) if `epoch` is stale."""
+        try:
+            result = commitlog.commit(self.db, group, lid, epoch, c, now_ms=self.clock.now_ms(), principal=principal)
+        except FencedError:
+            metrics.STALE_EPOCH.labels(group).inc()
+            raise
+        _count(group, c, result)
+        return result
+
+    def commit_many(
+        self, group: str, commits: list[tuple[str, int, Commit]], *, principal: str = ""
+    ) -> list[CommitOutcome]:
+        """One worker's commits of many leases in one transaction; each outcome holds its result or its error."""
+        results = commitlog.commit_many(self.db, group, commits, now_ms=self.clock.now_ms(), principal=principal)
+        out = []
+        for (lid, _, c), result in zip(commits, results, strict=True):
+            if isinstance(result, StreamplaneError):
+                if isinstance(result, FencedError):
+                    metrics.STALE_EPOCH.labels(group).inc()
+                out.append(CommitOutcome(lid, error=result))
+                continue
+            _count(group, c, result)
+            out.append(
+                CommitOutcome(
+                    lid, result.low_watermark, tuple(result.exhausted), result.retries, copies=tuple(result.copies)
+                )
+            )
+        return out
+
+    def progress(self, group: str, lid: str, *, max_ranges: int = 1000) -> Progress:
+        p = commitlog.progress(self.db, group, lid, max_ranges=max_ranges)
+        h = p.header
+        return Progress(
+            lease_id=lid,
+            low_watermark=h.low,
+            high_watermark=h.high,
+            done=tuple(p.done),
+            done_above_low_watermark=h.done_above,
+            retries=h.retries,
+            rejects=h.rejects,
+            offset_lag=h.offset_lag(),
+            time_lag_ms=h.time_lag_ms(self.clock.now_ms()),
+            oldest_pending_ts_ms=h.oldest_pending_ts_ms,
+            retrying=tuple(p.retrying),
+        )
+
+    def due_retries(self, group: str, lid: str, epoch: int, *, limit: int = 1000) -> list[RetryState]:
+        return commitlog.due_retries(self.db, group, lid, epoch, now_ms=self.clock.now_ms(), limit=limit)
+
+    def lag(self, group: str, stream: str = "", lane: str = "") -> Lag:
+        """Lag of one group (of every group that committed, when `group` is empty)."""
+        now = self.clock.now_ms()
+        if group:
+            return commitlog.lag(self.db, group, stream=stream, lane=lane, now_ms=now)
+        return commitlog.lag_of_every_group(self.db, stream=stream, lane=lane, now_ms=now)
+
+    def configure_group(self, group: str, lane: str, max_attempts: int, lag_target_ms: int) -> None:
+        group_config.configure(self.db, group, lane, max_attempts, lag_target_ms)
+
+
+def _count(group: str, commit: Commit, result: commitlog.CommitResult) -> None:
+    metrics.COMMITS.labels(group).inc()
+    metrics.ACKED.labels(group).inc(result.newly_done)
+    metrics.RETRIES.labels(group).inc(len(commit.retries))
+    metrics.REJECTS.labels(group).inc(len(commit.rejects))
