@@ -293,7 +293,8 @@ def _drain(tr: Transaction, now_ms: int) -> tuple[list[tuple[str, str, Generatio
 
 
 class Sealer:
-    """Seals and drains generations; runs on every replica but acts only while `is_leader()` is true."""
+    """The sealing area's service: producer sessions, and the loop that seals and drains generations (it runs
+    on every replica but acts only while `is_leader()` is true)."""
 
     def __init__(
         self,
@@ -322,6 +323,31 @@ class Sealer:
 
     def stop(self) -> None:
         self._loop.stop()
+
+    def producer_heartbeat(
+        self,
+        producer_id: str,
+        topology_version: str,
+        in_flight: list[GenerationKey],
+        *,
+        principal: str = "",
+        errors: list[ClusterErrors] | None = None,
+    ) -> str:
+        """Open or renew a producer session for the configured TTL; the newest event version."""
+        return producer_heartbeat(
+            self.db,
+            producer_id,
+            topology_version,
+            in_flight,
+            now_ms=self.clock.now_ms(),
+            ttl_ms=self.config.producer_ttl_ms,
+            principal=principal,
+            errors=errors,
+        )
+
+    def close_producer(self, producer_id: str, principal: str = "") -> None:
+        """End a producer session at once: it no longer holds back seals."""
+        close_producer(self.db, producer_id, principal)
 
     def run_once(self) -> int | None:
         """Seal what can be sealed, then mark drained what every group has finished. Returns when to look again

@@ -198,7 +198,7 @@ def start(
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
         )
         topology_pb2_grpc.add_TopologyServiceServicer_to_server(
-            TopologyServicer(topology, sealing_config, clock=clock, guard=guard, probes=autopilot.probes), server
+            TopologyServicer(topology, sealer, guard=guard, probes=autopilot.probes), server
         )
         commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(
             CommitLogServicer(commit_log, guard=guard), server

@@ -9,10 +9,9 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import auth, events, sealing
+from streamplane.coordinator import auth, events
 from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.sealing import SealingConfig
+from streamplane.coordinator.sealing import Sealer
 from streamplane.coordinator.topology import Topology
 from streamplane.model import Probe, TopologyEvent
 from streamplane.rpc import grpc_errors, grpc_stream_errors
@@ -25,17 +24,15 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     def __init__(
         self,
         topology: Topology,
-        sealing_config: SealingConfig | None = None,
+        sealer: Sealer,
         *,
-        clock: Clock = SYSTEM,
         guard: Guard | None = None,
         probes: Callable[[str], list[Probe]] = lambda name: [],
     ):
         self._topology = topology
+        self._sealer = sealer
         self._guard = guard or Guard()
         self._probes = probes
-        self._clock = clock
-        self._sealing = sealing_config or SealingConfig()
 
     @grpc_errors
     def RegisterCluster(
@@ -116,14 +113,11 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
         principal = self._guard.require(context, auth.PRODUCE)
         for g in request.in_flight:
             auth.check(principal, auth.PRODUCE, stream=g.stream)
-        cfg = self._sealing
-        head = sealing.producer_heartbeat(
-            self._topology.db,
+        cfg = self._sealer.config
+        head = self._sealer.producer_heartbeat(
             request.producer_id,
             request.topology_version,
             [(g.stream, g.lane, g.generation) for g in request.in_flight],
-            now_ms=self._clock.now_ms(),
-            ttl_ms=cfg.producer_ttl_ms,
             principal=principal.name,
             errors=convert.cluster_errors_from_pb(request.errors),
         )
@@ -185,5 +179,5 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
         self, request: pb.CloseProducerRequest, context: grpc.ServicerContext
     ) -> pb.CloseProducerResponse:
         principal = self._guard.require(context, auth.PRODUCE)
-        sealing.close_producer(self._topology.db, request.producer_id, principal.name)
+        self._sealer.close_producer(request.producer_id, principal.name)
         return pb.CloseProducerResponse()

@@ -39,7 +39,7 @@ import structlog
 
 from streamplane import offsets
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog, events, keys, leases, planted, sealing
+from streamplane.coordinator import commitlog, events, keys, leases, planted
 from streamplane.coordinator.assigner import Assigner, AssignerConfig, Session
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.commitlog_service import CommitLog
@@ -253,7 +253,7 @@ class World:
         """As the client's Producer starts: open its session first (with no version, it holds back every seal),
         then describe the stream and route by its newest generation and version."""
         p.name = f"{p.name.split('.')[0]}.{self.now}"
-        sealing.producer_heartbeat(self.db, p.name, "", [], now_ms=self.now, ttl_ms=4000)
+        self.sealer.producer_heartbeat(p.name, "", [])
         gen = self._active()
         p.version, p.generation, p.partitions, p.cluster = (
             events.head_version(self.db),
@@ -348,7 +348,7 @@ class World:
                     if isinstance(event, FailedOver) and event.lane == LANE:
                         p.generation, p.partitions = event.current.number, event.current.partitions
                         p.cluster = event.current.cluster
-                sealing.producer_heartbeat(self.db, p.name, p.version, [], now_ms=self.now, ttl_ms=4000)
+                self.sealer.producer_heartbeat(p.name, p.version, [])
             if self.now >= self.faults_until + 10_000 or p.cluster in self.admin.down:
                 continue  # the last 20 s are quiet: everything written is in; a down cluster takes nothing
             topic = f"sp.{STREAM}.{LANE}.g{p.generation}"
