@@ -29,6 +29,7 @@ from streamplane.coordinator.leases import (
     Lease,
     LeaseKey,
     Member,
+    bump_versions,
     lease_from,
     parse_lease_id,
     read_leases,
@@ -390,16 +391,8 @@ def write_changes(tr: Transaction, group: str, changes: Sequence[Change], *, now
         for change, worker, lease, reason in c.notes:
             ev.group(group, change, worker, lease, reason)
         write_lease(tr, group, c.old, c.new)
-        _bump(tr, group, c.old.worker_id if c.old is not None else "", c.new.worker_id)
+        bump_versions(tr, group, c.old.worker_id if c.old is not None else "", c.new.worker_id)
     return stale
-
-
-def _bump(tr: Transaction, group: str, *workers: str) -> None:
-    tr.add(keys.group_version_key(group), 1)
-    tr.add(keys.ASSIGNER_WAKE, 1)
-    for worker in workers:
-        if worker:
-            tr.add(keys.member_version_key(group, worker), 1)
 
 
 def plan_assignment(

@@ -227,7 +227,8 @@ def write_lease(tr: Transaction, group: str, old: Lease | None, new: Lease) -> N
 # -- changes --------------------------------------------------------------------------------------------------------
 
 
-def _bump(tr: Transaction, group: str, *workers: str) -> None:
+def bump_versions(tr: Transaction, group: str, *workers: str) -> None:
+    """Tell who watches that the group changed (its owner's loop, and the sessions of `workers`)."""
     tr.add(keys.group_version_key(group), 1)
     tr.add(keys.ASSIGNER_WAKE, 1)
     for worker in workers:
@@ -334,7 +335,7 @@ def join(
     )
     tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
     tr.set(keys.member_key(group, worker_id), member.to_json())
-    _bump(tr, group, worker_id)
+    bump_versions(tr, group, worker_id)
     GroupEvents(tr, worker_id, now_ms).group(group, "member_joined", worker_id, reason=f"session {session_id}")
     return member
 
@@ -422,7 +423,7 @@ def release(
         return lease
     freed = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
     write_lease(tr, group, lease, freed)
-    _bump(tr, group, worker_id)
+    bump_versions(tr, group, worker_id)
     GroupEvents(tr, worker_id, now_ms).group(group, "lease_released", worker_id, lease)
     return freed
 
@@ -441,7 +442,7 @@ def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: GroupEv
     for lease in held[:LEAVE_LEASES]:
         write_lease(tr, group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
         ev.group(group, "lease_revoked", member.worker_id, lease, reason)
-    _bump(tr, group, member.worker_id)
+    bump_versions(tr, group, member.worker_id)
     if len(held) > LEAVE_LEASES:
         tr.set(keys.member_key(group, member.worker_id), replace(member, session_id="", alive_until_ms=0).to_json())
         return LEAVE_LEASES, False
