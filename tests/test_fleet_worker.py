@@ -19,7 +19,8 @@ pytestmark = pytest.mark.e2e
 
 WORKER = str(Path(__file__).with_name("e2e_worker.py"))
 LEASES = 1024
-IDLE_S = float(os.environ.get("STREAMPLANE_FLEET_IDLE_S", "60"))
+IDLE_S = float(os.environ.get("STREAMPLANE_FLEET_IDLE_S", "20"))
+"""How long the worker idles: over three session TTLs (6 s) by default; a soak sets more."""
 
 
 def test_a_worker_with_1024_idle_leases_keeps_few_threads_one_connection_per_broker_and_its_session(
@@ -143,7 +144,7 @@ def _busy_worker(address: str, bootstrap: str, control) -> None:  # type: ignore
         dlq = next(x for x in client.describe_stream("fleet-busy").lanes if x.name == "dlq").generations[-1]
     rejected = []
     for p in range(dlq.partitions):
-        fetcher = PartitionFetcher(bootstrap, dlq.topic, p)
+        fetcher = PartitionFetcher(bootstrap, dlq.topic, p, max_wait_ms=0)  # all written: no need to wait
         while (got := fetcher.fetch()).batch is not None:
             rejected += [r for r in got.batch.records()]
         fetcher.close()
