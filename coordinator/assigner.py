@@ -408,7 +408,7 @@ class Assigner:
 
     def stop(self) -> None:
         self._stop.set()
-        self._loop.stop(timeout_s=5)
+        self._loop.stop()
         self.writer.stop()
         self.reader.stop()
 

@@ -174,7 +174,7 @@ class Autopilot:
 
     def stop(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._loop.stop(timeout_s=5)
+        self._loop.stop()
 
     def run_once(self) -> None:
         """Record the probes that finished, start those due, then fail over what the policies call for. A tick

@@ -18,6 +18,9 @@ log = structlog.get_logger(__name__)
 
 STOP_CHECK_S = 0.25
 """How often a loop waiting on a watch looks whether it was stopped."""
+STOP_WAIT_S = 2.0
+"""How long `stop` waits for a pass under way. A pass stuck in a call to a dead cluster (up to its timeout) is
+left to end on its own: its thread is a daemon, and it changes nothing once the store is closed."""
 
 
 def next_pass_ms(due_ms: int | None, now_ms: int, interval_ms: int) -> int:
@@ -65,7 +68,7 @@ class BackgroundLoop:
         self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 15.0) -> None:
+    def stop(self, timeout_s: float = STOP_WAIT_S) -> None:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=timeout_s)
