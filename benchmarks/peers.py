@@ -10,10 +10,13 @@ own JVM), in one run:
   group.min.session.timeout.ms), the KIP-848 protocol (group.protocol=consumer) at the broker's default
   session timeout (45 s; skipped with --quick), and our Assigner.
 
-Spark's own Kafka source is not measured here yet (its jar for the installed PySpark is not fetched).
+- Spark's own Kafka source (spark-sql-kafka-0-10 at the installed PySpark's version, fetched with Maven)
+  against `format("streamplane")`: the same preloaded records of one topic, one availableNow query each into
+  `noop` on local[2], rows/s over the time Spark spent in the batches (the best of the rounds).
 
 Last line: `share_group_vs_streamplane=<ours / theirs, records/s> regrant_vs_classic=<theirs / ours, seconds>
-regrant_vs_kip848=<theirs / ours, seconds, or n/a>`; above 1 means we are ahead.
+regrant_vs_kip848=<theirs / ours, seconds, or n/a> spark_vs_kafka_source=<ours / theirs, rows/s>`; above 1
+means we are ahead.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from _local import coordinator_process
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.devstack.kafka import KafkaBroker
+from streamplane.errors import UnavailableError
 from streamplane.log import configure_logging
 
 PARTITIONS = 6
@@ -238,6 +242,65 @@ def steady(bootstrap: str, topic: str, produce: threading.Event, stop: threading
     p.flush(10)
 
 
+# -- Spark's own Kafka source against ours ----------------------------------------------------------------------
+
+
+def spark_rows_per_s(address: str, bootstrap: str, n: int, rounds: int) -> tuple[float, float]:
+    """Best rows/s of each source over `rounds` availableNow queries into noop on local[2], both reading the same
+    `n` records of the stream's topic: (ours, Spark's Kafka source)."""
+    import pyspark
+    from pyspark.sql import SparkSession
+    from spark import timed_rows_per_s
+
+    from streamplane.devstack.kafka import spark_kafka_jars
+    from streamplane.spark import register
+
+    jars = spark_kafka_jars(pyspark.__version__)
+    with CoordinatorClient(address) as client:
+        client.create_stream("peer-spark", PARTITIONS, cluster="real")
+    topic = "sp.peer-spark.realtime.g1"
+    _fill(bootstrap, topic, n)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent.parent / "tests" / "spark_conf"))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.jars", ",".join(str(j) for j in jars))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    register(spark)
+    ours, theirs = [], []
+    try:
+        with tempfile.TemporaryDirectory(prefix="peers-spark-") as tmp:
+            for r in range(rounds):
+                df = (
+                    spark.readStream.format("streamplane")
+                    .option("coordinator", address)
+                    .option("stream", "peer-spark")
+                    .option("group", f"peer-spark-{r}")
+                    .load()
+                )
+                ours.append(timed_rows_per_s(df, f"{tmp}/ours-{r}"))
+                df = (
+                    spark.readStream.format("kafka")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("subscribe", topic)
+                    .option("startingOffsets", "earliest")
+                    .load()
+                )
+                theirs.append(timed_rows_per_s(df, f"{tmp}/kafka-{r}"))
+                print(
+                    f"spark round {r + 1}: streamplane {ours[-1]:>12,.0f} rows/s   Spark's Kafka source "
+                    f"{theirs[-1]:>12,.0f} rows/s",
+                    flush=True,
+                )
+    finally:
+        spark.stop()
+    return max(ours), max(theirs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer records, no KIP-848 run (45 s session)")
@@ -282,12 +345,24 @@ def main() -> None:
                         stop.set()
                         t.join()
                     print(f"regrant after kill -9 of 1 of 3 workers, {kind}: {times[kind]:.1f} s", flush=True)
+
+                spark_n, rounds = (200_000, 3) if args.quick else (1_000_000, 3)  # the first round warms the JVM
+                try:
+                    spark_ours, spark_theirs = spark_rows_per_s(address, broker.bootstrap_servers, spark_n, rounds)
+                    print(
+                        f"Spark into noop on local[2], {spark_n} records: streamplane {spark_ours:,.0f} rows/s, "
+                        f"Spark's Kafka source {spark_theirs:,.0f} rows/s (best of {rounds})"
+                    )
+                    spark_ratio = f"{spark_ours / spark_theirs:.2f}"
+                except UnavailableError as err:
+                    print(f"Spark's Kafka source not measured: {err.message}")
+                    spark_ratio = "n/a"
         finally:
             broker.stop()
     kip848 = f"{times['kip848'] / times['ours']:.2f}" if "kip848" in times else "n/a"
     print(
         f"share_group_vs_streamplane={ours / theirs:.2f} regrant_vs_classic={times['classic'] / times['ours']:.2f} "
-        f"regrant_vs_kip848={kip848}"
+        f"regrant_vs_kip848={kip848} spark_vs_kafka_source={spark_ratio}"
     )
 
 

@@ -12,6 +12,7 @@ default.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -28,6 +29,7 @@ KAFKA_VERSION = "4.4.0"
 """The newest 4.x whose artifacts resolve on Maven Central (share groups are production-ready from 4.2)."""
 ROOT = Path(__file__).resolve().parent.parent
 POM = Path(__file__).resolve().parent / "kafka" / "pom.xml"
+SPARK_KAFKA_POM = Path(__file__).resolve().parent / "kafka" / "spark-kafka-pom.xml"
 
 
 def jar_dir(version: str = KAFKA_VERSION) -> Path:
@@ -38,11 +40,34 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     """The directory of the broker's jars, fetched with Maven the first time. UnavailableError says in one
     sentence why they cannot be had (no Java, no Maven, an artifact that does not resolve)."""
     lib = jar_dir(version)
-    if (lib / f"kafka_2.13-{version}.jar").exists():
-        return lib
+    if not (lib / f"kafka_2.13-{version}.jar").exists():
+        _maven_copy(POM, {"kafka.version": version}, lib, f"Apache Kafka {version}")
+    return lib
+
+
+def spark_kafka_jars(spark_version: str) -> list[Path]:
+    """The jars Spark's own Kafka source (spark-sql-kafka-0-10) needs beyond those PySpark ships, for
+    `spark_version` (which must be the installed PySpark's), fetched with Maven the first time into
+    `.cache/spark-kafka/<version>/lib`. UnavailableError says in one sentence why they cannot be had."""
+    import pyspark
+
+    lib = ROOT / ".cache" / "spark-kafka" / spark_version / "lib"
+    if not (lib / f"spark-sql-kafka-0-10_2.13-{spark_version}.jar").exists():
+        _maven_copy(SPARK_KAFKA_POM, {"spark.version": spark_version}, lib, f"Spark's Kafka source {spark_version}")
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return sorted(p for p in lib.glob("*.jar") if _artifact(p.name) not in shipped)
+
+
+def _artifact(jar: str) -> str:
+    """A jar's artifact name without its version ("kafka-clients-3.9.2.jar" -> "kafka-clients")."""
+    return re.sub(r"-\d+\.\d[\w.\-]*\.jar$", "", jar)
+
+
+def _maven_copy(pom: Path, properties: dict[str, str], lib: Path, what: str) -> None:
+    """Copy the runtime dependencies `pom` names into `lib` with Maven (atomically: a directory appears whole)."""
     for tool in ("java", "mvn"):
         if shutil.which(tool) is None:
-            raise UnavailableError(f"real Kafka brokers need {tool} on PATH to fetch and run Apache Kafka {version}")
+            raise UnavailableError(f"{what} needs {tool} on PATH to be fetched from Maven Central")
     tmp = lib.with_name("lib.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     result = subprocess.run(
@@ -51,8 +76,8 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
             "-q",
             "-B",
             "-f",
-            str(POM),
-            f"-Dkafka.version={version}",
+            str(pom),
+            *(f"-D{k}={v}" for k, v in properties.items()),
             "dependency:copy-dependencies",
             f"-DoutputDirectory={tmp}",
             "-DincludeScope=runtime",
@@ -62,9 +87,8 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     )
     if result.returncode != 0:
         last = (result.stdout + result.stderr).strip().splitlines()[-3:]
-        raise UnavailableError(f"Apache Kafka {version} did not resolve from Maven Central: {' / '.join(last)}")
+        raise UnavailableError(f"{what} did not resolve from Maven Central: {' / '.join(last)}")
     tmp.rename(lib)
-    return lib
 
 
 def free_port() -> int:
