@@ -64,7 +64,12 @@ def _fill(bootstrap: str, topic: str, n: int) -> None:
 
     p = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "zstd"})
     for i in range(n):
-        p.produce(topic, VALUE, key=b"%d" % i)
+        while True:
+            try:
+                p.produce(topic, VALUE, key=b"%d" % i)
+                break
+            except BufferError:  # its queue is full: let deliveries drain it
+                p.poll(0.1)
         if i % 10_000 == 0:
             p.poll(0)
     assert p.flush(60) == 0
