@@ -177,6 +177,24 @@ def test_a_sealed_generation_is_drained_once_every_group_processed_it_to_its_end
     assert drained.groups == ("spark-a", "spark-b") and drained.generation.number == 1
 
 
+def test_the_sealer_looks_often_only_while_a_generation_is_unsettled(world: World) -> None:
+    """Nothing draining or sealed: its next look is idle_ms away (a failover's event wakes its loop). From the
+    failover until the old generation is drained: every loop_ms (None)."""
+    idle = world.sealer.config.idle_ms
+    assert world.sealer.run_once() == world.clock.now_ms() + idle
+    world.topology.failover("logs", "realtime", "west", reason="test")
+    assert world.sealer.run_once() is None  # draining: notes the version producers must reach
+    assert world.sealer.run_once() is None  # sealed now, not yet drained
+    assert world.state(1) == SEALED
+    now = world.clock.now_ms()
+    for p, end in enumerate([3, 2]):
+        commitlog.commit(
+            world.db, "g", f"logs/realtime/g1/p{p}", 0, Commit(acked=[(0, end)], high_watermark=end), now_ms=now
+        )
+    assert world.sealer.run_once() == now + idle  # drained in this pass: settled again
+    assert world.state(1) == DRAINED
+
+
 def test_a_sealed_generation_no_group_ever_read_stays_sealed(world: World) -> None:
     world.failover()
     world.sealer.run_once()
