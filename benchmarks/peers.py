@@ -208,7 +208,9 @@ def regrant_s(kind: str, where: str, topic: str, group: str, produce: threading.
                 break
             time.sleep(0.2)
         time.sleep(2.0)
-        with lock:
+        with lock:  # who reads what now (a rebalance may have moved partitions since it settled)
+            now = time.monotonic()
+            owners = {p: [w for w, r in reads.items() if now - r.get(p, -9) < 1.0] for p in range(PARTITIONS)}
             held: dict[str, list[int]] = {w: [p for p, o in owners.items() if o == [w]] for w in reads}
         victim = max(held, key=lambda w: len(held[w]))
         killed = time.monotonic()
@@ -349,7 +351,7 @@ def main() -> None:
                     finally:
                         stop.set()
                         t.join()
-                    print(f"regrant after kill -9 of 1 of 3 workers, {kind}: {times[kind]:.1f} s", flush=True)
+                    print(f"regrant after kill -9 of 1 of 3 workers, {kind}: {times[kind]:.2f} s", flush=True)
 
                 spark_n, rounds = (200_000, 3) if args.quick else (1_000_000, 3)  # the first round warms the JVM
                 try:
