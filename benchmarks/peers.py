@@ -4,6 +4,14 @@ own JVM), in one run:
 - share groups (KIP-932): confluent-kafka's ShareConsumer acknowledging every record explicitly, against our
   Consumer acknowledging every record (`msg.ack()`), both reading the same number of preloaded records:
   records/s from the first to the last acknowledgement;
+- redelivery after kill -9: a worker holds records it received without finishing them, a second one
+  processes everything else; the first is killed with SIGKILL; the time until the second has processed every
+  record the first held (a share group waits for the records' acquisition locks, or the member's session, to
+  run out; we regrant the killed worker's leases and the new holder reads from the low watermark);
+- 0.1% poison records: a share consumer releases each one for redelivery until the group's delivery limit (5)
+  archives it (it is then gone), against our handler raising, retried up to the same 5 attempts, then copied to
+  the stream's dlq lane with its reason; the time until every good record is processed and every poison record
+  ended, and where the poison records are afterwards;
 - regrant after kill -9: three worker processes read a topic under steady traffic; the one holding the most
   partitions is killed with SIGKILL; the time until every one of its partitions is read again elsewhere.
   Kafka's classic group protocol at its lowest allowed session timeout (6 s, the broker's
@@ -15,8 +23,8 @@ own JVM), in one run:
   `noop` on local[2], rows/s over the time Spark spent in the batches (the best of the rounds).
 
 Last line: `share_group_vs_streamplane=<ours / theirs, records/s> regrant_vs_classic=<theirs / ours, seconds>
-regrant_vs_kip848=<theirs / ours, seconds, or n/a> spark_vs_kafka_source=<ours / theirs, rows/s>`; above 1
-means we are ahead.
+regrant_vs_kip848=<theirs / ours, seconds, or n/a> spark_vs_kafka_source=<ours / theirs, rows/s>
+redelivery_vs_share_group=<theirs / ours, seconds>`; above 1 means we are ahead.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,36 +68,35 @@ def _topic(bootstrap: str, name: str, partitions: int) -> None:
         f.result(30)
 
 
-def _fill(bootstrap: str, topic: str, n: int) -> None:
+def _fill(bootstrap: str, topic: str, n: int, poison_every: int = 0) -> set[bytes]:
+    """`n` records keyed k0..k<n-1> (every `poison_every`-th a poison record); the poison keys."""
     from confluent_kafka import Producer as KafkaProducer
 
     p = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "zstd"})
+    poison = set()
     for i in range(n):
+        key = b"k%d" % i
+        bad = bool(poison_every) and i % poison_every == poison_every // 2
+        if bad:
+            poison.add(key)
         while True:
             try:
-                p.produce(topic, VALUE, key=b"%d" % i)
+                p.produce(topic, (b"poison-" if bad else b"") + VALUE, key=key)
                 break
             except BufferError:  # its queue is full: let deliveries drain it
                 p.poll(0.1)
         if i % 10_000 == 0:
             p.poll(0)
     assert p.flush(60) == 0
-
-
-# -- share groups against per-record acks ----------------------------------------------------------------------
+    return poison
 
 
 def share_group_rps(bootstrap: str, n: int) -> float:
     from confluent_kafka import ShareConsumer
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
     topic, group = "peer-share", "peer-share-g"
     _topic(bootstrap, topic, PARTITIONS)
-    earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
-    admin = _admin(bootstrap)  # kept alive until its futures resolve
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])
-    for f in admin.incremental_alter_configs([resource]).values():
-        f.result(30)
+    _share_group(bootstrap, group)
     _fill(bootstrap, topic, n)
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": "explicit"})
     c.subscribe([topic])
@@ -137,6 +145,202 @@ def ours_rps(address: str, n: int, stream: str, *, iterator: bool) -> float:
             consumer.run(handle, stop=stop)
         took = time.monotonic() - first[0]
     return done[0] / took
+
+
+def _count_records(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records in a topic (end offsets; nothing is compacted or deleted here)."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition
+
+    c = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": "peer-count", "log_level": 3})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions))
+    finally:
+        c.close()
+
+
+# -- redelivery after kill -9, and poison records --------------------------------------------------------------
+
+DELIVERY_LIMIT = 5
+"""The share group's delivery limit (group.share.delivery.count.limit's default), and our max attempts here."""
+
+
+def holder(kind: str, where: str, topic: str, group: str) -> None:
+    """A worker process that prints `r <key>` for the records it receives first and then never finishes them."""
+    held = 0
+    if kind == "share":
+        from confluent_kafka import ShareConsumer
+
+        c = ShareConsumer({"bootstrap.servers": where, "group.id": group, "share.acknowledgement.mode": "explicit"})
+        c.subscribe([topic])
+        while not held:
+            for m in c.poll(1.0):
+                if m.error() is None:
+                    print("r", m.key().decode(), flush=True)
+                    held += 1
+    else:
+        configure_logging("error")
+        consumer = Consumer(where, group=group, stream=topic, worker_id="holder")
+        partitions = set()
+        for msg in consumer:  # until it holds records of every partition: the ones it keeps hold some too
+            print("r", msg.key.decode(), flush=True)
+            partitions.add(msg.partition)
+            if len(partitions) == PARTITIONS:
+                break
+    time.sleep(3600)  # holds them until killed
+
+
+def finisher(kind: str, where: str, topic: str, group: str) -> None:
+    """A worker process that finishes every record and prints `d <key>` (poison ones it fails: `p <key>`)."""
+    if kind == "share":
+        from confluent_kafka import AcknowledgeType, ShareConsumer
+
+        c = ShareConsumer({"bootstrap.servers": where, "group.id": group, "share.acknowledgement.mode": "explicit"})
+        c.subscribe([topic])
+        while True:
+            for m in c.poll(1.0):
+                if m.error() is not None:
+                    continue
+                if m.value().startswith(b"poison-"):
+                    print("p", m.key().decode(), flush=True)
+                    c.acknowledge(m, AcknowledgeType.RELEASE)  # delivered again, until the delivery limit
+                else:
+                    print("d", m.key().decode(), flush=True)
+                    c.acknowledge(m)
+            c.commit_async()
+    configure_logging("error")
+    lock = threading.Lock()
+
+    def handle(msg: Message) -> None:
+        if msg.value.startswith(b"poison-"):
+            with lock:
+                print("p", msg.key.decode(), flush=True)
+            raise ValueError("cannot parse")
+        with lock:
+            print("d", msg.key.decode(), flush=True)
+
+    with Consumer(where, group=group, stream=topic, worker_id="finisher", retry_backoff_s=0.05) as consumer:
+        consumer.run(handle)
+
+
+class _Lines:
+    """What a worker process prints, with when each line came."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        self.seen: dict[str, dict[str, float]] = {"r": {}, "d": {}, "p": {}}
+        self.poisoned: dict[str, int] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._follow, daemon=True).start()
+
+    def _follow(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            kind, _, key = line.strip().partition(" ")
+            if kind in self.seen:
+                with self.lock:
+                    self.seen[kind].setdefault(key, time.monotonic())
+                    if kind == "p":
+                        self.poisoned[key] = self.poisoned.get(key, 0) + 1
+
+    def keys(self, kind: str) -> set[str]:
+        with self.lock:
+            return set(self.seen[kind])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def _share_group(bootstrap: str, group: str) -> None:
+    """A share group that starts at the earliest records (its default is the latest)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    earliest = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    admin = _admin(bootstrap)  # kept alive until its futures resolve
+    for f in admin.incremental_alter_configs(
+        [ConfigResource(ResourceType.GROUP, group, incremental_configs=[earliest])]
+    ).values():
+        f.result(30)
+
+
+def _quiet(lines: _Lines, quiet_s: float, timeout_s: float) -> None:
+    """Until a worker has finished no new record for `quiet_s` (after finishing some)."""
+    deadline, last, count = time.monotonic() + timeout_s, time.monotonic(), 0
+    while time.monotonic() < deadline:
+        now_count = len(lines.keys("d"))
+        if now_count != count:
+            last, count = time.monotonic(), now_count
+        elif count and time.monotonic() - last >= quiet_s:
+            return
+        time.sleep(0.1)
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def redelivery_s(kind: str, where: str, bootstrap: str, topic: str, n: int) -> float:
+    """Seconds from SIGKILL of the worker holding records until the other has finished every one of them."""
+    group = f"peer-redeliver-{kind}"
+    if kind == "share":
+        _share_group(bootstrap, group)
+    holding = _Lines(["--holder", kind, where, topic, group])
+    finishing: _Lines | None = None
+    try:
+        if not _wait(lambda: len(holding.keys("r")) > 0, 60):
+            raise SystemExit(f"{kind}: the holding worker received nothing")
+        time.sleep(0.5)
+        finishing = _Lines(["--finisher", kind, where, topic, group])
+        _quiet(finishing, 2.0, 60)  # settled: the second worker finishes what it can get
+        held = holding.keys("r") - finishing.keys("d")  # still held: not finished elsewhere already
+        if not held:
+            raise SystemExit(f"{kind}: the holding worker held nothing any more when it was to be killed")
+        killed = time.monotonic()
+        holding.kill()
+        if not _wait(lambda: held <= finishing.keys("d"), 180):
+            return float("inf")
+        with finishing.lock:
+            return max(finishing.seen["d"][k] for k in held) - killed
+    finally:
+        holding.kill()
+        if finishing is not None:
+            finishing.kill()
+
+
+def poison_run(
+    kind: str, where: str, bootstrap: str, topic: str, n: int, poison: set[bytes], landed: Callable[[], bool]
+) -> tuple[float, dict[str, int]]:
+    """Seconds until every good record is finished and every poison one ended: delivered up to the limit (each
+    attempt printed) and `landed()` (ours: its copy is in the dlq lane); the attempts each poison record got."""
+    group = f"peer-poison-{kind}"
+    if kind == "share":
+        _share_group(bootstrap, group)
+    good = {f"k{i}" for i in range(n)} - {k.decode() for k in poison}
+    bad = {k.decode() for k in poison}
+    started = time.monotonic()
+    finishing = _Lines(["--finisher", kind, where, topic, group])
+    try:
+
+        def ended() -> bool:
+            with finishing.lock:
+                attempts = dict(finishing.poisoned)
+            return good <= finishing.keys("d") and all(attempts.get(k, 0) >= DELIVERY_LIMIT for k in bad)
+
+        _wait(lambda: ended() and landed(), 300)
+        took = time.monotonic() - started
+        with finishing.lock:
+            return took, dict(finishing.poisoned)
+    finally:
+        finishing.kill()
 
 
 # -- regrant after kill -9 ----------------------------------------------------------------------------------------
@@ -312,9 +516,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer records, no KIP-848 run (45 s session)")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--holder", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--finisher", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker)
+        return
+    if args.holder:
+        holder(*args.holder)
+        return
+    if args.finisher:
+        finisher(*args.finisher)
         return
     configure_logging("error")
     n = 50_000 if args.quick else 300_000
@@ -330,6 +542,50 @@ def main() -> None:
                 print(
                     f"per-record acks, {n} records: share group (explicit acks) {theirs:,.0f} records/s; streamplane "
                     f"handler API {ours:,.0f}, iterator API (msg.ack()) {ours_iter:,.0f}"
+                )
+
+                bootstrap = broker.bootstrap_servers
+                redelivery: dict[str, float] = {}
+                with CoordinatorClient(address) as client:
+                    client.create_stream("peer-held", PARTITIONS, cluster="real")
+                _topic(bootstrap, "peer-held-share", PARTITIONS)
+                held_n = 3_000
+                _fill(bootstrap, "peer-held-share", held_n)
+                _fill(bootstrap, "sp.peer-held.realtime.g1", held_n)
+                redelivery["share"] = redelivery_s("share", bootstrap, bootstrap, "peer-held-share", held_n)
+                redelivery["ours"] = redelivery_s("ours", address, bootstrap, "peer-held", held_n)
+                print(
+                    f"redelivery after kill -9 of a worker holding records: share group {redelivery['share']:.2f} s, "
+                    f"streamplane {redelivery['ours']:.2f} s",
+                    flush=True,
+                )
+
+                poison_n = 20_000
+                with CoordinatorClient(address) as client:
+                    client.create_stream("peer-poison", PARTITIONS, cluster="real")
+                    client.configure_group("peer-poison-ours", "realtime", DELIVERY_LIMIT)
+                _topic(bootstrap, "peer-poison-share", PARTITIONS)
+                poison = _fill(bootstrap, "peer-poison-share", poison_n, poison_every=1000)
+                _fill(bootstrap, "sp.peer-poison.realtime.g1", poison_n, poison_every=1000)
+                share_s, share_attempts = poison_run(
+                    "share", bootstrap, bootstrap, "peer-poison-share", poison_n, poison, lambda: True
+                )
+                with CoordinatorClient(address) as client:
+                    dlq = next(x for x in client.describe_stream("peer-poison").lanes if x.name == "dlq")
+                dlq_gen = dlq.generations[-1]
+
+                def in_dlq() -> int:
+                    return _count_records(bootstrap, dlq_gen.topic, dlq_gen.partitions)
+
+                ours_s, ours_attempts = poison_run(
+                    "ours", address, bootstrap, "peer-poison", poison_n, poison, lambda: in_dlq() >= len(poison)
+                )
+                print(
+                    f"{len(poison)} poison records in {poison_n} (0.1%): share group done in {share_s:.1f} s, each "
+                    f"delivered up to {max(share_attempts.values(), default=0)} times, then archived by the broker "
+                    f"(kept nowhere); streamplane done in {ours_s:.1f} s, each tried up to "
+                    f"{max(ours_attempts.values(), default=0)} times, {in_dlq()} in the dlq lane with their reason",
+                    flush=True,
                 )
 
                 with CoordinatorClient(address) as client:
@@ -369,7 +625,8 @@ def main() -> None:
     kip848 = f"{times['kip848'] / times['ours']:.2f}" if "kip848" in times else "n/a"
     print(
         f"share_group_vs_streamplane={ours / theirs:.2f} regrant_vs_classic={times['classic'] / times['ours']:.2f} "
-        f"regrant_vs_kip848={kip848} spark_vs_kafka_source={spark_ratio}"
+        f"regrant_vs_kip848={kip848} spark_vs_kafka_source={spark_ratio} "
+        f"redelivery_vs_share_group={redelivery['share'] / max(redelivery['ours'], 0.01):.2f}"
     )
 
 
