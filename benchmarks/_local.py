@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 from streamplane.devstack.control import LocalClusterControl
 
@@ -68,3 +71,47 @@ def register_local(client: object, bootstrap: str, control: LocalClusterControl,
     client.register_cluster(  # type: ignore[attr-defined]
         Cluster(name=name, bootstrap_servers=bootstrap, admin=ADMIN_LOCAL, control_endpoint=control.endpoint)
     )
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A Kafka engine for a benchmark: where it is, how to register it (as "local"), how to make a plain topic
+    (for a peer client), and its control channel when it is the local mock cluster."""
+
+    bootstrap: str
+    register: Callable[[object], None]
+    create_topic: Callable[[str, int], None]
+    control: LocalClusterControl | None
+
+
+@contextmanager
+def engine(kind: str, *, brokers: int = 3, heap_mb: int = 768) -> Iterator[Engine]:
+    """A real Apache Kafka broker (`kind` "kafka", from Maven Central) or librdkafka's mock cluster ("mock",
+    `brokers` of them), stopped afterwards."""
+    if kind == "mock":
+        with local_cluster(brokers) as (bootstrap, control):
+            yield Engine(
+                bootstrap,
+                lambda client: register_local(client, bootstrap, control, "local"),
+                control.create_topic,
+                control,
+            )
+        return
+    from streamplane.devstack.kafka import KafkaBroker
+    from streamplane.model import Cluster
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = KafkaBroker(Path(tmp), heap_mb=heap_mb).start()
+        try:
+            cluster = Cluster(name="local", bootstrap_servers=broker.bootstrap_servers)
+
+            def create_topic(name: str, partitions: int) -> None:
+                from confluent_kafka.admin import AdminClient, NewTopic
+
+                admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers, "log_level": 3})
+                for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+                    f.result(30)
+
+            yield Engine(broker.bootstrap_servers, lambda client: client.register_cluster(cluster), create_topic, None)  # type: ignore[attr-defined]
+        finally:
+            broker.stop()

@@ -8,6 +8,9 @@ stream and once through confluent-kafka's Producer to a plain topic, then reads 
 to the last, so group joins do not count on either side. Rounds alternate who goes first, and the ratios
 compare medians over the rounds: this machine's noise makes single runs swing by 2x and more, both ways.
 
+The records go to librdkafka's mock cluster (the default, one broker), or with `--engine kafka` to a real
+Apache Kafka broker from Maven Central (KRaft, its own JVM), what users run.
+
 The last line is `consume_vs_confluent=<ratio of records/s> produce_vs_confluent=<ratio of records/s>`.
 Goals: consume >= 1.0 (our fetch path is not slower than librdkafka's), produce >= 0.9. `--quick` runs in
 under 45 s.
@@ -32,7 +35,7 @@ from confluent_kafka import Producer as KafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _local import coordinator_process, local_cluster, register_local
+from _local import coordinator_process, engine
 from decode import make_value
 
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
@@ -143,6 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer records and rounds (under 45 s)")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--engine", choices=["mock", "kafka"], default="mock", help="the mock cluster or a real broker")
     args = parser.parse_args()
     configure_logging("warning")
     per_partition = 40_000 if args.quick else 100_000  # the local cluster keeps ~5 MiB of batches per partition
@@ -158,17 +162,21 @@ def main() -> None:
 
     with (
         tempfile.TemporaryDirectory() as tmp,
-        local_cluster(brokers=1) as (bootstrap, control),
-        coordinator_process(tmp, control) as address,
+        engine(args.engine, brokers=1) as kafka,
+        coordinator_process(tmp, kafka.control) as address,
         CoordinatorClient(address) as client,
     ):
-        register_local(client, bootstrap, control)
-        print(f"{total:,} records of ~100 bytes, {args.partitions} partitions, {rounds} round(s)", flush=True)
+        bootstrap = kafka.bootstrap
+        kafka.register(client)
+        print(
+            f"{total:,} records of ~100 bytes, {args.partitions} partitions, {rounds} round(s), engine {args.engine}",
+            flush=True,
+        )
         for r in range(rounds):
             print(f"round {r + 1}", flush=True)
             stream, topic = f"bench{r}", f"confluent-{r}"
-            client.create_stream(stream, args.partitions)
-            control.create_topic(topic, args.partitions)
+            client.create_stream(stream, args.partitions, cluster="local")
+            kafka.create_topic(topic, args.partitions)
             ours_first = r % 2 == 0  # alternate who goes first: the machine is noisy
             for who in ("ours", "theirs") if ours_first else ("theirs", "ours"):
                 if who == "ours":

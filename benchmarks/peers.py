@@ -15,8 +15,9 @@ own JVM), in one run:
 - regrant after kill -9: three worker processes read a topic under steady traffic; the one holding the most
   partitions is killed with SIGKILL; the time until every one of its partitions is read again elsewhere.
   Kafka's classic group protocol at its lowest allowed session timeout (6 s, the broker's
-  group.min.session.timeout.ms), the KIP-848 protocol (group.protocol=consumer) at the broker's default
-  session timeout (45 s; skipped with --quick), and our Assigner.
+  group.min.session.timeout.ms) and, without --quick, at its default (45 s); the KIP-848 protocol
+  (group.protocol=consumer) at the broker's session timeout (45 s, which is also the lowest it allows by
+  default; skipped with --quick); and our Assigner.
 
 - Spark's own Kafka source (spark-sql-kafka-0-10 at the installed PySpark's version, fetched with Maven)
   against `format("streamplane")`: the same preloaded records of one topic, one availableNow query each into
@@ -368,7 +369,7 @@ def worker(kind: str, where: str, topic: str, group: str, name: str) -> None:
     config = {"bootstrap.servers": where, "group.id": group, "auto.offset.reset": "latest", "log_level": 3}
     if kind == "classic":
         config |= {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
-    else:
+    elif kind == "kip848":
         config |= {"group.protocol": "consumer"}
     c = KafkaConsumer(config)
     c.subscribe([topic])
@@ -598,6 +599,7 @@ def main() -> None:
                 ]
                 if not args.quick:
                     runs.append(("kip848", broker.bootstrap_servers, "peer-regrant", "peer-regrant"))
+                    runs.append(("classic-default", broker.bootstrap_servers, "peer-regrant", "peer-regrant"))
                 for kind, where, topic, written in runs:
                     produce, stop = threading.Event(), threading.Event()
                     t = threading.Thread(target=steady, args=(broker.bootstrap_servers, written, produce, stop))

@@ -21,20 +21,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _local import coordinator_process, local_cluster, register_local
+from _local import coordinator_process, engine
 from confluent_kafka import Producer as KafkaProducer
 
 from streamplane.client import CoordinatorClient
-from streamplane.devstack.control import LocalClusterControl
-from streamplane.devstack.kafka import KafkaBroker, ensure_jars
+from streamplane.devstack.kafka import ensure_jars
 from streamplane.errors import UnavailableError
-from streamplane.model import Cluster
 from streamplane.process import usage
 
 WORKER = str(Path(__file__).with_name("_scale_worker.py"))
@@ -85,23 +81,6 @@ def idle_cost(pids: list[int], seconds: float) -> list[tuple[int, int, float]]:
     elapsed = time.monotonic() - t0
     end = [usage(p) for p in pids]
     return [(a, b, (e.cpu_s - s.cpu_s) / elapsed) for (a, b), s, e in zip(peaks, start, end, strict=True)]
-
-
-@contextmanager
-def engine(kind: str) -> Iterator[tuple[str, Callable[[CoordinatorClient], None], LocalClusterControl | None]]:
-    """(bootstrap servers, how to register the cluster as "local", its control channel if it is a local
-    cluster) of the chosen Kafka engine."""
-    if kind == "mock":
-        with local_cluster(3) as (bootstrap, control):
-            yield bootstrap, lambda client: register_local(client, bootstrap, control, "local"), control
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = KafkaBroker(Path(tmp), heap_mb=768).start()
-        try:
-            cluster = Cluster(name="local", bootstrap_servers=broker.bootstrap_servers)
-            yield broker.bootstrap_servers, lambda client: client.register_cluster(cluster), None
-        finally:
-            broker.stop()
 
 
 def drain(worker: Worker, total: int, timeout: float) -> float:
@@ -175,12 +154,13 @@ def main() -> None:
     records = 2_000_000 if args.quick else 4_000_000
     results: dict[int, dict[str, float]] = {}
     with (
-        engine(args.engine) as (bootstrap, register, control),
+        engine(args.engine) as kafka,
         tempfile.TemporaryDirectory() as tmp,
-        coordinator_process(tmp, control) as address,
+        coordinator_process(tmp, kafka.control) as address,
         CoordinatorClient(address) as client,
     ):
-        register(client)
+        bootstrap = kafka.bootstrap
+        kafka.register(client)
         print(f"engine: {args.engine} ({bootstrap})", flush=True)
         for n in counts:
             stream = f"scale{n}"
