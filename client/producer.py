@@ -504,8 +504,9 @@ class _Sender:
             try:
                 producer.produce(topic, value, key, **extra)
                 return
-            except BufferError:  # librdkafka's queue is full: let deliveries drain
-                producer.poll(0.05)
+            except BufferError:  # librdkafka's queue is full: let deliveries drain. Briefly: a producer that
+                # reports failures only has no event that ends a poll early, so it would wait out a long one
+                producer.poll(0.005)
 
     def __len__(self) -> int:
         return len(self.quiet) + (len(self.reported) if self.reported is not None else 0)
