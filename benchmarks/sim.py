@@ -1,7 +1,8 @@
 """The deterministic simulation's speed and reach.
 
 Runs clean seeds (a 60 s simulated world each: 30 s of faults, 30 s quiet) and reports seeds per second and
-simulated seconds per wall-clock second; then, for every planted bug, the seeds it takes to find it.
+simulated seconds per wall-clock second, in one process (the last line's figure) and with a process per core
+(`--jobs 0`); then, for every planted bug, the seeds it takes to find it.
 
 Goals (issue 14): every planted bug found, each within 1,000 seeds at the median; at least 50 seeds/s for a
 1-minute simulated world. The last line is
@@ -11,11 +12,12 @@ Goals (issue 14): every planted bug found, each within 1,000 seeds at the median
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 from streamplane.coordinator import planted
-from streamplane.coordinator.sim import _quiet, run_seed
+from streamplane.coordinator.sim import _quiet, run_seed, run_seeds
 
 WORLD_S = 60
 
@@ -32,6 +34,11 @@ def main() -> None:
         rate = clean_seeds / elapsed
         print(f"clean: {clean_seeds} seeds in {elapsed:.1f} s, {len(failed)} failed {failed}")
         print(f"simulated_s_per_wall_s={rate * WORLD_S:.1f}")
+        cores = os.cpu_count() or 1
+        started = time.monotonic()
+        found = [s for s, v in run_seeds(range(clean_seeds, 2 * clean_seeds), jobs=cores) if v]
+        all_cores = clean_seeds / (time.monotonic() - started)
+        print(f"with a process per core ({cores}): {all_cores:.2f} seeds/s, {len(found)} failed {found}")
         to_find: dict[str, int] = {}
         for bug in planted.ALL:
             for seed in range(search):

@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import collections
 import itertools
 import math
+import os
 import random
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -657,7 +660,7 @@ def _cluster(name: str) -> Cluster:
 @contextmanager
 def _quiet() -> Iterator[None]:
     """The domain logs each seal and drain; a run of many seeds would print thousands of lines."""
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    _quiet_process()
     try:
         yield
     finally:
@@ -727,7 +730,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plant", action="append", default=[], choices=planted.ALL, help="switch a planted bug on")
     parser.add_argument("--keep", help="with --seed: only these faults of its schedule (positions, comma-separated)")
     parser.add_argument("--shrink", action="store_true", help="with --seed: reduce a failing run's faults")
+    parser.add_argument("--jobs", type=int, default=1, help="worlds run at once, each in a process (0: one per core)")
     args = parser.parse_args(argv)
+    if args.jobs < 0:
+        parser.error(f"--jobs takes 0 (one per core) or more, not {args.jobs}")
+    jobs = args.jobs or os.cpu_count() or 1
     plant = tuple(args.plant)
     if (args.keep is not None or args.shrink) and args.seed is None:
         parser.error("--keep and --shrink take one seed: give --seed")
@@ -743,12 +750,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         seeds, total = range(args.first, args.first + args.seeds), str(args.seeds)
     failures, started = 0, time.monotonic()
-    deadline = started + (args.hours or 0) * 3600
+    deadline = started + args.hours * 3600 if args.hours is not None else None
     with _quiet():
-        for i, seed in enumerate(seeds, 1):
-            if args.hours is not None and time.monotonic() >= deadline:
-                break
-            found = run_seed(seed, plant=plant)
+        for i, (seed, found) in enumerate(run_seeds(seeds, plant, jobs=jobs, deadline=deadline), 1):
             if found:
                 failures += 1
                 print(f"FAIL {found}\n  replay: {replay_command(seed, plant)}", flush=True)
@@ -757,6 +761,37 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"sim: {i}/{total} seeds, {failures} failed, {elapsed:.0f} s", file=sys.stderr)
     print(f"sim: done, {failures} failed, {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 1 if failures else 0
+
+
+def run_seeds(
+    seeds: Iterable[int], plant: tuple[str, ...] = (), *, jobs: int = 1, deadline: float | None = None
+) -> Iterator[tuple[int, str | None]]:
+    """(seed, the violation it found or None) for each seed in order, `jobs` worlds at once (each in a process
+    of its own: a world is single-threaded Python), starting none after `deadline` (time.monotonic())."""
+    if jobs == 1:
+        for seed in seeds:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            yield seed, run_seed(seed, plant=plant)
+        return
+    with ProcessPoolExecutor(jobs, initializer=_quiet_process) as pool:
+        pending: collections.deque[tuple[int, Future[str | None]]] = collections.deque()
+        upcoming = iter(seeds)
+        while True:
+            while len(pending) < 2 * jobs and (deadline is None or time.monotonic() < deadline):
+                following = next(upcoming, None)
+                if following is None:
+                    break
+                pending.append((following, pool.submit(run_seed, following, plant=plant)))
+            if not pending:
+                return
+            seed, result = pending.popleft()
+            yield seed, result.result()
+
+
+def _quiet_process() -> None:
+    """Errors only, in this process (see `_quiet`)."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
 
 
 def _one(seed: int, plant: tuple[str, ...], keep_text: str | None, shrinking: bool) -> int:

@@ -8,7 +8,8 @@ import os
 import pytest
 
 from streamplane.coordinator import planted
-from streamplane.coordinator.sim import replay_command, run_seed
+from streamplane.coordinator.sim import main as sim_main
+from streamplane.coordinator.sim import replay_command, run_seed, run_seeds
 
 SEEDS = int(os.environ.get("STREAMPLANE_SIM_SEEDS", "24"))
 """Seeds per CI run (about a second each); STREAMPLANE_SIM_SEEDS=1000 for a long run."""
@@ -76,3 +77,21 @@ def test_a_failing_seed_shrinks_to_the_faults_that_matter() -> None:
     assert 0 < len(keep) < len(schedule(3)), "fewer faults, and still some"
     assert run_seed(3, plant=plant, keep=keep) is not None, "the shortened schedule still fails"
     assert run_seed(3, plant=plant, keep=()) is None, "with no fault at all, the planted bug stays hidden"
+
+
+def test_worlds_run_in_parallel_processes_give_each_seed_its_own_answer_in_order() -> None:
+    """`--jobs`: seeds spread over processes come back in seed order, each with the violation it found, the
+    same as one after another (a planted bug makes some of them fail)."""
+    seeds = range(4)
+    alone = list(run_seeds(seeds, (planted.STALE_EPOCH,)))
+    together = list(run_seeds(seeds, (planted.STALE_EPOCH,), jobs=2))
+    assert together == alone
+    assert [s for s, _ in together] == list(seeds)
+    assert any(found for _, found in together), "the planted bug was found in none of them: the check checks nothing"
+
+
+def test_jobs_must_not_be_negative(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        sim_main(["--seeds", "1", "--jobs", "-1"])
+    assert exit_info.value.code == 2
+    assert "--jobs takes 0 (one per core) or more" in capsys.readouterr().err
