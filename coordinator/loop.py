@@ -75,8 +75,9 @@ class BackgroundLoop:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            watch = self._watch()
-            due = self._pass() if self._is_leader() else None
+            leader = self._is_leader()
+            watch = self._watch() if leader else None  # a standby only looks again at every interval
+            due = self._pass() if leader else None
             now = self._clock.now_ms()
             wait_ms = next_pass_ms(due, now, self._interval_ms) - now
             if watch is None:
