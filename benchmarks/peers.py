@@ -461,39 +461,21 @@ def spark_rows_per_s(address: str, bootstrap: str, n: int, rounds: int) -> tuple
     """Best rows/s of each source over `rounds` availableNow queries into noop on local[2], both reading the same
     `n` records of the stream's topic: (ours, Spark's Kafka source)."""
     import pyspark
-    from pyspark.sql import SparkSession
-    from spark import timed_rows_per_s
+    from spark import local_spark, streamplane_stream, timed_rows_per_s
 
     from streamplane.devstack.kafka import spark_kafka_jars
-    from streamplane.spark import register
 
     jars = spark_kafka_jars(pyspark.__version__)
     with CoordinatorClient(address) as client:
         client.create_stream("peer-spark", PARTITIONS, cluster="real")
     topic = "sp.peer-spark.realtime.g1"
     _fill(bootstrap, topic, n)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent.parent / "tests" / "spark_conf"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.jars", ",".join(str(j) for j in jars))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    register(spark)
+    spark = local_spark(jars)
     ours, theirs = [], []
     try:
         with tempfile.TemporaryDirectory(prefix="peers-spark-") as tmp:
             for r in range(rounds):
-                df = (
-                    spark.readStream.format("streamplane")
-                    .option("coordinator", address)
-                    .option("stream", "peer-spark")
-                    .option("group", f"peer-spark-{r}")
-                    .load()
-                )
+                df = streamplane_stream(spark, address, "peer-spark", f"peer-spark-{r}")
                 ours.append(timed_rows_per_s(df, f"{tmp}/ours-{r}"))
                 df = (
                     spark.readStream.format("kafka")

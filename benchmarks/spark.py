@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -99,6 +100,34 @@ def ceiling_source(rows_per_partition: int) -> type:
     return Ceiling
 
 
+def local_spark(jars: list[Path] | tuple[Path, ...] = ()) -> Any:
+    """A quiet local[2] SparkSession with `format("streamplane")` registered (and `jars` on its classpath)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent.parent / "tests" / "spark_conf"))
+    from pyspark.sql import SparkSession
+
+    from streamplane.spark import register
+
+    builder = SparkSession.builder.master("local[2]")
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+    spark = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    register(spark)
+    return spark
+
+
+def streamplane_stream(spark: Any, address: str, stream: str, group: str) -> Any:
+    """A streaming DataFrame of `stream` read by `group` through our source."""
+    return (
+        spark.readStream.format("streamplane")
+        .option("coordinator", address)
+        .option("stream", stream)
+        .option("group", group)
+        .load()
+    )
+
+
 def timed_rows_per_s(df: object, checkpoint: str) -> float:
     query = df.writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(availableNow=True).start()  # type: ignore[attr-defined]
     query.awaitTermination()
@@ -116,9 +145,6 @@ def main() -> None:
     per_partition = 60_000 if args.quick else 120_000  # the local cluster keeps ~5 MiB of batches per partition
     rounds = 3 if args.quick else 5
     total = per_partition * PARTITIONS
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent.parent / "tests" / "spark_conf"))
     started = time.monotonic()
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -141,29 +167,12 @@ def main() -> None:
         producer.flush(60)
         print(f"{total:,} rows of ~100 bytes on {PARTITIONS} partitions; starting Spark", flush=True)
 
-        from pyspark.sql import SparkSession
-
-        from streamplane.spark import register
-
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
-        register(spark)
+        spark = local_spark()
         spark.dataSource.register(ceiling_source(per_partition))
         print(f"Spark ready after {time.monotonic() - started:.0f} s", flush=True)
         ours, ceiling = [], []
         for r in range(rounds):
-            df = (
-                spark.readStream.format("streamplane")
-                .option("coordinator", address)
-                .option("stream", "bench")
-                .option("group", f"bench-{r}")
-                .load()
-            )
-            ours.append(timed_rows_per_s(df, f"{tmp}/ours-{r}"))
+            ours.append(timed_rows_per_s(streamplane_stream(spark, address, "bench", f"bench-{r}"), f"{tmp}/ours-{r}"))
             ceiling.append(timed_rows_per_s(spark.readStream.format("arrowceiling").load(), f"{tmp}/ceil-{r}"))
             print(
                 f"round {r + 1}: streamplane {ours[-1]:>12,.0f} rows/s   ceiling {ceiling[-1]:>12,.0f} rows/s",

@@ -9,17 +9,9 @@ import time
 from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.errors import UnavailableError
+from tests.helpers import wait_until
 
 WAKE = b"\x02test/wake"
-
-
-def _wait_for(condition, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_a_failing_pass_is_logged_and_the_loop_goes_on() -> None:
@@ -33,7 +25,7 @@ def test_a_failing_pass_is_logged_and_the_loop_goes_on() -> None:
     loop = BackgroundLoop("t", run_once, interval_ms=10)
     loop.start()
     try:
-        assert _wait_for(lambda: len(passes) >= 6)
+        wait_until(lambda: len(passes) >= 6)
     finally:
         loop.stop()
 
@@ -47,7 +39,7 @@ def test_only_the_leader_runs_passes() -> None:
         time.sleep(0.2)
         assert passes == []
         leader.set()
-        assert _wait_for(lambda: len(passes) >= 2)
+        wait_until(lambda: len(passes) >= 2)
     finally:
         loop.stop()
 
@@ -63,11 +55,11 @@ def test_a_watched_change_wakes_it_before_the_time_its_pass_named(tmp_path) -> N
     loop = BackgroundLoop("t", run_once, interval_ms=10, wake=lambda: db.transact(lambda tr: tr.watch(WAKE)))
     loop.start()
     try:
-        assert _wait_for(lambda: len(passes) == 1)
+        wait_until(lambda: len(passes) == 1)
         time.sleep(0.3)
         assert len(passes) == 1  # the named time is kept: no pass every interval
         db.transact(lambda tr: tr.set(WAKE, b"1"))
-        assert _wait_for(lambda: len(passes) == 2, timeout_s=2)
+        wait_until(lambda: len(passes) == 2, timeout=2)
     finally:
         started = time.monotonic()
         loop.stop()
