@@ -1,8 +1,9 @@
 """A worker process for benchmarks/scale.py: a streamplane Consumer (`run` with a no-op handler, or
 `run_batches`) or a confluent-kafka consumer (`poll()` or `consume(num_messages=1000)`) on the same topic.
-Prints {"pid": ...} once started; answers "count" on stdin with the records processed so far and its
+Prints {"pid": ...} once started; answers "count" on stdin with the records processed so far, its
 monotonic clock when it read that count (the same clock on every process of the machine, so a busy worker's
-late answer does not skew a rate); "stop" ends it."""
+late answer does not skew a rate) and, for a streamplane worker, how many leases it holds (null for
+confluent-kafka's, which is assigned every partition at once); "stop" ends it."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ def main() -> None:
     configure_logging("warning")
     count = [0]
     stop = threading.Event()
+    consumer: Consumer | None = None
 
     def commands() -> None:
         for line in sys.stdin:
             if line.strip() == "count":
-                print(json.dumps({"count": count[0], "t": time.monotonic()}), flush=True)
+                leases = len(consumer.leases) if consumer is not None else None
+                print(json.dumps({"count": count[0], "t": time.monotonic(), "leases": leases}), flush=True)
             elif line.strip() == "stop":
                 stop.set()
                 return
