@@ -221,7 +221,9 @@ class FetchLoop:
 
         def add() -> None:
             self._remove(key)
-            self._cluster(cluster)
+            c = self._cluster(cluster)
+            if c.backoff_s == METADATA_BACKOFF_S[0]:  # its last metadata request did not fail
+                c.next_metadata = 0.0  # route a newcomer now: the pause between requests is for lost leaders
             self._parts[key] = _Partition(key, cluster, topic, partition, receiver, position)
 
         self._do(add)

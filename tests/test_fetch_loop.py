@@ -300,3 +300,19 @@ def test_with_a_rack_the_loop_reads_from_the_replica_the_leader_names() -> None:
             loop.close()
     finally:
         cluster.close()
+
+
+def test_a_partition_added_after_a_metadata_request_is_routed_in_the_next_round(one_broker: MockCluster) -> None:
+    """Grants arrive one by one: the pause between metadata requests (for leaders that were lost) must not hold
+    a newcomer back, or it misses the Fetch sent next and waits out a long poll (0.5 s) before its first read."""
+    one_broker.create_topic("burst", 2)
+    loop = make_loop(start=False)
+    try:
+        got = [Collect(loop) for _ in range(2)]
+        loop.add("burst/0", one_broker.bootstrap_servers, "burst", 0, -1, got[0])
+        loop._round()  # routes partition 0 (one metadata request) and sends its first Fetch
+        loop.add("burst/1", one_broker.bootstrap_servers, "burst", 1, -1, got[1])
+        loop._round()
+        assert loop._parts["burst/1"].node >= 0, "partition 1 waited for the pause between metadata requests"
+    finally:
+        loop.close()
