@@ -6,8 +6,14 @@ setup(
     ext_modules=[
         Extension(
             "streamplane._native",
-            sources=["native/src/module.c", "native/src/decode.c", "native/src/codecs.c", "native/src/crc32c.c"],
-            depends=["native/src/spdecode.h"],
+            sources=[
+                "native/src/module.c",
+                "native/src/decode.c",
+                "native/src/codecs.c",
+                "native/src/crc32c.c",
+                "native/src/lanes.c",
+            ],
+            depends=["native/src/spdecode.h", "native/src/lanes.h"],
             libraries=["zstd", "z", "lz4", "snappy"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
         )

@@ -37,6 +37,7 @@ from confluent_kafka import Producer as KafkaProducer
 from streamplane.client import metrics
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls
+from streamplane.client.lanes import Lane, Lanes
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
 from streamplane.model import ClusterErrors, ClusterHealthChanged, FailedOver, Generation
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
@@ -125,6 +126,7 @@ class Producer:
         """{bootstrap servers: a warm librdkafka producer} for clusters a failover may move a lane to (see
         `_warm`): a fresh idempotent producer waits about 500 ms for its producer id; a warm one has it."""
         self._active: dict[tuple[str, str], _Sender] = {}  # the sender of each lane's current route
+        self._lanes = Lanes(self._produce, self._lock)  # the fast path to each one's quiet librdkafka producer
         self._resend: list[tuple[Any, Route, Any]] = []
         self.failed = 0
         """Records whose delivery finally failed (each also logged, and reported to its on_delivery)."""
@@ -216,6 +218,7 @@ class Producer:
             if old is None or new.generation >= old.generation:
                 self._routes[(stream, lane)] = new
                 self._active.pop((stream, lane), None)
+                self._lanes.drop(stream, lane)
         if old is not None and old.generation != new.generation:
             log.info("producer.switched", stream=stream, lane=lane, previous=old.generation, current=new.generation)
 
@@ -290,18 +293,21 @@ class Producer:
         None) or has finally failed. Records with and without `on_delivery` go through separate librdkafka
         instances, so their relative order is not kept (order among records of one kind is).
         """
+        route: Route = self._lanes(stream, value, key, lane, headers, on_delivery)
+        return route
+
+    def _produce(
+        self,
+        stream: str,
+        value: bytes | None,
+        key: bytes | None,
+        lane: str,
+        headers: dict[str, bytes | None] | list[tuple[str, bytes | None]] | None,
+        on_delivery: Callable[[Any, Any], None] | None,
+    ) -> Route:
+        """What the fast path (`_lanes`) leaves: a lane not routed yet, headers, on_delivery, a full queue."""
         if self._closed.is_set():
             raise StreamplaneError("the producer is closed")
-        if headers is None and on_delivery is None:  # the common case, kept short
-            with self._lock:
-                sender = self._active.get((stream, lane))
-                if sender is not None:
-                    try:
-                        sender.quiet.produce(sender.route.topic, value, key)
-                        sender.produced += 1
-                        return sender.route
-                    except BufferError:
-                        pass  # the general path below waits for room
         if isinstance(headers, dict):
             headers = list(headers.items())
         # Under the lock that switches routes and snapshots what is in flight (see _heartbeat): a record is
@@ -310,12 +316,13 @@ class Producer:
             sender = self._active.get((stream, lane))
             if sender is None and (route := self._routes.get((stream, lane))) is not None:
                 sender = self._active[(stream, lane)] = self._sender(route)
+                self._lanes.set(stream, lane, sender.lane)
             if sender is not None:
                 sender.send(value, key, headers, 0, on_delivery)
-                sender.produced += 1
+                sender.slow_produced += 1
                 return sender.route
         self.route(stream, lane)
-        return self.produce(stream, value, key, lane, headers, on_delivery)
+        return self._produce(stream, value, key, lane, headers, on_delivery)
 
     def _cluster_error(self, cluster: str, err: Any) -> None:
         """librdkafka's error callback (a cluster's brokers refuse or drop connections), and records whose
@@ -407,6 +414,8 @@ class Producer:
         """Flush, end the session, stop following the topology; the number of records not acknowledged."""
         left = self.flush(timeout_s)
         self._closed.set()
+        with self._lock:
+            self._lanes.clear()  # every record now takes the general path, which refuses it
         self._beat_now.set()
         self._poller.join(timeout=5)
         self._beater.join(timeout=5)  # a heartbeat under way ends before its channel closes
@@ -484,7 +493,8 @@ class _Sender:
                     "on_delivery": lambda err, msg: owner._failed(route.key, err, msg),
                 }
             )
-        self.produced = 0
+        self.lane = Lane(self.quiet.produce, route.topic, route)
+        self.slow_produced = 0  # records sent by send(), under the owner's lock; the fast path counts in `lane`
         self._counted = 0
 
     def send(self, value: Any, key: Any, headers: Any, ts: int, on_delivery: Any) -> None:
@@ -519,6 +529,10 @@ class _Sender:
 
     def flush(self, timeout_s: float) -> int:
         return sum(p.flush(timeout_s) for p in self._all())
+
+    @property
+    def produced(self) -> int:
+        return self.lane.produced + self.slow_produced
 
     def count_produced(self) -> None:
         n, self._counted = self.produced - self._counted, self.produced

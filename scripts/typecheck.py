@@ -57,6 +57,7 @@ STRICT = [
     "streamplane.coordinator.session_writer",
     # the client's public API
     "streamplane.client.credentials",
+    "streamplane.client.lanes",
     "streamplane.client.coordinator",
     "streamplane.client.session",
     "streamplane.client.producer",

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
-from streamplane.errors import InvalidArgumentError, NotFoundError, UnavailableError
+from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError, UnavailableError
 from tests.helpers import free_port, register_local_clusters, wait_until
 
 
@@ -53,6 +53,29 @@ def test_records_follow_a_failover_and_none_is_lost(address: str, local_cluster)
     g2 = read_topic(bootstrap, "sp.purchases.realtime.g2", 100)
     assert [r.value for r in g1 + g2] == [b"%d" % i for i in range(200)]
     assert before - 1 <= g1[0].timestamp <= g2[-1].timestamp <= time.time() * 1000, "stamped with the ingestion time"
+
+
+def test_plain_records_take_the_fast_path_across_a_failover_and_none_is_lost(address: str, local_cluster) -> None:
+    """Records without headers or on_delivery go straight to librdkafka; a switch drops the old route from
+    that path, so the next record goes to the new generation and the old one is flushed, not abandoned."""
+    bootstrap, _ = local_cluster
+    with CoordinatorClient(address) as client:
+        client.create_stream("fastpath", 1, cluster="east")  # its topics are this test's alone
+    with Producer(address, **{"linger.ms": 5}) as producer:
+        for i in range(100):
+            producer.produce("fastpath", b"%d" % i, key=b"k")
+        with CoordinatorClient(address) as client:
+            client.failover("fastpath", "realtime", "west")
+        wait_until(lambda: producer.route("fastpath").generation == 2, timeout=5)
+        routes = {producer.produce("fastpath", b"%d" % i).generation for i in range(100, 200)}
+        assert routes == {2}
+        assert producer.flush() == 0
+    g1 = read_topic(bootstrap, "sp.fastpath.realtime.g1", 100)
+    g2 = read_topic(bootstrap, "sp.fastpath.realtime.g2", 100)
+    assert [r.value for r in g1 + g2] == [b"%d" % i for i in range(200)]
+    assert all(r.key == b"k" for r in g1)
+    with pytest.raises(StreamplaneError, match="closed"):
+        producer.produce("fastpath", b"after close")
 
 
 def test_bad_input(address: str) -> None:

@@ -8,6 +8,7 @@
 
 #include <structmember.h>
 
+#include "lanes.h"
 #include "spdecode.h"
 
 /* Record sets at least this large (compressed) decode with the GIL released. */
@@ -608,6 +609,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_INCREF(&BufferType);
     if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0) {
         Py_DECREF(&BufferType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (sp_lanes_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
