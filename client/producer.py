@@ -21,6 +21,7 @@ Delivery callbacks run on the producer's background thread (or in `poll()`/`flus
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -310,19 +311,50 @@ class Producer:
             raise StreamplaneError("the producer is closed")
         if isinstance(headers, dict):
             headers = list(headers.items())
-        # Under the lock that switches routes and snapshots what is in flight (see _heartbeat): a record is
-        # either counted in flight to its generation or routed to the new one, never neither.
-        with self._lock:
+
+        def active() -> _Sender | None:  # called under the lock
             sender = self._active.get((stream, lane))
             if sender is None and (route := self._routes.get((stream, lane))) is not None:
                 sender = self._active[(stream, lane)] = self._sender(route)
                 self._lanes.set(stream, lane, sender.lane)
-            if sender is not None:
-                sender.send(value, key, headers, 0, on_delivery)
-                sender.slow_produced += 1
-                return sender.route
-        self.route(stream, lane)
-        return self._produce(stream, value, key, lane, headers, on_delivery)
+            return sender
+
+        sender = self._send(active, value, key, headers, 0, on_delivery)
+        if sender is None:
+            self.route(stream, lane)
+            return self._produce(stream, value, key, lane, headers, on_delivery)
+        with self._lock:
+            sender.slow_produced += 1
+        return sender.route
+
+    def _send(
+        self,
+        pick: Callable[[], _Sender | None],
+        value: bytes | None,
+        key: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+        ts: int,
+        on_delivery: Callable[[Any, Any], None] | None,
+    ) -> _Sender | None:
+        """Hand a record to the sender `pick()` names; that sender, or None when it names none.
+
+        Under the lock that switches routes and snapshots what is in flight (see _heartbeat): a record is
+        either counted in flight to its generation or routed to the new one, never neither. While librdkafka's
+        queue is full it waits outside the lock: delivery reports are served meanwhile, and their callbacks
+        take the lock and run the application's code, which may produce."""
+        while True:
+            with self._lock:
+                sender = pick()
+                if sender is None:
+                    return None
+                try:
+                    sender.send(value, key, headers, ts, on_delivery)
+                    return sender
+                except BufferError:
+                    pass
+            if self._closed.is_set():
+                raise StreamplaneError("the producer is closed")
+            sender.wait_for_room(on_delivery is not None)
 
     def _cluster_error(self, cluster: str, err: Any) -> None:
         """librdkafka's error callback (a cluster's brokers refuse or drop connections), and records whose
@@ -365,9 +397,18 @@ class Producer:
                 spare.poll(0)
             for msg, route, on_delivery in resend:
                 log.info("producer.resend", topic=msg.topic(), to=route.topic)
-                with self._lock:
-                    sender = self._sender(route)
-                    sender.send(msg.value(), msg.key(), msg.headers(), msg.timestamp()[1], on_delivery)
+                try:
+                    self._send(
+                        functools.partial(self._sender, route),
+                        msg.value(),
+                        msg.key(),
+                        msg.headers(),
+                        msg.timestamp()[1],
+                        on_delivery,
+                    )
+                except StreamplaneError:  # closed while librdkafka's queue was full
+                    self.failed += 1
+                    log.error("producer.delivery_failed", topic=msg.topic(), to=route.topic, error="closed")
             for sender in senders:
                 sender.poll()
             self._retire(senders)
@@ -498,7 +539,8 @@ class _Sender:
         self._counted = 0
 
     def send(self, value: Any, key: Any, headers: Any, ts: int, on_delivery: Any) -> None:
-        """Hand one record to librdkafka; `ts` 0 lets it stamp the time of this call (CreateTime)."""
+        """Hand one record to librdkafka; `ts` 0 lets it stamp the time of this call (CreateTime). Raises
+        BufferError while librdkafka's queue is full (see wait_for_room)."""
         if on_delivery is None:
             producer, extra = self.quiet, dict[str, Any]()
         else:
@@ -509,14 +551,14 @@ class _Sender:
             extra["headers"] = headers
         if ts:
             extra["timestamp"] = ts
-        topic = self.route.topic
-        while True:
-            try:
-                producer.produce(topic, value, key, **extra)
-                return
-            except BufferError:  # librdkafka's queue is full: let deliveries drain. Briefly: a producer that
-                # reports failures only has no event that ends a poll early, so it would wait out a long one
-                producer.poll(0.005)
+        producer.produce(self.route.topic, value, key, **extra)
+
+    def wait_for_room(self, reported: bool) -> None:
+        """Let deliveries drain from the producer records with (`reported`) or without on_delivery go to.
+        Briefly: one that reports failures only has no event that ends a poll early, so it would wait out a
+        long one."""
+        producer = self.reported if reported and self.reported is not None else self.quiet
+        producer.poll(0.005)
 
     def __len__(self) -> int:
         return len(self.quiet) + (len(self.reported) if self.reported is not None else 0)

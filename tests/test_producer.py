@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -76,6 +77,33 @@ def test_plain_records_take_the_fast_path_across_a_failover_and_none_is_lost(add
     assert all(r.key == b"k" for r in g1)
     with pytest.raises(StreamplaneError, match="closed"):
         producer.produce("fastpath", b"after close")
+
+
+def test_delivery_callbacks_may_produce_while_the_queue_is_full(address: str) -> None:
+    """A full librdkafka queue makes produce() wait, serving delivery reports meanwhile. Their callbacks run
+    the application's code, which may produce (here: one follow-up record to the dlq lane for each record):
+    waiting must not hold the producer's lock, or that callback deadlocks the producer."""
+    with CoordinatorClient(address) as client:
+        client.create_stream("chain", 1, cluster="east")  # its own: the metrics test counts purchases' records
+    follow_ups: list[int] = []
+    finished = threading.Event()
+
+    def write() -> None:
+        with Producer(address, **{"queue.buffering.max.messages": 2, "linger.ms": 0}) as producer:
+
+            def delivered(err: object, msg: object) -> None:
+                producer.produce("chain", b"follow-up", lane="dlq")
+                follow_ups.append(1)
+
+            for i in range(50):
+                producer.produce("chain", b"%d" % i, on_delivery=delivered)
+            assert producer.flush(10) == 0
+        finished.set()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert finished.wait(30), "produce() deadlocked in a delivery callback"
+    assert len(follow_ups) == 50
 
 
 def test_bad_input(address: str) -> None:
