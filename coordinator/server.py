@@ -200,9 +200,7 @@ def start(
         topology_pb2_grpc.add_TopologyServiceServicer_to_server(
             TopologyServicer(topology, sealer, guard=guard, probes=autopilot.probes), server
         )
-        commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(
-            CommitLogServicer(commit_log, guard=guard), server
-        )
+        commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(commit_log, guard=guard), server)
         hub = SessionHub(assigner, loop.loop)
         assigner_pb2_grpc.add_AssignerServiceServicer_to_server(
             AssignerServicer(assigner, hub, guard=guard, hello_timeout_s=hello_timeout_s), server
