@@ -23,15 +23,21 @@ from typing import Any
 
 from streamplane.native._loaded import USE_NATIVE, _native
 
+POLL_EVERY = 1024
+"""Every this many records the fast path serves its producer's delivery reports (poll(0)), as a
+confluent-kafka application does: in the producing thread they cost only the reports themselves, where the
+producer's background thread has to take the GIL from that thread once a record (measured: 0.80 of
+confluent-kafka's rate without it, 0.94 with it). The C version uses the same number."""
+
 
 class PyLane:
-    """Where the fast path sends one lane's records: librdkafka's `produce(topic, value, key)`, the topic of
-    the lane's active generation, and the route `Producer.produce` returns; `produced` counts them."""
+    """Where the fast path sends one lane's records: librdkafka's `produce(topic, value, key)` and `poll`, the
+    topic of the lane's active generation, and the route `Producer.produce` returns; `produced` counts them."""
 
-    __slots__ = ("produce", "produced", "route", "topic")
+    __slots__ = ("poll", "produce", "produced", "route", "topic")
 
-    def __init__(self, produce: Callable[..., Any], topic: str, route: Any) -> None:
-        self.produce, self.topic, self.route, self.produced = produce, topic, route, 0
+    def __init__(self, produce: Callable[..., Any], poll: Callable[[float], Any], topic: str, route: Any) -> None:
+        self.produce, self.poll, self.topic, self.route, self.produced = produce, poll, topic, route, 0
 
 
 class PyLanes:
@@ -58,10 +64,14 @@ class PyLanes:
                     try:
                         to.produce(to.topic, value, key)
                     except BufferError:
-                        pass  # librdkafka's queue is full: the general path waits for room
+                        to = None  # librdkafka's queue is full: the general path waits for room
                     else:
                         to.produced += 1
-                        return to.route
+                        due = to.produced % POLL_EVERY == 0
+            if to is not None:
+                if due:
+                    to.poll(0)  # outside the lock: a delivery callback takes it
+                return to.route
         return self._general(stream, value, key, lane, headers, on_delivery)
 
     def set(self, stream: str, lane: str, to: PyLane) -> None:

@@ -534,7 +534,7 @@ class _Sender:
                     "on_delivery": lambda err, msg: owner._failed(route.key, err, msg),
                 }
             )
-        self.lane = Lane(self.quiet.produce, route.topic, route)
+        self.lane = Lane(self.quiet.produce, self.quiet.poll, route.topic, route)
         self.slow_produced = 0  # records sent by send(), under the owner's lock; the fast path counts in `lane`
         self._counted = 0
 

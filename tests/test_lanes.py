@@ -23,11 +23,16 @@ class Kafka:
     def __init__(self) -> None:
         self.sent: list[tuple[Any, ...]] = []
         self.raises: Exception | None = None
+        self.polls: list[float] = []
 
     def produce(self, topic: str, value: Any, key: Any) -> None:
         if self.raises is not None:
             raise self.raises
         self.sent.append((topic, value, key))
+
+    def poll(self, timeout: float) -> int:
+        self.polls.append(timeout)
+        return 0
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
@@ -43,7 +48,7 @@ def table(request: pytest.FixtureRequest) -> tuple[Any, Any, Kafka, list]:
 
     kafka = Kafka()
     table = make_lanes(general, threading.Lock())
-    lane = make_lane(kafka.produce, "sp.logs.realtime.g1", "route-g1")
+    lane = make_lane(kafka.produce, kafka.poll, "sp.logs.realtime.g1", "route-g1")
     table.set("logs", "realtime", lane)
     return table, lane, kafka, general_calls
 
@@ -105,3 +110,16 @@ def test_a_dropped_lane_and_a_cleared_table_take_the_general_path(table) -> None
     produce.clear()
     assert produce("logs", b"c") == "general"
     assert [c[1] for c in general_calls] == [b"a", b"c"] and kafka.sent == [("sp.logs.realtime.g1", b"b", None)]
+
+
+def test_the_fast_path_serves_delivery_reports_every_so_many_records(table) -> None:
+    """As a confluent-kafka application polls now and then: the producing thread serves its own reports."""
+    produce, lane, kafka, _ = table
+    for i in range(lanes.POLL_EVERY - 1):
+        produce("logs", b"%d" % i)
+    assert kafka.polls == []
+    produce("logs", b"last")
+    assert kafka.polls == [0]
+    for i in range(lanes.POLL_EVERY):
+        produce("logs", b"%d" % i)
+    assert kafka.polls == [0, 0] and lane.produced == 2 * lanes.POLL_EVERY

@@ -19,23 +19,30 @@
 typedef struct {
     PyObject_HEAD
     PyObject *produce;
+    PyObject *poll;
     PyObject *topic;
     PyObject *route;
     Py_ssize_t produced;
 } Lane;
 
+/* Every this many records the fast path serves the producer's delivery reports itself (poll(0)): see
+ * POLL_EVERY in streamplane.client.lanes, which has the same number. */
+#define POLL_EVERY 1024
+
 static int Lane_init(Lane *self, PyObject *args, PyObject *kwds) {
-    static char *kws[] = {"produce", "topic", "route", NULL};
-    PyObject *produce, *topic, *route;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OUO", kws, &produce, &topic, &route)) return -1;
-    if (!PyCallable_Check(produce)) {
-        PyErr_SetString(PyExc_TypeError, "produce must be callable");
+    static char *kws[] = {"produce", "poll", "topic", "route", NULL};
+    PyObject *produce, *poll, *topic, *route;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOUO", kws, &produce, &poll, &topic, &route)) return -1;
+    if (!PyCallable_Check(produce) || !PyCallable_Check(poll)) {
+        PyErr_SetString(PyExc_TypeError, "produce and poll must be callable");
         return -1;
     }
     Py_INCREF(produce);
+    Py_INCREF(poll);
     Py_INCREF(topic);
     Py_INCREF(route);
     Py_XSETREF(self->produce, produce);
+    Py_XSETREF(self->poll, poll);
     Py_XSETREF(self->topic, topic);
     Py_XSETREF(self->route, route);
     return 0;
@@ -43,12 +50,14 @@ static int Lane_init(Lane *self, PyObject *args, PyObject *kwds) {
 
 static int Lane_traverse(Lane *self, visitproc visit, void *arg) {
     Py_VISIT(self->produce);
+    Py_VISIT(self->poll);
     Py_VISIT(self->route);
     return 0;
 }
 
 static int Lane_clear(Lane *self) {
     Py_CLEAR(self->produce);
+    Py_CLEAR(self->poll);
     Py_CLEAR(self->topic);
     Py_CLEAR(self->route);
     return 0;
@@ -62,6 +71,7 @@ static void Lane_dealloc(Lane *self) {
 
 static PyMemberDef Lane_members[] = {
     {"produce", T_OBJECT, offsetof(Lane, produce), READONLY, "librdkafka's produce(topic, value, key)"},
+    {"poll", T_OBJECT, offsetof(Lane, poll), READONLY, "librdkafka's poll(timeout)"},
     {"topic", T_OBJECT, offsetof(Lane, topic), READONLY, "the topic of the lane's active generation"},
     {"route", T_OBJECT, offsetof(Lane, route), READONLY, "what produce() returns for a record sent here"},
     {"produced", T_PYSSIZET, offsetof(Lane, produced), READONLY, "records the fast path sent here"},
@@ -78,7 +88,7 @@ static PyTypeObject LaneType = {
     .tp_clear = (inquiry)Lane_clear,
     .tp_members = Lane_members,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Lane(produce, topic, route): where the fast path sends one lane's records.",
+    .tp_doc = "Lane(produce, poll, topic, route): where the fast path sends one lane's records.",
 };
 
 /* -- Lanes: {stream: {lane: Lane}}, called as produce(stream, value, key=None, lane=..., headers=None,
@@ -92,7 +102,7 @@ typedef struct {
     PyObject *lock; /* kept for the Python version's signature; not taken here (see the top) */
 } Lanes;
 
-static PyObject *str_realtime, *kw_key, *kw_lane, *kw_headers, *kw_on_delivery;
+static PyObject *zero, *str_realtime, *kw_key, *kw_lane, *kw_headers, *kw_on_delivery;
 
 /* The general path, called with what the caller gave. */
 static PyObject *general(Lanes *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -136,7 +146,14 @@ static PyObject *Lanes_vectorcall(Lanes *self, PyObject *const *args, size_t nar
         return general(self, args, nargsf, kwnames);
     }
     Py_DECREF(done);
-    to->produced++;
+    if (++to->produced % POLL_EVERY == 0) {
+        PyObject *served = PyObject_CallOneArg(to->poll, zero);
+        if (!served) {
+            Py_DECREF(to);
+            return NULL; /* a delivery callback raised: the record itself was handed over */
+        }
+        Py_DECREF(served);
+    }
     PyObject *route = to->route;
     Py_INCREF(route);
     Py_DECREF(to);
@@ -251,12 +268,13 @@ static PyTypeObject LanesType = {
 };
 
 int sp_lanes_init(PyObject *module) {
+    zero = PyLong_FromLong(0);
     str_realtime = PyUnicode_InternFromString("realtime");
     kw_key = PyUnicode_InternFromString("key");
     kw_lane = PyUnicode_InternFromString("lane");
     kw_headers = PyUnicode_InternFromString("headers");
     kw_on_delivery = PyUnicode_InternFromString("on_delivery");
-    if (!str_realtime || !kw_key || !kw_lane || !kw_headers || !kw_on_delivery) return -1;
+    if (!zero || !str_realtime || !kw_key || !kw_lane || !kw_headers || !kw_on_delivery) return -1;
     if (PyType_Ready(&LaneType) < 0 || PyType_Ready(&LanesType) < 0) return -1;
     Py_INCREF(&LaneType);
     if (PyModule_AddObject(module, "Lane", (PyObject *)&LaneType) < 0) {
