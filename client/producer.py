@@ -16,7 +16,8 @@ its end offsets) once no producer can write to it again.
 
 librdkafka's settings pass through under their names; zstd is the default compression, and `batch.size`
 (which librdkafka counts before compression) is capped so no batch inflates past what consumers accept.
-Delivery callbacks run on the producer's background thread (or in `poll()`/`flush()`).
+Delivery callbacks run on the producer's background thread, in `poll()`/`flush()`, or in `produce()` while
+librdkafka's queue is full (never under the producer's lock: a callback may produce).
 """
 
 from __future__ import annotations
