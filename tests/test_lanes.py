@@ -123,3 +123,15 @@ def test_the_fast_path_serves_delivery_reports_every_so_many_records(table) -> N
     for i in range(lanes.POLL_EVERY):
         produce("logs", b"%d" % i)
     assert kafka.polls == [0, 0] and lane.produced == 2 * lanes.POLL_EVERY
+
+
+@pytest.mark.skipif(_native is None, reason="streamplane._native is not built")
+def test_the_c_types_made_without_init_refuse_work_instead_of_crashing() -> None:
+    assert _native is not None
+    bare = _native.Lanes.__new__(_native.Lanes)
+    for call in (lambda: bare("logs", b"x"), lambda: bare.drop("logs", "realtime"), bare.clear):
+        with pytest.raises(TypeError):
+            call()
+    table = _native.Lanes(lambda *a: None, threading.Lock())
+    with pytest.raises(TypeError, match="not initialized"):
+        table.set("logs", "realtime", _native.Lane.__new__(_native.Lane))

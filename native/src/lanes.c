@@ -183,8 +183,16 @@ static PyObject *Lanes_call(Lanes *self, PyObject *args, PyObject *kwargs) {
     return PyVectorcall_Call((PyObject *)self, args, kwargs);
 }
 
+/* False, with a TypeError set, for a Lanes made without __init__ (Lanes.__new__(Lanes)). */
+static int ready(Lanes *self) {
+    if (self->streams) return 1;
+    PyErr_SetString(PyExc_TypeError, "the Lanes was not initialized");
+    return 0;
+}
+
 static PyObject *Lanes_set(Lanes *self, PyObject *args) {
     PyObject *stream, *lane, *to;
+    if (!ready(self)) return NULL;
     if (!PyArg_ParseTuple(args, "UUO!", &stream, &lane, &LaneType, &to)) return NULL;
     if (!((Lane *)to)->produce) {
         PyErr_SetString(PyExc_TypeError, "the Lane was not initialized");
@@ -205,6 +213,7 @@ static PyObject *Lanes_set(Lanes *self, PyObject *args) {
 
 static PyObject *Lanes_drop(Lanes *self, PyObject *args) {
     PyObject *stream, *lane;
+    if (!ready(self)) return NULL;
     if (!PyArg_ParseTuple(args, "UU", &stream, &lane)) return NULL;
     PyObject *lanes = PyDict_GetItemWithError(self->streams, stream);
     if (!lanes) {
@@ -220,6 +229,7 @@ static PyObject *Lanes_drop(Lanes *self, PyObject *args) {
 
 static PyObject *Lanes_clear_table(Lanes *self, PyObject *unused) {
     (void)unused;
+    if (!ready(self)) return NULL;
     PyDict_Clear(self->streams);
     Py_RETURN_NONE;
 }
