@@ -234,7 +234,10 @@ class KafkaBroker:
             fmt = ["format", "-t", self.cluster_id, "-c", str(config), *scram]
             result = subprocess.run(self._java(lib, "kafka.tools.StorageTool", *fmt), capture_output=True, text=True)
             if result.returncode != 0:
-                raise UnavailableError(f"formatting the Kafka broker's storage failed: {result.stdout[-500:]}")
+                said = (result.stderr.strip() or result.stdout.strip())[-500:] or "it printed nothing"
+                raise UnavailableError(
+                    f"formatting the Kafka broker's storage failed (exit {result.returncode}): {said}"
+                )
         log = open(self.data_dir / "broker.log", "ab")  # noqa: SIM115 - the broker writes to it while it runs
         self._proc = subprocess.Popen(
             self._java(lib, "kafka.Kafka", str(config)), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
