@@ -372,12 +372,13 @@ class Producer:
             moved_on = current is not None and current.generation != gen[2] and err.code() != KafkaError._PURGE_QUEUE
             if current is not None and moved_on:
                 self._resend.append((msg, current, on_delivery))
+            else:
+                self.failed += 1  # under the lock: reports are served on the application's threads too
             sender = self._senders.get(gen)
         if sender is not None and err.code() != KafkaError._PURGE_QUEUE:
             self._cluster_error(sender.route.cluster, err)  # a delivery that failed there: the health monitor hears
         if moved_on:
             return
-        self.failed += 1
         log.error("producer.delivery_failed", topic=msg.topic(), partition=msg.partition(), error=err.str())
         if on_delivery is not None:
             on_delivery(err, msg)
@@ -408,7 +409,8 @@ class Producer:
                         on_delivery,
                     )
                 except StreamplaneError:  # closed while librdkafka's queue was full
-                    self.failed += 1
+                    with self._lock:
+                        self.failed += 1
                     log.error("producer.delivery_failed", topic=msg.topic(), to=route.topic, error="closed")
             for sender in senders:
                 sender.poll()
