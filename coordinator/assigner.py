@@ -310,6 +310,8 @@ class Assigner:
         self._groups: set[str] = set()  # the groups there were at the last claim
         self.is_leader = False
         """Whether this replica holds the leader key (it runs the sealer and the autopilot)."""
+        self._leader_until = 0  # when the leader key, as last read, runs out
+        self._claimable_at = 0  # when another replica's hold on a group, as last read, first runs out
 
     # -- sessions
     def open_session(
@@ -509,12 +511,12 @@ class Assigner:
         now = self.clock.now_ms()
         groups = leases.read_groups(self.db)
         renew = now >= self._renew_at
-        if renew or not self.is_leader:  # a standby tries every pass, to take over right after the leader's TTL
-            self.is_leader = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
+        if renew or not self.is_leader:  # a standby tries every pass it makes (see `due` below)
+            self.is_leader, self._leader_until = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
         # a new group is claimed at once, and a replica without groups looks for free ones every pass
         if renew or set(groups) != self._groups or (groups and not self.owned):
             self._groups = set(groups)
-            owned = leadership.claim_groups(self.db, self.replica_id, groups, now, cfg.ttl_ms)
+            owned, self._claimable_at = leadership.claim_groups(self.db, self.replica_id, groups, now, cfg.ttl_ms)
             for group in owned - self.owned:  # new to this process: its workers may not have reached anyone
                 self._grace_until[group] = now + cfg.ttl_ms
             self.owned = owned
@@ -529,9 +531,13 @@ class Assigner:
                 del self._joining[gone]
         if renew:
             self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
-        # a standby, or a replica with no group, looks again soon enough to take over right after a TTL
-        standby = not self.is_leader or (groups and not self.owned)
-        due = min(self._renew_at, now + cfg.rebalance_ms) if standby else self._renew_at
+        # a standby, or a replica with no group, looks again when the leader's key or another replica's hold on
+        # a group runs out (at once after a TTL if its holder died), and otherwise when it renews its own
+        due = self._renew_at
+        if not self.is_leader:
+            due = min(due, max(now, self._leader_until))
+        if groups and not self.owned and self._claimable_at:
+            due = min(due, max(now, self._claimable_at))
         # loads and topology events do not wake the loop: each group with members looks again every rebalance_ms
         poll = now + cfg.rebalance_ms
         for group in sorted(self.owned):

@@ -21,14 +21,15 @@ class NotLeaderError(FailedPreconditionError):
 
 
 @transactional
-def acquire(tr: Transaction, replica: str, now_ms: int, ttl_ms: int) -> bool:
-    """Take or renew the leader key if it is free, expired or ours; True if we hold it now."""
+def acquire(tr: Transaction, replica: str, now_ms: int, ttl_ms: int) -> tuple[bool, int]:
+    """Take or renew the leader key if it is free, expired or ours. Returns whether we hold it now, and until
+    when the key holds as it stands (ours, or another replica's: the earliest a standby could take it)."""
     raw = tr.get(keys.LEADER)
     current = json.loads(raw) if raw else None
     if current and current["replica"] != replica and current["expires_ms"] > now_ms:
-        return False
+        return False, int(current["expires_ms"])
     tr.set(keys.LEADER, json.dumps({"replica": replica, "expires_ms": now_ms + ttl_ms}).encode())
-    return True
+    return True, now_ms + ttl_ms
 
 
 @transactional
@@ -47,10 +48,13 @@ def leader(tr: Transaction) -> str:
 
 
 @transactional
-def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, ttl_ms: int) -> set[str]:
+def claim_groups(
+    tr: Transaction, replica: str, groups: list[str], now_ms: int, ttl_ms: int
+) -> tuple[set[str], int]:
     """Renew this replica's liveness and its groups, and claim free ones (unowned, or whose owner let its key
     expire) up to its fair share of the groups among the live replicas; past its share (a replica joined) it
-    lets the extra ones go. Returns the groups it owns now."""
+    lets the extra ones go. Returns the groups it owns now, and the earliest another replica's hold on a group
+    expires (0: none), which is when one could next be claimed unless an owner lets one go first."""
     tr.set(keys.replica_key(replica), json.dumps({"expires_ms": now_ms + ttl_ms}).encode())
     r = keys.REPLICAS.range()
     live = 0
@@ -62,6 +66,7 @@ def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, 
             tr.clear(key)  # long gone
     share = math.ceil(len(groups) / max(1, live))
     mine, free = [], []
+    others_expire = 0
     for group in sorted(groups):
         found = tr.get(keys.group_owner_key(group))
         owner = json.loads(found) if found else None
@@ -69,6 +74,8 @@ def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, 
             free.append(group)
         elif owner["replica"] == replica:
             mine.append(group)
+        else:
+            others_expire = min(others_expire or owner["expires_ms"], owner["expires_ms"])
     keep, release = mine[:share], mine[share:]
     claim = free[: max(0, share - len(keep))]
     lease = json.dumps({"replica": replica, "expires_ms": now_ms + ttl_ms}).encode()
@@ -76,7 +83,7 @@ def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, 
         tr.set(keys.group_owner_key(group), lease)
     for group in release:
         tr.clear(keys.group_owner_key(group))
-    return set(keep + claim)
+    return set(keep + claim), int(others_expire)
 
 
 def replica_expiries(tr: Transaction) -> dict[str, int]:

@@ -65,14 +65,24 @@ def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_it
     assert due == member.alive_until_ms, "the loop wakes when the member's session would expire"
 
 
-def test_a_standby_replica_checks_for_a_dead_leader_every_rebalance_interval(tmp_path: Path) -> None:
+def test_a_standby_replica_looks_again_exactly_when_the_leaders_key_runs_out(tmp_path: Path) -> None:
+    """A standby does not poll the store every rebalance interval: it sleeps until the leader's key runs out
+    (or its own registration needs renewing), and takes over then if the leader did not renew."""
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
     clock = ManualClock()
     Assigner(db, CONFIG, replica_id="a", clock=clock).run_once()
+    leader_until = clock.now_ms() + CONFIG.ttl_ms
     standby = Assigner(db, CONFIG, replica_id="b", clock=clock)
     due = standby.run_once()
     assert not standby.is_leader
-    assert due == clock.now_ms() + CONFIG.rebalance_ms
+    assert due == clock.now_ms() + CONFIG.ttl_ms // 3, "its own registration is renewed first"
+    clock.advance(CONFIG.ttl_ms * 4 // 5)  # the leader has died: it renews nothing more
+    due = standby.run_once()
+    assert not standby.is_leader
+    assert due == leader_until, "it looks again when the leader's key runs out, not every rebalance_ms"
+    clock.advance(due - clock.now_ms())
+    standby.run_once()
+    assert standby.is_leader, "and takes over at that moment"
     db.close()
 
 
