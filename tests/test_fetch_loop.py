@@ -304,7 +304,7 @@ def test_with_a_rack_the_loop_reads_from_the_replica_the_leader_names() -> None:
 
 def test_a_partition_added_after_a_metadata_request_is_routed_in_the_next_round(one_broker: MockCluster) -> None:
     """Grants arrive one by one: the pause between metadata requests (for leaders that were lost) must not hold
-    a newcomer back, or it misses the Fetch sent next and waits out a long poll (0.5 s) before its first read."""
+    a newcomer back, or it misses the Fetch sent next and waits out a long poll (MAX_WAIT_MS) before its first read."""
     one_broker.create_topic("burst", 2)
     loop = make_loop(start=False)
     try:

@@ -86,24 +86,28 @@ def test_delivery_callbacks_may_produce_while_the_queue_is_full(address: str) ->
     with CoordinatorClient(address) as client:
         client.create_stream("chain", 1, cluster="east")  # its own: the metrics test counts purchases' records
     follow_ups: list[int] = []
+    outcome: list[object] = []  # records left unacknowledged, or the error the writer met
     finished = threading.Event()
 
     def write() -> None:
-        with Producer(address, **{"queue.buffering.max.messages": 2, "linger.ms": 0}) as producer:
+        try:
+            with Producer(address, **{"queue.buffering.max.messages": 2, "linger.ms": 0}) as producer:
 
-            def delivered(err: object, msg: object) -> None:
-                producer.produce("chain", b"follow-up", lane="dlq")
-                follow_ups.append(1)
+                def delivered(err: object, msg: object) -> None:
+                    producer.produce("chain", b"follow-up", lane="dlq")
+                    follow_ups.append(1)
 
-            for i in range(50):
-                producer.produce("chain", b"%d" % i, on_delivery=delivered)
-            assert producer.flush(10) == 0
+                for i in range(50):
+                    producer.produce("chain", b"%d" % i, on_delivery=delivered)
+                outcome.append(producer.flush(10))
+        except Exception as err:  # told to the test below, not lost in this thread
+            outcome.append(err)
         finished.set()
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
     assert finished.wait(30), "produce() deadlocked in a delivery callback"
-    assert len(follow_ups) == 50
+    assert outcome == [0] and len(follow_ups) == 50
 
 
 def test_bad_input(address: str) -> None:
