@@ -58,6 +58,12 @@ class SealingConfig:
     """How often it looks while none are: a failover (a topology event) wakes it at once."""
 
 
+END_OFFSETS_BACKOFF_MS = (1_000, 10_000)
+"""First and longest wait before the end offsets of a cluster that did not answer are asked again. A try on a
+dead cluster can last the admin's whole timeout, and every stream failed over from it has a generation to seal
+there: asked at every pass, one dead cluster held up the seals of all the others."""
+
+
 @dataclass(frozen=True)
 class ProducerSession:
     producer_id: str
@@ -309,6 +315,7 @@ class Sealer:
         self.admin = admin
         self.is_leader = is_leader
         self.config = config or SealingConfig()
+        self._unreachable: dict[str, tuple[int, int]] = {}  # cluster: (not asked again before, its backoff) in ms
         self._loop = BackgroundLoop(
             "sealer",
             self.run_once,
@@ -357,12 +364,27 @@ class Sealer:
         for producer in expired:
             log.info("producer.expired", producer=producer)
         for plan in plans:
-            cluster = get_cluster(self.db, plan.generation.cluster)
+            name = plan.generation.cluster
+            not_before, backoff_ms = self._unreachable.get(name, (0, 0))
+            if self.clock.now_ms() < not_before:
+                continue  # it did not answer a moment ago: its generations wait, the others' are sealed
+            cluster = get_cluster(self.db, name)
             try:
                 ends = self.admin.end_offsets(cluster, plan.generation.topic, plan.generation.partitions)
             except StreamplaneError as err:  # the old cluster may be the one that failed: try again later
-                log.warning("sealer.end_offsets_unavailable", stream=plan.stream, lane=plan.lane, error=err.message)
+                first, longest = END_OFFSETS_BACKOFF_MS
+                backoff_ms = min(longest, backoff_ms * 2 or first)
+                self._unreachable[name] = (self.clock.now_ms() + backoff_ms, backoff_ms)
+                log.warning(
+                    "sealer.end_offsets_unavailable",
+                    stream=plan.stream,
+                    lane=plan.lane,
+                    cluster=name,
+                    error=err.message,
+                    retry_in_ms=backoff_ms,
+                )
                 continue
+            self._unreachable.pop(name, None)
             sealed = _commit_seal(self.db, plan, ends, self.clock.now_ms())
             if sealed is not None:
                 log.info(

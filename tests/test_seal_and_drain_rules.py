@@ -152,7 +152,43 @@ def test_an_unreachable_old_cluster_delays_the_seal_and_it_is_sealed_once_back(w
     assert world.state(1) == DRAINING, "no end offsets, no seal"
     world.admin.down.discard("east")
     world.sealer.run_once()
+    assert world.state(1) == DRAINING, "a cluster that did not answer is asked again only after a backoff"
+    world.clock.advance(sealing.END_OFFSETS_BACKOFF_MS[0])
+    world.sealer.run_once()
     assert world.generation(1).end_offsets == [3, 2]
+
+
+def test_a_dead_cluster_is_asked_once_a_pass_at_most_and_holds_back_no_other_clusters_seal(world: World) -> None:
+    """Every stream failed over from a dead cluster has a generation to seal there, and a try can last the
+    admin's whole timeout: one try per backoff for that cluster, while the others' generations are sealed."""
+    world.topology.register_cluster(Cluster("north", "north:9092"))
+    world.topology.create_stream("metrics", 1, "east")
+    world.topology.create_stream("audit", 1, "west")
+    asked: list[str] = []
+    end_offsets = world.admin.end_offsets
+
+    def counted(cluster: Cluster, topic: str, partitions: int) -> list[int]:
+        asked.append(cluster.name)
+        return end_offsets(cluster, topic, partitions)
+
+    world.admin.end_offsets = counted  # type: ignore[method-assign]
+    world.admin.down.add("east")
+    for stream, to in (("logs", "west"), ("metrics", "west"), ("audit", "north")):
+        world.topology.failover(stream, "realtime", to, reason="test")
+    world.sealer.run_once()  # notes the version producers must route by
+    world.sealer.run_once()
+    audit = get_stream(world.db, "audit").lane("realtime")
+    assert audit is not None and audit.generation(1).state == SEALED, "the live cluster's seal did not wait"
+    assert asked.count("east") == 1, "two generations on the dead cluster, one try"
+    for _ in range(5):
+        world.sealer.run_once()
+    assert asked.count("east") == 1, "and none more before its backoff is over"
+    world.admin.down.discard("east")
+    world.clock.advance(sealing.END_OFFSETS_BACKOFF_MS[1])
+    world.sealer.run_once()
+    assert world.state(1) == SEALED
+    metrics = get_stream(world.db, "metrics").lane("realtime")
+    assert metrics is not None and metrics.generation(1).state == SEALED
 
 
 def test_a_sealed_generation_is_drained_once_every_group_processed_it_to_its_end(world: World) -> None:
