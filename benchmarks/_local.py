@@ -97,6 +97,7 @@ def engine(kind: str, *, brokers: int = 3, heap_mb: int = 768) -> Iterator[Engin
                 control,
             )
         return
+    from streamplane.coordinator.cluster_admin import KafkaAdmin
     from streamplane.devstack.kafka import KafkaBroker
     from streamplane.model import Cluster
 
@@ -104,14 +105,11 @@ def engine(kind: str, *, brokers: int = 3, heap_mb: int = 768) -> Iterator[Engin
         broker = KafkaBroker(Path(tmp), heap_mb=heap_mb).start()
         try:
             cluster = Cluster(name="local", bootstrap_servers=broker.bootstrap_servers)
-
-            def create_topic(name: str, partitions: int) -> None:
-                from confluent_kafka.admin import AdminClient, NewTopic
-
-                admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers, "log_level": 3})
-                for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-                    f.result(30)
-
-            yield Engine(broker.bootstrap_servers, lambda client: client.register_cluster(cluster), create_topic, None)  # type: ignore[attr-defined]
+            yield Engine(
+                broker.bootstrap_servers,
+                lambda client: client.register_cluster(cluster),  # type: ignore[attr-defined]
+                lambda name, partitions: KafkaAdmin().ensure_topic(cluster, name, partitions),
+                None,
+            )
         finally:
             broker.stop()

@@ -47,6 +47,7 @@ from _local import coordinator_process
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
+from streamplane.coordinator.cluster_admin import KafkaAdmin
 from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import UnavailableError
 from streamplane.log import configure_logging
@@ -62,11 +63,7 @@ def _admin(bootstrap: str):
 
 
 def _topic(bootstrap: str, name: str, partitions: int) -> None:
-    from confluent_kafka.admin import NewTopic
-
-    admin = _admin(bootstrap)  # kept alive until its futures resolve
-    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        f.result(30)
+    KafkaAdmin().ensure_topic(model.Cluster("peer", bootstrap), name, partitions)
 
 
 def _fill(bootstrap: str, topic: str, n: int, poison_every: int = 0) -> set[bytes]:

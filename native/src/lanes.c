@@ -99,7 +99,6 @@ typedef struct {
     vectorcallfunc vectorcall;
     PyObject *streams;
     PyObject *general;
-    PyObject *lock; /* kept for the Python version's signature; not taken here (see the top) */
 } Lanes;
 
 static PyObject *zero, *str_realtime, *kw_key, *kw_lane, *kw_headers, *kw_on_delivery;
@@ -170,11 +169,10 @@ static int Lanes_init(Lanes *self, PyObject *args, PyObject *kwds) {
     }
     PyObject *streams = PyDict_New();
     if (!streams) return -1;
+    (void)lock; /* the Python version's signature: not taken here (see the top) */
     Py_INCREF(fallback);
-    Py_INCREF(lock);
     Py_XSETREF(self->streams, streams);
     Py_XSETREF(self->general, fallback);
-    Py_XSETREF(self->lock, lock);
     self->vectorcall = (vectorcallfunc)Lanes_vectorcall;
     return 0;
 }
@@ -237,14 +235,12 @@ static PyObject *Lanes_clear_table(Lanes *self, PyObject *unused) {
 static int Lanes_traverse(Lanes *self, visitproc visit, void *arg) {
     Py_VISIT(self->streams);
     Py_VISIT(self->general);
-    Py_VISIT(self->lock);
     return 0;
 }
 
 static int Lanes_clear(Lanes *self) {
     Py_CLEAR(self->streams);
     Py_CLEAR(self->general);
-    Py_CLEAR(self->lock);
     return 0;
 }
 
