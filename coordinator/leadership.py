@@ -48,9 +48,7 @@ def leader(tr: Transaction) -> str:
 
 
 @transactional
-def claim_groups(
-    tr: Transaction, replica: str, groups: list[str], now_ms: int, ttl_ms: int
-) -> tuple[set[str], int]:
+def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, ttl_ms: int) -> tuple[set[str], int]:
     """Renew this replica's liveness and its groups, and claim free ones (unowned, or whose owner let its key
     expire) up to its fair share of the groups among the live replicas; past its share (a replica joined) it
     lets the extra ones go. Returns the groups it owns now, and the earliest another replica's hold on a group

@@ -2,8 +2,8 @@
 and clusters, FoundationDB's worst on the store, faults by seed, invariants checked as it runs.
 
 One process, one thread, no sockets or sleeps: the Assigner's pass, the sealer's pass, lease and commit-log
-transactions are the production functions, driven by a ManualClock in 100 ms steps over an embedded store
-wrapped in ChaosDatabase. Workers join, heartbeat, read their leases from the store (what their session
+transactions are the production functions, driven by a ManualClock in 100 ms steps over the embedded store
+(in memory) wrapped in ChaosDatabase. Workers join, heartbeat, read their leases from the store (what their session
 would tell them), process records, commit with their epoch, release on revoke; they crash and pause
 (coming back as zombies with old epochs). Producers append records to in-memory clusters and learn of
 failovers from the event log late. Clusters go down; lanes fail over; the clock jumps.
@@ -26,16 +26,13 @@ import itertools
 import math
 import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import structlog
@@ -48,9 +45,9 @@ from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.commitlog_service import CommitLog
 from streamplane.coordinator.loop import next_pass_ms
 from streamplane.coordinator.sealing import Sealer, SealingConfig
-from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.api import Watch
 from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
+from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import Topology, get_stream, list_clusters
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
@@ -198,10 +195,10 @@ class Producer:
 class World:
     """One seeded run."""
 
-    def __init__(self, seed: int, data_dir: Path, *, partitions: int = 4, workers: int = 3) -> None:
+    def __init__(self, seed: int, *, partitions: int = 4, workers: int = 3) -> None:
         self.seed, self.rng = seed, random.Random(seed)
         self.clock = ManualClock(1_800_000_000_000)
-        self.inner = open_store(StoreConfig(driver="embedded", data_dir=data_dir))
+        self.inner = EmbeddedDatabase(None)  # in memory: the transactions of the embedded store, without SQLite
         idempotent = planted.UNKNOWN_AS_FAILURE not in planted.active
         self.db = ChaosDatabase(self.inner, seed=seed, faults=STORE_FAULTS, idempotent=idempotent)
         self.admin = MemoryClusterAdmin()
@@ -682,10 +679,9 @@ def run_seed(
         faults = [faults[i] for i in keep if i < len(faults)]
     planted.active.clear()
     planted.active.update(plant)
-    tmp = Path(tempfile.mkdtemp(prefix="streamplane-sim-"))
     world: World | None = None
     try:
-        world = World(seed, tmp)
+        world = World(seed)
         world.run(faults, fault_s, quiet_s)
         return None
     except InvariantError as v:
@@ -696,7 +692,6 @@ def run_seed(
         planted.active.clear()
         if world is not None:
             world.close()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def replay_command(seed: int, plant: tuple[str, ...], keep: tuple[int, ...] | None = None) -> str:

@@ -51,22 +51,27 @@ FDB_SKIP = _fdb_skip_reason()
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
-        f"store drivers: embedded{'' if FDB_SKIP else ', fdb (' + FDB_CLUSTER_FILE + ')'}"
+        f"store drivers: embedded (a file, and in memory){'' if FDB_SKIP else ', fdb (' + FDB_CLUSTER_FILE + ')'}"
         + (f" -- skipped: {FDB_SKIP}" if FDB_SKIP else ""),
         "kafka: local mock clusters, and a real Apache Kafka broker (KRaft, its own JVM) for the real-engine tests"
         + (f"; admin tests on {KAFKA_BOOTSTRAP}" if KAFKA_BOOTSTRAP else ""),
     ]
 
 
-@pytest.fixture(params=["embedded", "fdb"])
+@pytest.fixture(params=["embedded", "memory", "fdb"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """Each store driver in turn; the fdb run is skipped (with the reason) unless FDB_CLUSTER_FILE is usable."""
-    if request.param == "fdb":
+    """Each store driver in turn (the embedded one also in memory, as the simulator runs it); the fdb run is
+    skipped (with the reason) unless FDB_CLUSTER_FILE is usable."""
+    if request.param == "memory":
+        from streamplane.coordinator.store.embedded import EmbeddedDatabase
+
+        db: Database = EmbeddedDatabase(None)
+    elif request.param == "fdb":
         if FDB_SKIP:
             pytest.skip(FDB_SKIP)
         from streamplane.coordinator.store.foundation import FoundationDBDatabase
 
-        db: Database = FoundationDBDatabase(FDB_CLUSTER_FILE)
+        db = FoundationDBDatabase(FDB_CLUSTER_FILE)
     else:
         db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
     yield db

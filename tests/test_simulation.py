@@ -51,14 +51,14 @@ def test_a_seed_replays_the_same_world() -> None:
     assert first is not None and first == run_seed(3, plant=(planted.STALE_EPOCH,))
 
 
-def test_the_replay_check_notices_state_changed_without_its_event(tmp_path) -> None:
+def test_the_replay_check_notices_state_changed_without_its_event() -> None:
     from dataclasses import replace
 
     from streamplane.coordinator.sim import InvariantError, World
     from streamplane.coordinator.topology import write_generation
     from streamplane.model import SEALED
 
-    world = World(0, tmp_path)
+    world = World(0)
     try:
         world._check_replay()  # a fresh world replays cleanly
         gen = world._active()
