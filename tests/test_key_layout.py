@@ -51,3 +51,16 @@ def test_only_keys_py_packs_keys() -> None:
         if packing.search(line)
     ]
     assert offenders == []
+
+
+def test_remembered_keys_are_the_keys_fdb_packs() -> None:
+    """keys.py remembers packed keys; what it returns is what fdb.tuple packs, also for elements a cache could
+    confuse ((1,), (True,) and (1.0,) are equal tuples that pack differently), and a key parses back."""
+    plain = Subspace(("streamplane",))["lease"]
+    cached = keys.ROOT["lease"]
+    for t in [("g", "s", "l", 1, 2), (), ("g",), ("g", 1), ("g", True), ("g", 1.0), ("g", b"raw"), ("g", -5)]:
+        assert cached.pack(t) == plain.pack(t), t
+        assert cached.range(t) == plain.range(t), t
+        assert cached.unpack(plain.pack(t)) == plain.unpack(plain.pack(t)), t
+    assert cached.pack(("g", 1)) != cached.pack(("g", True)) != cached.pack(("g", 1.0))
+    assert keys.decode_key(keys.lease_key("g", "s", "l", 3, 4)) == ("streamplane", "lease", "g", "s", "l", 3, 4)
