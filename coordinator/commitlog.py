@@ -398,7 +398,7 @@ def _apply(
         rejects=rejects,
         updated_ms=now_ms,
     )
-    tr.set(keys.progress_key(pk), json.dumps(asdict(new_header), sort_keys=True).encode())
+    tr.set(keys.progress_key(pk), json.dumps(vars(new_header), sort_keys=True).encode())  # flat: no asdict copy
     unique = {c.offset: c for c in copies}  # an offset named twice in one commit: its last answer
     return CommitResult(low, sorted(set(exhausted)), added + jumped, retries, [unique[o] for o in sorted(unique)])
 

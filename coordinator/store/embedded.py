@@ -108,6 +108,8 @@ class _Watch:
         callback()
 
     def wait(self, timeout: float | None = None) -> bool:
+        if timeout == 0:  # a look, not a wait: what the simulator does for every watch at every step
+            return self._fired.is_set()
         return self._fired.wait(timeout)
 
     def cancel(self) -> None:
