@@ -90,8 +90,9 @@ class _Body:
     apply the change again); else run `fn` and, if it wrote, write this attempt's token with it."""
 
     def __init__(self, fn: Callable[[Transaction], Any], tokens: Tokens | None, pending: _Pending | None) -> None:
-        self.fn, self.pending, self.found = fn, pending, False
-        self.key, self.token = tokens.new() if tokens is not None else (b"", b"")
+        self.fn, self.pending, self.found, self.tokens = fn, pending, False, tokens
+        self.key, self.token = b"", b""
+        """This attempt's token slot and token: taken only by a body that wrote (most passes only read)."""
 
     def __call__(self, tr: Transaction) -> Any:
         if self.pending is not None and tr.get(self.pending.key) == self.pending.token:
@@ -99,7 +100,8 @@ class _Body:
             return None
         tracked = Tracked(tr)
         result = self.fn(tracked)
-        if self.key and tracked.wrote:
+        if self.tokens is not None and tracked.wrote:
+            self.key, self.token = self.tokens.new()
             tr.set(self.key, self.token)
         return result
 
