@@ -509,14 +509,26 @@ class Assigner:
         Returns when the next pass is due (ms since the epoch), unless a group changes first."""
         cfg = self.config
         now = self.clock.now_ms()
-        groups = leases.read_groups(self.db)
         renew = now >= self._renew_at
-        if renew or not self.is_leader:  # a standby tries every pass it makes (see `due` below)
-            self.is_leader, self._leader_until = leadership.acquire(self.db, self.replica_id, now, cfg.ttl_ms)
-        # a new group is claimed at once, and a replica without groups looks for free ones every pass
-        if renew or set(groups) != self._groups or (groups and not self.owned):
+
+        def membership(tr: Transaction) -> tuple[list[str], tuple[bool, int] | None, tuple[set[str], int] | None]:
+            """The groups; the leader key and this replica's groups, renewed or claimed when due: one transaction."""
+            groups = leases.read_groups(tr)
+            leader = None
+            if renew or not self.is_leader:  # a standby tries every pass it makes (see `due` below)
+                leader = leadership.acquire(tr, self.replica_id, now, cfg.ttl_ms)
+            # a new group is claimed at once, and a replica without groups looks for free ones every pass
+            claimed = None
+            if renew or set(groups) != self._groups or (groups and not self.owned):
+                claimed = leadership.claim_groups(tr, self.replica_id, groups, now, cfg.ttl_ms)
+            return groups, leader, claimed
+
+        groups, leader, claimed = self.db.transact(membership)
+        if leader is not None:
+            self.is_leader, self._leader_until = leader
+        if claimed is not None:
             self._groups = set(groups)
-            owned, self._claimable_at = leadership.claim_groups(self.db, self.replica_id, groups, now, cfg.ttl_ms)
+            owned, self._claimable_at = claimed
             for group in owned - self.owned:  # new to this process: its workers may not have reached anyone
                 self._grace_until[group] = now + cfg.ttl_ms
             self.owned = owned
