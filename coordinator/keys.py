@@ -82,6 +82,9 @@ def _unpack(key: bytes, prefix_len: int) -> tuple[Any, ...]:
     return fdb.tuple.unpack(key, prefix_len=prefix_len)
 
 
+_PLAIN = frozenset((str, int))
+
+
 class _Subspace(Subspace):  # type: ignore[misc]
     """fdb's Subspace, remembering what it packed and parsed. Only tuples of strings and ints are remembered:
     a cache looks tuples up by equality, and (1,), (True,) and (1.0,) are equal but pack differently."""
@@ -90,7 +93,7 @@ class _Subspace(Subspace):  # type: ignore[misc]
         return _Subspace((name,), self.rawPrefix)
 
     def pack(self, t: tuple[Any, ...] = ()) -> bytes:
-        if all(type(x) is str or type(x) is int for x in t):
+        if _PLAIN.issuperset(map(type, t)):
             return _pack(self.rawPrefix, t)
         return super().pack(t)
 
