@@ -24,7 +24,7 @@ class CommitLog:
         except FencedError:
             metrics.STALE_EPOCH.labels(group).inc()
             raise
-        _count(group, c, result)
+        _count(group, [(c, result)])
         return result
 
     def commit_many(
@@ -33,18 +33,20 @@ class CommitLog:
         """One worker's commits of many leases in one transaction; each outcome holds its result or its error."""
         results = commitlog.commit_many(self.db, group, commits, now_ms=self.clock.now_ms(), principal=principal)
         out = []
+        applied: list[tuple[Commit, commitlog.CommitResult]] = []
         for (lid, _, c), result in zip(commits, results, strict=True):
             if isinstance(result, StreamplaneError):
                 if isinstance(result, FencedError):
                     metrics.STALE_EPOCH.labels(group).inc()
                 out.append(CommitOutcome(lid, error=result))
                 continue
-            _count(group, c, result)
+            applied.append((c, result))
             out.append(
                 CommitOutcome(
                     lid, result.low_watermark, tuple(result.exhausted), result.retries, copies=tuple(result.copies)
                 )
             )
+        _count(group, applied)
         return out
 
     def progress(self, group: str, lid: str, *, max_ranges: int = 1000) -> Progress:
@@ -78,8 +80,11 @@ class CommitLog:
         group_config.configure(self.db, group, lane, max_attempts, lag_target_ms)
 
 
-def _count(group: str, commit: Commit, result: commitlog.CommitResult) -> None:
-    metrics.COMMITS.labels(group).inc()
-    metrics.ACKED.labels(group).inc(result.newly_done)
-    metrics.RETRIES.labels(group).inc(len(commit.retries))
-    metrics.REJECTS.labels(group).inc(len(commit.rejects))
+def _count(group: str, applied: list[tuple[Commit, commitlog.CommitResult]]) -> None:
+    """Count a call's applied commits: once per call, not per lease (a worker's batch may hold thousands)."""
+    if not applied:
+        return
+    metrics.COMMITS.labels(group).inc(len(applied))
+    metrics.ACKED.labels(group).inc(sum(result.newly_done for _, result in applied))
+    metrics.RETRIES.labels(group).inc(sum(len(c.retries) for c, _ in applied))
+    metrics.REJECTS.labels(group).inc(sum(len(c.rejects) for c, _ in applied))
