@@ -81,6 +81,8 @@ def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, 
         tr.set(keys.group_owner_key(group), lease)
     for group in release:
         tr.clear(keys.group_owner_key(group))
+    if release:  # every replica's loop wakes: one without its share claims them now, not at its next renewal
+        tr.add(keys.ASSIGNER_WAKE, 1)
     return set(keep + claim), int(others_expire)
 
 
