@@ -69,7 +69,7 @@ Versionstamp = fdb.tuple.Versionstamp
 
 KEY_CACHE = 1 << 15
 """Keys (and key tuples) remembered per direction: the coordinator packs and parses the same leases, progress
-and counters again and again, and fdb.tuple does it in Python (a fifth of a simulated world's time)."""
+and counters again and again, and fdb.tuple does it in Python (a sixth of a simulated world's time)."""
 
 
 @functools.lru_cache(maxsize=KEY_CACHE)

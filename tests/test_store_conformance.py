@@ -287,3 +287,10 @@ def test_closed_store_refuses_calls(tmp_path) -> None:
     db.close()
     with pytest.raises(Exception, match="closed"):
         db.transact(lambda tr: tr.get(b"k"))
+
+
+def test_a_store_in_memory_is_never_read_only() -> None:
+    from streamplane.coordinator.store.embedded import EmbeddedDatabase
+
+    with pytest.raises(ValueError, match="in memory"):
+        EmbeddedDatabase(None, read_only=True)
