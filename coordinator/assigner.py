@@ -245,6 +245,10 @@ class Session:
             self._sent_revokes.discard((lid, epoch))
 
 
+Look = tuple[dict[str, tuple[int, int]], int]
+"""What a pass reads of every group at once: {group: (version, loads counter)}, and the topology log's head."""
+
+
 class Assigner:
     """The Assigner of one coordinator replica.
 
@@ -503,6 +507,27 @@ class Assigner:
             return 0
         return until
 
+    def _expiry_known(self, group: str, version: int, now: int) -> int | None:
+        """When the group's next session expiry is, without reading its members (None: they must be read). In
+        its grace after a take-over, nobody is ended before it ends; else, if nobody joined or left since the
+        last expiry read, heartbeats only move deadlines later, so nothing expires before the known time."""
+        grace_until = self._grace_until.get(group, 0)
+        if now < grace_until:
+            return grace_until
+        known_version, known_expiry = self._next_expiry.get(group, (-1, 0))
+        if version == known_version and now < known_expiry:
+            return known_expiry
+        return None
+
+    def _unchanged(self, group: str, version: int, loads: tuple[int, int], now: int) -> bool:
+        """Whether a group needs no new plan: no join, leave or lease change since its last pass, no deadline
+        due, and no new loads or topology events (looked at every rebalance_ms at most: a failover's new
+        generation)."""
+        last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
+        if version != last_version or (deadline and now >= deadline):
+            return False
+        return loads == last_loads or self.clock.monotonic() - last_time < self.config.rebalance_ms / 1000
+
     def run_once(self) -> int:
         """One pass of the loop: renew the leader key and this replica's groups (claiming its fair share of the
         groups among the live replicas); expire sessions and rebalance the groups it owns that need it.
@@ -511,8 +536,10 @@ class Assigner:
         now = self.clock.now_ms()
         renew = now >= self._renew_at
 
-        def membership(tr: Transaction) -> tuple[list[str], tuple[bool, int] | None, tuple[set[str], int] | None]:
-            """The groups; the leader key and this replica's groups, renewed or claimed when due: one transaction."""
+        def membership(tr: Transaction) -> tuple[list[str], tuple[bool, int] | None, tuple[set[str], int] | None, Look]:
+            """The groups; the leader key and this replica's groups, renewed or claimed when due; and, for a
+            replica with groups, every group's counters (a group that did not change since its last pass,
+            with nothing due, needs no transaction of its own: an idle fleet's pass is this one transaction)."""
             groups = leases.read_groups(tr)
             leader = None
             if renew or not self.is_leader:  # a standby tries every pass it makes (see `due` below)
@@ -521,9 +548,11 @@ class Assigner:
             claimed = None
             if renew or set(groups) != self._groups or (groups and not self.owned):
                 claimed = leadership.claim_groups(tr, self.replica_id, groups, now, cfg.ttl_ms)
-            return groups, leader, claimed
+            owned = claimed[0] if claimed is not None else self.owned
+            looked: Look = (leases.read_group_counters(tr), events.head(tr)) if owned else ({}, 0)
+            return groups, leader, claimed, looked
 
-        groups, leader, claimed = self.db.transact(membership)
+        groups, leader, claimed, (counters, head) = self.db.transact(membership)
         if leader is not None:
             self.is_leader, self._leader_until = leader
         if claimed is not None:
@@ -553,6 +582,14 @@ class Assigner:
         # loads and topology events do not wake the loop: each group with members looks again every rebalance_ms
         poll = now + cfg.rebalance_ms
         for group in sorted(self.owned):
+            looked_version, looked_loads = counters.get(group, (0, 0))
+            idle_until = self._expiry_known(group, looked_version, now)
+            if idle_until is not None and self._unchanged(group, looked_version, (looked_loads, head), now):
+                due = min(due, idle_until, poll)
+                deadline = self._last_pass.get(group, (0, 0.0, 0, ()))[2]
+                if deadline:
+                    due = min(due, deadline)
+                continue
             tries = 0
             expiry_read: tuple[int, int] | None = None
 
@@ -566,24 +603,13 @@ class Assigner:
                 grace_until = self._grace_until.get(group, 0)
                 grace = now < grace_until
                 version = read_counter(tr, keys.group_version_key(group))
-                known_version, known_expiry = self._next_expiry.get(group, (-1, 0))
-                if grace:
-                    next_expiry = grace_until
-                elif version == known_version and now < known_expiry:
-                    # nobody joined or left since the last expiry read, and heartbeats only move deadlines
-                    # later: nothing can expire before the known time, so the members need not be read
-                    next_expiry = known_expiry
-                else:
+                next_expiry = self._expiry_known(group, version, now)
+                if next_expiry is None:
                     next_expiry = leases.expire(tr, group, now)
                     version = read_counter(tr, keys.group_version_key(group))  # with the leaves it wrote
                     expiry_read = (version, next_expiry)  # kept once this transaction commits
                 loads = (read_counter(tr, keys.group_loads_key(group)), events.head(tr))
-                last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
-                due = bool(deadline) and now >= deadline
-                # an unchanged group costs nothing: recompute on a change, a deadline, or (at most every
-                # rebalance_ms) new loads or topology events (a failover's new generation)
-                fresh_loads = loads != last_loads and self.clock.monotonic() - last_time >= cfg.rebalance_ms / 1000
-                if version == last_version and not due and not fresh_loads:
+                if self._unchanged(group, version, loads, now):
                     return next_expiry, None, (version, loads), []  # nothing computed: `seen` is not used
                 joined_by = self._join_window(tr, group, version, now)
                 if joined_by:  # its first assignment waits for the members still joining

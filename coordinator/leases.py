@@ -174,6 +174,17 @@ def read_groups(tr: Transaction) -> list[str]:
     return [keys.GROUPS.unpack(k)[0] for k, _ in tr.get_range(r.start, r.stop)]
 
 
+def read_group_counters(tr: Transaction) -> dict[str, tuple[int, int]]:
+    """{group: (its version, its loads counter)} of every group that has either, in two range reads: what an
+    owner looks at to tell which of its groups changed, without a transaction per group (absent: (0, 0))."""
+    counters: dict[str, list[int]] = {}
+    for i, space in enumerate((keys.GROUP_VERSIONS, keys.GROUP_LOADS)):
+        r = space.range()
+        for key, raw in tr.get_range(r.start, r.stop, snapshot=True):
+            counters.setdefault(space.unpack(key)[0], [0, 0])[i] = int.from_bytes(raw, "little")
+    return {group: (version, loads) for group, (version, loads) in counters.items()}
+
+
 LeaseCache = dict[bytes, tuple[bytes, Lease]]
 """{lease key: (its stored value, the lease it decodes to)}: what a reader of the same leases over and over
 (a session) keeps, so that only leases that changed are decoded again."""

@@ -12,7 +12,7 @@ import pytest
 from streamplane.clock import ManualClock
 from streamplane.coordinator import keys, leadership, leases
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
-from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.cluster_admin import MemoryClusterAdmin, RoutingAdmin
 from streamplane.coordinator.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
@@ -249,3 +249,44 @@ def test_idle_passes_read_no_member_and_a_silent_session_still_expires_on_time(
     assigner.run_once()
     assert member_reads == [1]
     assert assigner.describe("g").members == ()
+
+
+def test_an_idle_fleets_pass_is_one_transaction_whatever_its_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass looks at every group's counters at once, with its leadership renewal: groups that did not
+    change cost no transaction of their own (with FoundationDB, a round trip each, every rebalance_ms), and a
+    change in one group makes a pass of that group alone."""
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    topology = Topology(db, MemoryClusterAdmin())
+    topology.register_cluster(Cluster("c", "c:9092"))
+    topology.create_stream("s", 1, "c")
+    clock = ManualClock()
+    assigner = Assigner(db, CONFIG, replica_id="a", clock=clock)
+    groups = [f"g{i}" for i in range(20)]
+    for g in groups:
+        leases.join(db, g, "w", "s1", [Subscription("s")], capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=10**9)
+    for _ in range(8):  # assigned, and past the take-over grace (a TTL), after which the members are read once
+        assigner.run_once()
+        clock.advance(CONFIG.rebalance_ms)
+    assert assigner.owned == set(groups)
+    assert all(x.worker_id == "w" for g in groups for x in assigner.describe(g).leases)
+    transactions: list[str] = []
+    transact = db.transact
+
+    def counted(fn):  # type: ignore[no-untyped-def]
+        transactions.append("t")
+        return transact(fn)
+
+    monkeypatch.setattr(db, "transact", counted)
+    for _ in range(4):  # 2 s of passes every rebalance_ms, with two leadership renewals among them
+        assigner.run_once()
+        clock.advance(CONFIG.rebalance_ms)
+    assert len(transactions) == 4, "an idle pass is one transaction"
+    transactions.clear()
+    leases.join(db, "g7", "w2", "s2", [Subscription("s")], capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=10**9)
+    transactions.clear()  # the join's own
+    assigner.run_once()
+    assert len(transactions) == 2, "the look, and a pass of the group that changed"
+    assert {m.worker_id for m in assigner.describe("g7").members} == {"w", "w2"}
+    db.close()
