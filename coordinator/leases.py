@@ -104,6 +104,7 @@ def lease_id(stream: str, lane: str, generation: int, partition: int) -> str:
     return PartitionRef(stream, lane, generation, partition).lease_id
 
 
+@functools.lru_cache(maxsize=1 << 15)  # the same leases' ids come with every commit and heartbeat
 def parse_lease_id(text: str) -> tuple[str, str, int, int]:
     ref = PartitionRef.parse(text)
     return ref.stream, ref.lane, ref.generation, ref.partition
