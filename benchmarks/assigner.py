@@ -25,7 +25,8 @@ with `kafka_default_resume_ms=<n> speedup_vs_default=<n>` added in full mode.
        while the fleet is steady, beside its peer: a bare grpc.aio server receiving the same heartbeats over as
        many streams and doing nothing else (the floor of what serving them can cost);
   (f4) without --quick, 5,000 sessions on 20,000 partitions: they join, settle and hold every lease for 30 s
-       with none ended, and the coordinator's CPU meanwhile.
+       with none ended, and the coordinator's CPU meanwhile;
+  (f5) 1,000 idle groups of one member each on one replica: the cost of a pass that finds nothing changed.
 Its last line is `incremental_50k_1k_ms=<x> incremental_1m_5k_ms=<x> fleet_regrant_p99_ms=<x>
 steady_coordinator_cores=<x> max_txn_bytes=<n> steady_vs_bare_grpc=<r>`; the first two are the Balancer's
 incremental step after a worker is gone (the pure function's recomputation is printed beside it); the last is
@@ -525,6 +526,41 @@ def _track(lines: Iterable[str], held: set[str]) -> None:
             held.discard(lid)
 
 
+def idle_groups_pass_ms(groups: int) -> float:
+    """A replica's pass over many groups where nothing changes (members live, leases held): its cost is what
+    a fleet of small idle groups costs the coordinator every rebalance interval."""
+    from streamplane.clock import ManualClock
+    from streamplane.coordinator import leases
+    from streamplane.coordinator.assigner import Assigner, AssignerConfig
+    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.store.embedded import EmbeddedDatabase
+    from streamplane.coordinator.topology import Topology
+    from streamplane.model import Cluster, Subscription
+
+    with tempfile.TemporaryDirectory(prefix="streamplane-groups-") as tmp:
+        db = EmbeddedDatabase(tmp)
+        topology = Topology(db, MemoryClusterAdmin())
+        topology.register_cluster(Cluster("c1", "c1:9092"))
+        topology.create_stream("s", 1, "c1")
+        clock = ManualClock()
+        config = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
+        assigner = Assigner(db, config, replica_id="r", clock=clock)
+        for g in range(groups):
+            leases.join(
+                db, f"g{g}", "w", "s1", [Subscription("s")], capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=10**9
+            )
+        for _ in range(8):  # assigned, and past the take-over grace
+            assigner.run_once()
+            clock.advance(config.rebalance_ms)
+        passes, started = 20, time.perf_counter()
+        for _ in range(passes):
+            assigner.run_once()
+            clock.advance(config.rebalance_ms)
+        elapsed = time.perf_counter() - started
+        db.close()
+    return elapsed / passes * 1000
+
+
 def fleet(quick: bool) -> None:
     big = (200_000, 2_000) if quick else (1_000_000, 5_000)
     results = {}
@@ -565,6 +601,12 @@ def fleet(quick: bool) -> None:
         print("(f4) real coordinator, 20,000 partitions x 5,000 worker sessions over gRPC (one replica's share):")
         h = session_fleet(20_000, 5_000, kills=0)
         print(f"(f4) 5,000 sessions joined in {h['joined_s']:.0f} s, steady {h['steady_cores']:.3f} cores", flush=True)
+    groups = 1_000
+    print(
+        f"(f5) {groups:,} idle groups (one member and one partition each) on one replica: a pass every 500 ms "
+        f"takes {idle_groups_pass_ms(groups):.1f} ms",
+        flush=True,
+    )
     print(
         "goals: incremental change at 50k x 1k <= 20 ms and at 1M x 5k <= 1 s; regrant p99 <= 2 s; steady <= 0.1 "
         "cores; every transaction < 10 MB"
