@@ -24,6 +24,7 @@ import bisect
 import collections
 import itertools
 import math
+import multiprocessing
 import os
 import random
 import sys
@@ -769,7 +770,9 @@ def run_seeds(
                 return
             yield seed, run_seed(seed, plant=plant)
         return
-    with ProcessPoolExecutor(jobs, initializer=_quiet_process) as pool:
+    # spawned, not forked: a fork copies whatever locks the parent's other threads held (a test run's brokers)
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(jobs, mp_context=spawn, initializer=_quiet_process) as pool:
         pending: collections.deque[tuple[int, Future[str | None]]] = collections.deque()
         upcoming = iter(seeds)
         while True:
