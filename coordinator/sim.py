@@ -141,11 +141,11 @@ class _Loop:
     watch: Watch | None = None
 
     def tick(self, world: World) -> None:
-        if world.now < self.due_ms and not (self.watch is not None and self.watch.wait(0)):
+        fired = self.watch is not None and self.watch.wait(0)
+        if world.now < self.due_ms and not fired:
             return
-        if self.watch is not None:
-            self.watch.cancel()
-        self.watch = world._watch(self.wake_key)
+        if self.watch is None or fired:  # one that has not fired still watches (the loop takes a new one per pass)
+            self.watch = world._watch(self.wake_key)
         self.due_ms = next_pass_ms(self.run_once(), world.now, self.interval_ms)
 
 
