@@ -7,7 +7,7 @@ power loss at the cost of throughput. The commit version is stored with the data
 monotonic across restarts.
 
 Without a folder, the same transactions run on a sorted map in memory (nothing survives the process): the
-simulator's store, where a seed's world commits about 1,500 transactions and SQLite's calls were a
+simulator's store, where a seed's world commits about 1,200 transactions and SQLite's calls were a
 fifth of its time.
 """
 
