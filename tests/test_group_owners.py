@@ -4,28 +4,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from streamplane.clock import ManualClock
 from streamplane.coordinator import keys, leadership, leases
 from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.store.api import Watch
 from streamplane.coordinator.topology import Topology
 from streamplane.model import Cluster, Subscription
 
 GROUPS = [f"g{i}" for i in range(6)]
+CONFIG = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
 
 
-def test_groups_split_between_replicas_and_a_dead_replicas_groups_move(tmp_path: Path) -> None:
-    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
-    topology = Topology(db, MemoryClusterAdmin())
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    """An embedded store with stream "s" (2 partitions) on cluster "c"."""
+    store = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    topology = Topology(store, MemoryClusterAdmin())
     topology.register_cluster(Cluster("c", "c:9092"))
     topology.create_stream("s", 2, "c")
+    yield store
+    store.close()
+
+
+def test_groups_split_between_replicas_and_a_dead_replicas_groups_move(db: Database) -> None:
     clock = ManualClock()
-    config = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
-    a, b = Assigner(db, config, replica_id="a", clock=clock), Assigner(db, config, replica_id="b", clock=clock)
+    a, b = Assigner(db, CONFIG, replica_id="a", clock=clock), Assigner(db, CONFIG, replica_id="b", clock=clock)
     a.run_once()
     b.run_once()
     for g in GROUPS:  # workers join after both replicas are live
@@ -52,19 +62,13 @@ def test_groups_split_between_replicas_and_a_dead_replicas_groups_move(tmp_path:
     )
     a.run_once()
     assert "g-new" in a.owned and {x.worker_id for x in a.describe("g-new").leases} == {"w"}, "a new group at once"
-    db.close()
 
 
-def test_groups_let_go_for_a_new_replica_wake_the_replicas_to_claim_them(tmp_path: Path) -> None:
+def test_groups_let_go_for_a_new_replica_wake_the_replicas_to_claim_them(db: Database) -> None:
     """A new replica takes its share as soon as the owner lets groups go, not at its own next renewal: the
     release wakes every replica's loop."""
-    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
-    topology = Topology(db, MemoryClusterAdmin())
-    topology.register_cluster(Cluster("c", "c:9092"))
-    topology.create_stream("s", 2, "c")
     clock = ManualClock()
-    config = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
-    a = Assigner(db, config, replica_id="a", clock=clock)
+    a = Assigner(db, CONFIG, replica_id="a", clock=clock)
     for g in GROUPS:
         leases.join(db, g, "w", "s1", [Subscription("s")], capacity=1, max_load=0, now_ms=clock.now_ms(), ttl_ms=60_000)
     for _ in range(3):
@@ -78,7 +82,7 @@ def test_groups_let_go_for_a_new_replica_wake_the_replicas_to_claim_them(tmp_pat
     steady = wake()
     a.run_once()  # a renewal that changes nothing wakes nobody
     assert not steady.wait(0)
-    b = Assigner(db, config, replica_id="b", clock=clock)
+    b = Assigner(db, CONFIG, replica_id="b", clock=clock)
     b.run_once()
     assert not b.owned, "a still holds every group"
     released = wake()
@@ -88,4 +92,3 @@ def test_groups_let_go_for_a_new_replica_wake_the_replicas_to_claim_them(tmp_pat
     assert released.wait(0), "letting groups go wakes the replicas' loops"
     b.run_once()  # woken at once, at the same moment
     assert b.owned == set(GROUPS) - a.owned
-    db.close()
