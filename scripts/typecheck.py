@@ -40,6 +40,7 @@ STRICT = [
     "streamplane.coordinator.keys",
     "streamplane.coordinator.leadership",
     "streamplane.offsets",
+    "streamplane.spark.offsets",
     "streamplane.coordinator.cluster_admin",
     "streamplane.coordinator.store.retry",
     "streamplane.coordinator.store.chaos",

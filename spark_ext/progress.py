@@ -40,18 +40,32 @@ def commit_positions(
     positions: dict[str, int],
     pending_ts: dict[str, int] | None = None,
     latest: dict[str, int] | None = None,
+    previous: dict[str, int] | None = None,
 ) -> None:
-    """Everything below each position is processed; `pending_ts` gives the oldest unprocessed record's time."""
+    """Everything below each position is processed; `pending_ts` gives the oldest unprocessed record's time.
+
+    With `previous` (the batch's start), only partitions that moved, or that have more to read, are committed:
+    a query's finished generations stay in its offsets for good and cost nothing after their last batch. The
+    commits go in batched calls."""
+    commits = []
     for key, end in positions.items():
         high = max(end, (latest or {}).get(key, end))
-        if high <= 0:
+        if high <= 0 or (previous is not None and previous.get(key) == end and high == end):
             continue
         commit = Commit(
             acked=[(0, end)] if end > 0 else [],
             high_watermark=high,
             oldest_pending_ts_ms=(pending_ts or {}).get(key, 0),
         )
-        client.commit(group, LeaseCommit(lease_id(stream, key), 0, commit))
+        commits.append(LeaseCommit(lease_id(stream, key), 0, commit))
+    for i in range(0, len(commits), COMMITS_PER_CALL):
+        for outcome in client.commit_batch(group, commits[i : i + COMMITS_PER_CALL]):
+            if outcome.error is not None:
+                log.warning("spark.commit_refused", group=group, lease=outcome.lease_id, error=outcome.error.message)
+
+
+COMMITS_PER_CALL = 1024
+"""Leases per batched commit call: well under the commit log's own limit per call."""
 
 
 def _json(text: Any) -> Any:
@@ -84,20 +98,29 @@ class ProgressListener(StreamingQueryListener):
                 end = _json(source.endOffset)
                 if not isinstance(end, dict) or "positions" not in end or "source" not in end:
                     continue  # not one of ours
-                latest = _json(source.latestOffset)
-                self.record(end, latest if isinstance(latest, dict) else None, progress.name, str(progress.id))
+                latest, start = _json(source.latestOffset), _json(source.startOffset)
+                self.record(
+                    end,
+                    latest if isinstance(latest, dict) else None,
+                    progress.name,
+                    str(progress.id),
+                    start if isinstance(start, dict) else None,
+                )
             except StreamplaneError as err:
                 log.warning("spark.progress_not_recorded", query=progress.name or str(progress.id), error=err.message)
             except Exception:
                 log.exception("spark.progress_failed", query=progress.name or str(progress.id))
 
-    def record(self, end: dict, latest: dict | None, query_name: str | None, query_id: str) -> None:
+    def record(
+        self, end: dict, latest: dict | None, query_name: str | None, query_id: str, start: dict | None = None
+    ) -> None:
         meta, positions = end["source"], {k: int(v) for k, v in end["positions"].items()}
         newest = {k: int(v) for k, v in (latest or {}).get("positions", {}).items()}
+        previous = {k: int(v) for k, v in start["positions"].items()} if start and "positions" in start else None
         group = group_of(meta, query_name, query_id)
         with CoordinatorClient(meta["coordinator"]) as client:
             pending = _pending_times(client, meta["stream"], positions, newest)
-            commit_positions(client, group, meta["stream"], positions, pending, newest)
+            commit_positions(client, group, meta["stream"], positions, pending, newest, previous)
 
 
 def _pending_times(

@@ -16,7 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from streamplane.client import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
-from streamplane.model import SETTLED, Lane, Stream
+from streamplane.model import SEALED, SETTLED, Generation, Lane, Stream
 from streamplane.native.batch import with_origin
 from streamplane.spark import offsets as off
 from streamplane.spark.options import SourceOptions
@@ -115,27 +115,39 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._watermarks
 
     # -- planning (driver side)
-    def states(self) -> list[off.PartState]:
-        """Every partition of every generation of the chosen lanes, with where it starts and ends now."""
+    def _generations(self) -> Iterator[tuple[str, Generation, str]]:
+        """(lane, generation, its cluster's bootstrap servers) for every generation of the chosen lanes."""
         stream = self.client.describe_stream(self.opts.stream)
         clusters = {c.name: c.bootstrap_servers for c in self.client.list_clusters()}
-        out = []
         for lane in lanes_of(stream, self.opts.lanes):
             for gen in lane.generations:
-                bootstrap = clusters.get(gen.cluster, "")
-                sealed = len(gen.end_offsets) == gen.partitions
-                drained = gen.state in SETTLED
-                for p in range(gen.partitions):
-                    part = off.Part(gen.number, lane.name, p)
-                    try:
-                        low, high = self.watermarks.get(bootstrap, gen.topic, p)
-                    except UnavailableError as err:
-                        if not sealed:
-                            log.warning("spark.partition_unavailable", partition=part.key, error=err.message)
-                            continue  # no news from it this time; its position is kept
-                        low, high = 0, gen.end_offsets[p]
-                    end = gen.end_offsets[p] if sealed else high
-                    out.append(off.PartState(part, gen.topic, bootstrap, min(low, end), end, drained))
+                yield lane.name, gen, clusters.get(gen.cluster, "")
+
+    def states(self, done: frozenset[str] = frozenset()) -> list[off.PartState]:
+        """Every partition of the chosen lanes' generations that are not `done`, with where it starts and ends
+        now. Done generations cost nothing (no watermark is asked for them, whatever their cluster's state), and
+        neither do settled ones: the planner needs only their sealed ends."""
+        out = []
+        for lane, gen, bootstrap in self._generations():
+            if off.generation_key(lane, gen.number) in done:
+                continue
+            sealed = len(gen.end_offsets) == gen.partitions
+            state = SEALED if sealed and gen.state not in SETTLED else gen.state
+            for p in range(gen.partitions):
+                part = off.Part(gen.number, lane, p)
+                if gen.state in SETTLED:
+                    end = gen.end_offsets[p] if sealed else 0
+                    out.append(off.PartState(part, gen.topic, bootstrap, 0, end, state))
+                    continue
+                try:
+                    low, high = self.watermarks.get(bootstrap, gen.topic, p)
+                except UnavailableError as err:
+                    if not sealed:
+                        log.warning("spark.partition_unavailable", partition=part.key, error=err.message)
+                        continue  # no news from it this time; its position is kept
+                    low, high = 0, gen.end_offsets[p]
+                end = gen.end_offsets[p] if sealed else high
+                out.append(off.PartState(part, gen.topic, bootstrap, min(low, end), end, state))
         return out
 
     def initialOffset(self) -> dict:
@@ -146,7 +158,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if starting == "latest":
                 base = dict.fromkeys((s.part.key for s in states), off.LATEST)
             starting = {**base, **self._by_time(states)}
-        return off.make_offset(self.source, off.initial_positions(states, starting))
+        return off.initial_offset(self.source, states, starting).to_json()
 
     def _by_time(self, states: list[off.PartState]) -> dict[str, int]:
         """Starting offsets from timestamps, one lookup per topic: the first record at or after the time, or
@@ -155,7 +167,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         topics: dict[tuple[str, str], dict[int, int]] = {}
         for s in states:
             ts = wanted if isinstance(wanted, int) else (wanted or {}).get(s.part.key)
-            if ts is not None and not s.drained:
+            if ts is not None and s.state not in SETTLED:
                 topics.setdefault((s.bootstrap_servers, s.topic), {})[s.part.partition] = ts
         out = {}
         for (bootstrap, topic), asked in topics.items():
@@ -173,45 +185,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = {s.part.key: s.latest for s in self.states()}
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-        states = self.states()
-        begin = off.positions_of(start) if start else off.initial_positions(states, self.opts.starting)
+        begin = off.Offset.from_json(start) if start else off.Offset.from_json(self.initialOffset())
         max_rows = getattr(limit, "max_rows", None) if isinstance(limit, ReadMaxRows) else None
-        known = {s.part.key for s in states}
-        end = off.plan_end(begin, states, max_rows, self.target)
-        for key, pos in begin.items():  # partitions we could not look at this time keep their position
-            if key not in known:
-                end.setdefault(key, pos)
-        return off.make_offset(self.source, end)
+        end = off.next_offset(begin, self.states(begin.done), max_rows, self.target)
+        return end.to_json()
 
     def partitions(self, start: dict, end: dict) -> list[Slice]:
-        begin, stop = off.positions_of(start), off.positions_of(end)
-        states = {s.part.key: s for s in self.states()}
-        ranges = []
-        for key, until in stop.items():
-            frm = begin.get(key, states[key].earliest if key in states else until)
-            if until > frm:
-                ranges.append((key, frm, until))
+        stop = off.Offset.from_json(end)
+        todo = off.ranges(off.Offset.from_json(start), stop)
+        if not todo:
+            return []
+        where = {(lane, gen.number): (gen.topic, bootstrap) for lane, gen, bootstrap in self._generations()}
         pieces = 1
-        if self.opts.min_partitions and ranges and len(ranges) < self.opts.min_partitions:
-            pieces = -(-self.opts.min_partitions // len(ranges))
+        if self.opts.min_partitions and len(todo) < self.opts.min_partitions:
+            pieces = -(-self.opts.min_partitions // len(todo))
         slices = []
-        for key, frm, until in ranges:
+        for key, frm, until in todo:
             part = off.Part.parse(key)
-            state = states.get(key)
-            if state is None:
+            if (part.lane, part.generation) not in where:
                 raise UnavailableError(f"partition {key} of stream {self.opts.stream} is no longer in the topology")
+            topic, bootstrap = where[(part.lane, part.generation)]
             for a, b in off.split(frm, until, pieces):
                 slices.append(
-                    Slice(
-                        self.opts.stream,
-                        part.lane,
-                        part.generation,
-                        part.partition,
-                        state.topic,
-                        state.bootstrap_servers,
-                        a,
-                        b,
-                    )
+                    Slice(self.opts.stream, part.lane, part.generation, part.partition, topic, bootstrap, a, b)
                 )
         return slices
 
@@ -219,7 +215,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Spark calls this one batch late (see progress.py); with an explicit group, record it anyway."""
         if self.opts.group:
             try:
-                commit_positions(self.client, self.opts.group, self.opts.stream, off.positions_of(end))
+                positions = dict(off.Offset.from_json(end).positions)
+                commit_positions(self.client, self.opts.group, self.opts.stream, positions)
             except StreamplaneError as err:
                 log.warning("spark.commit_failed", group=self.opts.group, error=err.message)
 
