@@ -166,6 +166,56 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Spark standalone cluster for the session: a master and a worker, each its own JVM, started with
+    PySpark's own `spark-class` (pip's PySpark has no start-master.sh). Yields the master's `spark://` URL.
+    Executors run in the worker's processes with the venv's Python, so they import the installed package."""
+    import json as _json
+    import urllib.request
+
+    import pyspark
+
+    from tests.helpers import free_port, wait_until
+
+    home = Path(pyspark.__file__).parent
+    port, ui, worker_ui = free_port(), free_port(), free_port()
+    env = {
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_CONF_DIR": str(Path(__file__).with_name("spark_conf")),
+        "SPARK_WORKER_DIR": str(tmp_path_factory.mktemp("spark-worker")),
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+    spark_class = str(home / "bin" / "spark-class")
+    master = Proc(
+        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+         "--webui-port", str(ui)],
+        env=env,
+    )  # fmt: skip
+    url = f"spark://127.0.0.1:{port}"
+    worker = Proc(
+        [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "2", "--memory", "1536m",
+         "--webui-port", str(worker_ui)],
+        env=env,
+    )  # fmt: skip
+
+    def alive() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as answer:
+                return any(w.get("state") == "ALIVE" for w in _json.load(answer).get("workers", []))
+        except OSError:
+            return False
+
+    try:
+        wait_until(alive, timeout=90, what=lambda: "".join(master.stderr[-20:] + worker.stderr[-20:]))
+        yield url
+    finally:
+        worker.stop()
+        master.stop()
+
+
 # -- what each engine column ran ----------------------------------------------------------------------------------
 
 _ENGINE_OF: dict[str, str] = {}

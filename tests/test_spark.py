@@ -4,6 +4,7 @@ and for the source, the sink and offsets by timestamp a real Kafka broker too.""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -315,3 +316,33 @@ def test_the_source_and_its_progress_reach_a_coordinator_over_mutual_tls(
             )
     finally:
         running.stop(0)
+
+
+def test_register_says_which_python_the_executors_run_when_it_cannot_import_streamplane(tmp_path: Path) -> None:
+    """The venv's Python run without activating the venv: PySpark would start its workers with `python3` from
+    PATH, which has no streamplane, and every task would fail. register() says so at once, in one sentence."""
+    import subprocess
+    import sys
+
+    script = (
+        "from pyspark.sql import SparkSession\n"
+        "from streamplane.spark import register\n"
+        "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "try:\n"
+        "    register(spark)\n"
+        "except Exception as err:\n"
+        "    print('REFUSED', type(err).__name__, err)\n"
+        "else:\n"
+        "    print('REGISTERED')\n"
+        "spark.stop()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = "/usr/bin:/bin"  # python3 here is the system's, without streamplane
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env["SPARK_CONF_DIR"] = str(Path(__file__).with_name("spark_conf"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env)
+    assert "REFUSED InvalidArgumentError Spark's executors will run 'python3'" in done.stdout, done.stderr[-2000:]
+    assert "cannot import streamplane" in done.stdout and "PYSPARK_PYTHON" in done.stdout
+    env["PYSPARK_PYTHON"] = sys.executable
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env)
+    assert "REGISTERED" in done.stdout, done.stdout + done.stderr[-2000:]
