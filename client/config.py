@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from streamplane.client.credentials import ClientTls
+from streamplane.client.credentials import ClientTls, TokenSource
 from streamplane.errors import InvalidArgumentError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
@@ -53,7 +53,7 @@ class ConsumerConfig:
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
     """librdkafka-named settings for the connections to Kafka (security.protocol, ssl.*, sasl.*, client.rack)
     and for the dlq producer."""
-    token: str | None = field(default=None, repr=False)
+    token: TokenSource = field(default=None, repr=False)
     """The coordinator credential (default: found as `streamplane.client.credentials` says)."""
     tls: ClientTls | None = None
     """TLS to the coordinator (default: from the environment)."""

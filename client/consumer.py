@@ -37,6 +37,7 @@ from typing import Any
 import structlog
 
 from streamplane.client import metrics
+from streamplane.client.background import start_thread
 from streamplane.client.config import ConsumerConfig
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.fetch_loop import FetchLoop
@@ -53,6 +54,7 @@ from streamplane.errors import (
     InvalidArgumentError,
     LimitExceededError,
     StreamplaneError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from streamplane.model import (
@@ -220,8 +222,12 @@ class Consumer:
         self._connected = threading.Event()  # cleared while the group session is being resumed
         self._connected.set()
         self._fatal: StreamplaneError | None = None
+        self._close_lock = threading.Lock()
         self._dlq: Producer | None = None
         self._dlq_lock = threading.Lock()
+        self._copying: dict[int, tuple[LeaseLedger, Message]] = {}
+        """Dlq copies handed to the dlq producer and not reported yet (by id of the record): failed, to be made
+        again, if that producer ends before it reports them."""
         self._loads: dict[str, LeaseLoad] = {}
         self._cluster_names: dict[str, str] = {}  # bootstrap servers of a grant: its cluster's name
         self._fetch = FetchLoop(
@@ -230,6 +236,7 @@ class Consumer:
             partition_max_bytes=cfg.partition_max_bytes,
             read_committed=cfg.isolation_level == "read_committed",
             default_config=connection,
+            on_crash=self._end,
         )
         self.mode = ""  # "records" or "batches": set by the first of run(), iteration, run_batches()
         self._mode_lock = threading.Lock()
@@ -238,11 +245,9 @@ class Consumer:
         if cfg.metrics_port:
             metrics.serve(cfg.metrics_port)
         self._threads = [
-            threading.Thread(target=self._session_loop, name="consumer-session", daemon=True),
-            threading.Thread(target=self._commit_loop, name="consumer-commits", daemon=True),
+            start_thread("consumer-session", self._session_loop, self._end),
+            start_thread("consumer-commits", self._commit_loop, self._end),
         ]
-        for t in self._threads:
-            t.start()
 
     # -- the group session
     def _check_subscription(self) -> dict[str, int]:
@@ -265,7 +270,7 @@ class Consumer:
             group=self.group,
             worker_id=self.worker_id,
             subscriptions={self.stream: self.lanes},
-            token=self.config.token,
+            token=self.client.credentials,
             tls=self.config.tls,
         )
         session.join(resume=resume)
@@ -287,6 +292,17 @@ class Consumer:
                     delay = 0.1
                 except (UnavailableError, AlreadyExistsError, FencedError) as err:
                     log.warning("consumer.rejoin_failed", error=err.message, retry_in_s=delay)
+                    self._closed.wait(delay)
+                    delay = min(REJOIN_MAX_S, delay * 2)
+                    continue
+                except StreamplaneError as err:
+                    # a credential refused for good, a stream deleted: no retry heals it. A refused token that
+                    # its file or callback may still replace is tried again for a while (see Credentials).
+                    hopeless = not (err.retryable or isinstance(err, UnauthenticatedError))
+                    if self.client.credentials.refused(err) or hopeless:
+                        self._end(err)
+                        return
+                    log.warning("consumer.rejoin_refused", error=err.message, retry_in_s=delay)
                     self._closed.wait(delay)
                     delay = min(REJOIN_MAX_S, delay * 2)
                     continue
@@ -402,6 +418,19 @@ class Consumer:
         if session is not None:
             session.release(ledger.lease_id, ledger.epoch)
 
+    def _end(self, error: StreamplaneError) -> None:
+        """End this consumer loudly for an error no retry heals (a credential refused for good, a permission it
+        lacks, a background thread's bug): `run()`, `run_batches()` and the iterator raise `error`, and the
+        consumer closes (on a thread of its own, as its caller may be one of the threads close() waits for),
+        so the group regrants its leases at once instead of waiting for work that will not be done."""
+        if self._fatal is not None or self._closed.is_set():
+            return
+        self._fatal = error
+        metrics.ENDED.labels(type(error).__name__).inc()
+        log.error("consumer.ended", group=self.group, worker=self.worker_id, error=error.message)
+        self._work.put(_STOP)
+        threading.Thread(target=self.close, name="consumer-end", daemon=True).start()
+
     def lease_failed(self, ledger: LeaseLedger, error: StreamplaneError) -> None:
         """The fetch loop cannot read this lease (bad credentials, a broker refusing our versions): give it
         back; an authentication error also ends `run()` and the iterator with that error."""
@@ -448,11 +477,15 @@ class Consumer:
         ]
 
         def stored(err: Any, kmsg: Any) -> None:
+            with self._dlq_lock:
+                if self._copying.pop(id(msg), None) is None:
+                    return  # its producer was replaced meanwhile: the copy was failed then, and is made again
             if err is not None:
+                metrics.DLQ_COPY_FAILURES.labels(self.group, ledger.stream).inc()
                 log.error("consumer.dlq_failed", lease=ledger.lease_id, offset=msg.offset, error=str(err))
                 ledger.copy_failed(msg)  # copied again at the next retry check here, or by the next holder
                 return
-            route = self._dlq_producer().route(ledger.stream, "dlq")
+            route = producer.route(ledger.stream, "dlq")  # the producer that made the copy
             where = DlqLocation(
                 stream=ledger.stream,
                 lane="dlq",
@@ -463,9 +496,15 @@ class Consumer:
             ledger.rejected(msg, reason, where)
 
         metrics.REJECTS.labels(*ledger.labels).inc()
-        self._dlq_producer().produce(
-            ledger.stream, msg.value, key=msg.key, lane="dlq", headers=headers, on_delivery=stored
-        )
+        producer = self._dlq_producer()
+        with self._dlq_lock:
+            self._copying[id(msg)] = (ledger, msg)
+        try:
+            producer.produce(ledger.stream, msg.value, key=msg.key, lane="dlq", headers=headers, on_delivery=stored)
+        except StreamplaneError:
+            with self._dlq_lock:
+                self._copying.pop(id(msg), None)
+            raise
 
     def changed(self, ledger: LeaseLedger) -> None:
         self.active.add(ledger)
@@ -473,6 +512,16 @@ class Consumer:
     def _dlq_producer(self) -> Producer:
         """Idempotent, so that librdkafka's own retries of a copy (a broker down, a timeout) add no copy."""
         with self._dlq_lock:
+            ended = self._dlq.error if self._dlq is not None else None
+            if self._dlq is not None and ended is not None:  # it ended on its own: a new one, unless the
+                self._dlq.close(0)  # credential is refused for good; its copies not reported are made again
+                self._dlq = None
+                for ledger, msg in self._copying.values():
+                    ledger.copy_failed(msg)
+                self._copying.clear()
+                if self.client.credentials.refused(ended):
+                    raise ended
+                log.warning("consumer.dlq_producer_replaced", error=ended.message)
             if self._dlq is None:
                 config = {
                     "linger.ms": 5,
@@ -480,7 +529,7 @@ class Consumer:
                     "enable.idempotence": True,
                     "message.timeout.ms": DLQ_COPY_TIMEOUT_MS,  # over by then: see the commit log's copy rule
                 }
-                self._dlq = Producer(self._coordinator, token=self.config.token, tls=self.config.tls, **config)
+                self._dlq = Producer(self._coordinator, token=self.client.credentials, tls=self.config.tls, **config)
             return self._dlq
 
     # -- commits, revokes, retries and load reports: one thread for every lease
@@ -553,9 +602,13 @@ class Consumer:
         try:
             outcomes = self.client.commit_batch(self.group, [r for _, _, r in batch])
         except StreamplaneError as err:
-            log.warning("consumer.commit_failed", leases=len(batch), error=err.message)
             for ledger, out, _ in batch:
                 ledger.put_back(out)
+            metrics.COMMIT_FAILURES.labels(self.group).inc()
+            if self.client.credentials.refused(err):
+                self._end(err)
+                return
+            log.warning("consumer.commit_failed", leases=len(batch), error=err.message)
             return
         now_ms = time.time() * 1000
         for (ledger, out, request), result in zip(batch, outcomes, strict=True):
@@ -578,7 +631,14 @@ class Consumer:
             metrics.TIME_LAG.labels(self.group, ledger.lease_id).set(max(0, now_ms - oldest) / 1000 if oldest else 0)
             ledger.may_have_retries = result.retries > 0 or (ledger.may_have_retries and bool(out.retries))
             for copy in ledger.committed(out, result.copies):
-                self.send_to_dlq(ledger, copy)
+                try:
+                    self.send_to_dlq(ledger, copy)
+                except StreamplaneError as err:  # the copy waits: made again at the next retry check here
+                    ledger.copy_failed(copy.msg)
+                    if self.client.credentials.refused(err):
+                        self._end(err)
+                        return
+                    log.warning("consumer.dlq_unavailable", lease=ledger.lease_id, error=err.message)
 
     def _due_retries(self, ledgers: list[LeaseLedger]) -> None:
         """Re-read records whose retry is due, and reject exhausted ones a previous holder left."""
@@ -647,6 +707,8 @@ class Consumer:
             item = self._work.get()
             if item is _STOP:
                 self._work.put(_STOP)
+                if self._fatal is not None:
+                    raise self._fatal
                 return
             now = time.time()
             for msg in item:
@@ -657,8 +719,6 @@ class Consumer:
                     msg._reader.forget(msg)  # its lease is gone or past its deadline: the next holder reads it
                     continue
                 yield msg
-        if self._fatal is not None:
-            raise self._fatal
 
     def run(self, handler: Callable[[Message], Any], *, stop: threading.Event | None = None) -> None:
         """Call `handler(msg)` for every record on `concurrency` threads until `close()` (or `stop` is set).
@@ -803,6 +863,10 @@ class Consumer:
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop fetching, let in-flight records end (up to `timeout_s`), commit, and leave the group (its
         leases go to the other members at once)."""
+        with self._close_lock:
+            self._close(timeout_s)
+
+    def _close(self, timeout_s: float) -> None:
         if self._closed.is_set():
             return
         self._fetch.close()
@@ -820,8 +884,12 @@ class Consumer:
         if self._dlq is not None:
             self._dlq.flush(max(0.0, deadline - time.monotonic()))
         self._closed.set()
-        self._threads[1].join(timeout=5)  # the committer: no commit may race the final one or the client's close
-        self.commit(ledgers)
+        if threading.current_thread() is not self._threads[1]:
+            self._threads[1].join(timeout=5)  # the committer: no commit may race the final one or the close
+        try:
+            self.commit(ledgers)
+        except Exception:  # whatever failed, the session below is still closed: the leases must not linger
+            log.exception("consumer.final_commit_failed", group=self.group, worker=self.worker_id)
         self._work.put(_STOP)
         for x in ledgers:
             x.drop()
@@ -837,6 +905,12 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def error(self) -> StreamplaneError | None:
+        """Why this consumer ended on its own (a credential refused for good, a permission it lacks, a thread's
+        bug), or None while it runs or after a plain close(); `run()` and the iterator raise it."""
+        return self._fatal
 
     @property
     def leases(self) -> list[str]:

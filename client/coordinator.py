@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import grpc
 
 from streamplane import model as m
-from streamplane.client.credentials import ClientTls, find_token
+from streamplane.client.credentials import ClientTls, Credentials, TokenSource
 from streamplane.errors import StreamplaneError
 from streamplane.rpc import error_from_rpc_error, raise_from_rpc_error
 from streamplane.v1 import assigner_pb2 as apb
@@ -47,8 +47,9 @@ class CoordinatorClient:
         target: host:port of the coordinator; default STREAMPLANE_COORDINATOR or 127.0.0.1:7400.
         timeout_s: deadline of each unary call.
         retries: how many times a read is retried while the coordinator is unavailable (with backoff).
-        token: the bearer token (default: found by `streamplane.client.credentials.find_token`); the event log
-            records its subject as who made a change.
+        token: the bearer token, or a callable returning the current one (default: found as
+            `streamplane.client.credentials` says, a token file read again when it changes); the event log records
+            its subject as who made a change.
         tls: TLS to the coordinator (default: `ClientTls.find()`, from the environment; None there: plaintext).
     """
 
@@ -58,13 +59,12 @@ class CoordinatorClient:
         *,
         timeout_s: float = 30.0,
         retries: int = 3,
-        token: str | None = None,
+        token: TokenSource = None,
         tls: ClientTls | None = None,
     ) -> None:
         self.target = target or os.environ.get("STREAMPLANE_COORDINATOR") or DEFAULT_COORDINATOR
         self._timeout_s = timeout_s
-        bearer = find_token(self.target, token)
-        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {bearer}"),) if bearer else ()
+        self.credentials = token if isinstance(token, Credentials) else Credentials(self.target, token)
         self._retries = retries
         tls = tls or ClientTls.find()
         if tls is not None:
@@ -80,8 +80,8 @@ class CoordinatorClient:
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        """The call metadata every call carries (the credential)."""
-        return self._metadata
+        """The call metadata every call carries (the current credential)."""
+        return self.credentials.metadata()
 
     def close(self) -> None:
         self._channel.close()
@@ -96,7 +96,7 @@ class CoordinatorClient:
         attempts = self._retries + 1 if idempotent else 1
         for attempt in range(attempts):
             try:
-                return method(request, timeout=self._timeout_s, metadata=self._metadata)
+                return method(request, timeout=self._timeout_s, metadata=self.metadata)
             except grpc.RpcError as err:
                 if err.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < attempts:
                     time.sleep(min(0.2 * 2**attempt, 2.0))
@@ -198,12 +198,15 @@ class CoordinatorClient:
         topology_version: str,
         in_flight: list[tuple[str, str, int]],
         errors: list[m.ClusterErrors] | None = None,
+        writes: list[tuple[str, str]] | None = None,
     ) -> m.ProducerLease:
+        """Keep a producer session: `writes` are the (stream, lane)s it routes to (its token must allow each)."""
         request = pb.ProducerHeartbeatRequest(
             producer_id=producer_id,
             topology_version=topology_version,
             in_flight=convert.generation_refs_to_pb(in_flight),
             errors=convert.cluster_errors_to_pb(errors or []),
+            writes=[pb.LaneRef(stream=st, lane=ln) for st, ln in writes or []],
         )
         got = self._call(self.topology.ProducerHeartbeat, request, idempotent=True)
         return m.ProducerLease(got.heartbeat_interval_ms, got.ttl_ms, got.topology_version)
@@ -239,10 +242,10 @@ class CoordinatorClient:
         request = apb.CheckLeaseRequest(group=group, lease_id=lease_id, epoch=epoch)
         self._call(self.assigner.CheckLease, request, idempotent=True)
 
-    def open_session(self, hello: m.Hello, outgoing: Iterator[m.Heartbeat | m.Release]) -> SessionCall:
+    def open_session(self, hello: m.Hello, outgoing: Iterator[m.Heartbeat | m.Release | m.Renew]) -> SessionCall:
         """Open a worker session: `hello`, then what `outgoing` yields, go to the coordinator."""
         messages = (convert.worker_message_to_pb(x) for x in itertools.chain((hello,), outgoing))
-        return SessionCall(self.assigner.Session(messages, metadata=self._metadata), self.target)
+        return SessionCall(self.assigner.Session(messages, metadata=self.metadata), self.target)
 
     def commit(self, group: str, commit: m.LeaseCommit) -> m.CommitOutcome:
         """Record progress of a lease (idempotent, so it is retried while the coordinator is unavailable)."""
@@ -288,7 +291,7 @@ class CoordinatorClient:
         --follow); otherwise it runs until the caller stops iterating.
         """
         request = pb.WatchTopologyRequest(from_version=from_version)
-        call = self.topology.WatchTopology(request, metadata=self._metadata)
+        call = self.topology.WatchTopology(request, metadata=self.metadata)
         return self._follow(call, convert.event_from_pb, idle_timeout_s)
 
     def watch_group(
@@ -297,7 +300,7 @@ class CoordinatorClient:
         """Every event of one group's log after `from_version` (members joining and leaving, leases granted,
         revoking, revoked, released), then new ones as they commit; `idle_timeout_s` as in `watch_topology`."""
         request = apb.WatchGroupRequest(group=group, from_version=from_version)
-        call = self.assigner.WatchGroup(request, metadata=self._metadata)
+        call = self.assigner.WatchGroup(request, metadata=self.metadata)
         return self._follow(call, convert.group_event_from_pb, idle_timeout_s)
 
     def _follow(self, call: Any, decode: Callable[[Any], T], idle_timeout_s: float | None) -> Iterator[T]:

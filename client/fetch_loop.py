@@ -36,10 +36,12 @@ from streamplane.client.kafka import (
     list_offsets,
 )
 from streamplane.client.kafka.codec import KafkaAuthenticationError
-from streamplane.errors import StreamplaneError, UnavailableError
+from streamplane.errors import StreamplaneError, ThreadCrashedError, UnavailableError
 
 log = structlog.get_logger(__name__)
 
+MAX_CRASHES = 20
+"""Rounds failing in a row (half a second apart) after which the loop gives up and its owner ends."""
 MAX_WAIT_MS = 250
 """How long a broker may hold a Fetch open when none of its partitions has new data. A partition granted
 meanwhile is first asked in the next Fetch (a broker answers one request of a connection at a time), so this
@@ -145,6 +147,9 @@ class FetchLoop:
         partition_max_bytes: how much one Fetch asks per partition; max_bytes: per response.
         read_committed: drop records of aborted transactions and stop at the last stable offset.
         default_config: TLS, SASL, rack and client id of every connection.
+        on_crash: told when rounds keep failing (a bug, MAX_CRASHES rounds in a row): the loop stops and its
+            owner ends loudly rather than hold leases it cannot read. A round that fails once is logged and
+            the loop goes on.
     """
 
     def __init__(
@@ -157,8 +162,10 @@ class FetchLoop:
         read_committed: bool = False,
         default_config: ConnectionConfig | None = None,
         max_wait_ms: int = MAX_WAIT_MS,
+        on_crash: Callable[[StreamplaneError], None] | None = None,
     ) -> None:
         self.budget = budget
+        self._on_crash = on_crash
         self.max_decompressed = max_decompressed
         self.partition_max_bytes = partition_max_bytes
         self.max_bytes = max_bytes
@@ -256,11 +263,17 @@ class FetchLoop:
             callback(None, UnavailableError(f"partition {key} left the fetch loop before offset {offset} was read"))
 
     def _run(self) -> None:
+        crashes = 0
         while not self._stop.is_set():
             try:
                 self._round()
-            except Exception:  # a bug must not stop every partition of the worker: log, wait, go on
+                crashes = 0
+            except Exception as err:  # a bug must not stop every partition of the worker: log, wait, go on
                 log.exception("fetch_loop.round_crashed")
+                crashes += 1
+                if crashes >= MAX_CRASHES and self._on_crash is not None:
+                    self._on_crash(ThreadCrashedError(f"the fetch loop failed {crashes} rounds in a row: {err!r}"))
+                    return
                 self._stop.wait(0.5)
 
     def _round(self) -> None:

@@ -36,6 +36,26 @@ DECODE_ERRORS = Counter(
     ["group", "stream", "lane", "reason"],
     registry=REGISTRY,
 )
+DLQ_COPY_FAILURES = Counter(
+    "streamplane_client_dlq_copy_failures",
+    "Dlq copies of rejected records that could not be written (the dlq lane's cluster down, a timeout); each is "
+    "made again at the next retry check",
+    ["group", "stream"],
+    registry=REGISTRY,
+)
+COMMIT_FAILURES = Counter(
+    "streamplane_client_commit_failures",
+    "Batched commit calls that failed (their outcomes are kept and committed again); a worker whose credential is "
+    "refused for good ends instead (streamplane_client_ended)",
+    ["group"],
+    registry=REGISTRY,
+)
+ENDED = Counter(
+    "streamplane_client_ended",
+    "Consumers and producers that ended on their own for an error no retry heals, by kind of error",
+    ["kind"],
+    registry=REGISTRY,
+)
 PRODUCER_SWITCH = Histogram(
     "streamplane_client_producer_switch_seconds",
     "From a failover's commit to the producer writing to the new generation",

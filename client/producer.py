@@ -37,8 +37,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Producer as KafkaProducer
 
 from streamplane.client import metrics
+from streamplane.client.background import start_thread
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.client.credentials import ClientTls
+from streamplane.client.credentials import ClientTls, TokenSource
 from streamplane.client.lanes import Lane, Lanes
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
 from streamplane.model import ClusterErrors, ClusterHealthChanged, FailedOver, Generation
@@ -98,7 +99,7 @@ class Producer:
         max_batch_decompressed: int = 1_000_000,
         producer_id: str | None = None,
         metrics_port: int | None = None,
-        token: str | None = None,
+        token: TokenSource = None,
         tls: ClientTls | None = None,
         **kafka_config: Any,
     ) -> None:
@@ -137,15 +138,14 @@ class Producer:
         self._errors: dict[str, tuple[int, str]] = {}
         """{cluster: (errors, the last one)} librdkafka reported since the last heartbeat."""
         self._closed = threading.Event()
+        self._fatal: StreamplaneError | None = None
+        """Why the producer ended on its own (a credential refused for good, a thread's bug): records raise it."""
         self._beat_now = threading.Event()
         self._heartbeat_s = 1.0
-        self._heartbeat()  # opens the session; an unreachable coordinator fails here
-        self._watcher = threading.Thread(target=self._watch, name="producer-routes", daemon=True)
+        self._heartbeat()  # opens the session; an unreachable coordinator or a refused credential fails here
         self._watch_started = False
-        self._beater = threading.Thread(target=self._heartbeats, name="producer-session", daemon=True)
-        self._beater.start()
-        self._poller = threading.Thread(target=self._poll_loop, name="producer-poll", daemon=True)
-        self._poller.start()
+        self._beater = start_thread("producer-session", self._heartbeats, self._end)
+        self._poller = start_thread("producer-poll", self._poll_loop, self._end)
         if metrics_port:
             metrics.serve(metrics_port)
 
@@ -155,9 +155,10 @@ class Producer:
             version = self._version
             in_flight = self._in_flight_generations()
             errors, self._errors = self._errors, {}
+            writes = sorted(self._routes)
         reports = [ClusterErrors(cluster, count, last) for cluster, (count, last) in sorted(errors.items())]
         try:
-            answer = self._client.producer_heartbeat(self.producer_id, version, in_flight, reports)
+            answer = self._client.producer_heartbeat(self.producer_id, version, in_flight, reports, writes)
         except StreamplaneError:
             with self._lock:  # told with the next heartbeat
                 for cluster, (count, last) in errors.items():
@@ -180,9 +181,22 @@ class Producer:
                 self._heartbeat()
                 delay = 0.1
             except StreamplaneError as err:
+                if self._client.credentials.refused(err):
+                    self._end(err)
+                    return
                 log.warning("producer.heartbeat_failed", error=err.message, retry_in_s=delay)
                 self._closed.wait(delay)
                 delay = min(5.0, delay * 2)
+
+    def _end(self, error: StreamplaneError) -> None:
+        """End the producer for an error no retry heals: every record from now on raises it (those already
+        handed to librdkafka are still delivered), and it is logged as an error, never silently."""
+        if self._fatal is None:
+            self._fatal = error
+            metrics.ENDED.labels(type(error).__name__).inc()
+            log.error("producer.ended", producer=self.producer_id, error=error.message)
+        with self._lock:
+            self._lanes.clear()  # every record now takes the general path, which raises the error
 
     # -- routes
     def route(self, stream: str, lane: str = "realtime") -> Route:
@@ -196,11 +210,18 @@ class Producer:
             described = self._client.describe_stream_versioned(stream)
             version = described.version
             self._set_route(stream, lane, described.stream.require_lane(lane).active)
+            try:
+                self._heartbeat()  # the coordinator learns of the lane now: a token that may not write it says so
+            except StreamplaneError as err:
+                if self._client.credentials.refused(err):
+                    with self._lock:
+                        self._routes.pop((stream, lane), None)
+                    raise
             with self._lock:
                 if not self._watch_started:
                     self._watch_started = True
                     self._version = version
-                    self._watcher.start()
+                    self._watcher = start_thread("producer-routes", self._watch, self._end)
                 return self._routes[(stream, lane)]
         finally:
             with self._lock:
@@ -308,6 +329,8 @@ class Producer:
         on_delivery: Callable[[Any, Any], None] | None,
     ) -> Route:
         """What the fast path (`_lanes`) leaves: a lane not routed yet, headers, on_delivery, a full queue."""
+        if self._fatal is not None:
+            raise self._fatal
         if self._closed.is_set():
             raise StreamplaneError("the producer is closed")
         if isinstance(headers, dict):
@@ -442,6 +465,12 @@ class Producer:
             senders = list(self._senders.values())
         return sum(sender.poll(timeout_s) for sender in senders)
 
+    @property
+    def error(self) -> StreamplaneError | None:
+        """Why this producer ended on its own (a credential refused for good, a thread's bug), or None; every
+        record handed to it since raises it."""
+        return self._fatal
+
     def flush(self, timeout_s: float = 30) -> int:
         """Wait for every handed-over record to be acknowledged (or finally failed, see `failed`); the number
         still outstanding."""
@@ -461,8 +490,9 @@ class Producer:
         with self._lock:
             self._lanes.clear()  # every record now takes the general path, which refuses it
         self._beat_now.set()
-        self._poller.join(timeout=5)
-        self._beater.join(timeout=5)  # a heartbeat under way ends before its channel closes
+        for thread in (self._poller, self._beater):  # a heartbeat under way ends before its channel closes
+            if thread is not threading.current_thread():  # (a delivery callback may close its own producer)
+                thread.join(timeout=5)
         with self._lock:
             senders, self._senders, self._active = list(self._senders.values()), {}, {}
             self._spares.clear()  # never written to: nothing to flush

@@ -10,8 +10,9 @@
     session.close()
 
 Heartbeats go out in the background at the interval the coordinator asks for, with the load last set by
-`report_load`. The session ends (SessionEndedError from `events`) when the coordinator ends it: after its
-TTL without heartbeats, or on bad input.
+`report_load`; when the credential changes (a token file rotated, a callback renewed it), the new token goes
+out on the open stream too. The session ends (SessionEndedError from `events`) when the coordinator ends it:
+after its TTL without heartbeats, on bad input, or when its token expired without renewal.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import queue
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 
+from streamplane.client.background import start_thread
 from streamplane.client.coordinator import CoordinatorClient, SessionCall
-from streamplane.client.credentials import ClientTls
+from streamplane.client.credentials import ClientTls, TokenSource
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import (
     ClusterErrors,
@@ -31,6 +33,7 @@ from streamplane.model import (
     Hello,
     LeaseLoad,
     Release,
+    Renew,
     Revoke,
     Sealed,
     SessionEvent,
@@ -73,7 +76,7 @@ class WorkerSession:
         subscriptions: Mapping[str, list[str]],
         capacity: float = 1.0,
         max_load: float = 0.0,
-        token: str | None = None,
+        token: TokenSource = None,
         tls: ClientTls | None = None,
     ) -> None:
         self._client = CoordinatorClient(coordinator, token=token, tls=tls)
@@ -92,13 +95,14 @@ class WorkerSession:
         self._stop = threading.Event()
         self.session_id = ""
         self.heartbeat_interval_s = 0.25
+        self._sent_token = ""  # the credential the coordinator knows this session by
 
     @property
     def leases(self) -> dict[str, Grant]:
         """The leases this worker holds now, by lease id (a sealed one with its end offset)."""
         return dict(self._held)
 
-    def _requests(self) -> Iterator[Heartbeat | Release]:
+    def _requests(self) -> Iterator[Heartbeat | Release | Renew]:
         while True:
             item = self._outbox.get()
             if item is _CLOSE:
@@ -110,18 +114,34 @@ class WorkerSession:
         `resume`, the session of that id is resumed while it lives (`session_id` then equals `resume`; the
         coordinator sends its grants again), and a new one opened otherwise."""
         self._hello = dataclasses.replace(self._hello, resume_session=resume)
+        self._sent_token = self._client.credentials.token()
         self._call = self._client.open_session(self._hello, self._requests())
         welcome = self._call.welcome()
         self.session_id = welcome.session_id
         self.heartbeat_interval_s = welcome.heartbeat_interval_ms / 1000 or 0.25
-        threading.Thread(target=self._heartbeats, name=f"heartbeat-{self.worker_id}", daemon=True).start()
+        start_thread(f"heartbeat-{self.worker_id}", self._heartbeats, self._heartbeats_crashed)
 
     def _heartbeats(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):
-            load = self._load
-            if load.leases or load.errors:  # lease loads and errors go out once; later beats carry the totals
-                self._load = Heartbeat(load.cpu, load.records_per_s)
-            self._outbox.put(load)
+            self._beat()
+
+    def _beat(self) -> None:
+        """One heartbeat: a new token first if the credential changed, then the load."""
+        credentials = self._client.credentials
+        if credentials.renewable and (token := credentials.token()) != self._sent_token:
+            self._sent_token = token  # the open stream carries the new token: the session is renewed on it
+            self._outbox.put(Renew(token))
+        load = self._load
+        if load.leases or load.errors:  # lease loads and errors go out once; later beats carry the totals
+            self._load = Heartbeat(load.cpu, load.records_per_s)
+        self._outbox.put(load)
+
+    def _heartbeats_crashed(self, error: StreamplaneError) -> None:
+        """Without heartbeats the session would lapse while looking alive here: end its stream now, so that
+        `events` raises and the owner resumes the session (a new stream, a new heartbeat thread)."""
+        self._outbox.put(_CLOSE)
+        if self._call is not None:
+            self._call.cancel()
 
     def report_load(
         self,

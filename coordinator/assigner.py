@@ -135,11 +135,11 @@ class Session:
         self._last_heard = self.clock.monotonic()
         self.assigner.writer.release(self.group, self.worker_id, self.session_id, Release(lid, epoch), self.fail)
 
-    def fail(self, error: StreamplaneError) -> None:
-        """End the session because the worker sent something wrong, or the store says it ended (blocks on the
-        store); its stream reports `error`, woken through `on_change`."""
+    def fail(self, error: StreamplaneError, reason: str = "bad input") -> None:
+        """End the session because the worker sent something wrong, its credential ran out, or the store says
+        it ended (blocks on the store); its stream reports `error`, woken through `on_change`."""
         self._failure = error
-        self.close(f"bad input: {error.message}")
+        self.close(f"{reason}: {error.message}")
         self.on_change()
 
     def close(self, reason: str) -> None:

@@ -16,8 +16,8 @@ from streamplane.coordinator import auth, events
 from streamplane.coordinator.assigner import Assigner
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.limits import HELLO_TIMEOUT_S
-from streamplane.coordinator.session_stream import SessionHub, SessionStream
-from streamplane.errors import InvalidArgumentError, StreamplaneError
+from streamplane.coordinator.session_stream import Renewer, SessionHub, SessionStream
+from streamplane.errors import InvalidArgumentError, StreamplaneError, UnauthenticatedError
 from streamplane.model import Hello, Welcome
 from streamplane.rpc import grpc_errors, grpc_stream_errors
 from streamplane.v1 import assigner_pb2 as apb
@@ -76,7 +76,7 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         auth.check(principal, auth.CONSUME, group=hello.group)
         for sub in hello.subscriptions:
             auth.check(principal, auth.CONSUME, stream=sub.stream, group=hello.group)
-        stream = await self._hub.open(hello, principal.name)
+        stream = await self._hub.open(hello, principal, self._renewer(hello) if self._guard.enabled else None)
         context.add_done_callback(lambda _: stream.end_soon("the session's stream ended"))
         cfg = self._assigner.config
         yield convert.welcome_to_pb(Welcome(stream.session.session_id, cfg.heartbeat_interval_ms, cfg.ttl_ms))
@@ -86,6 +86,23 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
                 yield convert.session_event_to_pb(event)
         finally:
             feed.cancel()
+
+    def _renewer(self, hello: Hello) -> Renewer:
+        """How a session's Renew is checked: a valid token of the same subject that may still consume the
+        group and every stream the session reads."""
+
+        def renew(current: auth.Principal, token: str) -> auth.Principal:
+            fresh = self._guard.bearer(f"Bearer {token}")
+            if fresh.name != current.name:
+                raise UnauthenticatedError(
+                    f"a session opened by {current.name} cannot be renewed with a token of {fresh.name}"
+                )
+            auth.check(fresh, auth.CONSUME, group=hello.group)
+            for sub in hello.subscriptions:
+                auth.check(fresh, auth.CONSUME, stream=sub.stream, group=hello.group)
+            return fresh
+
+        return renew
 
     @grpc_errors
     def CheckLease(self, request: apb.CheckLeaseRequest, context: grpc.ServicerContext) -> apb.CheckLeaseResponse:

@@ -26,7 +26,10 @@ ROLES = (ADMIN, OPERATOR, PRODUCER, CONSUMER, VIEWER)
 READ = "fleet.read"
 """Clusters, streams, groups, lag and the event logs."""
 PRODUCE = "stream.produce"
-"""Producer sessions (heartbeats, close) naming a stream's generations."""
+"""Producer sessions (heartbeats, close) writing any lane of a stream."""
+REJECT = "stream.reject"
+"""Writing a stream's dlq lane, and only that lane: where a worker copies the records it rejects."""
+DLQ_LANE = "dlq"
 CONSUME = "group.consume"
 """Worker sessions, commits, retries and lease checks of a group."""
 CHANGE_STREAMS = "stream.change"
@@ -39,9 +42,11 @@ ISSUE_TOKENS = "token.create"
 _GRANTS: dict[str, frozenset[str]] = {
     VIEWER: frozenset({READ}),
     PRODUCER: frozenset({READ, PRODUCE}),
-    CONSUMER: frozenset({READ, CONSUME}),
+    CONSUMER: frozenset({READ, CONSUME, REJECT}),
     OPERATOR: frozenset({READ, CHANGE_STREAMS, CONFIGURE_GROUPS}),
-    ADMIN: frozenset({READ, PRODUCE, CONSUME, CHANGE_STREAMS, CONFIGURE_GROUPS, CHANGE_CLUSTERS, ISSUE_TOKENS}),
+    ADMIN: frozenset(
+        {READ, PRODUCE, REJECT, CONSUME, CHANGE_STREAMS, CONFIGURE_GROUPS, CHANGE_CLUSTERS, ISSUE_TOKENS}
+    ),
 }
 
 
@@ -61,6 +66,8 @@ class Principal:
     groups: tuple[str, ...] = ()
     via: str = "token"
     """How it was authenticated: token, certificate, or none (authentication is off)."""
+    expires_ms: int = 0
+    """When its credential expires (a token's exp claim, unix ms); 0 for never (certificates, no auth)."""
 
     def may(self, permission: str, *, stream: str = "", group: str = "") -> bool:
         if permission not in _GRANTS[self.role]:
@@ -72,6 +79,20 @@ class Principal:
 
 ANONYMOUS = Principal("anonymous", ADMIN, via="none")
 """Every caller when authentication is off (a loopback `streamplane coordinator` without a key)."""
+
+
+def check_write(principal: Principal, stream: str, lane: str) -> None:
+    """Raise PermissionDeniedError unless `principal` may write `lane` of `stream`: a producer any lane of its
+    streams, a consumer only the dlq lane (the records it rejects)."""
+    if lane == DLQ_LANE and principal.may(REJECT, stream=stream):
+        return
+    check(principal, PRODUCE, stream=stream)
+
+
+def check_any_write(principal: Principal) -> None:
+    """Raise PermissionDeniedError unless `principal` may write something: open a producer session."""
+    if not principal.may(REJECT):
+        check(principal, PRODUCE)
 
 
 def check(principal: Principal, permission: str, *, stream: str = "", group: str = "") -> None:
@@ -173,7 +194,9 @@ class TokenIssuer:
         streams, groups = claims.get("streams", []), claims.get("groups", [])
         if not all(isinstance(x, list) and all(isinstance(n, str) for n in x) for x in (streams, groups)):
             raise UnauthenticatedError("the bearer token's streams and groups are not lists of names")
-        return Principal(str(claims["sub"]), role, tuple(streams), tuple(groups), via="token")
+        return Principal(
+            str(claims["sub"]), role, tuple(streams), tuple(groups), via="token", expires_ms=claims["exp"] * 1000
+        )
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,9 @@ MAX_STREAMS = 20_000
 """Streams one coordinator process holds open at once (each a few KB and a socket's buffers)."""
 HELLO_TIMEOUT_S = 10.0
 """How long a worker session may stay open without its hello."""
+CREDENTIAL_GRACE_S = 5.0
+"""How long past its token's expiry a worker session lives, waiting for a Renew, before it is ended (its leases
+go back to the group at once). Clients renew well before expiry; this covers clock skew and a slow rotation."""
 
 
 class StreamLimits(grpc.aio.ServerInterceptor):  # type: ignore[misc]

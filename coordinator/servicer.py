@@ -110,9 +110,12 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     def ProducerHeartbeat(
         self, request: pb.ProducerHeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.ProducerHeartbeatResponse:
-        principal = self._guard.require(context, auth.PRODUCE)
+        principal = self._guard.principal(context)
+        auth.check_any_write(principal)
+        for w in request.writes:
+            auth.check_write(principal, w.stream, w.lane)
         for g in request.in_flight:
-            auth.check(principal, auth.PRODUCE, stream=g.stream)
+            auth.check_write(principal, g.stream, g.lane)
         cfg = self._sealer.config
         head = self._sealer.producer_heartbeat(
             request.producer_id,
@@ -178,6 +181,7 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     def CloseProducer(
         self, request: pb.CloseProducerRequest, context: grpc.ServicerContext
     ) -> pb.CloseProducerResponse:
-        principal = self._guard.require(context, auth.PRODUCE)
+        principal = self._guard.principal(context)
+        auth.check_any_write(principal)
         self._sealer.close_producer(request.producer_id, principal.name)
         return pb.CloseProducerResponse()

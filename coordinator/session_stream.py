@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import structlog
 
 from streamplane.coordinator.assigner import Assigner, Session
+from streamplane.coordinator.auth import ANONYMOUS, Principal
 from streamplane.coordinator.event_loop import setter
+from streamplane.coordinator.limits import CREDENTIAL_GRACE_S
 from streamplane.coordinator.store.api import Watch
-from streamplane.errors import InvalidArgumentError, StreamplaneError
-from streamplane.model import Heartbeat, Hello, Release, SessionEvent, WorkerMessage
+from streamplane.errors import InvalidArgumentError, StreamplaneError, UnauthenticatedError
+from streamplane.model import Heartbeat, Hello, Release, Renew, SessionEvent, WorkerMessage
 
 log = structlog.get_logger(__name__)
 
@@ -28,27 +30,46 @@ TICK_S = 0.25
 """How often the hub checks every session's TTL and the topology log's head."""
 
 
+Renewer = Callable[[Principal, str], Principal]
+"""Checks a Renew's token against the session's principal and returns the renewed principal (the servicer's:
+it verifies tokens); raises UnauthenticatedError or PermissionDeniedError for a token that may not renew it."""
+
+
 class SessionStream:
     """One worker's session as its stream sees it."""
 
-    def __init__(self, hub: SessionHub, session: Session) -> None:
+    def __init__(
+        self, hub: SessionHub, session: Session, principal: Principal = ANONYMOUS, renew: Renewer | None = None
+    ) -> None:
         self.hub = hub
         self.session = session
+        self.principal = principal
+        self._renew = renew
         self.wake = asyncio.Event()
         self.expired = False
+        self.credential_lapsed = False
         session.on_change = setter(hub.loop, self.wake)
 
     def take(self, message: WorkerMessage | None) -> None:
         """A message from the worker after its hello (O(1): written later with the replica's others); bad input
-        raises InvalidArgumentError."""
+        raises InvalidArgumentError, a Renew whose token may not renew the session UnauthenticatedError or
+        PermissionDeniedError (the session then ends)."""
         match message:
             case Heartbeat() as beat:
                 self.session.heartbeat(beat)
             case Release(lease_id=lid, epoch=epoch):
                 self.session.release(lid, epoch)
+            case Renew(token=token):
+                if self._renew is not None:  # else this coordinator checks no credentials: nothing to renew
+                    self.principal = self._renew(self.principal, token)
             case other:
                 what = type(other).__name__.lower() if other else "an empty message"
                 raise InvalidArgumentError(f"a session takes one hello, then heartbeats and releases, not {what}")
+
+    def lapsed(self, now_ms: int) -> bool:
+        """Whether the session's token expired more than CREDENTIAL_GRACE_S ago without a Renew."""
+        expires = self.principal.expires_ms
+        return bool(expires) and now_ms > expires + CREDENTIAL_GRACE_S * 1000
 
     async def end(self, reason: str) -> None:
         """End the session (frees its leases in the store)."""
@@ -74,6 +95,13 @@ class SessionStream:
                     raise session.failure
                 if self.expired:
                     raise await asyncio.to_thread(session.expire)
+                if self.credential_lapsed:
+                    lapsed = UnauthenticatedError(
+                        f"session {session.session_id} ended: its bearer token expired and was not renewed within "
+                        f"{CREDENTIAL_GRACE_S:g} s; its leases were revoked"
+                    )
+                    await asyncio.to_thread(session.fail, lapsed, "credential expired")
+                    raise lapsed
                 self.wake.clear()
                 look, current = await asyncio.wrap_future(session.assigner.reader.submit(session.look))
                 watch = current  # cancelled below, or in `finally` if the stream ends while it waits
@@ -100,7 +128,7 @@ class SessionHub:
         self._streams: set[SessionStream] = set()
         self._task: asyncio.Task[None] | None = None
 
-    async def open(self, hello: Hello, principal: str) -> SessionStream:
+    async def open(self, hello: Hello, principal: Principal, renew: Renewer | None = None) -> SessionStream:
         """Open (or resume) the session a worker's hello asks for; on the loop."""
         session = await asyncio.to_thread(
             self.assigner.open_session,
@@ -110,9 +138,9 @@ class SessionHub:
             capacity=hello.capacity,
             max_load=hello.max_load,
             resume_session=hello.resume_session,
-            principal=principal,
+            principal=principal.name,
         )
-        stream = SessionStream(self, session)
+        stream = SessionStream(self, session, principal, renew)
         self._streams.add(stream)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._watch_all(), name="session-hub")
@@ -126,10 +154,14 @@ class SessionHub:
         topology log moved (all of them with `look_anyway`); returns the head seen."""
         head = self.assigner.topology_head
         moved = head != last_head
+        now_ms = self.assigner.clock.now_ms()
         for stream in self._streams:
             session = stream.session
             if session.silent():
                 stream.expired = True
+                stream.wake.set()
+            elif stream.lapsed(now_ms):
+                stream.credential_lapsed = True
                 stream.wake.set()
             elif look_anyway or (moved and session.seen_topology_head != head):
                 stream.wake.set()

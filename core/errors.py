@@ -151,6 +151,11 @@ class UnavailableError(StreamplaneError):
     default_retryable = True
 
 
+class ThreadCrashedError(StreamplaneError):
+    """A client's background thread failed with an unexpected exception (a bug); its owner ended loudly rather
+    than live on without it."""
+
+
 class DecodeError(CorruptBatchError):
     """Bytes from Kafka could not be decoded; `position` is the byte of the input where decoding failed.
 

@@ -453,7 +453,14 @@ class Release:
     epoch: int
 
 
-WorkerMessage = Hello | Heartbeat | Release
+@dataclass(frozen=True)
+class Renew:
+    """A fresh bearer token for an open session, before the one it opened with expires."""
+
+    token: str = field(repr=False)
+
+
+WorkerMessage = Hello | Heartbeat | Release | Renew
 
 
 @dataclass(frozen=True)

@@ -134,10 +134,15 @@ class Proc:
         return self.popen.returncode
 
 
-def start_coordinator(data_dir: Path, port: int = 0, *, control_endpoints: Sequence[str] = ()) -> tuple[Proc, str]:
-    """Start `streamplane coordinator` on the embedded store (authentication off: loopback, no key), allowing
-    registrations of local clusters with `control_endpoints`; return it and its address."""
+def start_coordinator(
+    data_dir: Path, port: int = 0, *, control_endpoints: Sequence[str] = (), token_key: Path | None = None
+) -> tuple[Proc, str]:
+    """Start `streamplane coordinator` on the embedded store, allowing registrations of local clusters with
+    `control_endpoints`; return it and its address. Authentication is off (loopback, no key) unless `token_key`
+    names the key file its tokens are signed with."""
     allow = [arg for endpoint in control_endpoints for arg in ("--allow-control-endpoint", endpoint)]
+    if token_key is not None:
+        allow += ["--token-key-file", str(token_key)]
     proc = Proc(
         [
             sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", str(data_dir),
@@ -146,6 +151,15 @@ def start_coordinator(data_dir: Path, port: int = 0, *, control_endpoints: Seque
     )  # fmt: skip
     address = proc.wait_for(r"coordinator=(\S+)").group(1)
     return proc, address
+
+
+def scoped_token(address: str, role: str, stream: str, group: str = "") -> str:
+    """A least-privilege token, issued as an operator does: `streamplane token create --role ROLE --stream S
+    [--group G]`, with the admin credential `streamplane dev` left for its address."""
+    args = ["token", "create", "--role", role, "--stream", stream] + (["--group", group] if group else [])
+    done = cli(*args, coordinator=address)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def start_dev(data_dir: Path, *extra: str) -> tuple[Proc, str, dict[str, str]]:

@@ -20,6 +20,7 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
 from streamplane.client.consumer import REASON_HEADER
+from streamplane.coordinator.auth import TokenIssuer, load_key
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import StreamplaneError
@@ -38,10 +39,14 @@ MAX_ATTEMPTS = 3
 class Stack:
     """Two clusters, a and b, and a coordinator on a fixed port (so it can be restarted where clients look).
     The mock engine: a local cluster process of 3 brokers each; the kafka engine: a real broker (its own JVM)
-    each."""
+    each. Authentication is on, as in production: the test itself acts with an admin token (STREAMPLANE_TOKEN,
+    set by the fixture), producers with a `producer` token and workers with a `consumer` token, each scoped to
+    the stream and group."""
 
     def __init__(self, tmp: Path, engine: str) -> None:
         self.tmp, self.engine = tmp, engine
+        self.key = tmp / "token.key"
+        self.issuer = TokenIssuer(load_key(self.key, create=True))
         self.clusters: dict[str, model.Cluster] = {}
         self._procs: list[Proc] = []
         self._brokers: dict[str, KafkaBroker] = {}
@@ -65,12 +70,20 @@ class Stack:
         self.port = free_port()
         self.endpoints = [c.control_endpoint for c in self.clusters.values() if c.control_endpoint]
         self.coordinator, self.address = start_coordinator(
-            tmp / "coordinator", self.port, control_endpoints=self.endpoints
+            tmp / "coordinator", self.port, control_endpoints=self.endpoints, token_key=self.key
         )
+
+    def token(self, role: str, subject: str) -> str:
+        """A token of `role`, scoped to the stream (and, for a consumer, the group) as an operator issues it."""
+        groups = (GROUP,) if role == "consumer" else ()
+        scope = {"streams": (STREAM,), "groups": groups} if role in ("producer", "consumer") else {}
+        return self.issuer.create(subject, role, now_s=time.time(), ttl_s=3600, **scope)
 
     def restart_coordinator(self) -> None:
         self.coordinator.stop()
-        self.coordinator, _ = start_coordinator(self.tmp / "coordinator", self.port, control_endpoints=self.endpoints)
+        self.coordinator, _ = start_coordinator(
+            self.tmp / "coordinator", self.port, control_endpoints=self.endpoints, token_key=self.key
+        )
 
     def bootstrap(self, name: str) -> str:
         return self.clusters[name].bootstrap_servers
@@ -100,8 +113,9 @@ class Stack:
             broker.stop()
 
 
-def _stack(tmp: Path, engine: str) -> Stack:
+def _stack(tmp: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> Stack:
     s = Stack(tmp, engine)
+    monkeypatch.setenv("STREAMPLANE_TOKEN", s.token("admin", "e2e-operator"))
     with CoordinatorClient(s.address) as client:
         for cluster in s.clusters.values():
             client.register_cluster(cluster)
@@ -111,24 +125,27 @@ def _stack(tmp: Path, engine: str) -> Stack:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = _stack(tmp_path, "mock")
+def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    s = _stack(tmp_path, "mock", monkeypatch)
     yield s
     s.stop()
 
 
 @pytest.fixture(params=["mock", "kafka"])
-def on_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+def on_engine(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     if request.param == "kafka":
         real_kafka_jars()
-    s = _stack(tmp_path, request.param)
+    s = _stack(tmp_path, request.param, monkeypatch)
     yield s
     s.stop()
 
 
 def worker(stack: Stack, name: str, **extra: object) -> Proc:
     out = stack.tmp / f"{name}.ids"
-    proc = Proc([sys.executable, WORKER, stack.address, GROUP, STREAM, name, str(out), json.dumps(extra)])
+    proc = Proc(
+        [sys.executable, WORKER, stack.address, GROUP, STREAM, name, str(out), json.dumps(extra)],
+        env={"STREAMPLANE_TOKEN": stack.token("consumer", f"worker-{name}")},
+    )
     proc.wait_for(r'"event": "started"')
     return proc
 
@@ -164,9 +181,9 @@ class LagProbe:
         self._thread.join()
 
 
-def produce_all(address: str, done: threading.Event, errors: list) -> None:
-    """TOTAL records over about 20 s; every 1000th is poison."""
-    with Producer(address, **{"linger.ms": 20}) as producer:
+def produce_all(address: str, done: threading.Event, errors: list, token: str) -> None:
+    """TOTAL records over about 20 s, with a `producer` token; every 1000th is poison."""
+    with Producer(address, token=token, **{"linger.ms": 20}) as producer:
         started = time.monotonic()
         for i in range(TOTAL):
             value = b"poison-%d" % i if i % 1000 == 999 else b"id-%d" % i
@@ -221,7 +238,8 @@ def test_records_survive_failover_kill9_join_restart_broker_fault_and_poison(on_
     workers = {"w1": worker(stack, "w1", retry_backoff_s=0.2), "w2": worker(stack, "w2", retry_backoff_s=0.2)}
     probe = LagProbe(stack.address)
     produced, errors = threading.Event(), []
-    producer = threading.Thread(target=produce_all, args=(stack.address, produced, errors))
+    ingest = stack.token("producer", "e2e-ingest")
+    producer = threading.Thread(target=produce_all, args=(stack.address, produced, errors, ingest))
     producer.start()
     faults: dict[str, float] = {}
     started, started_ms = time.monotonic(), time.time_ns() // 1_000_000

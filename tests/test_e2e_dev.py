@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from streamplane.client import Consumer, Producer
 from streamplane.devstack.devcontrol import DevControl
-from tests.helpers import cli, real_kafka_jars, start_dev, wait_until
+from tests.helpers import cli, real_kafka_jars, scoped_token, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -125,12 +125,13 @@ def test_faults_on_a_dev_stack_while_a_producer_and_a_consumer_keep_going(tmp_pa
     try:
         assert cli("stream", "create", "f", "--partitions", "4", coordinator=address).returncode == 0
         total, seen, stop = 4000, set(), threading.Event()
-        with Consumer(address, group="fg", stream="f") as consumer:
+        worker_token = scoped_token(address, "consumer", "f", "fg")  # least privilege, as in production
+        with Consumer(address, group="fg", stream="f", token=worker_token) as consumer:
             reader = threading.Thread(
                 target=consumer.run, args=(lambda m: seen.add(m.value),), kwargs={"stop": stop}, daemon=True
             )
             reader.start()
-            with Producer(address, **{"linger.ms": 5}) as producer:
+            with Producer(address, token=scoped_token(address, "producer", "f"), **{"linger.ms": 5}) as producer:
 
                 def produce(lo: int, hi: int) -> None:
                     for i in range(lo, hi):

@@ -19,7 +19,7 @@ import pytest
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.devstack.devcontrol import DevControl
 from streamplane.model import LeaseInfo
-from tests.helpers import Proc, real_kafka_jars, start_dev, wait_until
+from tests.helpers import Proc, real_kafka_jars, scoped_token, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -82,8 +82,10 @@ def test_a_revoke_stops_the_old_holder_while_the_partitions_broker_is_down(dev, 
     log, stop = Log(), threading.Event()
     values = {b"%d" % i for i in range(RECORDS)}
 
+    ingest, worker_token = scoped_token(address, "producer", stream), scoped_token(address, "consumer", stream, group)
+
     def produce(lo: int, hi: int) -> None:
-        with Producer(address, **{"linger.ms": 5}) as producer:
+        with Producer(address, token=ingest, **{"linger.ms": 5}) as producer:
             for i in range(lo, hi):
                 producer.produce(stream, b"%d" % i, key=b"%d" % i)
                 if i % 100 == 99:
@@ -91,7 +93,9 @@ def test_a_revoke_stops_the_old_holder_while_the_partitions_broker_is_down(dev, 
             assert producer.flush(60) == 0
 
     def consume(worker: str) -> None:
-        with Consumer(address, group=group, stream=stream, worker_id=worker, concurrency=2) as consumer:
+        with Consumer(
+            address, group=group, stream=stream, worker_id=worker, concurrency=2, token=worker_token
+        ) as consumer:
             consumer.run(log.handler(worker), stop=stop)
 
     produce(0, RECORDS // 2)  # a backlog: the first holder has records of every lease queued when revokes come

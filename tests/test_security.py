@@ -584,8 +584,29 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
         pb.FailoverRequest(stream="nope", lane="realtime", target_cluster="sec-b"),
         {"admin", "operator"},
     ),
-    ("topology", "ProducerHeartbeat", pb.ProducerHeartbeatRequest(producer_id=""), {"admin", "producer"}),
-    ("topology", "CloseProducer", pb.CloseProducerRequest(producer_id=""), {"admin", "producer"}),
+    # a consumer's producer session writes its stream's dlq lane (rejected records) and nothing else
+    ("topology", "ProducerHeartbeat", pb.ProducerHeartbeatRequest(producer_id=""), {"admin", "producer", "consumer"}),
+    (
+        "topology",
+        "ProducerHeartbeat",
+        pb.ProducerHeartbeatRequest(producer_id="", writes=[pb.LaneRef(stream="sec-logs", lane="realtime")]),
+        {"admin", "producer"},
+    ),
+    (
+        "topology",
+        "ProducerHeartbeat",
+        pb.ProducerHeartbeatRequest(producer_id="", writes=[pb.LaneRef(stream="sec-logs", lane="dlq")]),
+        {"admin", "producer", "consumer"},
+    ),
+    (
+        "topology",
+        "ProducerHeartbeat",
+        pb.ProducerHeartbeatRequest(
+            producer_id="", in_flight=[pb.GenerationRef(stream="sec-logs", lane="backlog", generation=1)]
+        ),
+        {"admin", "producer"},
+    ),
+    ("topology", "CloseProducer", pb.CloseProducerRequest(producer_id=""), {"admin", "producer", "consumer"}),
     ("topology", "WatchTopology", pb.WatchTopologyRequest(), EVERYONE),
     ("topology", "ClusterHealth", pb.ClusterHealthRequest(name="nope"), EVERYONE),
     ("topology", "CordonCluster", pb.CordonClusterRequest(name="nope"), {"admin"}),

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from streamplane.v1 import topology_pb2 as streamplane_dot_v1_dot_topology__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dstreamplane/v1/assigner.proto\x12\x0estreamplane.v1\x1a\x1dstreamplane/v1/topology.proto\"S\n\x0cPartitionRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\x11\n\tpartition\x18\x04 \x01(\r\"-\n\x0cSubscription\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05lanes\x18\x02 \x03(\t\"\x9a\x01\n\x05Hello\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x01\x12\x10\n\x08max_load\x18\x04 \x01(\x01\x12\x33\n\rsubscriptions\x18\x05 \x03(\x0b\x32\x1c.streamplane.v1.Subscription\x12\x16\n\x0eresume_session\x18\x06 \x01(\t\"Y\n\tLeaseLoad\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rrecords_per_s\x18\x02 \x01(\x01\x12\x13\n\x0blag_records\x18\x03 \x01(\x03\x12\x0e\n\x06lag_ms\x18\x04 \x01(\x03\"\x89\x01\n\tHeartbeat\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x15\n\rrecords_per_s\x18\x02 \x01(\x01\x12)\n\x06leases\x18\x03 \x03(\x0b\x32\x19.streamplane.v1.LeaseLoad\x12-\n\x06\x65rrors\x18\x04 \x03(\x0b\x32\x1d.streamplane.v1.ClusterErrors\"*\n\x07Release\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\x9b\x01\n\rWorkerMessage\x12&\n\x05hello\x18\x01 \x01(\x0b\x32\x15.streamplane.v1.HelloH\x00\x12.\n\theartbeat\x18\x02 \x01(\x0b\x32\x19.streamplane.v1.HeartbeatH\x00\x12*\n\x07release\x18\x03 \x01(\x0b\x32\x17.streamplane.v1.ReleaseH\x00\x42\x06\n\x04kind\"L\n\x07Welcome\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\"\xf9\x01\n\x05Grant\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\tpartition\x18\x02 \x01(\x0b\x32\x1c.streamplane.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x0f\n\x07\x63luster\x18\x05 \x01(\t\x12\x19\n\x11\x62ootstrap_servers\x18\x06 \x01(\t\x12\x14\n\x0cstart_offset\x18\x07 \x01(\x03\x12\x39\n\x10generation_state\x18\x08 \x01(\x0e\x32\x1f.streamplane.v1.GenerationState\x12\x12\n\nend_offset\x18\t \x01(\x03\"S\n\x06Revoke\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x99\x01\n\x10GenerationChange\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\tpartition\x18\x02 \x01(\x0b\x32\x1c.streamplane.v1.PartitionRef\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.streamplane.v1.GenerationState\x12\x12\n\nend_offset\x18\x04 \x01(\x03\"\xd6\x01\n\x0f\x41ssignerMessage\x12*\n\x07welcome\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.WelcomeH\x00\x12&\n\x05grant\x18\x02 \x01(\x0b\x32\x15.streamplane.v1.GrantH\x00\x12(\n\x06revoke\x18\x03 \x01(\x0b\x32\x16.streamplane.v1.RevokeH\x00\x12=\n\x11generation_change\x18\x04 \x01(\x0b\x32 .streamplane.v1.GenerationChangeH\x00\x42\x06\n\x04kind\"C\n\x11\x43heckLeaseRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"6\n\x12\x43heckLeaseResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"%\n\x14\x44\x65scribeGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\"\xbb\x01\n\tLeaseInfo\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\tpartition\x18\x02 \x01(\x0b\x32\x1c.streamplane.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05state\x18\x04 \x01(\t\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x15\n\rrecords_per_s\x18\x06 \x01(\x01\x12\x13\n\x0blag_records\x18\x07 \x01(\x03\x12\x0e\n\x06lag_ms\x18\x08 \x01(\x03\"\xcd\x01\n\nMemberInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x01\x12\x10\n\x08max_load\x18\x04 \x01(\x01\x12\x0b\n\x03\x63pu\x18\x05 \x01(\x01\x12\x15\n\rrecords_per_s\x18\x06 \x01(\x01\x12\x1b\n\x13\x61live_until_unix_ms\x18\x07 \x01(\x03\x12\x33\n\rsubscriptions\x18\x08 \x03(\x0b\x32\x1c.streamplane.v1.Subscription\"\x91\x01\n\x10GroupDescription\x12\r\n\x05group\x18\x01 \x01(\t\x12+\n\x07members\x18\x02 \x03(\x0b\x32\x1a.streamplane.v1.MemberInfo\x12)\n\x06leases\x18\x03 \x03(\x0b\x32\x19.streamplane.v1.LeaseInfo\x12\x16\n\x0eleader_replica\x18\x04 \x01(\t\"8\n\x11WatchGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_version\x18\x02 \x01(\t2\xdd\x02\n\x0f\x41ssignerService\x12M\n\x07Session\x12\x1d.streamplane.v1.WorkerMessage\x1a\x1f.streamplane.v1.AssignerMessage(\x01\x30\x01\x12S\n\nCheckLease\x12!.streamplane.v1.CheckLeaseRequest\x1a\".streamplane.v1.CheckLeaseResponse\x12W\n\rDescribeGroup\x12$.streamplane.v1.DescribeGroupRequest\x1a .streamplane.v1.GroupDescription\x12M\n\nWatchGroup\x12!.streamplane.v1.WatchGroupRequest\x1a\x1a.streamplane.v1.GroupEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dstreamplane/v1/assigner.proto\x12\x0estreamplane.v1\x1a\x1dstreamplane/v1/topology.proto\"S\n\x0cPartitionRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\x11\n\tpartition\x18\x04 \x01(\r\"-\n\x0cSubscription\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05lanes\x18\x02 \x03(\t\"\x9a\x01\n\x05Hello\x12\r\n\x05group\x18\x01 \x01(\t\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x01\x12\x10\n\x08max_load\x18\x04 \x01(\x01\x12\x33\n\rsubscriptions\x18\x05 \x03(\x0b\x32\x1c.streamplane.v1.Subscription\x12\x16\n\x0eresume_session\x18\x06 \x01(\t\"Y\n\tLeaseLoad\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rrecords_per_s\x18\x02 \x01(\x01\x12\x13\n\x0blag_records\x18\x03 \x01(\x03\x12\x0e\n\x06lag_ms\x18\x04 \x01(\x03\"\x89\x01\n\tHeartbeat\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x15\n\rrecords_per_s\x18\x02 \x01(\x01\x12)\n\x06leases\x18\x03 \x03(\x0b\x32\x19.streamplane.v1.LeaseLoad\x12-\n\x06\x65rrors\x18\x04 \x03(\x0b\x32\x1d.streamplane.v1.ClusterErrors\"*\n\x07Release\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"\x16\n\x05Renew\x12\r\n\x05token\x18\x01 \x01(\t\"\xc3\x01\n\rWorkerMessage\x12&\n\x05hello\x18\x01 \x01(\x0b\x32\x15.streamplane.v1.HelloH\x00\x12.\n\theartbeat\x18\x02 \x01(\x0b\x32\x19.streamplane.v1.HeartbeatH\x00\x12*\n\x07release\x18\x03 \x01(\x0b\x32\x17.streamplane.v1.ReleaseH\x00\x12&\n\x05renew\x18\x04 \x01(\x0b\x32\x15.streamplane.v1.RenewH\x00\x42\x06\n\x04kind\"L\n\x07Welcome\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\"\xf9\x01\n\x05Grant\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\tpartition\x18\x02 \x01(\x0b\x32\x1c.streamplane.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x0f\n\x07\x63luster\x18\x05 \x01(\t\x12\x19\n\x11\x62ootstrap_servers\x18\x06 \x01(\t\x12\x14\n\x0cstart_offset\x18\x07 \x01(\x03\x12\x39\n\x10generation_state\x18\x08 \x01(\x0e\x32\x1f.streamplane.v1.GenerationState\x12\x12\n\nend_offset\x18\t \x01(\x03\"S\n\x06Revoke\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x99\x01\n\x10GenerationChange\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\tpartition\x18\x02 \x01(\x0b\x32\x1c.streamplane.v1.PartitionRef\x12.\n\x05state\x18\x03 \x01(\x0e\x32\x1f.streamplane.v1.GenerationState\x12\x12\n\nend_offset\x18\x04 \x01(\x03\"\xd6\x01\n\x0f\x41ssignerMessage\x12*\n\x07welcome\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.WelcomeH\x00\x12&\n\x05grant\x18\x02 \x01(\x0b\x32\x15.streamplane.v1.GrantH\x00\x12(\n\x06revoke\x18\x03 \x01(\x0b\x32\x16.streamplane.v1.RevokeH\x00\x12=\n\x11generation_change\x18\x04 \x01(\x0b\x32 .streamplane.v1.GenerationChangeH\x00\x42\x06\n\x04kind\"C\n\x11\x43heckLeaseRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\"6\n\x12\x43heckLeaseResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\"%\n\x14\x44\x65scribeGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\"\xbb\x01\n\tLeaseInfo\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12/\n\tpartition\x18\x02 \x01(\x0b\x32\x1c.streamplane.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05state\x18\x04 \x01(\t\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x15\n\rrecords_per_s\x18\x06 \x01(\x01\x12\x13\n\x0blag_records\x18\x07 \x01(\x03\x12\x0e\n\x06lag_ms\x18\x08 \x01(\x03\"\xcd\x01\n\nMemberInfo\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x03 \x01(\x01\x12\x10\n\x08max_load\x18\x04 \x01(\x01\x12\x0b\n\x03\x63pu\x18\x05 \x01(\x01\x12\x15\n\rrecords_per_s\x18\x06 \x01(\x01\x12\x1b\n\x13\x61live_until_unix_ms\x18\x07 \x01(\x03\x12\x33\n\rsubscriptions\x18\x08 \x03(\x0b\x32\x1c.streamplane.v1.Subscription\"\x91\x01\n\x10GroupDescription\x12\r\n\x05group\x18\x01 \x01(\t\x12+\n\x07members\x18\x02 \x03(\x0b\x32\x1a.streamplane.v1.MemberInfo\x12)\n\x06leases\x18\x03 \x03(\x0b\x32\x19.streamplane.v1.LeaseInfo\x12\x16\n\x0eleader_replica\x18\x04 \x01(\t\"8\n\x11WatchGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x14\n\x0c\x66rom_version\x18\x02 \x01(\t2\xdd\x02\n\x0f\x41ssignerService\x12M\n\x07Session\x12\x1d.streamplane.v1.WorkerMessage\x1a\x1f.streamplane.v1.AssignerMessage(\x01\x30\x01\x12S\n\nCheckLease\x12!.streamplane.v1.CheckLeaseRequest\x1a\".streamplane.v1.CheckLeaseResponse\x12W\n\rDescribeGroup\x12$.streamplane.v1.DescribeGroupRequest\x1a .streamplane.v1.GroupDescription\x12M\n\nWatchGroup\x12!.streamplane.v1.WatchGroupRequest\x1a\x1a.streamplane.v1.GroupEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,32 +44,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEAT']._serialized_end=598
   _globals['_RELEASE']._serialized_start=600
   _globals['_RELEASE']._serialized_end=642
-  _globals['_WORKERMESSAGE']._serialized_start=645
-  _globals['_WORKERMESSAGE']._serialized_end=800
-  _globals['_WELCOME']._serialized_start=802
-  _globals['_WELCOME']._serialized_end=878
-  _globals['_GRANT']._serialized_start=881
-  _globals['_GRANT']._serialized_end=1130
-  _globals['_REVOKE']._serialized_start=1132
-  _globals['_REVOKE']._serialized_end=1215
-  _globals['_GENERATIONCHANGE']._serialized_start=1218
-  _globals['_GENERATIONCHANGE']._serialized_end=1371
-  _globals['_ASSIGNERMESSAGE']._serialized_start=1374
-  _globals['_ASSIGNERMESSAGE']._serialized_end=1588
-  _globals['_CHECKLEASEREQUEST']._serialized_start=1590
-  _globals['_CHECKLEASEREQUEST']._serialized_end=1657
-  _globals['_CHECKLEASERESPONSE']._serialized_start=1659
-  _globals['_CHECKLEASERESPONSE']._serialized_end=1713
-  _globals['_DESCRIBEGROUPREQUEST']._serialized_start=1715
-  _globals['_DESCRIBEGROUPREQUEST']._serialized_end=1752
-  _globals['_LEASEINFO']._serialized_start=1755
-  _globals['_LEASEINFO']._serialized_end=1942
-  _globals['_MEMBERINFO']._serialized_start=1945
-  _globals['_MEMBERINFO']._serialized_end=2150
-  _globals['_GROUPDESCRIPTION']._serialized_start=2153
-  _globals['_GROUPDESCRIPTION']._serialized_end=2298
-  _globals['_WATCHGROUPREQUEST']._serialized_start=2300
-  _globals['_WATCHGROUPREQUEST']._serialized_end=2356
-  _globals['_ASSIGNERSERVICE']._serialized_start=2359
-  _globals['_ASSIGNERSERVICE']._serialized_end=2708
+  _globals['_RENEW']._serialized_start=644
+  _globals['_RENEW']._serialized_end=666
+  _globals['_WORKERMESSAGE']._serialized_start=669
+  _globals['_WORKERMESSAGE']._serialized_end=864
+  _globals['_WELCOME']._serialized_start=866
+  _globals['_WELCOME']._serialized_end=942
+  _globals['_GRANT']._serialized_start=945
+  _globals['_GRANT']._serialized_end=1194
+  _globals['_REVOKE']._serialized_start=1196
+  _globals['_REVOKE']._serialized_end=1279
+  _globals['_GENERATIONCHANGE']._serialized_start=1282
+  _globals['_GENERATIONCHANGE']._serialized_end=1435
+  _globals['_ASSIGNERMESSAGE']._serialized_start=1438
+  _globals['_ASSIGNERMESSAGE']._serialized_end=1652
+  _globals['_CHECKLEASEREQUEST']._serialized_start=1654
+  _globals['_CHECKLEASEREQUEST']._serialized_end=1721
+  _globals['_CHECKLEASERESPONSE']._serialized_start=1723
+  _globals['_CHECKLEASERESPONSE']._serialized_end=1777
+  _globals['_DESCRIBEGROUPREQUEST']._serialized_start=1779
+  _globals['_DESCRIBEGROUPREQUEST']._serialized_end=1816
+  _globals['_LEASEINFO']._serialized_start=1819
+  _globals['_LEASEINFO']._serialized_end=2006
+  _globals['_MEMBERINFO']._serialized_start=2009
+  _globals['_MEMBERINFO']._serialized_end=2214
+  _globals['_GROUPDESCRIPTION']._serialized_start=2217
+  _globals['_GROUPDESCRIPTION']._serialized_end=2362
+  _globals['_WATCHGROUPREQUEST']._serialized_start=2364
+  _globals['_WATCHGROUPREQUEST']._serialized_end=2420
+  _globals['_ASSIGNERSERVICE']._serialized_start=2423
+  _globals['_ASSIGNERSERVICE']._serialized_end=2772
 # @@protoc_insertion_point(module_scope)

@@ -75,15 +75,23 @@ class Release(_message.Message):
     epoch: int
     def __init__(self, lease_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
+class Renew(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    def __init__(self, token: _Optional[str] = ...) -> None: ...
+
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "heartbeat", "release")
+    __slots__ = ("hello", "heartbeat", "release", "renew")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     heartbeat: Heartbeat
     release: Release
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ...) -> None: ...
+    renew: Renew
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., renew: _Optional[_Union[Renew, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("session_id", "heartbeat_interval_ms", "ttl_ms")

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from streamplane import model as m
-from streamplane.errors import StreamplaneError
+from streamplane.errors import InvalidArgumentError, StreamplaneError
 from streamplane.rpc import details_json, error_from_code, status_for
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import commitlog_pb2 as cpb
@@ -18,6 +18,15 @@ from streamplane.v1 import topology_pb2 as pb
 
 _ADMIN_TO_PB = {m.ADMIN_KAFKA: pb.CLUSTER_ADMIN_KAFKA, m.ADMIN_LOCAL: pb.CLUSTER_ADMIN_LOCAL}
 _ADMIN_FROM_PB = {v: k for k, v in _ADMIN_TO_PB.items()}
+
+
+def _admin_from_pb(value: int) -> m.AdminKind:
+    """The admin kind of a wire enum value: unspecified means Kafka; one outside the enum is refused."""
+    if value == pb.CLUSTER_ADMIN_UNSPECIFIED:
+        return m.ADMIN_KAFKA
+    if value not in _ADMIN_FROM_PB:
+        raise InvalidArgumentError(f"cluster.admin {value} is not a known admin kind (kafka or local)")
+    return _ADMIN_FROM_PB[value]
 _STATE_TO_PB = {state: i + 1 for i, state in enumerate(m.GENERATION_STATES)}
 _STATE_FROM_PB = {v: k for k, v in _STATE_TO_PB.items()}
 
@@ -50,7 +59,7 @@ def cluster_from_pb(x: pb.Cluster) -> m.Cluster:
         capacity_weight=x.capacity_weight,
         health=x.health,
         config_ref=x.config_ref,
-        admin=_ADMIN_FROM_PB.get(x.admin, m.ADMIN_KAFKA),
+        admin=_admin_from_pb(x.admin),
         control_endpoint=x.control_endpoint,
         health_reasons=list(x.health_reasons),
         health_since_ms=x.health_since_unix_ms,
@@ -394,6 +403,8 @@ def worker_message_to_pb(x: m.WorkerMessage) -> apb.WorkerMessage:
             )
         case m.Release():
             return apb.WorkerMessage(release=apb.Release(lease_id=x.lease_id, epoch=x.epoch))
+        case m.Renew():
+            return apb.WorkerMessage(renew=apb.Renew(token=x.token))
 
 
 def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
@@ -411,6 +422,8 @@ def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
             return m.Heartbeat(b.cpu, b.records_per_s, loads, tuple(cluster_errors_from_pb(b.errors)))
         case "release":
             return m.Release(x.release.lease_id, x.release.epoch)
+        case "renew":
+            return m.Renew(x.renew.token)
     return None
 
 

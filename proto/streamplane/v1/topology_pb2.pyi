@@ -404,16 +404,26 @@ class GenerationRef(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class ProducerHeartbeatRequest(_message.Message):
-    __slots__ = ("producer_id", "topology_version", "in_flight", "errors")
+    __slots__ = ("producer_id", "topology_version", "in_flight", "errors", "writes")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     topology_version: str
     in_flight: _containers.RepeatedCompositeFieldContainer[GenerationRef]
     errors: _containers.RepeatedCompositeFieldContainer[ClusterErrors]
-    def __init__(self, producer_id: _Optional[str] = ..., topology_version: _Optional[str] = ..., in_flight: _Optional[_Iterable[_Union[GenerationRef, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[ClusterErrors, _Mapping]]] = ...) -> None: ...
+    writes: _containers.RepeatedCompositeFieldContainer[LaneRef]
+    def __init__(self, producer_id: _Optional[str] = ..., topology_version: _Optional[str] = ..., in_flight: _Optional[_Iterable[_Union[GenerationRef, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[ClusterErrors, _Mapping]]] = ..., writes: _Optional[_Iterable[_Union[LaneRef, _Mapping]]] = ...) -> None: ...
+
+class LaneRef(_message.Message):
+    __slots__ = ("stream", "lane")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ...) -> None: ...
 
 class ClusterErrors(_message.Message):
     __slots__ = ("cluster", "count", "last_error")
