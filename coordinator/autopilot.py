@@ -191,7 +191,10 @@ class Autopilot:
             reported = sealing.reported_errors(sealing.read_producers(self.topology.db), since)
             fetching = leases.reported_errors(self.topology.db, since)
             for name in finished:
-                self._observe(self._running.pop(name).result(), reported.get(name), fetching.get(name))
+                try:  # one cluster's bad probe (a bug, an entry no client can use) never stops the pass
+                    self._observe(self._probe_result(name, now), reported.get(name), fetching.get(name))
+                except Exception:
+                    log.exception("autopilot.observe_failed", cluster=name)
         clusters = self.topology.list_clusters()
         interval = self.config.probe_interval_ms / 1000
         due = self.clock.monotonic() - interval
@@ -208,6 +211,15 @@ class Autopilot:
             self.fail_over(now)
         elif not self._unhealthy:
             self.waiting, self._planned = [], (-1, 0)
+
+    def _probe_result(self, name: str, now_ms: int) -> Probe:
+        """The finished probe of `name`; a probe that raised (a bug, or an entry no client can use) is an
+        unreachable cluster with that error, logged against it."""
+        try:
+            return self._running.pop(name).result()
+        except Exception as err:
+            log.exception("autopilot.probe_failed", cluster=name)
+            return Probe(name, now_ms, False, 0.0, error=f"the probe failed: {err!r}"[:300])
 
     def _replan_due(self, now_ms: int) -> bool:
         head, recheck_ms = self._planned
@@ -277,6 +289,9 @@ class Autopilot:
                 self.topology.failover(move.stream, move.lane, move.target, 0, move.reason, actor=AUTOPILOT)
             except StreamplaneError as err:
                 log.warning("autopilot.failover_failed", stream=move.stream, lane=move.lane, error=err.message)
+                continue
+            except Exception:  # one lane's failure never holds back the others' moves
+                log.exception("autopilot.failover_failed", stream=move.stream, lane=move.lane)
                 continue
             self._recent.append(now_ms)
             self._last_moved[(move.stream, move.lane)] = now_ms

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator import metrics
 from streamplane.coordinator.store.api import Watch
 from streamplane.errors import StreamplaneError
 
@@ -109,7 +110,9 @@ class BackgroundLoop:
         try:
             return self._run_once()
         except StreamplaneError as err:
+            metrics.LOOP_FAILURES.labels(self.name, "failed").inc()
             log.warning(f"{self.name}.pass_failed", error=err.message)
         except Exception:
+            metrics.LOOP_FAILURES.labels(self.name, "crashed").inc()
             log.exception(f"{self.name}.pass_crashed")
         return None

@@ -43,6 +43,12 @@ FAILOVERS = Counter(
     "Lanes failed over to a new generation, by stream, lane and who moved them (autopilot or operator)",
     ["stream", "lane", "by"],
 )
+LOOP_FAILURES = Counter(
+    "streamplane_loop_pass_failures_total",
+    "Background passes (assigner, sealer, autopilot) that failed: 'failed' on a store or cluster error, "
+    "'crashed' on a bug. A pass that fails for one cluster or stream skips it instead; this counts whole passes",
+    ["loop", "kind"],
+)
 LEASE_GRANTS = Counter("streamplane_lease_grants_total", "Leases granted by the Assigner, by group", ["group"])
 LEASE_MOVES = Counter(
     "streamplane_lease_moves_total", "Held leases the Assigner moved to another worker to balance load", ["group"]

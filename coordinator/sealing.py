@@ -368,10 +368,13 @@ class Sealer:
             not_before, backoff_ms = self._unreachable.get(name, (0, 0))
             if self.clock.now_ms() < not_before:
                 continue  # it did not answer a moment ago: its generations wait, the others' are sealed
-            cluster = get_cluster(self.db, name)
             try:
+                cluster = get_cluster(self.db, name)
                 ends = self.admin.end_offsets(cluster, plan.generation.topic, plan.generation.partitions)
-            except StreamplaneError as err:  # the old cluster may be the one that failed: try again later
+            except Exception as err:  # the old cluster may be the one that failed (or a bad entry): try later;
+                if not isinstance(err, StreamplaneError):  # one cluster never holds back the others' seals
+                    log.exception("sealer.end_offsets_failed", stream=plan.stream, lane=plan.lane, cluster=name)
+                    err = StreamplaneError(f"reading end offsets failed: {err!r}")
                 first, longest = END_OFFSETS_BACKOFF_MS
                 backoff_ms = min(longest, backoff_ms * 2 or first)
                 self._unreachable[name] = (self.clock.now_ms() + backoff_ms, backoff_ms)

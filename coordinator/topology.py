@@ -54,7 +54,7 @@ from streamplane.model import (
     StreamCreated,
     TopicSettings,
 )
-from streamplane.names import check_lane_name, check_object_name, topic_name
+from streamplane.names import check_addresses, check_lane_name, check_object_name, parse_address, topic_name
 
 MAX_PARTITIONS = 4096
 MAX_FIELD_CHARS = 1024
@@ -79,16 +79,14 @@ def _check_partitions(field: str, value: int, *, allow_zero: bool = False) -> in
 def validate_cluster(cluster: Cluster) -> Cluster:
     """Return the cluster with defaults filled in, or raise InvalidArgumentError naming the field."""
     check_object_name("cluster.name", cluster.name)
-    servers = _check_text("cluster.bootstrap_servers", cluster.bootstrap_servers.strip())
-    if not servers or any(":" not in s or not s.rsplit(":", 1)[1].isdigit() for s in servers.split(",")):
-        raise InvalidArgumentError(
-            f"cluster.bootstrap_servers {quoted(cluster.bootstrap_servers)} must be a comma-separated list of host:port"
-        )
+    servers = check_addresses("cluster.bootstrap_servers", cluster.bootstrap_servers)
     for name in ("zone", "health", "config_ref", "control_endpoint"):
         _check_text(f"cluster.{name}", getattr(cluster, name), 256)
     weight = cluster.capacity_weight or 1.0
     if not math.isfinite(weight) or weight <= 0:
         raise InvalidArgumentError(f"cluster.capacity_weight must be a positive number, not {cluster.capacity_weight}")
+    if cluster.control_endpoint:
+        parse_address("cluster.control_endpoint", cluster.control_endpoint)
     admin = cluster.admin or ADMIN_KAFKA
     if admin not in (ADMIN_KAFKA, ADMIN_LOCAL):
         raise InvalidArgumentError(f"cluster.admin must be {ADMIN_KAFKA!r} or {ADMIN_LOCAL!r}, not {quoted(admin)}")

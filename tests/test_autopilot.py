@@ -386,3 +386,74 @@ def test_producers_tell_the_health_monitor_what_they_see_of_a_cluster(fleet) -> 
             assert not any("report errors" in r for r in c.cluster_health("alive-1")[0].health_reasons)
         finally:
             producer.close(timeout_s=0.5)  # its record cannot be delivered: the cluster is dead
+
+
+BAD_ADDRESSES = [
+    "127.0.0.1:100000000000000000000",  # a port of 10^20
+    ":9092",  # an empty host
+    "127.0.0.1:\uff19\uff10\uff19\uff12",  # full-width digits in the port
+    "bad\x00host:9092",  # a NUL in the host
+    "bad host:9092",  # a space in the host
+    "127.0.0.1:0",
+    "127.0.0.1:65536",
+    "127.0.0.1",
+    "[::1:9092",
+    "300.1.1.1:9092",
+    "a..b:9092",
+]
+
+
+def test_registrations_refuse_what_is_not_an_address_and_unknown_admin_kinds(fleet) -> None:
+    from streamplane.errors import InvalidArgumentError
+    from streamplane.v1 import topology_pb2 as pb
+
+    address, _ = fleet
+    with CoordinatorClient(address) as c:
+        for bad in BAD_ADDRESSES:
+            with pytest.raises(InvalidArgumentError, match="is not an address") as caught:
+                c.register_cluster(model.Cluster("poison", bad))
+            assert "cluster.bootstrap_servers" in caught.value.message, bad
+        for kind in (99, -1, 2**31 - 1):
+            request = pb.RegisterClusterRequest(
+                cluster=pb.Cluster(name="poison", bootstrap_servers="127.0.0.1:9092", admin=kind)
+            )
+            with pytest.raises(InvalidArgumentError, match=f"cluster.admin {kind} is not a known admin kind"):
+                c._call(c.topology.RegisterCluster, request)
+        assert "poison" not in {x.name for x in c.list_clusters()}
+        c.register_cluster(model.Cluster("fine", "broker-1.example.com:9092,[::1]:9093,10.0.0.1:19092"))
+    shown = cli("cluster", "register", "poison", "--bootstrap", "127.0.0.1:99999", coordinator=address)
+    assert shown.returncode == 2 and "is not an address" in shown.stderr and "Traceback" not in shown.stderr
+
+
+def test_a_poisoned_cluster_in_the_store_does_not_stop_the_autopilot_moving_a_dead_clusters_lanes(fleet) -> None:
+    """Entries written past the validation (an older coordinator's, or a bug's): probing them raises inside the
+    pass. Before the fix the pass crashed on them every tick, and no lane anywhere moved."""
+    from streamplane.coordinator import keys
+    from streamplane.coordinator.store.api import Transaction
+
+    address, running = fleet
+
+    def poison(tr: Transaction) -> None:
+        for i, bad in enumerate(BAD_ADDRESSES[:5]):
+            tr.set(keys.cluster_key(f"poison-{i}"), model.Cluster(f"poison-{i}", bad).to_json())
+
+    from prometheus_client import REGISTRY
+
+    def crashed() -> float:
+        labels = {"loop": "autopilot", "kind": "crashed"}
+        return REGISTRY.get_sample_value("streamplane_loop_pass_failures_total", labels) or 0.0
+
+    before = crashed()
+    running.db.transact(poison)
+    with CoordinatorClient(address) as c:
+        c.create_stream("ap-poisoned", 2, cluster="dead")
+        c.set_stream_policy("ap-poisoned", model.FailoverPolicy(unhealthy_after_ms=1_000))
+
+        def moved() -> bool:
+            lane = c.describe_stream("ap-poisoned").require_lane("realtime")
+            return lane.active.cluster in ("alive-1", "alive-2")
+
+        wait_until(moved, timeout=30, what=lambda: str(c.describe_stream("ap-poisoned")))
+        poisoned = c.cluster_health("poison-0")[1]
+        assert poisoned and not poisoned[-1].reachable and "the probe failed" in poisoned[-1].error
+    assert crashed() == before, "an autopilot pass crashed"
