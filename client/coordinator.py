@@ -207,6 +207,7 @@ class CoordinatorClient:
             in_flight=convert.generation_refs_to_pb(in_flight),
             errors=convert.cluster_errors_to_pb(errors or []),
             writes=[pb.LaneRef(stream=st, lane=ln) for st, ln in writes or []],
+            declares_writes=writes is not None,
         )
         got = self._call(self.topology.ProducerHeartbeat, request, idempotent=True)
         return m.ProducerLease(got.heartbeat_interval_ms, got.ttl_ms, got.topology_version)

@@ -378,7 +378,9 @@ class Assigner:
         return events.follow(lambda cursor: events.read_group_events_and_watch(self.db, group, cursor), after)
 
     def describe(self, group: str) -> GroupDescription:
-        """Members and leases of a group, and which replica leads the assignment."""
+        """Members and leases of a group, and which replica leads the assignment; InvalidArgumentError for a name
+        no group can have (the one rule every RPC applies)."""
+        check_object_name("group", group)
 
         def read(tr: Transaction) -> tuple[dict[str, Member], dict[LeaseKey, Lease], str]:
             owner = leadership.group_owner(tr, group) or leadership.leader(tr)

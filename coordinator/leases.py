@@ -324,7 +324,7 @@ def join(
             check_principal(old.principal, principal, f"session {resume_session}")
             resumed = replace(old, alive_until_ms=max(old.alive_until_ms, now_ms + ttl_ms), replica=replica)
             tr.set(keys.member_key(group, worker_id), resumed.to_json())
-            GroupEvents(tr, worker_id, now_ms).group(
+            GroupEvents(tr, principal or ANONYMOUS_ACTOR, now_ms).group(
                 group, "member_resumed", worker_id, reason=f"session {old.session_id}"
             )
             return resumed
@@ -348,8 +348,13 @@ def join(
     tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
     tr.set(keys.member_key(group, worker_id), member.to_json())
     bump_versions(tr, group, worker_id)
-    GroupEvents(tr, worker_id, now_ms).group(group, "member_joined", worker_id, reason=f"session {session_id}")
+    actor = principal or ANONYMOUS_ACTOR  # who proved it, never the worker id the client sent (a separate field)
+    GroupEvents(tr, actor, now_ms).group(group, "member_joined", worker_id, reason=f"session {session_id}")
     return member
+
+
+ANONYMOUS_ACTOR = "anonymous"
+"""The actor of a worker's own group events when its coordinator checks no credentials."""
 
 
 def check_principal(owner: str, caller: str, what: str) -> None:
@@ -436,7 +441,9 @@ def release(
     freed = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
     write_lease(tr, group, lease, freed)
     bump_versions(tr, group, worker_id)
-    GroupEvents(tr, worker_id, now_ms).group(group, "lease_released", worker_id, lease)
+    member = tr.get(keys.member_key(group, worker_id))
+    actor = (Member.from_json(member).principal if member else "") or ANONYMOUS_ACTOR
+    GroupEvents(tr, actor, now_ms).group(group, "lease_released", worker_id, lease)
     return freed
 
 

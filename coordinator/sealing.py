@@ -74,10 +74,15 @@ class ProducerSession:
     """Who opened the session: only they renew or close it."""
     errors: list[list[Any]] = field(default_factory=list)
     """[cluster, count, last error, at ms]: what it saw of clusters since its previous heartbeat."""
+    streams: list[str] | None = None
+    """The streams it may write to: those it routes to, or (a client that does not say) its token's scope;
+    None for every stream. It holds back no other stream's seal."""
 
     def holds_back(self, gen: GenerationKey, wait_version: str) -> bool:
         """Whether this producer may still write records to `gen` (seal waits for it)."""
         if planted.EARLY_SEAL in planted.active:
+            return False
+        if self.streams is not None and gen[0] not in self.streams:
             return False
         return self.topology_version < wait_version or gen in self.in_flight
 
@@ -101,9 +106,10 @@ def producer_heartbeat(
     ttl_ms: int,
     principal: str = "",
     errors: list[ClusterErrors] | None = None,
+    streams: list[str] | None = None,
 ) -> str:
     """Open or renew a producer session; return the newest event version (producers with no routes adopt it).
-    Only the principal that opened a session renews it."""
+    Only the principal that opened a session renews it. `streams`: those it may write (see ProducerSession)."""
     leases.check_worker_id(producer_id, "producer_id")
     _check_version(topology_version)
     if len(in_flight) > 10_000:
@@ -115,8 +121,10 @@ def producer_heartbeat(
             raise InvalidArgumentError(f"in_flight.generation must be at least 1, not {number}")
     _check_owner(tr, producer_id, principal)
     reported = health.stored_reports(errors or [], now_ms, "errors")
+    if streams is not None:
+        streams = sorted(set(streams) | {g[0] for g in in_flight})
     session = ProducerSession(
-        producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms, principal, reported
+        producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms, principal, reported, streams
     )
     tr.set(keys.producer_key(producer_id), json.dumps(asdict(session)).encode())
     return events.head_version(tr)
@@ -339,6 +347,7 @@ class Sealer:
         *,
         principal: str = "",
         errors: list[ClusterErrors] | None = None,
+        streams: list[str] | None = None,
     ) -> str:
         """Open or renew a producer session for the configured TTL; the newest event version."""
         return producer_heartbeat(
@@ -350,6 +359,7 @@ class Sealer:
             ttl_ms=self.config.producer_ttl_ms,
             principal=principal,
             errors=errors,
+            streams=streams,
         )
 
     def close_producer(self, producer_id: str, principal: str = "") -> None:

@@ -117,12 +117,17 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
         for g in request.in_flight:
             auth.check_write(principal, g.stream, g.lane)
         cfg = self._sealer.config
+        if request.declares_writes:
+            streams: list[str] | None = [w.stream for w in request.writes]
+        else:  # an older client: every stream its token reaches (all, unscoped)
+            streams = list(principal.streams) if principal.streams else None
         head = self._sealer.producer_heartbeat(
             request.producer_id,
             request.topology_version,
             [(g.stream, g.lane, g.generation) for g in request.in_flight],
             principal=principal.name,
             errors=convert.cluster_errors_from_pb(request.errors),
+            streams=streams,
         )
         return pb.ProducerHeartbeatResponse(
             heartbeat_interval_ms=cfg.producer_heartbeat_ms, ttl_ms=cfg.producer_ttl_ms, topology_version=head

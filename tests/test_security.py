@@ -700,3 +700,60 @@ def test_scoped_tokens_reach_only_their_streams_and_groups(secured) -> None:
         scoped,
     )
     assert code == Code.PERMISSION_DENIED and "stream/sec-logs" in details
+
+
+def test_describe_group_applies_the_one_group_name_rule(secured) -> None:
+    viewer = token("viewer", "names")
+    for bad in ("", "Upper", "a.b", "a/b", "a b", "-lead", "x" * 64, "y" * 1000):
+        request = apb.DescribeGroupRequest(group=bad)
+        code, details, _ = call(secured.address, "assigner", "DescribeGroup", request, viewer)
+        assert code == Code.INVALID_ARGUMENT and "is not a valid name" in details, (bad, code, details)
+    code, _, _ = call(secured.address, "assigner", "DescribeGroup", apb.DescribeGroupRequest(group="ok-group"), viewer)
+    assert code == Code.OK
+
+
+def test_group_events_carry_the_authenticated_principal_and_the_worker_id_apart(secured) -> None:
+    """A consumer token whose subject is pcons-1 joins as worker_id='security-admin': the event's actor is the
+    principal, and the claimed name is only its worker id."""
+    with CoordinatorClient(secured.address, token=token("admin", "root")) as admin:
+        admin.create_stream("sec-actor", 1, cluster="sec-a")
+    session = WorkerSession(
+        secured.address,
+        group="actors",
+        worker_id="security-admin",
+        subscriptions={"sec-actor": []},
+        token=token("consumer", "pcons-1", groups=("actors",)),
+    )
+    session.join()
+    try:
+        with CoordinatorClient(secured.address, token=token("admin", "root")) as admin:
+            joined = [e for e in admin.watch_group("actors", "", idle_timeout_s=0.3) if e.change == "member_joined"]
+    finally:
+        session.close()
+    assert joined and joined[-1].actor == "pcons-1" and joined[-1].worker_id == "security-admin"
+
+
+@pytest.mark.parametrize("declares", [True, False], ids=["declares-its-writes", "older-client"])
+def test_a_producer_of_one_stream_never_holds_back_another_streams_seal(secured, declares: bool) -> None:
+    """A producer token scoped to stream B heartbeats with an old topology version and nothing in flight. Before
+    the fix it held back every stream's draining generation, here A's, for as long as it heartbeated."""
+    suffix = "d" if declares else "o"
+    a, b = f"sec-hold-a{suffix}", f"sec-hold-b{suffix}"
+    with CoordinatorClient(secured.address, token=token("admin", "root")) as admin:
+        admin.create_stream(a, 1, cluster="sec-a")
+        admin.create_stream(b, 1, cluster="sec-a")
+        admin.failover(a, "realtime", "sec-b", reason="a seal to hold back")
+    producer_b = token("producer", f"p-{b}", streams=(b,))
+    writes = [pb.LaneRef(stream=b, lane="realtime")] if declares else []
+    beat = pb.ProducerHeartbeatRequest(
+        producer_id=f"prod-{b}", topology_version="", writes=writes, declares_writes=declares
+    )
+
+    def sealed() -> bool:
+        code, details, _ = call(secured.address, "topology", "ProducerHeartbeat", beat, producer_b)
+        assert code == Code.OK, details
+        with CoordinatorClient(secured.address, token=token("viewer")) as viewer:
+            gen = viewer.describe_stream(a).require_lane("realtime").generation(1)
+        return gen is not None and gen.state != model.DRAINING
+
+    wait_until(sealed, timeout=10, what=lambda: f"{a}'s generation 1 stayed draining")

@@ -2420,11 +2420,13 @@ type ProducerHeartbeatRequest struct {
 	// monitor adds it to its probes.
 	Errors []*ClusterErrors `protobuf:"bytes,4,rep,name=errors,proto3" json:"errors,omitempty"`
 	// The lanes the producer writes (routes to). Its token must allow writing each: a producer's any lane of its
-	// streams, a consumer's only the dlq lane (rejected records). A producer session holds back the seal of
-	// only these streams' generations; none listed (an older client): every stream's, as before.
-	Writes        []*LaneRef `protobuf:"bytes,5,rep,name=writes,proto3" json:"writes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// streams, a consumer's only the dlq lane (rejected records). With declares_writes, a producer session
+	// holds back the seals of only these streams' generations; without (an older client), of every stream in
+	// its token's scope, as before.
+	Writes         []*LaneRef `protobuf:"bytes,5,rep,name=writes,proto3" json:"writes,omitempty"`
+	DeclaresWrites bool       `protobuf:"varint,6,opt,name=declares_writes,json=declaresWrites,proto3" json:"declares_writes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ProducerHeartbeatRequest) Reset() {
@@ -2490,6 +2492,13 @@ func (x *ProducerHeartbeatRequest) GetWrites() []*LaneRef {
 		return x.Writes
 	}
 	return nil
+}
+
+func (x *ProducerHeartbeatRequest) GetDeclaresWrites() bool {
+	if x != nil {
+		return x.DeclaresWrites
+	}
+	return false
 }
 
 type LaneRef struct {
@@ -3310,14 +3319,15 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\rR\n" +
-	"generation\"\x8a\x02\n" +
+	"generation\"\xb3\x02\n" +
 	"\x18ProducerHeartbeatRequest\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\tR\n" +
 	"producerId\x12)\n" +
 	"\x10topology_version\x18\x02 \x01(\tR\x0ftopologyVersion\x12:\n" +
 	"\tin_flight\x18\x03 \x03(\v2\x1d.streamplane.v1.GenerationRefR\binFlight\x125\n" +
 	"\x06errors\x18\x04 \x03(\v2\x1d.streamplane.v1.ClusterErrorsR\x06errors\x12/\n" +
-	"\x06writes\x18\x05 \x03(\v2\x17.streamplane.v1.LaneRefR\x06writes\"5\n" +
+	"\x06writes\x18\x05 \x03(\v2\x17.streamplane.v1.LaneRefR\x06writes\x12'\n" +
+	"\x0fdeclares_writes\x18\x06 \x01(\bR\x0edeclaresWrites\"5\n" +
 	"\aLaneRef\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\"^\n" +

@@ -404,18 +404,20 @@ class GenerationRef(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class ProducerHeartbeatRequest(_message.Message):
-    __slots__ = ("producer_id", "topology_version", "in_flight", "errors", "writes")
+    __slots__ = ("producer_id", "topology_version", "in_flight", "errors", "writes", "declares_writes")
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_VERSION_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     WRITES_FIELD_NUMBER: _ClassVar[int]
+    DECLARES_WRITES_FIELD_NUMBER: _ClassVar[int]
     producer_id: str
     topology_version: str
     in_flight: _containers.RepeatedCompositeFieldContainer[GenerationRef]
     errors: _containers.RepeatedCompositeFieldContainer[ClusterErrors]
     writes: _containers.RepeatedCompositeFieldContainer[LaneRef]
-    def __init__(self, producer_id: _Optional[str] = ..., topology_version: _Optional[str] = ..., in_flight: _Optional[_Iterable[_Union[GenerationRef, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[ClusterErrors, _Mapping]]] = ..., writes: _Optional[_Iterable[_Union[LaneRef, _Mapping]]] = ...) -> None: ...
+    declares_writes: bool
+    def __init__(self, producer_id: _Optional[str] = ..., topology_version: _Optional[str] = ..., in_flight: _Optional[_Iterable[_Union[GenerationRef, _Mapping]]] = ..., errors: _Optional[_Iterable[_Union[ClusterErrors, _Mapping]]] = ..., writes: _Optional[_Iterable[_Union[LaneRef, _Mapping]]] = ..., declares_writes: _Optional[bool] = ...) -> None: ...
 
 class LaneRef(_message.Message):
     __slots__ = ("stream", "lane")
