@@ -19,7 +19,7 @@ from streamplane.coordinator.limits import HELLO_TIMEOUT_S
 from streamplane.coordinator.session_stream import Renewer, SessionHub, SessionStream
 from streamplane.errors import InvalidArgumentError, StreamplaneError, UnauthenticatedError
 from streamplane.model import Hello, Welcome
-from streamplane.rpc import grpc_errors, grpc_stream_errors
+from streamplane.rpc import grpc_errors, grpc_stream_errors, require_decoded
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import convert
@@ -32,6 +32,7 @@ async def _feed(stream: SessionStream, requests: AsyncIterator[apb.WorkerMessage
     """Hand the worker's messages to its session; end the session when the worker closes the stream."""
     try:
         async for message in requests:
+            require_decoded(message)
             stream.take(convert.worker_message_from_pb(message))
     except StreamplaneError as err:
         await stream.fail(err)
@@ -70,6 +71,7 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
             await context.abort(
                 grpc.StatusCode.DEADLINE_EXCEEDED, f"no hello within {self._hello_timeout_s:g} s of opening the session"
             )
+        require_decoded(first)
         hello = convert.worker_message_from_pb(first) if first is not None else None
         if not isinstance(hello, Hello):
             raise InvalidArgumentError("a session must start with a hello")

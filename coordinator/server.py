@@ -41,6 +41,7 @@ from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import InvalidArgumentError, UnavailableError
 from streamplane.process import block_stop_signals, die_with_parent, wait_for_stop
+from streamplane.rpc import add_servicer
 from streamplane.v1 import (
     assigner_pb2,
     assigner_pb2_grpc,
@@ -197,15 +198,23 @@ def start(
             interceptors=[MetricsInterceptor(), limits],
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
         )
-        topology_pb2_grpc.add_TopologyServiceServicer_to_server(
-            TopologyServicer(topology, sealer, guard=guard, probes=autopilot.probes), server
+        add_servicer(
+            topology_pb2_grpc.add_TopologyServiceServicer_to_server,
+            TopologyServicer(topology, sealer, guard=guard, probes=autopilot.probes),
+            server,
         )
-        commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server(CommitLogServicer(commit_log, guard=guard), server)
+        add_servicer(
+            commitlog_pb2_grpc.add_CommitLogServiceServicer_to_server,
+            CommitLogServicer(commit_log, guard=guard),
+            server,
+        )
         hub = SessionHub(assigner, loop.loop)
-        assigner_pb2_grpc.add_AssignerServiceServicer_to_server(
-            AssignerServicer(assigner, hub, guard=guard, hello_timeout_s=hello_timeout_s), server
+        add_servicer(
+            assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
+            AssignerServicer(assigner, hub, guard=guard, hello_timeout_s=hello_timeout_s),
+            server,
         )
-        auth_pb2_grpc.add_AuthServiceServicer_to_server(AuthServicer(guard, clock=clock), server)
+        add_servicer(auth_pb2_grpc.add_AuthServiceServicer_to_server, AuthServicer(guard, clock=clock), server)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         try:

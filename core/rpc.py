@@ -150,12 +150,65 @@ def _status(context: grpc.ServicerContext, err: StreamplaneError) -> tuple[grpc.
     return code, err.message[:MAX_STATUS_MESSAGE]
 
 
+class UndecodableRequest:
+    """What the server hands a handler for request bytes that are not a valid message (see `add_servicer`):
+    the handler refuses it with INVALID_ARGUMENT instead of gRPC answering UNKNOWN for a DecodeError."""
+
+    def __init__(self, method: str, error: str) -> None:
+        self.message = f"the request to {method} is not a valid message: {error}"
+
+
+def require_decoded(request: Any) -> None:
+    """Raise InvalidArgumentError if `request` (or one message of a request stream) could not be decoded."""
+    if isinstance(request, UndecodableRequest):
+        raise InvalidArgumentError(request.message)
+
+
+def _tolerant(method: str, parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as err:  # protobuf's DecodeError, or anything a parser raises on foreign bytes
+            return UndecodableRequest(method, str(err) or type(err).__name__)
+
+    return deserialize
+
+
+class _Collect:
+    """Stands in for a server while a generated `add_*Servicer_to_server` registers its method handlers."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same handlers come again by name below
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.service, self.handlers = service, handlers
+
+
+def add_servicer(add: Callable[[Any, Any], None], servicer: Any, server: Any) -> None:
+    """Register `servicer` on `server` as the generated `add` would, with request parsers that hand bad bytes
+    to the handler as an `UndecodableRequest` (refused with INVALID_ARGUMENT by `grpc_errors`, and by
+    `require_decoded` for the messages of a request stream) instead of failing in gRPC with UNKNOWN."""
+    collected = _Collect()
+    add(servicer, collected)
+    handlers = {
+        name: h._replace(request_deserializer=_tolerant(name, h.request_deserializer))
+        for name, h in collected.handlers.items()
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(collected.service, handlers),))
+    server.add_registered_method_handlers(collected.service, handlers)
+
+
 def grpc_errors(handler: F) -> F:
     """Decorate a unary servicer method: streamplane errors become statuses, anything else INTERNAL."""
 
     @functools.wraps(handler)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            require_decoded(request)
             return handler(self, request, context)
         except StreamplaneError as err:
             context.abort(*_status(context, err))
@@ -173,6 +226,7 @@ def grpc_stream_errors(handler: F) -> F:
     @functools.wraps(handler)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         try:
+            require_decoded(request)
             async for item in handler(self, request, context):
                 yield item
         except grpc.aio.AbortError:

@@ -211,3 +211,32 @@ def _consistent(address: str, admin: str) -> None:
                 assert len(active) == 1, (stream.name, lane.name, lane.generations)
                 assert {g.cluster for g in lane.generations} <= clusters
         assert c.describe_stream("fz-logs").name == "fz-logs"
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\xff\xff\xff", b"\x0a\xff\x01", b"\x08" * 3], ids=["ff", "cut", "varint"])
+def test_undecodable_request_bytes_are_invalid_argument_on_every_rpc(fuzzed, garbage: bytes) -> None:
+    """Bytes that are not a valid message get INVALID_ARGUMENT with one sentence, on every RPC, the session's
+    stream included; before, UNKNOWN ("Unexpected <class DecodeError>"), and INTERNAL on Session."""
+    address, admin = fuzzed
+    channel = grpc.insecure_channel(address)
+    md = (("authorization", f"Bearer {admin}"),)
+    wrong = []
+    for service, method in METHODS:
+        path = f"/streamplane.v1.{SERVICES[service][1]}/{method.name}"
+        try:
+            if method.client_streaming:
+                call = channel.stream_stream(path, request_serializer=bytes, response_deserializer=bytes)
+                next(iter(call(iter([garbage]), timeout=5, metadata=md)))
+            elif method.server_streaming:
+                call = channel.unary_stream(path, request_serializer=bytes, response_deserializer=bytes)
+                next(iter(call(garbage, timeout=5, metadata=md)))
+            else:
+                channel.unary_unary(path, request_serializer=bytes, response_deserializer=bytes)(
+                    garbage, timeout=5, metadata=md
+                )
+            wrong.append((method.name, "OK"))
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.INVALID_ARGUMENT or "is not a valid message" not in (err.details() or ""):
+                wrong.append((method.name, err.code().name, (err.details() or "")[:100]))
+    channel.close()
+    assert wrong == []
