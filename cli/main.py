@@ -36,6 +36,10 @@ EXIT_CODES: list[tuple[type[errors.StreamplaneError], int]] = [
 
 
 def exit_code_for(err: errors.StreamplaneError) -> int:
+    """The CLI's exit code for an error: its own (a child process's, passed on) or its kind's."""
+    own = getattr(err, "exit_code", None)
+    if isinstance(own, int) and 0 < own < 256:
+        return own
     return next((code for kind, code in EXIT_CODES if isinstance(err, kind)), 1)
 
 

@@ -158,12 +158,15 @@ class CoordinatorChild:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         line = _readline_until(proc, time.monotonic() + START_TIMEOUT_S)
         if not line.startswith("coordinator="):
+            try:  # its output ended: it is exiting (its status may lag its last line by a moment)
+                code: int | None = proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
             proc.kill()
             proc.wait()
-            raise RuntimeError(
-                f"the coordinator did not start within {START_TIMEOUT_S:.0f} s (exit code {proc.poll()}); "
-                "its log is above"
-            )
+            if code is None:
+                raise UnavailableError(f"the coordinator did not start within {START_TIMEOUT_S:.0f} s; see its log")
+            raise ChildExitedError(f"the coordinator exited with code {code} before serving; see its reason", code)
         fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
         address = fields["coordinator"]
         with self._serving:
@@ -304,9 +307,16 @@ class LocalStack:
         for cluster in self.local:
             line = _readline_until(cluster.process, deadline)
             if not line:
-                raise RuntimeError(
-                    f"local cluster {cluster.name} did not start within {START_TIMEOUT_S:.0f} s "
-                    f"(exit code {cluster.process.poll()})"
+                try:
+                    code: int | None = cluster.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    code = None
+                if code is None:
+                    raise UnavailableError(
+                        f"local cluster {cluster.name} did not start within {START_TIMEOUT_S:.0f} s; its log is above"
+                    )
+                raise ChildExitedError(
+                    f"local cluster {cluster.name} exited with code {code} before serving; its reason is above", code
                 )
             info = json.loads(line)
             cluster.bootstrap_servers, cluster.control_endpoint = info["bootstrap_servers"], info["control_endpoint"]
@@ -463,6 +473,14 @@ class LocalStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ChildExitedError(UnavailableError):
+    """A process of the stack exited before it served; `streamplane dev` ends with its exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _readline_until(proc: subprocess.Popen[str], deadline: float) -> str:

@@ -16,9 +16,12 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import fcntl
+import os
 import sqlite3
 import struct
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -160,9 +163,10 @@ class _SqliteRows:
     """The committed keys in a SQLite file: read inside, and written at the end of, the SQLite transaction
     `EmbeddedDatabase.transact` opens for each of ours."""
 
-    def __init__(self, conn: sqlite3.Connection, *, read_only: bool) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, read_only: bool, lock: int | None = None) -> None:
         self._conn = conn
         self._read_only = read_only
+        self._lock_fd = lock
 
     def commit_version(self) -> int:
         row = self._conn.execute("SELECT value FROM meta WHERE name = 'commit_version'").fetchone()
@@ -206,6 +210,9 @@ class _SqliteRows:
 
     def close(self) -> None:
         self._conn.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the data dir's lock
+            self._lock_fd = None
 
 
 class _MemoryRows:
@@ -452,7 +459,39 @@ class EmbeddedDatabase:
                 self._rows.close()
 
 
+LOCK_WAIT_S = 5.0
+"""How long an opener waits for the data dir's lock before it is refused (a process exiting lets go of it)."""
+
+
+def _lock_data_dir(path: Path) -> int:
+    """Take the data dir's exclusive lock (a `store.lock` beside the database, holding our pid), for as long as
+    the store is open: the embedded store serves one coordinator process, whose watches and caches do not cross
+    processes. A second opener is refused in one sentence naming the process that holds it; readers
+    (`streamplane inspect`) take no lock."""
+    lock_path = path.with_name("store.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:  # a holder that is exiting (a restart right after a kill) lets go
+                time.sleep(0.1)
+                continue
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StoreUnavailableError(
+            f"the embedded store at {path} is in use by process {holder}: it serves one coordinator at a time; "
+            "stop that one, or give this one another --data-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
 def _open_sqlite(path: Path, sync: str, read_only: bool) -> _SqliteRows:
+    lock = None
     try:
         if read_only:
             if not path.exists():
@@ -460,11 +499,14 @@ def _open_sqlite(path: Path, sync: str, read_only: bool) -> _SqliteRows:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
+            lock = _lock_data_dir(path)
             conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={sync.upper()}")
             conn.executescript(_SCHEMA)
         conn.execute("PRAGMA busy_timeout=5000")
     except sqlite3.Error as err:
+        if lock is not None:
+            os.close(lock)
         raise StoreUnavailableError(f"cannot open the embedded store at {path}: {err}") from err
-    return _SqliteRows(conn, read_only=read_only)
+    return _SqliteRows(conn, read_only=read_only, lock=lock)
