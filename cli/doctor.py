@@ -14,7 +14,7 @@ from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.coordinator.cluster_admin import kafka_end_offsets
 from streamplane.doctor import HELD, Diagnosis, Observation, PartitionLook, diagnose, unsettled
-from streamplane.errors import NotFoundError, UnavailableError
+from streamplane.errors import UnavailableError
 
 MAX_PROGRESS_READS = 200
 """Partitions whose retry state is read (the ones not moving, with records waiting)."""
@@ -61,17 +61,23 @@ def observe(
     clusters = {c.name: c for c in client.list_clusters()}
     unreachable: set[str] = set()
     ends_before = _end_offsets(stream, clusters, unreachable, kafka_timeout_s)
-    lag_before = {x.lease_id: x for x in client.lag(group, stream_name).partitions}
+    def lag() -> dict[str, model.PartitionLag]:  # no group: nobody's progress (the stream's own figures)
+        return {x.lease_id: x for x in client.lag(group, stream_name).partitions} if group else {}
+
+    lag_before = lag()
     started = time.monotonic()
     sleep(interval_s)
     ends_after = _end_offsets(stream, clusters, unreachable, kafka_timeout_s)
-    lag_after = {x.lease_id: x for x in client.lag(group, stream_name).partitions}
+    lag_after = lag()
     elapsed = max(time.monotonic() - started, 1e-3)
-    desc = client.describe_group(group)
-    now_ms = int(time.time() * 1000)
-    members = tuple(m for m in desc.members if m.alive_until_ms > now_ms)
-    live = {m.worker_id for m in members}
-    leases = {x.lease_id: x for x in desc.leases if x.state in HELD and x.worker_id in live}
+    members: tuple[model.MemberInfo, ...] = ()
+    leases: dict[str, model.LeaseInfo] = {}
+    if group:
+        desc = client.describe_group(group)
+        now_ms = int(time.time() * 1000)
+        members = tuple(m for m in desc.members if m.alive_until_ms > now_ms)
+        live = {m.worker_id for m in members}
+        leases = {x.lease_id: x for x in desc.leases if x.state in HELD and x.worker_id in live}
     looks: list[PartitionLook] = []
     progress_reads = 0
     for lane in stream.lanes:
@@ -115,14 +121,10 @@ def observe(
 
 
 def groups_of(client: CoordinatorClient, stream: str) -> list[str]:
-    """Groups that have progress on `stream` (NotFoundError when none has read it yet)."""
+    """Groups that have progress on `stream`; [""] when none has read it yet (the stream is diagnosed without a
+    group: are producers writing, are its clusters healthy, and that no group reads it)."""
     client.describe_stream(stream)  # NotFoundError for a stream that does not exist
-    found = sorted({x.group for x in client.lag("", stream).lanes})
-    if not found:
-        raise NotFoundError(
-            f"no group has committed progress on stream {stream!r} yet; name one with --group", kind="group", name=""
-        )
-    return found
+    return sorted({x.group for x in client.lag("", stream).lanes}) or [""]
 
 
 def run(client: CoordinatorClient, stream: str, group: str, *, interval_s: float, target_ms: int) -> list[Diagnosis]:
@@ -134,7 +136,8 @@ def run(client: CoordinatorClient, stream: str, group: str, *, interval_s: float
 
 def render(diagnosis: Diagnosis, interval_s: float) -> str:
     """The diagnosis for a person: the lanes' figures, then each cause with its evidence and next commands."""
-    lines = [f"doctor: stream {diagnosis.stream}, group {diagnosis.group} (two looks {interval_s:g} s apart)"]
+    reader = f"group {diagnosis.group}" if diagnosis.group else "no group"
+    lines = [f"doctor: stream {diagnosis.stream}, {reader} (two looks {interval_s:g} s apart)"]
     for lane, row in sorted(diagnosis.lanes.items()):
         lines.append(
             f"  {lane}: {int(row['offset_lag']):,} records behind, time lag {row['time_lag_ms'] / 1000:.1f} s, "

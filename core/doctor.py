@@ -13,7 +13,9 @@ specific first, each with its evidence and the next command to run:
 - ``paused_lease``: a held partition with records to read whose progress did not move and whose holder
   reports no throughput for it;
 - ``backlog``: the lane's partitions are held and moving, but input outpaces processing (or the time lag is
-  past its target while it catches up).
+  past its target while it catches up);
+- ``no_reader``: no group has ever read the stream (group ""): what is written waits for a first reader. The
+  stream's other evidence (are producers writing, are its clusters healthy) is diagnosed all the same.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field
 from streamplane.model import SETTLED, Cluster, GenerationState, MemberInfo
 
 DEAD, STUCK, SHORT, PAUSED, BACKLOG = "dead_cluster", "stuck_record", "short_of_capacity", "paused_lease", "backlog"
-CAUSES = (DEAD, STUCK, SHORT, PAUSED, BACKLOG)
+NO_READER = "no_reader"
+CAUSES = (DEAD, STUCK, SHORT, PAUSED, BACKLOG, NO_READER)
 HELD = ("granted", "revoking")
 """Lease states in which a worker reads the partition."""
 
@@ -152,6 +155,11 @@ def diagnose(obs: Observation) -> Diagnosis:
         findings.append(Finding(DEAD, lane, summary, tuple(evidence), steps))
         explained.update(key(p) for p in parts)
 
+    if not g:  # nobody reads the stream: what is written, and where, is the rest of the story
+        lanes = _lane_figures(obs)
+        findings.append(_no_reader(obs, lanes))
+        return Diagnosis(s, g, tuple(findings), lanes)
+
     # 2. one offset in retries holds a partition's low watermark while work after it is done
     for p in obs.partitions:
         if key(p) in explained or p.low_after not in p.retrying:
@@ -228,15 +236,7 @@ def diagnose(obs: Observation) -> Diagnosis:
             explained.add(key(p))
 
     # 5. per lane: input against processing
-    lanes: dict[str, dict[str, float]] = {}
-    for p in obs.partitions:
-        row = lanes.setdefault(
-            p.lane, dict.fromkeys(("offset_lag", "time_lag_ms", "input_per_s", "processed_per_s"), 0)
-        )
-        row["offset_lag"] += p.offset_lag or 0
-        row["time_lag_ms"] = max(row["time_lag_ms"], p.time_lag_ms)
-        row["input_per_s"] += _rate(p.end_before, p.end_after, obs.interval_s)
-        row["processed_per_s"] += _rate(p.low_before, p.low_after, obs.interval_s)
+    lanes = _lane_figures(obs)
     named = {f.lane for f in findings}
     for lane, row in sorted(lanes.items()):
         if lane in named or row["offset_lag"] <= 0:
@@ -268,6 +268,41 @@ def diagnose(obs: Observation) -> Diagnosis:
     order = {c: i for i, c in enumerate(CAUSES)}
     findings.sort(key=lambda f: (order[f.cause], f.lane))
     return Diagnosis(s, g, tuple(findings), lanes)
+
+
+def _lane_figures(obs: Observation) -> dict[str, dict[str, float]]:
+    """Per lane: offset_lag, time_lag_ms, input_per_s and processed_per_s over the two looks."""
+    lanes: dict[str, dict[str, float]] = {}
+    for p in obs.partitions:
+        row = lanes.setdefault(
+            p.lane, dict.fromkeys(("offset_lag", "time_lag_ms", "input_per_s", "processed_per_s"), 0)
+        )
+        row["offset_lag"] += p.offset_lag or 0
+        row["time_lag_ms"] = max(row["time_lag_ms"], p.time_lag_ms)
+        row["input_per_s"] += _rate(p.end_before, p.end_after, obs.interval_s)
+        row["processed_per_s"] += _rate(p.low_before, p.low_after, obs.interval_s)
+    return lanes
+
+
+def _no_reader(obs: Observation, lanes: dict[str, dict[str, float]]) -> Finding:
+    s = obs.stream
+    written = sum(p.end_after or 0 for p in obs.partitions)
+    writing = {lane: row["input_per_s"] for lane, row in lanes.items() if row["input_per_s"] > 0}
+    producers = (
+        "producers are writing: " + ", ".join(f"{lane} {rate:,.0f} records/s" for lane, rate in sorted(writing.items()))
+        if writing
+        else f"no records were written in the last {obs.interval_s:g} s"
+    )
+    return Finding(
+        NO_READER,
+        "",
+        f"no group reads stream {s}: {written:,} records wait in its unsettled generations for a first reader",
+        (producers, "no group has committed progress on it"),
+        (
+            f"start a consumer: Consumer(coordinator, group='GROUP', stream='{s}')",
+            f"streamplane doctor {s} --group GROUP  (once a group reads it)",
+        ),
+    )
 
 
 def unsettled(state: GenerationState) -> bool:

@@ -219,7 +219,22 @@ def test_doctor_refuses_bad_input_in_one_sentence(address: str) -> None:
     assert done.returncode == 3 and "does not exist" in done.stderr, done.stderr
     with CoordinatorClient(address) as client:
         client.create_stream("d-unread", 1, cluster="east")
-    done = cli("doctor", "d-unread", coordinator=address)
-    assert done.returncode == 3 and "name one with --group" in done.stderr, done.stderr
     done = cli("doctor", "d-unread", "--interval", "0", coordinator=address)
     assert done.returncode == 2 and "--interval" in done.stderr, done.stderr
+
+
+def test_doctor_on_a_stream_no_group_reads_still_says_what_is_written_and_where(address: str) -> None:
+    """It used to exit 3 with "no group has committed progress"; a person asking why a stream is late wants the
+    rest of the diagnosis anyway."""
+    with CoordinatorClient(address) as client:
+        client.create_stream("d-noreader", 2, cluster="east")
+    produce(address, "d-noreader", [b"u-%d" % i for i in range(300)])
+    done = cli("-o", "json", "doctor", "d-noreader", "--interval", "1", coordinator=address)
+    assert done.returncode == 0, done.stderr
+    (found,) = json.loads(done.stdout)
+    assert found["group"] == "" and [f["cause"] for f in found["findings"]] == ["no_reader"]
+    (finding,) = found["findings"]
+    assert "no group reads stream d-noreader: 300 records wait" in finding["summary"]
+    assert "no group has committed progress on it" in finding["evidence"]
+    shown = cli("doctor", "d-noreader", "--interval", "0.2", coordinator=address)
+    assert shown.returncode == 0 and "doctor: stream d-noreader, no group" in shown.stdout, shown.stderr
