@@ -58,7 +58,9 @@ def cmd_token_create(args: argparse.Namespace) -> None:
             subject, args.role, streams=tuple(args.stream), groups=tuple(args.group), ttl_s=args.ttl
         )
     if args.output == "json":
-        print_json({"token": token, "expires_unix_s": expires})
+        from streamplane.client.credentials import token_claims
+
+        print_json({"token": token, "expires_unix_s": expires, "token_id": token_claims(token).get("jti", "")})
     else:
         print(token)
 
@@ -73,6 +75,27 @@ def cmd_whoami(args: argparse.Namespace) -> None:
         print(
             f"{me['name']} role={me['role']} via={me['via']}"
             + (scope if me["role"] in ("producer", "consumer") else "")
+            + (f" token={me['token_id']} expires_unix_s={me['expires_unix_s']}" if me["token_id"] else "")
+        )
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> None:
+    with _client(args) as client:
+        done = client.revoke_token(args.token_id, args.reason)
+    print(f"token {args.token_id} " + ("revoked: every replica refuses it within a second" if done else
+                                       "was revoked already"))
+
+
+def cmd_token_rotate_key(args: argparse.Namespace) -> None:
+    from streamplane.coordinator import auth
+
+    before, _ = auth.rotate_keys(Path(args.token_key_file), retire=args.retire)
+    if args.retire:
+        print(f"{args.token_key_file}: kept the newest key of {before}; tokens signed with the others are refused")
+    else:
+        print(
+            f"{args.token_key_file}: a new signing key, and {before} older key(s) still verifying; coordinators "
+            "using this file read it within a second. Issue new tokens, then run this again with --retire"
         )
 
 
@@ -591,7 +614,8 @@ def _guard(args: argparse.Namespace) -> Guard | None:
         raise errors.InvalidArgumentError("--tls-cert and --tls-key go together")
     if args.tls_client_ca and not args.server_cert:
         raise errors.InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key")
-    issuer = auth.TokenIssuer(auth.load_key(Path(args.token_key_file))) if args.token_key_file else None
+    key_file = Path(args.token_key_file) if args.token_key_file else None
+    issuer = auth.TokenIssuer.of(auth.load_keys(key_file)) if key_file else None
     identities = {}
     if args.identities:
         try:
@@ -600,7 +624,7 @@ def _guard(args: argparse.Namespace) -> Guard | None:
             raise errors.InvalidArgumentError(f"--identities {args.identities} cannot be read as JSON: {err}") from err
     if identities and not args.tls_client_ca:
         raise errors.InvalidArgumentError("--identities names client certificates: it needs --tls-client-ca")
-    return Guard(issuer, identities) if issuer or identities else None
+    return Guard(issuer, identities, key_file=key_file) if issuer or identities else None
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -853,6 +877,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stream", action="append", default=[], help="limit a producer or consumer to this stream")
     p.add_argument("--group", action="append", default=[], help="limit a consumer to this group")
     p.add_argument("--ttl", type=_duration, default=24 * 3600, help="validity, e.g. 3600, 90m, 12h, 30d (default 1d)")
+    p = add(token, "revoke", cmd_token_revoke, "take a token back: every replica refuses it within a second")
+    p.add_argument("token_id", help="the token's id (streamplane whoami, or token create -o json, shows it)")
+    p.add_argument("--reason", default="")
+    p = add(
+        token,
+        "rotate-key",
+        cmd_token_rotate_key,
+        "rotate the token key file: a new signing key, the old ones still verifying (--retire drops them)",
+    )
+    p.add_argument("--token-key-file", required=True, help="the coordinators' --token-key-file")
+    p.add_argument("--retire", action="store_true", help="keep only the newest key (after reissuing tokens)")
 
     p = add(sub, "failover", cmd_failover, "move a lane to another cluster: open g+1 there, drain g")
     p.add_argument("stream")

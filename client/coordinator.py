@@ -120,6 +120,12 @@ class CoordinatorClient:
         got = self._call(self.auth.CreateToken, request)
         return got.token, got.expires_unix_s
 
+    def revoke_token(self, token_id: str, reason: str = "") -> bool:
+        """Take a token back (admins only); False if it was revoked already. Every replica refuses it within a
+        second, and ends the worker sessions it opened."""
+        request = authpb.RevokeTokenRequest(token_id=token_id, reason=reason)
+        return bool(self._call(self.auth.RevokeToken, request, idempotent=True).revoked)
+
     def whoami(self) -> dict[str, Any]:
         """The caller as the coordinator sees it: name, role, streams, groups, and how it was authenticated."""
         got = self._call(self.auth.WhoAmI, authpb.WhoAmIRequest(), idempotent=True)
@@ -129,6 +135,8 @@ class CoordinatorClient:
             "streams": list(got.streams),
             "groups": list(got.groups),
             "via": got.via,
+            "token_id": got.token_id,
+            "expires_unix_s": got.expires_unix_s,
         }
 
     def register_cluster(self, cluster: m.Cluster, *, update_existing: bool = False) -> m.ClusterAt:

@@ -78,7 +78,10 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         auth.check(principal, auth.CONSUME, group=hello.group)
         for sub in hello.subscriptions:
             auth.check(principal, auth.CONSUME, stream=sub.stream, group=hello.group)
-        stream = await self._hub.open(hello, principal, self._renewer(hello) if self._guard.enabled else None)
+        enabled = self._guard.enabled
+        stream = await self._hub.open(
+            hello, principal, self._renewer(hello) if enabled else None, self._guard.revoked if enabled else None
+        )
         context.add_done_callback(lambda _: stream.end_soon("the session's stream ended"))
         cfg = self._assigner.config
         yield convert.welcome_to_pb(Welcome(stream.session.session_id, cfg.heartbeat_interval_ms, cfg.ttl_ms))

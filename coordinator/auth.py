@@ -68,6 +68,9 @@ class Principal:
     """How it was authenticated: token, certificate, or none (authentication is off)."""
     expires_ms: int = 0
     """When its credential expires (a token's exp claim, unix ms); 0 for never (certificates, no auth)."""
+    token_id: str = ""
+    """Its token's id (the jti claim): what `streamplane token revoke` takes back. Empty for other credentials
+    and for tokens issued before ids existed."""
 
     def may(self, permission: str, *, stream: str = "", group: str = "") -> bool:
         if permission not in _GRANTS[self.role]:
@@ -125,26 +128,56 @@ def new_key() -> bytes:
     return secrets.token_hex(KEY_BYTES).encode()
 
 
-def load_key(path: Path, *, create: bool = False) -> bytes:
-    """The signing key in `path` (hex text); with `create`, a new one is written there (mode 0600) if none is."""
+def load_keys(path: Path, *, create: bool = False) -> tuple[bytes, ...]:
+    """The keys in `path`, one per line (hex text), newest first: the first signs new tokens and every one
+    verifies (so a rotation has an overlap). With `create`, a new key is written there (mode 0600) if none is."""
     if create and not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch(mode=0o600)
         path.write_bytes(new_key())
     try:
-        key = path.read_bytes().strip()
+        keys = tuple(line.strip() for line in path.read_bytes().splitlines() if line.strip())
     except OSError as err:
         raise InvalidArgumentError(f"token key file {path} cannot be read: {err.strerror}") from err
-    if len(key) < KEY_BYTES:
-        raise InvalidArgumentError(f"token key file {path} holds {len(key)} bytes; at least {KEY_BYTES} are needed")
-    return key
+    if not keys:
+        raise InvalidArgumentError(f"token key file {path} holds no key")
+    for i, key in enumerate(keys, 1):
+        if len(key) < KEY_BYTES:
+            raise InvalidArgumentError(
+                f"token key file {path}: key {i} holds {len(key)} bytes; at least {KEY_BYTES} are needed"
+            )
+    return keys
+
+
+def load_key(path: Path, *, create: bool = False) -> bytes:
+    """The signing key in `path` (the first of its keys)."""
+    return load_keys(path, create=create)[0]
+
+
+def rotate_keys(path: Path, *, retire: bool = False) -> tuple[int, int]:
+    """Rotate the key file in place (atomically, mode 0600): a new signing key first, the current ones kept
+    to verify the tokens they signed; with `retire`, keep only the newest key instead. (keys before, after)."""
+    keys = load_keys(path)
+    after = keys[:1] if retire else (new_key(), *keys)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.touch(mode=0o600)
+    temporary.write_bytes(b"\n".join(after) + b"\n")
+    temporary.replace(path)
+    return len(keys), len(after)
 
 
 @dataclass(frozen=True)
 class TokenIssuer:
-    """Signs and verifies bearer tokens with one secret key (HMAC-SHA256); the clock is the caller's."""
+    """Signs bearer tokens with its first key and verifies them with any of its keys (HMAC-SHA256); the clock
+    is the caller's. Every token carries an id (jti) that revocation names."""
 
     key: bytes = field(repr=False)
+    older: tuple[bytes, ...] = field(default=(), repr=False)
+    """Keys that still verify the tokens they signed during a rotation (see `rotate_keys`)."""
+
+    @staticmethod
+    def of(keys: tuple[bytes, ...]) -> TokenIssuer:
+        return TokenIssuer(keys[0], keys[1:])
 
     def create(
         self,
@@ -167,7 +200,13 @@ class TokenIssuer:
                 raise InvalidArgumentError(f"a token names at most {MAX_SCOPE} {what}, not {len(names)}")
             for name in names:
                 check_object_name(what[:-1], name)
-        claims: dict[str, Any] = {"sub": subject, "role": role, "iat": int(now_s), "exp": int(now_s + ttl_s)}
+        claims: dict[str, Any] = {
+            "sub": subject,
+            "role": role,
+            "iat": int(now_s),
+            "exp": int(now_s + ttl_s),
+            "jti": secrets.token_hex(8),
+        }
         if streams:
             claims["streams"] = list(streams)
         if groups:
@@ -178,12 +217,19 @@ class TokenIssuer:
         """The principal a token stands for; UnauthenticatedError if it is malformed, forged or expired."""
         if len(token) > 8192:
             raise UnauthenticatedError(f"the bearer token is {len(token)} characters long; no token of ours is")
-        try:
-            claims = jwt.decode(
-                token, self.key, algorithms=[ALGORITHM], options={"verify_exp": False, "require": ["sub", "exp"]}
-            )
-        except jwt.InvalidTokenError as err:
-            raise UnauthenticatedError(f"the bearer token is not valid: {err}") from err
+        claims: dict[str, Any] = {}
+        for key in (self.key, *self.older):
+            try:
+                claims = jwt.decode(
+                    token, key, algorithms=[ALGORITHM], options={"verify_exp": False, "require": ["sub", "exp"]}
+                )
+                break
+            except jwt.InvalidSignatureError as err:
+                failed: jwt.InvalidTokenError = err  # perhaps signed with another of our keys
+            except jwt.InvalidTokenError as err:
+                raise UnauthenticatedError(f"the bearer token is not valid: {err}") from err
+        else:
+            raise UnauthenticatedError(f"the bearer token is not valid: {failed}") from failed
         if not isinstance(claims.get("exp"), int) or claims["exp"] <= now_s:
             raise UnauthenticatedError(
                 "the bearer token has expired; ask an admin for a new one (streamplane token create)"
@@ -195,8 +241,19 @@ class TokenIssuer:
         if not all(isinstance(x, list) and all(isinstance(n, str) for n in x) for x in (streams, groups)):
             raise UnauthenticatedError("the bearer token's streams and groups are not lists of names")
         return Principal(
-            str(claims["sub"]), role, tuple(streams), tuple(groups), via="token", expires_ms=claims["exp"] * 1000
+            str(claims["sub"]),
+            role,
+            tuple(streams),
+            tuple(groups),
+            via="token",
+            expires_ms=claims["exp"] * 1000,
+            token_id=str(claims.get("jti", "")),
         )
+
+    def token_id(self, token: str) -> str:
+        """The id of a token this issuer signed (its jti), read without checking its expiry."""
+        claims = jwt.decode(token, options={"verify_signature": False})
+        return str(claims.get("jti", ""))
 
 
 @dataclass(frozen=True)

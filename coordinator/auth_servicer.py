@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import auth
+from streamplane.coordinator import auth, revocations
 from streamplane.coordinator.guard import Guard
 from streamplane.errors import FailedPreconditionError
 from streamplane.rpc import grpc_errors
@@ -35,9 +35,32 @@ class AuthServicer(pb_grpc.AuthServiceServicer):
             streams=tuple(request.streams),
             groups=tuple(request.groups),
         )
-        return pb.CreateTokenResponse(token=token, expires_unix_s=int(now_s + ttl_s))
+        token_id = self._guard.issuer.token_id(token)
+        return pb.CreateTokenResponse(token=token, expires_unix_s=int(now_s + ttl_s), token_id=token_id)
 
     @grpc_errors
     def WhoAmI(self, request: pb.WhoAmIRequest, context: grpc.ServicerContext) -> pb.PrincipalInfo:
         p = self._guard.principal(context)
-        return pb.PrincipalInfo(name=p.name, role=p.role, streams=list(p.streams), groups=list(p.groups), via=p.via)
+        return pb.PrincipalInfo(
+            name=p.name,
+            role=p.role,
+            streams=list(p.streams),
+            groups=list(p.groups),
+            via=p.via,
+            token_id=p.token_id,
+            expires_unix_s=p.expires_ms // 1000,
+        )
+
+    @grpc_errors
+    def RevokeToken(self, request: pb.RevokeTokenRequest, context: grpc.ServicerContext) -> pb.RevokeTokenResponse:
+        principal = self._guard.require(context, auth.ISSUE_TOKENS)
+        if self._guard.revocations is None:
+            raise FailedPreconditionError("this coordinator keeps no revocations (it has no store attached)")
+        done = revocations.revoke(
+            self._guard.revocations.db,
+            request.token_id,
+            by=principal.name,
+            reason=request.reason,
+            now_ms=self._clock.now_ms(),
+        )
+        return pb.RevokeTokenResponse(revoked=done)

@@ -6,21 +6,27 @@ every event is the principal it returns, never a name the client sent.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import auth
-from streamplane.coordinator.auth import ANONYMOUS, Identity, Principal, TokenIssuer
-from streamplane.errors import LimitExceededError, UnauthenticatedError
+from streamplane.coordinator.auth import ANONYMOUS, Identity, Principal, TokenIssuer, load_keys
+from streamplane.coordinator.revocations import RevocationList
+from streamplane.coordinator.store.api import Database
+from streamplane.errors import InvalidArgumentError, LimitExceededError, UnauthenticatedError
 
 AUTHORIZATION = "authorization"
 CHANGES_PER_S = 20.0
 """Topology changes (clusters, streams, lanes, failovers, group settings) one principal may make per second,
 sustained; CHANGE_BURST at once."""
 CHANGE_BURST = 200.0
+KEY_FILE_CHECK_S = 1.0
+"""How often the token key file is looked at (one stat) for a rotation."""
 
 
 @dataclass
@@ -41,7 +47,16 @@ class Guard:
         clock: Clock = SYSTEM,
         changes_per_s: float = CHANGES_PER_S,
         change_burst: float = CHANGE_BURST,
+        key_file: Path | None = None,
     ) -> None:
+        """`key_file`: where the issuer's keys come from; it is read again when it changes (a rotation)."""
+        self._key_file = key_file
+        self._key_stamp: tuple[int, int, int] | None = None
+        self._key_checked = float("-inf")
+        if key_file is not None and issuer is None:
+            issuer = TokenIssuer.of(load_keys(key_file))
+            self._key_stamp = self._stamp()
+        self.revocations: RevocationList | None = None
         self.issuer = issuer
         self.identities = identities or {}
         self._clock = clock
@@ -49,6 +64,30 @@ class Guard:
         self._burst = change_burst
         self._buckets: dict[str, _Bucket] = {}
         self._lock = threading.Lock()
+
+    def attach(self, db: Database) -> None:
+        """Check every token against the revocations in `db` (the coordinator's store)."""
+        self.revocations = RevocationList(db, clock=self._clock)
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self._key_file) if self._key_file else None
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino) if st else None
+
+    def _current_issuer(self) -> TokenIssuer | None:
+        """The issuer, its keys read again if the key file changed (at most one stat a second)."""
+        if self._key_file is not None and self._clock.monotonic() - self._key_checked >= KEY_FILE_CHECK_S:
+            self._key_checked = self._clock.monotonic()
+            stamp = self._stamp()
+            if stamp is not None and stamp != self._key_stamp:
+                try:
+                    self.issuer = TokenIssuer.of(load_keys(self._key_file))
+                    self._key_stamp = stamp
+                except InvalidArgumentError:
+                    pass  # being rewritten: the keys we have stand until it reads whole
+        return self.issuer
 
     @property
     def enabled(self) -> bool:
@@ -78,9 +117,19 @@ class Guard:
         if not self.enabled:
             return ANONYMOUS
         scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip() or self.issuer is None:
+        issuer = self._current_issuer()
+        if scheme.lower() != "bearer" or not token.strip() or issuer is None:
             raise UnauthenticatedError("the authorization must be 'Bearer <token>'")
-        return self.issuer.verify(token.strip(), now_s=self._clock.now_ms() / 1000)
+        principal = issuer.verify(token.strip(), now_s=self._clock.now_ms() / 1000)
+        if principal.token_id and self.revoked(principal):
+            raise UnauthenticatedError(f"the bearer token {principal.token_id} was revoked; ask an admin for a new one")
+        return principal
+
+    def revoked(self, principal: Principal) -> bool:
+        """Whether the principal's token was revoked (as this replica's list, at most a second old, says)."""
+        return bool(principal.token_id) and self.revocations is not None and self.revocations.revoked(
+            principal.token_id
+        )
 
     def require(
         self, context: grpc.ServicerContext, permission: str, *, stream: str = "", group: str = ""

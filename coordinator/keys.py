@@ -37,6 +37,7 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "reject", group, stream, lane, generation, partition, offset)
                                                         -> {reason, dlq, attempts}
     ("streamplane", "producer", producer_id)           -> ProducerSession {topology_version, in_flight, alive_until_ms}
+    ("streamplane", "revoked", token_id)               -> {revoked_ms, by, reason}: a bearer token taken back
     ("streamplane", "seal_wait", stream, lane, generation)
                                                         -> event version producers must route by before a seal
     ("streamplane", "unsettled_indexed")                -> b"1" once the unsettled index covers older stores
@@ -136,6 +137,7 @@ DONE = ROOT["done"]
 RETRIES = ROOT["retry"]
 REJECTS = ROOT["reject"]
 PRODUCERS = ROOT["producer"]
+REVOKED = ROOT["revoked"]
 SEAL_WAITS = ROOT["seal_wait"]
 GROUP_EVENTS = ROOT["group_event"]
 GROUP_EVENT_HEADS = ROOT["group_event_head"]
@@ -244,6 +246,10 @@ def reject_key(pk: PartitionKey, offset: int) -> bytes:
 
 def producer_key(producer_id: str) -> bytes:
     return PRODUCERS.pack((producer_id,))
+
+
+def revoked_key(token_id: str) -> bytes:
+    return REVOKED.pack((token_id,))
 
 
 def seal_wait_key(stream: str, lane: str, generation: int) -> bytes:

@@ -182,6 +182,7 @@ def start(
     web console on host:console.port (over TLS when `tls` is given).
     """
     guard = guard or Guard(clock=clock)
+    guard.attach(db)
     limits = StreamLimits(max_streams, streams_per_principal, guard.name_of)
     topology = Topology(db, admin or RoutingAdmin(), clock, control_endpoints=control_endpoints)
     assigner = Assigner(db, assigner_config, clock=clock)

@@ -39,15 +39,21 @@ class SessionStream:
     """One worker's session as its stream sees it."""
 
     def __init__(
-        self, hub: SessionHub, session: Session, principal: Principal = ANONYMOUS, renew: Renewer | None = None
+        self,
+        hub: SessionHub,
+        session: Session,
+        principal: Principal = ANONYMOUS,
+        renew: Renewer | None = None,
+        revoked: Callable[[Principal], bool] | None = None,
     ) -> None:
         self.hub = hub
         self.session = session
         self.principal = principal
         self._renew = renew
+        self._revoked = revoked
         self.wake = asyncio.Event()
         self.expired = False
-        self.credential_lapsed = False
+        self.credential_lapsed = ""
         session.on_change = setter(hub.loop, self.wake)
 
     def take(self, message: WorkerMessage | None) -> None:
@@ -66,10 +72,15 @@ class SessionStream:
                 what = type(other).__name__.lower() if other else "an empty message"
                 raise InvalidArgumentError(f"a session takes one hello, then heartbeats and releases, not {what}")
 
-    def lapsed(self, now_ms: int) -> bool:
-        """Whether the session's token expired more than CREDENTIAL_GRACE_S ago without a Renew."""
+    def lapsed(self, now_ms: int) -> str:
+        """Why the session's credential no longer holds: its token expired more than CREDENTIAL_GRACE_S ago
+        without a Renew, or was revoked; "" while it holds."""
         expires = self.principal.expires_ms
-        return bool(expires) and now_ms > expires + CREDENTIAL_GRACE_S * 1000
+        if expires and now_ms > expires + CREDENTIAL_GRACE_S * 1000:
+            return f"its bearer token expired and was not renewed within {CREDENTIAL_GRACE_S:g} s"
+        if self._revoked is not None and self._revoked(self.principal):
+            return f"its bearer token {self.principal.token_id} was revoked"
+        return ""
 
     async def end(self, reason: str) -> None:
         """End the session (frees its leases in the store)."""
@@ -97,8 +108,7 @@ class SessionStream:
                     raise await asyncio.to_thread(session.expire)
                 if self.credential_lapsed:
                     lapsed = UnauthenticatedError(
-                        f"session {session.session_id} ended: its bearer token expired and was not renewed within "
-                        f"{CREDENTIAL_GRACE_S:g} s; its leases were revoked"
+                        f"session {session.session_id} ended: {self.credential_lapsed}; its leases were revoked"
                     )
                     await asyncio.to_thread(session.fail, lapsed, "credential expired")
                     raise lapsed
@@ -128,7 +138,13 @@ class SessionHub:
         self._streams: set[SessionStream] = set()
         self._task: asyncio.Task[None] | None = None
 
-    async def open(self, hello: Hello, principal: Principal, renew: Renewer | None = None) -> SessionStream:
+    async def open(
+        self,
+        hello: Hello,
+        principal: Principal,
+        renew: Renewer | None = None,
+        revoked: Callable[[Principal], bool] | None = None,
+    ) -> SessionStream:
         """Open (or resume) the session a worker's hello asks for; on the loop."""
         session = await asyncio.to_thread(
             self.assigner.open_session,
@@ -140,7 +156,7 @@ class SessionHub:
             resume_session=hello.resume_session,
             principal=principal.name,
         )
-        stream = SessionStream(self, session, principal, renew)
+        stream = SessionStream(self, session, principal, renew, revoked)
         self._streams.add(stream)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._watch_all(), name="session-hub")
@@ -160,8 +176,8 @@ class SessionHub:
             if session.silent():
                 stream.expired = True
                 stream.wake.set()
-            elif stream.lapsed(now_ms):
-                stream.credential_lapsed = True
+            elif why := stream.lapsed(now_ms):
+                stream.credential_lapsed = why
                 stream.wake.set()
             elif look_anyway or (moved and session.seen_topology_head != head):
                 stream.wake.set()

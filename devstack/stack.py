@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from streamplane.client.credentials import forget_token, save_token
-from streamplane.coordinator.auth import ADMIN, TokenIssuer, load_key
+from streamplane.coordinator.auth import ADMIN, TokenIssuer, load_keys
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
@@ -274,7 +274,7 @@ class LocalStack:
             for c in self.local:
                 if c.control_endpoint:
                     security += ["--allow-control-endpoint", c.control_endpoint]
-            issuer = TokenIssuer(load_key(self.token_key_file, create=True))
+            issuer = TokenIssuer.of(load_keys(self.token_key_file, create=True))
             self.coordinator = CoordinatorChild(
                 Path(self.data_dir), self.host, self.port, self.session_ttl_ms, security, self.console_port
             )

@@ -18,6 +18,7 @@ import pytest
 
 from streamplane import model
 from streamplane.client import CoordinatorClient, WorkerSession
+from streamplane.client.session import SessionEndedError
 from streamplane.coordinator import server
 from streamplane.coordinator.auth import TokenIssuer
 from streamplane.coordinator.cluster_admin import RoutingAdmin
@@ -641,6 +642,7 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("assigner", "WatchGroup", apb.WatchGroupRequest(group="mx"), EVERYONE),
     ("assigner", "Session", None, {"admin", "consumer"}),
     ("auth", "CreateToken", authpb.CreateTokenRequest(subject="x", role="nope"), {"admin"}),
+    ("auth", "RevokeToken", authpb.RevokeTokenRequest(token_id="not a token id"), {"admin"}),
     ("auth", "WhoAmI", authpb.WhoAmIRequest(), EVERYONE),
 ]
 
@@ -757,3 +759,70 @@ def test_a_producer_of_one_stream_never_holds_back_another_streams_seal(secured,
         return gen is not None and gen.state != model.DRAINING
 
     wait_until(sealed, timeout=10, what=lambda: f"{a}'s generation 1 stayed draining")
+
+
+
+def test_a_revoked_token_is_refused_by_every_replica_within_a_second_and_its_sessions_end(secured) -> None:
+    second = server.start(secured.db, admin=RoutingAdmin(), guard=Guard(ISSUER))  # another replica, one store
+    try:
+        worker = token("consumer", "leaked", groups=("rv-g",))
+        with CoordinatorClient(secured.address, token=worker) as c:
+            me = c.whoami()
+        assert me["token_id"] and me["expires_unix_s"] > time.time()
+        session = WorkerSession(
+            second.address, group="rv-g", worker_id="rv-w", subscriptions={"sec-logs": []}, token=worker
+        )
+        session.join()
+        events = iter(session.events())
+        with CoordinatorClient(secured.address, token=token("admin", "root")) as admin:
+            assert admin.revoke_token(me["token_id"], "leaked in a log") is True
+            assert admin.revoke_token(me["token_id"]) is False  # idempotent
+        revoked_at = time.monotonic()
+        for address in (secured.address, second.address):
+
+            def refused(address: str = address) -> bool:
+                code, details, _ = call(address, "auth", "WhoAmI", authpb.WhoAmIRequest(), worker)
+                return code == Code.UNAUTHENTICATED and "was revoked" in details
+
+            wait_until(refused, timeout=2)
+        assert time.monotonic() - revoked_at < 1.5
+        with pytest.raises(SessionEndedError, match="was revoked"):
+            for _ in events:
+                pass
+        code, details, _ = call(
+            secured.address, "auth", "RevokeToken", authpb.RevokeTokenRequest(token_id="../x"), token("admin")
+        )
+        assert code == Code.INVALID_ARGUMENT and "is not a token id" in details
+    finally:
+        second.stop(0)
+
+
+def test_the_token_key_rotates_with_an_overlap_then_the_old_key_is_retired(tmp_path: Path) -> None:
+    from streamplane.coordinator.auth import load_keys
+    from tests.helpers import cli, start_coordinator
+
+    key_file = tmp_path / "token.key"
+    old = TokenIssuer.of(load_keys(key_file, create=True))
+    proc, address = start_coordinator(tmp_path / "db", token_key=key_file)
+    try:
+        before = old.create("ops", "admin", now_s=time.time(), ttl_s=3600)
+        rotated = cli("token", "rotate-key", "--token-key-file", str(key_file))
+        assert rotated.returncode == 0 and "1 older key(s) still verifying" in rotated.stdout, rotated.stderr
+        new = TokenIssuer.of(load_keys(key_file))
+        after = new.create("ops", "admin", now_s=time.time(), ttl_s=3600)
+        assert new.key != old.key and len(load_keys(key_file)) == 2
+
+        def works(bearer: str) -> bool:
+            return call(address, "auth", "WhoAmI", authpb.WhoAmIRequest(), bearer)[0] == Code.OK
+
+        wait_until(lambda: works(after), timeout=3)  # the coordinator read the rotated file
+        assert works(before)  # the overlap: tokens signed with the old key still hold
+        issued = cli("-o", "json", "token", "create", "--role", "viewer", coordinator=address, env={
+            "STREAMPLANE_TOKEN": after})  # fmt: skip
+        assert issued.returncode == 0, issued.stderr
+        retired = cli("token", "rotate-key", "--token-key-file", str(key_file), "--retire")
+        assert retired.returncode == 0 and len(load_keys(key_file)) == 1
+        wait_until(lambda: not works(before), timeout=3)
+        assert works(after)
+    finally:
+        proc.stop()

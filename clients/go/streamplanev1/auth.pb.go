@@ -108,9 +108,11 @@ func (x *CreateTokenRequest) GetTtlS() uint32 {
 }
 
 type CreateTokenResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
-	ExpiresUnixS  int64                  `protobuf:"varint,2,opt,name=expires_unix_s,json=expiresUnixS,proto3" json:"expires_unix_s,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Token        string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	ExpiresUnixS int64                  `protobuf:"varint,2,opt,name=expires_unix_s,json=expiresUnixS,proto3" json:"expires_unix_s,omitempty"`
+	// What `RevokeToken` takes (the token's jti claim).
+	TokenId       string `protobuf:"bytes,3,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -159,6 +161,110 @@ func (x *CreateTokenResponse) GetExpiresUnixS() int64 {
 	return 0
 }
 
+func (x *CreateTokenResponse) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+type RevokeTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TokenId       string                 `protobuf:"bytes,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenRequest) Reset() {
+	*x = RevokeTokenRequest{}
+	mi := &file_streamplane_v1_auth_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenRequest) ProtoMessage() {}
+
+func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_auth_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_auth_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RevokeTokenRequest) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+func (x *RevokeTokenRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when it was revoked already.
+	Revoked       bool `protobuf:"varint,1,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenResponse) Reset() {
+	*x = RevokeTokenResponse{}
+	mi := &file_streamplane_v1_auth_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenResponse) ProtoMessage() {}
+
+func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_auth_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
+func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_auth_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RevokeTokenResponse) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
 type WhoAmIRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -167,7 +273,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_streamplane_v1_auth_proto_msgTypes[2]
+	mi := &file_streamplane_v1_auth_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +285,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_auth_proto_msgTypes[2]
+	mi := &file_streamplane_v1_auth_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +298,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_auth_proto_rawDescGZIP(), []int{2}
+	return file_streamplane_v1_auth_proto_rawDescGZIP(), []int{4}
 }
 
 type PrincipalInfo struct {
@@ -202,14 +308,17 @@ type PrincipalInfo struct {
 	Streams []string               `protobuf:"bytes,3,rep,name=streams,proto3" json:"streams,omitempty"`
 	Groups  []string               `protobuf:"bytes,4,rep,name=groups,proto3" json:"groups,omitempty"`
 	// token, certificate, or none (authentication is off).
-	Via           string `protobuf:"bytes,5,opt,name=via,proto3" json:"via,omitempty"`
+	Via string `protobuf:"bytes,5,opt,name=via,proto3" json:"via,omitempty"`
+	// The token's id (for `streamplane token revoke`) and expiry; empty and 0 for other credentials.
+	TokenId       string `protobuf:"bytes,6,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	ExpiresUnixS  int64  `protobuf:"varint,7,opt,name=expires_unix_s,json=expiresUnixS,proto3" json:"expires_unix_s,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrincipalInfo) Reset() {
 	*x = PrincipalInfo{}
-	mi := &file_streamplane_v1_auth_proto_msgTypes[3]
+	mi := &file_streamplane_v1_auth_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -221,7 +330,7 @@ func (x *PrincipalInfo) String() string {
 func (*PrincipalInfo) ProtoMessage() {}
 
 func (x *PrincipalInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_auth_proto_msgTypes[3]
+	mi := &file_streamplane_v1_auth_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -234,7 +343,7 @@ func (x *PrincipalInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrincipalInfo.ProtoReflect.Descriptor instead.
 func (*PrincipalInfo) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_auth_proto_rawDescGZIP(), []int{3}
+	return file_streamplane_v1_auth_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PrincipalInfo) GetName() string {
@@ -272,6 +381,20 @@ func (x *PrincipalInfo) GetVia() string {
 	return ""
 }
 
+func (x *PrincipalInfo) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+func (x *PrincipalInfo) GetExpiresUnixS() int64 {
+	if x != nil {
+		return x.ExpiresUnixS
+	}
+	return 0
+}
+
 var File_streamplane_v1_auth_proto protoreflect.FileDescriptor
 
 const file_streamplane_v1_auth_proto_rawDesc = "" +
@@ -282,20 +405,29 @@ const file_streamplane_v1_auth_proto_rawDesc = "" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
 	"\astreams\x18\x03 \x03(\tR\astreams\x12\x16\n" +
 	"\x06groups\x18\x04 \x03(\tR\x06groups\x12\x13\n" +
-	"\x05ttl_s\x18\x05 \x01(\rR\x04ttlS\"Q\n" +
+	"\x05ttl_s\x18\x05 \x01(\rR\x04ttlS\"l\n" +
 	"\x13CreateTokenResponse\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12$\n" +
-	"\x0eexpires_unix_s\x18\x02 \x01(\x03R\fexpiresUnixS\"\x0f\n" +
-	"\rWhoAmIRequest\"{\n" +
+	"\x0eexpires_unix_s\x18\x02 \x01(\x03R\fexpiresUnixS\x12\x19\n" +
+	"\btoken_id\x18\x03 \x01(\tR\atokenId\"G\n" +
+	"\x12RevokeTokenRequest\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"/\n" +
+	"\x13RevokeTokenResponse\x12\x18\n" +
+	"\arevoked\x18\x01 \x01(\bR\arevoked\"\x0f\n" +
+	"\rWhoAmIRequest\"\xbc\x01\n" +
 	"\rPrincipalInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x18\n" +
 	"\astreams\x18\x03 \x03(\tR\astreams\x12\x16\n" +
 	"\x06groups\x18\x04 \x03(\tR\x06groups\x12\x10\n" +
-	"\x03via\x18\x05 \x01(\tR\x03via2\xad\x01\n" +
+	"\x03via\x18\x05 \x01(\tR\x03via\x12\x19\n" +
+	"\btoken_id\x18\x06 \x01(\tR\atokenId\x12$\n" +
+	"\x0eexpires_unix_s\x18\a \x01(\x03R\fexpiresUnixS2\x85\x02\n" +
 	"\vAuthService\x12V\n" +
 	"\vCreateToken\x12\".streamplane.v1.CreateTokenRequest\x1a#.streamplane.v1.CreateTokenResponse\x12F\n" +
-	"\x06WhoAmI\x12\x1d.streamplane.v1.WhoAmIRequest\x1a\x1d.streamplane.v1.PrincipalInfob\x06proto3"
+	"\x06WhoAmI\x12\x1d.streamplane.v1.WhoAmIRequest\x1a\x1d.streamplane.v1.PrincipalInfo\x12V\n" +
+	"\vRevokeToken\x12\".streamplane.v1.RevokeTokenRequest\x1a#.streamplane.v1.RevokeTokenResponseb\x06proto3"
 
 var (
 	file_streamplane_v1_auth_proto_rawDescOnce sync.Once
@@ -309,20 +441,24 @@ func file_streamplane_v1_auth_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_auth_proto_rawDescData
 }
 
-var file_streamplane_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_streamplane_v1_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_streamplane_v1_auth_proto_goTypes = []any{
 	(*CreateTokenRequest)(nil),  // 0: streamplane.v1.CreateTokenRequest
 	(*CreateTokenResponse)(nil), // 1: streamplane.v1.CreateTokenResponse
-	(*WhoAmIRequest)(nil),       // 2: streamplane.v1.WhoAmIRequest
-	(*PrincipalInfo)(nil),       // 3: streamplane.v1.PrincipalInfo
+	(*RevokeTokenRequest)(nil),  // 2: streamplane.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil), // 3: streamplane.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),       // 4: streamplane.v1.WhoAmIRequest
+	(*PrincipalInfo)(nil),       // 5: streamplane.v1.PrincipalInfo
 }
 var file_streamplane_v1_auth_proto_depIdxs = []int32{
 	0, // 0: streamplane.v1.AuthService.CreateToken:input_type -> streamplane.v1.CreateTokenRequest
-	2, // 1: streamplane.v1.AuthService.WhoAmI:input_type -> streamplane.v1.WhoAmIRequest
-	1, // 2: streamplane.v1.AuthService.CreateToken:output_type -> streamplane.v1.CreateTokenResponse
-	3, // 3: streamplane.v1.AuthService.WhoAmI:output_type -> streamplane.v1.PrincipalInfo
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
+	4, // 1: streamplane.v1.AuthService.WhoAmI:input_type -> streamplane.v1.WhoAmIRequest
+	2, // 2: streamplane.v1.AuthService.RevokeToken:input_type -> streamplane.v1.RevokeTokenRequest
+	1, // 3: streamplane.v1.AuthService.CreateToken:output_type -> streamplane.v1.CreateTokenResponse
+	5, // 4: streamplane.v1.AuthService.WhoAmI:output_type -> streamplane.v1.PrincipalInfo
+	3, // 5: streamplane.v1.AuthService.RevokeToken:output_type -> streamplane.v1.RevokeTokenResponse
+	3, // [3:6] is the sub-list for method output_type
+	0, // [0:3] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -339,7 +475,7 @@ func file_streamplane_v1_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_auth_proto_rawDesc), len(file_streamplane_v1_auth_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19streamplane/v1/auth.proto\x12\x0estreamplane.v1\"c\n\x12\x43reateTokenRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07streams\x18\x03 \x03(\t\x12\x0e\n\x06groups\x18\x04 \x03(\t\x12\r\n\x05ttl_s\x18\x05 \x01(\r\"<\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x16\n\x0e\x65xpires_unix_s\x18\x02 \x01(\x03\"\x0f\n\rWhoAmIRequest\"Y\n\rPrincipalInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07streams\x18\x03 \x03(\t\x12\x0e\n\x06groups\x18\x04 \x03(\t\x12\x0b\n\x03via\x18\x05 \x01(\t2\xad\x01\n\x0b\x41uthService\x12V\n\x0b\x43reateToken\x12\".streamplane.v1.CreateTokenRequest\x1a#.streamplane.v1.CreateTokenResponse\x12\x46\n\x06WhoAmI\x12\x1d.streamplane.v1.WhoAmIRequest\x1a\x1d.streamplane.v1.PrincipalInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19streamplane/v1/auth.proto\x12\x0estreamplane.v1\"c\n\x12\x43reateTokenRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07streams\x18\x03 \x03(\t\x12\x0e\n\x06groups\x18\x04 \x03(\t\x12\r\n\x05ttl_s\x18\x05 \x01(\r\"N\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x16\n\x0e\x65xpires_unix_s\x18\x02 \x01(\x03\x12\x10\n\x08token_id\x18\x03 \x01(\t\"6\n\x12RevokeTokenRequest\x12\x10\n\x08token_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"&\n\x13RevokeTokenResponse\x12\x0f\n\x07revoked\x18\x01 \x01(\x08\"\x0f\n\rWhoAmIRequest\"\x83\x01\n\rPrincipalInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07streams\x18\x03 \x03(\t\x12\x0e\n\x06groups\x18\x04 \x03(\t\x12\x0b\n\x03via\x18\x05 \x01(\t\x12\x10\n\x08token_id\x18\x06 \x01(\t\x12\x16\n\x0e\x65xpires_unix_s\x18\x07 \x01(\x03\x32\x85\x02\n\x0b\x41uthService\x12V\n\x0b\x43reateToken\x12\".streamplane.v1.CreateTokenRequest\x1a#.streamplane.v1.CreateTokenResponse\x12\x46\n\x06WhoAmI\x12\x1d.streamplane.v1.WhoAmIRequest\x1a\x1d.streamplane.v1.PrincipalInfo\x12V\n\x0bRevokeToken\x12\".streamplane.v1.RevokeTokenRequest\x1a#.streamplane.v1.RevokeTokenResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATETOKENREQUEST']._serialized_start=45
   _globals['_CREATETOKENREQUEST']._serialized_end=144
   _globals['_CREATETOKENRESPONSE']._serialized_start=146
-  _globals['_CREATETOKENRESPONSE']._serialized_end=206
-  _globals['_WHOAMIREQUEST']._serialized_start=208
-  _globals['_WHOAMIREQUEST']._serialized_end=223
-  _globals['_PRINCIPALINFO']._serialized_start=225
-  _globals['_PRINCIPALINFO']._serialized_end=314
-  _globals['_AUTHSERVICE']._serialized_start=317
-  _globals['_AUTHSERVICE']._serialized_end=490
+  _globals['_CREATETOKENRESPONSE']._serialized_end=224
+  _globals['_REVOKETOKENREQUEST']._serialized_start=226
+  _globals['_REVOKETOKENREQUEST']._serialized_end=280
+  _globals['_REVOKETOKENRESPONSE']._serialized_start=282
+  _globals['_REVOKETOKENRESPONSE']._serialized_end=320
+  _globals['_WHOAMIREQUEST']._serialized_start=322
+  _globals['_WHOAMIREQUEST']._serialized_end=337
+  _globals['_PRINCIPALINFO']._serialized_start=340
+  _globals['_PRINCIPALINFO']._serialized_end=471
+  _globals['_AUTHSERVICE']._serialized_start=474
+  _globals['_AUTHSERVICE']._serialized_end=735
 # @@protoc_insertion_point(module_scope)

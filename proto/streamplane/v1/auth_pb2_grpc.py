@@ -44,6 +44,11 @@ class AuthServiceStub:
                 request_serializer=streamplane_dot_v1_dot_auth__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_auth__pb2.PrincipalInfo.FromString,
                 _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/streamplane.v1.AuthService/RevokeToken',
+                request_serializer=streamplane_dot_v1_dot_auth__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_auth__pb2.RevokeTokenResponse.FromString,
+                _registered_method=True)
 
 
 class AuthServiceServicer:
@@ -63,6 +68,14 @@ class AuthServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RevokeToken(self, request, context):
+        """Take a token back before it expires (admins only): every replica refuses it within a second, and ends the
+        worker sessions it opened.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuthServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +88,11 @@ def add_AuthServiceServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=streamplane_dot_v1_dot_auth__pb2.WhoAmIRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_auth__pb2.PrincipalInfo.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=streamplane_dot_v1_dot_auth__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_auth__pb2.RevokeTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +149,33 @@ class AuthService:
             '/streamplane.v1.AuthService/WhoAmI',
             streamplane_dot_v1_dot_auth__pb2.WhoAmIRequest.SerializeToString,
             streamplane_dot_v1_dot_auth__pb2.PrincipalInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.AuthService/RevokeToken',
+            streamplane_dot_v1_dot_auth__pb2.RevokeTokenRequest.SerializeToString,
+            streamplane_dot_v1_dot_auth__pb2.RevokeTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,
