@@ -32,7 +32,7 @@ from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.devcontrol import ControlServer
-from streamplane.devstack.kafka import USERS, KafkaCluster, side_by_side
+from streamplane.devstack.kafka import USERS, KafkaCluster, free_port, side_by_side
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from streamplane.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.process import block_stop_signals, wait_for_stop
@@ -246,6 +246,12 @@ class LocalStack:
     """Where the admin token was left for the CLI and clients of the coordinator's address."""
     console_port: int | None = 0
     """The web console's port (0: a free one; None: no console). On in the dev stack, with operator actions."""
+    metrics_port: int = 0
+    """The coordinator's Prometheus /metrics port (0: a free one, kept across coordinator restarts)."""
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
 
     def start(self) -> None:
         names = cluster_names(self.clusters)
@@ -270,7 +276,8 @@ class LocalStack:
                 self._register_and_reconcile(Topology(db, RoutingAdmin(), control_endpoints=endpoints))
             finally:
                 db.close()
-            security = ["--token-key-file", str(self.token_key_file)]
+            self.metrics_port = self.metrics_port or free_port()
+            security = ["--token-key-file", str(self.token_key_file), "--metrics-port", str(self.metrics_port)]
             for c in self.local:
                 if c.control_endpoint:
                     security += ["--allow-control-endpoint", c.control_endpoint]
@@ -543,6 +550,7 @@ def run_dev(
         print(f"control={control.endpoint}", flush=True)
         if stack.coordinator is not None and stack.coordinator.console_url:
             print(f"console={stack.coordinator.console_url}", flush=True)
+        print(f"metrics={stack.metrics_url}", flush=True)
         print(f"token_file={stack.token_file}", flush=True)
         print("ready (Ctrl-C stops everything)", flush=True)
         wait_for_stop(lambda: not all(c.alive() for c in stack.local))
