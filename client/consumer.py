@@ -223,6 +223,7 @@ class Consumer:
         self._connected.set()
         self._fatal: StreamplaneError | None = None
         self._close_lock = threading.Lock()
+        self._session_id = ""
         self._dlq: Producer | None = None
         self._dlq_lock = threading.Lock()
         self._copying: dict[int, tuple[LeaseLedger, Message]] = {}
@@ -274,6 +275,7 @@ class Consumer:
             tls=self.config.tls,
         )
         session.join(resume=resume)
+        self._session_id = session.session_id  # what commits name: kept while the session is being resumed
         what = "consumer.resumed" if session.resumed else "consumer.joined"
         log.info(what, group=self.group, worker=self.worker_id, session=session.session_id)
         return session
@@ -600,7 +602,7 @@ class Consumer:
 
     def _commit_batch(self, batch: list[tuple[LeaseLedger, Outcomes, LeaseCommit]]) -> None:
         try:
-            outcomes = self.client.commit_batch(self.group, [r for _, _, r in batch])
+            outcomes = self.client.commit_batch(self.group, [r for _, _, r in batch], session_id=self._session_id)
         except StreamplaneError as err:
             for ledger, out, _ in batch:
                 ledger.put_back(out)

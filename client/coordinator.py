@@ -263,9 +263,15 @@ class CoordinatorClient:
             commit.lease_id, got.low_watermark, tuple(got.exhausted), copies=convert.copies_from_pb(got.copies)
         )
 
-    def commit_batch(self, group: str, commits: list[m.LeaseCommit]) -> list[m.CommitOutcome]:
-        """Commit many leases of one group in one call; each lease's outcome says whether it was recorded."""
-        request = cpb.CommitBatchRequest(group=group, commits=[convert.commit_to_pb("", c) for c in commits])
+    def commit_batch(
+        self, group: str, commits: list[m.LeaseCommit], *, session_id: str = ""
+    ) -> list[m.CommitOutcome]:
+        """Commit many leases of one group in one call; each lease's outcome says whether it was recorded.
+        `session_id`: the worker session holding the leases (required by a coordinator that checks credentials,
+        for leases; a commit from another session is fenced)."""
+        request = cpb.CommitBatchRequest(
+            group=group, commits=[convert.commit_to_pb("", c) for c in commits], session_id=session_id
+        )
         got = self._call(self.commitlog.CommitBatch, request, idempotent=True)
         return [convert.outcome_from_pb(r) for r in got.results]
 

@@ -204,12 +204,14 @@ def _oldest_pending(c: Commit, header: Header) -> int:
     return min(c.oldest_pending_ts_ms or header.oldest_pending_ts_ms, header.oldest_pending_ts_ms)
 
 
-def check_writer(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "") -> None:
+def check_writer(
+    tr: Transaction, group: str, lid: str, epoch: int, principal: str = "", session_id: str = ""
+) -> None:
     """Who may write a partition's progress: the lease holder at `epoch`; or, with epoch 0, an unmanaged group
     (one the Assigner never served, whose progress an external engine such as Spark tracks and fences with
     its own checkpoints). With `principal`, only the principal of the holder's session writes."""
     if epoch:
-        check_lease(tr, group, lid, epoch, principal)
+        check_lease(tr, group, lid, epoch, principal, session_id)
         return
     stream, lane, generation, _ = parse_lease_id(lid)
     if tr.get(keys.group_key(group)) is not None:
@@ -252,19 +254,35 @@ def _jump(tr: Transaction, pk: PartitionKey, header: Header, jump: int, chunks: 
 
 
 def commit(
-    db: Database | Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_ms: int, principal: str = ""
+    db: Database | Transaction,
+    group: str,
+    lid: str,
+    epoch: int,
+    c: Commit,
+    *,
+    now_ms: int,
+    principal: str = "",
+    session_id: str = "",
 ) -> CommitResult:
     """Apply one commit of the lease holder at `epoch` (FencedError if stale); idempotent. Its cost is
     bounded (`prepare`) before the transaction starts. With `principal`, only the holder's principal commits."""
-    return _apply(db, group, lid, epoch, prepare(c), now_ms=now_ms, principal=principal)
+    return _apply(db, group, lid, epoch, prepare(c), now_ms=now_ms, principal=principal, session_id=session_id)
 
 
 @transactional
 def _apply(
-    tr: Transaction, group: str, lid: str, epoch: int, c: Commit, *, now_ms: int, principal: str = ""
+    tr: Transaction,
+    group: str,
+    lid: str,
+    epoch: int,
+    c: Commit,
+    *,
+    now_ms: int,
+    principal: str = "",
+    session_id: str = "",
 ) -> CommitResult:
     pk = _partition(group, lid)
-    check_writer(tr, group, lid, epoch, principal)
+    check_writer(tr, group, lid, epoch, principal, session_id)
     header = read_header(tr, pk)
     high = validate(c, header)
     limit = group_config.max_attempts(tr, group, pk[2])
@@ -426,7 +444,13 @@ def check_batch(commits: list[tuple[str, int, Commit]]) -> None:
 
 
 def commit_many(
-    db: Database, group: str, commits: list[tuple[str, int, Commit]], *, now_ms: int, principal: str = ""
+    db: Database,
+    group: str,
+    commits: list[tuple[str, int, Commit]],
+    *,
+    now_ms: int,
+    principal: str = "",
+    session_id: str = "",
 ) -> list[CommitResult | StreamplaneError]:
     """Apply one worker's commits of many leases in one transaction. Each is fenced and validated on its own
     (before it writes anything), so a stale or bad one is refused in its result and the others apply."""
@@ -438,7 +462,7 @@ def commit_many(
         except StreamplaneError as err:
             prepared.append(err)
     leases = [(lid, epoch) for lid, epoch, _ in commits]
-    return _apply_many(db, group, leases, prepared, now_ms=now_ms, principal=principal)
+    return _apply_many(db, group, leases, prepared, now_ms=now_ms, principal=principal, session_id=session_id)
 
 
 @transactional
@@ -450,6 +474,7 @@ def _apply_many(
     *,
     now_ms: int,
     principal: str = "",
+    session_id: str = "",
 ) -> list[CommitResult | StreamplaneError]:
     out: list[CommitResult | StreamplaneError] = []
     for (lid, epoch), c in zip(leases, prepared, strict=True):
@@ -457,7 +482,7 @@ def _apply_many(
             out.append(c)
             continue
         try:
-            out.append(_apply(tr, group, lid, epoch, c, now_ms=now_ms, principal=principal))
+            out.append(_apply(tr, group, lid, epoch, c, now_ms=now_ms, principal=principal, session_id=session_id))
         except StreamplaneError as err:
             out.append(err)
     return out

@@ -17,10 +17,15 @@ class CommitLog:
         self.db = db
         self.clock = clock
 
-    def commit(self, group: str, lid: str, epoch: int, c: Commit, *, principal: str = "") -> commitlog.CommitResult:
-        """One lease's commit; FencedError (counted) if `epoch` is stale."""
+    def commit(
+        self, group: str, lid: str, epoch: int, c: Commit, *, principal: str = "", session_id: str = ""
+    ) -> commitlog.CommitResult:
+        """One lease's commit; FencedError (counted) if `epoch` is stale or another session holds the lease."""
+        now_ms = self.clock.now_ms()
         try:
-            result = commitlog.commit(self.db, group, lid, epoch, c, now_ms=self.clock.now_ms(), principal=principal)
+            result = commitlog.commit(
+                self.db, group, lid, epoch, c, now_ms=now_ms, principal=principal, session_id=session_id
+            )
         except FencedError:
             metrics.STALE_EPOCH.labels(group).inc()
             raise
@@ -28,10 +33,12 @@ class CommitLog:
         return result
 
     def commit_many(
-        self, group: str, commits: list[tuple[str, int, Commit]], *, principal: str = ""
+        self, group: str, commits: list[tuple[str, int, Commit]], *, principal: str = "", session_id: str = ""
     ) -> list[CommitOutcome]:
         """One worker's commits of many leases in one transaction; each outcome holds its result or its error."""
-        results = commitlog.commit_many(self.db, group, commits, now_ms=self.clock.now_ms(), principal=principal)
+        results = commitlog.commit_many(
+            self.db, group, commits, now_ms=self.clock.now_ms(), principal=principal, session_id=session_id
+        )
         out = []
         applied: list[tuple[Commit, commitlog.CommitResult]] = []
         for (lid, _, c), result in zip(commits, results, strict=True):

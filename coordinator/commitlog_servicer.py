@@ -38,7 +38,10 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     def Commit(self, request: cpb.CommitRequest, context: grpc.ServicerContext) -> cpb.CommitResponse:
         principal = self._writer(context, request.group, [request.lease_id])
         c = convert.commit_from_pb(request)
-        result = self._log.commit(request.group, c.lease_id, c.epoch, c.commit, principal=principal)
+        self._require_session(request.session_id, [c.epoch])
+        result = self._log.commit(
+            request.group, c.lease_id, c.epoch, c.commit, principal=principal, session_id=request.session_id
+        )
         return cpb.CommitResponse(
             low_watermark=result.low_watermark,
             exhausted=result.exhausted,
@@ -50,10 +53,22 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
         cl.check_batch_size(len(request.commits))
         principal = self._writer(context, request.group, [c.lease_id for c in request.commits])
         commits = [convert.commit_from_pb(c) for c in request.commits]
+        self._require_session(request.session_id, [c.epoch for c in commits])
         outcomes = self._log.commit_many(
-            request.group, [(c.lease_id, c.epoch, c.commit) for c in commits], principal=principal
+            request.group,
+            [(c.lease_id, c.epoch, c.commit) for c in commits],
+            principal=principal,
+            session_id=request.session_id,
         )
         return cpb.CommitBatchResponse(results=[convert.outcome_to_pb(o) for o in outcomes])
+
+    def _require_session(self, session_id: str, epochs: list[int]) -> None:
+        """With credentials checked, a lease's commit names the session holding it (who did what is never
+        asserted by the client alone); epoch 0 (an unmanaged group such as a Spark query) has no session."""
+        if self._guard.enabled and not session_id and any(epochs):
+            raise InvalidArgumentError(
+                "a commit of a leased partition (epoch > 0) must carry the session id that holds the lease"
+            )
 
     @grpc_errors
     def GetProgress(self, request: cpb.GetProgressRequest, context: grpc.ServicerContext) -> cpb.Progress:

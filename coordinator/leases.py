@@ -524,9 +524,13 @@ def expire(tr: Transaction, group: str, now_ms: int) -> int:
 
 
 @transactional
-def check_lease(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "") -> Lease:
+def check_lease(
+    tr: Transaction, group: str, lid: str, epoch: int, principal: str = "", session_id: str = ""
+) -> Lease:
     """The lease if it is still held at `epoch`; FencedError otherwise (a newer grant, or none). With
-    `principal`, also PermissionDeniedError unless that principal opened the holder's session."""
+    `principal`, also PermissionDeniedError unless that principal opened the holder's session; with
+    `session_id`, also FencedError unless that session holds it (two workers sharing a credential cannot
+    commit for each other's leases)."""
     check_object_name("group", group)
     lease = read_lease(tr, group, parse_lease_id(lid))
     if lease is None:
@@ -539,10 +543,18 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int, principal: st
             held_epoch=epoch,
             current_epoch=lease.epoch,
         )
-    if principal and lease.worker_id:
+    if (principal or session_id) and lease.worker_id:
         raw = tr.get(keys.member_key(group, lease.worker_id))
         if raw:
-            check_principal(Member.from_json(raw).principal, principal, f"lease {lid}")
+            member = Member.from_json(raw)
+            check_principal(member.principal, principal, f"lease {lid}")
+            if session_id and member.session_id != session_id:
+                raise FencedError(
+                    f"lease {lid} is held by another session, not {session_id}: only its holder commits for it",
+                    lease_id=lid,
+                    held_epoch=epoch,
+                    current_epoch=lease.epoch,
+                )
     return lease
 
 

@@ -26,7 +26,7 @@ from streamplane.coordinator.commitlog import CHUNK
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.sealing import read_producers
 from streamplane.coordinator.store import StoreConfig, open_store
-from streamplane.errors import PermissionDeniedError, UnauthenticatedError
+from streamplane.errors import FencedError, InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
 from streamplane.v1 import auth_pb2 as authpb
@@ -312,19 +312,23 @@ def victim(secured) -> Iterator[WorkerSession]:
     worker.close()
 
 
-def _commit(lid: str, epoch: int, acked: list[tuple[int, int]], high: int = 0) -> cpb.CommitRequest:
+def _commit(
+    lid: str, epoch: int, acked: list[tuple[int, int]], high: int = 0, session: str = ""
+) -> cpb.CommitRequest:
     return cpb.CommitRequest(
         group="victim",
         lease_id=lid,
         epoch=epoch,
         high_watermark=high,
         acked=[cpb.OffsetRange(start=s, end=e) for s, e in acked],
+        session_id=session,
     )
 
 
 def test_only_the_session_holding_a_lease_commits_for_it(secured, victim: WorkerSession) -> None:
     grant = victim.leases["sec-logs/realtime/g1/p0"]
-    attack = _commit(grant.lease_id, grant.epoch, [(0, 1_000_000)], high=1_000_000)
+    # the session id and the epoch are readable from DescribeGroup: the attack knows them
+    attack = _commit(grant.lease_id, grant.epoch, [(0, 1_000_000)], high=1_000_000, session=victim.session_id)
     # another group's consumer: not a consumer of this group
     code, details, _ = call(
         secured.address, "commitlog", "Commit", attack, token("consumer", "mallory", groups=("other",))
@@ -336,8 +340,10 @@ def test_only_the_session_holding_a_lease_commits_for_it(secured, victim: Worker
     assert code == Code.PERMISSION_DENIED and "belongs to victim-worker, not mallory" in details
     with CoordinatorClient(secured.address, token=mallory) as c:
         lease = model.LeaseCommit(grant.lease_id, grant.epoch, model.Commit(acked=[(0, 10**6)], high_watermark=10**6))
-        (outcome,) = c.commit_batch("victim", [lease])
-    assert isinstance(outcome.error, PermissionDeniedError)
+        (outcome,) = c.commit_batch("victim", [lease], session_id=victim.session_id)
+        assert isinstance(outcome.error, PermissionDeniedError)
+        with pytest.raises(InvalidArgumentError, match="must carry the session id"):
+            c.commit_batch("victim", [lease])
     with CoordinatorClient(secured.address, token=token("viewer")) as c:
         assert c.progress("victim", grant.lease_id).low_watermark == 0, "nothing was written"
     # the holder itself commits
@@ -345,10 +351,30 @@ def test_only_the_session_holding_a_lease_commits_for_it(secured, victim: Worker
         secured.address,
         "commitlog",
         "Commit",
-        _commit(grant.lease_id, grant.epoch, [(0, 0 + 1)], high=1),
+        _commit(grant.lease_id, grant.epoch, [(0, 0 + 1)], high=1, session=victim.session_id),
         token("consumer", "victim-worker", groups=("victim",)),
     )
     assert code == Code.OK, details
+
+
+def test_two_workers_sharing_one_credential_cannot_commit_for_each_others_leases(secured, victim) -> None:
+    """Same principal, another session: its commits of the victim's leases are fenced, and write nothing."""
+    shared = token("consumer", "victim-worker", groups=("victim",))
+    other = WorkerSession(
+        secured.address, group="victim", worker_id="v2", subscriptions={"sec-logs": ["realtime"]}, token=shared
+    )
+    other.join()
+    try:
+        grant = victim.leases["sec-logs/realtime/g1/p1"]
+        lease = model.LeaseCommit(grant.lease_id, grant.epoch, model.Commit(acked=[(0, 500)], high_watermark=500))
+        with CoordinatorClient(secured.address, token=shared) as c:
+            (outcome,) = c.commit_batch("victim", [lease], session_id=other.session_id)
+            assert isinstance(outcome.error, FencedError) and "held by another session" in outcome.error.message
+            assert c.progress("victim", grant.lease_id).low_watermark == 0, "nothing was written"
+            (mine,) = c.commit_batch("victim", [lease], session_id=victim.session_id)
+            assert mine.error is None and c.progress("victim", grant.lease_id).low_watermark == 500
+    finally:
+        other.close()
 
 
 def test_a_producer_session_is_bound_to_the_principal_that_opened_it(secured) -> None:
@@ -443,7 +469,7 @@ def test_bad_values_get_invalid_argument_naming_the_field_and_quoting_a_short_pr
     lid = "sec-logs/realtime/g" + "9" * 300 + "/p0"
     for service, method, request in [
         ("assigner", "CheckLease", apb.CheckLeaseRequest(group="victim", lease_id=lid, epoch=1)),
-        ("commitlog", "Commit", cpb.CommitRequest(group="victim", lease_id=lid, epoch=1)),
+        ("commitlog", "Commit", cpb.CommitRequest(group="victim", lease_id=lid, epoch=1, session_id="s1")),
         ("commitlog", "GetProgress", cpb.GetProgressRequest(group="victim", lease_id=lid)),
         ("topology", "CreateStream", pb.CreateStreamRequest(name="x" * 200_000, partitions=1)),
         ("topology", "DescribeStream", pb.DescribeStreamRequest(name="\u00e9" * 100_000)),

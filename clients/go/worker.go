@@ -127,7 +127,8 @@ func (w *Worker) Err() error {
 // epoch (the lease moved on) is refused with FAILED_PRECONDITION: the caller stops working on that lease.
 // Returns the partition's low watermark after the commit.
 func (w *Worker) Commit(ctx context.Context, leaseID string, epoch uint64, acked [][2]int64, highWatermark int64) (int64, error) {
-	req := &pb.CommitRequest{Group: w.Group, LeaseId: leaseID, Epoch: epoch, HighWatermark: highWatermark}
+	// The session holding the lease names itself: a commit from another session is fenced.
+	req := &pb.CommitRequest{Group: w.Group, LeaseId: leaseID, Epoch: epoch, HighWatermark: highWatermark, SessionId: w.SessionID}
 	for _, r := range acked {
 		req.Acked = append(req.Acked, &pb.OffsetRange{Start: r[0], End: r[1]})
 	}

@@ -314,7 +314,10 @@ type CommitRequest struct {
 	// Rejects whose copy to the dlq lane this holder is about to write (reason required, dlq unset). Each is
 	// recorded before the copy: the result's `copies` says which to write and their copy numbers; an offset
 	// that is done already (acked, or rejected by an earlier holder) is left out, and its copy is skipped.
-	Copying       []*RejectEntry `protobuf:"bytes,12,rep,name=copying,proto3" json:"copying,omitempty"`
+	Copying []*RejectEntry `protobuf:"bytes,12,rep,name=copying,proto3" json:"copying,omitempty"`
+	// The worker session that holds the lease (Welcome.session_id): a commit from another session, even of the
+	// same principal, is fenced. Required for leases (epoch > 0) when the coordinator checks credentials.
+	SessionId     string `protobuf:"bytes,13,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -431,6 +434,13 @@ func (x *CommitRequest) GetCopying() []*RejectEntry {
 		return x.Copying
 	}
 	return nil
+}
+
+func (x *CommitRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // Permission to write one dlq copy: the copy number counts copies begun for that offset (2 or more only
@@ -556,7 +566,9 @@ type CommitBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	// At most 4,096 leases; each item's `group` is ignored (the batch's group applies).
-	Commits       []*CommitRequest `protobuf:"bytes,2,rep,name=commits,proto3" json:"commits,omitempty"`
+	Commits []*CommitRequest `protobuf:"bytes,2,rep,name=commits,proto3" json:"commits,omitempty"`
+	// The worker session that holds these leases (each item's own session_id is ignored); see CommitRequest.
+	SessionId     string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +615,13 @@ func (x *CommitBatchRequest) GetCommits() []*CommitRequest {
 		return x.Commits
 	}
 	return nil
+}
+
+func (x *CommitBatchRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 type CommitResult struct {
@@ -1581,7 +1600,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12-\n" +
 	"\x03dlq\x18\x03 \x01(\v2\x1b.streamplane.v1.DlqLocationR\x03dlq\x12\x12\n" +
-	"\x04copy\x18\x04 \x01(\rR\x04copy\"\x85\x04\n" +
+	"\x04copy\x18\x04 \x01(\rR\x04copy\"\xa4\x04\n" +
 	"\rCommitRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
@@ -1595,17 +1614,21 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\facked_bitmap\x18\n" +
 	" \x01(\fR\vackedBitmap\x12*\n" +
 	"\x11acked_bitmap_base\x18\v \x01(\x03R\x0fackedBitmapBase\x125\n" +
-	"\acopying\x18\f \x03(\v2\x1b.streamplane.v1.RejectEntryR\acopying\"5\n" +
+	"\acopying\x18\f \x03(\v2\x1b.streamplane.v1.RejectEntryR\acopying\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\r \x01(\tR\tsessionId\"5\n" +
 	"\aDlqCopy\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04copy\x18\x02 \x01(\rR\x04copy\"\x84\x01\n" +
 	"\x0eCommitResponse\x12#\n" +
 	"\rlow_watermark\x18\x01 \x01(\x03R\flowWatermark\x12\x1c\n" +
 	"\texhausted\x18\x02 \x03(\x03R\texhausted\x12/\n" +
-	"\x06copies\x18\x03 \x03(\v2\x17.streamplane.v1.DlqCopyR\x06copies\"c\n" +
+	"\x06copies\x18\x03 \x03(\v2\x17.streamplane.v1.DlqCopyR\x06copies\"\x82\x01\n" +
 	"\x12CommitBatchRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x127\n" +
-	"\acommits\x18\x02 \x03(\v2\x1d.streamplane.v1.CommitRequestR\acommits\"\x93\x02\n" +
+	"\acommits\x18\x02 \x03(\v2\x1d.streamplane.v1.CommitRequestR\acommits\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\"\x93\x02\n" +
 	"\fCommitResult\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +

@@ -53,7 +53,7 @@ class RejectEntry(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., reason: _Optional[str] = ..., dlq: _Optional[_Union[DlqLocation, _Mapping]] = ..., copy: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms", "acked_bitmap", "acked_bitmap_base", "copying")
+    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms", "acked_bitmap", "acked_bitmap_base", "copying", "session_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class CommitRequest(_message.Message):
     ACKED_BITMAP_FIELD_NUMBER: _ClassVar[int]
     ACKED_BITMAP_BASE_FIELD_NUMBER: _ClassVar[int]
     COPYING_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     group: str
     lease_id: str
     epoch: int
@@ -78,7 +79,8 @@ class CommitRequest(_message.Message):
     acked_bitmap: bytes
     acked_bitmap_base: int
     copying: _containers.RepeatedCompositeFieldContainer[RejectEntry]
-    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ..., acked_bitmap: _Optional[bytes] = ..., acked_bitmap_base: _Optional[int] = ..., copying: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ...) -> None: ...
+    session_id: str
+    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ..., acked_bitmap: _Optional[bytes] = ..., acked_bitmap_base: _Optional[int] = ..., copying: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class DlqCopy(_message.Message):
     __slots__ = ("offset", "copy")
@@ -99,12 +101,14 @@ class CommitResponse(_message.Message):
     def __init__(self, low_watermark: _Optional[int] = ..., exhausted: _Optional[_Iterable[int]] = ..., copies: _Optional[_Iterable[_Union[DlqCopy, _Mapping]]] = ...) -> None: ...
 
 class CommitBatchRequest(_message.Message):
-    __slots__ = ("group", "commits")
+    __slots__ = ("group", "commits", "session_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     COMMITS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     group: str
     commits: _containers.RepeatedCompositeFieldContainer[CommitRequest]
-    def __init__(self, group: _Optional[str] = ..., commits: _Optional[_Iterable[_Union[CommitRequest, _Mapping]]] = ...) -> None: ...
+    session_id: str
+    def __init__(self, group: _Optional[str] = ..., commits: _Optional[_Iterable[_Union[CommitRequest, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class CommitResult(_message.Message):
     __slots__ = ("lease_id", "code", "message", "kind", "low_watermark", "exhausted", "retries", "details", "copies")
