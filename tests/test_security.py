@@ -852,3 +852,36 @@ def test_the_token_key_rotates_with_an_overlap_then_the_old_key_is_retired(tmp_p
         assert works(after)
     finally:
         proc.stop()
+
+
+def test_the_go_client_sends_its_bearer_token_from_the_environment_or_a_file(secured, tmp_path: Path) -> None:
+    """Dial's token path (STREAMPLANE_TOKEN, else STREAMPLANE_TOKEN_FILE), as its TLS paths are tested."""
+    import os
+    import shutil
+    import subprocess
+
+    from tests.helpers import REPO
+
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("the Go client is not exercised: no Go toolchain on this machine")
+
+    def whoami(**env: str) -> subprocess.CompletedProcess[str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMPLANE_TOKEN", "STREAMPLANE_TLS"))}
+        return subprocess.run(
+            [go, "test", "-count=1", "-v", "-run", "TestWhoAmI", "."],
+            cwd=REPO / "clients" / "go",
+            env={**base, "STREAMPLANE_COORDINATOR": secured.address, **env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    done = whoami(STREAMPLANE_TOKEN=token("consumer", "go-worker", groups=("go-g",)))
+    assert done.returncode == 0 and "whoami name=go-worker role=consumer via=token" in done.stdout, done.stdout
+    (tmp_path / "token").write_text(token("viewer", "go-viewer") + "\n")
+    done = whoami(STREAMPLANE_TOKEN_FILE=str(tmp_path / "token"))
+    assert done.returncode == 0 and "whoami name=go-viewer role=viewer via=token" in done.stdout, done.stdout
+    forged = TokenIssuer(b"9" * 64).create("root", "admin", now_s=time.time(), ttl_s=60)
+    done = whoami(STREAMPLANE_TOKEN=forged)
+    assert done.returncode != 0 and "Unauthenticated" in done.stdout + done.stderr
