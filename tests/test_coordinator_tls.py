@@ -85,6 +85,8 @@ def test_the_python_client_with_a_certificate_and_with_a_token_over_tls(tls_coor
             "streams": [],
             "groups": ["tls-g"],
             "via": "certificate",
+            "token_id": "",  # a certificate is no token: nothing to revoke, no expiry
+            "expires_unix_s": 0,
         }
         with pytest.raises(PermissionDeniedError):
             c.create_token("x", "admin")
