@@ -35,6 +35,12 @@ EXIT_CODES: list[tuple[type[errors.StreamplaneError], int]] = [
 ]
 
 
+STORE_HELP = (
+    "embedded (default), fdb, or postgresql://user@host:port/db (password from PGPASSWORD or PGPASSFILE; TLS with "
+    "sslmode=...); env STREAMPLANE_STORE"
+)
+
+
 def exit_code_for(err: errors.StreamplaneError) -> int:
     """The CLI's exit code for an error: its own (a child process's, passed on) or its kind's."""
     own = getattr(err, "exit_code", None)
@@ -558,7 +564,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
     from streamplane.coordinator.inspect import inspect_store, parse_prefix
     from streamplane.coordinator.store import StoreConfig, open_store
 
-    config = StoreConfig.from_env(args.data_dir)
+    config = StoreConfig.from_env(args.data_dir, args.store)
     prefix = parse_prefix(args.prefix)
     db = open_store(config, read_only=True)
     try:
@@ -585,7 +591,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             f"--console-sample-ms must be between 200 and 60000, not {args.console_sample_ms}"
         )
     return server.serve_forever(
-        StoreConfig.from_env(args.data_dir),
+        StoreConfig.from_env(args.data_dir, args.store),
         parent_pid=args.parent_pid,
         host=args.host,
         port=args.port,
@@ -913,6 +919,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="key path under the root, elements separated by '/', e.g. gen/logs/realtime",
     )
     p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
+    p.add_argument("--store", default=None, help=STORE_HELP)
     p.add_argument("--limit", type=int, default=10_000)
 
     p = add(sub, "coordinator", cmd_coordinator, "run the coordinator in the foreground")
@@ -960,6 +967,7 @@ def build_parser() -> argparse.ArgumentParser:
         "together is assigned once instead of moving leases as each joins (0: at once)",
     )
     p.add_argument("--data-dir", default=None, help="embedded store folder (env STREAMPLANE_DATA_DIR)")
+    p.add_argument("--store", default=None, help=STORE_HELP)
     p.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)  # `streamplane dev`'s child
 
     p = add(sub, "dev", cmd_dev, "run the local stack (coordinator + local Kafka clusters) in the foreground")

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(build-essential libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev clang libclang-rt-14-dev docker-compose prometheus chromium)
+APT_PACKAGES=(build-essential libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev clang libclang-rt-14-dev docker-compose prometheus chromium postgresql)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

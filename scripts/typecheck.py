@@ -44,6 +44,8 @@ STRICT = [
     "streamplane.coordinator.cluster_admin",
     "streamplane.coordinator.store.retry",
     "streamplane.coordinator.store.chaos",
+    "streamplane.coordinator.store.buffered",
+    "streamplane.coordinator.store.postgres",
     "streamplane.coordinator.sim",
     "streamplane.coordinator.assigner",
     "streamplane.coordinator.auth",

@@ -10,6 +10,7 @@ What is skipped, and why, is printed in the summary (pytest -ra) and at the star
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,8 @@ from tests.helpers import Proc, real_kafka_jars
 os.environ.setdefault("STREAMPLANE_CREDENTIALS_DIR", tempfile.mkdtemp(prefix="streamplane-credentials-"))
 
 FDB_CLUSTER_FILE = os.environ.get("FDB_CLUSTER_FILE", "")
+POSTGRES_URL = os.environ.get("STREAMPLANE_TEST_POSTGRES_URL", "")
+"""A PostgreSQL server to run the store's tests on; by default the session starts one from Debian's binaries."""
 KAFKA_BOOTSTRAP = os.environ.get("STREAMPLANE_KAFKA_BOOTSTRAP", "")
 
 
@@ -58,14 +61,56 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
-@pytest.fixture(params=["embedded", "memory", "fdb"])
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real PostgreSQL server for the session (Debian's binaries, as an unprivileged user when we are root);
+    its `create_database()` gives each test a fresh database. STREAMPLANE_TEST_POSTGRES_URL names one to use
+    instead (each test then gets a database created on it)."""
+    from streamplane.devstack.postgres import PostgresServer, pg_bin
+    from streamplane.errors import UnavailableError
+
+    if POSTGRES_URL:
+
+        class External:
+            url = POSTGRES_URL
+
+            def create_database(self) -> str:
+                import uuid
+
+                import psycopg
+                from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+                name = f"t_{uuid.uuid4().hex[:12]}"
+                with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+                    conn.execute(f"CREATE DATABASE {name}")
+                return make_conninfo(**{**conninfo_to_dict(POSTGRES_URL), "dbname": name})
+
+        yield External()
+        return
+    try:
+        pg_bin()
+    except UnavailableError as err:
+        pytest.skip(f"PostgreSQL driver not exercised: {err.message}")
+    # its own folder in /tmp: pytest's are private to root, and PostgreSQL runs as another user when we are root
+    folder = Path(tempfile.mkdtemp(prefix="streamplane-pg-"))
+    server = PostgresServer(folder).start()
+    yield server
+    server.stop("immediate")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(params=["embedded", "memory", "postgres", "fdb"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """Each store driver in turn (the embedded one also in memory, as the simulator runs it); the fdb run is
-    skipped (with the reason) unless FDB_CLUSTER_FILE is usable."""
-    if request.param == "memory":
+    """Each store driver in turn (the embedded one also in memory, as the simulator runs it; PostgreSQL on a
+    real server); the fdb run is skipped (with the reason) unless FDB_CLUSTER_FILE is usable."""
+    if request.param == "postgres":
+        from streamplane.coordinator.store.postgres import PostgresDatabase
+
+        db: Database = PostgresDatabase(request.getfixturevalue("postgres").create_database())
+    elif request.param == "memory":
         from streamplane.coordinator.store.embedded import EmbeddedDatabase
 
-        db: Database = EmbeddedDatabase(None)
+        db = EmbeddedDatabase(None)
     elif request.param == "fdb":
         if FDB_SKIP:
             pytest.skip(FDB_SKIP)

@@ -97,8 +97,10 @@ def state(db: Database) -> tuple[dict[bytes, bytes], list[Any]]:
     return plain, logged
 
 
-def run(tmp_path: Path, name: str, wrap: Callable[[Database], Database] | None = None) -> tuple[list[Any], Any]:
-    inner = open_store(StoreConfig(driver="embedded", data_dir=tmp_path / name))
+def run(
+    tmp_path: Path, name: str, wrap: Callable[[Database], Database] | None = None, *, inner: Database | None = None
+) -> tuple[list[Any], Any]:
+    inner = inner or open_store(StoreConfig(driver="embedded", data_dir=tmp_path / name))
     db = wrap(inner) if wrap else inner
     try:
         return script(db), state(inner)
@@ -159,3 +161,22 @@ def test_a_change_whose_commit_was_unknown_still_answers_with_its_event_version(
         finally:
             inner.close()
     assert unknown > 0, "no create_stream met an unknown result: the test shows nothing"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_postgresql_driver_under_foundationdbs_worst_changes_the_same(
+    tmp_path: Path, reference, postgres, seed: int
+) -> None:
+    """A bounded run of the fault-injecting store around the PostgreSQL driver, on a real server."""
+    from streamplane.coordinator.store.postgres import PostgresDatabase
+
+    chaos: list[ChaosDatabase] = []
+
+    def wrap(db: Database) -> Database:
+        chaos.append(ChaosDatabase(db, seed=seed, faults=WORST))
+        return chaos[0]
+
+    results, final = run(tmp_path, "pg", wrap, inner=PostgresDatabase(postgres.create_database()))
+    assert sum(chaos[0].injected.values()) > 0
+    assert results == reference[0]
+    assert final == reference[1]

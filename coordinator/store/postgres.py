@@ -1,0 +1,339 @@
+"""The PostgreSQL store driver: FoundationDB's transaction semantics on one `bytea` key-value table, shared by
+any number of coordinator replicas.
+
+- **Transactions** run SERIALIZABLE. A transaction's writes wait in memory (reads see them) and reach the
+  table in one flush at commit. A serialization failure (40001) or a deadlock (40P01) is retried with the
+  same loop as FoundationDB's `not_committed` (`store.retry`); a connection lost during COMMIT is an unknown
+  result, resolved through the same idempotency tokens, so a retry never applies a change twice.
+- **Reads**: every read conflicts (PostgreSQL has no snapshot read inside SERIALIZABLE); `snapshot=True` is
+  accepted and means the same as a plain read, so code written for FoundationDB stays correct, only with a
+  few more retries.
+- **Counters**: `add` and `max` are read-modify-writes inside the transaction (serializable, so atomic).
+- **Versionstamps** come from a sequence, drawn by the first versionstamped write of a transaction under a
+  transaction-scoped advisory lock held until it commits: the next stamp is drawn only after this one is
+  committed (or rolled back, leaving a gap), so stamps are strictly increasing in commit order across every
+  replica. Only transactions that append events wait on each other for it.
+- **Watches** fire after commit across processes: each commit that wrote notifies (`pg_notify`, delivered
+  on commit) the keys and ranges it changed; one listening connection per process fires the matching
+  watches. A change too large to name fires every watch (spurious fires are allowed, missed ones are not).
+- **Limits** are FoundationDB's, with the same errors. Connections come from a pool; the schema is created on
+  first start with a version row, and a store written by a newer version is refused in one sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import structlog
+
+from streamplane.coordinator.store import retry
+from streamplane.coordinator.store.api import StoreLimitError, StoreUnavailableError, Transaction
+from streamplane.coordinator.store.buffered import BufferedTransaction, BufferedWatch, StampAfterCommit, WatchRegistry
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+CHANNEL = "streamplane_watch"
+NOTIFY_BYTES = 7000
+"""A notification's payload limit (PostgreSQL's is 8000 bytes): past it, every watch fires."""
+STAMP_LOCK = 0x5354414D50
+"""The advisory lock that orders versionstamps by commit."""
+SCHEMA_LOCK = 0x534348454D41
+RETRY_BUDGET_S = 30.0
+"""How long a transaction keeps trying while the database cannot be reached (a restart, a failover)."""
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS streamplane_kv (key bytea PRIMARY KEY, value bytea NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS streamplane_meta (name text PRIMARY KEY, value bigint NOT NULL)",
+    "CREATE SEQUENCE IF NOT EXISTS streamplane_versionstamp",
+    f"INSERT INTO streamplane_meta VALUES ('schema_version', {SCHEMA_VERSION}) ON CONFLICT (name) DO NOTHING",
+)
+
+
+def _where(url: str) -> str:
+    """The database's address for messages, without its password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(url)
+    except Exception:
+        return "the PostgreSQL store"
+    host, port, name = info.get("host", "localhost"), info.get("port", "5432"), info.get("dbname", "")
+    return f"PostgreSQL at {host}:{port}/{name}"
+
+
+class _Rows:
+    """Committed rows, read through the transaction's connection."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def get(self, key: bytes) -> bytes | None:
+        row = self._conn.execute("SELECT value FROM streamplane_kv WHERE key = %s", (key,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[tuple[bytes, bytes]]:
+        order = "DESC" if reverse else "ASC"
+        sql = f"SELECT key, value FROM streamplane_kv WHERE key >= %s AND key < %s ORDER BY key {order}"
+        if limit > 0:
+            sql += f" LIMIT {int(limit)}"
+        return [(bytes(k), bytes(v)) for k, v in self._conn.execute(sql, (begin, end))]
+
+
+class PostgresTransaction(BufferedTransaction):
+    """A buffered transaction whose versionstamp is taken from the counter row by its first stamped write."""
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(_Rows(conn), 0)
+        self._conn = conn
+        self._stamped = False
+        self.seen: dict[bytes, bytes | None] = {}
+        """The value each watched key had in this transaction (see PostgresDatabase._check_unchanged)."""
+
+    def watch(self, key: bytes) -> BufferedWatch:
+        watch = super().watch(key)
+        self.seen[key] = self.get(key)
+        return watch
+
+    def _draw_stamp(self) -> None:
+        """This transaction's versionstamp, under a lock held until it commits: the next one is drawn only once
+        this one has committed (or rolled back), so stamps follow commit order."""
+        if not self._stamped:
+            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (STAMP_LOCK,))
+            (counter,) = self._conn.execute("SELECT nextval('streamplane_versionstamp')").fetchone()
+            self._stamp = struct.pack(">QH", counter, 0)
+            self._versionstamp = StampAfterCommit(self._stamp)
+            self._stamped = True
+
+    def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        self._draw_stamp()
+        super().set_versionstamped_key(key, value)
+
+    def flush(self) -> None:
+        """Write what the transaction changed, in a few statements, and queue the notification of it. Every
+        committed write has a versionstamp, drawn here if no versionstamped key drew it earlier (the lock is
+        then held only for the flush and the commit)."""
+        self._draw_stamp()
+        cur = self._conn.cursor()
+        for begin, end in self.cleared_ranges:
+            cur.execute("DELETE FROM streamplane_kv WHERE key >= %s AND key < %s", (begin, end))
+        upserts = [(k, v) for k, v in self.values.items() if v is not None]
+        deletes = [(k,) for k, v in self.values.items() if v is None]
+        if upserts:
+            cur.executemany(
+                "INSERT INTO streamplane_kv (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                upserts,
+            )
+        if deletes:
+            cur.executemany("DELETE FROM streamplane_kv WHERE key = %s", deletes)
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, _payload(self.written, self.cleared_ranges)))
+
+
+def _payload(keys: set[bytes], ranges: list[tuple[bytes, bytes]]) -> str:
+    """The keys and ranges a commit changed, as one notification; "*" when they do not fit."""
+    text = json.dumps({"k": sorted(k.hex() for k in keys), "r": [[b.hex(), e.hex()] for b, e in ranges]})
+    return text if len(text) <= NOTIFY_BYTES else "*"
+
+
+class PostgresDatabase:
+    """A handle on the PostgreSQL store: a connection pool, and one listening connection for watches.
+
+    Args:
+        url: a libpq connection URL or string (`postgresql://user@host:port/db?sslmode=require`); the password
+            may come from PGPASSWORD or a PGPASSFILE, as libpq reads them.
+        pool_size: connections this process may hold at once.
+    """
+
+    driver = "postgres"
+
+    def __init__(self, url: str, *, pool_size: int = 8, connect_timeout_s: float = 10.0) -> None:
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        self._where = _where(url)
+        self._watches = WatchRegistry()
+        self._tokens = retry.Tokens()
+        self._closed = threading.Event()
+        try:
+            self._check_schema(psycopg.connect(url, autocommit=True, connect_timeout=int(connect_timeout_s)))
+        except psycopg.OperationalError as err:
+            raise StoreUnavailableError(f"cannot reach {self._where}: {_first_line(err)}") from err
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": False},
+            configure=_serializable,
+            timeout=connect_timeout_s,
+            open=True,
+            name="streamplane-store",
+        )
+        self._listener = threading.Thread(target=self._listen, name="store-watches", daemon=True)
+        self._listening = threading.Event()
+        self._listener.start()
+        self._listening.wait(connect_timeout_s)
+
+    def _check_schema(self, conn: Any) -> None:
+        """Create the schema on first start; refuse a store written by a newer version."""
+        import psycopg
+
+        with conn:
+            for _ in range(5):  # replicas starting together may race to create it
+                try:
+                    with conn.transaction():
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                        for statement in _SCHEMA:
+                            conn.execute(statement)
+                    break
+                except psycopg.errors.UniqueViolation:
+                    continue
+            (found,) = conn.execute("SELECT value FROM streamplane_meta WHERE name = 'schema_version'").fetchone()
+        if found > SCHEMA_VERSION:
+            raise StoreUnavailableError(
+                f"{self._where} was written by a newer streamplane (store schema {found}; this one knows up to "
+                f"{SCHEMA_VERSION}): upgrade this coordinator"
+            )
+
+    # -- transactions
+    def transact(self, fn: Callable[[Transaction], T]) -> T:
+        if self._closed.is_set():
+            raise StoreUnavailableError(f"{self._where} is closed")
+        started = time.monotonic()
+        delay = [0.01]
+
+        def attempt(body: Callable[[Transaction], Any]) -> Any:
+            try:
+                return self._attempt(body)
+            except retry.CommitFailed:
+                time.sleep(delay[0])  # a conflict: back off a little, as FoundationDB's retry loop does
+                delay[0] = min(1.0, delay[0] * 2)
+                raise
+            except _UnreachableError as err:
+                if time.monotonic() - started > RETRY_BUDGET_S or self._closed.is_set():
+                    raise StoreUnavailableError(f"cannot reach {self._where}: {err}") from err
+                time.sleep(delay[0])
+                delay[0] = min(1.0, delay[0] * 2)
+                raise retry.CommitFailed(unknown=False) from err
+
+        return retry.run(attempt, fn, self._tokens, max_attempts=None)
+
+    def _attempt(self, body: Callable[[Transaction], Any]) -> Any:
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self._pool.connection() as conn:
+                tr = PostgresTransaction(conn)
+                tr.registry = self._watches
+                try:
+                    result = body(tr)
+                    if tr._dirty:
+                        tr.flush()
+                except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
+                    conn.rollback()
+                    raise retry.CommitFailed(unknown=False) from err
+                except psycopg.errors.ProgramLimitExceeded as err:
+                    conn.rollback()
+                    raise StoreLimitError(f"{self._where} refused the transaction: {_first_line(err)}") from err
+                except psycopg.OperationalError as err:
+                    raise _UnreachableError(_first_line(err)) from err  # nothing committed
+                except BaseException:
+                    conn.rollback()
+                    raise
+                try:
+                    self._commit(conn)
+                except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
+                    raise retry.CommitFailed(unknown=False, result=result) from err
+                except psycopg.OperationalError as err:  # lost during COMMIT: it may have happened
+                    raise retry.CommitFailed(unknown=True, result=result) from err
+        except PoolTimeout as err:
+            raise _UnreachableError(str(err)) from err
+        except psycopg.OperationalError as err:  # the pool's connection broke before the body ran
+            raise _UnreachableError(_first_line(err)) from err
+        if tr._dirty:
+            tr.get_versionstamp().committed = True
+        for watch in tr.new_watches:
+            self._watches.add(watch)
+            self._check_unchanged(watch, tr)
+        return result
+
+    def _commit(self, conn: Any) -> None:
+        """COMMIT (a seam the tests use to lose a connection at exactly this moment)."""
+        conn.commit()
+
+    def _check_unchanged(self, watch: BufferedWatch, tr: PostgresTransaction) -> None:
+        """A change committed between the transaction's read and the watch's registration has notified no one
+        yet: compare the key with what the transaction saw, and fire at once if it differs."""
+        seen = tr.values[watch.key] if watch.key in tr.values else tr.seen.get(watch.key)
+        try:
+            with self._pool.connection() as conn:
+                now = _Rows(conn).get(watch.key)
+                conn.rollback()
+        except Exception:
+            watch.fire()  # cannot tell: a spurious fire is allowed
+            return
+        if now != seen:
+            watch.fire()
+
+    # -- watches
+    def _listen(self) -> None:
+        """One connection LISTENs for every commit's notification and fires the watches it names; reconnects
+        (firing every watch, as a notification may have been missed meanwhile) when the connection drops."""
+        import psycopg
+
+        while not self._closed.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self._listening.set()
+                    self._watches.fire_all()  # whatever changed while nobody listened
+                    while not self._closed.is_set():
+                        for note in conn.notifies(timeout=0.5, stop_after=256):
+                            self._fire(note.payload)
+            except psycopg.Error as err:
+                if self._closed.is_set():
+                    return
+                log.warning("store.listen_failed", store=self._where, error=_first_line(err))
+                self._closed.wait(0.5)
+
+    def _fire(self, payload: str) -> None:
+        if payload == "*":
+            self._watches.fire_all()
+            return
+        try:
+            changed = json.loads(payload)
+            keys = {bytes.fromhex(k) for k in changed["k"]}
+            ranges = [(bytes.fromhex(b), bytes.fromhex(e)) for b, e in changed["r"]]
+        except (ValueError, KeyError, TypeError):
+            self._watches.fire_all()
+            return
+        self._watches.fire(keys, ranges)
+
+    def close(self) -> None:
+        if not self._closed.is_set():
+            self._closed.set()
+            self._pool.close()
+            self._listener.join(timeout=2)
+
+
+class _UnreachableError(Exception):
+    """The database could not be reached for this attempt (nothing committed)."""
+
+
+def _serializable(conn: Any) -> None:
+    import psycopg
+
+    conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
