@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import grpc
 
 from streamplane import model as m
 from streamplane.client.credentials import ClientTls, Credentials, TokenSource
-from streamplane.errors import StreamplaneError
+from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.rpc import error_from_rpc_error, raise_from_rpc_error
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
@@ -38,6 +39,34 @@ MAX_ANSWER_BYTES = 256 * 1024 * 1024
 """The largest answer the client takes from the coordinator: a description of a 100,000-partition group is
 about 4.4 MB, past gRPC's default 4 MB (the coordinator still bounds what it receives)."""
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_ANSWER_BYTES)]
+
+
+def channel_target(target: str) -> tuple[str, list[tuple[str, Any]]]:
+    """gRPC's target and options for one coordinator address, or several (`host:p1,host:p2`, the replicas of
+    one coordinator): the channel then holds one live replica at a time and moves to another by itself when it
+    goes away (pick_first over the list; a DNS name with several records works the same as one address).
+    Names are resolved here for a list (gRPC lists only IP addresses); TLS still checks the first name."""
+    addresses = [a.strip() for a in target.split(",") if a.strip()]
+    if len(addresses) <= 1:
+        return target, []
+    resolved = []
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        try:
+            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except (OSError, ValueError) as err:
+            raise UnavailableError(f"coordinator address {address!r} cannot be resolved: {err}") from err
+        for family, _, _, _, sockaddr in infos:
+            ip = sockaddr[0]
+            resolved.append(f"[{ip}]:{port}" if family == socket.AF_INET6 else f"{ip}:{port}")
+    unique = list(dict.fromkeys(resolved))
+    scheme = "ipv6" if all(a.startswith("[") for a in unique) else "ipv4"
+    if scheme == "ipv4":
+        unique = [a for a in unique if not a.startswith("[")]
+    first_host = addresses[0].rpartition(":")[0].strip("[]")
+    options: list[tuple[str, Any]] = [("grpc.ssl_target_name_override", first_host)]
+    return f"{scheme}:{','.join(unique)}", options
 
 
 class CoordinatorClient:
@@ -64,15 +93,17 @@ class CoordinatorClient:
     ) -> None:
         self.target = target or os.environ.get("STREAMPLANE_COORDINATOR") or DEFAULT_COORDINATOR
         self._timeout_s = timeout_s
-        self.credentials = token if isinstance(token, Credentials) else Credentials(self.target, token)
+        first = self.target.split(",")[0].strip()  # a dev stack's token file is named after its address
+        self.credentials = token if isinstance(token, Credentials) else Credentials(first, token)
         self._retries = retries
         tls = tls or ClientTls.find()
+        grpc_target, options = channel_target(self.target)
         if tls is not None:
             ca, key, chain = tls.files()
             credentials = grpc.ssl_channel_credentials(ca, key, chain)
-            self._channel = grpc.secure_channel(self.target, credentials, options=CHANNEL_OPTIONS)
+            self._channel = grpc.secure_channel(grpc_target, credentials, options=CHANNEL_OPTIONS + options)
         else:
-            self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+            self._channel = grpc.insecure_channel(grpc_target, options=CHANNEL_OPTIONS + options)
         self.topology = pb_grpc.TopologyServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.commitlog = cpb_grpc.CommitLogServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.assigner = apb_grpc.AssignerServiceStub(self._channel)  # type: ignore[no-untyped-call]

@@ -135,7 +135,12 @@ class Proc:
 
 
 def start_coordinator(
-    data_dir: Path, port: int = 0, *, control_endpoints: Sequence[str] = (), token_key: Path | None = None
+    data_dir: Path,
+    port: int = 0,
+    *,
+    control_endpoints: Sequence[str] = (),
+    token_key: Path | None = None,
+    store: str = "",
 ) -> tuple[Proc, str]:
     """Start `streamplane coordinator` on the embedded store, allowing registrations of local clusters with
     `control_endpoints`; return it and its address. Authentication is off (loopback, no key) unless `token_key`
@@ -143,6 +148,8 @@ def start_coordinator(
     allow = [arg for endpoint in control_endpoints for arg in ("--allow-control-endpoint", endpoint)]
     if token_key is not None:
         allow += ["--token-key-file", str(token_key)]
+    if store:  # a shared store (postgresql://...): replicas of one coordinator
+        allow += ["--store", store]
     proc = Proc(
         [
             sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", str(data_dir),

@@ -1,0 +1,70 @@
+"""Coordinator replicas on one PostgreSQL store (issue 36): each replica its own process, clients given every
+address. A replica's death costs its sessions a reconnect, never a redelivery."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from streamplane.client import Consumer, CoordinatorClient, Message, Producer
+from tests.helpers import register_local_clusters, start_coordinator, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_replica_killed_under_a_consumer_costs_a_reconnect_and_redelivers_nothing(
+    postgres, local_cluster, tmp_path: Path
+) -> None:
+    bootstrap, control = local_cluster
+    url = postgres.create_database()
+    replicas = [
+        start_coordinator(tmp_path / f"r{i}", control_endpoints=[control.endpoint], store=url) for i in range(2)
+    ]
+    both = ",".join(address for _, address in replicas)
+    try:
+        register_local_clusters(replicas[0][1], bootstrap, control.endpoint, ("east",))
+        with CoordinatorClient(both) as client:
+            client.create_stream("ha-s", 4, cluster="east")
+
+        def produce(lo: int, hi: int) -> None:
+            with Producer(both, **{"linger.ms": 5}) as producer:
+                for i in range(lo, hi):
+                    producer.produce("ha-s", b"%d" % i, key=b"%d" % i)
+                assert producer.flush(30) == 0
+
+        seen: Counter[bytes] = Counter()
+        lock, stop = threading.Lock(), threading.Event()
+
+        def handle(msg: Message) -> None:
+            with lock:
+                seen[msg.value] += 1
+
+        with Consumer(both, group="ha-g", stream="ha-s", commit_interval_s=0.05) as consumer:
+            runner = threading.Thread(target=consumer.run, args=(handle,), kwargs={"stop": stop}, daemon=True)
+            runner.start()
+            produce(0, 2000)
+            wait_until(lambda: len(seen) == 2000, timeout=60, what=lambda: f"{len(seen)} of 2000")
+
+            def committed() -> bool:
+                with CoordinatorClient(both) as client:
+                    lag = client.lag("ha-g")
+                return len(lag.partitions) == 4 and lag.offset_lag == 0
+
+            wait_until(committed, timeout=30)
+            replicas[0][0].kill9()  # the replica the consumer's channel picked first
+            produce(2000, 4000)
+            wait_until(lambda: len(seen) == 4000, timeout=90, what=lambda: f"{len(seen)} of 4000")
+            wait_until(committed, timeout=60)
+            stop.set()
+            runner.join(10)
+            assert consumer.error is None
+        assert set(seen) == {b"%d" % i for i in range(4000)}
+        redelivered = sum(n - 1 for n in seen.values())
+        print(f"replica kill -9: redelivered={redelivered}")
+        assert redelivered == 0
+    finally:
+        for proc, _ in replicas:
+            proc.stop()
