@@ -8,6 +8,7 @@ allowed (no, a bad or an expired credential; or a role without the permission).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import secrets
@@ -281,16 +282,30 @@ def cmd_fleet(args: argparse.Namespace) -> None:
     with _client(args) as client:
         policy = client.fleet_policy()
         if args.subcommand == "freeze":
-            policy = client.set_fleet_policy(model.FleetPolicy(True, policy.max_failovers_per_minute))
+            policy = client.set_fleet_policy(dataclasses.replace(policy, frozen=True))
         elif args.subcommand == "unfreeze":
-            policy = client.set_fleet_policy(model.FleetPolicy(False, policy.max_failovers_per_minute))
-        elif args.max_failovers_per_minute:
-            policy = client.set_fleet_policy(model.FleetPolicy(policy.frozen, args.max_failovers_per_minute))
+            policy = client.set_fleet_policy(dataclasses.replace(policy, frozen=False))
+        else:
+            changed = {
+                name: value
+                for name, value in (
+                    ("max_failovers_per_minute", args.max_failovers_per_minute),
+                    ("max_evacuations_per_hour", args.max_evacuations_per_hour),
+                    ("max_unhealthy_fraction", args.max_unhealthy_fraction),
+                )
+                if value
+            }
+            if changed:
+                policy = client.set_fleet_policy(dataclasses.replace(policy, **changed))
     if args.output == "json":
         print_json(policy)
     else:
         state = "frozen: nothing moves by itself" if policy.frozen else "automatic failover on"
-        print(f"fleet: {state}; at most {policy.max_failovers_per_minute} automatic failovers per minute")
+        print(
+            f"fleet: {state}; at most {policy.max_evacuations_per_hour} clusters evacuated an hour, none while more "
+            f"than {policy.max_unhealthy_fraction:.0%} of the fleet is unhealthy; lanes move at up to "
+            f"{policy.max_failovers_per_minute} a minute"
+        )
 
 
 def _print_stream(stream: model.Stream) -> None:
@@ -870,7 +885,9 @@ def build_parser() -> argparse.ArgumentParser:
     add(fleet, "freeze", cmd_fleet, "incident mode: health is watched, nothing moves by itself (admins)")
     add(fleet, "unfreeze", cmd_fleet, "automatic failover on again (admins)")
     p = add(fleet, "policy", cmd_fleet, "show the fleet policy, or set its rate cap")
-    p.add_argument("--max-failovers-per-minute", type=int, default=0)
+    p.add_argument("--max-failovers-per-minute", type=int, default=0, help="lanes moved a minute (default 600)")
+    p.add_argument("--max-evacuations-per-hour", type=int, default=0, help="clusters evacuated an hour (default 3)")
+    p.add_argument("--max-unhealthy-fraction", type=float, default=0.0, help="past it nothing moves (default 0.5)")
 
     p = add(sub, "whoami", cmd_whoami, "who the coordinator takes you for: name, role, scope")
 

@@ -158,7 +158,9 @@ class Autopilot:
         self._planned: tuple[int, int] = (-1, 0)  # (topology head, recheck ms) of the last failover plan
         self._brokers_seen: dict[str, int] = {}
         self.history: dict[str, collections.deque[Probe]] = {}
-        self._recent: collections.deque[int] = collections.deque(maxlen=10_000)
+        self._recent: collections.deque[int] = collections.deque(maxlen=100_000)
+        self._evacuations: dict[str, int] = {}
+        """When each cluster's evacuation started (this replica's memory, while it leads: the hour's cap)."""
         self._last_moved: dict[tuple[str, str], int] = {}
         self.waiting: list[str] = []
         self._loop = BackgroundLoop(
@@ -276,6 +278,7 @@ class Autopilot:
             self.topology.fleet_policy(),
             now_ms=now_ms,
             recent=list(self._recent),
+            evacuations=self._evacuations,
             last_moved=self._last_moved,
         )
         if plan.waiting != self.waiting:
@@ -283,6 +286,12 @@ class Autopilot:
                 log.warning("autopilot.waiting", why=line)
         self.waiting = plan.waiting
         self._planned = (head, plan.recheck_ms)
+        for cluster in plan.evacuating:
+            self._evacuations[cluster] = now_ms
+            log.warning("autopilot.evacuating", cluster=cluster, lanes=sum(m.source == cluster for m in plan.moves))
+        for cluster, since in list(self._evacuations.items()):
+            if now_ms - since >= health.EVACUATION_WINDOW_MS:
+                del self._evacuations[cluster]
         done = []
         for move in plan.moves:
             try:

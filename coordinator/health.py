@@ -10,7 +10,7 @@ freeze switch. The health monitor (`streamplane.coordinator.autopilot`) does the
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamplane.errors import InvalidArgumentError
@@ -93,6 +93,8 @@ class Plan:
     recheck_ms: int = 0
     """When a lane held back only by time (unhealthy too briefly, hysteresis, rate cap) may move with nothing
     else changed (0: none is; only a change in the topology can move one)."""
+    evacuating: list[str] = field(default_factory=list)
+    """Clusters whose evacuation this plan starts (the autopilot remembers them for the hour's cap)."""
 
 
 def choose_target(
@@ -119,6 +121,10 @@ def active_load(streams: Sequence[Stream]) -> dict[str, int]:
     return load
 
 
+EVACUATION_WINDOW_MS = 3_600_000
+"""The window `FleetPolicy.max_evacuations_per_hour` counts in."""
+
+
 def plan_failovers(
     clusters: Sequence[Cluster],
     streams: Sequence[Stream],
@@ -127,50 +133,79 @@ def plan_failovers(
     now_ms: int,
     recent: Sequence[int],
     last_moved: Mapping[tuple[str, str], int],
+    evacuations: Mapping[str, int] | None = None,
 ) -> Plan:
-    """The failovers due now. `recent`: times of the fleet's automatic failovers (the rate cap counts those
-    of the last minute); `last_moved`: when each (stream, lane) last failed over (hysteresis)."""
+    """The failovers due now. `recent`: times of the fleet's automatic failovers (lanes moved: the pace);
+    `last_moved`: when each (stream, lane) last failed over (hysteresis); `evacuations`: when each cluster's
+    evacuation started (the blast radius: at most `max_evacuations_per_hour` clusters an hour). A cluster
+    whose evacuation has started sends all its lanes away together, top priority first, at the pace."""
     by_name = {c.name: c for c in clusters}
     budget = fleet.max_failovers_per_minute - sum(1 for t in recent if now_ms - t < 60_000)
+    started = {c: t for c, t in (evacuations or {}).items() if now_ms - t < EVACUATION_WINDOW_MS}
     load = active_load(streams)
     moves: list[Move] = []
     waiting: list[str] = []
     rechecks: list[int] = []
-    for stream in sorted(streams, key=lambda s: s.name):
+    unhealthy = [c.name for c in clusters if c.health == UNHEALTHY]
+    if len(clusters) > 1 and len(unhealthy) / len(clusters) > fleet.max_unhealthy_fraction:
+        share = f"{len(unhealthy)} of {len(clusters)} clusters are unhealthy ({', '.join(sorted(unhealthy)[:8])})"
+        return Plan(
+            [],
+            [
+                f"{share}, more than {fleet.max_unhealthy_fraction:.0%} of the fleet: the autopilot moves nothing "
+                "(a monitoring fault is likelier than so many dead clusters); fail over by hand, or raise "
+                "max_unhealthy_fraction"
+            ],
+        )
+    starting: list[str] = []
+    lanes = sorted(
+        ((stream, lane) for stream in streams for lane in stream.lanes),
+        key=lambda sl: (-sl[1].priority, sl[0].name, sl[1].name),
+    )
+    for stream, lane in lanes:  # top priority first, across every stream of the cluster
         policy = stream.failover
-        for lane in sorted(stream.lanes, key=lambda x: (-x.priority, x.name)):
-            if not lane.generations or lane.active.state != ACTIVE:
+        if not lane.generations or lane.active.state != ACTIVE:
+            continue
+        source = by_name.get(lane.active.cluster)
+        if source is None or source.health != UNHEALTHY:
+            continue
+        unhealthy_for = now_ms - source.health_since_ms
+        if policy.mode != "auto":
+            continue
+        if unhealthy_for < policy.unhealthy_after_ms:
+            rechecks.append(source.health_since_ms + policy.unhealthy_after_ms)
+            continue
+        what = f"{stream.name}/{lane.name} on {source.name}"
+        moved_at = last_moved.get((stream.name, lane.name))
+        if moved_at is not None and now_ms - moved_at < policy.min_interval_ms:
+            waiting.append(f"{what}: it failed over {(now_ms - moved_at) / 1000:.0f} s ago (hysteresis)")
+            rechecks.append(moved_at + policy.min_interval_ms)
+            continue
+        if fleet.frozen:
+            waiting.append(f"{what}: the fleet is frozen")
+            continue
+        if source.name not in started and source.name not in starting:
+            if len(started) + len(starting) >= fleet.max_evacuations_per_hour:
+                waiting.append(
+                    f"{what}: {fleet.max_evacuations_per_hour} cluster(s) were evacuated in the last hour "
+                    f"({', '.join(sorted([*started, *starting]))}); the cap holds {source.name} back"
+                )
+                rechecks.append(min(started.values(), default=now_ms) + EVACUATION_WINDOW_MS)
                 continue
-            source = by_name.get(lane.active.cluster)
-            if source is None or source.health != UNHEALTHY:
-                continue
-            unhealthy_for = now_ms - source.health_since_ms
-            if policy.mode != "auto":
-                continue
-            if unhealthy_for < policy.unhealthy_after_ms:
-                rechecks.append(source.health_since_ms + policy.unhealthy_after_ms)
-                continue
-            what = f"{stream.name}/{lane.name} on {source.name}"
-            moved_at = last_moved.get((stream.name, lane.name))
-            if moved_at is not None and now_ms - moved_at < policy.min_interval_ms:
-                waiting.append(f"{what}: it failed over {(now_ms - moved_at) / 1000:.0f} s ago (hysteresis)")
-                rechecks.append(moved_at + policy.min_interval_ms)
-                continue
-            if fleet.frozen:
-                waiting.append(f"{what}: the fleet is frozen")
-                continue
-            if budget <= 0:
-                waiting.append(f"{what}: {fleet.max_failovers_per_minute} failovers in the last minute (rate cap)")
-                rechecks.append(min((t for t in recent if now_ms - t < 60_000), default=now_ms) + 60_000)
-                continue
-            target = choose_target(clusters, source, load)
-            if target is None:
-                waiting.append(f"{what}: no healthy, uncordoned cluster to move to")
-                continue
-            reasons = "; ".join(source.health_reasons) or "unhealthy"
-            why = f"autopilot: {source.name} unhealthy for {unhealthy_for / 1000:.1f} s ({reasons})"
-            moves.append(Move(stream.name, lane.name, source.name, target.name, why))
-            load[target.name] = load.get(target.name, 0) + 1
-            load[source.name] = load.get(source.name, 1) - 1
-            budget -= 1
-    return Plan(moves, waiting, min(rechecks, default=0))
+            starting.append(source.name)
+        if budget <= 0:
+            waiting.append(f"{what}: {fleet.max_failovers_per_minute} failovers in the last minute (rate cap)")
+            rechecks.append(min((t for t in recent if now_ms - t < 60_000), default=now_ms) + 60_000)
+            continue
+        target = choose_target(clusters, source, load)
+        if target is None:
+            waiting.append(f"{what}: no healthy, uncordoned cluster to move to")
+            continue
+        reasons = "; ".join(source.health_reasons) or "unhealthy"
+        why = f"autopilot: {source.name} unhealthy for {unhealthy_for / 1000:.1f} s ({reasons})"
+        moves.append(Move(stream.name, lane.name, source.name, target.name, why))
+        load[target.name] = load.get(target.name, 0) + 1
+        load[source.name] = load.get(source.name, 1) - 1
+        budget -= 1
+    evacuating = sorted({m.source for m in moves} - set(started))
+    return Plan(moves, waiting, min(rechecks, default=0), evacuating)

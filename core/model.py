@@ -253,13 +253,29 @@ class FleetPolicy(_Record):
 
     frozen: bool = False
     """During an incident: health is still watched and recorded, but nothing moves by itself."""
-    max_failovers_per_minute: int = 10
-    """So a monitoring outage cannot move everything at once."""
+    max_failovers_per_minute: int = 600
+    """Lanes moved per minute across the fleet: the pace of topic creations on the targets' controllers, not
+    the blast radius (that is `max_evacuations_per_hour`). It was 10, which took a dead cluster holding 200
+    lanes about 20 minutes to empty."""
+    max_evacuations_per_hour: int = 3
+    """Clusters the autopilot may declare dead and evacuate in an hour: a monitoring outage cannot move the
+    whole fleet at once. Once a cluster's evacuation starts, all its lanes leave together, top priority first."""
+    max_unhealthy_fraction: float = 0.5
+    """Past this share of the fleet unhealthy at once the autopilot moves nothing and says why (a monitoring
+    fault is likelier than so many dead clusters); an operator fails over by hand."""
 
     def check(self) -> FleetPolicy:
-        if not 1 <= self.max_failovers_per_minute <= 10_000:
+        if not 1 <= self.max_failovers_per_minute <= 100_000:
             raise InvalidArgumentError(
-                f"max_failovers_per_minute must be between 1 and 10000, not {self.max_failovers_per_minute}"
+                f"max_failovers_per_minute must be between 1 and 100000, not {self.max_failovers_per_minute}"
+            )
+        if not 1 <= self.max_evacuations_per_hour <= 10_000:
+            raise InvalidArgumentError(
+                f"max_evacuations_per_hour must be between 1 and 10000, not {self.max_evacuations_per_hour}"
+            )
+        if not 0 < self.max_unhealthy_fraction <= 1:
+            raise InvalidArgumentError(
+                f"max_unhealthy_fraction must be more than 0 and at most 1, not {self.max_unhealthy_fraction}"
             )
         return self
 
@@ -831,8 +847,11 @@ def describe_event(event: Event) -> str:
             return f"cluster_removed {name}"
         case PolicyChanged(stream=stream, failover=failover, fleet=fleet):
             if fleet is not None:
-                cap = fleet.max_failovers_per_minute
-                return f"policy_changed fleet frozen={fleet.frozen} max_failovers_per_minute={cap}"
+                return (
+                    f"policy_changed fleet frozen={fleet.frozen} max_failovers_per_minute="
+                    f"{fleet.max_failovers_per_minute} max_evacuations_per_hour={fleet.max_evacuations_per_hour} "
+                    f"max_unhealthy_fraction={fleet.max_unhealthy_fraction:g}"
+                )
             return f"policy_changed {stream} {failover}"
     return event.kind or "unknown"
 

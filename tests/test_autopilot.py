@@ -33,7 +33,7 @@ from streamplane.coordinator.health import (
 )
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
-from streamplane.errors import FailedPreconditionError
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError
 from streamplane.model import Probe
 from tests.helpers import cli, wait_until
 
@@ -127,6 +127,42 @@ def test_plan_respects_manual_mode_freeze_rate_cap_hysteresis_and_missing_target
                              now_ms=now, recent=[], last_moved={})  # fmt: skip
     assert nowhere.moves == [] and "no healthy, uncordoned cluster" in nowhere.waiting[0]
     assert nowhere.recheck_ms == 0 and frozen.recheck_ms == 0, "only a change in the topology can move these"
+
+
+def test_a_dead_clusters_lanes_leave_together_top_priority_first() -> None:
+    """The cap counts clusters, not lanes: 40 streams (80 lanes) on one dead cluster all move in one plan. The
+    old cap of 10 lanes a minute took 150 s to move 30 of them (about 20 minutes for 200)."""
+    clusters = [_cluster("a", UNHEALTHY), _cluster("b"), _cluster("c", zone="z2")]
+    streams = [_stream(f"s{i:02d}", "a") for i in range(40)]
+    plan = plan_failovers(clusters, streams, model.FleetPolicy(), now_ms=T0 + 60_000, recent=[], last_moved={})
+    assert len(plan.moves) == 80 and plan.waiting == [] and plan.evacuating == ["a"]
+    priorities = [next(x.priority for x in s.lanes if x.name == m.lane) for m in plan.moves for s in streams
+                  if s.name == m.stream]  # fmt: skip
+    assert priorities == sorted(priorities, reverse=True), "every realtime lane before any dlq lane"
+    assert {m.target for m in plan.moves} == {"b", "c"}, "spread over the targets by load"
+
+
+def test_the_evacuation_cap_and_the_unhealthy_share_hold_the_fleet_back_and_say_why() -> None:
+    now = T0 + 60_000
+    five = [_cluster(n, UNHEALTHY if n in "abc" else HEALTHY) for n in "abcde"]
+    streams = [_stream(f"on-{n}", n) for n in "abcde"]
+    stop = plan_failovers(five, streams, model.FleetPolicy(), now_ms=now, recent=[], last_moved={})
+    assert stop.moves == [] and len(stop.waiting) == 1
+    assert "3 of 5 clusters are unhealthy" in stop.waiting[0] and "moves nothing" in stop.waiting[0]
+    capped = plan_failovers(
+        five,
+        streams,
+        model.FleetPolicy(max_unhealthy_fraction=0.8, max_evacuations_per_hour=2),
+        now_ms=now,
+        recent=[],
+        last_moved={},
+        evacuations={"a": now - 600_000},  # a began 10 minutes ago: b may start, c must wait
+    )
+    assert {m.source for m in capped.moves} == {"a", "b"} and capped.evacuating == ["b"]
+    assert any("the cap holds c back" in w for w in capped.waiting)
+    assert capped.recheck_ms == now - 600_000 + 3_600_000, "when a's evacuation leaves the hour"
+    with pytest.raises(InvalidArgumentError, match="max_unhealthy_fraction"):
+        model.FleetPolicy(max_unhealthy_fraction=0).check()
 
 
 # -- over a real store and the local cluster ------------------------------------------------------------------
@@ -446,6 +482,9 @@ def test_a_poisoned_cluster_in_the_store_does_not_stop_the_autopilot_moving_a_de
     before = crashed()
     running.db.transact(poison)
     with CoordinatorClient(address) as c:
+        # five poisoned entries are unhealthy beside the dead cluster: past the default unhealthy share (0.5) the
+        # autopilot would move nothing by design; this test is about one entry never stopping the pass
+        c.set_fleet_policy(model.FleetPolicy(max_unhealthy_fraction=1.0))
         c.create_stream("ap-poisoned", 2, cluster="dead")
         c.set_stream_policy("ap-poisoned", model.FailoverPolicy(unhealthy_after_ms=1_000))
 

@@ -333,10 +333,14 @@ type FleetPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Health is still watched, but nothing moves by itself.
 	Frozen bool `protobuf:"varint,1,opt,name=frozen,proto3" json:"frozen,omitempty"`
-	// Automatic failovers across the fleet per minute; 0: 10.
+	// Lanes moved automatically per minute across the fleet (the pace of topic creations); 0: 600.
 	MaxFailoversPerMinute uint32 `protobuf:"varint,2,opt,name=max_failovers_per_minute,json=maxFailoversPerMinute,proto3" json:"max_failovers_per_minute,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Clusters the autopilot may declare dead and evacuate in an hour (the blast radius); 0: 3.
+	MaxEvacuationsPerHour uint32 `protobuf:"varint,3,opt,name=max_evacuations_per_hour,json=maxEvacuationsPerHour,proto3" json:"max_evacuations_per_hour,omitempty"`
+	// Past this share of the fleet unhealthy, nothing moves by itself; 0: 0.5.
+	MaxUnhealthyFraction float64 `protobuf:"fixed64,4,opt,name=max_unhealthy_fraction,json=maxUnhealthyFraction,proto3" json:"max_unhealthy_fraction,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *FleetPolicy) Reset() {
@@ -379,6 +383,20 @@ func (x *FleetPolicy) GetFrozen() bool {
 func (x *FleetPolicy) GetMaxFailoversPerMinute() uint32 {
 	if x != nil {
 		return x.MaxFailoversPerMinute
+	}
+	return 0
+}
+
+func (x *FleetPolicy) GetMaxEvacuationsPerHour() uint32 {
+	if x != nil {
+		return x.MaxEvacuationsPerHour
+	}
+	return 0
+}
+
+func (x *FleetPolicy) GetMaxUnhealthyFraction() float64 {
+	if x != nil {
+		return x.MaxUnhealthyFraction
 	}
 	return 0
 }
@@ -3157,10 +3175,12 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x0eFailoverPolicy\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12,\n" +
 	"\x12unhealthy_after_ms\x18\x02 \x01(\rR\x10unhealthyAfterMs\x12&\n" +
-	"\x0fmin_interval_ms\x18\x03 \x01(\rR\rminIntervalMs\"^\n" +
+	"\x0fmin_interval_ms\x18\x03 \x01(\rR\rminIntervalMs\"\xcd\x01\n" +
 	"\vFleetPolicy\x12\x16\n" +
 	"\x06frozen\x18\x01 \x01(\bR\x06frozen\x127\n" +
-	"\x18max_failovers_per_minute\x18\x02 \x01(\rR\x15maxFailoversPerMinute\"\xbd\x02\n" +
+	"\x18max_failovers_per_minute\x18\x02 \x01(\rR\x15maxFailoversPerMinute\x127\n" +
+	"\x18max_evacuations_per_hour\x18\x03 \x01(\rR\x15maxEvacuationsPerHour\x124\n" +
+	"\x16max_unhealthy_fraction\x18\x04 \x01(\x01R\x14maxUnhealthyFraction\"\xbd\x02\n" +
 	"\x05Probe\x12\x1c\n" +
 	"\n" +
 	"at_unix_ms\x18\x01 \x01(\x03R\batUnixMs\x12\x1c\n" +

@@ -121,12 +121,21 @@ def failover_policy_from_pb(x: pb.FailoverPolicy) -> m.FailoverPolicy:
 
 
 def fleet_policy_to_pb(p: m.FleetPolicy) -> pb.FleetPolicy:
-    return pb.FleetPolicy(frozen=p.frozen, max_failovers_per_minute=p.max_failovers_per_minute)
+    return pb.FleetPolicy(
+        frozen=p.frozen,
+        max_failovers_per_minute=p.max_failovers_per_minute,
+        max_evacuations_per_hour=p.max_evacuations_per_hour,
+        max_unhealthy_fraction=p.max_unhealthy_fraction,
+    )
 
 
 def fleet_policy_from_pb(x: pb.FleetPolicy) -> m.FleetPolicy:
+    default = m.FleetPolicy()
     return m.FleetPolicy(
-        frozen=x.frozen, max_failovers_per_minute=x.max_failovers_per_minute or m.FleetPolicy().max_failovers_per_minute
+        frozen=x.frozen,
+        max_failovers_per_minute=x.max_failovers_per_minute or default.max_failovers_per_minute,
+        max_evacuations_per_hour=x.max_evacuations_per_hour or default.max_evacuations_per_hour,
+        max_unhealthy_fraction=x.max_unhealthy_fraction or default.max_unhealthy_fraction,
     )
 
 

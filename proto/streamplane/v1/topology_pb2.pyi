@@ -68,12 +68,16 @@ class FailoverPolicy(_message.Message):
     def __init__(self, mode: _Optional[str] = ..., unhealthy_after_ms: _Optional[int] = ..., min_interval_ms: _Optional[int] = ...) -> None: ...
 
 class FleetPolicy(_message.Message):
-    __slots__ = ("frozen", "max_failovers_per_minute")
+    __slots__ = ("frozen", "max_failovers_per_minute", "max_evacuations_per_hour", "max_unhealthy_fraction")
     FROZEN_FIELD_NUMBER: _ClassVar[int]
     MAX_FAILOVERS_PER_MINUTE_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVACUATIONS_PER_HOUR_FIELD_NUMBER: _ClassVar[int]
+    MAX_UNHEALTHY_FRACTION_FIELD_NUMBER: _ClassVar[int]
     frozen: bool
     max_failovers_per_minute: int
-    def __init__(self, frozen: _Optional[bool] = ..., max_failovers_per_minute: _Optional[int] = ...) -> None: ...
+    max_evacuations_per_hour: int
+    max_unhealthy_fraction: float
+    def __init__(self, frozen: _Optional[bool] = ..., max_failovers_per_minute: _Optional[int] = ..., max_evacuations_per_hour: _Optional[int] = ..., max_unhealthy_fraction: _Optional[float] = ...) -> None: ...
 
 class Probe(_message.Message):
     __slots__ = ("at_unix_ms", "reachable", "latency_ms", "brokers", "partitions", "leaderless", "under_replicated", "error", "canary_ms", "canary_error")
