@@ -511,19 +511,30 @@ class Consumer:
     def changed(self, ledger: LeaseLedger) -> None:
         self.active.add(ledger)
 
+    def _replace_dlq_producer(self) -> None:
+        try:
+            self._dlq_producer()
+        except StreamplaneError as err:  # a credential refused for good: no copy can be made
+            self._end(err)
+
     def _dlq_producer(self) -> Producer:
-        """Idempotent, so that librdkafka's own retries of a copy (a broker down, a timeout) add no copy."""
+        """Idempotent, so that librdkafka's own retries of a copy (a broker down, a timeout) add no copy. One
+        that ended on its own is replaced: detached under the lock and closed outside it (its delivery
+        callbacks take the lock), its unreported copies failed so they are made again; unless its credential
+        is refused for good, which raises."""
+        ended: Producer | None = None
         with self._dlq_lock:
-            ended = self._dlq.error if self._dlq is not None else None
-            if self._dlq is not None and ended is not None:  # it ended on its own: a new one, unless the
-                self._dlq.close(0)  # credential is refused for good; its copies not reported are made again
-                self._dlq = None
-                for ledger, msg in self._copying.values():
-                    ledger.copy_failed(msg)
-                self._copying.clear()
-                if self.client.credentials.refused(ended):
-                    raise ended
-                log.warning("consumer.dlq_producer_replaced", error=ended.message)
+            if self._dlq is not None and self._dlq.error is not None:
+                ended, self._dlq = self._dlq, None
+                pending, self._copying = list(self._copying.values()), {}
+        if ended is not None and ended.error is not None:
+            for ledger, msg in pending:
+                ledger.copy_failed(msg)
+            ended.close(0)  # its callbacks now find their copies gone: they do nothing
+            if self.client.credentials.refused(ended.error):
+                raise ended.error
+            log.warning("consumer.dlq_producer_replaced", error=ended.error.message)
+        with self._dlq_lock:
             if self._dlq is None:
                 config = {
                     "linger.ms": 5,
@@ -554,6 +565,8 @@ class Consumer:
                     ledgers = list(self._ledgers.values())
             if now >= next_retries:
                 next_retries = now + RETRY_CHECK_S
+                if self._dlq is not None and self._dlq.error is not None:
+                    self._replace_dlq_producer()  # its unreported copies are failed now, and made again
                 self._due_retries([x for x in ledgers if x.may_have_retries and not x.lost])
             if now >= next_load:
                 next_load = now + LOAD_REPORT_S

@@ -261,6 +261,18 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         master.stop()
 
 
+@pytest.fixture
+def crashes() -> Iterator[list[str]]:
+    """Threads that died of an exception while the test ran (a client's background thread may not)."""
+    import threading
+
+    died: list[str] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: died.append(f"{args.thread.name if args.thread else '?'}: {args.exc_value!r}")
+    yield died
+    threading.excepthook = previous
+
+
 # -- what each engine column ran ----------------------------------------------------------------------------------
 
 _ENGINE_OF: dict[str, str] = {}

@@ -229,3 +229,35 @@ def make_certificates(folder: Path, *clients: str) -> dict[str, Path]:
     for name in ("server", *clients):
         found[f"{name}.crt"], found[f"{name}.key"] = folder / f"{name}.crt", folder / f"{name}.key"
     return found
+
+
+class RunningConsumer:
+    """A Consumer's `run()` on a thread of its own: what its handler saw, and what `run()` raised. Records whose
+    value starts with `reject` (when given) are rejected to the dlq lane."""
+
+    def __init__(self, address: str, group: str, stream: str, *, reject: bytes = b"", **settings: Any) -> None:
+        from collections import Counter
+
+        from streamplane.client import Consumer
+
+        self.seen: Counter[bytes] = Counter()
+        self.raised: BaseException | None = None
+        self.consumer = Consumer(address, group=group, stream=stream, **settings)
+        self._reject = reject
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _handle(self, msg: Any) -> None:
+        self.seen[msg.value] += 1
+        if self._reject and msg.value.startswith(self._reject):
+            msg.reject("poison: cannot parse")
+
+    def _run(self) -> None:
+        try:
+            self.consumer.run(self._handle)
+        except BaseException as err:
+            self.raised = err
+
+    def stop(self) -> None:
+        self.consumer.close()
+        self.thread.join(10)

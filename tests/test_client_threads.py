@@ -7,16 +7,14 @@ consumer's thread with one that raises.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from streamplane.client import Consumer, CoordinatorClient, Message, Producer
+from streamplane.client import CoordinatorClient, Producer
 from streamplane.errors import ThreadCrashedError
-from tests.helpers import register_local_clusters, wait_until
+from tests.helpers import RunningConsumer, register_local_clusters, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -60,44 +58,14 @@ def produce(address: str, values: list[bytes]) -> None:
         assert producer.flush(30) == 0
 
 
-class Running:
-    """A consumer's run() on a thread, with what it saw and what it raised."""
-
-    def __init__(self, address: str, worker_id: str, reject: bool = False) -> None:
-        self.seen: Counter[bytes] = Counter()
-        self.raised: BaseException | None = None
-        self.consumer = Consumer(address, group="ct", stream=STREAM["name"], worker_id=worker_id)
-        self._reject = reject
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _handle(self, msg: Message) -> None:
-        self.seen[msg.value] += 1
-        if self._reject and msg.value.startswith(b"poison"):
-            msg.reject("poison")
-
-    def _run(self) -> None:
-        try:
-            self.consumer.run(self._handle)
-        except BaseException as err:
-            self.raised = err
-
-    def stop(self) -> None:
-        self.consumer.close()
-        self.thread.join(10)
+def running(address: str, worker_id: str, reject: bool = False) -> RunningConsumer:
+    return RunningConsumer(
+        address, "ct", STREAM["name"], reject=b"poison" if reject else b"", worker_id=worker_id
+    )
 
 
-@pytest.fixture
-def crashes() -> Iterator[list[str]]:
-    died: list[str] = []
-    previous = threading.excepthook
-    threading.excepthook = lambda args: died.append(f"{args.thread.name if args.thread else '?'}: {args.exc_value!r}")
-    yield died
-    threading.excepthook = previous
-
-
-def ends_loudly_and_its_leases_move(address: str, victim: Running) -> None:
-    other = Running(address, "ct-other")
+def ends_loudly_and_its_leases_move(address: str, victim: RunningConsumer) -> None:
+    other = running(address, "ct-other")
     try:
         wait_until(lambda: victim.raised is not None, timeout=30, what=lambda: "the consumer did not end")
         assert victim.consumer.error is victim.raised
@@ -111,7 +79,7 @@ def ends_loudly_and_its_leases_move(address: str, victim: Running) -> None:
 
 def test_a_commit_thread_that_fails_ends_the_consumer_and_its_leases_move(address: str, crashes) -> None:
     produce(address, [b"a-%d" % i for i in range(100)])
-    victim = Running(address, "ct-victim")
+    victim = running(address, "ct-victim")
     try:
         wait_until(lambda: len(victim.seen) == 100, timeout=30)
         victim.consumer.commit = broken(None, victim.consumer.commit)  # type: ignore[method-assign]
@@ -123,7 +91,7 @@ def test_a_commit_thread_that_fails_ends_the_consumer_and_its_leases_move(addres
 
 def test_a_session_thread_that_fails_ends_the_consumer_and_its_leases_move(address: str, crashes) -> None:
     produce(address, [b"a-%d" % i for i in range(100)])
-    victim = Running(address, "ct-victim")
+    victim = running(address, "ct-victim")
     try:
         wait_until(lambda: len(victim.seen) == 100 and len(victim.consumer.leases) == 2, timeout=30)
         victim.consumer._on_event = broken(None, victim.consumer._on_event)  # type: ignore[method-assign]
@@ -136,7 +104,7 @@ def test_a_session_thread_that_fails_ends_the_consumer_and_its_leases_move(addre
 def test_a_fetch_loop_that_fails_once_recovers_and_one_that_keeps_failing_ends_the_consumer(
     address: str, crashes
 ) -> None:
-    victim = Running(address, "ct-victim")
+    victim = running(address, "ct-victim")
     try:
         wait_until(lambda: len(victim.consumer.leases) == 2, timeout=30)
         fetch = victim.consumer._fetch
@@ -153,7 +121,7 @@ def test_a_fetch_loop_that_fails_once_recovers_and_one_that_keeps_failing_ends_t
 
 
 def test_a_heartbeat_thread_that_fails_resumes_the_session_with_its_leases(address: str, crashes) -> None:
-    victim = Running(address, "ct-victim")
+    victim = running(address, "ct-victim")
     try:
         wait_until(lambda: len(victim.consumer.leases) == 2, timeout=30)
         session = victim.consumer._session
@@ -174,7 +142,7 @@ def test_a_heartbeat_thread_that_fails_resumes_the_session_with_its_leases(addre
 
 
 def test_a_dlq_producer_whose_thread_fails_is_replaced_and_every_reject_is_copied(address: str, crashes) -> None:
-    victim = Running(address, "ct-victim", reject=True)
+    victim = running(address, "ct-victim", reject=True)
     try:
         produce(address, [b"poison-first"])
         wait_until(lambda: victim.consumer._dlq is not None, timeout=30)
@@ -190,7 +158,8 @@ def test_a_dlq_producer_whose_thread_fails_is_replaced_and_every_reject_is_copie
 
         wait_until(lambda: all(victim.seen[b"poison-%d" % i] for i in range(5)), timeout=30)
         wait_until(lag_zero, timeout=60)
-        assert victim.consumer._dlq is not dlq and victim.consumer.error is None
+        wait_until(lambda: victim.consumer._dlq is not dlq, timeout=30, what=lambda: "the dlq producer stayed")
+        assert victim.consumer.error is None
     finally:
         victim.stop()
     assert crashes == []

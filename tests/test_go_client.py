@@ -1,5 +1,7 @@
 """The gRPC API from another language: a Go worker (clients/go, franz-go for Kafka) and a Python worker share
-one consumer group on the local stack, through a rebalance, and every record is processed once."""
+one consumer group on the local stack, through a rebalance, and every record is processed once. As in
+production, authentication is on: each worker holds a `consumer` token scoped to the group and the stream,
+the producer a `producer` token."""
 
 from __future__ import annotations
 
@@ -7,13 +9,21 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from tests.helpers import REPO, register_local_clusters, wait_until
+from streamplane.coordinator import server
+from streamplane.coordinator.auth import TokenIssuer
+from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.store import StoreConfig, open_store
+from tests.helpers import REPO, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -21,20 +31,45 @@ GO_CLIENT = REPO / "clients" / "go"
 RECORDS = 4000
 
 
+ISSUER = TokenIssuer(b"6" * 64)
+
+
+def token(role: str, subject: str, **scope: tuple[str, ...]) -> str:
+    return ISSUER.create(subject, role, now_s=time.time(), ttl_s=3600, **scope)
+
+
+@pytest.fixture
+def secured(tmp_path: Path, local_cluster) -> Iterator[str]:
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
+        admin=RoutingAdmin(),
+        guard=Guard(ISSUER),
+        control_endpoints=[local_cluster[1].endpoint],
+    )
+    yield running.address
+    running.stop(0)
+
+
 def test_a_go_worker_and_a_python_worker_share_a_group_and_process_every_record_once(
-    coordinator, local_cluster, tmp_path: Path
+    secured: str, local_cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     go = shutil.which("go")
     if go is None:
         pytest.skip("the Go client is not exercised: no Go toolchain on this machine")
     bootstrap, control = local_cluster
-    address = coordinator.address
-    register_local_clusters(address, bootstrap, control.endpoint, ("east",))
-    with CoordinatorClient(address) as client:
-        client.create_stream("go-mix", 4, cluster="east")
+    address = secured
+    monkeypatch.setenv("STREAMPLANE_TOKEN", token("viewer", "go-test-observer"))  # the test's own looks
+    with CoordinatorClient(address, token=token("admin", "root")) as admin:
+        for name in ("east",):
+            admin.register_cluster(
+                model.Cluster(name, bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+            )
+        admin.create_stream("go-mix", 4, cluster="east")
+    worker_token = token("consumer", "go-mix-worker", streams=("go-mix",), groups=("go-g",))
 
     def produce(lo: int, hi: int) -> None:
-        with Producer(address, **{"linger.ms": 5}) as producer:
+        ingest = token("producer", "go-ingest", streams=("go-mix",))
+        with Producer(address, token=ingest, **{"linger.ms": 5}) as producer:
             for i in range(lo, hi):
                 producer.produce("go-mix", b"r%d" % i, key=b"%d" % i)
             assert producer.flush(30) == 0
@@ -54,6 +89,7 @@ def test_a_go_worker_and_a_python_worker_share_a_group_and_process_every_record_
         "STREAMPLANE_GO_WORKER_STOP": str(stop_file),
         "STREAMPLANE_GO_WORKER_GROUP": "go-g",
         "STREAMPLANE_GO_WORKER_STREAM": "go-mix",
+        "STREAMPLANE_TOKEN": worker_token,
     }
 
     def go_seen() -> list[bytes]:
@@ -63,7 +99,7 @@ def test_a_go_worker_and_a_python_worker_share_a_group_and_process_every_record_
         with lock:
             return Counter([v for v, _, _ in python_seen] + go_seen())
 
-    with Consumer(address, group="go-g", stream="go-mix", worker_id="py-worker") as consumer:
+    with Consumer(address, group="go-g", stream="go-mix", worker_id="py-worker", token=worker_token) as consumer:
         runner = threading.Thread(target=consumer.run, args=(handle,), kwargs={"stop": stop}, daemon=True)
         runner.start()
         produce(0, RECORDS // 2)
