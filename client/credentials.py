@@ -79,11 +79,6 @@ def _read(path: Path, what: str) -> str:
         raise InvalidArgumentError(f"{what} {path} cannot be read: {err.strerror}") from err
 
 
-def find_token(target: str, token: str | None = None) -> str:
-    """The token to send to `target` ("" for none), as it is now."""
-    return Credentials(target, token).token()
-
-
 def token_claims(token: str) -> dict[str, object]:
     """The claims of a JWT, unverified (the coordinator verifies; a client only reads when it expires); {} for
     a token that is not a JWT."""

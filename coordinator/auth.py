@@ -149,11 +149,6 @@ def load_keys(path: Path, *, create: bool = False) -> tuple[bytes, ...]:
     return keys
 
 
-def load_key(path: Path, *, create: bool = False) -> bytes:
-    """The signing key in `path` (the first of its keys)."""
-    return load_keys(path, create=create)[0]
-
-
 def rotate_keys(path: Path, *, retire: bool = False) -> tuple[int, int]:
     """Rotate the key file in place (atomically, mode 0600): a new signing key first, the current ones kept
     to verify the tokens they signed; with `retire`, keep only the newest key instead. (keys before, after)."""

@@ -20,7 +20,7 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
 from streamplane.client.consumer import REASON_HEADER
-from streamplane.coordinator.auth import TokenIssuer, load_key
+from streamplane.coordinator.auth import TokenIssuer, load_keys
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import StreamplaneError
@@ -46,7 +46,7 @@ class Stack:
     def __init__(self, tmp: Path, engine: str) -> None:
         self.tmp, self.engine = tmp, engine
         self.key = tmp / "token.key"
-        self.issuer = TokenIssuer(load_key(self.key, create=True))
+        self.issuer = TokenIssuer.of(load_keys(self.key, create=True))
         self.clusters: dict[str, model.Cluster] = {}
         self._procs: list[Proc] = []
         self._brokers: dict[str, KafkaBroker] = {}
