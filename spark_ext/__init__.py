@@ -39,10 +39,11 @@ def executor_python_problem(python: str) -> str | None:
 
 
 def _check_executor_python(spark: Any) -> None:
-    """PySpark starts its Python workers with `python3` from PATH unless PYSPARK_PYTHON or spark.pyspark.python
-    says otherwise: with streamplane in a virtualenv that was not activated, every task would fail with
-    ModuleNotFoundError. Say so at once, in one sentence. On this machine's masters (local, or a standalone one
-    on loopback) it is an error; elsewhere the executors' machines may differ from the driver's, so a warning."""
+    """PySpark starts its Python workers with `python3` from PATH unless PYSPARK_PYTHON says otherwise (its
+    driver does not read spark.pyspark.python): with streamplane in a virtualenv that was not activated, every
+    task would fail with ModuleNotFoundError. Say so at once, in one sentence. On this machine's masters (local,
+    or a standalone one on loopback) it is an error; elsewhere the executors' machines may differ from the
+    driver's, so a warning."""
     context = getattr(spark, "sparkContext", None)
     python = getattr(context, "pythonExec", None) if context is not None else None
     if not python:
@@ -52,8 +53,8 @@ def _check_executor_python(spark: Any) -> None:
         return
     master = str(context.master)
     message = (
-        f"Spark's executors will run {python!r}, which cannot import streamplane ({problem}); set PYSPARK_PYTHON "
-        "or spark.pyspark.python to a Python that has it (sys.executable, for this process's) before the "
+        f"Spark's executors will run {python!r}, which cannot import streamplane ({problem}); set the environment "
+        "variable PYSPARK_PYTHON to a Python that has it (sys.executable, for this process's) before the "
         "session starts"
     )
     if master.startswith("local") or "127.0.0.1" in master or "localhost" in master:

@@ -216,9 +216,6 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Spark standalone cluster for the session: a master and a worker, each its own JVM, started with
     PySpark's own `spark-class` (pip's PySpark has no start-master.sh). Yields the master's `spark://` URL.
     Executors run in the worker's processes with the venv's Python, so they import the installed package."""
-    import json as _json
-    import urllib.request
-
     import pyspark
 
     from tests.helpers import free_port, wait_until
@@ -247,11 +244,9 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )  # fmt: skip
 
     def alive() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as answer:
-                return any(w.get("state") == "ALIVE" for w in _json.load(answer).get("workers", []))
-        except OSError:
-            return False
+        # The worker's own log says when the master has taken it: no web UI is asked, so a UI port that another
+        # process answers on (each UI moves to the next port when its own is taken) cannot mislead the wait.
+        return any("Successfully registered with master" in line for line in worker.stderr)
 
     try:
         wait_until(alive, timeout=90, what=lambda: "".join(master.stderr[-20:] + worker.stderr[-20:]))

@@ -30,6 +30,9 @@ def main() -> None:
     args = parser.parse_args()
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark's driver takes the executors' Python from PYSPARK_PYTHON only (spark.pyspark.python is not read
+    # there): without it they run `python3` from PATH, which has no streamplane, and register() says so.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_CONF_DIR"] = str(Path(__file__).with_name("spark_conf"))
     from pyspark.sql import SparkSession
 
@@ -38,7 +41,6 @@ def main() -> None:
     spark = (
         SparkSession.builder.master(args.master)
         .appName(f"streamplane-tests-{args.query}")
-        .config("spark.pyspark.python", sys.executable)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
