@@ -59,9 +59,7 @@ def produce(address: str, values: list[bytes]) -> None:
 
 
 def running(address: str, worker_id: str, reject: bool = False) -> RunningConsumer:
-    return RunningConsumer(
-        address, "ct", STREAM["name"], reject=b"poison" if reject else b"", worker_id=worker_id
-    )
+    return RunningConsumer(address, "ct", STREAM["name"], reject=b"poison" if reject else b"", worker_id=worker_id)
 
 
 def ends_loudly_and_its_leases_move(address: str, victim: RunningConsumer) -> None:

@@ -79,9 +79,7 @@ def secured(
                 cluster = model.Cluster(name, broker.bootstrap_servers, admin=model.ADMIN_KAFKA)
             admin.register_cluster(cluster)
         admin.register_cluster(
-            model.Cluster(
-                "dlq-home", dlq_home[1], admin=model.ADMIN_LOCAL, control_endpoint=dlq_home[2].endpoint
-            )
+            model.Cluster("dlq-home", dlq_home[1], admin=model.ADMIN_LOCAL, control_endpoint=dlq_home[2].endpoint)
         )
     yield running
     running.stop(0)
@@ -198,9 +196,9 @@ def test_a_worker_whose_token_file_rotates_commits_throughout_and_ends_loudly_wh
 
     threading.Thread(target=rotator, daemon=True).start()
     monkeypatch.setenv("STREAMPLANE_TOKEN_FILE", str(path))
-    failures_before = client_metrics.REGISTRY.get_sample_value(
-        "streamplane_client_commit_failures_total", {"group": "lp-rot"}
-    ) or 0.0
+    failures_before = (
+        client_metrics.REGISTRY.get_sample_value("streamplane_client_commit_failures_total", {"group": "lp-rot"}) or 0.0
+    )
     worker = RunningConsumer(address, "lp-rot", "lp-rotate")
     monkeypatch.delenv("STREAMPLANE_TOKEN_FILE")
     sent: list[bytes] = []
@@ -217,9 +215,10 @@ def test_a_worker_whose_token_file_rotates_commits_throughout_and_ends_loudly_wh
         wait_until(lambda: len(worker.seen) >= len(sent), timeout=60, what=lambda: f"{len(worker.seen)}/{len(sent)}")
         wait_until(lambda: lag_of(address, "lp-rot") == 0, timeout=60)
         assert worker.consumer.error is None
-        failures = client_metrics.REGISTRY.get_sample_value(
-            "streamplane_client_commit_failures_total", {"group": "lp-rot"}
-        ) or 0.0
+        failures = (
+            client_metrics.REGISTRY.get_sample_value("streamplane_client_commit_failures_total", {"group": "lp-rot"})
+            or 0.0
+        )
         assert failures == failures_before, "a commit failed while the token rotated"
         assert set(worker.seen) == set(sent) and max(worker.seen.values()) == 1  # nothing redelivered
 

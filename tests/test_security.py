@@ -312,9 +312,7 @@ def victim(secured) -> Iterator[WorkerSession]:
     worker.close()
 
 
-def _commit(
-    lid: str, epoch: int, acked: list[tuple[int, int]], high: int = 0, session: str = ""
-) -> cpb.CommitRequest:
+def _commit(lid: str, epoch: int, acked: list[tuple[int, int]], high: int = 0, session: str = "") -> cpb.CommitRequest:
     return cpb.CommitRequest(
         group="victim",
         lease_id=lid,
@@ -785,7 +783,6 @@ def test_a_producer_of_one_stream_never_holds_back_another_streams_seal(secured,
         return gen is not None and gen.state != model.DRAINING
 
     wait_until(sealed, timeout=10, what=lambda: f"{a}'s generation 1 stayed draining")
-
 
 
 def test_a_revoked_token_is_refused_by_every_replica_within_a_second_and_its_sessions_end(secured) -> None:

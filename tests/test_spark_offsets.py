@@ -32,9 +32,7 @@ from streamplane.spark.offsets import (
 SOURCE = {"coordinator": "c:1", "stream": "s", "group": ""}
 
 
-def state(
-    lane: str, gen: int, p: int, earliest: int, latest: int, phase: GenerationState = ACTIVE
-) -> PartState:
+def state(lane: str, gen: int, p: int, earliest: int, latest: int, phase: GenerationState = ACTIVE) -> PartState:
     return PartState(Part(gen, lane, p), f"sp.s.{lane}.g{gen}", "b:1", earliest, latest, phase)
 
 
