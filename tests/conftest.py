@@ -179,6 +179,30 @@ def coordinator(tmp_path: Path, local_cluster: tuple[str, LocalClusterControl]) 
     running.stop(0)
 
 
+@pytest.fixture(params=["mock", "kafka"])
+def secured_engine(request: pytest.FixtureRequest, tmp_path: Path, local_cluster) -> Iterator[str]:
+    """A coordinator with authentication on (tests.helpers.issue_token signs its tokens) and clusters east and
+    west: the local mock cluster, or a real Kafka broker. Yields its address."""
+    from streamplane.coordinator.auth import TokenIssuer
+    from streamplane.coordinator.guard import Guard
+    from tests.helpers import TOKEN_KEY, issue_token, register_local_clusters, register_real_clusters
+
+    bootstrap, control = local_cluster
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "secured-store")),
+        admin=RoutingAdmin(),
+        guard=Guard(TokenIssuer(TOKEN_KEY)),
+        control_endpoints=[control.endpoint],
+    )
+    admin = issue_token("admin", "ops")
+    if request.param == "mock":
+        register_local_clusters(running.address, bootstrap, control.endpoint, ("east", "west"), token=admin)
+    else:
+        register_real_clusters(running.address, request.getfixturevalue("real_kafka"), ("east", "west"), admin)
+    yield running.address
+    running.stop(0)
+
+
 @pytest.fixture(scope="session")
 def docker_compose() -> str:
     try:

@@ -18,6 +18,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+TOKEN_KEY = b"5" * 64
+"""The key of the `secured_engine` fixture's coordinator: `issue_token` signs with it."""
+
+
+def issue_token(role: str, subject: str, **scope: tuple[str, ...]) -> str:
+    """A token of `role` (scoped with streams=… and groups=…) that the `secured_engine` coordinator accepts."""
+    from streamplane.coordinator.auth import TokenIssuer
+
+    return TokenIssuer(TOKEN_KEY).create(subject, role, now_s=time.time(), ttl_s=3600, **scope)
+
 
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on now."""
@@ -180,24 +190,26 @@ def start_dev(data_dir: Path, *extra: str) -> tuple[Proc, str, dict[str, str]]:
     return proc, address, clusters
 
 
-def register_real_clusters(address: str, broker: Any, names: Sequence[str]) -> None:
-    """Register a real Kafka broker (the `real_kafka` fixture's) under each of `names`."""
+def register_real_clusters(address: str, broker: Any, names: Sequence[str], token: str | None = None) -> None:
+    """Register a real Kafka broker (the `real_kafka` fixture's) under each of `names` (as `token`'s holder)."""
     from streamplane import model
     from streamplane.client import CoordinatorClient
 
-    with CoordinatorClient(address) as client:
+    with CoordinatorClient(address, token=token) as client:
         for name in names:
             client.register_cluster(
                 model.Cluster(name=name, bootstrap_servers=broker.bootstrap_servers, admin=model.ADMIN_KAFKA)
             )
 
 
-def register_local_clusters(address: str, bootstrap: str, control_endpoint: str, names: Sequence[str]) -> None:
+def register_local_clusters(
+    address: str, bootstrap: str, control_endpoint: str, names: Sequence[str], token: str | None = None
+) -> None:
     """Register the local cluster under each of `names` (tests fail over between names of one cluster)."""
     from streamplane import model
     from streamplane.client import CoordinatorClient
 
-    with CoordinatorClient(address) as client:
+    with CoordinatorClient(address, token=token) as client:
         for name in names:
             client.register_cluster(
                 model.Cluster(

@@ -2,7 +2,10 @@
 SparkSession cannot change its master inside one Python process, and the suite's session is `local[2]`.
 
     python -m tests.spark_job --master spark://127.0.0.1:7077 --coordinator HOST:PORT --stream s --out DIR \
-        --query NAME [--max-records N] [--sink STREAM]
+        --query NAME [--max-records N] [--sink STREAM] [--token T] [--sink-token T]
+
+--token is the source's `token` option and --sink-token the sink's; the progress listener, in this (the
+driver's) process, takes its token from STREAMPLANE_TOKEN, as any driver does.
 
 Reads the stream with trigger(availableNow=True) into parquet at DIR/data (or into the sink stream), waits for
 the query to end, and prints one JSON line: {"terminated": bool, "batches": n, "rows": [...values...]}.
@@ -26,6 +29,8 @@ def main() -> None:
     parser.add_argument("--query", required=True)
     parser.add_argument("--max-records", default="")
     parser.add_argument("--sink", default="")
+    parser.add_argument("--token", default="")
+    parser.add_argument("--sink-token", default="")
     parser.add_argument("--timeout", type=float, default=240)
     args = parser.parse_args()
 
@@ -50,6 +55,8 @@ def main() -> None:
     register(spark)
     reader = spark.readStream.format("streamplane").option("coordinator", args.coordinator)
     reader = reader.option("stream", args.stream)
+    if args.token:
+        reader = reader.option("token", args.token)
     if args.max_records:
         reader = reader.option("maxRecordsPerTrigger", args.max_records)
     df = reader.load()
@@ -57,6 +64,8 @@ def main() -> None:
     if args.sink:
         writer = df.select("key", "value").writeStream.format("streamplane")
         writer = writer.option("coordinator", args.coordinator).option("stream", args.sink)
+        if args.sink_token:
+            writer = writer.option("token", args.sink_token)
     else:
         writer = df.writeStream.format("parquet").option("path", str(out / "data"))
     query = (

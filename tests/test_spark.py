@@ -1,5 +1,11 @@
 """The Spark source and sink with real Spark (local[2]), a real coordinator, and Kafka: the local mock cluster,
-and for the source, the sink and offsets by timestamp a real Kafka broker too."""
+and for the source, the sink and offsets by timestamp a real Kafka broker too.
+
+The end-to-end queries (`on_engine`) run as production does: authentication is on, and each job holds a
+least-privilege token. The test acts as an operator with an admin token; producers hold `producer` tokens
+scoped to their stream; the query's source and its progress listener hold a `consumer` token scoped to its
+stream and group (in STREAMPLANE_TOKEN, where the driver's listener finds it); a sink holds a `producer`
+token scoped to the stream it writes (its `token` option)."""
 
 from __future__ import annotations
 
@@ -11,8 +17,11 @@ import pytest
 
 from streamplane.client import Consumer, CoordinatorClient, Producer
 from tests.helpers import cli, register_local_clusters, register_real_clusters, wait_until
+from tests.helpers import issue_token as token
 
 pytestmark = pytest.mark.e2e
+
+ADMIN = token("admin", "ops")
 
 
 @pytest.fixture
@@ -22,17 +31,23 @@ def address(coordinator, local_cluster) -> str:
     return coordinator.address
 
 
-@pytest.fixture(params=["mock", "kafka"])
-def on_engine(request: pytest.FixtureRequest, coordinator) -> str:
-    """A coordinator with clusters east and west: the local mock cluster, or a real Kafka broker."""
-    if request.param == "mock":
-        return request.getfixturevalue("address")
-    register_real_clusters(coordinator.address, request.getfixturevalue("real_kafka"), ("east", "west"))
-    return coordinator.address
+@pytest.fixture
+def on_engine(secured_engine: str) -> str:
+    """A coordinator with authentication on and clusters east and west, on both Kafka engines."""
+    return secured_engine
+
+
+def run_as(monkeypatch: pytest.MonkeyPatch, stream: str, group: str) -> str:
+    """The query's job holds a consumer token for `stream` and `group` only. Its source takes it as the `token`
+    option (Spark's executors do not share the driver's environment); the progress listener, in the driver's
+    own process, finds it in STREAMPLANE_TOKEN. Returns the token."""
+    job = token("consumer", f"job-{group}", streams=(stream,), groups=(group,))
+    monkeypatch.setenv("STREAMPLANE_TOKEN", job)
+    return job
 
 
 def produce(address: str, stream: str, ids: range, lane: str = "realtime") -> None:
-    with Producer(address, **{"linger.ms": 20}) as producer:
+    with Producer(address, token=token("producer", "ingest", streams=(stream,)), **{"linger.ms": 20}) as producer:
         for i in ids:
             producer.produce(stream, b"id-%d" % i, key=b"%d" % i, lane=lane)
         assert producer.flush(60) == 0
@@ -64,41 +79,44 @@ def values(spark, out: Path) -> list[bytes]:
 
 
 def test_available_now_then_restart_from_the_checkpoint_loses_and_duplicates_nothing(
-    spark, on_engine: str, tmp_path: Path
+    spark, on_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     address = on_engine
-    with CoordinatorClient(address) as client:
+    with CoordinatorClient(address, token=ADMIN) as client:
         client.create_stream("sp-orders", 4, cluster="east")
+    job = run_as(monkeypatch, "sp-orders", "spark-orders")
     produce(address, "sp-orders", range(100_000))
-    query = run_available_now(source(spark, address, "sp-orders", maxRecordsPerTrigger="40000"), tmp_path, "orders")
+    orders = source(spark, address, "sp-orders", maxRecordsPerTrigger="40000", token=job)
+    query = run_available_now(orders, tmp_path, "orders")
     rows = [p["numInputRows"] for p in query.recentProgress]
     assert max(rows) <= 40_000 and sum(rows) == 100_000, rows
     got = values(spark, tmp_path)
     assert len(got) == 100_000 and len(set(got)) == 100_000
 
     produce(address, "sp-orders", range(100_000, 130_000))
-    run_available_now(source(spark, address, "sp-orders", maxRecordsPerTrigger="40000"), tmp_path, "orders")
+    run_available_now(source(spark, address, "sp-orders", maxRecordsPerTrigger="40000", token=job), tmp_path, "orders")
     got = values(spark, tmp_path)
     assert len(got) == 130_000 and set(got) == {b"id-%d" % i for i in range(130_000)}
 
     # the query's progress is in the commit log: `streamplane lag` shows its group, caught up
-    shown = cli("lag", "spark-orders", coordinator=address)
+    shown = cli("lag", "spark-orders", coordinator=address, env={"STREAMPLANE_TOKEN": ADMIN})
     assert shown.returncode == 0, shown.stderr
     assert "spark-orders" in shown.stdout and "sp-orders" in shown.stdout
-    with CoordinatorClient(address) as client:
+    with CoordinatorClient(address, token=ADMIN) as client:
         lag = client.lag("spark-orders")
     assert lag.offset_lag == 0 and len(lag.partitions) == 4
 
 
 def test_a_failover_during_a_running_query_delivers_every_record_exactly_once(
-    spark, on_engine: str, tmp_path: Path
+    spark, on_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     address = on_engine
-    with CoordinatorClient(address) as client:
+    with CoordinatorClient(address, token=ADMIN) as client:
         client.create_stream("sp-moving", 2, cluster="east")
+    job = run_as(monkeypatch, "sp-moving", "moving-q")
     produce(address, "sp-moving", range(5_000))
     query = (
-        source(spark, address, "sp-moving", group="moving-q")
+        source(spark, address, "sp-moving", group="moving-q", token=job)
         .writeStream.format("parquet")
         .option("path", str(tmp_path / "data"))
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
@@ -107,12 +125,12 @@ def test_a_failover_during_a_running_query_delivers_every_record_exactly_once(
     )
     try:
         wait_until(lambda: query.lastProgress is not None and query.lastProgress["numInputRows"] > 0, timeout=60)
-        with CoordinatorClient(address) as client:
+        with CoordinatorClient(address, token=ADMIN) as client:
             client.failover("sp-moving", "realtime", "west", reason="spark test")
         produce(address, "sp-moving", range(5_000, 10_000))
 
         def lag_zero() -> bool:
-            with CoordinatorClient(address) as client:
+            with CoordinatorClient(address, token=ADMIN) as client:
                 lag = client.lag("moving-q")
             return len(lag.partitions) == 4 and lag.offset_lag == 0
 
@@ -127,20 +145,23 @@ def test_a_failover_during_a_running_query_delivers_every_record_exactly_once(
 
 
 def test_the_sink_writes_a_dataframe_into_a_lane_and_a_consumer_reads_it_back(
-    spark, on_engine: str, tmp_path: Path
+    spark, on_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     address = on_engine
-    with CoordinatorClient(address) as client:
+    with CoordinatorClient(address, token=ADMIN) as client:
         client.create_stream("sp-in", 2, cluster="east")
         client.create_stream("sp-out", 2, cluster="west")
     produce(address, "sp-in", range(500))
+    job = run_as(monkeypatch, "sp-in", "sink-q")
     from pyspark.sql import functions as sf
 
-    df = source(spark, address, "sp-in").select("key", sf.concat(sf.lit(b"copy-"), sf.col("value")).alias("value"))
+    df = source(spark, address, "sp-in", group="sink-q", token=job)
+    df = df.select("key", sf.concat(sf.lit(b"copy-"), sf.col("value")).alias("value"))
     query = (
         df.writeStream.format("streamplane")
         .option("coordinator", address)
         .option("stream", "sp-out")
+        .option("token", token("producer", "sink-job", streams=("sp-out",)))
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .trigger(availableNow=True)
         .start()
@@ -148,7 +169,8 @@ def test_the_sink_writes_a_dataframe_into_a_lane_and_a_consumer_reads_it_back(
     assert query.awaitTermination(120)
     assert query.exception() is None
     seen: set[bytes] = set()
-    with Consumer(address, group="sink-reader", stream="sp-out") as consumer:
+    reader = token("consumer", "reader", streams=("sp-out",), groups=("sink-reader",))
+    with Consumer(address, group="sink-reader", stream="sp-out", token=reader) as consumer:
         for msg in consumer:
             seen.add(msg.value)
             msg.ack()

@@ -12,6 +12,7 @@ each its own JVM, executors with the installed package).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ from streamplane.client import Consumer, CoordinatorClient, Producer
 from streamplane.model import SEALED, SETTLED
 from streamplane.spark.options import SourceOptions
 from streamplane.spark.reader import StreamReader, Watermarks
-from tests.helpers import cli, register_local_clusters, register_real_clusters, wait_until
+from tests.helpers import cli, issue_token, register_local_clusters, register_real_clusters, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -232,19 +233,32 @@ def test_the_reader_plans_every_record_once_then_nothing_for_ten_triggers(on_eng
 
 
 def test_on_a_standalone_spark_cluster_the_query_ends_and_the_sink_holds_every_record_once(
-    spark_standalone: str, on_engine: str, tmp_path: Path
+    spark_standalone: str, secured_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    address = on_engine
+    """As production runs it: authentication on, and the job holds least-privilege tokens. Its source (in the
+    executors' JVM and Python workers) a `consumer` token for its stream and group, as the `token` option; its
+    sink a `producer` token for the stream it writes; its progress listener (the driver's process) the consumer
+    token, from STREAMPLANE_TOKEN. This test acts as an operator, with an admin token."""
+    address = secured_engine
+    monkeypatch.setenv("STREAMPLANE_TOKEN", issue_token("admin", "ops"))
     stream_with_history(address, "sp-cluster")
     with CoordinatorClient(address) as client:
         client.create_stream("sp-cluster-copy", 2, cluster="west")
 
     def job(query: str, stream: str, *extra: str) -> dict:
+        own = issue_token("consumer", f"job-{query}", streams=(stream,), groups=(f"spark-{query}",))
         args = [
             sys.executable, "-m", "tests.spark_job", "--master", spark_standalone, "--coordinator", address,
-            "--stream", stream, "--out", str(tmp_path / query), "--query", query, *extra,
+            "--stream", stream, "--out", str(tmp_path / query), "--query", query, "--token", own, *extra,
         ]  # fmt: skip
-        done = subprocess.run(args, capture_output=True, text=True, timeout=400, cwd=Path(__file__).parent.parent)
+        done = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            timeout=400,
+            cwd=Path(__file__).parent.parent,
+            env={**os.environ, "STREAMPLANE_TOKEN": own},
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -254,7 +268,9 @@ def test_on_a_standalone_spark_cluster_the_query_ends_and_the_sink_holds_every_r
     lag_reaches_zero(address, "spark-cluster")
 
     stream_with_history(address, "sp-cluster-2")
-    got = job("cluster-sink", "sp-cluster-2", "--sink", "sp-cluster-copy")
+    writes = issue_token("producer", "sink-job", streams=("sp-cluster-copy",))
+    got = job("cluster-sink", "sp-cluster-2", "--sink", "sp-cluster-copy", "--sink-token", writes)
     assert got["terminated"] and got["error"] is None, got["error"]
     assert records_in(address, "sp-cluster-copy") == RECORDS
     assert read_back(address, "sp-cluster-copy", RECORDS) == EXPECTED
+    lag_reaches_zero(address, "spark-cluster-sink")
