@@ -322,7 +322,8 @@ def _apply(
             keys.reject_key(pk, j.offset),
             json.dumps({"reason": j.reason, "dlq": asdict(j.dlq) if j.dlq else {}}, sort_keys=True).encode(),
         )
-    retries, rejects = header.retries, header.rejects + len(rejected)
+    counted = len(c.rejects) if planted.REJECT_COUNTED_TWICE in planted.active else len(rejected)
+    retries, rejects = header.retries, header.rejects + counted
 
     # retry state: the highest attempt wins; at the group's max attempts the offset is exhausted, and its
     # holder may write its dlq copy: the copy is counted here, before it is written
@@ -369,7 +370,9 @@ def _apply(
         old_state = json.loads(raw) if raw else {"attempts": 0, "next_ms": 0, "copies": 0}
         begun = old_state.get("copies", 0)
         number = j.copy or begun + 1
-        if number < begun or (number > begun and _copy_in_flight(old_state, now_ms)):
+        if planted.COPY_NUMBER_REUSED in planted.active and begun:
+            number = begun  # the planted bug: the copy begun by another holder, granted again at once
+        elif number < begun or (number > begun and _copy_in_flight(old_state, now_ms)):
             continue  # a later copy was begun, or an earlier one may still land: this one waits
         copy_ms = old_state.get("copy_ms", now_ms) if number == begun else now_ms
         state = {**old_state, "error": j.reason, "exhausted": True, "copies": number, "copy_ms": copy_ms}

@@ -397,7 +397,10 @@ def heartbeat(
     its fetches met per cluster (kept apart, for the health monitor; only a report with errors writes).
     FencedError when the session has ended; nothing is written then."""
     check_heartbeat(beat)
-    member = _own_member(tr, group, worker_id, session_id)
+    if planted.ANY_SESSION_HEARTBEAT in planted.active and (raw := tr.get(keys.member_key(group, worker_id))):
+        member = json.loads(raw)  # the planted bug: whichever session sent it
+    else:
+        member = _own_member(tr, group, worker_id, session_id)
     seen = [r for r in stored_reports(beat.errors, now_ms, "heartbeat.errors") if r[1] > 0]
     if seen:
         tr.set(keys.worker_errors_key(group, worker_id), json.dumps(seen).encode())

@@ -23,6 +23,31 @@ LATE_RELEASE = "late_release"
 """A release trusts its message: it frees the lease it names whoever holds it now and at whatever epoch, so one
 delivered late frees the lease granted since."""
 
-ALL = (STALE_EPOCH, NO_EPOCH_BUMP, EARLY_SEAL, UNKNOWN_AS_FAILURE, DROP_RETRIES, LATE_RELEASE)
+REJECT_COUNTED_TWICE = "reject_counted_twice"
+"""A reject of an offset that is done already (a commit delivered twice) is counted again."""
+
+COPY_NUMBER_REUSED = "copy_number_reused"
+"""A dlq copy is granted without waiting for the copy a previous holder began: a new holder is given that
+holder's copy number, so two holders write the same copy of one record."""
+
+EARLY_DRAIN = "early_drain"
+"""A sealed generation is marked drained when its groups are within one record of its end offsets."""
+
+ANY_SESSION_HEARTBEAT = "any_session_heartbeat"
+"""A heartbeat is taken for the worker's member whatever session sent it, so one that arrives late, from a
+session that ended, keeps the worker's next session alive."""
+
+ALL = (
+    STALE_EPOCH,
+    NO_EPOCH_BUMP,
+    EARLY_SEAL,
+    UNKNOWN_AS_FAILURE,
+    DROP_RETRIES,
+    LATE_RELEASE,
+    REJECT_COUNTED_TWICE,
+    COPY_NUMBER_REUSED,
+    EARLY_DRAIN,
+    ANY_SESSION_HEARTBEAT,
+)
 
 active: set[str] = set()

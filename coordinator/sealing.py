@@ -278,8 +278,9 @@ def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generatio
     done: list[tuple[str, str, Generation, list[str]]] = []
     for stream, lane, gen in _generations_in(tr, SEALED):
         groups = _groups_on(tr, stream, lane, gen.number)
+        short = 1 if planted.EARLY_DRAIN in planted.active else 0
         finished = bool(groups) and all(
-            commitlog.read_header(tr, (group, stream, lane, gen.number, p)).low >= end
+            commitlog.read_header(tr, (group, stream, lane, gen.number, p)).low >= end - short
             for group in groups
             for p, end in enumerate(gen.end_offsets)
         )

@@ -5,13 +5,19 @@ One process, one thread, no sockets or sleeps: the Assigner's pass, the sealer's
 transactions are the production functions, driven by a ManualClock in 100 ms steps over the embedded store
 (in memory) wrapped in ChaosDatabase. Workers join, heartbeat, read their leases from the store (what their session
 would tell them), process records, commit with their epoch, release on revoke; they crash and pause
-(coming back as zombies with old epochs). Producers append records to in-memory clusters and learn of
-failovers from the event log late. Clusters go down; lanes fail over; the clock jumps.
+(coming back as zombies with old epochs). A poison record is retried, then its dlq copy is asked for (the
+commit log numbers it) and written, then it is rejected; a new holder starts where the commit log says, as
+the client does. Producers append records to in-memory clusters and learn of failovers from the event log
+late. Clusters go down; lanes fail over; the clock jumps; a coordinator replica, or both, restart, and each
+worker resumes its session at a replica that runs. The network delivers commits, releases and heartbeats a
+second time, up to 8 s later, after what was sent since (a killed worker's too).
 
 Checked: no commit is accepted unless its sender holds the lease at that epoch; the commit log holds
-exactly what was committed (a reference model of done offsets); no change fails unexpectedly; and once
-the faults stop, every record a producer wrote is processed, and every old generation is sealed at the
-right end offsets and drained.
+exactly what was committed (a reference model of done offsets, retries and rejects); a late message changes
+nothing (a release leaves the lease granted since, a heartbeat of an ended session leaves the next one);
+each dlq copy number of a record is granted to one holder; no change fails unexpectedly; and once the
+faults stop, every record a producer wrote is processed, every rejected record has a dlq copy, and every old
+generation is sealed at the right end offsets and drained.
 
     python -m streamplane.coordinator.sim --seeds 100           # a range of seeds; prints failures
     python -m streamplane.coordinator.sim --seed 7 --plant stale_epoch   # one seed, with a planted bug
@@ -23,6 +29,7 @@ import argparse
 import bisect
 import collections
 import itertools
+import json
 import math
 import multiprocessing
 import os
@@ -125,8 +132,26 @@ class _Read:
     upto: int
     poison: list[int]
     rejects: list[int]
+    copying: list[int]
     cluster: str
     topic: str
+
+
+@dataclass(frozen=True)
+class _Late:
+    """A message the network delivers a second time, later, after what was sent since (reordered): a commit
+    (`read`), a release (`epoch`), or a heartbeat (neither)."""
+
+    at_ms: int
+    kind: str
+    session: str
+    lid: str = ""
+    epoch: int = 0
+    read: _Read | None = None
+
+
+LATE_RATE = {"commit": 0.08, "release": 0.3, "heartbeat": 0.1}
+"""How often, while the faults run, each kind of message is delivered again up to 8 s later."""
 
 
 @dataclass
@@ -173,12 +198,23 @@ class Worker:
     held: dict[str, int] = field(default_factory=dict)
     """lease id: the epoch this worker believes it holds (stale while paused)."""
     position: dict[str, int] = field(default_factory=dict)
-    sent: dict[str, Commit] = field(default_factory=dict)
-    """The last commit sent per lease (the network may deliver it twice, late)."""
-    late: list[tuple[int, str, str, int]] = field(default_factory=list)
-    """Releases the network delivers again, late: (when, session, lease id, epoch)."""
+    late: list[_Late] = field(default_factory=list)
+    """Messages the network delivers again, late: commits, releases and heartbeats."""
     retrying: dict[str, set[int]] = field(default_factory=dict)
-    """Poison records it asked to retry, per lease: it rejects them on its next pass."""
+    """Poison records it asked to retry, per lease: on its next pass it asks to write their dlq copies."""
+    copied: dict[str, set[int]] = field(default_factory=dict)
+    """Poison records whose dlq copy it wrote, per lease: it rejects them on its next pass."""
+    skip: dict[str, set[int]] = field(default_factory=dict)
+    """Per lease, offsets above the low watermark that were done, or had retry state, when it was granted: as
+    the client, it does not hand them out as first attempts (the retry path has the latter)."""
+
+    def forget(self, lid: str | None = None) -> None:
+        """Drop what it knew of a lease (of every lease, with None, when its session ended)."""
+        if lid is None:
+            self.held, self.position, self.retrying, self.copied, self.skip = {}, {}, {}, {}, {}
+            return
+        for known in (self.held, self.position, self.retrying, self.copied, self.skip):
+            known.pop(lid, None)
 
 
 @dataclass
@@ -219,6 +255,8 @@ class World:
         """... those sent as retries (pending until done) ..."""
         self.rejected: dict[str, set[int]] = {}
         """... and those rejected."""
+        self.dlq: dict[tuple[str, int], dict[int, str]] = {}
+        """The dlq copies written: per (lease id, offset), copy number: the session that wrote it."""
         self.prefix: dict[str, int] = {}
         """Per lease id, offsets below this are all done (see `_done_below`)."""
         self.faults_until = 0
@@ -305,7 +343,8 @@ class World:
             case "crash":  # a worker is killed (-9): its session ends by TTL, its memory is gone
                 w = pick.choice(self.workers)
                 w.up, w.down_until, w.session, w.stream = False, self.now + pick.randrange(500, 4000), "", None
-                w.held, w.position, w.retrying, w.sent, w.late, w.watch = {}, {}, {}, {}, [], None
+                w.forget()
+                w.watch = None  # what it sent may still arrive: the network keeps its late copies
             case "pause":  # a worker pauses (GC, VM), then resumes believing it still holds its leases
                 pick.choice(self.workers).paused_until = self.now + pick.randrange(1000, 6000)
             case "cluster_down":  # the active cluster is down for a while
@@ -319,8 +358,10 @@ class World:
                 self._change(partial(self.topology.failover, STREAM, LANE, target, grow, reason="sim"))
             case "clock_jump":
                 self.clock.advance(pick.randrange(500, 2500))
-            case "coordinator_restart":  # one replica's process restarts: nothing of it survives but the store
-                self._start_coordinator(pick.randrange(2))
+            case "coordinator_restart":  # a replica's process restarts (or both): nothing survives but the store;
+                # each worker resumes its session at a replica that runs, keeping its leases within the TTL
+                for replica in (0, 1) if pick.random() < 0.3 else (pick.randrange(2),):
+                    self._start_coordinator(replica)
             case "heartbeat_lost":
                 pick.choice(self.workers).beat_at = self.now + 500
             case "producer_restart":  # a new session (holding seals back) before its route
@@ -393,7 +434,8 @@ class World:
                 return None  # its crashed session has not expired yet
             self.fail(f"join of {w.name}: {type(err).__name__}: {err.message}")
         if session.session_id != w.session:
-            w.session, w.held, w.position, w.retrying, w.watch = session.session_id, {}, {}, {}, None
+            w.forget()
+            w.session, w.watch = session.session_id, None
         w.alive_until = self.now + self.ttl_ms + STEP_MS
         self.streams.append(session)
         return session
@@ -417,27 +459,74 @@ class World:
             w.beat_at = self.now + 500
             w.stream.heartbeat(Heartbeat())
             if isinstance(w.stream.failure, FencedError):  # its session ended while it was away: join again
-                w.session, w.held, w.position, w.retrying, w.stream = "", {}, {}, {}, None
+                w.forget()
+                w.session, w.stream = "", None
                 return
+            self._maybe_late(w, _Late(0, "heartbeat", w.session))
             w.alive_until = max(w.alive_until, self.now + self.ttl_ms + STEP_MS)  # the hub looks every step
         if w.watch is None or w.watch.wait(0):
             self._sync(w)
 
+    def _maybe_late(self, w: Worker, message: _Late) -> None:
+        """While the faults run, the network may deliver `message` again, up to 8 s later."""
+        if self.now < self.faults_until and self.rng.random() < LATE_RATE[message.kind]:
+            w.late.append(replace(message, at_ms=self.now + self.rng.randrange(0, 8000)))
+
     def _deliver_late(self, w: Worker) -> None:
-        """Deliver the releases whose second copy is due: whatever the lease became since, it must not change
-        (the worker holds it again at a newer epoch, another worker does, or it is free)."""
-        due = [x for x in w.late if x[0] <= self.now]
-        w.late = [x for x in w.late if x[0] > self.now]
-        for _, session, lid, epoch in due:
-            key = leases.parse_lease_id(lid)
-            before = leases.read_lease(self.inner, GROUP, key)
-            try:
-                leases.release(self.db, GROUP, w.name, session, lid, epoch, now_ms=self.now)
-            except (FencedError, UnavailableError):
-                continue  # its session has ended since (refused whole), or the store is away: nothing changed
-            after = leases.read_lease(self.inner, GROUP, key)
-            if before is not None and before.epoch != epoch and after != before:
-                self.fail(f"a late release of {lid} at epoch {epoch} changed the lease held at epoch {before.epoch}")
+        """Deliver the messages whose second copy is due. Whatever happened since, none may change anything: a
+        commit is refused (its epoch is stale) or changes nothing; a release does not touch the lease granted
+        since; a heartbeat of a session that ended does not touch the worker's member."""
+        due = [x for x in w.late if x.at_ms <= self.now]
+        w.late = [x for x in w.late if x.at_ms > self.now]
+        for message in due:
+            match message.kind:
+                case "commit":
+                    self._late_commit(w, message)
+                case "release":
+                    self._late_release(w, message)
+                case "heartbeat":
+                    self._late_heartbeat(w, message)
+
+    def _late_commit(self, w: Worker, message: _Late) -> None:
+        assert message.read is not None
+        r = message.read
+        try:
+            self.commit_log.commit(GROUP, r.lid, r.epoch, r.body)
+        except (FencedError, UnavailableError):
+            return  # the lease moved on (a stale epoch), or the store is away: nothing changed
+        if w.held.get(r.lid) == r.epoch and w.session == message.session:
+            self._check_commits(w, [r])  # accepted: the commit log still holds exactly what was committed
+        else:
+            self._check_commit_log(r.lid, self._progress(r.lid))
+
+    def _late_release(self, w: Worker, message: _Late) -> None:
+        lid, epoch = message.lid, message.epoch
+        key = leases.parse_lease_id(lid)
+        before = leases.read_lease(self.inner, GROUP, key)
+        try:
+            leases.release(self.db, GROUP, w.name, message.session, lid, epoch, now_ms=self.now)
+        except (FencedError, UnavailableError):
+            return  # its session has ended since (refused whole), or the store is away: nothing changed
+        after = leases.read_lease(self.inner, GROUP, key)
+        if before is not None and before.epoch != epoch and after != before:
+            self.fail(f"a late release of {lid} at epoch {epoch} changed the lease held at epoch {before.epoch}")
+
+    def _late_heartbeat(self, w: Worker, message: _Late) -> None:
+        member_key = keys.member_key(GROUP, w.name)
+        before = self.inner.transact(lambda tr: tr.get(member_key))
+        if before is None or json.loads(before)["session_id"] == message.session:
+            return  # its session is still the worker's: a late heartbeat of a live session is an early one's twin
+        try:
+            leases.heartbeat(
+                self.db, GROUP, w.name, message.session, Heartbeat(cpu=0.5), now_ms=self.now, ttl_ms=self.ttl_ms
+            )
+        except (FencedError, UnavailableError):
+            return
+        if self.inner.transact(lambda tr: tr.get(member_key)) != before:
+            self.fail(f"a late heartbeat of ended session {message.session} of {w.name} changed its next session")
+
+    def _progress(self, lid: str) -> commitlog.Progress:
+        return self.inner.transact(lambda tr: commitlog.progress(tr, GROUP, lid, max_ranges=100_000))
 
     def _sync(self, w: Worker) -> None:
         """Learn the leases held now (a session's grants and revokes); hand back the revoked ones."""
@@ -447,30 +536,30 @@ class World:
             lambda tr: (leases.read_member_leases(tr, GROUP, w.name), tr.watch(keys.member_version_key(GROUP, w.name)))
         )
         if member is None or member.session_id != w.session:
-            w.session, w.held, w.position, w.retrying = "", {}, {}, {}
+            w.forget()
+            w.session = ""
             return
         now = {x.lease_id: x for x in held}
         for lid in [lid for lid in w.held if lid not in now or now[lid].epoch != w.held[lid]]:
-            del w.held[lid]
-            w.position.pop(lid, None)
-            w.retrying.pop(lid, None)
+            w.forget(lid)
         for lid, lease in now.items():
-            if lid not in w.held:
-                w.held[lid] = lease.epoch
-                w.position[lid] = self._low((GROUP, *lease.key))
+            if lid not in w.held:  # granted: start where the commit log says, as the client does
+                progress = self._progress(lid)
+                w.held[lid], w.position[lid] = lease.epoch, progress.header.low
+                w.skip[lid] = {o for a, b in progress.done for o in range(a, b)} | set(progress.retrying)
+                w.retrying[lid] = set(progress.retrying)  # due again: a poison record's copy is asked for next
             if lease.state == leases.REVOKING:
                 self._process(w, [(lid, lease.epoch)])
                 self._change(
                     partial(leases.release, self.db, GROUP, w.name, w.session, lid, lease.epoch, now_ms=self.now)
                 )
-                if self.now < self.faults_until and self.rng.random() < 0.3:  # the network delivers it again, late
-                    w.late.append((self.now + self.rng.randrange(500, 8000), w.session, lid, lease.epoch))
-                w.held.pop(lid, None)
-                w.retrying.pop(lid, None)
+                self._maybe_late(w, _Late(0, "release", w.session, lid, lease.epoch))
+                w.forget(lid)
 
     def _process(self, w: Worker, held: Iterable[tuple[str, int]]) -> None:
         """Read what is there for each lease (up to a sealed end) and commit it as done in one call, each fenced
-        by its epoch, as the client's batched commit does."""
+        by its epoch, as the client's batched commit does. A poison record is retried once; then its dlq copy
+        is asked for (the commit log numbers it) and written; then it is rejected."""
         reads = [r for lid, epoch in held if (r := self._read(w, lid, epoch)) is not None]
         if not reads:
             return
@@ -478,13 +567,16 @@ class World:
         accepted = []
         for r, outcome in zip(reads, outcomes, strict=True):
             if isinstance(outcome.error, FencedError):  # a zombie, or a lease that moved: drop it
-                w.held.pop(r.lid, None)
-                w.retrying.pop(r.lid, None)
+                w.forget(r.lid)
                 continue
             if outcome.error is not None:
                 self.fail(f"a commit of {r.lid} failed: {type(outcome.error).__name__}: {outcome.error.message}")
+            granted = {c.offset: c.copy for c in outcome.copies}
+            for offset, number in granted.items():
+                self._write_dlq_copy(w, r.lid, offset, number)
             w.position[r.lid] = r.upto
-            w.retrying[r.lid] = set(r.poison)
+            w.copied[r.lid] = set(granted)
+            w.retrying[r.lid] = {o for o in (*r.copying, *r.poison) if o not in granted}
             self.done.setdefault(r.lid, set()).update(o for a, b in r.body.acked for o in range(a, b))
             self.done[r.lid].update(r.rejects)
             self.rejected.setdefault(r.lid, set()).update(r.rejects)
@@ -492,15 +584,13 @@ class World:
             accepted.append(r)
         self._check_commits(w, accepted)
         for r in accepted:
-            earlier = w.sent.get(r.lid)
-            w.sent[r.lid] = r.body
-            if earlier is not None and self.now < self.faults_until and self.rng.random() < 0.05:
-                # the network delivers the previous commit again, after this one: it must change nothing
-                try:
-                    self.commit_log.commit(GROUP, r.lid, r.epoch, earlier)
-                except FencedError:
-                    self.fail(f"a duplicate of an accepted commit of {r.lid} at epoch {r.epoch} was refused")
-                self._check_commits(w, [r])
+            self._maybe_late(w, _Late(0, "commit", w.session, r.lid, r.epoch, r))
+
+    def _write_dlq_copy(self, w: Worker, lid: str, offset: int, number: int) -> None:
+        """Write the dlq copy the commit log granted: each copy number of a record is one holder's to write."""
+        writers = self.dlq.setdefault((lid, offset), {})
+        if writers.setdefault(number, w.session) != w.session:
+            self.fail(f"dlq copy {number} of {lid}@{offset} was granted to two holders: {writers[number]}, {w.session}")
 
     def _read(self, w: Worker, lid: str, epoch: int) -> _Read | None:
         """What the worker read of a lease since its last commit, and the commit that says so (None: nothing)."""
@@ -516,20 +606,23 @@ class World:
         end = cluster_ends[partition] if not gen.end_offsets else gen.end_offsets[partition]
         start = w.position.get(lid, 0)
         upto = min(end, start + self.rng.randrange(1, 40))
-        rejects = sorted(w.retrying.get(lid, ()))  # poison records retried on an earlier pass: now rejected
-        if upto <= start and not rejects:
+        copying = sorted(w.retrying.get(lid, ()))  # poison records retried on an earlier pass: their copy next
+        rejects = sorted(w.copied.get(lid, ()))  # poison records copied to the dlq: now rejected
+        if upto <= start and not rejects and not copying:
             return None
-        read = range(start, max(start, upto))
+        skip = w.skip.get(lid, set())
+        read = [o for o in range(start, max(start, upto)) if o not in skip]
         poison = [o for o in read if _poison(number, partition, o)]
-        pending = min([*poison, max(start, upto)]) if poison or upto < end else None
+        pending = min([*poison, *copying, max(start, upto)]) if poison or copying or upto < end else None
         body = Commit(
             acked=offsets.to_ranges(o for o in read if o not in poison),
             retries=[Retry(o, 1, "poison") for o in poison],
             rejects=[Reject(o, "poison, again") for o in rejects],
+            copying=[Reject(o, "poison, again") for o in copying],
             high_watermark=end,
             oldest_pending_ts_ms=0 if pending is None else self._written_ms(gen.cluster, topic, partition, pending),
         )
-        return _Read(lid, epoch, body, max(start, upto), poison, rejects, gen.cluster, topic)
+        return _Read(lid, epoch, body, max(start, upto), poison, rejects, copying, gen.cluster, topic)
 
     def _low(self, pk: tuple[str, str, str, int, int]) -> int:
         return self.inner.transact(lambda tr: commitlog.read_header(tr, pk).low)
@@ -635,6 +728,9 @@ class World:
                     self.fail(f"g{gen.number}/p{p}: records {low}..{end} were written and never processed")
             if gen is not lane.active and gen.state != DRAINED:
                 self.fail(f"g{gen.number} is still {gen.state} after the faults stopped")
+        for lid, rejected in self.rejected.items():
+            if uncopied := sorted(o for o in rejected if (lid, o) not in self.dlq):
+                self.fail(f"{lid}: records {uncopied[:5]} were rejected and never copied to the dlq")
 
     def close(self) -> None:
         self.inner.close()
