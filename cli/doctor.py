@@ -61,6 +61,7 @@ def observe(
     clusters = {c.name: c for c in client.list_clusters()}
     unreachable: set[str] = set()
     ends_before = _end_offsets(stream, clusters, unreachable, kafka_timeout_s)
+
     def lag() -> dict[str, model.PartitionLag]:  # no group: nobody's progress (the stream's own figures)
         return {x.lease_id: x for x in client.lag(group, stream_name).partitions} if group else {}
 

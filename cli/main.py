@@ -89,8 +89,10 @@ def cmd_whoami(args: argparse.Namespace) -> None:
 def cmd_token_revoke(args: argparse.Namespace) -> None:
     with _client(args) as client:
         done = client.revoke_token(args.token_id, args.reason)
-    print(f"token {args.token_id} " + ("revoked: every replica refuses it within a second" if done else
-                                       "was revoked already"))
+    print(
+        f"token {args.token_id} "
+        + ("revoked: every replica refuses it within a second" if done else "was revoked already")
+    )
 
 
 def cmd_token_rotate_key(args: argparse.Namespace) -> None:
@@ -664,6 +666,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         kafka_security=args.kafka_security,
         brokers=args.brokers,
         console_port=None if args.console_port < 0 else args.console_port,
+        store=args.store,
+        replicas=args.replicas,
     )
 
 
@@ -672,12 +676,22 @@ def cmd_fault(args: argparse.Namespace) -> None:
 
     control = DevControl(args.dev) if args.dev else DevControl.find(Path(args.data_dir))
     if args.target == "coordinator":
-        print("killing the coordinator (SIGKILL); waiting for its restart ...", file=sys.stderr, flush=True)
-        got = control.call("/coordinator/kill")
-        done = (
-            f"coordinator pid {got['killed_pid']} killed; pid {got['pid']} serves at {got['address']} "
-            f"after {got['away_s']:.1f} s"
-        )
+        actions = [name for name in ("kill", "pause", "resume") if getattr(args, name)]
+        if len(actions) != 1:
+            raise errors.InvalidArgumentError("say one of --kill, --pause or --resume")
+        body = {"replica": args.replica, "leader": args.leader, "owner": args.owner}
+        if actions == ["kill"]:
+            print("killing a coordinator replica (SIGKILL); waiting for its restart ...", file=sys.stderr, flush=True)
+        got = control.call(f"/coordinator/{actions[0]}", body)
+        which = f"coordinator replica {got['replica']} ({got['address']})"
+        if actions == ["kill"]:
+            done = f"{which}: pid {got['killed_pid']} killed; pid {got['pid']} serves after {got['away_s']:.1f} s"
+        else:
+            done = f"{which}: pid {got['pid']} {got['state']}"
+    elif args.target == "store":
+        print("restarting the store's PostgreSQL server ...", file=sys.stderr, flush=True)
+        got = control.call("/store/restart")
+        done = f"PostgreSQL restarted after {got['away_s']:.1f} s: every connection was lost"
     elif args.target == "leader":
         body = {"cluster": args.cluster, "topic": args.topic, "partition": args.partition, "broker": args.broker}
         got = control.call("/leader", body)
@@ -1014,6 +1028,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--console-port", type=int, default=0, help="the web console's port (default: a free one; -1: no console)"
     )
+    p.add_argument(
+        "--store",
+        choices=["embedded", "postgres"],
+        default="embedded",
+        help="the coordinator's store: SQLite in the data dir, or a throwaway PostgreSQL server there (Debian's "
+        "binaries; run as user postgres when we are root)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=_positive,
+        default=1,
+        help="coordinator processes, each on its own port from --port on (more than one needs --store postgres)",
+    )
     p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"))
     p.add_argument("--port", type=int, default=7400)
     p.add_argument("--host", default="127.0.0.1")
@@ -1026,8 +1053,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--data-dir", default=str(Path.home() / ".streamplane" / "dev"), help="the dev stack's")
         p.add_argument("--dev", default="", metavar="HOST:PORT", help="its control endpoint (default: from data dir)")
 
-    p = add(fault, "coordinator", cmd_fault, "kill the coordinator with SIGKILL; it restarts, clusters stay up")
-    p.add_argument("--kill", action="store_true", required=True)
+    p = add(
+        fault,
+        "coordinator",
+        cmd_fault,
+        "kill a coordinator replica with SIGKILL (it restarts, clusters stay up), or pause and resume it",
+    )
+    p.add_argument("--kill", action="store_true", help="SIGKILL; the stack restarts it on its port")
+    p.add_argument("--pause", action="store_true", help="SIGSTOP: a zombie that wakes at --resume")
+    p.add_argument("--resume", action="store_true", help="SIGCONT a paused replica")
+    p.add_argument("--replica", type=_positive, default=0, metavar="K", help="the K-th replica (default: the first)")
+    p.add_argument("--leader", action="store_true", help="the replica leading the sealer and the autopilot")
+    p.add_argument("--owner", default="", metavar="GROUP", help="the replica running GROUP's assignment")
     located(p)
     for name, what in (("broker", "one broker of a cluster"), ("cluster", "every broker of a cluster")):
         p = add(fault, name, cmd_fault, f"take {what} down, or bring it back")
@@ -1038,6 +1075,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--up", action="store_true")
         p.add_argument("--pause", action="store_true", help="with --down on real brokers: SIGSTOP, not SIGKILL")
         located(p)
+    p = add(fault, "store", cmd_fault, "restart the stack's PostgreSQL server (dev --store postgres)")
+    p.add_argument("--restart", action="store_true", required=True)
+    located(p)
     p = add(fault, "leader", cmd_fault, "move a partition's leader to another broker (mock engine)")
     p.add_argument("cluster")
     p.add_argument("topic")

@@ -321,7 +321,7 @@ def serve_forever(
     if metrics_port:
         serve_metrics(host, metrics_port)
     web = f" console={running.console.url}" if running.console else ""
-    print(f"coordinator={running.address} store={db.driver}{web}", flush=True)
+    print(f"coordinator={running.address} store={db.driver} replica={running.assigner.replica_id}{web}", flush=True)
     log.info("coordinator.stopping", signal=wait_for_stop(lambda: bool(parent_pid) and os.getppid() != parent_pid))
     watchdog = threading.Timer(STOP_DEADLINE_S, _exit_now, args=(1, "coordinator.stop_deadline_passed"))
     watchdog.daemon = True

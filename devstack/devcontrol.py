@@ -40,10 +40,20 @@ def _text(body: dict[str, Any], name: str) -> str:
     return value
 
 
+def _replica(stack: LocalStack, body: dict[str, Any]) -> int:
+    owner = body.get("owner", "")
+    if not isinstance(owner, str):
+        raise InvalidArgumentError(f"owner must be a group name, not {owner!r}")
+    return stack.replica(_int(body, "replica", 0), leader=bool(body.get("leader", False)), owner=owner)
+
+
 def _routes(stack: LocalStack) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
     return {
         "/state": lambda _: stack.state(),
-        "/coordinator/kill": lambda _: stack.kill_coordinator(),
+        "/coordinator/kill": lambda b: stack.kill_coordinator(_replica(stack, b)),
+        "/coordinator/pause": lambda b: stack.pause_coordinator(_replica(stack, b)),
+        "/coordinator/resume": lambda b: stack.resume_coordinator(_replica(stack, b)),
+        "/store/restart": lambda _: stack.restart_store(),
         "/brokers/down": lambda b: stack.broker_down(
             _text(b, "cluster"), _int(b, "broker", 0), pause=bool(b.get("pause", False))
         ),

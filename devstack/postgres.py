@@ -5,9 +5,11 @@ created and run as the `postgres` user the package creates, in a folder handed t
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,19 @@ def pg_bin() -> Path:
             "installs it)"
         )
     return Path(found[-1]).parent
+
+
+def reachable_folder(wanted: Path) -> Path:
+    """Where a server meant for `wanted` can live. As root, PostgreSQL runs as the `postgres` user, which
+    cannot enter root's private folders (a home of mode 0700): then a folder in the system's temporary
+    directory named after `wanted`, the same on every start, so its data outlives restarts of the stack."""
+    if os.geteuid() != 0:
+        return wanted
+    for parent in wanted.resolve().parents:
+        if parent.exists() and not os.stat(parent).st_mode & 0o001:  # others may not enter it
+            digest = hashlib.sha256(str(wanted.resolve()).encode()).hexdigest()[:12]
+            return Path(tempfile.gettempdir()) / f"streamplane-pg-{digest}"
+    return wanted
 
 
 @dataclass
@@ -73,6 +88,15 @@ class PostgresServer:
         """Stop (every connection lost) and start again on the same port."""
         self.stop()
         self.start()
+
+    def ensure_database(self, name: str) -> str:
+        """The database `name`, created if it is not there yet; its URL."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url_of(name)
 
     def create_database(self) -> str:
         """A fresh database; its URL."""

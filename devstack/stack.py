@@ -1,5 +1,9 @@
 """`streamplane dev`: the coordinator on the embedded store plus N local Kafka clusters, in the foreground.
 
+With `--store postgres` the store is a throwaway PostgreSQL cluster under the data dir (Debian's binaries, run
+as the `postgres` user when we are root), and `--replicas N` runs N coordinator processes on it, each on its
+own port: a highly available control plane to kill replicas of (`streamplane fault coordinator`).
+
 Two engines: librdkafka's mock cluster (`mock`, the default: in memory, starts in a second) or real Apache
 Kafka brokers (`kafka`: one KRaft broker per cluster in its own JVM, its log under the data dir, so records
 survive restarts). Clusters are registered as local-a, local-b, ...; their ports change on every start, so
@@ -33,6 +37,7 @@ from streamplane.coordinator.topology import Topology
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.devcontrol import ControlServer
 from streamplane.devstack.kafka import USERS, KafkaCluster, free_port, side_by_side
+from streamplane.devstack.postgres import PostgresServer, reachable_folder
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from streamplane.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
 from streamplane.process import block_stop_signals, wait_for_stop
@@ -45,6 +50,8 @@ log = structlog.get_logger(__name__)
 START_TIMEOUT_S = 30.0
 ACTOR = "streamplane-dev"
 ENGINES = ("mock", "kafka")
+STORES = ("embedded", "postgres")
+MAX_REPLICAS = 9
 SECURITY = ("plaintext", "sasl_ssl")
 
 
@@ -118,6 +125,9 @@ class CoordinatorChild:
         """The web console's port (0: a free one, then kept across restarts); None: no console."""
         self.console_url = ""
         self.address = ""
+        self.replica_id = ""
+        """The replica id of the process serving now (a new one at every restart)."""
+        self.paused = False
         self.restarts = 0
         self._proc: subprocess.Popen[str] | None = None
         self._stopping = False
@@ -170,7 +180,7 @@ class CoordinatorChild:
         fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
         address = fields["coordinator"]
         with self._serving:
-            self._proc, self.address = proc, address
+            self._proc, self.address, self.replica_id, self.paused = proc, address, fields.get("replica", ""), False
             self.port = int(address.rsplit(":", 1)[1])  # a restart listens where clients look
             if "console" in fields:
                 self.console_url = fields["console"]
@@ -210,10 +220,32 @@ class CoordinatorChild:
                 raise UnavailableError(f"the coordinator did not come back within {timeout_s:.0f} s")
             return proc.pid, self.pid, time.monotonic() - began
 
+    def pause(self) -> int:
+        """SIGSTOP the process (a zombie: it holds its connections and wakes believing it is current); its pid."""
+        with self._lock:
+            proc = self._proc
+            if proc is None:
+                raise FailedPreconditionError("the coordinator is restarting")
+            proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+            return proc.pid
+
+    def resume(self) -> int:
+        """SIGCONT a paused process; its pid."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or not self.paused:
+                raise FailedPreconditionError("that coordinator replica is not paused")
+            proc.send_signal(signal.SIGCONT)
+            self.paused = False
+            return proc.pid
+
     def stop(self) -> None:
         with self._lock:
             self._stopping = True
             proc = self._proc
+        if proc is not None and self.paused:
+            proc.send_signal(signal.SIGCONT)  # a stopped process never sees SIGTERM
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
@@ -238,8 +270,15 @@ class LocalStack:
     engine: str = "mock"
     kafka_security: str = "plaintext"
     """'sasl_ssl' adds a SCRAM/PLAIN listener over TLS to each real broker (USERS, a generated certificate)."""
+    store: str = "embedded"
+    """'embedded' (SQLite in the data dir, one coordinator process) or 'postgres' (a throwaway server)."""
+    replicas: int = 1
+    """Coordinator processes; more than one needs the PostgreSQL store."""
     local: list[LocalCluster] = field(default_factory=list)
-    coordinator: CoordinatorChild | None = None
+    coordinators: list[CoordinatorChild] = field(default_factory=list)
+    postgres: PostgresServer | None = None
+    store_url: str = ""
+    """The PostgreSQL store's URL ('' on the embedded store)."""
     admin_token: str = ""
     """An admin token for the stack's own coordinator (authentication is on, even locally)."""
     token_file: Path | None = None
@@ -253,6 +292,11 @@ class LocalStack:
     def metrics_url(self) -> str:
         return f"http://{self.host}:{self.metrics_port}/metrics"
 
+    @property
+    def coordinator(self) -> CoordinatorChild | None:
+        """The first replica (the only one on the embedded store)."""
+        return self.coordinators[0] if self.coordinators else None
+
     def start(self) -> None:
         names = cluster_names(self.clusters)
         if self.engine not in ENGINES:
@@ -265,12 +309,26 @@ class LocalStack:
             raise InvalidArgumentError("--kafka-security sasl_ssl needs --engine kafka (the mock cluster has no SASL)")
         if self.kafka_security != "plaintext" and self.brokers > 1:
             raise InvalidArgumentError("--kafka-security sasl_ssl runs one broker per cluster: leave out --brokers")
+        if self.store not in STORES:
+            raise InvalidArgumentError(f"--store must be one of {', '.join(STORES)}, not {self.store!r}")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise InvalidArgumentError(f"--replicas must be between 1 and {MAX_REPLICAS}, not {self.replicas}")
+        if self.replicas > 1 and self.store != "postgres":
+            raise InvalidArgumentError(
+                "--replicas needs --store postgres: the embedded store serves one coordinator process"
+            )
         try:
             if self.engine == "kafka":
                 self._start_brokers(names)
             else:
                 self._start_clusters(names)
-            db = open_store(StoreConfig(driver="embedded", data_dir=Path(self.data_dir)))
+            if self.store == "postgres":
+                folder = reachable_folder(Path(self.data_dir) / "postgres")
+                if folder != Path(self.data_dir) / "postgres":
+                    print(f"PostgreSQL runs as user postgres in {folder}", file=sys.stderr, flush=True)
+                self.postgres = PostgresServer(folder).start()
+                self.store_url = self.postgres.ensure_database("streamplane")
+            db = open_store(StoreConfig.from_env(Path(self.data_dir), self.store_url or "embedded"))
             try:  # before the coordinator opens the store: one process at a time holds it
                 endpoints = [c.control_endpoint for c in self.local if c.control_endpoint]
                 self._register_and_reconcile(Topology(db, RoutingAdmin(), control_endpoints=endpoints))
@@ -281,13 +339,23 @@ class LocalStack:
             for c in self.local:
                 if c.control_endpoint:
                     security += ["--allow-control-endpoint", c.control_endpoint]
+            security += ["--store", self.store_url] if self.store_url else []
             issuer = TokenIssuer.of(load_keys(self.token_key_file, create=True))
-            self.coordinator = CoordinatorChild(
-                Path(self.data_dir), self.host, self.port, self.session_ttl_ms, security, self.console_port
-            )
-            self.coordinator.start()
+            for i in range(self.replicas):  # each its own port (the next ones after --port) and metrics port
+                extra = security if i == 0 else [*security, "--metrics-port", str(free_port())]
+                child = CoordinatorChild(
+                    Path(self.data_dir),
+                    self.host,
+                    self.port + i if self.port else 0,
+                    self.session_ttl_ms,
+                    extra,
+                    self.console_port if i == 0 else None,
+                )
+                child.start()
+                self.coordinators.append(child)
             self.admin_token = issuer.create("dev-admin", ADMIN, now_s=time.time(), ttl_s=ADMIN_TOKEN_TTL_S)
-            self.token_file = save_token(self.coordinator.address, self.admin_token)
+            for target in self._token_targets():
+                self.token_file = save_token(target, self.admin_token)
         except BaseException:
             self.stop()
             raise
@@ -359,8 +427,13 @@ class LocalStack:
 
     @property
     def coordinator_address(self) -> str:
-        assert self.coordinator is not None
-        return self.coordinator.address
+        """Every replica's address, comma-separated: what clients are given."""
+        assert self.coordinators
+        return ",".join(c.address for c in self.coordinators)
+
+    def _token_targets(self) -> list[str]:
+        """The addresses the admin token is left for: the list, and each replica alone (for the CLI)."""
+        return list(dict.fromkeys([*(c.address for c in self.coordinators), self.coordinator_address]))
 
     # -- faults, on purpose: the same on both engines
     def cluster(self, name: str) -> LocalCluster:
@@ -371,11 +444,56 @@ class LocalStack:
             f"no local cluster {name!r}; there are {', '.join(c.name for c in self.local)}", kind="cluster", name=name
         )
 
-    def kill_coordinator(self) -> dict[str, Any]:
-        """SIGKILL the coordinator; it is restarted on its port while the clusters stay up."""
-        assert self.coordinator is not None
-        old, new, away = self.coordinator.kill()
-        return {"killed_pid": old, "pid": new, "address": self.coordinator.address, "away_s": round(away, 3)}
+    def replica(self, number: int = 0, *, leader: bool = False, owner: str = "") -> int:
+        """Which replica (1-based) a fault is for: `number`, the one leading the sealer and the autopilot
+        (`leader`), or the one running group `owner`'s assignment; 1 when none is named."""
+        if sum((bool(number), leader, bool(owner))) > 1:
+            raise InvalidArgumentError("name one replica: --replica K, --leader or --owner GROUP")
+        if number:
+            if not 1 <= number <= len(self.coordinators):
+                raise InvalidArgumentError(f"--replica must be between 1 and {len(self.coordinators)}, not {number}")
+            return number
+        if not (leader or owner) or len(self.coordinators) == 1:
+            return 1
+        from streamplane.coordinator import leadership
+
+        db = open_store(StoreConfig.from_env(Path(self.data_dir), self.store_url))
+        try:
+            wanted = db.transact(lambda tr: leadership.group_owner(tr, owner) if owner else leadership.leader(tr))
+        finally:
+            db.close()
+        for i, child in enumerate(self.coordinators, 1):
+            if wanted and child.replica_id == wanted:
+                return i
+        what = f"group {owner!r} has no owner" if owner else "no replica leads"
+        raise FailedPreconditionError(f"{what} among the running replicas now; try again in a moment")
+
+    def restart_store(self) -> dict[str, Any]:
+        """Restart the PostgreSQL server (every replica loses every connection); FailedPrecondition on the
+        embedded store, which lives inside the coordinator's process."""
+        if self.postgres is None:
+            raise FailedPreconditionError("the store is embedded in the coordinator: kill the coordinator instead")
+        began = time.monotonic()
+        self.postgres.restart()
+        return {"store": "postgres", "url": self.store_url, "away_s": round(time.monotonic() - began, 3)}
+
+    def _describe(self, number: int) -> dict[str, Any]:
+        child = self.coordinators[number - 1]
+        return {"replica": number, "replica_id": child.replica_id, "address": child.address, "pid": child.pid}
+
+    def kill_coordinator(self, number: int = 1) -> dict[str, Any]:
+        """SIGKILL a replica; it is restarted on its port (a new replica id) while the clusters stay up."""
+        old, new, away = self.coordinators[number - 1].kill()
+        return {**self._describe(number), "killed_pid": old, "pid": new, "away_s": round(away, 3)}
+
+    def pause_coordinator(self, number: int = 1) -> dict[str, Any]:
+        """SIGSTOP a replica: it keeps its sockets and wakes, at `resume_coordinator`, as a zombie."""
+        self.coordinators[number - 1].pause()
+        return {**self._describe(number), "state": "paused"}
+
+    def resume_coordinator(self, number: int = 1) -> dict[str, Any]:
+        self.coordinators[number - 1].resume()
+        return {**self._describe(number), "state": "running"}
 
     def broker_down(self, cluster: str, broker: int = 0, *, pause: bool = False) -> dict[str, Any]:
         """Take one broker down (0: every broker of the cluster): the mock engine closes its listener; on real
@@ -440,11 +558,16 @@ class LocalStack:
         """What runs where, for `streamplane fault` and people."""
         return {
             "engine": self.engine,
+            "store": self.store,
             "coordinator": {
                 "address": self.coordinator_address,
                 "pid": self.coordinator.pid if self.coordinator else 0,
                 "restarts": self.coordinator.restarts if self.coordinator else 0,
             },
+            "replicas": [
+                {**self._describe(i), "restarts": c.restarts, "paused": c.paused}
+                for i, c in enumerate(self.coordinators, 1)
+            ],
             "clusters": {
                 c.name: {
                     "bootstrap_servers": c.bootstrap_servers,
@@ -462,11 +585,16 @@ class LocalStack:
         return Path(self.data_dir) / "token.key"
 
     def stop(self) -> None:
-        if self.coordinator is not None:
+        if self.coordinators:
             if self.admin_token:
-                forget_token(self.coordinator.address, self.admin_token)
-            self.coordinator.stop()
-            self.coordinator = None
+                for target in self._token_targets():
+                    forget_token(target, self.admin_token)
+            for child in self.coordinators:
+                child.stop()
+            self.coordinators.clear()
+        if self.postgres is not None:
+            self.postgres.stop()
+            self.postgres = None
         for cluster in self.local:
             if cluster.process is not None and cluster.process.poll() is None:
                 cluster.process.terminate()  # every mock cluster stops at once; then each is waited for
@@ -511,6 +639,8 @@ def run_dev(
     kafka_security: str = "plaintext",
     brokers: int = 0,
     console_port: int | None = 0,
+    store: str = "embedded",
+    replicas: int = 1,
 ) -> int:
     """Run the local stack in the foreground until SIGINT or SIGTERM, with its control endpoint for faults
     (`control=HOST:PORT`, also written to DATA_DIR/dev.json for `streamplane fault`)."""
@@ -530,12 +660,16 @@ def run_dev(
         kafka_security=kafka_security,
         brokers=brokers,
         console_port=console_port,
+        store=store,
+        replicas=replicas,
     )
     stack.start()
     control = None
     try:
         control = ControlServer(stack, data_dir)
-        print(f"coordinator={stack.coordinator_address} store=embedded data_dir={data_dir}", flush=True)
+        print(f"coordinator={stack.coordinator_address} store={store} data_dir={data_dir}", flush=True)
+        if stack.store_url:
+            print(f"postgres={stack.store_url}", flush=True)
         for cluster in stack.local:
             print(f"kafka.{cluster.name}={cluster.bootstrap_servers}", flush=True)
             node = cluster.kafka.brokers[0] if cluster.kafka is not None else None

@@ -273,3 +273,46 @@ class RunningConsumer:
     def stop(self) -> None:
         self.consumer.close()
         self.thread.join(10)
+
+
+class ProcessingLog:
+    """Every processing: (value, lease id, epoch, worker, time) per record, from any number of workers'
+    handlers; `overlaps` finds two holders of one lease processing at the same time."""
+
+    def __init__(self, handler_s: float = 0.0) -> None:
+        self.lock = threading.Lock()
+        self.rows: list[tuple[bytes, str, int, str, float]] = []
+        self.handler_s = handler_s
+        """How long each record takes its handler (slower than the input: a backlog waits at a revoke)."""
+
+    def handler(self, worker: str) -> Callable[[Any], None]:
+        def handle(msg: Any) -> None:
+            with self.lock:
+                self.rows.append((msg.value, msg.lease_id, msg.epoch, worker, time.time()))
+            if self.handler_s:
+                time.sleep(self.handler_s)
+
+        return handle
+
+    def values(self) -> set[bytes]:
+        with self.lock:
+            return {r[0] for r in self.rows}
+
+    def overlaps(self) -> list[str]:
+        """Leases whose holders at two epochs processed records in overlapping time windows."""
+        import itertools
+        from collections import defaultdict
+
+        windows: dict[str, dict[int, list[float]]] = defaultdict(dict)
+        with self.lock:
+            rows = list(self.rows)
+        for _, lease, epoch, _, at in rows:
+            w = windows[lease].setdefault(epoch, [at, at])
+            w[0], w[1] = min(w[0], at), max(w[1], at)
+        found = []
+        for lease, by_epoch in windows.items():
+            ordered = sorted(by_epoch.items())
+            for (e1, (_, end1)), (e2, (start2, _)) in itertools.pairwise(ordered):
+                if end1 >= start2:
+                    found.append(f"{lease}: epoch {e1} ran until {end1:.3f}, after epoch {e2} began at {start2:.3f}")
+        return found

@@ -6,20 +6,18 @@ Repetitions: STREAMPLANE_REVOKE_REPEAT (default 3 in the suite; the issue's soak
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from streamplane.client import Consumer, CoordinatorClient, Message, Producer
+from streamplane.client import Consumer, CoordinatorClient, Producer
 from streamplane.devstack.devcontrol import DevControl
 from streamplane.model import LeaseInfo
-from tests.helpers import Proc, real_kafka_jars, scoped_token, start_dev, wait_until
+from tests.helpers import Proc, ProcessingLog, real_kafka_jars, scoped_token, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -41,36 +39,6 @@ def dev(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     proc.stop()
 
 
-class Log:
-    """Every processing: (lease id, epoch, worker, time) per record value."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.rows: list[tuple[bytes, str, int, str, float]] = []
-
-    def handler(self, worker: str) -> Callable[[Message], None]:
-        def handle(msg: Message) -> None:
-            with self.lock:
-                self.rows.append((msg.value, msg.lease_id, msg.epoch, worker, time.time()))
-            time.sleep(HANDLER_S)  # slower than the input: a backlog is queued when a revoke comes
-
-        return handle
-
-    def overlaps(self) -> list[str]:
-        """Leases whose holders at two epochs processed records in overlapping time windows."""
-        windows: dict[str, dict[int, list[float]]] = defaultdict(dict)
-        for _, lease, epoch, _, at in self.rows:
-            w = windows[lease].setdefault(epoch, [at, at])
-            w[0], w[1] = min(w[0], at), max(w[1], at)
-        found = []
-        for lease, by_epoch in windows.items():
-            ordered = sorted(by_epoch.items())
-            for (e1, (_, end1)), (e2, (start2, _)) in itertools.pairwise(ordered):
-                if end1 >= start2:
-                    found.append(f"{lease}: epoch {e1} ran until {end1:.3f}, after epoch {e2} began at {start2:.3f}")
-        return found
-
-
 @pytest.mark.parametrize("round_", range(REPEAT))
 def test_a_revoke_stops_the_old_holder_while_the_partitions_broker_is_down(dev, round_: int) -> None:
     engine, address, data = dev
@@ -79,7 +47,7 @@ def test_a_revoke_stops_the_old_holder_while_the_partitions_broker_is_down(dev, 
     with CoordinatorClient(address) as client:
         client.create_stream(stream, PARTITIONS, cluster="local-a")
     topic = f"sp.{stream}.realtime.g1"
-    log, stop = Log(), threading.Event()
+    log, stop = ProcessingLog(HANDLER_S), threading.Event()
     values = {b"%d" % i for i in range(RECORDS)}
 
     ingest, worker_token = scoped_token(address, "producer", stream), scoped_token(address, "consumer", stream, group)
