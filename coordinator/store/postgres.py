@@ -209,11 +209,14 @@ class PostgresDatabase:
             raise StoreUnavailableError(f"{self._where} is closed")
         started = time.monotonic()
         delay = [0.01]
+        conflicts = [0]
 
         def attempt(body: Callable[[Transaction], Any]) -> Any:
             try:
-                return self._attempt(body)
-            except retry.CommitFailed:
+                return self._attempt(body, exclusive=conflicts[0] > 0)
+            except retry.CommitFailed as failed:
+                if not failed.unknown:
+                    conflicts[0] += 1  # the next attempt waits for the writers instead of racing them
                 time.sleep(delay[0])  # a conflict: back off a little, as FoundationDB's retry loop does
                 delay[0] = min(1.0, delay[0] * 2)
                 raise
@@ -226,39 +229,56 @@ class PostgresDatabase:
 
         return retry.run(attempt, fn, self._tokens, max_attempts=None)
 
-    def _attempt(self, body: Callable[[Transaction], Any]) -> Any:
+    def _attempt(self, body: Callable[[Transaction], Any], *, exclusive: bool = False) -> Any:
+        """One try. `exclusive` (after a serialization failure): take the writers' lock before the snapshot,
+        so no write can commit while this transaction runs, and it cannot fail to serialize again. Writes only
+        happen at the flush, under that lock; SERIALIZABLE's predicate locks are coarser than the keys read
+        (pages, relations), so disjoint writers can conflict, and an optimistic retry could lose every time."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
         try:
             with self._pool.connection() as conn:
-                tr = PostgresTransaction(conn)
-                tr.registry = self._watches
+                if exclusive:
+                    conn.autocommit = True  # a session lock, taken before the transaction and its snapshot
+                    conn.execute("SELECT pg_advisory_lock(%s)", (STAMP_LOCK,))
+                    conn.autocommit = False
                 try:
-                    result = body(tr)
-                    if tr._dirty:
-                        tr.flush()
-                except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
-                    conn.rollback()
-                    raise retry.CommitFailed(unknown=False) from err
-                except psycopg.errors.ProgramLimitExceeded as err:
-                    conn.rollback()
-                    raise StoreLimitError(f"{self._where} refused the transaction: {_first_line(err)}") from err
-                except psycopg.OperationalError as err:
-                    raise _UnreachableError(_first_line(err)) from err  # nothing committed
-                except BaseException:
-                    conn.rollback()
-                    raise
-                try:
-                    self._commit(conn)
-                except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
-                    raise retry.CommitFailed(unknown=False, result=result) from err
-                except psycopg.OperationalError as err:  # lost during COMMIT: it may have happened
-                    raise retry.CommitFailed(unknown=True, result=result) from err
+                    return self._run(conn, body)
+                finally:
+                    if exclusive:
+                        _unlock(conn)
         except PoolTimeout as err:
             raise _UnreachableError(str(err)) from err
         except psycopg.OperationalError as err:  # the pool's connection broke before the body ran
             raise _UnreachableError(_first_line(err)) from err
+
+    def _run(self, conn: Any, body: Callable[[Transaction], Any]) -> Any:
+        import psycopg
+
+        tr = PostgresTransaction(conn)
+        tr.registry = self._watches
+        try:
+            result = body(tr)
+            if tr._dirty:
+                tr.flush()
+        except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
+            conn.rollback()
+            raise retry.CommitFailed(unknown=False) from err
+        except psycopg.errors.ProgramLimitExceeded as err:
+            conn.rollback()
+            raise StoreLimitError(f"{self._where} refused the transaction: {_first_line(err)}") from err
+        except psycopg.OperationalError as err:
+            raise _UnreachableError(_first_line(err)) from err  # nothing committed
+        except BaseException:
+            conn.rollback()
+            raise
+        try:
+            self._commit(conn)
+        except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
+            raise retry.CommitFailed(unknown=False, result=result) from err
+        except psycopg.OperationalError as err:  # lost during COMMIT: it may have happened
+            raise retry.CommitFailed(unknown=True, result=result) from err
         if tr._dirty:
             tr.get_versionstamp().committed = True
         for watch in tr.new_watches:
@@ -327,6 +347,17 @@ class PostgresDatabase:
 
 class _UnreachableError(Exception):
     """The database could not be reached for this attempt (nothing committed)."""
+
+
+def _unlock(conn: Any) -> None:
+    """Let the writers' session lock go. Never raises: the transaction's outcome is decided already. If the
+    connection cannot say so, it is closed (the pool drops it), and the lock goes with its session."""
+    try:
+        conn.autocommit = True
+        conn.execute("SELECT pg_advisory_unlock(%s)", (STAMP_LOCK,))
+        conn.autocommit = False
+    except Exception:
+        conn.close()
 
 
 def _serializable(conn: Any) -> None:
