@@ -68,3 +68,41 @@ def test_a_replica_killed_under_a_consumer_costs_a_reconnect_and_redelivers_noth
     finally:
         for proc, _ in replicas:
             proc.stop()
+
+
+def test_the_go_client_given_every_replica_moves_past_dead_ones(postgres, tmp_path: Path) -> None:
+    """Dial with a list: the first address has nothing listening, and later the first live replica dies; each
+    time the Go client reaches a live one by itself."""
+    import os
+    import shutil
+    import subprocess
+
+    from tests.helpers import REPO, free_port
+
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("the Go client is not exercised: no Go toolchain on this machine")
+    url = postgres.create_database()
+    replicas = [start_coordinator(tmp_path / f"r{i}", store=url) for i in range(2)]
+    listing = ",".join([f"127.0.0.1:{free_port()}", *(address for _, address in replicas)])
+
+    def whoami() -> subprocess.CompletedProcess[str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("STREAMPLANE_TOKEN", "STREAMPLANE_TLS"))}
+        return subprocess.run(
+            [go, "test", "-count=1", "-v", "-run", "TestWhoAmI", "."],
+            cwd=REPO / "clients" / "go",
+            env={**base, "STREAMPLANE_COORDINATOR": listing},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    try:
+        done = whoami()
+        assert done.returncode == 0 and "whoami name=" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+        replicas[0][0].kill9()
+        done = whoami()
+        assert done.returncode == 0 and "whoami name=" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    finally:
+        for proc, _ in replicas:
+            proc.stop()
