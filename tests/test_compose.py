@@ -1,4 +1,5 @@
-"""compose/docker-compose.yml is a valid compose file with the engines the design names.
+"""compose/docker-compose.yml is a valid compose file with the engines the design names: PostgreSQL with three
+coordinator replicas by default, FoundationDB with two more under `--profile fdb`.
 
 Validation needs only Debian's docker-compose (no engine); starting the stack needs a Docker engine, which
 these machines do not have.
@@ -19,9 +20,14 @@ def test_compose_file_is_valid_and_has_the_engines(docker_compose: str) -> None:
     services = subprocess.run(
         [docker_compose, "-f", str(COMPOSE), "config", "--services"], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert {"fdb", "kafka-a", "kafka-b", "coordinator-1", "coordinator-2", "prometheus", "grafana"} <= set(services)
+    assert {"postgres", "kafka-a", "kafka-b", "prometheus", "grafana"} <= set(services)
+    replicas = {"coordinator-1", "coordinator-2", "coordinator-3", "coordinator-fdb-1", "coordinator-fdb-2"}
+    assert replicas <= set(services)
     rendered = subprocess.run(
         [docker_compose, "-f", str(COMPOSE), "config"], capture_output=True, text=True, check=True
     ).stdout
-    assert rendered.count("STREAMPLANE_STORE: fdb") == 2, "both coordinator replicas run on FoundationDB"
+    assert rendered.count("STREAMPLANE_STORE: postgresql://streamplane@postgres:5432/streamplane") == 3, (
+        "three coordinator replicas on one PostgreSQL"
+    )
+    assert rendered.count("STREAMPLANE_STORE: fdb") == 2, "two more on FoundationDB, with --profile fdb"
     assert rendered.count("KAFKA_PROCESS_ROLES: broker,controller") == 2, "both Kafka clusters run KRaft"
