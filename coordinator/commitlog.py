@@ -204,9 +204,7 @@ def _oldest_pending(c: Commit, header: Header) -> int:
     return min(c.oldest_pending_ts_ms or header.oldest_pending_ts_ms, header.oldest_pending_ts_ms)
 
 
-def check_writer(
-    tr: Transaction, group: str, lid: str, epoch: int, principal: str = "", session_id: str = ""
-) -> None:
+def check_writer(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "", session_id: str = "") -> None:
     """Who may write a partition's progress: the lease holder at `epoch`; or, with epoch 0, an unmanaged group
     (one the Assigner never served, whose progress an external engine such as Spark tracks and fences with
     its own checkpoints). With `principal`, only the principal of the holder's session writes."""
@@ -479,6 +477,8 @@ def _apply_many(
     principal: str = "",
     session_id: str = "",
 ) -> list[CommitResult | StreamplaneError]:
+    tr.run_alone()  # many workers' batches at once: on PostgreSQL, queued rather than racing and retrying
+    _prefetch(tr, group, [lease for lease, c in zip(leases, prepared, strict=True) if isinstance(c, Commit)])
     out: list[CommitResult | StreamplaneError] = []
     for (lid, epoch), c in zip(leases, prepared, strict=True):
         if isinstance(c, StreamplaneError):
@@ -489,6 +489,26 @@ def _apply_many(
         except StreamplaneError as err:
             out.append(err)
     return out
+
+
+def _prefetch(tr: Transaction, group: str, leases: list[tuple[str, int]]) -> None:
+    """Read what the commits of many leases read, together: the group, its settings, each generation, each
+    partition's summary, its done blocks and retry state (on PostgreSQL, two statements instead of about six
+    per lease). Lease ids that do not parse are left to their commit's own error."""
+    wanted = [keys.group_key(group), keys.group_config_key(group)]
+    spans = []
+    for lid, epoch in leases:
+        try:
+            pk = _partition(group, lid)
+        except StreamplaneError:
+            continue
+        wanted += [keys.generation_key(*pk[1:4]), keys.progress_key(pk)]
+        if epoch:
+            wanted.append(keys.lease_key(group, *pk[1:]))
+        for space in (keys.DONE, keys.RETRIES):
+            r = space.range(pk)
+            spans.append((r.start, r.stop))
+    tr.prefetch(wanted, spans)
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,45 @@ def test_range_reads_merge_this_transactions_writes_clears_and_limits(store: Dat
     assert store.transact(lambda tr: tr.get_range(prefix, end)) == expected  # and so it was committed
 
 
+def test_prefetched_reads_answer_exactly_as_reads_do(store: Database, prefix: bytes) -> None:
+    """`prefetch` (a batch of keys and whole ranges read at once) changes no answer: absent keys, this
+    transaction's own writes and clears, limits and reverse order inside a prefetched range, and a second read
+    of a key, all as without it. `run_alone` changes none either."""
+    a, b = prefix + b"a/", prefix + b"b/"
+    _set_all(store, {a + b"1": b"1", a + b"2": b"2", a + b"3": b"3", a + b"4": b"4", b + b"1": b"x"})
+
+    def reads(prefetching: bool) -> list[object]:
+        def body(tr: Transaction) -> list[object]:
+            tr.run_alone()
+            tr.set(a + b"2", b"two")
+            tr.clear(a + b"4")
+            tr.clear_range(b, b + b"\xff")
+            if prefetching:
+                tr.prefetch([a + b"1", a + b"9", b + b"1", a + b"2"], [(a, a + b"\xff"), (b, b + b"\xff")])
+            tr.set(a + b"5", b"five")  # a write after the prefetch
+            return [
+                tr.get(a + b"1"),
+                tr.get(a + b"1"),
+                tr.get(a + b"9"),
+                tr.get(a + b"3"),
+                tr.get(a + b"2"),
+                tr.get(a + b"4"),
+                tr.get(b + b"1"),
+                tr.get(a + b"0"),
+                tr.get_range(a, a + b"\xff"),
+                tr.get_range(a, a + b"\xff", limit=2, reverse=True),
+                tr.get_range(a + b"2", a + b"4"),
+                tr.get_range(b, b + b"\xff"),
+            ]
+
+        return store.transact(body)
+
+    plain = reads(False)
+    assert plain[:8] == [b"1", b"1", None, b"3", b"two", None, None, None]
+    assert plain[8] == [(a + b"1", b"1"), (a + b"2", b"two"), (a + b"3", b"3"), (a + b"5", b"five")]
+    assert reads(True) == plain
+
+
 def test_range_reads_forward_reverse_and_limit(store: Database, prefix: bytes) -> None:
     items = {prefix + bytes([i]): bytes([i]) * 3 for i in (5, 1, 9, 3, 7)}
     _set_all(store, items)

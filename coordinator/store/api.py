@@ -10,7 +10,7 @@ outside `tr`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from streamplane.errors import LimitExceededError, UnavailableError
@@ -69,6 +69,18 @@ class Transaction(Protocol):
 
         A snapshot read adds no read conflict (FoundationDB), for reads that must not abort the transaction.
         """
+        ...
+
+    def run_alone(self) -> None:
+        """A hint, given before the transaction's first read: it writes what many transactions like it write at
+        the same time (the commit log's batches). A store whose conflict detection is coarser than our keys may
+        run it alone rather than let it race and retry; stores that run transactions one at a time, or detect
+        conflicts per key, ignore it."""
+        ...
+
+    def prefetch(self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """A hint: these keys and these whole ranges are about to be read. A store may read them now, together
+        (one round trip instead of one per read); later reads answer the same either way."""
         ...
 
     def set(self, key: bytes, value: bytes) -> None:

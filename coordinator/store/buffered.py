@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from streamplane.coordinator.store.api import (
@@ -25,6 +25,21 @@ class RowsReader(Protocol):
     def get(self, key: bytes) -> bytes | None: ...
 
     def range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[tuple[bytes, bytes]]: ...
+
+    def many(
+        self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[dict[bytes, bytes], list[list[tuple[bytes, bytes]]]]:
+        """The committed values of `keys` (those present), and every row of each range in key order: in as few
+        reads as the store allows."""
+        ...
+
+
+def read_many(
+    rows: RowsReader, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]]
+) -> tuple[dict[bytes, bytes], list[list[tuple[bytes, bytes]]]]:
+    """`RowsReader.many` one read at a time: for stores in the process, where a read costs no round trip."""
+    found = {k: v for k in keys if (v := rows.get(k)) is not None}
+    return found, [rows.range(b, e, 0, False) for b, e in ranges]
 
 
 class BufferedWatch:
@@ -136,18 +151,64 @@ class BufferedTransaction:
         self.cleared_ranges: list[tuple[bytes, bytes]] = []
         self.new_watches: list[BufferedWatch] = []
         self.registry: WatchRegistry | None = None
+        self._read: dict[bytes, bytes | None] = {}
+        """Committed values this transaction read (its snapshot: a second read of a key costs nothing)."""
+        self._spans: list[tuple[bytes, bytes, list[tuple[bytes, bytes]]]] = []
+        """Whole ranges read by `prefetch`, sorted by start: (begin, end, rows). Gets and range reads inside one
+        are answered from it, absent keys included."""
 
     def _cleared(self, key: bytes) -> bool:
         return any(b <= key < e for b, e in self.cleared_ranges)
 
+    def run_alone(self) -> None:
+        """The embedded store runs transactions one at a time already (the PostgreSQL driver overrides it)."""
+
     # -- reads
+    def prefetch(self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        wanted = [k for k in dict.fromkeys(keys) if k not in self._read and self._span(k, k) is None]
+        spans = [(b, e) for b, e in dict.fromkeys(ranges) if self._span(b, e) is None]
+        if not wanted and not spans:
+            return
+        found, rows = self._rows.many(wanted, spans)
+        for key in wanted:
+            self._read[key] = found.get(key)
+        for (b, e), got in zip(spans, rows, strict=True):
+            bisect.insort(self._spans, (b, e, got), key=lambda span: span[0])
+
+    def _span(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]] | None:
+        """The prefetched rows of a whole range holding [begin, end] (a key: begin == end), or None."""
+        i = bisect.bisect_right(self._spans, begin, key=lambda span: span[0]) - 1
+        if i >= 0:
+            b, e, rows = self._spans[i]
+            if b <= begin and (begin < e if begin == end else end <= e):
+                return rows
+        return None
+
     def get(self, key: bytes) -> bytes | None:
         check_key(key)
         if key in self.values:
             return self.values[key]
         if self.cleared_ranges and self._cleared(key):
             return None
-        return self._rows.get(key)
+        if key in self._read:
+            return self._read[key]
+        rows = self._span(key, key) if self._spans else None
+        if rows is not None:
+            i = bisect.bisect_left(rows, key, key=lambda row: row[0])
+            return rows[i][1] if i < len(rows) and rows[i][0] == key else None
+        value = self._read[key] = self._rows.get(key)
+        return value
+
+    def _committed_range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[tuple[bytes, bytes]]:
+        rows = self._span(begin, end) if self._spans else None
+        if rows is None:
+            return self._rows.range(begin, end, limit, reverse)
+        inside = rows[
+            bisect.bisect_left(rows, begin, key=lambda r: r[0]) : bisect.bisect_left(rows, end, key=lambda r: r[0])
+        ]
+        if reverse:
+            inside = inside[::-1]
+        return inside[:limit] if limit > 0 else inside
 
     def get_range(
         self, begin: bytes, end: bytes, *, limit: int = 0, reverse: bool = False, snapshot: bool = False
@@ -155,8 +216,8 @@ class BufferedTransaction:
         mine = self._written_in(begin, end)
         cleared = [(b, e) for b, e in self.cleared_ranges if b < end and begin < e]
         if not mine and not cleared:
-            return self._rows.range(begin, end, limit, reverse)
-        rows = self._rows.range(begin, end, 0, reverse)  # merged with this transaction's writes, then limited
+            return self._committed_range(begin, end, limit, reverse)
+        rows = self._committed_range(begin, end, 0, reverse)  # merged with this transaction's writes, then limited
         merged = {k: v for k, v in rows if not any(b <= k < e for b, e in cleared)}
         for k in mine:
             value = self.values[k]

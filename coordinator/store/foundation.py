@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from streamplane.coordinator.store import retry
@@ -89,6 +89,12 @@ class FdbTransaction:
     ) -> list[tuple[bytes, bytes]]:
         source = self._tr.snapshot if snapshot else self._tr
         return [(bytes(kv.key), bytes(kv.value)) for kv in source.get_range(begin, end, limit=limit, reverse=reverse)]
+
+    def run_alone(self) -> None:
+        """FoundationDB detects conflicts per key range: racing costs nothing when the keys differ."""
+
+    def prefetch(self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """FoundationDB's reads are futures the client pipelines: nothing to gather here."""
 
     def set(self, key: bytes, value: bytes) -> None:
         self._tr.set(key, value)

@@ -26,7 +26,7 @@ import json
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import structlog
@@ -79,6 +79,25 @@ class _Rows:
         row = self._conn.execute("SELECT value FROM streamplane_kv WHERE key = %s", (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
+    def many(
+        self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[dict[bytes, bytes], list[list[tuple[bytes, bytes]]]]:
+        """Two statements at most, whatever the number of keys and ranges."""
+        found: dict[bytes, bytes] = {}
+        if keys:
+            rows = self._conn.execute("SELECT key, value FROM streamplane_kv WHERE key = ANY(%s)", (list(keys),))
+            found = {bytes(k): bytes(v) for k, v in rows}
+        spans: list[list[tuple[bytes, bytes]]] = [[] for _ in ranges]
+        if ranges:
+            rows = self._conn.execute(
+                "SELECT r.i, kv.key, kv.value FROM unnest(%s::bytea[], %s::bytea[]) WITH ORDINALITY AS r(b, e, i) "
+                "JOIN streamplane_kv kv ON kv.key >= r.b AND kv.key < r.e ORDER BY r.i, kv.key",
+                ([b for b, _ in ranges], [e for _, e in ranges]),
+            )
+            for i, k, v in rows:
+                spans[i - 1].append((bytes(k), bytes(v)))
+        return found, spans
+
     def range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[tuple[bytes, bytes]]:
         order = "DESC" if reverse else "ASC"
         sql = f"SELECT key, value FROM streamplane_kv WHERE key >= %s AND key < %s ORDER BY key {order}"
@@ -90,10 +109,12 @@ class _Rows:
 class PostgresTransaction(BufferedTransaction):
     """A buffered transaction whose versionstamp is taken from the counter row by its first stamped write."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, *, alone: bool = False) -> None:
         super().__init__(_Rows(conn), 0)
         self._conn = conn
         self._stamped = False
+        self.alone = alone
+        """Whether it holds the writers' session lock (taken before its snapshot): the database lets it go."""
         self.seen: dict[bytes, bytes | None] = {}
         """The value each watched key had in this transaction (see PostgresDatabase._check_unchanged)."""
 
@@ -101,6 +122,16 @@ class PostgresTransaction(BufferedTransaction):
         watch = super().watch(key)
         self.seen[key] = self.get(key)
         return watch
+
+    def run_alone(self) -> None:
+        """Take the writers' lock before the transaction's snapshot, if nothing was read yet: no write can commit
+        while it runs, so it cannot fail to serialize (at the cost of running beside no other writer)."""
+        import psycopg
+
+        if self.alone or self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return  # already alone, or its snapshot is taken: too late to help
+        _lock(self._conn)
+        self.alone = True
 
     def _draw_stamp(self) -> None:
         """This transaction's versionstamp, under a lock held until it commits: the next one is drawn only once
@@ -126,14 +157,14 @@ class PostgresTransaction(BufferedTransaction):
             cur.execute("DELETE FROM streamplane_kv WHERE key >= %s AND key < %s", (begin, end))
         upserts = [(k, v) for k, v in self.values.items() if v is not None]
         deletes = [(k,) for k, v in self.values.items() if v is None]
-        if upserts:
-            cur.executemany(
-                "INSERT INTO streamplane_kv (key, value) VALUES (%s, %s) "
+        if upserts:  # one statement each, whatever the number of rows
+            cur.execute(
+                "INSERT INTO streamplane_kv (key, value) SELECT * FROM unnest(%s::bytea[], %s::bytea[]) "
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                upserts,
+                ([k for k, _ in upserts], [v for _, v in upserts]),
             )
         if deletes:
-            cur.executemany("DELETE FROM streamplane_kv WHERE key = %s", deletes)
+            cur.execute("DELETE FROM streamplane_kv WHERE key = ANY(%s)", ([k for (k,) in deletes],))
         cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, _payload(self.written, self.cleared_ranges)))
 
 
@@ -240,23 +271,21 @@ class PostgresDatabase:
         try:
             with self._pool.connection() as conn:
                 if exclusive:
-                    conn.autocommit = True  # a session lock, taken before the transaction and its snapshot
-                    conn.execute("SELECT pg_advisory_lock(%s)", (STAMP_LOCK,))
-                    conn.autocommit = False
+                    _lock(conn)
+                tr = PostgresTransaction(conn, alone=exclusive)
                 try:
-                    return self._run(conn, body)
+                    return self._run(conn, tr, body)
                 finally:
-                    if exclusive:
+                    if tr.alone:
                         _unlock(conn)
         except PoolTimeout as err:
             raise _UnreachableError(str(err)) from err
         except psycopg.OperationalError as err:  # the pool's connection broke before the body ran
             raise _UnreachableError(_first_line(err)) from err
 
-    def _run(self, conn: Any, body: Callable[[Transaction], Any]) -> Any:
+    def _run(self, conn: Any, tr: PostgresTransaction, body: Callable[[Transaction], Any]) -> Any:
         import psycopg
 
-        tr = PostgresTransaction(conn)
         tr.registry = self._watches
         try:
             result = body(tr)
@@ -349,6 +378,13 @@ class _UnreachableError(Exception):
     """The database could not be reached for this attempt (nothing committed)."""
 
 
+def _lock(conn: Any) -> None:
+    """The writers' lock as a session lock, taken outside any transaction (so before the next one's snapshot)."""
+    conn.autocommit = True
+    conn.execute("SELECT pg_advisory_lock(%s)", (STAMP_LOCK,))
+    conn.autocommit = False
+
+
 def _unlock(conn: Any) -> None:
     """Let the writers' session lock go. Never raises: the transaction's outcome is decided already. If the
     connection cannot say so, it is closed (the pool drops it), and the lock goes with its session."""
@@ -361,8 +397,13 @@ def _unlock(conn: Any) -> None:
 
 
 def _serializable(conn: Any) -> None:
+    """Each pooled connection: SERIALIZABLE, and index scans only. Every query of ours reads keys or key
+    ranges; a sequential scan (the planner's choice on a small table) would take SERIALIZABLE's predicate lock
+    on the whole table, and every concurrent writer would then fail to serialize."""
     import psycopg
 
+    conn.execute("SET enable_seqscan = off")
+    conn.commit()
     conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -125,6 +125,13 @@ class Tracked:
     ) -> list[tuple[bytes, bytes]]:
         self._read()
         return self._tr.get_range(begin, end, limit=limit, reverse=reverse, snapshot=snapshot)
+
+    def run_alone(self) -> None:
+        self._tr.run_alone()
+
+    def prefetch(self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        self._read()
+        self._tr.prefetch(keys, ranges)
 
     def set(self, key: bytes, value: bytes) -> None:
         self.wrote = True
