@@ -106,3 +106,50 @@ def test_the_go_client_given_every_replica_moves_past_dead_ones(postgres, tmp_pa
     finally:
         for proc, _ in replicas:
             proc.stop()
+
+
+def test_a_spark_query_given_every_replica_reads_and_records_its_progress_past_a_dead_one(
+    spark, postgres, local_cluster, tmp_path: Path
+) -> None:
+    """The source's `coordinator` option and its progress listener take the replica list: with the first
+    replica killed before the query starts, the query reads everything and its group's lag reaches zero."""
+    bootstrap, control = local_cluster
+    url = postgres.create_database()
+    replicas = [
+        start_coordinator(tmp_path / f"r{i}", control_endpoints=[control.endpoint], store=url) for i in range(2)
+    ]
+    both = ",".join(address for _, address in replicas)
+    try:
+        register_local_clusters(replicas[0][1], bootstrap, control.endpoint, ("east",))
+        with CoordinatorClient(both) as client:
+            client.create_stream("ha-spark", 2, cluster="east")
+        with Producer(both, **{"linger.ms": 5}) as producer:
+            for i in range(500):
+                producer.produce("ha-spark", b"%d" % i, key=b"%d" % i)
+            assert producer.flush(30) == 0
+        replicas[0][0].kill9()
+        query = (
+            spark.readStream.format("streamplane")
+            .option("coordinator", both)
+            .option("stream", "ha-spark")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "data"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .queryName("ha_spark")
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120) and query.exception() is None
+        got = {bytes(r.value) for r in spark.read.parquet(str(tmp_path / "data")).select("value").collect()}
+        assert got == {b"%d" % i for i in range(500)}
+
+        def caught_up() -> bool:
+            with CoordinatorClient(both) as client:
+                lag = client.lag("spark-ha_spark")
+            return len(lag.partitions) == 2 and lag.offset_lag == 0
+
+        wait_until(caught_up, timeout=30, what=lambda: "the query's progress was not recorded")
+    finally:
+        for proc, _ in replicas:
+            proc.stop()
