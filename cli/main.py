@@ -15,14 +15,16 @@ import secrets
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamplane import errors, model
-from streamplane.cli.output import print_json, print_table, to_jsonable
+from streamplane.cli.output import print_json, print_table
 from streamplane.client.coordinator import DEFAULT_COORDINATOR, CoordinatorClient
 from streamplane.client.credentials import ClientTls
+from streamplane.model import to_jsonable
 
 if TYPE_CHECKING:
+    from streamplane.coordinator.assigner import AssignerConfig
     from streamplane.coordinator.guard import Guard
 
 EXIT_CODES: list[tuple[type[errors.StreamplaneError], int]] = [
@@ -403,7 +405,7 @@ def cmd_group_describe(args: argparse.Namespace) -> None:
         return
     now = int(_time.time() * 1000)
     print(f"group {desc.group}  (assignment loop on {desc.leader_replica or 'no leader'})")
-    held: dict[str, list] = {}
+    held: dict[str, list[Any]] = {}
     for lease in desc.leases:
         held.setdefault(lease.worker_id, []).append(lease)
     print_table(
@@ -713,7 +715,7 @@ def cmd_fault(args: argparse.Namespace) -> None:
         print(done)
 
 
-def _assigner_config(args: argparse.Namespace):
+def _assigner_config(args: argparse.Namespace) -> AssignerConfig:
     from streamplane.coordinator.assigner import AssignerConfig
 
     if not 100 <= args.session_ttl_ms <= 60_000:
@@ -789,8 +791,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tls-key", default=None, help="key of the client certificate (env STREAMPLANE_TLS_KEY)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(parent: argparse._SubParsersAction, name: str, fn: Callable, help_: str) -> argparse.ArgumentParser:
-        p = parent.add_parser(name, help=help_, description=help_)
+    def add(
+        parent: argparse._SubParsersAction[argparse.ArgumentParser], name: str, fn: Callable[..., Any], help_: str
+    ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(name, help=help_, description=help_)
         p.set_defaults(fn=fn)
         return p
 

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -112,13 +112,13 @@ class _Link:
     conn: KafkaConnection | None = None
     session: fetch.FetchSession = field(default_factory=fetch.FetchSession)
     in_flight: str = ""  # "" | "session" | "oneoff"
-    sent: dict = field(default_factory=dict)  # tp: PartitionFetch of the request in flight
-    forgotten: list = field(default_factory=list)
-    parts: dict = field(default_factory=dict)  # tp: _Partition of the request in flight
+    sent: dict[Any, Any] = field(default_factory=dict)  # tp: PartitionFetch of the request in flight
+    forgotten: list[Any] = field(default_factory=list)
+    parts: dict[Any, Any] = field(default_factory=dict)  # tp: _Partition of the request in flight
     version: int = 0
     reserved: int = 0
     built_at: int = -1  # the loop's change count when `wanted` and `body` below were built
-    wanted: dict = field(default_factory=dict)
+    wanted: dict[Any, Any] = field(default_factory=dict)
     body: bytes = b""  # the full-fetch request as last encoded (brokers without sessions)
     synced_at: int = -1  # the change count whose partitions the broker's session holds as they are
     sent_at: int = -1  # the change count the request in flight was built at
@@ -305,7 +305,8 @@ class FetchLoop:
         waiting = [link for link in self._links.values() if link.in_flight and link.conn is not None]
         timeout = 0.5 if waiting else 0.05 if self._parts else 0.5
         try:
-            ready, _, _ = select.select([self._wake_r, *[link.conn for link in waiting]], [], [], timeout)
+            watched: list[Any] = [self._wake_r, *[link.conn for link in waiting if link.conn is not None]]
+            ready, _, _ = select.select(watched, [], [], timeout)
         except (OSError, ValueError):  # a connection closed under us: the next round re-routes
             return
         for item in ready:
@@ -613,7 +614,7 @@ class FetchLoop:
         mine = self._parts
         for got in response.partitions:
             p = parts.get((got.topic, got.partition))
-            if p is None or mine.get(p.key) is not p:
+            if p is None or p.key not in mine or mine[p.key] is not p:
                 continue  # left the loop while its fetch was in flight
             if kind == "oneoff":
                 self._deliver_oneoff(p, got, sent[p.tp].offset)

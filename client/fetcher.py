@@ -8,7 +8,9 @@ a bad batch: a batch past the decompression limit, or corrupt, is skipped and re
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import structlog
 
@@ -18,6 +20,7 @@ from streamplane.errors import DecodeError, UnavailableError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED, DecodedBatch, decode
 
 log = structlog.get_logger(__name__)
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class PartitionFetcher:
     def _drop_leader(self) -> None:
         self.close()
 
-    def _with_retries(self, what: str, fn):
+    def _with_retries(self, what: str, fn: Callable[[KafkaConnection], R]) -> R:
         delay, cap = self._backoff
         while True:
             try:
@@ -169,7 +172,7 @@ class PartitionFetcher:
                 )
             return self._decode(part.records, part.high_watermark, part.aborted)
 
-    def _decode(self, records: memoryview, high_watermark: int, aborted: list | None) -> Fetched:
+    def _decode(self, records: memoryview, high_watermark: int, aborted: list[Any] | None) -> Fetched:
         got = decode_records(
             records, self.position, high_watermark, max_decompressed=self.max_decompressed, aborted=aborted
         )
@@ -187,7 +190,7 @@ class PartitionFetcher:
 
 
 def decode_records(
-    records: memoryview, position: int, high_watermark: int, *, max_decompressed: int, aborted: list | None
+    records: memoryview, position: int, high_watermark: int, *, max_decompressed: int, aborted: list[Any] | None
 ) -> Fetched:
     """Decode one partition's fetched record set read from `position`. Fetch v3+ always carries the first
     batch whole (KIP-74); a bad batch after good ones ends the result early and comes first in the next

@@ -94,7 +94,7 @@ class ByPriority(queue.Queue[Any]):
         super().__init__()
 
     def _init(self, maxsize: int) -> None:
-        self.queue: list[tuple[int, int, Any]] = []  # type: ignore[assignment]
+        self.queue: list[tuple[int, int, Any]] = []
         self._arrivals = itertools.count()
 
     def _qsize(self) -> int:

@@ -13,7 +13,7 @@ import bisect
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget, Held
@@ -113,7 +113,7 @@ def _end_pending_py(msgs: list[Message], pending: dict[int, Any]) -> tuple[list[
 
 def _end_pending(msgs: list[Message], pending: dict[int, Any]) -> tuple[list[int], list[tuple[Any, int]]]:
     if _native is not None and type(msgs) is list:
-        return _native.end_pending(msgs, pending, ACKED, PENDING)
+        return cast(tuple[list[int], list[tuple[Any, int]]], _native.end_pending(msgs, pending, ACKED, PENDING))
     return _end_pending_py(msgs, pending)
 
 
@@ -144,7 +144,7 @@ class Batch:
 
 def _release_all(msgs: list[Message]) -> None:
     """Give back the memory accounts of ended records, one call per batch."""
-    counts: dict[int, list] = {}
+    counts: dict[int, list[Any]] = {}
     for m in msgs:
         held = m._held
         if held is not None:
@@ -368,7 +368,7 @@ class LeaseLedger:
             self._batch_records -= len(batch.offsets)
         batch.held.release(len(batch.offsets))
 
-    def _not_done(self, records: list) -> list:
+    def _not_done(self, records: list[Any]) -> list[Any]:
         if self._retry_above:
             records = [r for r in records if r.offset not in self._retry_above]
         ranges = self._done_above
@@ -385,7 +385,7 @@ class LeaseLedger:
             out.append(r)
         return out
 
-    def _gaps(self, before: int, after: int, offsets: list[int], skipped: list) -> list[tuple[int, int]]:
+    def _gaps(self, before: int, after: int, offsets: list[int], skipped: list[Any]) -> list[tuple[int, int]]:
         """Offsets the read stepped over without a record (control batches, aborted or compacted records, or
         ones a previous holder finished): done by themselves."""
         if before < 0 or after <= before:

@@ -10,7 +10,7 @@ from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.errors import InvalidArgumentError, quoted
 
 
-def parse_prefix(text: str) -> tuple:
+def parse_prefix(text: str) -> tuple[str | int, ...]:
     """'gen/logs/realtime/2' -> ('gen', 'logs', 'realtime', 2): the path under the root subspace."""
     parts = [p for p in text.strip("/").split("/") if p] if text else []
     if len(parts) > 8:
@@ -18,7 +18,7 @@ def parse_prefix(text: str) -> tuple:
     return tuple(int(p) if p.lstrip("-").isdigit() else p for p in parts)
 
 
-def decode_value(key: tuple, raw: bytes) -> Any:
+def decode_value(key: tuple[Any, ...], raw: bytes) -> Any:
     """JSON values as objects, counters as integers, anything else as a bytes repr."""
     if key[1:2] == ("event_head",) and len(raw) == 8:
         return int.from_bytes(raw, "little", signed=True)
@@ -33,7 +33,7 @@ def _read(tr: Transaction, begin: bytes, end: bytes, limit: int) -> list[tuple[b
     return tr.get_range(begin, end, limit=limit, snapshot=True)
 
 
-def inspect_store(db: Database, prefix: tuple, *, limit: int = 10_000) -> list[tuple[tuple, Any]]:
+def inspect_store(db: Database, prefix: tuple[Any, ...], *, limit: int = 10_000) -> list[tuple[tuple[Any, ...], Any]]:
     """Keys under ROOT + prefix (a partial last element matches as a string prefix), decoded, in key order."""
     if limit <= 0:
         raise InvalidArgumentError(f"limit must be positive, not {limit}")

@@ -18,7 +18,6 @@ import structlog
 from streamplane.errors import (
     AlreadyExistsError,
     CorruptBatchError,
-    Detail,
     FailedPreconditionError,
     FencedError,
     InvalidArgumentError,
@@ -65,7 +64,7 @@ def details_json(err: StreamplaneError) -> str:
     return json.dumps(err.details, sort_keys=True) if err.details else ""
 
 
-def _details(cls: type[StreamplaneError], text: str) -> dict[str, Detail]:
+def _details(cls: type[StreamplaneError], text: str) -> dict[str, Any]:
     """The fields of `cls` found in `text` (from a newer or older peer: unknown ones are dropped)."""
     try:
         found = json.loads(text) if text else {}

@@ -14,6 +14,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
@@ -79,7 +80,8 @@ def _pipeline(client: CoordinatorClient, clusters: dict[str, str], records: int)
     runner.start()
     half = records // 2
     try:
-        with Producer(client.target, **{"linger.ms": 20}) as producer:
+        settings: dict[str, Any] = {"linger.ms": 20}  # librdkafka's names
+        with Producer(client.target, **settings) as producer:
             for i in range(half):
                 producer.produce(STREAM, b'{"id":%d,"msg":"hello from the demo"}' % i, key=b"k%d" % (i % 8))
             if producer.flush():

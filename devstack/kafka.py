@@ -11,6 +11,7 @@ default.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -94,7 +95,7 @@ def _maven_copy(pom: Path, properties: dict[str, str], lib: Path, what: str) -> 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ class KafkaCluster:
     def start(self, timeout_s: float = 90.0) -> KafkaCluster:
         """Start every broker side by side (a quorum needs most of its voters up before any is ready)."""
         try:
-            side_by_side([lambda b=b: b.start(timeout_s) for b in self.brokers])
+            side_by_side([functools.partial(b.start, timeout_s) for b in self.brokers])
         except BaseException:
             self.stop()
             raise

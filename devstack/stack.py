@@ -380,6 +380,7 @@ class LocalStack:
             self.local.append(LocalCluster(name, "", "", proc, mock_brokers=self.brokers or 3))
         deadline = time.monotonic() + START_TIMEOUT_S
         for cluster in self.local:
+            assert cluster.process is not None  # started just above
             line = _readline_until(cluster.process, deadline)
             if not line:
                 try:

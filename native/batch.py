@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from streamplane.errors import (
     CrcMismatchError,
@@ -32,7 +32,7 @@ STOP_END, STOP_INCOMPLETE, STOP_BUDGET, STOP_ERROR = range(4)
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
-def error_from_tuple(error: tuple) -> DecodeError:
+def error_from_tuple(error: tuple[Any, ...]) -> DecodeError:
     """The exception for an `error` entry (kind, message, position, base_offset, last_offset, size, limit)."""
     kind, message, position, base_offset, last_offset, size, limit = error
     cls = _ERRORS.get(kind, DecodeError)
@@ -169,7 +169,8 @@ class DecodedBatch:
         return self._c
 
     def _ints(self, name: str, fmt: str) -> memoryview:
-        return memoryview(self._c[name]).cast("B").cast(fmt)
+        raw: Any = memoryview(self._c[name]).cast("B")  # typeshed knows cast() by literal formats only
+        return cast("memoryview[int]", raw.cast(fmt))
 
     @property
     def offsets(self) -> memoryview:

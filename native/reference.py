@@ -409,7 +409,7 @@ def decode_columns(
         raise ValueError("max_decompressed must be a positive number of bytes")
     data = bytes(data)
     cols = _Columns()
-    batches: list[tuple] = []
+    batches: list[tuple[Any, ...]] = []
     pending = sorted(aborted or [], key=lambda t: t[1])
     active: set[int] = set()
     next_aborted = 0

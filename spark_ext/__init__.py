@@ -51,7 +51,7 @@ def _check_executor_python(spark: Any) -> None:
     problem = executor_python_problem(python)
     if problem is None:
         return
-    master = str(context.master)
+    master = str(getattr(context, "master", ""))
     message = (
         f"Spark's executors will run {python!r}, which cannot import streamplane ({problem}); set the environment "
         "variable PYSPARK_PYTHON to a Python that has it (sys.executable, for this process's) before the "

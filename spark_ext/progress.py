@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 import structlog
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from streamplane.client import CoordinatorClient
 from streamplane.client.fetcher import PartitionFetcher
@@ -112,7 +112,12 @@ class ProgressListener(StreamingQueryListener):
                 log.exception("spark.progress_failed", query=progress.name or str(progress.id))
 
     def record(
-        self, end: dict, latest: dict | None, query_name: str | None, query_id: str, start: dict | None = None
+        self,
+        end: dict[str, Any],
+        latest: dict[str, Any] | None,
+        query_name: str | None,
+        query_id: str,
+        start: dict[str, Any] | None = None,
     ) -> None:
         meta, positions = end["source"], {k: int(v) for k, v in end["positions"].items()}
         newest = {k: int(v) for k, v in (latest or {}).get("positions", {}).items()}
@@ -138,8 +143,8 @@ def _pending_times(
             where[(lane.name, gen.number)] = (clusters.get(gen.cluster, ""), gen.topic)
     out = {}
     for key, pos in behind.items():
-        lane, generation, partition = key.rsplit("/", 2)
-        bootstrap, topic = where.get((lane, int(generation)), ("", ""))
+        lane_name, generation, partition = key.rsplit("/", 2)
+        bootstrap, topic = where.get((lane_name, int(generation)), ("", ""))
         if not bootstrap:
             continue
         fetcher = PartitionFetcher(bootstrap, topic, int(partition), start_offset=pos, max_wait_ms=0)

@@ -65,7 +65,8 @@ class Watermarks:
 
         consumer = self._consumer(bootstrap)
         try:
-            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+            return int(low), int(high)
         except KafkaException as err:
             raise UnavailableError(f"cannot read offsets of {topic}/{partition} at {bootstrap}: {err}") from err
 
@@ -150,7 +151,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 out.append(off.PartState(part, gen.topic, bootstrap, min(low, end), end, state))
         return out
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         states = self.states()
         starting = self.opts.starting
         if self.opts.starting_timestamps is not None:  # partitions without a time follow startingOffsets
@@ -184,13 +185,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = {s.part.key: s.latest for s in self.states()}
 
-    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
         begin = off.Offset.from_json(start) if start else off.Offset.from_json(self.initialOffset())
         max_rows = getattr(limit, "max_rows", None) if isinstance(limit, ReadMaxRows) else None
         end = off.next_offset(begin, self.states(begin.done), max_rows, self.target)
         return end.to_json()
 
-    def partitions(self, start: dict, end: dict) -> list[Slice]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Slice]:
         stop = off.Offset.from_json(end)
         todo = off.ranges(off.Offset.from_json(start), stop)
         if not todo:
@@ -211,7 +212,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         return slices
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Spark calls this one batch late (see progress.py); with an explicit group, record it anyway."""
         if self.opts.group:
             try:

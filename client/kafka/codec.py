@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from enum import IntEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from streamplane.errors import MalformedBatchError, StreamplaneError
 
@@ -106,7 +106,7 @@ class Reader:
     def __init__(self, data: bytes) -> None:
         self.data, self.pos = data, 0
 
-    def take(self, fmt: str) -> tuple:
+    def take(self, fmt: str) -> tuple[Any, ...]:
         size = struct.calcsize(fmt)
         if self.pos + size > len(self.data):
             raise MalformedBatchError(f"Kafka response ends at byte {len(self.data)}, inside a field at {self.pos}")
@@ -115,16 +115,16 @@ class Reader:
         return values
 
     def i8(self) -> int:
-        return self.take(">b")[0]
+        return int(self.take(">b")[0])
 
     def i16(self) -> int:
-        return self.take(">h")[0]
+        return int(self.take(">h")[0])
 
     def i32(self) -> int:
-        return self.take(">i")[0]
+        return int(self.take(">i")[0])
 
     def i64(self) -> int:
-        return self.take(">q")[0]
+        return int(self.take(">q")[0])
 
     def uvarint(self) -> int:
         shift = value = 0
@@ -132,7 +132,7 @@ class Reader:
             (b,) = self.take(">B")
             value |= (b & 0x7F) << shift
             if not b & 0x80:
-                return value
+                return int(value)
             shift += 7
             if shift > 35:
                 raise MalformedBatchError(f"Kafka response has a varint longer than 5 bytes at {self.pos}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
 
 from streamplane.errors import LimitExceededError, UnavailableError
 
@@ -148,10 +148,10 @@ def transactional(fn: Callable[Concatenate[Transaction, P], T]) -> Callable[Conc
     @functools.wraps(fn)
     def wrapper(db_or_tr: Any, *args: P.args, **kwargs: P.kwargs) -> T:
         if hasattr(db_or_tr, "transact"):
-            return db_or_tr.transact(lambda tr: fn(tr, *args, **kwargs))
+            return cast(T, db_or_tr.transact(lambda tr: fn(tr, *args, **kwargs)))
         return fn(db_or_tr, *args, **kwargs)
 
-    return wrapper
+    return cast(Callable[Concatenate[Any, P], T], wrapper)
 
 
 def read_counter(tr: Transaction, key: bytes) -> int:

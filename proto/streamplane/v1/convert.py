@@ -7,7 +7,7 @@ sees protobuf. Each `*_to_pb` has its `*_from_pb`, so both sides of the wire use
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from streamplane import model as m
 from streamplane.errors import InvalidArgumentError, StreamplaneError
@@ -17,7 +17,7 @@ from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import topology_pb2 as pb
 
 _ADMIN_TO_PB = {m.ADMIN_KAFKA: pb.CLUSTER_ADMIN_KAFKA, m.ADMIN_LOCAL: pb.CLUSTER_ADMIN_LOCAL}
-_ADMIN_FROM_PB = {v: k for k, v in _ADMIN_TO_PB.items()}
+_ADMIN_FROM_PB: dict[int, m.AdminKind] = {int(v): k for k, v in _ADMIN_TO_PB.items()}
 
 
 def _admin_from_pb(value: int) -> m.AdminKind:
@@ -27,6 +27,8 @@ def _admin_from_pb(value: int) -> m.AdminKind:
     if value not in _ADMIN_FROM_PB:
         raise InvalidArgumentError(f"cluster.admin {value} is not a known admin kind (kafka or local)")
     return _ADMIN_FROM_PB[value]
+
+
 _STATE_TO_PB = {state: i + 1 for i, state in enumerate(m.GENERATION_STATES)}
 _STATE_FROM_PB = {v: k for k, v in _STATE_TO_PB.items()}
 
@@ -139,8 +141,8 @@ def fleet_policy_from_pb(x: pb.FleetPolicy) -> m.FleetPolicy:
     )
 
 
-def state_to_pb(state: m.GenerationState) -> int:
-    return _STATE_TO_PB[state]
+def state_to_pb(state: m.GenerationState) -> pb.GenerationState:
+    return cast("pb.GenerationState", _STATE_TO_PB[state])
 
 
 def state_from_pb(value: int) -> m.GenerationState:
@@ -276,10 +278,18 @@ def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
     return msg
 
 
+class _Head(TypedDict):
+    """What every event carries, as keyword arguments of its class."""
+
+    version: str
+    time_ms: int
+    actor: str
+
+
 def event_from_pb(x: pb.TopologyEvent) -> m.TopologyEvent:
     """The typed event; a kind this client does not know (a newer coordinator, or an older one's group event)
     comes back as the base class."""
-    head = {"version": x.version, "time_ms": x.time_unix_ms, "actor": x.actor}
+    head = _Head(version=x.version, time_ms=x.time_unix_ms, actor=x.actor)
     match x.WhichOneof("kind"):
         case "cluster_registered":
             return m.ClusterRegistered(**head, cluster=cluster_from_pb(x.cluster_registered))
