@@ -48,6 +48,7 @@ from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes, T
 from streamplane.client.message import PENDING, BatchOutcome, Message, _text
 from streamplane.client.producer import Producer
 from streamplane.client.session import LeaseLoad, SessionEndedError, WorkerSession
+from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import (
     AlreadyExistsError,
     FencedError,
@@ -196,8 +197,11 @@ class Consumer:
         stream: str,
         lanes: Sequence[str] = (),
         config: ConsumerConfig | None = None,
+        clock: Clock = SYSTEM,
         **settings: Any,
     ) -> None:
+        self.clock = clock
+        """Its time: revoke deadlines, retry due times, rates and commit pacing (a ManualClock in tests)."""
         cfg = self.config = ConsumerConfig.build(config, settings)
         self.concurrency = cfg.concurrency
         self.ordering = cfg.ordering
@@ -238,6 +242,7 @@ class Consumer:
             read_committed=cfg.isolation_level == "read_committed",
             default_config=connection,
             on_crash=self._end,
+            clock=clock,
         )
         self.mode = ""  # "records" or "batches": set by the first of run(), iteration, run_batches()
         self._mode_lock = threading.Lock()
@@ -559,7 +564,7 @@ class Consumer:
                     self.active.discard(ledger)
                     if not ledger.lost and not ledger.quiet:  # it read again meanwhile: keep it
                         self.active.add(ledger)
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now >= next_retries or now >= next_load:
                 with self._ledgers_lock:
                     ledgers = list(self._ledgers.values())
@@ -574,7 +579,7 @@ class Consumer:
 
     def _revokes_done(self, ledgers: list[LeaseLedger]) -> list[LeaseLedger]:
         """Revoking leases whose in-flight work has ended, or whose deadline is near: commit and hand back."""
-        now = time.time()
+        now = self.clock.now_ms() / 1000
         return [
             x
             for x in ledgers
@@ -625,7 +630,7 @@ class Consumer:
                 return
             log.warning("consumer.commit_failed", leases=len(batch), error=err.message)
             return
-        now_ms = time.time() * 1000
+        now_ms = self.clock.now_ms()
         for (ledger, out, request), result in zip(batch, outcomes, strict=True):
             error = result.error
             if error is not None:
@@ -688,8 +693,8 @@ class Consumer:
         session = self._session
         if session is None:
             return
-        now_s = time.monotonic()
-        now_ms = int(time.time() * 1000)
+        now_s = self.clock.monotonic()
+        now_ms = self.clock.now_ms()
         total = 0.0
         changed: dict[str, LeaseLoad] = {}
         for x in ledgers:
@@ -725,11 +730,11 @@ class Consumer:
                 if self._fatal is not None:
                     raise self._fatal
                 return
-            now = time.time()
+            now = self.clock.now_ms() / 1000
             for msg in item:
                 if not self._connected.is_set():
                     self._await_session()
-                    now = time.time()
+                    now = self.clock.now_ms() / 1000
                 if not msg._reader.live(now):
                     msg._reader.forget(msg)  # its lease is gone or past its deadline: the next holder reads it
                     continue
@@ -751,7 +756,7 @@ class Consumer:
                 if not connected.is_set():
                     self._await_session()
                 # lost, or past its revoke deadline: hand nothing more out (ledger.live, inlined: per record)
-                if ledger.lost or (ledger.revoke_deadline and time.time() >= ledger.revoke_deadline):
+                if ledger.lost or (ledger.revoke_deadline and self.clock.now_ms() / 1000 >= ledger.revoke_deadline):
                     for rest in item:
                         if rest._outcome is PENDING:
                             ledger.forget(rest)
@@ -824,7 +829,7 @@ class Consumer:
         self._await_session()
         if isinstance(item, Batch):
             ledger = item.ledger
-            if not ledger.live(time.time()):
+            if not ledger.live(self.clock.now_ms() / 1000):
                 ledger.forget_batch(item)
                 return
             try:
@@ -835,7 +840,7 @@ class Consumer:
             return
         # records re-read for a due retry come as messages: handed over as one batch too
         ledger = item[0]._reader
-        if not ledger.live(time.time()):
+        if not ledger.live(self.clock.now_ms() / 1000):
             for msg in item:
                 ledger.forget(msg)
             return
@@ -893,11 +898,11 @@ class Consumer:
             except queue.Empty:
                 break
             self._forget(item)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(x.in_hand for x in ledgers if not x.lost):
+        deadline = self.clock.monotonic() + timeout_s
+        while self.clock.monotonic() < deadline and any(x.in_hand for x in ledgers if not x.lost):
             time.sleep(0.02)
         if self._dlq is not None:
-            self._dlq.flush(max(0.0, deadline - time.monotonic()))
+            self._dlq.flush(max(0.0, deadline - self.clock.monotonic()))
         self._closed.set()
         if threading.current_thread() is not self._threads[1]:
             self._threads[1].join(timeout=5)  # the committer: no commit may race the final one or the close

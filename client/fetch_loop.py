@@ -17,7 +17,6 @@ import queue
 import select
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -36,6 +35,7 @@ from streamplane.client.kafka import (
     list_offsets,
 )
 from streamplane.client.kafka.codec import KafkaAuthenticationError
+from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import StreamplaneError, ThreadCrashedError, UnavailableError
 
 log = structlog.get_logger(__name__)
@@ -163,7 +163,9 @@ class FetchLoop:
         default_config: ConnectionConfig | None = None,
         max_wait_ms: int = MAX_WAIT_MS,
         on_crash: Callable[[StreamplaneError], None] | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
+        self.clock = clock
         self.budget = budget
         self._on_crash = on_crash
         self.max_decompressed = max_decompressed
@@ -285,7 +287,7 @@ class FetchLoop:
             self._changes += 1
         if self._parked:
             self._unpark()
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now >= self._retry_at:
             self._retry_at = float("inf")
             self._changes += 1
@@ -630,7 +632,7 @@ class FetchLoop:
             p.node = -1
             return
         if code in codec.RETRIABLE:
-            p.not_before = time.monotonic() + p.backoff_s
+            p.not_before = self.clock.monotonic() + p.backoff_s
             self._retry_at = min(self._retry_at, p.not_before)
             p.backoff_s = min(2.0, p.backoff_s * 2)
             return

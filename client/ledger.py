@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import bisect
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from streamplane.client.fetcher import Fetched
 from streamplane.client.flow import Budget, Held
 from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError, messages
+from streamplane.clock import Clock
 from streamplane.errors import InvalidArgumentError
 from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, Reject, Retry, RetryState
 from streamplane.native._loaded import _native
@@ -42,6 +42,7 @@ class LedgerOwner(Protocol):
     (so the committer never scans idle leases)."""
 
     retry_backoff_s: float
+    clock: Clock
 
     def changed(self, ledger: LeaseLedger) -> None: ...
 
@@ -191,7 +192,7 @@ class LeaseLedger:
         self.revoke_deadline = 0.0  # unix seconds; 0 while not revoking
         self.may_have_retries = False  # the commit log may hold retry state for this lease
         self._fetched = 0
-        self._rate_since = time.monotonic()
+        self._rate_since = self.owner.clock.monotonic()
         self._reported: tuple[int, int] = (0, 0)  # (oldest pending ts, high watermark) last committed
         self.dirty = False
         """Something happened since the last commit (the committer skips a lease that is not, at no cost)."""

@@ -26,7 +26,6 @@ import functools
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from streamplane.client.background import start_thread
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls, TokenSource
 from streamplane.client.lanes import Lane, Lanes
+from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
 from streamplane.model import ClusterErrors, ClusterHealthChanged, FailedOver, Generation
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
@@ -101,8 +101,11 @@ class Producer:
         metrics_port: int | None = None,
         token: TokenSource = None,
         tls: ClientTls | None = None,
+        clock: Clock = SYSTEM,
         **kafka_config: Any,
     ) -> None:
+        self.clock = clock
+        """Its time: heartbeats' pace, flush deadlines, switch durations (a ManualClock in tests)."""
         if not 1024 <= max_batch_decompressed <= DEFAULT_MAX_DECOMPRESSED:
             raise InvalidArgumentError(
                 f"max_batch_decompressed must be between 1024 and "
@@ -256,7 +259,7 @@ class Producer:
                     if isinstance(event, FailedOver) and (event.stream, event.lane) in self._routes:
                         self._set_route(event.stream, event.lane, event.current)
                         self._beat_now.set()
-                        switched_s = max(0.0, time.time() - event.time_ms / 1000)
+                        switched_s = max(0.0, self.clock.now_ms() / 1000 - event.time_ms / 1000)
                         metrics.PRODUCER_SWITCH.labels(event.stream, event.lane).observe(switched_s)
                     with self._lock:
                         self._version = event.version
@@ -412,7 +415,7 @@ class Producer:
     def _poll_loop(self) -> None:
         """Serve delivery reports, resend records that failed on a generation the lane has left, retire the
         producers of generations left behind once they are empty, and count what was produced."""
-        last_count = time.monotonic()
+        last_count = self.clock.monotonic()
         while not self._closed.is_set():
             with self._lock:
                 senders = list(self._senders.values())
@@ -438,8 +441,8 @@ class Producer:
             for sender in senders:
                 sender.poll()
             self._retire(senders)
-            if time.monotonic() - last_count > 1.0:
-                last_count = time.monotonic()
+            if self.clock.monotonic() - last_count > 1.0:
+                last_count = self.clock.monotonic()
                 for sender in senders:
                     sender.count_produced()
             self._closed.wait(0.02)
@@ -474,13 +477,13 @@ class Producer:
     def flush(self, timeout_s: float = 30) -> int:
         """Wait for every handed-over record to be acknowledged (or finally failed, see `failed`); the number
         still outstanding."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.monotonic() + timeout_s
         while True:
             with self._lock:
                 senders = list(self._senders.values())
                 left = len(self._resend)
-            left += sum(sender.flush(max(0.0, min(0.1, deadline - time.monotonic()))) for sender in senders)
-            if left == 0 or time.monotonic() >= deadline:
+            left += sum(sender.flush(max(0.0, min(0.1, deadline - self.clock.monotonic()))) for sender in senders)
+            if left == 0 or self.clock.monotonic() >= deadline:
                 return left
 
     def close(self, timeout_s: float = 30) -> int:

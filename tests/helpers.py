@@ -290,7 +290,7 @@ class ProcessingLog:
             with self.lock:
                 self.rows.append((msg.value, msg.lease_id, msg.epoch, worker, time.time()))
             if self.handler_s:
-                time.sleep(self.handler_s)
+                time.sleep(self.handler_s)  # stands for the handler's work
 
         return handle
 

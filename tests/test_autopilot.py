@@ -311,7 +311,7 @@ def test_freeze_records_health_but_moves_nothing_then_the_autopilot_moves_within
         }
         c.set_fleet_policy(model.FleetPolicy(frozen=False, max_failovers_per_minute=3))
         wait_until(lambda: len(_failovers(c)) == 3, timeout=10)
-        time.sleep(1.0)
+        time.sleep(1.0)  # time for a fourth failover past the cap, which must not come
         moved = _failovers(c)
         assert len(moved) == 3, "the rate cap: 3 a minute, of 6 lanes"
         assert all(e.actor == AUTOPILOT and "dead unhealthy for" in e.reason for e in moved)

@@ -48,7 +48,7 @@ def test_a_dead_cluster_is_failed_over_by_itself_and_nothing_acknowledged_is_los
                 while not stop.is_set():
                     producer.produce("auto", b"r%d" % i, key=b"%d" % i, on_delivery=on_delivery)
                     i += 1
-                    time.sleep(0.005)
+                    time.sleep(0.005)  # paces the producer
                 producer.flush(60)
 
         def handle(msg: Message) -> None:
@@ -76,10 +76,10 @@ def test_a_dead_cluster_is_failed_over_by_itself_and_nothing_acknowledged_is_los
             assert all(e.actor == "autopilot" and e.current.cluster == "local-b" for e in events)
             assert all("local-a unhealthy" in e.reason and "metadata unreachable" in e.reason for e in events)
             wait_until(lambda: bool(switched_at), timeout=20)  # the producer writes to the new generation
-            time.sleep(2)
+            time.sleep(2)  # traffic on the new generation before the old cluster returns
             up = cli("fault", "cluster", "local-a", "--up", "--data-dir", str(data), timeout=120)
             assert up.returncode == 0, up.stderr
-            time.sleep(1)
+            time.sleep(1)  # traffic with the old cluster back, before the producer stops
             stop.set()
             producer.join(timeout=90)
             wait_until(lambda: acked <= processed, timeout=120, what=lambda: f"{len(acked - processed)} unprocessed")

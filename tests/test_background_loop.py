@@ -36,7 +36,7 @@ def test_only_the_leader_runs_passes() -> None:
     loop = BackgroundLoop("t", lambda: passes.append(1), interval_ms=10, is_leader=leader.is_set)
     loop.start()
     try:
-        time.sleep(0.2)
+        time.sleep(0.2)  # time for passes a follower must not run
         assert passes == []
         leader.set()
         wait_until(lambda: len(passes) >= 2)
@@ -56,7 +56,7 @@ def test_a_watched_change_wakes_it_before_the_time_its_pass_named(tmp_path) -> N
     loop.start()
     try:
         wait_until(lambda: len(passes) == 1)
-        time.sleep(0.3)
+        time.sleep(0.3)  # time for interval passes, which must not come
         assert len(passes) == 1  # the named time is kept: no pass every interval
         db.transact(lambda tr: tr.set(WAKE, b"1"))
         wait_until(lambda: len(passes) == 2, timeout=2)

@@ -193,7 +193,7 @@ def produce_all(address: str, done: threading.Event, errors: list, token: str) -
             if i % 1000 == 0:
                 ahead = started + i / (TOTAL / 20) - time.monotonic()
                 if ahead > 0:  # paced over 20 s of real time, so every fault below lands while records flow
-                    time.sleep(ahead)
+                    time.sleep(ahead)  # paces the producer (see the comment above)
         left = producer.flush(60)
     assert left == 0
     done.set()
@@ -261,7 +261,7 @@ def test_records_survive_failover_kill9_join_restart_broker_fault_and_poison(on_
         stack.broker_down("b", f"sp.{STREAM}.realtime.g2")
         workers["w4"] = worker(stack, "w4", retry_backoff_s=0.2)
         faults["broker down + join"] = time.monotonic()
-        time.sleep(3)
+        time.sleep(3)  # the fault's duration: the broker stays down while the worker joins
         stack.broker_up("b")
         producer.join(timeout=120)
         assert produced.is_set() and not errors, errors[:3]

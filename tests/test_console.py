@@ -264,7 +264,7 @@ def test_console_in_a_browser_on_a_live_dev_stack(tmp_path: Path) -> None:
                 while not stop.is_set():
                     for i in range(50):
                         producer.produce("weblogs", b"line %d" % i)
-                    time.sleep(0.02)
+                    time.sleep(0.02)  # paces the producer
 
         def consume() -> None:
             def slow(msg: Message) -> None:

@@ -137,7 +137,7 @@ def test_faults_on_a_dev_stack_while_a_producer_and_a_consumer_keep_going(tmp_pa
                     for i in range(lo, hi):
                         producer.produce("f", b"%d" % i, key=b"%d" % (i % 64))
                         if i % 200 == 0:
-                            time.sleep(0.05)
+                            time.sleep(0.05)  # paces the producer, so faults land while records flow
 
                 produce(0, 1000)
                 killed = cli("--output", "json", "fault", "coordinator", "--kill", *where)

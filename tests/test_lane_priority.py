@@ -29,7 +29,7 @@ def test_a_lower_lane_backlog_never_delays_the_top_lane_past_its_target(coordina
 
     def handle(msg: Message) -> None:
         if msg.lane == "backlog":
-            time.sleep(0.001)
+            time.sleep(0.001)  # stands for the handler's work on a backlog record
             with lock:
                 backlog_done.append(msg.offset)
         else:
@@ -46,7 +46,7 @@ def test_a_lower_lane_backlog_never_delays_the_top_lane_past_its_target(coordina
                 for _ in range(20):
                     producer.produce("prio", b"live")
                 producer.poll(0)
-                time.sleep(0.1)
+                time.sleep(0.1)  # paces the live traffic
             assert producer.flush() == 0
         left = 30_000 - len(backlog_done)  # the backlog still waiting when the live traffic ended
         wait_until(lambda: len(realtime_lag) == 1200, timeout=60)

@@ -73,3 +73,28 @@ def test_transaction_bodies_do_not_log() -> None:
         checked += len(seen)
     assert checked > 20, "few @transactional functions found: the scan reads the modules wrongly"
     assert offenders == []
+
+
+def test_the_client_reads_time_only_from_its_injected_clock() -> None:
+    """Revoke deadlines, retry due times, rates and flush deadlines run on the Clock a Consumer, Producer or
+    FetchLoop is given (a ManualClock in tests), never on the machine's clocks directly."""
+    reads = re.compile(r"\btime\.(time|monotonic|perf_counter)\(")
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sorted((ROOT / "client").rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if reads.search(line)
+    ]
+    assert offenders == []
+
+
+def test_tests_wait_on_conditions_and_every_sleep_says_why() -> None:
+    """A bare sleep is a guess at how long something takes; tests wait with `wait_until`. A sleep that stands for
+    work, paces traffic or gives something time not to happen says so in a comment on its line."""
+    bare = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sorted((ROOT / "tests").glob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "time.sleep(" in line and "#" not in line
+    ]
+    assert [b.split(":")[0] for b in bare] == ["tests/helpers.py"], bare  # wait_until's own poll, only

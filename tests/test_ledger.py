@@ -13,6 +13,7 @@ from streamplane.client.fetcher import decode_records
 from streamplane.client.flow import Budget
 from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes
 from streamplane.client.message import BatchOutcome
+from streamplane.clock import SYSTEM, Clock
 from streamplane.model import DlqCopy, Reject, RetryState
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 from tests.recordbatch import Rec, build_batch
@@ -20,6 +21,7 @@ from tests.recordbatch import Rec, build_batch
 
 class Owner:
     retry_backoff_s = 0.0
+    clock: Clock = SYSTEM
 
     def __init__(self) -> None:
         self.dlq: list[tuple[int, str]] = []
@@ -194,3 +196,18 @@ def test_a_record_being_copied_to_the_dlq_stays_busy_until_its_reject_is_recorde
     out, _ = x.take_outcomes()
     assert x.committed(out) == [] and 0 not in x.busy_offsets()
     assert x.committed(Outcomes(copying=[Reject(5, "late", copy=1)]), ()) == [], "not granted: no copy"
+
+
+def test_a_leases_rate_is_measured_on_the_consumers_clock() -> None:
+    """The ledger reads its owner's injected clock: on a ManualClock, 40 records over 2 virtual seconds are 20
+    records a second, with no real time passing."""
+    from streamplane.clock import ManualClock
+
+    owner, clock = Owner(), ManualClock()
+    owner.clock = clock
+    x = ledger(Budget(10_000, 1 << 24), owner)
+    read(x, 0, 40, batches=False)
+    clock.advance(2_000)
+    assert x.take_rate(clock.monotonic()) == 20.0
+    clock.advance(1_000)
+    assert x.take_rate(clock.monotonic()) == 0.0

@@ -321,7 +321,7 @@ def test_a_broker_killed_under_its_leaders_mid_stream_loses_no_acknowledged_reco
                 for i in range(6000):
                     producer.produce("rk-ha", b"%d" % i, key=b"%d" % i, on_delivery=delivered)
                     if i % 500 == 499:
-                        time.sleep(0.1)
+                        time.sleep(0.1)  # paces the producer, so the broker's kill lands mid-stream
                     if i == 2000:
                         victim = leader(0)
                         down = cli("fault", "broker", "local-a", str(victim), "--down", *where)

@@ -83,7 +83,7 @@ def test_a_revoke_stops_the_old_holder_while_the_partitions_broker_is_down(dev, 
     second.start()  # a rebalance while the broker is away: w-a gets revokes with deadlines
     try:
         wait_until(lambda: {x.worker_id for x in _leases(address, group)} == {"w-a", "w-b"}, timeout=15)
-        time.sleep(1.5)
+        time.sleep(1.5)  # the fault's duration: the broker stays away while revokes are due
     finally:
         control.call("/brokers/up", {"cluster": "local-a", "broker": fault["broker"]})
     producer.join(60)

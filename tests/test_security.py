@@ -421,7 +421,7 @@ def _latencies_while(address: str, work: Callable[[], Any]) -> tuple[Any, float]
             code, _, took = call(address, "topology", "ListStreams", pb.ListStreamsRequest(), token("viewer"))
             assert code == Code.OK
             slowest[0] = max(slowest[0], took)
-            time.sleep(0.02)
+            time.sleep(0.02)  # paces the other caller's traffic
 
     poller = threading.Thread(target=other, daemon=True)
     poller.start()

@@ -264,9 +264,9 @@ def test_starting_offsets_by_timestamp_on_real_kafka(spark, real_kafka, coordina
     with CoordinatorClient(address) as client:
         client.create_stream("sp-time", 2, cluster="east")
     produce(address, "sp-time", range(0, 300))
-    time.sleep(0.05)
+    time.sleep(0.05)  # the cut is a later millisecond than every record before it
     cut = int(time.time() * 1000)
-    time.sleep(0.05)
+    time.sleep(0.05)  # and an earlier one than every record after it
     produce(address, "sp-time", range(300, 600))
     later = {b"id-%d" % i for i in range(300, 600)}
 

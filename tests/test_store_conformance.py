@@ -266,7 +266,7 @@ def test_watch_calls_back_once_when_it_fires_and_never_once_cancelled(store: Dat
     cancelled.on_fire(lambda: calls.append("cancelled"))
     cancelled.cancel()
     store.transact(lambda tr: tr.set(key, b"2"))
-    time.sleep(0.3)
+    time.sleep(0.3)  # time for a cancelled watch to fire, which it must not
     assert calls == ["first", "late"]
 
 

@@ -107,7 +107,7 @@ def test_releasing_a_lease_not_held_ends_neither_session(address: str) -> None:
     bad.release("jobs/realtime/g1/p99", 1)  # no such partition
     bad.release("jobs/realtime/g1/p0", 99)  # never held at that epoch
     # real time past a TTL (heartbeats are real): both sessions are still alive and share the work
-    time.sleep(AssignerConfig().ttl_ms / 1000 + 0.2)
+    time.sleep(AssignerConfig().ttl_ms / 1000 + 0.2)  # real time past a TTL: what the test is about
     assert not bad_ended and not good_ended
     wait_until(lambda: len(good.leases) == len(bad.leases) == 2)
     good.close()
