@@ -1,0 +1,240 @@
+"""Kafka clusters, their generations and the fleet-wide switches of the autopilot."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from streamplane import errors, model
+from streamplane.cli.common import Add, Subparsers, connect, positive
+from streamplane.cli.output import print_json, print_table
+from streamplane.client.coordinator import CoordinatorClient
+
+
+def cmd_cluster_register(args: argparse.Namespace) -> None:
+    cluster = model.Cluster(
+        name=args.name,
+        bootstrap_servers=args.bootstrap,
+        zone=args.zone,
+        capacity_weight=args.capacity_weight,
+        config_ref=args.config_ref,
+        admin=model.ADMIN_KAFKA,
+    )
+    with connect(args) as client:
+        done = client.register_cluster(cluster, update_existing=args.update)
+    if args.output == "json":
+        print_json(done)
+    else:
+        print(f"registered cluster {done.cluster.name} ({done.cluster.bootstrap_servers}) at version {done.version}")
+
+
+def cmd_cluster_list(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        clusters = client.list_clusters()
+    if args.output == "json":
+        print_json(clusters)
+        return
+    print_table(
+        ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "REASONS"],
+        [
+            [
+                c.name,
+                c.bootstrap_servers,
+                c.zone or "-",
+                f"{c.capacity_weight:g}",
+                c.health + (" (cordoned)" if c.cordoned else ""),
+                c.admin,
+                "; ".join(c.health_reasons) or "-",
+            ]
+            for c in clusters
+        ],
+    )
+
+
+def cmd_cluster_health(args: argparse.Namespace) -> None:
+    import time as _time
+
+    with connect(args) as client:
+        cluster, probes = client.cluster_health(args.name)
+    if args.output == "json":
+        print_json({"cluster": cluster, "probes": probes})
+        return
+    since = f" for {(_time.time() * 1000 - cluster.health_since_ms) / 1000:.0f} s" if cluster.health_since_ms else ""
+    print(f"{cluster.name}: {cluster.health}{since}" + (" (cordoned)" if cluster.cordoned else ""))
+    for reason in cluster.health_reasons:
+        print(f"  - {reason}")
+    print_table(
+        [
+            "AGO_S",
+            "REACHABLE",
+            "LATENCY_MS",
+            "BROKERS",
+            "PARTITIONS",
+            "LEADERLESS",
+            "UNDER_REPLICATED",
+            "CANARY_MS",
+            "ERROR",
+        ],
+        [
+            [
+                f"{(_time.time() * 1000 - p.at_ms) / 1000:.1f}",
+                "yes" if p.reachable else "no",
+                f"{p.latency_ms:.1f}",
+                p.brokers,
+                p.partitions,
+                p.leaderless,
+                p.under_replicated,
+                f"{p.canary_ms:.1f}" if p.canary_ms >= 0 else "-",
+                p.error or p.canary_error or "-",
+            ]
+            for p in reversed(probes)
+        ],
+    )
+
+
+def cmd_cluster_cordon(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        cluster = client.cordon_cluster(args.name, not args.undo)
+    print(f"cluster {cluster.name} is " + ("cordoned: no new generation lands on it" if cluster.cordoned else "open"))
+
+
+def cmd_cluster_remove(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        version = client.remove_cluster(args.name)
+    print(f"cluster {args.name} removed at version {version}")
+
+
+def _generations_on(client: CoordinatorClient, cluster: str) -> list[tuple[str, str, model.Generation]]:
+    return [
+        (s.name, lane.name, g)
+        for s in client.list_streams()
+        for lane in s.lanes
+        for g in lane.generations
+        if g.cluster == cluster
+    ]
+
+
+def cmd_cluster_drain(args: argparse.Namespace) -> int:
+    """Fail every lane off a cluster (at the fleet's rate cap), then wait until each generation there drained."""
+    import time as _time
+
+    with connect(args) as client:
+        rate = client.fleet_policy().max_failovers_per_minute
+        todo = [(s, lane) for s, lane, g in _generations_on(client, args.name) if g.state == model.ACTIVE]
+        for moved, (stream, lane) in enumerate(todo):
+            if moved and moved % rate == 0:
+                print(f"  {moved} failovers: a minute's pause (the fleet's rate cap, {rate} a minute)", file=sys.stderr)
+                _time.sleep(60)
+            done = client.failover(stream, lane, args.to or "", 0, f"drain of cluster {args.name}")
+            print(f"  [{moved + 1}/{len(todo)}] {stream}/{lane} -> {done.current.cluster}", file=sys.stderr, flush=True)
+        deadline = _time.monotonic() + args.timeout
+        while True:
+            gens = _generations_on(client, args.name)
+            left = [f"{s}/{lane}/g{g.number}" for s, lane, g in gens if g.state != model.DRAINED]
+            total = len(gens) or 1
+            width = 30
+            filled = width * (total - len(left)) // total
+            print(
+                f"\r  drained [{'#' * filled}{'.' * (width - filled)}] {total - len(left)}/{len(gens)}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+            if not left:
+                print(file=sys.stderr)
+                print(f"cluster {args.name} is drained: {len(todo)} lane(s) moved, {len(gens)} generation(s) drained")
+                return 0
+            if _time.monotonic() > deadline:
+                print(file=sys.stderr)
+                raise errors.UnavailableError(
+                    f"cluster {args.name} is not drained after {args.timeout:.0f} s: {', '.join(left[:5])} still "
+                    "hold records (are their groups running, and is the cluster reachable to seal?)"
+                )
+            _time.sleep(1.0)
+
+
+def cmd_generation_abandon(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        done = client.abandon_generation(args.stream, args.lane, args.generation, args.reason)
+    if args.output == "json":
+        print_json(done)
+        return
+    print(f"{args.stream}/{args.lane}/g{args.generation} abandoned; never processed:")
+    for line in done.lost:
+        print(f"  {line}")
+
+
+def cmd_fleet(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        policy = client.fleet_policy()
+        if args.subcommand == "freeze":
+            policy = client.set_fleet_policy(dataclasses.replace(policy, frozen=True))
+        elif args.subcommand == "unfreeze":
+            policy = client.set_fleet_policy(dataclasses.replace(policy, frozen=False))
+        else:
+            changed = {
+                name: value
+                for name, value in (
+                    ("max_failovers_per_minute", args.max_failovers_per_minute),
+                    ("max_evacuations_per_hour", args.max_evacuations_per_hour),
+                    ("max_unhealthy_fraction", args.max_unhealthy_fraction),
+                )
+                if value
+            }
+            if changed:
+                policy = client.set_fleet_policy(dataclasses.replace(policy, **changed))
+    if args.output == "json":
+        print_json(policy)
+    else:
+        state = "frozen: nothing moves by itself" if policy.frozen else "automatic failover on"
+        print(
+            f"fleet: {state}; at most {policy.max_evacuations_per_hour} clusters evacuated an hour, none while more "
+            f"than {policy.max_unhealthy_fraction:.0%} of the fleet is unhealthy; lanes move at up to "
+            f"{policy.max_failovers_per_minute} a minute"
+        )
+
+
+def register(sub: Subparsers, add: Add) -> None:
+    """The cluster commands' sub-parsers, beside the commands."""
+    cluster = sub.add_parser("cluster", help="register and list Kafka clusters").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(cluster, "register", cmd_cluster_register, "register a Kafka cluster")
+    p.add_argument("name")
+    p.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,host:port...]")
+    p.add_argument("--zone", default="")
+    p.add_argument("--capacity-weight", type=float, default=1.0)
+    p.add_argument("--config-ref", default="", help="name of the client TLS/SASL settings for this cluster")
+    p.add_argument("--update", action="store_true", help="replace an existing registration of that name")
+    add(cluster, "list", cmd_cluster_list, "list registered clusters with their health")
+    p = add(cluster, "health", cmd_cluster_health, "a cluster's health, its reasons and the recent probes")
+    p.add_argument("name")
+    p = add(cluster, "cordon", cmd_cluster_cordon, "stop new generations landing on a cluster (admins)")
+    p.add_argument("name")
+    p.add_argument("--undo", action="store_true", help="lift the cordon")
+    p = add(cluster, "drain", cmd_cluster_drain, "fail every lane off a cluster and wait until it is drained")
+    p.add_argument("name")
+    p.add_argument("--to", default="", metavar="CLUSTER", help="target cluster (default: the autopilot's choice)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the generations to drain")
+    p = add(cluster, "remove", cmd_cluster_remove, "forget a cluster (refused while it holds undrained data)")
+    p.add_argument("name")
+
+    generation = sub.add_parser("generation", help="generations of a lane").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(generation, "abandon", cmd_generation_abandon, "give up a generation whose cluster is gone for good")
+    p.add_argument("stream")
+    p.add_argument("lane")
+    p.add_argument("generation", type=positive)
+    p.add_argument("--reason", required=True, help="why its unread records are given up (recorded)")
+
+    fleet = sub.add_parser("fleet", help="the autopilot's fleet-wide switches").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    add(fleet, "freeze", cmd_fleet, "incident mode: health is watched, nothing moves by itself (admins)")
+    add(fleet, "unfreeze", cmd_fleet, "automatic failover on again (admins)")
+    p = add(fleet, "policy", cmd_fleet, "show the fleet policy, or set its rate cap")
+    p.add_argument("--max-failovers-per-minute", type=int, default=0, help="lanes moved a minute (default 600)")
+    p.add_argument("--max-evacuations-per-hour", type=int, default=0, help="clusters evacuated an hour (default 3)")
+    p.add_argument("--max-unhealthy-fraction", type=float, default=0.0, help="past it nothing moves (default 0.5)")

@@ -1,0 +1,221 @@
+"""Consumer groups: members and leases, lag, configuration, their log, and why a lane is late."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from streamplane import errors, model
+from streamplane.cli.commands.events import print_events
+from streamplane.cli.common import Add, Subparsers, connect, event_log_arguments
+from streamplane.cli.output import print_json, print_table
+from streamplane.client.coordinator import CoordinatorClient
+
+
+def cmd_group_describe(args: argparse.Namespace) -> None:
+    import time as _time
+
+    with connect(args) as client:
+        desc = client.describe_group(args.group)
+    if args.output == "json":
+        print_json(desc)
+        return
+    now = int(_time.time() * 1000)
+    print(f"group {desc.group}  (assignment loop on {desc.leader_replica or 'no leader'})")
+    held: dict[str, list[Any]] = {}
+    for lease in desc.leases:
+        held.setdefault(lease.worker_id, []).append(lease)
+    print_table(
+        ["WORKER", "CAPACITY", "CPU", "RECORDS/S", "LEASES", "LAG RECORDS", "SESSION TTL LEFT"],
+        [
+            [
+                m.worker_id,
+                f"{m.capacity:g}",
+                f"{m.cpu:.2f}",
+                f"{m.records_per_s:,.0f}",
+                len(held.get(m.worker_id, [])),
+                sum(x.load.lag_records for x in held.get(m.worker_id, [])),
+                f"{max(0, m.alive_until_ms - now)} ms",
+            ]
+            for m in desc.members
+        ],
+    )
+    print()
+    print_table(
+        ["LEASE", "EPOCH", "STATE", "WORKER", "RECORDS/S", "LAG RECORDS", "LAG MS"],
+        [
+            [
+                x.lease_id,
+                x.epoch,
+                x.state,
+                x.worker_id or "-",
+                f"{x.load.records_per_s:,.0f}",
+                x.load.lag_records,
+                x.load.lag_ms,
+            ]
+            for x in desc.leases
+        ],
+    )
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.1f} s"
+
+
+def cmd_lag(args: argparse.Namespace) -> None:
+    import time as _time
+
+    if args.watch is not None and args.watch <= 0:
+        raise errors.InvalidArgumentError(f"--watch takes a positive number of seconds, not {args.watch}")
+    with connect(args) as client:
+        while True:
+            lag = client.lag(args.group or "", args.stream, args.lane)
+            if args.output == "json":
+                print_json(lag)
+            else:
+                if args.watch is not None:
+                    print("\033[H\033[2J", end="")  # clear the screen between refreshes
+                title = f"group {args.group}" if args.group else "all groups"
+                print(f"{title}: offset lag {lag.offset_lag:,}, time lag {_seconds(lag.time_lag_ms)}")
+                print_table(
+                    ["STREAM", "LANE", "OFFSET LAG", "TIME LAG"],
+                    [[x.stream, x.lane, f"{x.offset_lag:,}", _seconds(x.time_lag_ms)] for x in lag.lanes],
+                )
+                lost = _lost(client, args.group, args.stream, lag) if args.group else []
+                if lost:
+                    print()
+                    print(
+                        "lost: records of abandoned generations this group never processed (see `streamplane events`)"
+                    )
+                    print_table(["PARTITION", "NEVER PROCESSED"], lost)
+                if args.partitions:
+                    print()
+                    print_table(
+                        ["PARTITION", "LOW WATERMARK", "HIGH WATERMARK", "OFFSET LAG", "TIME LAG"],
+                        [
+                            [
+                                x.lease_id,
+                                x.low_watermark,
+                                x.high_watermark,
+                                f"{x.offset_lag:,}",
+                                _seconds(x.time_lag_ms),
+                            ]
+                            for x in lag.partitions
+                        ],
+                    )
+            if args.watch is None:
+                return
+            _time.sleep(args.watch)
+
+
+def cmd_doctor(args: argparse.Namespace) -> None:
+    from streamplane.cli import doctor
+
+    if not 0.2 <= args.interval <= 60:
+        raise errors.InvalidArgumentError(f"--interval takes 0.2 to 60 seconds, not {args.interval:g}")
+    if args.target_s <= 0:
+        raise errors.InvalidArgumentError(f"--target-s must be positive, not {args.target_s:g}")
+    print(f"looking at {args.stream} twice, {args.interval:g} s apart ...", file=sys.stderr, flush=True)
+    with connect(args) as client:
+        found = doctor.run(
+            client, args.stream, args.group or "", interval_s=args.interval, target_ms=int(args.target_s * 1000)
+        )
+    if args.output == "json":
+        print_json(found)
+        return
+    print("\n\n".join(doctor.render(d, args.interval) for d in found))
+
+
+def _lost(client: CoordinatorClient, group: str, stream: str, lag: model.Lag) -> list[list[str]]:
+    """[partition, range] the group never processed in abandoned generations of the streams it reads."""
+    streams = {stream} if stream else {model.PartitionRef.parse(x.lease_id).stream for x in lag.partitions}
+    rows = []
+    for name in sorted(streams):
+        for lane in client.describe_stream(name).lanes:
+            for g in lane.generations:
+                if g.state != model.ABANDONED:
+                    continue
+                for p in range(g.partitions):
+                    lid = model.PartitionRef(name, lane.name, g.number, p).lease_id
+                    low = client.progress(group, lid, max_ranges=1).low_watermark
+                    end = g.end_offsets[p] if p < len(g.end_offsets) else None
+                    if end is None:
+                        rows.append([lid, f"[{low}, ?)"])
+                    elif low < end:
+                        rows.append([lid, f"[{low}, {end}) ({end - low:,} records)"])
+    return rows
+
+
+def cmd_group_configure(args: argparse.Namespace) -> None:
+    # 0 means "leave as it is" on the wire: a 0 given here is a bad value, said as such
+    if args.max_attempts == 0:
+        raise errors.InvalidArgumentError("max_attempts must be between 1 and 1000, not 0")
+    if args.lag_target_ms == 0:
+        raise errors.InvalidArgumentError("lag_target_ms must be between 1000 and 86400000, not 0 (or --no-lag-target)")
+    if args.no_lag_target and args.lag_target_ms is not None:
+        raise errors.InvalidArgumentError("give --lag-target-ms or --no-lag-target, not both")
+    if args.max_attempts is None and args.lag_target_ms is None and not args.no_lag_target:
+        raise errors.InvalidArgumentError("give --max-attempts, --lag-target-ms or --no-lag-target")
+    with connect(args) as client:
+        target = -1 if args.no_lag_target else args.lag_target_ms or 0
+        client.configure_group(args.group, args.lane, args.max_attempts or 0, target)
+    if args.max_attempts:
+        print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
+    if target > 0:
+        print(
+            f"group {args.group}: past {target / 1000:g} s of time lag, lane {args.lane} gets the first claim on "
+            "the group's workers"
+        )
+    elif target < 0:
+        print(f"group {args.group}: lane {args.lane} has no time-lag target")
+
+
+def cmd_group_events(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        idle = None if args.follow else args.idle_timeout
+        print_events(args, client.watch_group(args.group, args.since, idle_timeout_s=idle))
+
+
+def register(sub: Subparsers, add: Add) -> None:
+    """The group commands' sub-parsers, beside the commands."""
+    group = sub.add_parser("group", help="consumer groups").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(group, "describe", cmd_group_describe, "show a group's workers, their load, leases, epochs and lag")
+    p.add_argument("group")
+    p = add(group, "events", cmd_group_events, "print a group's log: members joining, leases granted and moved")
+    p.add_argument("group")
+    event_log_arguments(p)
+    p = add(
+        group,
+        "configure",
+        cmd_group_configure,
+        "set a lane's attempts before rejection and its time-lag target (past it, the lane gets the workers first)",
+    )
+    p.add_argument("group")
+    p.add_argument("--lane", required=True)
+    p.add_argument("--max-attempts", type=int, default=None)
+    p.add_argument("--lag-target-ms", type=int, default=None, help="default 5000 for the top-priority lane")
+    p.add_argument("--no-lag-target", action="store_true", help="the lane never gets the first claim")
+
+    p = add(sub, "lag", cmd_lag, "offset and time lag per stream and lane, of one group or all")
+    p.add_argument("group", nargs="?", default="")
+    p.add_argument("--stream", default="")
+    p.add_argument("--lane", default="")
+    p.add_argument("--partitions", action="store_true", help="also one line per partition")
+    p.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2) until Ctrl-C",
+    )
+
+    p = add(sub, "doctor", cmd_doctor, "explain why a stream is late for a group, with evidence and what to run next")
+    p.add_argument("stream")
+    p.add_argument("--group", default="", help="the group to examine (default: every group that read the stream)")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between its two looks (default 2)")
+    p.add_argument("--target-s", type=float, default=5.0, help="the time lag a lane should stay under (default 5)")

@@ -1,0 +1,153 @@
+"""Streams: create, list, describe, add lanes, set failover policies, fail a lane over."""
+
+from __future__ import annotations
+
+import argparse
+
+from streamplane import model
+from streamplane.cli.common import Add, Subparsers, connect, positive
+from streamplane.cli.output import print_json, print_table
+
+
+def _print_stream(stream: model.Stream) -> None:
+    print(f"stream {stream.name}")
+    print(f"topic settings: {stream.topic.describe()}")
+    rows = []
+    for lane in stream.lanes:
+        for gen in lane.generations:
+            rows.append(
+                [
+                    lane.name,
+                    lane.priority,
+                    f"g{gen.number}",
+                    gen.state,
+                    gen.cluster,
+                    gen.topic,
+                    gen.partitions,
+                ]
+            )
+    print_table(["LANE", "PRIORITY", "GENERATION", "STATE", "CLUSTER", "TOPIC", "PARTITIONS"], rows)
+
+
+def cmd_stream_create(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        topic = model.TopicSettings(
+            replication_factor=args.replication_factor,
+            min_insync_replicas=args.min_insync_replicas,
+            retention_ms=args.retention_ms,
+            segment_ms=args.segment_ms,
+            segment_bytes=args.segment_bytes,
+        )
+        done = client.create_stream(args.name, args.partitions, args.cluster, topic=topic)
+    if args.output == "json":
+        print_json(done)
+    else:
+        print(f"created at version {done.version}")
+        _print_stream(done.stream)
+
+
+def cmd_stream_list(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        streams = client.list_streams()
+    if args.output == "json":
+        print_json(streams)
+        return
+    rows = []
+    for s in streams:
+        active = [f"{lane.name}:g{lane.active.number}@{lane.active.cluster}" for lane in s.lanes]
+        rows.append([s.name, len(s.lanes), " ".join(active)])
+    print_table(["STREAM", "LANES", "ACTIVE GENERATIONS"], rows)
+
+
+def cmd_stream_describe(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        stream = client.describe_stream(args.name)
+    if args.output == "json":
+        print_json(stream)
+    else:
+        _print_stream(stream)
+
+
+def cmd_stream_add_lane(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        done = client.add_lane(args.stream, args.lane, args.priority, args.partitions, args.cluster)
+    if args.output == "json":
+        print_json(done)
+    else:
+        print(f"added lane {args.lane} at version {done.version}")
+        _print_stream(done.stream)
+
+
+def cmd_stream_policy(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        current = client.describe_stream(args.name).failover
+        policy = model.FailoverPolicy(
+            mode=args.mode or current.mode,
+            unhealthy_after_ms=args.unhealthy_after_ms or current.unhealthy_after_ms,
+            min_interval_ms=args.min_interval_ms if args.min_interval_ms is not None else current.min_interval_ms,
+        )
+        stream = client.set_stream_policy(args.name, policy) if policy != current else client.describe_stream(args.name)
+    if args.output == "json":
+        print_json(stream.failover)
+    else:
+        p = stream.failover
+        print(
+            f"{args.name}: failover {p.mode}, after {p.unhealthy_after_ms / 1000:g} s unhealthy, "
+            f"at most once per {p.min_interval_ms / 1000:g} s per lane"
+        )
+
+
+def cmd_failover(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        done = client.failover(args.stream, args.lane, args.to or "", args.partitions, args.reason)
+    if args.output == "json":
+        print_json(done)
+    else:
+        p, c = done.previous, done.current
+        print(
+            f"failed over {args.stream}/{args.lane} at version {done.version}: "
+            f"g{p.number} on {p.cluster} is {p.state}, "
+            f"g{c.number} on {c.cluster} ({c.topic}, {c.partitions} partitions) is {c.state}"
+        )
+
+
+def register(sub: Subparsers, add: Add) -> None:
+    """The stream commands' sub-parsers, beside the commands."""
+    stream = sub.add_parser("stream", help="create, list and describe streams").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(stream, "create", cmd_stream_create, "create a stream with its realtime and dlq lanes")
+    p.add_argument("name")
+    p.add_argument("--partitions", type=positive, required=True)
+    p.add_argument("--cluster", default="", help="cluster of the first generations (default: the largest healthy)")
+    for flag, what in (
+        ("--replication-factor", "replicas of each partition"),
+        ("--min-insync-replicas", "replicas a write with acks=all needs"),
+        ("--retention-ms", "how long records are kept (-1: forever)"),
+        ("--segment-ms", "how often a log segment is rolled"),
+        ("--segment-bytes", "log segment size (at least 1 MiB)"),
+    ):
+        p.add_argument(
+            flag, type=int, default=0, help=f"{what} on every topic of the stream (0: the cluster's default)"
+        )
+    add(stream, "list", cmd_stream_list, "list streams")
+    p = add(stream, "describe", cmd_stream_describe, "show a stream's lanes and generations")
+    p.add_argument("name")
+    p = add(stream, "policy", cmd_stream_policy, "show or set when the autopilot fails the stream's lanes over")
+    p.add_argument("name")
+    p.add_argument("--mode", choices=["auto", "manual"], default="")
+    p.add_argument("--unhealthy-after-ms", type=int, default=0, help="how long a cluster must be unhealthy")
+    p.add_argument("--min-interval-ms", type=int, default=None, help="a lane moves at most once in this long")
+    p = add(stream, "add-lane", cmd_stream_add_lane, "add a lane to a stream")
+    p.add_argument("stream")
+    p.add_argument("lane")
+    p.add_argument("--priority", type=int, required=True, help="0..1000, higher is served first")
+    p.add_argument("--partitions", type=int, default=0)
+    p.add_argument("--cluster", default="")
+
+    p = add(sub, "failover", cmd_failover, "move a lane to another cluster: open g+1 there, drain g")
+    p.add_argument("stream")
+    p.add_argument("--lane", default="realtime")
+    p.add_argument("--to", default="", metavar="CLUSTER", help="target cluster (default: the autopilot's choice)")
+    p.add_argument("--partitions", type=int, default=0, help="partition count of the new generation (default: same)")
+    p.add_argument("--reason", default="")
