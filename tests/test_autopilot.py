@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from streamplane import model
-from streamplane.client import CoordinatorClient, WorkerSession
+from streamplane.client import CoordinatorClient, Producer, WorkerSession
 from streamplane.clock import ManualClock
 from streamplane.coordinator import health, server
 from streamplane.coordinator.autopilot import AUTOPILOT, Autopilot, AutopilotConfig
@@ -350,6 +351,39 @@ def test_cordon_drain_and_remove(fleet, tmp_path: Path) -> None:
             assert "alive-1" not in {x.name for x in c.list_clusters()}
     finally:
         worker.close()
+
+
+def test_a_drain_of_streams_no_group_reads_finishes_and_names_what_holds_unread_records(fleet, local_cluster) -> None:
+    """Streams nobody wrote to and no group reads: their old generations hold nothing and drain at once, so the
+    drain finishes and the cluster can be removed. A stream whose records no group has read makes the drain
+    stop at once and say so, with the count and the way out, instead of waiting out its timeout."""
+    address, _ = fleet
+    with CoordinatorClient(address) as c:
+        c.set_fleet_policy(model.FleetPolicy(frozen=True, max_failovers_per_minute=100))  # the operator drains
+        for i in range(4):
+            c.create_stream(f"idle-{i}", 2, cluster="alive-1")
+    done = cli("cluster", "drain", "alive-1", "--to", "alive-2", "--timeout", "60", coordinator=address, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cluster alive-1 is drained: 8 lane(s) moved, 8 generation(s) drained" in done.stdout
+    done = cli("cluster", "remove", "alive-1", coordinator=address)
+    assert done.returncode == 0, done.stderr
+
+    bootstrap, control = local_cluster
+    with CoordinatorClient(address) as c:
+        c.register_cluster(
+            model.Cluster("alive-3", bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+        )
+        c.create_stream("unread", 2, cluster="alive-2")
+    with Producer(address, **{"linger.ms": 5}) as producer:
+        for i in range(10):
+            producer.produce("unread", b"%d" % i, key=b"%d" % i)
+        assert producer.flush(30) == 0
+    started = time.monotonic()
+    done = cli("cluster", "drain", "alive-2", "--to", "alive-3", "--timeout", "600", coordinator=address, timeout=120)
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "unread/realtime/g1 holds 10 record(s) no group has read" in done.stderr
+    assert "streamplane generation abandon unread realtime 1" in done.stderr
+    assert time.monotonic() - started < 60, "the drain waited instead of saying why"
 
 
 def test_a_generation_on_a_cluster_gone_for_good_is_abandoned_with_its_unread_range_recorded(fleet) -> None:

@@ -129,9 +129,11 @@ def cmd_cluster_drain(args: argparse.Namespace) -> int:
             done = client.failover(stream, lane, args.to or "", 0, f"drain of cluster {args.name}")
             print(f"  [{moved + 1}/{len(todo)}] {stream}/{lane} -> {done.current.cluster}", file=sys.stderr, flush=True)
         deadline = _time.monotonic() + args.timeout
+        told: set[str] = set()
         while True:
             gens = _generations_on(client, args.name)
             left = [f"{s}/{lane}/g{g.number}" for s, lane, g in gens if g.state != model.DRAINED]
+            _say_what_waits(client, args.name, gens, told)
             total = len(gens) or 1
             width = 30
             filled = width * (total - len(left)) // total
@@ -152,6 +154,33 @@ def cmd_cluster_drain(args: argparse.Namespace) -> int:
                     "hold records (are their groups running, and is the cluster reachable to seal?)"
                 )
             _time.sleep(1.0)
+
+
+def _say_what_waits(
+    client: CoordinatorClient, cluster: str, gens: list[tuple[str, str, model.Generation]], told: set[str]
+) -> None:
+    """A drain never waits silently. Each sealed generation it waits for is named once with the groups still
+    reading it. If every one left holds records no group has read, nothing will drain them: FailedPrecondition
+    naming each, with its count and the way out."""
+    sealed = [(s, lane, g) for s, lane, g in gens if g.state == model.SEALED]
+    if not sealed:
+        return
+    unread = []
+    for stream, lane, gen in sealed:
+        key = f"{stream}/{lane}/g{gen.number}"
+        prefix = f"{key}/p"
+        readers = sorted({p.group for p in client.lag("", stream, lane).partitions if p.lease_id.startswith(prefix)})
+        if not readers:
+            unread.append(
+                f"{key} holds {sum(gen.end_offsets)} record(s) no group has read: `streamplane generation abandon "
+                f"{stream} {lane} {gen.number}` gives them up, or start a group that reads {stream}"
+            )
+        elif key not in told:
+            told.add(key)
+            print(f"\n  {key}: waiting for group(s) {', '.join(readers)} to read it to its end", file=sys.stderr)
+    if unread and len(unread) == sum(g.state != model.DRAINED for _, _, g in gens):
+        print(file=sys.stderr)
+        raise errors.FailedPreconditionError(f"cluster {cluster} cannot finish draining: " + "; ".join(unread))
 
 
 def cmd_generation_abandon(args: argparse.Namespace) -> None:
