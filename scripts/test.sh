@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 echo "test: ruff" >&2
 .venv/bin/ruff check .
-echo "test: mypy (strict: the model, the coordinator's domain, the client's public API)" >&2
+echo "test: mypy (strict, every product module)" >&2
 .venv/bin/python scripts/typecheck.py
 echo "test: pytest" >&2
 exec .venv/bin/python -m pytest "$@"
