@@ -19,7 +19,7 @@ from streamplane.client.flow import Budget, Held
 from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError, messages
 from streamplane.clock import Clock
 from streamplane.errors import InvalidArgumentError
-from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, Reject, Retry, RetryState
+from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, RecordOutcome, Reject, Retry, RetryState
 from streamplane.native._loaded import _native
 from streamplane.native.batch import with_origin
 from streamplane.offsets import runs, to_ranges
@@ -330,7 +330,7 @@ class LeaseLedger:
 
     def finish_batch(self, batch: Batch, outcome: BatchOutcome | None) -> None:
         """End a handed-out batch: the records `outcome` retries or rejects that way, every other one acked."""
-        special: dict[int, tuple[str, str]] = {}
+        special: dict[int, tuple[RecordOutcome, str]] = {}
         if outcome is not None:
             mine = set(batch.offsets)
             for kind, named in ((RETRIED, outcome.retry), (REJECTED, outcome.reject)):

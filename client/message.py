@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from streamplane.errors import FailedPreconditionError
+from streamplane.model import RecordOutcome
 from streamplane.native._loaded import USE_NATIVE, _native
 
 if TYPE_CHECKING:
     from streamplane.client.ledger import LeaseLedger
 
-PENDING, ACKED, RETRIED, REJECTED = "pending", "acked", "retried", "rejected"
+PENDING, ACKED, RETRIED, REJECTED = RecordOutcome
 
 
 class OutcomeError(FailedPreconditionError):

@@ -42,7 +42,7 @@ from streamplane.client.credentials import ClientTls, TokenSource
 from streamplane.client.lanes import Lane, Lanes
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
-from streamplane.model import ClusterErrors, ClusterHealthChanged, FailedOver, Generation
+from streamplane.model import ClusterErrors, ClusterHealth, ClusterHealthChanged, FailedOver, Generation
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
 log = structlog.get_logger(__name__)
@@ -254,7 +254,7 @@ class Producer:
         while not self._closed.is_set():
             try:
                 for event in self._client.watch_topology(self._version):
-                    if isinstance(event, ClusterHealthChanged) and event.cluster.health != "healthy":
+                    if isinstance(event, ClusterHealthChanged) and event.cluster.health != ClusterHealth.HEALTHY:
                         self._warm(event.cluster.name)
                     if isinstance(event, FailedOver) and (event.stream, event.lane) in self._routes:
                         self._set_route(event.stream, event.lane, event.current)
@@ -287,7 +287,7 @@ class Producer:
         except StreamplaneError as err:
             log.info("producer.warm_failed", error=err.message)
             return
-        fit = [c for c in clusters if c.name != sick and c.health == "healthy" and not c.cordoned]
+        fit = [c for c in clusters if c.name != sick and c.health == ClusterHealth.HEALTHY and not c.cordoned]
         for c in [c for c in fit if c.bootstrap_servers not in writing][: max(0, room)]:
             spare = _Spare(self, c.name, c.bootstrap_servers)  # outside the lock: it takes a few ms
             with self._lock:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamplane.errors import InvalidArgumentError
-from streamplane.model import ACTIVE, Cluster, ClusterErrors, FleetPolicy, Probe, Stream
+from streamplane.model import ACTIVE, Cluster, ClusterErrors, ClusterHealth, FleetPolicy, Probe, Stream
 
-HEALTHY, DEGRADED, UNHEALTHY = "healthy", "degraded", "unhealthy"
+HEALTHY, DEGRADED, UNHEALTHY = ClusterHealth.HEALTHY, ClusterHealth.DEGRADED, ClusterHealth.UNHEALTHY
 AUTOPILOT = "autopilot"
 """The actor of every change the autopilot makes."""
 MAX_REPORTED_CLUSTERS = 1000

@@ -34,10 +34,19 @@ from streamplane.errors import (
     PermissionDeniedError,
     quoted,
 )
-from streamplane.model import ClusterErrors, Generation, GroupChanged, Heartbeat, MemberInfo, PartitionRef, Subscription
+from streamplane.model import (
+    ClusterErrors,
+    Generation,
+    GroupChanged,
+    Heartbeat,
+    LeaseState,
+    MemberInfo,
+    PartitionRef,
+    Subscription,
+)
 from streamplane.names import check_lane_name, check_object_name
 
-GRANTED, REVOKING, FREE = "granted", "revoking", "free"
+GRANTED, REVOKING, FREE = LeaseState
 LeaseKey = tuple[str, str, int, int]
 """(stream, lane, generation, partition)."""
 _WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")

@@ -118,7 +118,7 @@ class FleetCollector:
             clusters, streams, policy = fleet
             for c in clusters:
                 for state in (HEALTHY, DEGRADED, UNHEALTHY):
-                    health.add_metric([c.name, state], 1.0 if c.health == state else 0.0)
+                    health.add_metric([c.name, state.value], 1.0 if c.health == state else 0.0)
                 cordoned.add_metric([c.name], 1.0 if c.cordoned else 0.0)
             counts: dict[tuple[str, str], int] = {}
             for s in streams:
@@ -126,8 +126,8 @@ class FleetCollector:
                     for g in lane.generations:
                         counts[(g.cluster, g.state.value)] = counts.get((g.cluster, g.state.value), 0) + 1
             for c in clusters:
-                for state in GENERATION_STATES:
-                    generations.add_metric([c.name, state.value], counts.get((c.name, state.value), 0))
+                for gen_state in GENERATION_STATES:
+                    generations.add_metric([c.name, gen_state.value], counts.get((c.name, gen_state.value), 0))
             frozen.add_metric([], 1.0 if policy.frozen else 0.0)
         yield health
         yield cordoned

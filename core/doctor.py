@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streamplane.model import SETTLED, Cluster, GenerationState, MemberInfo
+from streamplane.model import SETTLED, Cluster, ClusterHealth, GenerationState, LeaseState, MemberInfo
 
 DEAD, STUCK, SHORT, PAUSED, BACKLOG = "dead_cluster", "stuck_record", "short_of_capacity", "paused_lease", "backlog"
 NO_READER = "no_reader"
 CAUSES = (DEAD, STUCK, SHORT, PAUSED, BACKLOG, NO_READER)
-HELD = ("granted", "revoking")
+HELD = (LeaseState.GRANTED, LeaseState.REVOKING)
 """Lease states in which a worker reads the partition."""
 
 
@@ -125,7 +125,7 @@ def diagnose(obs: Observation) -> Diagnosis:
         cluster = obs.clusters.get(first.cluster)
         health = cluster.health if cluster else "removed"
         unreadable = all(p.end_after is None for p in parts)
-        if health == "healthy" and not unreadable:
+        if health == ClusterHealth.HEALTHY and not unreadable:
             continue
         pending = sum(p.offset_lag or 0 for p in parts)
         active = first.state == GenerationState.ACTIVE

@@ -43,6 +43,32 @@ class AdminKind(StrEnum):
 
 ADMIN_KAFKA, ADMIN_LOCAL = AdminKind
 
+
+class ClusterHealth(StrEnum):
+    """A cluster's health as the autopilot's monitor judges it (the client, console and doctor read it too)."""
+
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    UNHEALTHY = "unhealthy"
+    UNKNOWN = "unknown"
+
+
+class LeaseState(StrEnum):
+    """A lease's state: held, being handed back after a revoke, or free to grant."""
+
+    GRANTED = "granted"
+    REVOKING = "revoking"
+    FREE = "free"
+
+
+class RecordOutcome(StrEnum):
+    """What became of a record handed to the application."""
+
+    PENDING = "pending"
+    ACKED = "acked"
+    RETRIED = "retried"
+    REJECTED = "rejected"
+
 DEFAULT_LANES: dict[str, int] = {"realtime": 100, "dlq": 10}
 """Lanes every stream gets at creation, with their priorities (higher is served first)."""
 
@@ -82,8 +108,8 @@ class Cluster(_Record):
     bootstrap_servers: str
     zone: str = ""
     capacity_weight: float = 1.0
-    health: str = "healthy"
-    """healthy, degraded, unhealthy or unknown: the autopilot's health monitor keeps it current."""
+    health: str = ClusterHealth.HEALTHY
+    """A ClusterHealth (healthy, degraded, unhealthy or unknown): the autopilot's health monitor keeps it current."""
     config_ref: str = ""
     admin: AdminKind = ADMIN_KAFKA
     control_endpoint: str = ""

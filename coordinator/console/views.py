@@ -19,7 +19,7 @@ from streamplane.coordinator.console.history import LagHistory
 from streamplane.coordinator.health import active_load, choose_target
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from streamplane.model import to_jsonable
+from streamplane.model import ClusterHealth, to_jsonable
 from streamplane.names import check_object_name
 
 EVENT_SCAN = 5000
@@ -312,7 +312,7 @@ class Views:
 
     def freeze_preview(self, frozen: bool) -> dict[str, Any]:
         policy = self.topology.fleet_policy()
-        sick = [c.name for c in self.topology.list_clusters() if c.health != "healthy"]
+        sick = [c.name for c in self.topology.list_clusters() if c.health != ClusterHealth.HEALTHY]
         effect = (
             "automatic failover stops fleet-wide: health is still watched and recorded, nothing moves by itself"
             if frozen
