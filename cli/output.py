@@ -14,6 +14,15 @@ def print_json(value: Any) -> None:
     print(json.dumps(to_jsonable(value), indent=2, sort_keys=True, default=repr))
 
 
+def json_shown(args: Any, value: Any) -> bool:
+    """With `--output json`, print `value` as JSON and say so; otherwise the caller prints it for people. The one
+    place the choice is made."""
+    if args.output == "json":
+        print_json(value)
+        return True
+    return False
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Columns padded to their widest cell; an empty table prints its headers and '(none)'."""
     cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]

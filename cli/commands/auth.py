@@ -7,7 +7,7 @@ import secrets
 from pathlib import Path
 
 from streamplane.cli.common import Add, Subparsers, connect, duration
-from streamplane.cli.output import print_json
+from streamplane.cli.output import json_shown, print_json
 
 
 def cmd_token_create(args: argparse.Namespace) -> None:
@@ -27,9 +27,7 @@ def cmd_token_create(args: argparse.Namespace) -> None:
 def cmd_whoami(args: argparse.Namespace) -> None:
     with connect(args) as client:
         me = client.whoami()
-    if args.output == "json":
-        print_json(me)
-    else:
+    if not json_shown(args, me):
         scope = f" streams={','.join(me['streams']) or '*'} groups={','.join(me['groups']) or '*'}"
         print(
             f"{me['name']} role={me['role']} via={me['via']}"

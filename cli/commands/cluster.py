@@ -8,7 +8,7 @@ import sys
 
 from streamplane import errors, model
 from streamplane.cli.common import Add, Subparsers, connect, positive
-from streamplane.cli.output import print_json, print_table
+from streamplane.cli.output import json_shown, print_table
 from streamplane.client.coordinator import CoordinatorClient
 
 
@@ -23,17 +23,14 @@ def cmd_cluster_register(args: argparse.Namespace) -> None:
     )
     with connect(args) as client:
         done = client.register_cluster(cluster, update_existing=args.update)
-    if args.output == "json":
-        print_json(done)
-    else:
+    if not json_shown(args, done):
         print(f"registered cluster {done.cluster.name} ({done.cluster.bootstrap_servers}) at version {done.version}")
 
 
 def cmd_cluster_list(args: argparse.Namespace) -> None:
     with connect(args) as client:
         clusters = client.list_clusters()
-    if args.output == "json":
-        print_json(clusters)
+    if json_shown(args, clusters):
         return
     print_table(
         ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "REASONS"],
@@ -57,8 +54,7 @@ def cmd_cluster_health(args: argparse.Namespace) -> None:
 
     with connect(args) as client:
         cluster, probes = client.cluster_health(args.name)
-    if args.output == "json":
-        print_json({"cluster": cluster, "probes": probes})
+    if json_shown(args, {"cluster": cluster, "probes": probes}):
         return
     since = f" for {(_time.time() * 1000 - cluster.health_since_ms) / 1000:.0f} s" if cluster.health_since_ms else ""
     print(f"{cluster.name}: {cluster.health}{since}" + (" (cordoned)" if cluster.cordoned else ""))
@@ -186,8 +182,7 @@ def _say_what_waits(
 def cmd_generation_abandon(args: argparse.Namespace) -> None:
     with connect(args) as client:
         done = client.abandon_generation(args.stream, args.lane, args.generation, args.reason)
-    if args.output == "json":
-        print_json(done)
+    if json_shown(args, done):
         return
     print(f"{args.stream}/{args.lane}/g{args.generation} abandoned; never processed:")
     for line in done.lost:
@@ -213,9 +208,7 @@ def cmd_fleet(args: argparse.Namespace) -> None:
             }
             if changed:
                 policy = client.set_fleet_policy(dataclasses.replace(policy, **changed))
-    if args.output == "json":
-        print_json(policy)
-    else:
+    if not json_shown(args, policy):
         state = "frozen: nothing moves by itself" if policy.frozen else "automatic failover on"
         print(
             f"fleet: {state}; at most {policy.max_evacuations_per_hour} clusters evacuated an hour, none while more "

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from streamplane import model
 from streamplane.cli.common import STORE_HELP, Add, Subparsers, connect, event_log_arguments
-from streamplane.cli.output import print_json
+from streamplane.cli.output import json_shown
 from streamplane.model import to_jsonable
 
 
@@ -41,8 +41,7 @@ def cmd_inspect(args: argparse.Namespace) -> None:
         rows = inspect_store(db, prefix, limit=args.limit)
     finally:
         db.close()
-    if args.output == "json":
-        print_json([{"key": list(map(repr, key)), "value": value} for key, value in rows])
+    if json_shown(args, [{"key": list(map(repr, key)), "value": value} for key, value in rows]):
         return
     for key, value in rows:
         shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)

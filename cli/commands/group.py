@@ -9,7 +9,7 @@ from typing import Any
 from streamplane import errors, model
 from streamplane.cli.commands.events import print_events
 from streamplane.cli.common import Add, Subparsers, connect, event_log_arguments
-from streamplane.cli.output import print_json, print_table
+from streamplane.cli.output import json_shown, print_table
 from streamplane.client.coordinator import CoordinatorClient
 
 
@@ -18,8 +18,7 @@ def cmd_group_describe(args: argparse.Namespace) -> None:
 
     with connect(args) as client:
         desc = client.describe_group(args.group)
-    if args.output == "json":
-        print_json(desc)
+    if json_shown(args, desc):
         return
     now = int(_time.time() * 1000)
     print(f"group {desc.group}  (assignment loop on {desc.leader_replica or 'no leader'})")
@@ -71,9 +70,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
     with connect(args) as client:
         while True:
             lag = client.lag(args.group or "", args.stream, args.lane)
-            if args.output == "json":
-                print_json(lag)
-            else:
+            if not json_shown(args, lag):
                 if args.watch is not None:
                     print("\033[H\033[2J", end="")  # clear the screen between refreshes
                 title = f"group {args.group}" if args.group else "all groups"
@@ -121,8 +118,7 @@ def cmd_doctor(args: argparse.Namespace) -> None:
         found = doctor.run(
             client, args.stream, args.group or "", interval_s=args.interval, target_ms=int(args.target_s * 1000)
         )
-    if args.output == "json":
-        print_json(found)
+    if json_shown(args, found):
         return
     print("\n\n".join(doctor.render(d, args.interval) for d in found))
 

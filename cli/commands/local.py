@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamplane import errors
-from streamplane.cli.output import print_json
+from streamplane.cli.output import json_shown
 
 if TYPE_CHECKING:
     from streamplane.coordinator.assigner import AssignerConfig
@@ -129,9 +129,7 @@ def cmd_fault(args: argparse.Namespace) -> None:
         got = control.call("/brokers/down" if args.down else "/brokers/up", body)
         brokers = ", ".join(map(str, got["brokers"]))
         done = f"cluster {args.cluster}: broker(s) {brokers} {got['state']}"
-    if args.output == "json":
-        print_json(got)
-    else:
+    if not json_shown(args, got):
         print(done)
 
 

@@ -6,7 +6,7 @@ import argparse
 
 from streamplane import model
 from streamplane.cli.common import Add, Subparsers, connect, positive
-from streamplane.cli.output import print_json, print_table
+from streamplane.cli.output import json_shown, print_table
 
 
 def _print_stream(stream: model.Stream) -> None:
@@ -39,9 +39,7 @@ def cmd_stream_create(args: argparse.Namespace) -> None:
             segment_bytes=args.segment_bytes,
         )
         done = client.create_stream(args.name, args.partitions, args.cluster, topic=topic)
-    if args.output == "json":
-        print_json(done)
-    else:
+    if not json_shown(args, done):
         print(f"created at version {done.version}")
         _print_stream(done.stream)
 
@@ -49,8 +47,7 @@ def cmd_stream_create(args: argparse.Namespace) -> None:
 def cmd_stream_list(args: argparse.Namespace) -> None:
     with connect(args) as client:
         streams = client.list_streams()
-    if args.output == "json":
-        print_json(streams)
+    if json_shown(args, streams):
         return
     rows = []
     for s in streams:
@@ -62,18 +59,14 @@ def cmd_stream_list(args: argparse.Namespace) -> None:
 def cmd_stream_describe(args: argparse.Namespace) -> None:
     with connect(args) as client:
         stream = client.describe_stream(args.name)
-    if args.output == "json":
-        print_json(stream)
-    else:
+    if not json_shown(args, stream):
         _print_stream(stream)
 
 
 def cmd_stream_add_lane(args: argparse.Namespace) -> None:
     with connect(args) as client:
         done = client.add_lane(args.stream, args.lane, args.priority, args.partitions, args.cluster)
-    if args.output == "json":
-        print_json(done)
-    else:
+    if not json_shown(args, done):
         print(f"added lane {args.lane} at version {done.version}")
         _print_stream(done.stream)
 
@@ -87,9 +80,7 @@ def cmd_stream_policy(args: argparse.Namespace) -> None:
             min_interval_ms=args.min_interval_ms if args.min_interval_ms is not None else current.min_interval_ms,
         )
         stream = client.set_stream_policy(args.name, policy) if policy != current else client.describe_stream(args.name)
-    if args.output == "json":
-        print_json(stream.failover)
-    else:
+    if not json_shown(args, stream.failover):
         p = stream.failover
         print(
             f"{args.name}: failover {p.mode}, after {p.unhealthy_after_ms / 1000:g} s unhealthy, "
@@ -100,9 +91,7 @@ def cmd_stream_policy(args: argparse.Namespace) -> None:
 def cmd_failover(args: argparse.Namespace) -> None:
     with connect(args) as client:
         done = client.failover(args.stream, args.lane, args.to or "", args.partitions, args.reason)
-    if args.output == "json":
-        print_json(done)
-    else:
+    if not json_shown(args, done):
         p, c = done.previous, done.current
         print(
             f"failed over {args.stream}/{args.lane} at version {done.version}: "
