@@ -126,10 +126,13 @@ def cmd_cluster_drain(args: argparse.Namespace) -> int:
             print(f"  [{moved + 1}/{len(todo)}] {stream}/{lane} -> {done.current.cluster}", file=sys.stderr, flush=True)
         deadline = _time.monotonic() + args.timeout
         told: set[str] = set()
+        look_at = 0.0
         while True:
             gens = _generations_on(client, args.name)
             left = [f"{s}/{lane}/g{g.number}" for s, lane, g in gens if g.state != model.DRAINED]
-            _say_what_waits(client, args.name, gens, told)
+            if left and _time.monotonic() >= look_at:  # what waits, every 5 s: a lag call per sealed lane
+                _say_what_waits(client, args.name, gens, told)
+                look_at = _time.monotonic() + 5.0
             total = len(gens) or 1
             width = 30
             filled = width * (total - len(left)) // total
@@ -162,10 +165,18 @@ def _say_what_waits(
     if not sealed:
         return
     unread = []
+    lags: dict[tuple[str, str], model.Lag | None] = {}  # one lag call per lane, whatever its sealed generations
     for stream, lane, gen in sealed:
         key = f"{stream}/{lane}/g{gen.number}"
-        prefix = f"{key}/p"
-        readers = sorted({p.group for p in client.lag("", stream, lane).partitions if p.lease_id.startswith(prefix)})
+        if (stream, lane) not in lags:
+            try:
+                lags[(stream, lane)] = client.lag("", stream, lane)
+            except errors.StreamplaneError:  # that stream went away, or the call failed: the others still count
+                lags[(stream, lane)] = None
+        lag = lags[(stream, lane)]
+        if lag is None:
+            continue
+        readers = sorted({p.group for p in lag.partitions if p.lease_id.startswith(f"{key}/p")})
         if not readers:
             unread.append(
                 f"{key} holds {sum(gen.end_offsets)} record(s) no group has read: `streamplane generation abandon "

@@ -26,21 +26,6 @@ class RowsReader(Protocol):
 
     def range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[tuple[bytes, bytes]]: ...
 
-    def many(
-        self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]]
-    ) -> tuple[dict[bytes, bytes], list[list[tuple[bytes, bytes]]]]:
-        """The committed values of `keys` (those present), and every row of each range in key order: in as few
-        reads as the store allows."""
-        ...
-
-
-def read_many(
-    rows: RowsReader, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]]
-) -> tuple[dict[bytes, bytes], list[list[tuple[bytes, bytes]]]]:
-    """`RowsReader.many` one read at a time: for stores in the process, where a read costs no round trip."""
-    found = {k: v for k in keys if (v := rows.get(k)) is not None}
-    return found, [rows.range(b, e, 0, False) for b, e in ranges]
-
 
 class BufferedWatch:
     """A watch: an event set when a commit that may have changed its key is known (the embedded driver's own
@@ -165,15 +150,28 @@ class BufferedTransaction:
 
     # -- reads
     def prefetch(self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]] = ()) -> None:
-        wanted = [k for k in dict.fromkeys(keys) if k not in self._read and self._span(k, k) is None]
-        spans = [(b, e) for b, e in dict.fromkeys(ranges) if self._span(b, e) is None]
-        if not wanted and not spans:
-            return
-        found, rows = self._rows.many(wanted, spans)
-        for key in wanted:
+        """Nothing to gather in a store inside the process: a read costs no round trip. A driver whose reads do
+        (PostgreSQL) reads them together and keeps them with `_keep`; gets and range reads then use them."""
+
+    def _keep(
+        self,
+        keys: Sequence[bytes],
+        found: dict[bytes, bytes],
+        ranges: Sequence[tuple[bytes, bytes]],
+        rows: Sequence[list[tuple[bytes, bytes]]],
+    ) -> None:
+        """Keep what a driver's `prefetch` read: the values of `keys` (absent ones too) and whole ranges."""
+        for key in keys:
             self._read[key] = found.get(key)
-        for (b, e), got in zip(spans, rows, strict=True):
+        for (b, e), got in zip(ranges, rows, strict=True):
             bisect.insort(self._spans, (b, e, got), key=lambda span: span[0])
+
+    def _unread(
+        self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+        """The keys and ranges not read by this transaction yet."""
+        wanted = [k for k in dict.fromkeys(keys) if k not in self._read and self._span(k, k) is None]
+        return wanted, [(b, e) for b, e in dict.fromkeys(ranges) if self._span(b, e) is None]
 
     def _span(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]] | None:
         """The prefetched rows of a whole range holding [begin, end] (a key: begin == end), or None."""

@@ -21,14 +21,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import structlog
 
 from streamplane.coordinator.store.api import StoreUnavailableError, Transaction
-from streamplane.coordinator.store.buffered import BufferedTransaction, WatchRegistry, read_many
+from streamplane.coordinator.store.buffered import BufferedTransaction, WatchRegistry
 
 log = structlog.get_logger(__name__)
 
@@ -99,11 +99,6 @@ class _SqliteRows:
         row = self._conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
         return None if row is None else bytes(row[0])
 
-    def many(
-        self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]]
-    ) -> tuple[dict[bytes, bytes], list[list[tuple[bytes, bytes]]]]:
-        return read_many(self, keys, ranges)
-
     def range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[tuple[bytes, bytes]]:
         """Keys in [begin, end) in order (descending if reverse), the first `limit` (0: all)."""
         order = "DESC" if reverse else "ASC"
@@ -156,11 +151,6 @@ class _MemoryRows:
 
     def get(self, key: bytes) -> bytes | None:
         return self._values.get(key)
-
-    def many(
-        self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]]
-    ) -> tuple[dict[bytes, bytes], list[list[tuple[bytes, bytes]]]]:
-        return read_many(self, keys, ranges)
 
     def range(self, begin: bytes, end: bytes, limit: int, reverse: bool) -> list[tuple[bytes, bytes]]:
         lo, hi = bisect.bisect_left(self._keys, begin), bisect.bisect_left(self._keys, end)

@@ -110,7 +110,8 @@ class PostgresTransaction(BufferedTransaction):
     """A buffered transaction whose versionstamp is taken from the counter row by its first stamped write."""
 
     def __init__(self, conn: Any, *, alone: bool = False) -> None:
-        super().__init__(_Rows(conn), 0)
+        self._rows_reader = _Rows(conn)
+        super().__init__(self._rows_reader, 0)
         self._conn = conn
         self._stamped = False
         self.alone = alone
@@ -122,6 +123,14 @@ class PostgresTransaction(BufferedTransaction):
         watch = super().watch(key)
         self.seen[key] = self.get(key)
         return watch
+
+    def prefetch(self, keys: Sequence[bytes], ranges: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """Read these keys and whole ranges in two statements (a read is a round trip here); later reads of them
+        are answered from what was read, this transaction's snapshot."""
+        wanted, spans = self._unread(keys, ranges)
+        if wanted or spans:
+            found, rows = self._rows_reader.many(wanted, spans)
+            self._keep(wanted, found, spans, rows)
 
     def run_alone(self) -> None:
         """Take the writers' lock before the transaction's snapshot, if nothing was read yet: no write can commit
