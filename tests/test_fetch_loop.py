@@ -105,11 +105,14 @@ def test_what_is_read_while_the_budget_is_full_waits_undecoded_and_is_never_read
     assert raw.flush(10) == 0
     budget = Budget(60, 1 << 30)  # room for two partitions' records in flight, not four
     loop = FetchLoop(budget=budget, max_decompressed=4 << 20)
+    got = [Holding(loop) for _ in range(4)]
+    for p, receiver in enumerate(got):
+        # added before the loop starts, so that its first Fetch asks for all four at once: one response then
+        # holds more than the budget allows (added one by one, two responses of one partition each could fill
+        # the budget with nothing left over to keep waiting)
+        loop.add(f"full/{p}", one_broker.bootstrap_servers, "full", p, -1, receiver)
     loop.start()
     try:
-        got = [Holding(loop) for _ in range(4)]
-        for p, receiver in enumerate(got):
-            loop.add(f"full/{p}", one_broker.bootstrap_servers, "full", p, -1, receiver)
         wait_until(lambda: budget.records >= 60)
         wait_until(lambda: bool(loop._parked), what=lambda: "nothing read was kept waiting")
         parked = {p.key for p in loop._parked}
