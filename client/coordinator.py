@@ -277,6 +277,11 @@ class CoordinatorClient:
         got = self._call(self.assigner.DescribeGroup, apb.DescribeGroupRequest(group=group), idempotent=True)
         return convert.group_from_pb(got)
 
+    def delete_group(self, group: str, *, force: bool = False, reason: str = "") -> m.GroupDeleted:
+        """Remove a group and everything it kept; refused while members are live unless `force`."""
+        request = apb.DeleteGroupRequest(group=group, force=force, reason=reason)
+        return convert.group_deleted_from_pb(self._call(self.assigner.DeleteGroup, request))
+
     def check_lease(self, group: str, lease_id: str, epoch: int) -> None:
         """Raise FencedError unless the lease is still held at `epoch`."""
         request = apb.CheckLeaseRequest(group=group, lease_id=lease_id, epoch=epoch)
@@ -294,9 +299,7 @@ class CoordinatorClient:
             commit.lease_id, got.low_watermark, tuple(got.exhausted), copies=convert.copies_from_pb(got.copies)
         )
 
-    def commit_batch(
-        self, group: str, commits: list[m.LeaseCommit], *, session_id: str = ""
-    ) -> list[m.CommitOutcome]:
+    def commit_batch(self, group: str, commits: list[m.LeaseCommit], *, session_id: str = "") -> list[m.CommitOutcome]:
         """Commit many leases of one group in one call; each lease's outcome says whether it was recorded.
         `session_id`: the worker session holding the leases (required by a coordinator that checks credentials,
         for leases; a commit from another session is fenced)."""
@@ -320,11 +323,17 @@ class CoordinatorClient:
         request = cpb.GetLagRequest(group=group, stream=stream, lane=lane)
         return convert.lag_from_pb(self._call(self.commitlog.GetLag, request, idempotent=True))
 
-    def configure_group(self, group: str, lane: str, max_attempts: int = 0, lag_target_ms: int = 0) -> None:
+    def configure_group(
+        self, group: str, lane: str = "", max_attempts: int = 0, lag_target_ms: int = 0, expire_after_ms: int = 0
+    ) -> None:
         """A lane's max attempts and/or time-lag target for the group (0 leaves a setting; lag_target_ms -1:
-        no target)."""
+        no target), and/or how long the group may stay inactive before it expires (expire_after_ms -1: never)."""
         request = cpb.ConfigureGroupRequest(
-            group=group, lane=lane, max_attempts=max_attempts, lag_target_ms=lag_target_ms
+            group=group,
+            lane=lane,
+            max_attempts=max_attempts,
+            lag_target_ms=lag_target_ms,
+            expire_after_ms=expire_after_ms,
         )
         self._call(self.commitlog.ConfigureGroup, request)
 

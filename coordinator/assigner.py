@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, events, group_state, keys, leadership, leases, metrics
+from streamplane.coordinator import commitlog, events, group_lifecycle, group_state, keys, leadership, leases, metrics
 from streamplane.coordinator.group_state import GroupState
 from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
 from streamplane.coordinator.loop import BackgroundLoop
@@ -28,6 +28,7 @@ from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
     Grant,
     GroupChanged,
+    GroupDeleted,
     GroupDescription,
     Heartbeat,
     LeaseInfo,
@@ -376,6 +377,12 @@ class Assigner:
         """The group's log after `after`, then its new events as they commit (on an event loop)."""
         check_object_name("group", group)
         return events.follow(lambda cursor: events.read_group_events_and_watch(self.db, group, cursor), after)
+
+    def delete_group(self, group: str, *, force: bool = False, reason: str = "", actor: str = "") -> GroupDeleted:
+        """Remove a group and everything it kept (see group_lifecycle.delete_group)."""
+        return group_lifecycle.delete_group(
+            self.db, group, now_ms=self.clock.now_ms(), force=force, reason=reason, actor=actor
+        )
 
     def describe(self, group: str) -> GroupDescription:
         """Members and leases of a group, and which replica leads the assignment; InvalidArgumentError for a name

@@ -125,6 +125,12 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
             yield convert.group_event_to_pb(event)
 
     @grpc_errors
+    def DeleteGroup(self, request: apb.DeleteGroupRequest, context: grpc.ServicerContext) -> pb.GroupDeleted:
+        actor = self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
+        deleted = self._assigner.delete_group(request.group, force=request.force, reason=request.reason, actor=actor)
+        return convert.group_deleted_to_pb(deleted)
+
+    @grpc_errors
     def DescribeGroup(self, request: apb.DescribeGroupRequest, context: grpc.ServicerContext) -> apb.GroupDescription:
         self._guard.require(context, auth.READ, group=request.group)
         return convert.group_to_pb(self._assigner.describe(request.group))

@@ -93,5 +93,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
         self, request: cpb.ConfigureGroupRequest, context: grpc.ServicerContext
     ) -> cpb.ConfigureGroupResponse:
         self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
-        self._log.configure_group(request.group, request.lane, request.max_attempts, request.lag_target_ms)
+        self._log.configure_group(
+            request.group, request.lane, request.max_attempts, request.lag_target_ms, request.expire_after_ms
+        )
         return cpb.ConfigureGroupResponse()

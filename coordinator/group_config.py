@@ -1,5 +1,6 @@
 """A group's settings per lane: attempts before a record is rejected, and the time lag the lane should stay
-under (past it, the Assigner gives the lane's partitions the first claim on the group's workers).
+under (past it, the Assigner gives the lane's partitions the first claim on the group's workers); and the
+group's own: how long it may stay inactive before it expires (see group_lifecycle).
 
 Kept in one small value per group (`keys.group_config_key`), read by the commit log and the Assigner.
 """
@@ -17,6 +18,27 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LAG_TARGET_MS = 5_000
 """The time-lag target of a stream's top-priority lane unless configured (the others have none)."""
 NO_LAG_TARGET = -1
+
+DAY_MS = 86_400_000
+DEFAULT_EXPIRE_AFTER_MS = 7 * DAY_MS
+"""Like Kafka's offsets.retention.minutes (7 days since Kafka 2.0)."""
+NEVER = -1
+"""An `expire_after_ms` that keeps the group until it is deleted by hand."""
+EXPIRE_AFTER_RANGE_MS = (1_000, 3_660 * DAY_MS)
+
+
+def check_expire_after(ms: int) -> int:
+    """`ms` if it is a valid expiry (NEVER, or within EXPIRE_AFTER_RANGE_MS), else InvalidArgumentError."""
+    low, high = EXPIRE_AFTER_RANGE_MS
+    if ms != NEVER and not low <= ms <= high:
+        raise InvalidArgumentError(f"expire_after_ms must be between {low} and {high} (or -1: never), not {ms}")
+    return ms
+
+
+def expire_after_ms(raw_config: bytes | None) -> int:
+    """The group's expiry as configured in its stored settings (DEFAULT_EXPIRE_AFTER_MS when unset)."""
+    value = json.loads(raw_config).get("expire_after_ms", 0) if raw_config else 0
+    return int(value) or DEFAULT_EXPIRE_AFTER_MS
 
 
 @transactional
@@ -36,24 +58,34 @@ def lag_targets(tr: Transaction, group: str) -> dict[str, int]:
 
 
 @transactional
-def configure(tr: Transaction, group: str, lane: str, attempts: int = 0, lag_target_ms: int = 0) -> None:
-    """Set a lane's max attempts and/or time-lag target for a group (0 leaves a setting as it is)."""
+def configure(
+    tr: Transaction, group: str, lane: str = "", attempts: int = 0, lag_target_ms: int = 0, expire_after: int = 0
+) -> None:
+    """Set a lane's max attempts and/or time-lag target, and/or the group's expiry (0 leaves a setting as it
+    is; the lane is needed only for the first two)."""
     check_object_name("group", group)
-    check_lane_name("lane", lane)
-    if not attempts and not lag_target_ms:
-        raise InvalidArgumentError("give max_attempts or lag_target_ms (or both)")
+    if not attempts and not lag_target_ms and not expire_after:
+        raise InvalidArgumentError("give max_attempts, lag_target_ms or expire_after_ms")
+    if (attempts or lag_target_ms) and not lane:
+        raise InvalidArgumentError("lane is required with max_attempts or lag_target_ms: they are set per lane")
+    if lane:
+        check_lane_name("lane", lane)
     if attempts and not 1 <= attempts <= 1000:
         raise InvalidArgumentError(f"max_attempts must be between 1 and 1000, not {attempts}")
     if lag_target_ms and lag_target_ms != NO_LAG_TARGET and not 1000 <= lag_target_ms <= 86_400_000:
         raise InvalidArgumentError(
             f"lag_target_ms must be between 1000 and 86400000 (or -1 for none), not {lag_target_ms}"
         )
+    if expire_after:
+        check_expire_after(expire_after)
     key = keys.group_config_key(group)
     config = json.loads(tr.get(key) or b"{}")
     if attempts:
         config.setdefault("max_attempts", {})[lane] = attempts
     if lag_target_ms:
         config.setdefault("lag_target_ms", {})[lane] = lag_target_ms
+    if expire_after:
+        config["expire_after_ms"] = expire_after
     tr.set(key, json.dumps(config, sort_keys=True).encode())
     tr.add(keys.group_version_key(group), 1)  # the Assigner looks at the group again
     tr.add(keys.ASSIGNER_WAKE, 1)

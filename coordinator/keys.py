@@ -47,6 +47,11 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "fleet_policy")                     -> FleetPolicy {frozen, max_failovers_per_minute}
     ("streamplane", "worker_errors", group, worker_id)  -> [[cluster, errors, last error, at_ms]]: what a worker's
                                                            fetches met lately (the health monitor reads them)
+    ("streamplane", "group_seen", group)                -> {at_ms}: when the group was last active (a member left,
+                                                           or it committed; written at most once a minute)
+    ("streamplane", "retired_reader", stream, lane, generation)
+                                                        -> b"": a deleted group had read this unsettled generation
+                                                           (it drains once the groups left are done, if none are)
 """
 
 from __future__ import annotations
@@ -143,6 +148,8 @@ GROUP_EVENTS = ROOT["group_event"]
 GROUP_EVENT_HEADS = ROOT["group_event_head"]
 TXN_TOKENS = ROOT["txn"]
 FLEET_POLICY = ROOT.pack(("fleet_policy",))
+GROUP_SEEN = ROOT["group_seen"]
+RETIRED_READERS = ROOT["retired_reader"]
 
 
 def cluster_key(name: str) -> bytes:
@@ -222,6 +229,14 @@ def lease_key_prefix(group: str) -> bytes:
 
 def group_config_key(group: str) -> bytes:
     return GROUP_CONFIGS.pack((group,))
+
+
+def group_seen_key(group: str) -> bytes:
+    return GROUP_SEEN.pack((group,))
+
+
+def retired_reader_key(stream: str, lane: str, generation: int) -> bytes:
+    return RETIRED_READERS.pack((stream, lane, generation))
 
 
 PartitionKey = tuple[str, str, str, int, int]

@@ -248,6 +248,12 @@ def write_lease(tr: Transaction, group: str, old: Lease | None, new: Lease) -> N
 # -- changes --------------------------------------------------------------------------------------------------------
 
 
+def mark_active(tr: Transaction, group: str, now_ms: int) -> None:
+    """Record that the group was active at `now_ms` (what its expiry counts from; see group_lifecycle). A blind
+    write: it conflicts with nothing."""
+    tr.set(keys.group_seen_key(group), json.dumps({"at_ms": now_ms}).encode())
+
+
 def bump_versions(tr: Transaction, group: str, *workers: str) -> None:
     """Tell who watches that the group changed (its owner's loop, and the sessions of `workers`)."""
     tr.add(keys.group_version_key(group), 1)
@@ -479,6 +485,7 @@ def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: GroupEv
         return LEAVE_LEASES, False
     tr.clear(keys.member_key(group, member.worker_id))
     tr.clear(keys.worker_errors_key(group, member.worker_id))
+    mark_active(tr, group, ev.now_ms)  # active until now: its expiry counts from here
     ev.group(group, "member_left", member.worker_id, reason=reason)
     return len(held), True
 

@@ -275,14 +275,16 @@ def _groups_on(tr: Transaction, stream: str, lane: str, number: int) -> list[str
 @transactional
 def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generation, list[str]]]:
     """Mark drained every sealed generation that holds nothing for anybody: sealed empty (whoever reads the
-    stream, or nobody), or processed to its end offsets by each of its groups. One that holds records no group
-    has read stays sealed: a group may still start and want them (`generation abandon` gives them up)."""
+    stream, or nobody), or processed to its end offsets by each of its groups (none left is enough when a
+    deleted group had read it). One that holds records no group has read stays sealed: a group may still start
+    and want them (`generation abandon` gives them up)."""
     done: list[tuple[str, str, Generation, list[str]]] = []
     for stream, lane, gen in _generations_in(tr, SEALED):
         groups = _groups_on(tr, stream, lane, gen.number)
         short = 1 if planted.EARLY_DRAIN in planted.active else 0
+        retired = tr.get(keys.retired_reader_key(stream, lane, gen.number)) is not None  # a deleted group read it
         finished = not any(gen.end_offsets) or (
-            bool(groups)
+            (bool(groups) or retired)
             and all(
                 commitlog.read_header(tr, (group, stream, lane, gen.number, p)).low >= end - short
                 for group in groups

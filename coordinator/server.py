@@ -30,6 +30,7 @@ from streamplane.coordinator.commitlog_service import CommitLog
 from streamplane.coordinator.commitlog_servicer import CommitLogServicer
 from streamplane.coordinator.console import Console
 from streamplane.coordinator.event_loop import EventLoopThread
+from streamplane.coordinator.group_lifecycle import REAP_EVERY_MS, GroupReaper
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.limits import HELLO_TIMEOUT_S, MAX_STREAMS, StreamLimits
 from streamplane.coordinator.metrics import FLEET, LAG, serve_metrics
@@ -86,6 +87,7 @@ class RunningCoordinator:
     assigner: Assigner
     sealer: Sealer
     autopilot: Autopilot
+    reaper: GroupReaper
     console: Console | None = None
 
     def stop(self, grace_s: float = 2.0) -> None:
@@ -106,6 +108,7 @@ class RunningCoordinator:
         self.loop.stop(STOP_CANCEL_S)
         self.sealer.stop()
         self.autopilot.stop()
+        self.reaper.stop()
         for collector in (LAG, FLEET):  # scrapes after this see no series from a closed store
             collector.source = None
         self.db.close()
@@ -173,6 +176,7 @@ def start(
     streams_per_principal: int = STREAMS_PER_PRINCIPAL,
     autopilot_config: AutopilotConfig | None = None,
     console: ConsoleSettings | None = None,
+    reap_every_ms: int = REAP_EVERY_MS,
 ) -> RunningCoordinator:
     """Start the gRPC server on host:port (0 picks a free port) over an open store; `clock` is its time.
 
@@ -189,6 +193,7 @@ def start(
     autopilot = Autopilot(topology, lambda: assigner.is_leader, autopilot_config, clock=clock)
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
     commit_log = CommitLog(db, clock=clock)
+    reaper = GroupReaper(db, lambda: assigner.is_leader, clock=clock, every_ms=reap_every_ms)
     loop = EventLoopThread()
     health_servicer = health.aio.HealthServicer()
 
@@ -257,6 +262,7 @@ def start(
     loop.run(server.start())
     sealer.start()
     autopilot.start()
+    reaper.start()
     if web is not None:
         web.start()
 
@@ -267,7 +273,7 @@ def start(
     loop.run(serving())
     address = f"{host}:{bound}"
     log.info("coordinator.started", address=address, store=db.driver, tls=tls is not None, auth=guard.enabled)
-    return RunningCoordinator(server, loop, address, db, health_servicer, assigner, sealer, autopilot, web)
+    return RunningCoordinator(server, loop, address, db, health_servicer, assigner, sealer, autopilot, reaper, web)
 
 
 def serve_forever(

@@ -185,6 +185,7 @@ def write_generation(tr: Transaction, stream: str, lane: str, gen: Generation) -
         tr.set(marker, b"")
     else:
         tr.clear(marker)
+        tr.clear(keys.retired_reader_key(stream, lane, gen.number))  # settled: no reader matters any more
 
 
 def _write_lane(tr: Transaction, stream: str, lane: Lane) -> None:

@@ -806,6 +806,20 @@ class GenerationDrained(TopologyEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class GroupDeleted(TopologyEvent):
+    """A consumer group and everything it kept (members, leases, progress, retries, rejects, settings) were
+    removed: by an operator, or because it stayed inactive past its expiry (`expired`). `members` names the
+    live sessions a forced deletion ended; `generations` the draining or sealed generations it had read."""
+
+    group: str
+    reason: str = ""
+    expired: bool = False
+    members: tuple[str, ...] = ()
+    generations: tuple[str, ...] = ()
+    kind: ClassVar[str] = "group_deleted"
+
+
+@dataclass(frozen=True, kw_only=True)
 class GroupChanged(Event):
     """A lease or member change in one consumer group (`change`: member_joined, lease_granted, ...), in the
     group's own log (WatchGroup): group churn never reaches the topology's watchers."""
@@ -833,6 +847,7 @@ EVENT_KINDS: dict[str, type[TopologyEvent]] = {
         GenerationSealed,
         GenerationDrained,
         GenerationAbandoned,
+        GroupDeleted,
     )
 }
 """The topology log's stored kinds. (Group events were in it before they had a log of their own; readers of
@@ -871,6 +886,10 @@ def describe_event(event: Event) -> str:
             return f"cluster_health_changed {c.name} {previous or '?'} -> {c.health}{reasons}"
         case ClusterRemoved(cluster=name):
             return f"cluster_removed {name}"
+        case GroupDeleted() as d:
+            how = "expired" if d.expired else "deleted"
+            ended = f" ended={','.join(d.members)}" if d.members else ""
+            return f"group_deleted {d.group} ({how}: {d.reason}){ended}"
         case PolicyChanged(stream=stream, failover=failover, fleet=fleet):
             if fleet is not None:
                 return (

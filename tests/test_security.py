@@ -663,6 +663,7 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
         {"admin", "consumer"},
     ),
     ("assigner", "DescribeGroup", apb.DescribeGroupRequest(group="mx"), EVERYONE),
+    ("assigner", "DeleteGroup", apb.DeleteGroupRequest(group="no-such-group"), {"admin", "operator"}),
     ("assigner", "WatchGroup", apb.WatchGroupRequest(group="mx"), EVERYONE),
     ("assigner", "Session", None, {"admin", "consumer"}),
     ("auth", "CreateToken", authpb.CreateTokenRequest(subject="x", role="nope"), {"admin"}),

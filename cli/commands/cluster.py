@@ -148,11 +148,42 @@ def cmd_cluster_drain(args: argparse.Namespace) -> int:
                 return 0
             if _time.monotonic() > deadline:
                 print(file=sys.stderr)
+                waiting = _readers_of_sealed(client, gens)
+                named = []
+                for key in left[:5]:
+                    readers = waiting[key][3] if key in waiting else []
+                    named.append(f"{key} (waiting for group(s) {', '.join(readers)})" if readers else key)
                 raise errors.UnavailableError(
-                    f"cluster {args.name} is not drained after {args.timeout:.0f} s: {', '.join(left[:5])} still "
-                    "hold records (are their groups running, and is the cluster reachable to seal?)"
+                    f"cluster {args.name} is not drained after {args.timeout:.0f} s: {', '.join(named)} still hold "
+                    f"records (are their groups running, and is the cluster reachable to seal? {RETIRED_HINT})"
                 )
             _time.sleep(1.0)
+
+
+def _readers_of_sealed(
+    client: CoordinatorClient, gens: list[tuple[str, str, model.Generation]]
+) -> dict[str, tuple[str, str, model.Generation, list[str]]]:
+    """{"stream/lane/gN": (stream, lane, generation, the groups with progress on it)} of the sealed ones; one
+    lag call per lane, whatever its sealed generations (a lane whose lag cannot be read is left out)."""
+    found = {}
+    lags: dict[tuple[str, str], model.Lag | None] = {}
+    for stream, lane, gen in gens:
+        if gen.state != model.SEALED:
+            continue
+        if (stream, lane) not in lags:
+            try:
+                lags[(stream, lane)] = client.lag("", stream, lane)
+            except errors.StreamplaneError:  # that stream went away, or the call failed: the others still count
+                lags[(stream, lane)] = None
+        lag = lags[(stream, lane)]
+        if lag is not None:
+            key = f"{stream}/{lane}/g{gen.number}"
+            readers = sorted({p.group for p in lag.partitions if p.lease_id.startswith(f"{key}/p")})
+            found[key] = (stream, lane, gen, readers)
+    return found
+
+
+RETIRED_HINT = "a group retired for good is deleted with `streamplane group delete GROUP`"
 
 
 def _say_what_waits(
@@ -161,22 +192,8 @@ def _say_what_waits(
     """A drain never waits silently. Each sealed generation it waits for is named once with the groups still
     reading it. If every one left holds records no group has read, nothing will drain them: FailedPrecondition
     naming each, with its count and the way out."""
-    sealed = [(s, lane, g) for s, lane, g in gens if g.state == model.SEALED]
-    if not sealed:
-        return
     unread = []
-    lags: dict[tuple[str, str], model.Lag | None] = {}  # one lag call per lane, whatever its sealed generations
-    for stream, lane, gen in sealed:
-        key = f"{stream}/{lane}/g{gen.number}"
-        if (stream, lane) not in lags:
-            try:
-                lags[(stream, lane)] = client.lag("", stream, lane)
-            except errors.StreamplaneError:  # that stream went away, or the call failed: the others still count
-                lags[(stream, lane)] = None
-        lag = lags[(stream, lane)]
-        if lag is None:
-            continue
-        readers = sorted({p.group for p in lag.partitions if p.lease_id.startswith(f"{key}/p")})
+    for key, (stream, lane, gen, readers) in _readers_of_sealed(client, gens).items():
         if not readers:
             unread.append(
                 f"{key} holds {sum(gen.end_offsets)} record(s) no group has read: `streamplane generation abandon "
@@ -184,7 +201,10 @@ def _say_what_waits(
             )
         elif key not in told:
             told.add(key)
-            print(f"\n  {key}: waiting for group(s) {', '.join(readers)} to read it to its end", file=sys.stderr)
+            print(
+                f"\n  {key}: waiting for group(s) {', '.join(readers)} to read it to its end ({RETIRED_HINT})",
+                file=sys.stderr,
+            )
     if unread and len(unread) == sum(g.state != model.DRAINED for _, _, g in gens):
         print(file=sys.stderr)
         raise errors.FailedPreconditionError(f"cluster {cluster} cannot finish draining: " + "; ".join(unread))

@@ -8,7 +8,7 @@ from typing import Any
 
 from streamplane import errors, model
 from streamplane.cli.commands.events import print_events
-from streamplane.cli.common import Add, Subparsers, connect, event_log_arguments
+from streamplane.cli.common import Add, Subparsers, connect, duration, event_log_arguments
 from streamplane.cli.output import json_shown, print_table
 from streamplane.client.coordinator import CoordinatorClient
 
@@ -151,11 +151,19 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
         raise errors.InvalidArgumentError("lag_target_ms must be between 1000 and 86400000, not 0 (or --no-lag-target)")
     if args.no_lag_target and args.lag_target_ms is not None:
         raise errors.InvalidArgumentError("give --lag-target-ms or --no-lag-target, not both")
-    if args.max_attempts is None and args.lag_target_ms is None and not args.no_lag_target:
-        raise errors.InvalidArgumentError("give --max-attempts, --lag-target-ms or --no-lag-target")
+    if args.never_expire and args.expire_after is not None:
+        raise errors.InvalidArgumentError("give --expire-after or --never-expire, not both")
+    per_lane = args.max_attempts is not None or args.lag_target_ms is not None or args.no_lag_target
+    if not per_lane and args.expire_after is None and not args.never_expire:
+        raise errors.InvalidArgumentError(
+            "give --max-attempts, --lag-target-ms, --no-lag-target, --expire-after or --never-expire"
+        )
+    if per_lane and not args.lane:
+        raise errors.InvalidArgumentError("--lane is required with --max-attempts, --lag-target-ms or --no-lag-target")
+    expire_ms = -1 if args.never_expire else (args.expire_after or 0) * 1000
     with connect(args) as client:
         target = -1 if args.no_lag_target else args.lag_target_ms or 0
-        client.configure_group(args.group, args.lane, args.max_attempts or 0, target)
+        client.configure_group(args.group, args.lane, args.max_attempts or 0, target, expire_ms)
     if args.max_attempts:
         print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
     if target > 0:
@@ -165,6 +173,21 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
         )
     elif target < 0:
         print(f"group {args.group}: lane {args.lane} has no time-lag target")
+    if expire_ms > 0:
+        print(f"group {args.group}: deleted after {args.expire_after:,} s with no live member and no commit")
+    elif expire_ms < 0:
+        print(f"group {args.group}: never expires (delete it with `streamplane group delete`)")
+
+
+def cmd_group_delete(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        deleted = client.delete_group(args.group, force=args.force, reason=args.reason)
+    if json_shown(args, deleted):
+        return
+    ended = f"; ended the sessions of {', '.join(deleted.members)}" if deleted.members else ""
+    print(f"deleted group {deleted.group}: its members, leases, progress, retries, rejects and settings{ended}")
+    if deleted.generations:
+        print(f"no longer waited for by: {', '.join(deleted.generations)}")
 
 
 def cmd_group_events(args: argparse.Namespace) -> None:
@@ -190,10 +213,27 @@ def register(sub: Subparsers, add: Add) -> None:
         "set a lane's attempts before rejection and its time-lag target (past it, the lane gets the workers first)",
     )
     p.add_argument("group")
-    p.add_argument("--lane", required=True)
+    p.add_argument("--lane", default="", help="the lane the attempts or time-lag target are for")
     p.add_argument("--max-attempts", type=int, default=None)
     p.add_argument("--lag-target-ms", type=int, default=None, help="default 5000 for the top-priority lane")
     p.add_argument("--no-lag-target", action="store_true", help="the lane never gets the first claim")
+    p.add_argument(
+        "--expire-after",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="delete the group after this long with no live member and no commit (90m, 12h, 30d; default 7d)",
+    )
+    p.add_argument("--never-expire", action="store_true", help="keep the group until `group delete`")
+    p = add(
+        group,
+        "delete",
+        cmd_group_delete,
+        "delete a group and everything it kept, so that the generations it read no longer wait for it",
+    )
+    p.add_argument("group")
+    p.add_argument("--force", action="store_true", help="even with live members: their sessions end")
+    p.add_argument("--reason", default="", help="why, kept with the event")
 
     p = add(sub, "lag", cmd_lag, "offset and time lag per stream and lane, of one group or all")
     p.add_argument("group", nargs="?", default="")

@@ -1487,6 +1487,68 @@ func (x *WatchGroupRequest) GetFromVersion() string {
 	return ""
 }
 
+type DeleteGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Delete it even with live members: their sessions end (a worker still running joins again as a new group).
+	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// Why, kept with the event (at most 1024 characters).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteGroupRequest) Reset() {
+	*x = DeleteGroupRequest{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteGroupRequest) ProtoMessage() {}
+
+func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
+func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeleteGroupRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *DeleteGroupRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *DeleteGroupRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_streamplane_v1_assigner_proto protoreflect.FileDescriptor
 
 const file_streamplane_v1_assigner_proto_rawDesc = "" +
@@ -1601,14 +1663,19 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\x0eleader_replica\x18\x04 \x01(\tR\rleaderReplica\"L\n" +
 	"\x11WatchGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12!\n" +
-	"\ffrom_version\x18\x02 \x01(\tR\vfromVersion2\xdd\x02\n" +
+	"\ffrom_version\x18\x02 \x01(\tR\vfromVersion\"X\n" +
+	"\x12DeleteGroupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason2\xae\x03\n" +
 	"\x0fAssignerService\x12M\n" +
 	"\aSession\x12\x1d.streamplane.v1.WorkerMessage\x1a\x1f.streamplane.v1.AssignerMessage(\x010\x01\x12S\n" +
 	"\n" +
 	"CheckLease\x12!.streamplane.v1.CheckLeaseRequest\x1a\".streamplane.v1.CheckLeaseResponse\x12W\n" +
 	"\rDescribeGroup\x12$.streamplane.v1.DescribeGroupRequest\x1a .streamplane.v1.GroupDescription\x12M\n" +
 	"\n" +
-	"WatchGroup\x12!.streamplane.v1.WatchGroupRequest\x1a\x1a.streamplane.v1.GroupEvent0\x01b\x06proto3"
+	"WatchGroup\x12!.streamplane.v1.WatchGroupRequest\x1a\x1a.streamplane.v1.GroupEvent0\x01\x12O\n" +
+	"\vDeleteGroup\x12\".streamplane.v1.DeleteGroupRequest\x1a\x1c.streamplane.v1.GroupDeletedb\x06proto3"
 
 var (
 	file_streamplane_v1_assigner_proto_rawDescOnce sync.Once
@@ -1622,7 +1689,7 @@ func file_streamplane_v1_assigner_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_assigner_proto_rawDescData
 }
 
-var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*PartitionRef)(nil),         // 0: streamplane.v1.PartitionRef
 	(*Subscription)(nil),         // 1: streamplane.v1.Subscription
@@ -1644,22 +1711,24 @@ var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*MemberInfo)(nil),           // 17: streamplane.v1.MemberInfo
 	(*GroupDescription)(nil),     // 18: streamplane.v1.GroupDescription
 	(*WatchGroupRequest)(nil),    // 19: streamplane.v1.WatchGroupRequest
-	(*ClusterErrors)(nil),        // 20: streamplane.v1.ClusterErrors
-	(GenerationState)(0),         // 21: streamplane.v1.GenerationState
-	(*GroupEvent)(nil),           // 22: streamplane.v1.GroupEvent
+	(*DeleteGroupRequest)(nil),   // 20: streamplane.v1.DeleteGroupRequest
+	(*ClusterErrors)(nil),        // 21: streamplane.v1.ClusterErrors
+	(GenerationState)(0),         // 22: streamplane.v1.GenerationState
+	(*GroupEvent)(nil),           // 23: streamplane.v1.GroupEvent
+	(*GroupDeleted)(nil),         // 24: streamplane.v1.GroupDeleted
 }
 var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: streamplane.v1.Hello.subscriptions:type_name -> streamplane.v1.Subscription
 	3,  // 1: streamplane.v1.Heartbeat.leases:type_name -> streamplane.v1.LeaseLoad
-	20, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
+	21, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
 	2,  // 3: streamplane.v1.WorkerMessage.hello:type_name -> streamplane.v1.Hello
 	4,  // 4: streamplane.v1.WorkerMessage.heartbeat:type_name -> streamplane.v1.Heartbeat
 	5,  // 5: streamplane.v1.WorkerMessage.release:type_name -> streamplane.v1.Release
 	6,  // 6: streamplane.v1.WorkerMessage.renew:type_name -> streamplane.v1.Renew
 	0,  // 7: streamplane.v1.Grant.partition:type_name -> streamplane.v1.PartitionRef
-	21, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
+	22, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
 	0,  // 9: streamplane.v1.GenerationChange.partition:type_name -> streamplane.v1.PartitionRef
-	21, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
+	22, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
 	8,  // 11: streamplane.v1.AssignerMessage.welcome:type_name -> streamplane.v1.Welcome
 	9,  // 12: streamplane.v1.AssignerMessage.grant:type_name -> streamplane.v1.Grant
 	10, // 13: streamplane.v1.AssignerMessage.revoke:type_name -> streamplane.v1.Revoke
@@ -1672,12 +1741,14 @@ var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	13, // 20: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
 	15, // 21: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
 	19, // 22: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
-	12, // 23: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
-	14, // 24: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
-	18, // 25: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
-	22, // 26: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
-	23, // [23:27] is the sub-list for method output_type
-	19, // [19:23] is the sub-list for method input_type
+	20, // 23: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
+	12, // 24: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
+	14, // 25: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
+	18, // 26: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
+	23, // 27: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
+	24, // 28: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
+	24, // [24:29] is the sub-list for method output_type
+	19, // [19:24] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -1707,7 +1778,7 @@ func file_streamplane_v1_assigner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_assigner_proto_rawDesc), len(file_streamplane_v1_assigner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

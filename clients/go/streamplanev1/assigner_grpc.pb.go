@@ -25,6 +25,7 @@ const (
 	AssignerService_CheckLease_FullMethodName    = "/streamplane.v1.AssignerService/CheckLease"
 	AssignerService_DescribeGroup_FullMethodName = "/streamplane.v1.AssignerService/DescribeGroup"
 	AssignerService_WatchGroup_FullMethodName    = "/streamplane.v1.AssignerService/WatchGroup"
+	AssignerService_DeleteGroup_FullMethodName   = "/streamplane.v1.AssignerService/DeleteGroup"
 )
 
 // AssignerServiceClient is the client API for AssignerService service.
@@ -40,6 +41,10 @@ type AssignerServiceClient interface {
 	// Every event of one group's log after from_version, then new ones as they commit: members joining and
 	// leaving, leases granted, revoking, revoked and released (the audit trail of who held what, when, why).
 	WatchGroup(ctx context.Context, in *WatchGroupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GroupEvent], error)
+	// Remove a group and everything it kept (members, leases, progress, retries, rejects, settings, its log), in
+	// one transaction with a group_deleted event. FAILED_PRECONDITION while members are live, unless force;
+	// NOT_FOUND for an unknown group. The generations it read drain without it.
+	DeleteGroup(ctx context.Context, in *DeleteGroupRequest, opts ...grpc.CallOption) (*GroupDeleted, error)
 }
 
 type assignerServiceClient struct {
@@ -102,6 +107,16 @@ func (c *assignerServiceClient) WatchGroup(ctx context.Context, in *WatchGroupRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AssignerService_WatchGroupClient = grpc.ServerStreamingClient[GroupEvent]
 
+func (c *assignerServiceClient) DeleteGroup(ctx context.Context, in *DeleteGroupRequest, opts ...grpc.CallOption) (*GroupDeleted, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupDeleted)
+	err := c.cc.Invoke(ctx, AssignerService_DeleteGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AssignerServiceServer is the server API for AssignerService service.
 // All implementations must embed UnimplementedAssignerServiceServer
 // for forward compatibility.
@@ -115,6 +130,10 @@ type AssignerServiceServer interface {
 	// Every event of one group's log after from_version, then new ones as they commit: members joining and
 	// leaving, leases granted, revoking, revoked and released (the audit trail of who held what, when, why).
 	WatchGroup(*WatchGroupRequest, grpc.ServerStreamingServer[GroupEvent]) error
+	// Remove a group and everything it kept (members, leases, progress, retries, rejects, settings, its log), in
+	// one transaction with a group_deleted event. FAILED_PRECONDITION while members are live, unless force;
+	// NOT_FOUND for an unknown group. The generations it read drain without it.
+	DeleteGroup(context.Context, *DeleteGroupRequest) (*GroupDeleted, error)
 	mustEmbedUnimplementedAssignerServiceServer()
 }
 
@@ -136,6 +155,9 @@ func (UnimplementedAssignerServiceServer) DescribeGroup(context.Context, *Descri
 }
 func (UnimplementedAssignerServiceServer) WatchGroup(*WatchGroupRequest, grpc.ServerStreamingServer[GroupEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchGroup not implemented")
+}
+func (UnimplementedAssignerServiceServer) DeleteGroup(context.Context, *DeleteGroupRequest) (*GroupDeleted, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteGroup not implemented")
 }
 func (UnimplementedAssignerServiceServer) mustEmbedUnimplementedAssignerServiceServer() {}
 func (UnimplementedAssignerServiceServer) testEmbeddedByValue()                         {}
@@ -212,6 +234,24 @@ func _AssignerService_WatchGroup_Handler(srv interface{}, stream grpc.ServerStre
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AssignerService_WatchGroupServer = grpc.ServerStreamingServer[GroupEvent]
 
+func _AssignerService_DeleteGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AssignerServiceServer).DeleteGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AssignerService_DeleteGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AssignerServiceServer).DeleteGroup(ctx, req.(*DeleteGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AssignerService_ServiceDesc is the grpc.ServiceDesc for AssignerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -226,6 +266,10 @@ var AssignerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeGroup",
 			Handler:    _AssignerService_DescribeGroup_Handler,
+		},
+		{
+			MethodName: "DeleteGroup",
+			Handler:    _AssignerService_DeleteGroup_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

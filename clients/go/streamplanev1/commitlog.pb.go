@@ -1474,7 +1474,11 @@ type ConfigureGroupRequest struct {
 	// The time lag the lane should stay under (ms, 1000..86400000): past it, the Assigner gives the lane's
 	// partitions the first claim on the group's workers. 0 leaves it as it is; -1: no target. Default: 5000
 	// for the stream's top-priority lane, none for the others.
-	LagTargetMs   int64 `protobuf:"varint,4,opt,name=lag_target_ms,json=lagTargetMs,proto3" json:"lag_target_ms,omitempty"`
+	LagTargetMs int64 `protobuf:"varint,4,opt,name=lag_target_ms,json=lagTargetMs,proto3" json:"lag_target_ms,omitempty"`
+	// The group's own: how long (ms) it may stay without a live member and without a commit before it is
+	// deleted (1000..316224000000; -1: never). 0 leaves it as it is; default 7 days, like Kafka's offsets
+	// retention. Needs no lane.
+	ExpireAfterMs int64 `protobuf:"varint,5,opt,name=expire_after_ms,json=expireAfterMs,proto3" json:"expire_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1533,6 +1537,13 @@ func (x *ConfigureGroupRequest) GetMaxAttempts() uint32 {
 func (x *ConfigureGroupRequest) GetLagTargetMs() int64 {
 	if x != nil {
 		return x.LagTargetMs
+	}
+	return 0
+}
+
+func (x *ConfigureGroupRequest) GetExpireAfterMs() int64 {
+	if x != nil {
+		return x.ExpireAfterMs
 	}
 	return 0
 }
@@ -1703,12 +1714,13 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x05lanes\x18\x03 \x03(\v2\x17.streamplane.v1.LaneLagR\x05lanes\x12\x1d\n" +
 	"\n" +
 	"offset_lag\x18\x04 \x01(\x03R\toffsetLag\x12\x1e\n" +
-	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\"\x88\x01\n" +
+	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\"\xb0\x01\n" +
 	"\x15ConfigureGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12!\n" +
 	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\"\n" +
-	"\rlag_target_ms\x18\x04 \x01(\x03R\vlagTargetMs\"\x18\n" +
+	"\rlag_target_ms\x18\x04 \x01(\x03R\vlagTargetMs\x12&\n" +
+	"\x0fexpire_after_ms\x18\x05 \x01(\x03R\rexpireAfterMs\"\x18\n" +
 	"\x16ConfigureGroupResponse2\xff\x03\n" +
 	"\x10CommitLogService\x12G\n" +
 	"\x06Commit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n" +

@@ -2884,6 +2884,86 @@ func (x *GroupEvent) GetActor() string {
 }
 
 // One committed change. Versions are 24 hex digits; their string order is commit order.
+// A consumer group and everything it kept were removed: by an operator, or because it stayed inactive past
+// its expiry (expired = true).
+type GroupDeleted struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Group   string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Reason  string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Expired bool                   `protobuf:"varint,3,opt,name=expired,proto3" json:"expired,omitempty"`
+	// The live sessions a forced deletion ended.
+	Members []string `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	// The draining or sealed generations it had read ("stream/lane/gN"): they drain without it.
+	Generations   []string `protobuf:"bytes,5,rep,name=generations,proto3" json:"generations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupDeleted) Reset() {
+	*x = GroupDeleted{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupDeleted) ProtoMessage() {}
+
+func (x *GroupDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupDeleted.ProtoReflect.Descriptor instead.
+func (*GroupDeleted) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *GroupDeleted) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupDeleted) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *GroupDeleted) GetExpired() bool {
+	if x != nil {
+		return x.Expired
+	}
+	return false
+}
+
+func (x *GroupDeleted) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *GroupDeleted) GetGenerations() []string {
+	if x != nil {
+		return x.Generations
+	}
+	return nil
+}
+
 type TopologyEvent struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Version    string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -2904,6 +2984,7 @@ type TopologyEvent struct {
 	//	*TopologyEvent_ClusterRemoved
 	//	*TopologyEvent_PolicyChanged
 	//	*TopologyEvent_GenerationAbandoned
+	//	*TopologyEvent_GroupDeleted
 	Kind          isTopologyEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2911,7 +2992,7 @@ type TopologyEvent struct {
 
 func (x *TopologyEvent) Reset() {
 	*x = TopologyEvent{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[44]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3004,7 @@ func (x *TopologyEvent) String() string {
 func (*TopologyEvent) ProtoMessage() {}
 
 func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[44]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3017,7 @@ func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologyEvent.ProtoReflect.Descriptor instead.
 func (*TopologyEvent) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{44}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TopologyEvent) GetVersion() string {
@@ -3075,6 +3156,15 @@ func (x *TopologyEvent) GetGenerationAbandoned() *GenerationAbandoned {
 	return nil
 }
 
+func (x *TopologyEvent) GetGroupDeleted() *GroupDeleted {
+	if x != nil {
+		if x, ok := x.Kind.(*TopologyEvent_GroupDeleted); ok {
+			return x.GroupDeleted
+		}
+	}
+	return nil
+}
+
 type isTopologyEvent_Kind interface {
 	isTopologyEvent_Kind()
 }
@@ -3129,6 +3219,10 @@ type TopologyEvent_GenerationAbandoned struct {
 	GenerationAbandoned *GenerationAbandoned `protobuf:"bytes,21,opt,name=generation_abandoned,json=generationAbandoned,proto3,oneof"`
 }
 
+type TopologyEvent_GroupDeleted struct {
+	GroupDeleted *GroupDeleted `protobuf:"bytes,22,opt,name=group_deleted,json=groupDeleted,proto3,oneof"`
+}
+
 func (*TopologyEvent_ClusterRegistered) isTopologyEvent_Kind() {}
 
 func (*TopologyEvent_ClusterUpdated) isTopologyEvent_Kind() {}
@@ -3152,6 +3246,8 @@ func (*TopologyEvent_ClusterRemoved) isTopologyEvent_Kind() {}
 func (*TopologyEvent_PolicyChanged) isTopologyEvent_Kind() {}
 
 func (*TopologyEvent_GenerationAbandoned) isTopologyEvent_Kind() {}
+
+func (*TopologyEvent_GroupDeleted) isTopologyEvent_Kind() {}
 
 var File_streamplane_v1_topology_proto protoreflect.FileDescriptor
 
@@ -3375,7 +3471,13 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\aversion\x18\a \x01(\tR\aversion\x12 \n" +
 	"\ftime_unix_ms\x18\b \x01(\x03R\n" +
 	"timeUnixMs\x12\x14\n" +
-	"\x05actor\x18\t \x01(\tR\x05actor\"\xc2\a\n" +
+	"\x05actor\x18\t \x01(\tR\x05actor\"\x92\x01\n" +
+	"\fGroupDeleted\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\aexpired\x18\x03 \x01(\bR\aexpired\x12\x18\n" +
+	"\amembers\x18\x04 \x03(\tR\amembers\x12 \n" +
+	"\vgenerations\x18\x05 \x03(\tR\vgenerations\"\x87\b\n" +
 	"\rTopologyEvent\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12 \n" +
 	"\ftime_unix_ms\x18\x02 \x01(\x03R\n" +
@@ -3396,7 +3498,8 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x16cluster_health_changed\x18\x12 \x01(\v2$.streamplane.v1.ClusterHealthChangedH\x00R\x14clusterHealthChanged\x12)\n" +
 	"\x0fcluster_removed\x18\x13 \x01(\tH\x00R\x0eclusterRemoved\x12F\n" +
 	"\x0epolicy_changed\x18\x14 \x01(\v2\x1d.streamplane.v1.PolicyChangedH\x00R\rpolicyChanged\x12X\n" +
-	"\x14generation_abandoned\x18\x15 \x01(\v2#.streamplane.v1.GenerationAbandonedH\x00R\x13generationAbandonedB\x06\n" +
+	"\x14generation_abandoned\x18\x15 \x01(\v2#.streamplane.v1.GenerationAbandonedH\x00R\x13generationAbandoned\x12C\n" +
+	"\rgroup_deleted\x18\x16 \x01(\v2\x1c.streamplane.v1.GroupDeletedH\x00R\fgroupDeletedB\x06\n" +
 	"\x04kind*_\n" +
 	"\fClusterAdmin\x12\x1d\n" +
 	"\x19CLUSTER_ADMIN_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3441,7 +3544,7 @@ func file_streamplane_v1_topology_proto_rawDescGZIP() []byte {
 }
 
 var file_streamplane_v1_topology_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_streamplane_v1_topology_proto_goTypes = []any{
 	(ClusterAdmin)(0),                 // 0: streamplane.v1.ClusterAdmin
 	(GenerationState)(0),              // 1: streamplane.v1.GenerationState
@@ -3489,7 +3592,8 @@ var file_streamplane_v1_topology_proto_goTypes = []any{
 	(*CloseProducerRequest)(nil),      // 43: streamplane.v1.CloseProducerRequest
 	(*CloseProducerResponse)(nil),     // 44: streamplane.v1.CloseProducerResponse
 	(*GroupEvent)(nil),                // 45: streamplane.v1.GroupEvent
-	(*TopologyEvent)(nil),             // 46: streamplane.v1.TopologyEvent
+	(*GroupDeleted)(nil),              // 46: streamplane.v1.GroupDeleted
+	(*TopologyEvent)(nil),             // 47: streamplane.v1.TopologyEvent
 }
 var file_streamplane_v1_topology_proto_depIdxs = []int32{
 	0,  // 0: streamplane.v1.Cluster.admin:type_name -> streamplane.v1.ClusterAdmin
@@ -3532,45 +3636,46 @@ var file_streamplane_v1_topology_proto_depIdxs = []int32{
 	15, // 37: streamplane.v1.TopologyEvent.cluster_health_changed:type_name -> streamplane.v1.ClusterHealthChanged
 	16, // 38: streamplane.v1.TopologyEvent.policy_changed:type_name -> streamplane.v1.PolicyChanged
 	13, // 39: streamplane.v1.TopologyEvent.generation_abandoned:type_name -> streamplane.v1.GenerationAbandoned
-	21, // 40: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
-	23, // 41: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
-	25, // 42: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
-	27, // 43: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
-	28, // 44: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
-	30, // 45: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
-	31, // 46: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
-	33, // 47: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
-	39, // 48: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
-	43, // 49: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
-	6,  // 50: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
-	8,  // 51: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
-	9,  // 52: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
-	11, // 53: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
-	4,  // 54: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
-	12, // 55: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
-	14, // 56: streamplane.v1.TopologyService.AbandonGeneration:input_type -> streamplane.v1.AbandonGenerationRequest
-	22, // 57: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
-	24, // 58: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
-	26, // 59: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
-	26, // 60: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
-	29, // 61: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
-	26, // 62: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
-	32, // 63: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
-	46, // 64: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
-	42, // 65: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
-	44, // 66: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
-	7,  // 67: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
-	2,  // 68: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
-	10, // 69: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
-	26, // 70: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
-	4,  // 71: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
-	4,  // 72: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
-	13, // 73: streamplane.v1.TopologyService.AbandonGeneration:output_type -> streamplane.v1.GenerationAbandoned
-	57, // [57:74] is the sub-list for method output_type
-	40, // [40:57] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	46, // 40: streamplane.v1.TopologyEvent.group_deleted:type_name -> streamplane.v1.GroupDeleted
+	21, // 41: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
+	23, // 42: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
+	25, // 43: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
+	27, // 44: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
+	28, // 45: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
+	30, // 46: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
+	31, // 47: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
+	33, // 48: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
+	39, // 49: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
+	43, // 50: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
+	6,  // 51: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
+	8,  // 52: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
+	9,  // 53: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
+	11, // 54: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
+	4,  // 55: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
+	12, // 56: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
+	14, // 57: streamplane.v1.TopologyService.AbandonGeneration:input_type -> streamplane.v1.AbandonGenerationRequest
+	22, // 58: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
+	24, // 59: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
+	26, // 60: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
+	26, // 61: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
+	29, // 62: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
+	26, // 63: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
+	32, // 64: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
+	47, // 65: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
+	42, // 66: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
+	44, // 67: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
+	7,  // 68: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
+	2,  // 69: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
+	10, // 70: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
+	26, // 71: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
+	4,  // 72: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	4,  // 73: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	13, // 74: streamplane.v1.TopologyService.AbandonGeneration:output_type -> streamplane.v1.GenerationAbandoned
+	58, // [58:75] is the sub-list for method output_type
+	41, // [41:58] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_topology_proto_init() }
@@ -3578,7 +3683,7 @@ func file_streamplane_v1_topology_proto_init() {
 	if File_streamplane_v1_topology_proto != nil {
 		return
 	}
-	file_streamplane_v1_topology_proto_msgTypes[44].OneofWrappers = []any{
+	file_streamplane_v1_topology_proto_msgTypes[45].OneofWrappers = []any{
 		(*TopologyEvent_ClusterRegistered)(nil),
 		(*TopologyEvent_ClusterUpdated)(nil),
 		(*TopologyEvent_StreamCreated)(nil),
@@ -3591,6 +3696,7 @@ func file_streamplane_v1_topology_proto_init() {
 		(*TopologyEvent_ClusterRemoved)(nil),
 		(*TopologyEvent_PolicyChanged)(nil),
 		(*TopologyEvent_GenerationAbandoned)(nil),
+		(*TopologyEvent_GroupDeleted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3598,7 +3704,7 @@ func file_streamplane_v1_topology_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_topology_proto_rawDesc), len(file_streamplane_v1_topology_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -244,3 +244,13 @@ class WatchGroupRequest(_message.Message):
     group: str
     from_version: str
     def __init__(self, group: _Optional[str] = ..., from_version: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group", "force", "reason")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    force: bool
+    reason: str
+    def __init__(self, group: _Optional[str] = ..., force: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...

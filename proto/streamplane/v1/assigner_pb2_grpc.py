@@ -55,6 +55,11 @@ class AssignerServiceStub:
                 request_serializer=streamplane_dot_v1_dot_assigner__pb2.WatchGroupRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_topology__pb2.GroupEvent.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/streamplane.v1.AssignerService/DeleteGroup',
+                request_serializer=streamplane_dot_v1_dot_assigner__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.GroupDeleted.FromString,
+                _registered_method=True)
 
 
 class AssignerServiceServicer:
@@ -89,6 +94,15 @@ class AssignerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroup(self, request, context):
+        """Remove a group and everything it kept (members, leases, progress, retries, rejects, settings, its log), in
+        one transaction with a group_deleted event. FAILED_PRECONDITION while members are live, unless force;
+        NOT_FOUND for an unknown group. The generations it read drain without it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AssignerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +125,11 @@ def add_AssignerServiceServicer_to_server(servicer, server):
                     servicer.WatchGroup,
                     request_deserializer=streamplane_dot_v1_dot_assigner__pb2.WatchGroupRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_topology__pb2.GroupEvent.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=streamplane_dot_v1_dot_assigner__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.GroupDeleted.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +240,33 @@ class AssignerService:
             '/streamplane.v1.AssignerService/WatchGroup',
             streamplane_dot_v1_dot_assigner__pb2.WatchGroupRequest.SerializeToString,
             streamplane_dot_v1_dot_topology__pb2.GroupEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.AssignerService/DeleteGroup',
+            streamplane_dot_v1_dot_assigner__pb2.DeleteGroupRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.GroupDeleted.FromString,
             options,
             channel_credentials,
             insecure,

@@ -229,6 +229,23 @@ def generation_abandoned_from_pb(a: pb.GenerationAbandoned, **head: Any) -> m.Ge
     )
 
 
+def group_deleted_to_pb(e: m.GroupDeleted) -> pb.GroupDeleted:
+    return pb.GroupDeleted(
+        group=e.group, reason=e.reason, expired=e.expired, members=list(e.members), generations=list(e.generations)
+    )
+
+
+def group_deleted_from_pb(d: pb.GroupDeleted, **head: Any) -> m.GroupDeleted:
+    return m.GroupDeleted(
+        **head,
+        group=d.group,
+        reason=d.reason,
+        expired=d.expired,
+        members=tuple(d.members),
+        generations=tuple(d.generations),
+    )
+
+
 def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
     msg = pb.TopologyEvent(version=e.version, time_unix_ms=e.time_ms, actor=e.actor)
     match e:
@@ -242,6 +259,8 @@ def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
             msg.cluster_removed = e.cluster
         case m.GenerationAbandoned():
             msg.generation_abandoned.CopyFrom(generation_abandoned_to_pb(e))
+        case m.GroupDeleted():
+            msg.group_deleted.CopyFrom(group_deleted_to_pb(e))
         case m.PolicyChanged():
             changed = pb.PolicyChanged(stream=e.stream)
             if e.failover is not None:
@@ -302,6 +321,8 @@ def event_from_pb(x: pb.TopologyEvent) -> m.TopologyEvent:
             return m.ClusterRemoved(**head, cluster=x.cluster_removed)
         case "generation_abandoned":
             return generation_abandoned_from_pb(x.generation_abandoned, **head)
+        case "group_deleted":
+            return group_deleted_from_pb(x.group_deleted, **head)
         case "policy_changed":
             p = x.policy_changed
             return m.PolicyChanged(

@@ -483,8 +483,22 @@ class GroupEvent(_message.Message):
     actor: str
     def __init__(self, group: _Optional[str] = ..., type: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., reason: _Optional[str] = ..., version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ...) -> None: ...
 
+class GroupDeleted(_message.Message):
+    __slots__ = ("group", "reason", "expired", "members", "generations")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    reason: str
+    expired: bool
+    members: _containers.RepeatedScalarFieldContainer[str]
+    generations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., reason: _Optional[str] = ..., expired: _Optional[bool] = ..., members: _Optional[_Iterable[str]] = ..., generations: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class TopologyEvent(_message.Message):
-    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained", "cluster_health_changed", "cluster_removed", "policy_changed", "generation_abandoned")
+    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained", "cluster_health_changed", "cluster_removed", "policy_changed", "generation_abandoned", "group_deleted")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -500,6 +514,7 @@ class TopologyEvent(_message.Message):
     CLUSTER_REMOVED_FIELD_NUMBER: _ClassVar[int]
     POLICY_CHANGED_FIELD_NUMBER: _ClassVar[int]
     GENERATION_ABANDONED_FIELD_NUMBER: _ClassVar[int]
+    GROUP_DELETED_FIELD_NUMBER: _ClassVar[int]
     version: str
     time_unix_ms: int
     actor: str
@@ -515,4 +530,5 @@ class TopologyEvent(_message.Message):
     cluster_removed: str
     policy_changed: PolicyChanged
     generation_abandoned: GenerationAbandoned
-    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ..., cluster_health_changed: _Optional[_Union[ClusterHealthChanged, _Mapping]] = ..., cluster_removed: _Optional[str] = ..., policy_changed: _Optional[_Union[PolicyChanged, _Mapping]] = ..., generation_abandoned: _Optional[_Union[GenerationAbandoned, _Mapping]] = ...) -> None: ...
+    group_deleted: GroupDeleted
+    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ..., cluster_health_changed: _Optional[_Union[ClusterHealthChanged, _Mapping]] = ..., cluster_removed: _Optional[str] = ..., policy_changed: _Optional[_Union[PolicyChanged, _Mapping]] = ..., generation_abandoned: _Optional[_Union[GenerationAbandoned, _Mapping]] = ..., group_deleted: _Optional[_Union[GroupDeleted, _Mapping]] = ...) -> None: ...
