@@ -206,6 +206,12 @@ class CoordinatorClient:
         request = pb.AbandonGenerationRequest(stream=stream, lane=lane, generation=generation, reason=reason)
         return convert.generation_abandoned_from_pb(self._call(self.topology.AbandonGeneration, request))
 
+    def delete_stream(self, name: str, *, force: bool = False, reason: str = "") -> m.StreamDeletion:
+        """Delete a stream and every group's progress on it, then its topics on every cluster; refused while
+        it is in use unless `force`. The answer names the topics deleted and those left, with why."""
+        request = pb.DeleteStreamRequest(name=name, force=force, reason=reason)
+        return convert.stream_deletion_from_pb(self._call(self.topology.DeleteStream, request))
+
     def list_clusters(self) -> list[m.Cluster]:
         got = self._call(self.topology.ListClusters, pb.ListClustersRequest(), idempotent=True)
         return [convert.cluster_from_pb(c) for c in got.clusters]

@@ -42,7 +42,7 @@ from streamplane.client.credentials import ClientTls, TokenSource
 from streamplane.client.lanes import Lane, Lanes
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
-from streamplane.model import ClusterErrors, ClusterHealth, ClusterHealthChanged, FailedOver, Generation
+from streamplane.model import ClusterErrors, ClusterHealth, ClusterHealthChanged, FailedOver, Generation, StreamDeleted
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
 log = structlog.get_logger(__name__)
@@ -256,6 +256,8 @@ class Producer:
                 for event in self._client.watch_topology(self._version):
                     if isinstance(event, ClusterHealthChanged) and event.cluster.health != ClusterHealth.HEALTHY:
                         self._warm(event.cluster.name)
+                    if isinstance(event, StreamDeleted):
+                        self._forget(event.stream)
                     if isinstance(event, FailedOver) and (event.stream, event.lane) in self._routes:
                         self._set_route(event.stream, event.lane, event.current)
                         self._beat_now.set()
@@ -272,6 +274,16 @@ class Producer:
                 log.warning("producer.watch_failed", error=err.message, retry_in_s=delay)
                 self._closed.wait(delay)
                 delay = min(5.0, delay * 2)
+
+    def _forget(self, stream: str) -> None:
+        """A deleted stream: its routes go, so the next record for it asks the coordinator (and is refused,
+        NOT_FOUND, unless the stream was created again)."""
+        with self._lock:
+            for key in [k for k in self._routes if k[0] == stream]:
+                del self._routes[key]
+                self._active.pop(key, None)
+                self._lanes.drop(*key)
+        log.info("producer.stream_deleted", stream=stream)
 
     def _warm(self, sick: str) -> None:
         """A cluster we write to is no longer healthy: a failover may follow. Start a spare producer toward

@@ -1,5 +1,6 @@
-"""What the coordinator asks of Kafka clusters: topic creation (Kafka's admin API for real clusters, the control
-channel for local ones) and end offsets (ListOffsets, the same on both kinds) for sealing generations.
+"""What the coordinator asks of Kafka clusters: topic creation and deletion (Kafka's admin API for real clusters,
+the control channel for local ones) and end offsets (ListOffsets, the same on both kinds) for sealing
+generations.
 
 Topic creation is idempotent: a topic that exists with the wanted partition count is success, so a retried
 Failover or CreateStream never fails on its own earlier attempt.
@@ -25,6 +26,11 @@ class ClusterAdmin(Protocol):
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         """The offset after the last record of each partition of `topic` (UnavailableError if unreachable)."""
+        ...
+
+    def delete_topic(self, cluster: Cluster, topic: str) -> None:
+        """Delete `topic` from `cluster`; a topic already gone is success. UnavailableError if the cluster does
+        not answer, FailedPreconditionError if it refuses."""
         ...
 
 
@@ -95,6 +101,25 @@ class KafkaAdmin:
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         return kafka_end_offsets(cluster, topic, partitions, self._timeout_s)
 
+    def delete_topic(self, cluster: Cluster, topic: str) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 3})
+        where = f"topic {topic} on cluster {cluster.name} ({cluster.bootstrap_servers})"
+        futures = client.delete_topics([topic], request_timeout=self._timeout_s)
+        try:
+            futures[topic].result(timeout=self._timeout_s)
+        except KafkaException as err:
+            error = err.args[0]
+            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return  # gone already: what was asked
+            if error.retriable() or error.code() < 0:
+                raise UnavailableError(f"cannot delete {where}: {error.str()}") from err
+            raise FailedPreconditionError(f"cluster {cluster.name} refuses to delete {where}: {error.str()}") from err
+        except Exception as err:  # a timeout of the future
+            raise UnavailableError(f"cannot delete {where}: {err}") from err
+
 
 class LocalAdmin:
     """Topics on local Kafka-protocol clusters started by `streamplane dev`, through their control channel."""
@@ -107,6 +132,13 @@ class LocalAdmin:
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         return kafka_end_offsets(cluster, topic, partitions)
+
+    def delete_topic(self, cluster: Cluster, topic: str) -> None:
+        """librdkafka's mock cluster has no DeleteTopics (its admin requests wait for a controller it lacks):
+        the topic stays, and the caller says so."""
+        raise FailedPreconditionError(
+            f"topic {topic} stays on local cluster {cluster.name}: a local mock cluster cannot delete topics"
+        )
 
 
 class RoutingAdmin:
@@ -121,6 +153,9 @@ class RoutingAdmin:
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         return self._admin(cluster).end_offsets(cluster, topic, partitions)
+
+    def delete_topic(self, cluster: Cluster, topic: str) -> None:
+        self._admin(cluster).delete_topic(cluster, topic)
 
     def _admin(self, cluster: Cluster) -> ClusterAdmin:
         return self._local if cluster.admin == ADMIN_LOCAL else self._kafka
@@ -153,6 +188,11 @@ class MemoryClusterAdmin:
         if ends is None:
             raise UnavailableError(f"topic {topic} does not exist on cluster {cluster.name}")
         return list(ends[:partitions])
+
+    def delete_topic(self, cluster: Cluster, topic: str) -> None:
+        self._reach(cluster)
+        self.topics.pop((cluster.name, topic), None)
+        self.settings.pop((cluster.name, topic), None)
 
     def append(self, cluster: str, topic: str, partition: int, records: int = 1) -> None:
         """`records` more records written to one partition."""

@@ -49,6 +49,10 @@ documented for operators in fdb/KEYS.md:
                                                            fetches met lately (the health monitor reads them)
     ("streamplane", "group_seen", group)                -> {at_ms}: when the group was last active (a member left,
                                                            or it committed; written at most once a minute)
+    ("streamplane", "stream_tombstone", stream)         -> {next_generation, deleted_ms}: a deleted stream; one created
+                                                           again by that name numbers its generations from there,
+                                                           so its topics never meet the old ones' (a topic whose
+                                                           deletion failed keeps its records)
     ("streamplane", "retired_reader", stream, lane, generation)
                                                         -> b"": a deleted group had read this unsettled generation
                                                            (it drains once the groups left are done, if none are)
@@ -150,6 +154,7 @@ TXN_TOKENS = ROOT["txn"]
 FLEET_POLICY = ROOT.pack(("fleet_policy",))
 GROUP_SEEN = ROOT["group_seen"]
 RETIRED_READERS = ROOT["retired_reader"]
+STREAM_TOMBSTONES = ROOT["stream_tombstone"]
 
 
 def cluster_key(name: str) -> bytes:
@@ -237,6 +242,10 @@ def group_seen_key(group: str) -> bytes:
 
 def retired_reader_key(stream: str, lane: str, generation: int) -> bytes:
     return RETIRED_READERS.pack((stream, lane, generation))
+
+
+def stream_tombstone_key(stream: str) -> bytes:
+    return STREAM_TOMBSTONES.pack((stream,))
 
 
 PartitionKey = tuple[str, str, str, int, int]

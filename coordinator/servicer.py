@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from streamplane.coordinator import auth, events
+from streamplane.coordinator import auth, events, stream_lifecycle
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.sealing import Sealer
 from streamplane.coordinator.topology import Topology
@@ -181,6 +181,14 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
             request.stream, request.lane, request.generation, request.reason, actor=actor
         )
         return convert.generation_abandoned_to_pb(done.value)
+
+    @grpc_errors
+    def DeleteStream(self, request: pb.DeleteStreamRequest, context: grpc.ServicerContext) -> pb.DeleteStreamResponse:
+        actor = self._guard.change(context, auth.CHANGE_STREAMS, stream=request.name)
+        done = stream_lifecycle.delete_stream(
+            self._topology, request.name, force=request.force, reason=request.reason, actor=actor
+        )
+        return convert.stream_deletion_to_pb(done)
 
     @grpc_errors
     def CloseProducer(

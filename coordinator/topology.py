@@ -153,6 +153,13 @@ def list_streams(tr: Transaction) -> list[Stream]:
     ]
 
 
+def first_generation(tr: Transaction, stream: str) -> int:
+    """The number of a new lane's first generation: 1, or past every generation of a deleted stream of that
+    name (its topics, if one could not be deleted, are never written or read again)."""
+    raw = tr.get(keys.stream_tombstone_key(stream))
+    return int(json.loads(raw)["next_generation"]) if raw else 1
+
+
 def _pick_cluster(clusters: list[Cluster]) -> Cluster:
     healthy = [c for c in clusters if c.health == HEALTHY and not c.cordoned]
     if not healthy:
@@ -215,7 +222,7 @@ class Topology:
         """The local clusters' control endpoints this coordinator may call: the coordinator sends requests
         there, so a registration cannot choose an address (the local stack, or an operator's allow-list)."""
 
-    def _commit(self, change: Callable[[Transaction], Any]) -> Committed:
+    def commit(self, change: Callable[[Transaction], Any]) -> Committed:
         """Run `change` (which appends exactly one event) and return its result with the event's version."""
         holder: dict[str, Transaction] = {}
 
@@ -268,7 +275,7 @@ class Topology:
             events.append_event(tr, kind(cluster=stored), actor=actor, time_ms=now)
             return stored
 
-        return self._commit(change)
+        return self.commit(change)
 
     def list_clusters(self) -> list[Cluster]:
         return list_clusters(self.db)
@@ -296,7 +303,7 @@ class Topology:
             events.append_event(tr, ClusterHealthChanged(cluster=new, previous=old.health), actor=actor, time_ms=now)
             return new
 
-        return self._commit(change)
+        return self.commit(change)
 
     def cordon(self, name: str, cordoned: bool = True, *, actor: str = "") -> Committed:
         """Stop (or let again) new generations landing on a cluster; its existing ones stay until drained."""
@@ -309,7 +316,7 @@ class Topology:
             events.append_event(tr, ClusterUpdated(cluster=new), actor=actor, time_ms=now)
             return new
 
-        return self._commit(change)
+        return self.commit(change)
 
     def remove_cluster(self, name: str, *, actor: str = "") -> Committed:
         """Forget a cluster; refused while any generation there is not drained (its data would be lost)."""
@@ -335,7 +342,7 @@ class Topology:
             events.append_event(tr, ClusterRemoved(cluster=name), actor=actor, time_ms=now)
             return name
 
-        return self._commit(change)
+        return self.commit(change)
 
     def fleet_policy(self) -> FleetPolicy:
         return fleet_policy(self.db)
@@ -349,7 +356,7 @@ class Topology:
             events.append_event(tr, PolicyChanged(fleet=policy), actor=actor, time_ms=now)
             return policy
 
-        return self._commit(change)
+        return self.commit(change)
 
     def set_stream_policy(self, stream: str, policy: FailoverPolicy, *, actor: str = "") -> Committed:
         check_object_name("stream", stream)
@@ -362,7 +369,7 @@ class Topology:
             events.append_event(tr, PolicyChanged(stream=stream, failover=policy), actor=actor, time_ms=now)
             return replace(current, failover=policy)
 
-        return self._commit(change)
+        return self.commit(change)
 
     # streams
     def get_stream(self, name: str) -> Stream:
@@ -387,14 +394,15 @@ class Topology:
         if cluster:
             check_object_name("cluster", cluster)
 
-        def plan(tr: Transaction) -> Cluster:
+        def plan(tr: Transaction) -> tuple[Cluster, int]:
             if tr.get(keys.stream_key(name)) is not None:
                 raise AlreadyExistsError(f"stream {name!r} already exists", kind="stream", name=name)
-            return _check_target(get_cluster(tr, cluster), "cluster") if cluster else _pick_cluster(list_clusters(tr))
+            target = _check_target(get_cluster(tr, cluster), "cluster") if cluster else _pick_cluster(list_clusters(tr))
+            return target, first_generation(tr, name)
 
-        target = self.db.transact(plan)
+        target, first = self.db.transact(plan)
         lanes = [
-            Lane(lane, priority, [Generation(1, target.name, topic_name(name, lane, 1), partitions)])
+            Lane(lane, priority, [Generation(first, target.name, topic_name(name, lane, first), partitions)])
             for lane, priority in DEFAULT_LANES.items()
         ]
         for lane in lanes:
@@ -411,7 +419,7 @@ class Topology:
             events.append_event(tr, StreamCreated(stream=stream), actor=actor, time_ms=now)
             return stream
 
-        committed = self._commit(change)
+        committed = self.commit(change)
         return Committed(self.get_stream(name), committed.version)
 
     def add_lane(
@@ -427,7 +435,7 @@ class Topology:
         if cluster:
             check_object_name("cluster", cluster)
 
-        def plan(tr: Transaction) -> tuple[Cluster, int, TopicSettings]:
+        def plan(tr: Transaction) -> tuple[Cluster, int, TopicSettings, int]:
             current = get_stream(tr, stream, "stream")
             if current.lane(lane) is not None:
                 raise AlreadyExistsError(
@@ -435,10 +443,10 @@ class Topology:
                 )
             template = (current.lane("realtime") or current.lanes[0]).active
             target = get_cluster(tr, cluster or template.cluster)
-            return target, partitions or template.partitions, current.topic
+            return target, partitions or template.partitions, current.topic, first_generation(tr, stream)
 
-        target, count, settings = self.db.transact(plan)
-        new_lane = Lane(lane, priority, [Generation(1, target.name, topic_name(stream, lane, 1), count)])
+        target, count, settings, first = self.db.transact(plan)
+        new_lane = Lane(lane, priority, [Generation(first, target.name, topic_name(stream, lane, first), count)])
         self.admin.ensure_topic(target, new_lane.active.topic, count, settings)
 
         now = self.clock.now_ms()  # the event's time, read outside the transaction body
@@ -448,7 +456,7 @@ class Topology:
             _write_lane(tr, stream, new_lane)
             events.append_event(tr, LaneAdded(stream=stream, lane=new_lane), actor=actor, time_ms=now)
 
-        committed = self._commit(change)
+        committed = self.commit(change)
         return Committed(self.get_stream(stream), committed.version)
 
     def failover(
@@ -510,7 +518,7 @@ class Topology:
             )
             return draining, nxt
 
-        done = self._commit(change)
+        done = self.commit(change)
         metrics.FAILOVERS.labels(stream, lane, "autopilot" if actor == AUTOPILOT else "operator").inc()
         return done
 
@@ -560,7 +568,7 @@ class Topology:
             events.append_event(tr, event, actor=actor, time_ms=now)
             return event
 
-        return self._commit(change)
+        return self.commit(change)
 
     # events
     def read_events_and_watch(self, after: bytes | None, limit: int = 1000) -> tuple[list[Event], Watch]:

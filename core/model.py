@@ -806,6 +806,31 @@ class GenerationDrained(TopologyEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StreamDeleted(TopologyEvent):
+    """A stream and every group's progress on it were removed. `topics` ("cluster/topic") are those of its
+    generations, deleted from their clusters after this commit; `producers` and `groups` are the live ones a
+    forced deletion cut off."""
+
+    stream: str
+    reason: str = ""
+    topics: tuple[str, ...] = ()
+    producers: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    kind: ClassVar[str] = "stream_deleted"
+
+
+@dataclass(frozen=True)
+class StreamDeletion:
+    """What `stream delete` did: its event, and the topics deleted from their clusters and those left (each
+    "cluster/topic: why"; the stream is deleted either way)."""
+
+    deleted: StreamDeleted
+    version: str = ""
+    topics_deleted: tuple[str, ...] = ()
+    topics_left: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class GroupDeleted(TopologyEvent):
     """A consumer group and everything it kept (members, leases, progress, retries, rejects, settings) were
     removed: by an operator, or because it stayed inactive past its expiry (`expired`). `members` names the
@@ -848,6 +873,7 @@ EVENT_KINDS: dict[str, type[TopologyEvent]] = {
         GenerationDrained,
         GenerationAbandoned,
         GroupDeleted,
+        StreamDeleted,
     )
 }
 """The topology log's stored kinds. (Group events were in it before they had a log of their own; readers of
@@ -886,6 +912,9 @@ def describe_event(event: Event) -> str:
             return f"cluster_health_changed {c.name} {previous or '?'} -> {c.health}{reasons}"
         case ClusterRemoved(cluster=name):
             return f"cluster_removed {name}"
+        case StreamDeleted() as d:
+            cut = f" cut_off={','.join(d.producers + d.groups)}" if d.producers or d.groups else ""
+            return f"stream_deleted {d.stream} ({d.reason}) topics={len(d.topics)}{cut}"
         case GroupDeleted() as d:
             how = "expired" if d.expired else "deleted"
             ended = f" ended={','.join(d.members)}" if d.members else ""

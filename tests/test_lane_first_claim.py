@@ -105,7 +105,8 @@ def test_the_cli_refuses_unclear_lane_settings_in_one_sentence() -> None:
     from tests.helpers import cli
 
     done = cli("group", "configure", "g", "--lane", "backfill")
-    assert done.returncode == 2 and "give --max-attempts, --lag-target-ms, --no-lag-target, --expire-after" in done.stderr
+    assert done.returncode == 2
+    assert "give --max-attempts, --lag-target-ms, --no-lag-target, --expire-after" in done.stderr
     done = cli("group", "configure", "g", "--max-attempts", "3")
     assert done.returncode == 2 and "--lane is required with --max-attempts" in done.stderr
     done = cli("group", "configure", "g", "--expire-after", "1d", "--never-expire")

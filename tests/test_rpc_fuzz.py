@@ -182,7 +182,7 @@ def test_extreme_requests_never_fail_internally_nor_slowly(fuzzed, service: str,
         _check(address, admin, service, method, values)
 
     run()
-    _consistent(address, admin)
+    _consistent(address, admin, deletes=method.name == "DeleteStream")
 
 
 def test_extreme_cluster_registrations(tmp_path, local_cluster) -> None:
@@ -201,8 +201,9 @@ def test_extreme_cluster_registrations(tmp_path, local_cluster) -> None:
         running.stop(0)
 
 
-def _consistent(address: str, admin: str) -> None:
-    """The coordinator still serves, and every lane has exactly one active generation, on a known cluster."""
+def _consistent(address: str, admin: str, *, deletes: bool = False) -> None:
+    """The coordinator still serves, and every lane has exactly one active generation, on a known cluster; the
+    fixture's stream is still there, unless the method deletes streams (then it is gone whole)."""
     with CoordinatorClient(address, token=admin) as c:
         clusters = {x.name for x in c.list_clusters()}
         for stream in c.list_streams():
@@ -210,6 +211,8 @@ def _consistent(address: str, admin: str) -> None:
                 active = [g for g in lane.generations if g.state == model.ACTIVE]
                 assert len(active) == 1, (stream.name, lane.name, lane.generations)
                 assert {g.cluster for g in lane.generations} <= clusters
+        if deletes and "fz-logs" not in {s.name for s in c.list_streams()}:
+            c.create_stream("fz-logs", 2, cluster="fz-a")  # the next methods fuzz against it (the fixture is shared)
         assert c.describe_stream("fz-logs").name == "fz-logs"
 
 

@@ -645,6 +645,7 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
         pb.AbandonGenerationRequest(stream="nope", lane="realtime", generation=1),
         {"admin", "operator"},
     ),
+    ("topology", "DeleteStream", pb.DeleteStreamRequest(name="no-such-stream"), {"admin", "operator"}),
     ("commitlog", "Commit", cpb.CommitRequest(group="mx", lease_id="nope/realtime/g1/p0"), {"admin", "consumer"}),
     ("commitlog", "CommitBatch", cpb.CommitBatchRequest(group="mx"), {"admin", "consumer"}),
     ("commitlog", "GetProgress", cpb.GetProgressRequest(group="mx", lease_id="sec-logs/realtime/g1/p0"), EVERYONE),

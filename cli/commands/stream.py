@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from streamplane import model
 from streamplane.cli.common import Add, Subparsers, connect, positive
@@ -88,6 +89,21 @@ def cmd_stream_policy(args: argparse.Namespace) -> None:
         )
 
 
+def cmd_stream_delete(args: argparse.Namespace) -> None:
+    print(f"deleting stream {args.name} and its topics on every cluster ...", file=sys.stderr, flush=True)
+    with connect(args) as client:
+        done = client.delete_stream(args.name, force=args.force, reason=args.reason)
+    if json_shown(args, done):
+        return
+    cut = done.deleted.producers + tuple(f"group {g}" for g in done.deleted.groups)
+    print(f"deleted stream {args.name}" + (f"; cut off: {', '.join(cut)}" if cut else ""))
+    print(f"  topics deleted: {len(done.topics_deleted)} of {len(done.deleted.topics)}")
+    for line in done.topics_left:
+        print(f"  left: {line}")
+    if done.topics_left:
+        print("  (a stream created again by this name never writes or reads those: its generations number past them)")
+
+
 def cmd_failover(args: argparse.Namespace) -> None:
     with connect(args) as client:
         done = client.failover(args.stream, args.lane, args.to or "", args.partitions, args.reason)
@@ -127,6 +143,10 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("--mode", choices=["auto", "manual"], default="")
     p.add_argument("--unhealthy-after-ms", type=int, default=0, help="how long a cluster must be unhealthy")
     p.add_argument("--min-interval-ms", type=int, default=None, help="a lane moves at most once in this long")
+    p = add(stream, "delete", cmd_stream_delete, "delete a stream, every group's progress on it, and its topics")
+    p.add_argument("name")
+    p.add_argument("--force", action="store_true", help="even while producers or groups use it")
+    p.add_argument("--reason", default="", help="why, kept with the event")
     p = add(stream, "add-lane", cmd_stream_add_lane, "add a lane to a stream")
     p.add_argument("stream")
     p.add_argument("lane")

@@ -2964,6 +2964,216 @@ func (x *GroupDeleted) GetGenerations() []string {
 	return nil
 }
 
+// A stream and every group's progress on it were removed; its topics ("cluster/topic") are deleted from
+// their clusters after the commit. producers and groups: the live ones a forced deletion cut off.
+type StreamDeleted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Topics        []string               `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
+	Producers     []string               `protobuf:"bytes,4,rep,name=producers,proto3" json:"producers,omitempty"`
+	Groups        []string               `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamDeleted) Reset() {
+	*x = StreamDeleted{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamDeleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamDeleted) ProtoMessage() {}
+
+func (x *StreamDeleted) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamDeleted.ProtoReflect.Descriptor instead.
+func (*StreamDeleted) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *StreamDeleted) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamDeleted) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *StreamDeleted) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *StreamDeleted) GetProducers() []string {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+func (x *StreamDeleted) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type DeleteStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Delete it even while live producers declare they write it or groups' live members hold its leases.
+	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// Why, kept with the event (at most 1024 characters).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteStreamRequest) Reset() {
+	*x = DeleteStreamRequest{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteStreamRequest) ProtoMessage() {}
+
+func (x *DeleteStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteStreamRequest.ProtoReflect.Descriptor instead.
+func (*DeleteStreamRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *DeleteStreamRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteStreamRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *DeleteStreamRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type DeleteStreamResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Deleted *StreamDeleted         `protobuf:"bytes,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// "cluster/topic" deleted from its cluster.
+	TopicsDeleted []string `protobuf:"bytes,3,rep,name=topics_deleted,json=topicsDeleted,proto3" json:"topics_deleted,omitempty"`
+	// "cluster/topic: why" left on its cluster (unreachable, or a local mock cluster, which cannot delete).
+	TopicsLeft    []string `protobuf:"bytes,4,rep,name=topics_left,json=topicsLeft,proto3" json:"topics_left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteStreamResponse) Reset() {
+	*x = DeleteStreamResponse{}
+	mi := &file_streamplane_v1_topology_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteStreamResponse) ProtoMessage() {}
+
+func (x *DeleteStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_topology_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteStreamResponse.ProtoReflect.Descriptor instead.
+func (*DeleteStreamResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *DeleteStreamResponse) GetDeleted() *StreamDeleted {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *DeleteStreamResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *DeleteStreamResponse) GetTopicsDeleted() []string {
+	if x != nil {
+		return x.TopicsDeleted
+	}
+	return nil
+}
+
+func (x *DeleteStreamResponse) GetTopicsLeft() []string {
+	if x != nil {
+		return x.TopicsLeft
+	}
+	return nil
+}
+
 type TopologyEvent struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Version    string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -2985,6 +3195,7 @@ type TopologyEvent struct {
 	//	*TopologyEvent_PolicyChanged
 	//	*TopologyEvent_GenerationAbandoned
 	//	*TopologyEvent_GroupDeleted
+	//	*TopologyEvent_StreamDeleted
 	Kind          isTopologyEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2992,7 +3203,7 @@ type TopologyEvent struct {
 
 func (x *TopologyEvent) Reset() {
 	*x = TopologyEvent{}
-	mi := &file_streamplane_v1_topology_proto_msgTypes[45]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3215,7 @@ func (x *TopologyEvent) String() string {
 func (*TopologyEvent) ProtoMessage() {}
 
 func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_topology_proto_msgTypes[45]
+	mi := &file_streamplane_v1_topology_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3228,7 @@ func (x *TopologyEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopologyEvent.ProtoReflect.Descriptor instead.
 func (*TopologyEvent) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{45}
+	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TopologyEvent) GetVersion() string {
@@ -3165,6 +3376,15 @@ func (x *TopologyEvent) GetGroupDeleted() *GroupDeleted {
 	return nil
 }
 
+func (x *TopologyEvent) GetStreamDeleted() *StreamDeleted {
+	if x != nil {
+		if x, ok := x.Kind.(*TopologyEvent_StreamDeleted); ok {
+			return x.StreamDeleted
+		}
+	}
+	return nil
+}
+
 type isTopologyEvent_Kind interface {
 	isTopologyEvent_Kind()
 }
@@ -3223,6 +3443,10 @@ type TopologyEvent_GroupDeleted struct {
 	GroupDeleted *GroupDeleted `protobuf:"bytes,22,opt,name=group_deleted,json=groupDeleted,proto3,oneof"`
 }
 
+type TopologyEvent_StreamDeleted struct {
+	StreamDeleted *StreamDeleted `protobuf:"bytes,23,opt,name=stream_deleted,json=streamDeleted,proto3,oneof"`
+}
+
 func (*TopologyEvent_ClusterRegistered) isTopologyEvent_Kind() {}
 
 func (*TopologyEvent_ClusterUpdated) isTopologyEvent_Kind() {}
@@ -3248,6 +3472,8 @@ func (*TopologyEvent_PolicyChanged) isTopologyEvent_Kind() {}
 func (*TopologyEvent_GenerationAbandoned) isTopologyEvent_Kind() {}
 
 func (*TopologyEvent_GroupDeleted) isTopologyEvent_Kind() {}
+
+func (*TopologyEvent_StreamDeleted) isTopologyEvent_Kind() {}
 
 var File_streamplane_v1_topology_proto protoreflect.FileDescriptor
 
@@ -3477,7 +3703,23 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
 	"\aexpired\x18\x03 \x01(\bR\aexpired\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x12 \n" +
-	"\vgenerations\x18\x05 \x03(\tR\vgenerations\"\x87\b\n" +
+	"\vgenerations\x18\x05 \x03(\tR\vgenerations\"\x8d\x01\n" +
+	"\rStreamDeleted\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06topics\x18\x03 \x03(\tR\x06topics\x12\x1c\n" +
+	"\tproducers\x18\x04 \x03(\tR\tproducers\x12\x16\n" +
+	"\x06groups\x18\x05 \x03(\tR\x06groups\"W\n" +
+	"\x13DeleteStreamRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb1\x01\n" +
+	"\x14DeleteStreamResponse\x127\n" +
+	"\adeleted\x18\x01 \x01(\v2\x1d.streamplane.v1.StreamDeletedR\adeleted\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12%\n" +
+	"\x0etopics_deleted\x18\x03 \x03(\tR\rtopicsDeleted\x12\x1f\n" +
+	"\vtopics_left\x18\x04 \x03(\tR\n" +
+	"topicsLeft\"\xcf\b\n" +
 	"\rTopologyEvent\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12 \n" +
 	"\ftime_unix_ms\x18\x02 \x01(\x03R\n" +
@@ -3499,7 +3741,8 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x0fcluster_removed\x18\x13 \x01(\tH\x00R\x0eclusterRemoved\x12F\n" +
 	"\x0epolicy_changed\x18\x14 \x01(\v2\x1d.streamplane.v1.PolicyChangedH\x00R\rpolicyChanged\x12X\n" +
 	"\x14generation_abandoned\x18\x15 \x01(\v2#.streamplane.v1.GenerationAbandonedH\x00R\x13generationAbandoned\x12C\n" +
-	"\rgroup_deleted\x18\x16 \x01(\v2\x1c.streamplane.v1.GroupDeletedH\x00R\fgroupDeletedB\x06\n" +
+	"\rgroup_deleted\x18\x16 \x01(\v2\x1c.streamplane.v1.GroupDeletedH\x00R\fgroupDeleted\x12F\n" +
+	"\x0estream_deleted\x18\x17 \x01(\v2\x1d.streamplane.v1.StreamDeletedH\x00R\rstreamDeletedB\x06\n" +
 	"\x04kind*_\n" +
 	"\fClusterAdmin\x12\x1d\n" +
 	"\x19CLUSTER_ADMIN_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3511,7 +3754,7 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x19GENERATION_STATE_DRAINING\x10\x02\x12\x1b\n" +
 	"\x17GENERATION_STATE_SEALED\x10\x03\x12\x1c\n" +
 	"\x18GENERATION_STATE_DRAINED\x10\x04\x12\x1e\n" +
-	"\x1aGENERATION_STATE_ABANDONED\x10\x052\xfd\v\n" +
+	"\x1aGENERATION_STATE_ABANDONED\x10\x052\xd8\f\n" +
 	"\x0fTopologyService\x12b\n" +
 	"\x0fRegisterCluster\x12&.streamplane.v1.RegisterClusterRequest\x1a'.streamplane.v1.RegisterClusterResponse\x12Y\n" +
 	"\fListClusters\x12#.streamplane.v1.ListClustersRequest\x1a$.streamplane.v1.ListClustersResponse\x12S\n" +
@@ -3529,7 +3772,8 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x0fSetStreamPolicy\x12&.streamplane.v1.SetStreamPolicyRequest\x1a\x1e.streamplane.v1.StreamResponse\x12J\n" +
 	"\x0eSetFleetPolicy\x12\x1b.streamplane.v1.FleetPolicy\x1a\x1b.streamplane.v1.FleetPolicy\x12T\n" +
 	"\x0eGetFleetPolicy\x12%.streamplane.v1.GetFleetPolicyRequest\x1a\x1b.streamplane.v1.FleetPolicy\x12b\n" +
-	"\x11AbandonGeneration\x12(.streamplane.v1.AbandonGenerationRequest\x1a#.streamplane.v1.GenerationAbandonedb\x06proto3"
+	"\x11AbandonGeneration\x12(.streamplane.v1.AbandonGenerationRequest\x1a#.streamplane.v1.GenerationAbandoned\x12Y\n" +
+	"\fDeleteStream\x12#.streamplane.v1.DeleteStreamRequest\x1a$.streamplane.v1.DeleteStreamResponseb\x06proto3"
 
 var (
 	file_streamplane_v1_topology_proto_rawDescOnce sync.Once
@@ -3544,7 +3788,7 @@ func file_streamplane_v1_topology_proto_rawDescGZIP() []byte {
 }
 
 var file_streamplane_v1_topology_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_streamplane_v1_topology_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_streamplane_v1_topology_proto_goTypes = []any{
 	(ClusterAdmin)(0),                 // 0: streamplane.v1.ClusterAdmin
 	(GenerationState)(0),              // 1: streamplane.v1.GenerationState
@@ -3593,7 +3837,10 @@ var file_streamplane_v1_topology_proto_goTypes = []any{
 	(*CloseProducerResponse)(nil),     // 44: streamplane.v1.CloseProducerResponse
 	(*GroupEvent)(nil),                // 45: streamplane.v1.GroupEvent
 	(*GroupDeleted)(nil),              // 46: streamplane.v1.GroupDeleted
-	(*TopologyEvent)(nil),             // 47: streamplane.v1.TopologyEvent
+	(*StreamDeleted)(nil),             // 47: streamplane.v1.StreamDeleted
+	(*DeleteStreamRequest)(nil),       // 48: streamplane.v1.DeleteStreamRequest
+	(*DeleteStreamResponse)(nil),      // 49: streamplane.v1.DeleteStreamResponse
+	(*TopologyEvent)(nil),             // 50: streamplane.v1.TopologyEvent
 }
 var file_streamplane_v1_topology_proto_depIdxs = []int32{
 	0,  // 0: streamplane.v1.Cluster.admin:type_name -> streamplane.v1.ClusterAdmin
@@ -3625,57 +3872,61 @@ var file_streamplane_v1_topology_proto_depIdxs = []int32{
 	38, // 26: streamplane.v1.ProducerHeartbeatRequest.in_flight:type_name -> streamplane.v1.GenerationRef
 	41, // 27: streamplane.v1.ProducerHeartbeatRequest.errors:type_name -> streamplane.v1.ClusterErrors
 	40, // 28: streamplane.v1.ProducerHeartbeatRequest.writes:type_name -> streamplane.v1.LaneRef
-	2,  // 29: streamplane.v1.TopologyEvent.cluster_registered:type_name -> streamplane.v1.Cluster
-	2,  // 30: streamplane.v1.TopologyEvent.cluster_updated:type_name -> streamplane.v1.Cluster
-	20, // 31: streamplane.v1.TopologyEvent.stream_created:type_name -> streamplane.v1.Stream
-	34, // 32: streamplane.v1.TopologyEvent.lane_added:type_name -> streamplane.v1.LaneAdded
-	35, // 33: streamplane.v1.TopologyEvent.failed_over:type_name -> streamplane.v1.FailedOver
-	45, // 34: streamplane.v1.TopologyEvent.group_event:type_name -> streamplane.v1.GroupEvent
-	36, // 35: streamplane.v1.TopologyEvent.generation_sealed:type_name -> streamplane.v1.GenerationSealed
-	37, // 36: streamplane.v1.TopologyEvent.generation_drained:type_name -> streamplane.v1.GenerationDrained
-	15, // 37: streamplane.v1.TopologyEvent.cluster_health_changed:type_name -> streamplane.v1.ClusterHealthChanged
-	16, // 38: streamplane.v1.TopologyEvent.policy_changed:type_name -> streamplane.v1.PolicyChanged
-	13, // 39: streamplane.v1.TopologyEvent.generation_abandoned:type_name -> streamplane.v1.GenerationAbandoned
-	46, // 40: streamplane.v1.TopologyEvent.group_deleted:type_name -> streamplane.v1.GroupDeleted
-	21, // 41: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
-	23, // 42: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
-	25, // 43: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
-	27, // 44: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
-	28, // 45: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
-	30, // 46: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
-	31, // 47: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
-	33, // 48: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
-	39, // 49: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
-	43, // 50: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
-	6,  // 51: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
-	8,  // 52: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
-	9,  // 53: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
-	11, // 54: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
-	4,  // 55: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
-	12, // 56: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
-	14, // 57: streamplane.v1.TopologyService.AbandonGeneration:input_type -> streamplane.v1.AbandonGenerationRequest
-	22, // 58: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
-	24, // 59: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
-	26, // 60: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
-	26, // 61: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
-	29, // 62: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
-	26, // 63: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
-	32, // 64: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
-	47, // 65: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
-	42, // 66: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
-	44, // 67: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
-	7,  // 68: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
-	2,  // 69: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
-	10, // 70: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
-	26, // 71: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
-	4,  // 72: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
-	4,  // 73: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
-	13, // 74: streamplane.v1.TopologyService.AbandonGeneration:output_type -> streamplane.v1.GenerationAbandoned
-	58, // [58:75] is the sub-list for method output_type
-	41, // [41:58] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	47, // 29: streamplane.v1.DeleteStreamResponse.deleted:type_name -> streamplane.v1.StreamDeleted
+	2,  // 30: streamplane.v1.TopologyEvent.cluster_registered:type_name -> streamplane.v1.Cluster
+	2,  // 31: streamplane.v1.TopologyEvent.cluster_updated:type_name -> streamplane.v1.Cluster
+	20, // 32: streamplane.v1.TopologyEvent.stream_created:type_name -> streamplane.v1.Stream
+	34, // 33: streamplane.v1.TopologyEvent.lane_added:type_name -> streamplane.v1.LaneAdded
+	35, // 34: streamplane.v1.TopologyEvent.failed_over:type_name -> streamplane.v1.FailedOver
+	45, // 35: streamplane.v1.TopologyEvent.group_event:type_name -> streamplane.v1.GroupEvent
+	36, // 36: streamplane.v1.TopologyEvent.generation_sealed:type_name -> streamplane.v1.GenerationSealed
+	37, // 37: streamplane.v1.TopologyEvent.generation_drained:type_name -> streamplane.v1.GenerationDrained
+	15, // 38: streamplane.v1.TopologyEvent.cluster_health_changed:type_name -> streamplane.v1.ClusterHealthChanged
+	16, // 39: streamplane.v1.TopologyEvent.policy_changed:type_name -> streamplane.v1.PolicyChanged
+	13, // 40: streamplane.v1.TopologyEvent.generation_abandoned:type_name -> streamplane.v1.GenerationAbandoned
+	46, // 41: streamplane.v1.TopologyEvent.group_deleted:type_name -> streamplane.v1.GroupDeleted
+	47, // 42: streamplane.v1.TopologyEvent.stream_deleted:type_name -> streamplane.v1.StreamDeleted
+	21, // 43: streamplane.v1.TopologyService.RegisterCluster:input_type -> streamplane.v1.RegisterClusterRequest
+	23, // 44: streamplane.v1.TopologyService.ListClusters:input_type -> streamplane.v1.ListClustersRequest
+	25, // 45: streamplane.v1.TopologyService.CreateStream:input_type -> streamplane.v1.CreateStreamRequest
+	27, // 46: streamplane.v1.TopologyService.DescribeStream:input_type -> streamplane.v1.DescribeStreamRequest
+	28, // 47: streamplane.v1.TopologyService.ListStreams:input_type -> streamplane.v1.ListStreamsRequest
+	30, // 48: streamplane.v1.TopologyService.AddLane:input_type -> streamplane.v1.AddLaneRequest
+	31, // 49: streamplane.v1.TopologyService.Failover:input_type -> streamplane.v1.FailoverRequest
+	33, // 50: streamplane.v1.TopologyService.WatchTopology:input_type -> streamplane.v1.WatchTopologyRequest
+	39, // 51: streamplane.v1.TopologyService.ProducerHeartbeat:input_type -> streamplane.v1.ProducerHeartbeatRequest
+	43, // 52: streamplane.v1.TopologyService.CloseProducer:input_type -> streamplane.v1.CloseProducerRequest
+	6,  // 53: streamplane.v1.TopologyService.ClusterHealth:input_type -> streamplane.v1.ClusterHealthRequest
+	8,  // 54: streamplane.v1.TopologyService.CordonCluster:input_type -> streamplane.v1.CordonClusterRequest
+	9,  // 55: streamplane.v1.TopologyService.RemoveCluster:input_type -> streamplane.v1.RemoveClusterRequest
+	11, // 56: streamplane.v1.TopologyService.SetStreamPolicy:input_type -> streamplane.v1.SetStreamPolicyRequest
+	4,  // 57: streamplane.v1.TopologyService.SetFleetPolicy:input_type -> streamplane.v1.FleetPolicy
+	12, // 58: streamplane.v1.TopologyService.GetFleetPolicy:input_type -> streamplane.v1.GetFleetPolicyRequest
+	14, // 59: streamplane.v1.TopologyService.AbandonGeneration:input_type -> streamplane.v1.AbandonGenerationRequest
+	48, // 60: streamplane.v1.TopologyService.DeleteStream:input_type -> streamplane.v1.DeleteStreamRequest
+	22, // 61: streamplane.v1.TopologyService.RegisterCluster:output_type -> streamplane.v1.RegisterClusterResponse
+	24, // 62: streamplane.v1.TopologyService.ListClusters:output_type -> streamplane.v1.ListClustersResponse
+	26, // 63: streamplane.v1.TopologyService.CreateStream:output_type -> streamplane.v1.StreamResponse
+	26, // 64: streamplane.v1.TopologyService.DescribeStream:output_type -> streamplane.v1.StreamResponse
+	29, // 65: streamplane.v1.TopologyService.ListStreams:output_type -> streamplane.v1.ListStreamsResponse
+	26, // 66: streamplane.v1.TopologyService.AddLane:output_type -> streamplane.v1.StreamResponse
+	32, // 67: streamplane.v1.TopologyService.Failover:output_type -> streamplane.v1.FailoverResponse
+	50, // 68: streamplane.v1.TopologyService.WatchTopology:output_type -> streamplane.v1.TopologyEvent
+	42, // 69: streamplane.v1.TopologyService.ProducerHeartbeat:output_type -> streamplane.v1.ProducerHeartbeatResponse
+	44, // 70: streamplane.v1.TopologyService.CloseProducer:output_type -> streamplane.v1.CloseProducerResponse
+	7,  // 71: streamplane.v1.TopologyService.ClusterHealth:output_type -> streamplane.v1.ClusterHealthResponse
+	2,  // 72: streamplane.v1.TopologyService.CordonCluster:output_type -> streamplane.v1.Cluster
+	10, // 73: streamplane.v1.TopologyService.RemoveCluster:output_type -> streamplane.v1.RemoveClusterResponse
+	26, // 74: streamplane.v1.TopologyService.SetStreamPolicy:output_type -> streamplane.v1.StreamResponse
+	4,  // 75: streamplane.v1.TopologyService.SetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	4,  // 76: streamplane.v1.TopologyService.GetFleetPolicy:output_type -> streamplane.v1.FleetPolicy
+	13, // 77: streamplane.v1.TopologyService.AbandonGeneration:output_type -> streamplane.v1.GenerationAbandoned
+	49, // 78: streamplane.v1.TopologyService.DeleteStream:output_type -> streamplane.v1.DeleteStreamResponse
+	61, // [61:79] is the sub-list for method output_type
+	43, // [43:61] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_topology_proto_init() }
@@ -3683,7 +3934,7 @@ func file_streamplane_v1_topology_proto_init() {
 	if File_streamplane_v1_topology_proto != nil {
 		return
 	}
-	file_streamplane_v1_topology_proto_msgTypes[45].OneofWrappers = []any{
+	file_streamplane_v1_topology_proto_msgTypes[48].OneofWrappers = []any{
 		(*TopologyEvent_ClusterRegistered)(nil),
 		(*TopologyEvent_ClusterUpdated)(nil),
 		(*TopologyEvent_StreamCreated)(nil),
@@ -3697,6 +3948,7 @@ func file_streamplane_v1_topology_proto_init() {
 		(*TopologyEvent_PolicyChanged)(nil),
 		(*TopologyEvent_GenerationAbandoned)(nil),
 		(*TopologyEvent_GroupDeleted)(nil),
+		(*TopologyEvent_StreamDeleted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3704,7 +3956,7 @@ func file_streamplane_v1_topology_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_topology_proto_rawDesc), len(file_streamplane_v1_topology_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   46,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

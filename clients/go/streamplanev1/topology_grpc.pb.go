@@ -38,6 +38,7 @@ const (
 	TopologyService_SetFleetPolicy_FullMethodName    = "/streamplane.v1.TopologyService/SetFleetPolicy"
 	TopologyService_GetFleetPolicy_FullMethodName    = "/streamplane.v1.TopologyService/GetFleetPolicy"
 	TopologyService_AbandonGeneration_FullMethodName = "/streamplane.v1.TopologyService/AbandonGeneration"
+	TopologyService_DeleteStream_FullMethodName      = "/streamplane.v1.TopologyService/DeleteStream"
 )
 
 // TopologyServiceClient is the client API for TopologyService service.
@@ -69,6 +70,10 @@ type TopologyServiceClient interface {
 	// Give up a draining or sealed generation whose cluster is gone for good; its unread ranges are recorded as
 	// lost (FAILED_PRECONDITION for an active or drained one).
 	AbandonGeneration(ctx context.Context, in *AbandonGenerationRequest, opts ...grpc.CallOption) (*GenerationAbandoned, error)
+	// Delete a stream: its lanes and generations and every group's progress on it in one transaction with a
+	// stream_deleted event, then its topics on every cluster. FAILED_PRECONDITION while it is in use, unless
+	// force; NOT_FOUND for an unknown stream. Created again, it numbers its generations past the old ones.
+	DeleteStream(ctx context.Context, in *DeleteStreamRequest, opts ...grpc.CallOption) (*DeleteStreamResponse, error)
 }
 
 type topologyServiceClient struct {
@@ -258,6 +263,16 @@ func (c *topologyServiceClient) AbandonGeneration(ctx context.Context, in *Aband
 	return out, nil
 }
 
+func (c *topologyServiceClient) DeleteStream(ctx context.Context, in *DeleteStreamRequest, opts ...grpc.CallOption) (*DeleteStreamResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteStreamResponse)
+	err := c.cc.Invoke(ctx, TopologyService_DeleteStream_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TopologyServiceServer is the server API for TopologyService service.
 // All implementations must embed UnimplementedTopologyServiceServer
 // for forward compatibility.
@@ -287,6 +302,10 @@ type TopologyServiceServer interface {
 	// Give up a draining or sealed generation whose cluster is gone for good; its unread ranges are recorded as
 	// lost (FAILED_PRECONDITION for an active or drained one).
 	AbandonGeneration(context.Context, *AbandonGenerationRequest) (*GenerationAbandoned, error)
+	// Delete a stream: its lanes and generations and every group's progress on it in one transaction with a
+	// stream_deleted event, then its topics on every cluster. FAILED_PRECONDITION while it is in use, unless
+	// force; NOT_FOUND for an unknown stream. Created again, it numbers its generations past the old ones.
+	DeleteStream(context.Context, *DeleteStreamRequest) (*DeleteStreamResponse, error)
 	mustEmbedUnimplementedTopologyServiceServer()
 }
 
@@ -347,6 +366,9 @@ func (UnimplementedTopologyServiceServer) GetFleetPolicy(context.Context, *GetFl
 }
 func (UnimplementedTopologyServiceServer) AbandonGeneration(context.Context, *AbandonGenerationRequest) (*GenerationAbandoned, error) {
 	return nil, status.Error(codes.Unimplemented, "method AbandonGeneration not implemented")
+}
+func (UnimplementedTopologyServiceServer) DeleteStream(context.Context, *DeleteStreamRequest) (*DeleteStreamResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteStream not implemented")
 }
 func (UnimplementedTopologyServiceServer) mustEmbedUnimplementedTopologyServiceServer() {}
 func (UnimplementedTopologyServiceServer) testEmbeddedByValue()                         {}
@@ -668,6 +690,24 @@ func _TopologyService_AbandonGeneration_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TopologyService_DeleteStream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteStreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopologyServiceServer).DeleteStream(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TopologyService_DeleteStream_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopologyServiceServer).DeleteStream(ctx, req.(*DeleteStreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TopologyService_ServiceDesc is the grpc.ServiceDesc for TopologyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -738,6 +778,10 @@ var TopologyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AbandonGeneration",
 			Handler:    _TopologyService_AbandonGeneration_Handler,
+		},
+		{
+			MethodName: "DeleteStream",
+			Handler:    _TopologyService_DeleteStream_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -246,6 +246,41 @@ def group_deleted_from_pb(d: pb.GroupDeleted, **head: Any) -> m.GroupDeleted:
     )
 
 
+def stream_deleted_to_pb(e: m.StreamDeleted) -> pb.StreamDeleted:
+    return pb.StreamDeleted(
+        stream=e.stream, reason=e.reason, topics=list(e.topics), producers=list(e.producers), groups=list(e.groups)
+    )
+
+
+def stream_deleted_from_pb(d: pb.StreamDeleted, **head: Any) -> m.StreamDeleted:
+    return m.StreamDeleted(
+        **head,
+        stream=d.stream,
+        reason=d.reason,
+        topics=tuple(d.topics),
+        producers=tuple(d.producers),
+        groups=tuple(d.groups),
+    )
+
+
+def stream_deletion_to_pb(x: m.StreamDeletion) -> pb.DeleteStreamResponse:
+    return pb.DeleteStreamResponse(
+        deleted=stream_deleted_to_pb(x.deleted),
+        version=x.version,
+        topics_deleted=list(x.topics_deleted),
+        topics_left=list(x.topics_left),
+    )
+
+
+def stream_deletion_from_pb(x: pb.DeleteStreamResponse) -> m.StreamDeletion:
+    return m.StreamDeletion(
+        stream_deleted_from_pb(x.deleted, version=x.version),
+        x.version,
+        tuple(x.topics_deleted),
+        tuple(x.topics_left),
+    )
+
+
 def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
     msg = pb.TopologyEvent(version=e.version, time_unix_ms=e.time_ms, actor=e.actor)
     match e:
@@ -261,6 +296,8 @@ def event_to_pb(e: m.TopologyEvent) -> pb.TopologyEvent:
             msg.generation_abandoned.CopyFrom(generation_abandoned_to_pb(e))
         case m.GroupDeleted():
             msg.group_deleted.CopyFrom(group_deleted_to_pb(e))
+        case m.StreamDeleted():
+            msg.stream_deleted.CopyFrom(stream_deleted_to_pb(e))
         case m.PolicyChanged():
             changed = pb.PolicyChanged(stream=e.stream)
             if e.failover is not None:
@@ -323,6 +360,8 @@ def event_from_pb(x: pb.TopologyEvent) -> m.TopologyEvent:
             return generation_abandoned_from_pb(x.generation_abandoned, **head)
         case "group_deleted":
             return group_deleted_from_pb(x.group_deleted, **head)
+        case "stream_deleted":
+            return stream_deleted_from_pb(x.stream_deleted, **head)
         case "policy_changed":
             p = x.policy_changed
             return m.PolicyChanged(

@@ -497,8 +497,44 @@ class GroupDeleted(_message.Message):
     generations: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, group: _Optional[str] = ..., reason: _Optional[str] = ..., expired: _Optional[bool] = ..., members: _Optional[_Iterable[str]] = ..., generations: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class StreamDeleted(_message.Message):
+    __slots__ = ("stream", "reason", "topics", "producers", "groups")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    reason: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    producers: _containers.RepeatedScalarFieldContainer[str]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[str] = ..., reason: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., producers: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteStreamRequest(_message.Message):
+    __slots__ = ("name", "force", "reason")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    force: bool
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DeleteStreamResponse(_message.Message):
+    __slots__ = ("deleted", "version", "topics_deleted", "topics_left")
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    deleted: StreamDeleted
+    version: str
+    topics_deleted: _containers.RepeatedScalarFieldContainer[str]
+    topics_left: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, deleted: _Optional[_Union[StreamDeleted, _Mapping]] = ..., version: _Optional[str] = ..., topics_deleted: _Optional[_Iterable[str]] = ..., topics_left: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class TopologyEvent(_message.Message):
-    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained", "cluster_health_changed", "cluster_removed", "policy_changed", "generation_abandoned", "group_deleted")
+    __slots__ = ("version", "time_unix_ms", "actor", "cluster_registered", "cluster_updated", "stream_created", "lane_added", "failed_over", "group_event", "generation_sealed", "generation_drained", "cluster_health_changed", "cluster_removed", "policy_changed", "generation_abandoned", "group_deleted", "stream_deleted")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     TIME_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -515,6 +551,7 @@ class TopologyEvent(_message.Message):
     POLICY_CHANGED_FIELD_NUMBER: _ClassVar[int]
     GENERATION_ABANDONED_FIELD_NUMBER: _ClassVar[int]
     GROUP_DELETED_FIELD_NUMBER: _ClassVar[int]
+    STREAM_DELETED_FIELD_NUMBER: _ClassVar[int]
     version: str
     time_unix_ms: int
     actor: str
@@ -531,4 +568,5 @@ class TopologyEvent(_message.Message):
     policy_changed: PolicyChanged
     generation_abandoned: GenerationAbandoned
     group_deleted: GroupDeleted
-    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ..., cluster_health_changed: _Optional[_Union[ClusterHealthChanged, _Mapping]] = ..., cluster_removed: _Optional[str] = ..., policy_changed: _Optional[_Union[PolicyChanged, _Mapping]] = ..., generation_abandoned: _Optional[_Union[GenerationAbandoned, _Mapping]] = ..., group_deleted: _Optional[_Union[GroupDeleted, _Mapping]] = ...) -> None: ...
+    stream_deleted: StreamDeleted
+    def __init__(self, version: _Optional[str] = ..., time_unix_ms: _Optional[int] = ..., actor: _Optional[str] = ..., cluster_registered: _Optional[_Union[Cluster, _Mapping]] = ..., cluster_updated: _Optional[_Union[Cluster, _Mapping]] = ..., stream_created: _Optional[_Union[Stream, _Mapping]] = ..., lane_added: _Optional[_Union[LaneAdded, _Mapping]] = ..., failed_over: _Optional[_Union[FailedOver, _Mapping]] = ..., group_event: _Optional[_Union[GroupEvent, _Mapping]] = ..., generation_sealed: _Optional[_Union[GenerationSealed, _Mapping]] = ..., generation_drained: _Optional[_Union[GenerationDrained, _Mapping]] = ..., cluster_health_changed: _Optional[_Union[ClusterHealthChanged, _Mapping]] = ..., cluster_removed: _Optional[str] = ..., policy_changed: _Optional[_Union[PolicyChanged, _Mapping]] = ..., generation_abandoned: _Optional[_Union[GenerationAbandoned, _Mapping]] = ..., group_deleted: _Optional[_Union[GroupDeleted, _Mapping]] = ..., stream_deleted: _Optional[_Union[StreamDeleted, _Mapping]] = ...) -> None: ...

@@ -119,6 +119,11 @@ class TopologyServiceStub:
                 request_serializer=streamplane_dot_v1_dot_topology__pb2.AbandonGenerationRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_topology__pb2.GenerationAbandoned.FromString,
                 _registered_method=True)
+        self.DeleteStream = channel.unary_unary(
+                '/streamplane.v1.TopologyService/DeleteStream',
+                request_serializer=streamplane_dot_v1_dot_topology__pb2.DeleteStreamRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_topology__pb2.DeleteStreamResponse.FromString,
+                _registered_method=True)
 
 
 class TopologyServiceServicer:
@@ -234,6 +239,15 @@ class TopologyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteStream(self, request, context):
+        """Delete a stream: its lanes and generations and every group's progress on it in one transaction with a
+        stream_deleted event, then its topics on every cluster. FAILED_PRECONDITION while it is in use, unless
+        force; NOT_FOUND for an unknown stream. Created again, it numbers its generations past the old ones.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopologyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -321,6 +335,11 @@ def add_TopologyServiceServicer_to_server(servicer, server):
                     servicer.AbandonGeneration,
                     request_deserializer=streamplane_dot_v1_dot_topology__pb2.AbandonGenerationRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_topology__pb2.GenerationAbandoned.SerializeToString,
+            ),
+            'DeleteStream': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteStream,
+                    request_deserializer=streamplane_dot_v1_dot_topology__pb2.DeleteStreamRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_topology__pb2.DeleteStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -782,6 +801,33 @@ class TopologyService:
             '/streamplane.v1.TopologyService/AbandonGeneration',
             streamplane_dot_v1_dot_topology__pb2.AbandonGenerationRequest.SerializeToString,
             streamplane_dot_v1_dot_topology__pb2.GenerationAbandoned.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.TopologyService/DeleteStream',
+            streamplane_dot_v1_dot_topology__pb2.DeleteStreamRequest.SerializeToString,
+            streamplane_dot_v1_dot_topology__pb2.DeleteStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
