@@ -6,9 +6,10 @@ Rules, in order:
   2. Sticky: a partition stays with its live holder unless moving it narrows the gap between the most and
      least utilized workers (utilization = load / capacity) by more than the partition's own share of it
      (a move pays for itself: it never just swaps which worker is the busier one), and either that gap
-     exceeds `threshold` of the mean or the move narrows it by at least `threshold`. With equal loads, no
-     churn at a one-partition difference. Rebalancing is done only when the previous pass found it worth
-     doing too (`proposed`): a load that looks off in one measurement moves nothing. A partition moved to
+     exceeds `threshold` of the mean or the move narrows the spread of all workers by at least `threshold`.
+     With equal loads, no churn at a one-partition difference; within the band, no fixing pair after pair.
+     Rebalancing is done only when the previous pass found it worth doing too (`proposed`): a load that
+     looks off in one measurement moves nothing. A partition moved to
      balance load is not moved back to where it came from during a cool-down (`pinned`).
   3. Orphaned and new partitions go to the least utilized worker that has room.
 Every partition is held by at most one worker in the result, and only live workers appear in it.
@@ -163,13 +164,25 @@ class _Board:
             c_hi, c_lo = by_id[hi].capacity, by_id[lo].capacity
             ideal = (load[hi] * c_lo - load[lo] * c_hi) / (c_hi + c_lo)  # the load whose move equalizes the pair
             l_hi, l_lo, narrow = load[hi], load[lo], gap * (1 - threshold)
+            # within the band, a move must narrow the spread of every worker, not only of this pair: with many
+            # workers another pair is nearly as far apart, and fixing pair after pair churned the whole group
+            # for no visible gain (a worker's departure moved ten times its orphans)
+            others = (_next(tops, utils, hi, lo, -1), _next(bottoms, utils, hi, lo, 1)) if not wide else None
             # the candidate that makes the exact transfer (ties: lowest priority, then key), searched outward
             # from `ideal` in the worker's partitions sorted by load: a busy worker holds thousands
             best = self._closest(
                 self._sorted(sorted_held, hi),
                 ideal,
                 functools.partial(
-                    _worth, gap=gap, l_hi=l_hi, l_lo=l_lo, c_hi=c_hi, c_lo=c_lo, wide=wide, narrow=narrow
+                    _worth,
+                    gap=gap,
+                    l_hi=l_hi,
+                    l_lo=l_lo,
+                    c_hi=c_hi,
+                    c_lo=c_lo,
+                    wide=wide,
+                    narrow=narrow,
+                    others=others,
                 ),
                 functools.partial(_movable, to=lo, pinned=pinned, fits=fits),
             )
@@ -254,13 +267,49 @@ class _Board:
 
 
 def _worth(
-    x: float, *, gap: float, l_hi: float, l_lo: float, c_hi: float, c_lo: float, wide: bool, narrow: float
+    x: float,
+    *,
+    gap: float,
+    l_hi: float,
+    l_lo: float,
+    c_hi: float,
+    c_lo: float,
+    wide: bool,
+    narrow: float,
+    others: tuple[float, float] | None = None,
 ) -> bool:
     """Whether moving a partition of load `x` from the most to the least utilized worker is worth it: it
     narrows their gap by more than the partition's own share of it (how far the move shifts each side, on
-    average), and either the gap is wide or it narrows by the threshold. True on an interval of loads."""
-    new_gap = abs((l_hi - x) / c_hi - (l_lo + x) / c_lo)
-    return gap - new_gap > x * (1 / c_hi + 1 / c_lo) / 2 + 1e-12 and (wide or new_gap <= narrow)
+    average), and either the gap is wide or the move narrows the spread of all workers by the threshold
+    (`others`: the highest and lowest utilization of the workers other than the pair). True on an interval
+    of loads."""
+    u_hi, u_lo = (l_hi - x) / c_hi, (l_lo + x) / c_lo
+    if not gap - abs(u_hi - u_lo) > x * (1 / c_hi + 1 / c_lo) / 2 + 1e-12:
+        return False
+    if wide:
+        return True
+    top, bottom = others if others is not None else (-math.inf, math.inf)
+    return max(top, u_hi, u_lo) - min(bottom, u_hi, u_lo) <= narrow
+
+
+def _next(heap: list[tuple[float, int, str]], utils: dict[str, float], hi: str, lo: str, sign: int) -> float:
+    """The highest (`sign` -1, from the heap of the most utilized) or lowest (1) utilization among workers
+    other than `hi` and `lo` (-inf or inf when there are none). Stale entries are dropped on the way; the
+    live ones looked at are put back."""
+    kept = []
+    found = sign * math.inf
+    while heap:
+        item = heapq.heappop(heap)
+        u, w = sign * item[0], item[2]
+        if utils[w] != u:
+            continue  # stale
+        kept.append(item)
+        if w not in (hi, lo):
+            found = u
+            break
+    for item in kept:
+        heapq.heappush(heap, item)
+    return found
 
 
 def _movable(

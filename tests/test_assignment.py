@@ -76,7 +76,9 @@ def test_join_moves_only_to_the_newcomer_and_about_a_fair_share(n_partitions, n_
     moved = {k for k in after if after[k] != before.get(k)}
     assert all(after[k] == "new" for k in moved), "a join moves partitions only to the new worker"
     fair = n_partitions // (n_workers + 1)
-    assert fair <= len(moved) <= fair + 1, "the newcomer gets a fair share, and no more moves"
+    # within the balance band: a fair share less the tolerance at worst (the band absorbs what is left, so
+    # that no pair of old workers is evened out at the cost of moves)
+    assert fair * (1 - DEFAULT_THRESHOLD) - 1 <= len(moved) <= fair + 1, "about a fair share, and no more moves"
 
 
 @settings(max_examples=200, deadline=None)
