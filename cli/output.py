@@ -23,11 +23,12 @@ def json_shown(args: Any, value: Any) -> bool:
     return False
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Columns padded to their widest cell; an empty table prints its headers and '(none)'."""
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, header: bool = True) -> None:
+    """Columns padded to their widest cell; an empty table prints its headers and '(none)'. Without `header`
+    (a later page of a table printed page by page), the rows alone."""
     cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
+    for row in cells if header else cells[1:]:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     if not rows:
         print("(none)")

@@ -260,9 +260,20 @@ class CoordinatorClient:
     def close_producer(self, producer_id: str) -> None:
         self._call(self.topology.CloseProducer, pb.CloseProducerRequest(producer_id=producer_id), idempotent=True)
 
-    def list_streams(self) -> list[m.Stream]:
-        got = self._call(self.topology.ListStreams, pb.ListStreamsRequest(), idempotent=True)
-        return [convert.stream_from_pb(s) for s in got.streams]
+    def list_streams(self, *, prefix: str = "", cluster: str = "") -> list[m.Stream]:
+        """Every stream (with `prefix`, on `cluster`), page after page."""
+        return [s for page in self.stream_pages(prefix=prefix, cluster=cluster) for s in page.streams]
+
+    def stream_pages(self, *, prefix: str = "", cluster: str = "", page_size: int = 0) -> Iterator[m.StreamPage]:
+        """Pages of streams in name order, fetched one at a time as the caller goes on."""
+        token = ""
+        while True:
+            request = pb.ListStreamsRequest(prefix=prefix, page_size=page_size, page_token=token, cluster=cluster)
+            got = self._call(self.topology.ListStreams, request, idempotent=True)
+            yield m.StreamPage([convert.stream_from_pb(s) for s in got.streams], got.next_page_token, got.total)
+            token = got.next_page_token
+            if not token:
+                return
 
     def add_lane(self, stream: str, lane: str, priority: int, partitions: int = 0, cluster: str = "") -> m.StreamAt:
         request = pb.AddLaneRequest(stream=stream, lane=lane, priority=priority, partitions=partitions, cluster=cluster)

@@ -70,7 +70,14 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     @grpc_errors
     def ListStreams(self, request: pb.ListStreamsRequest, context: grpc.ServicerContext) -> pb.ListStreamsResponse:
         self._guard.require(context, auth.READ)
-        return pb.ListStreamsResponse(streams=[convert.stream_to_pb(s) for s in self._topology.list_streams()])
+        page = self._topology.stream_page(
+            prefix=request.prefix, page_size=request.page_size, page_token=request.page_token, cluster=request.cluster
+        )
+        return pb.ListStreamsResponse(
+            streams=[convert.stream_to_pb(s) for s in page.streams],
+            next_page_token=page.next_page_token,
+            total=page.total,
+        )
 
     @grpc_errors
     def AddLane(self, request: pb.AddLaneRequest, context: grpc.ServicerContext) -> pb.StreamResponse:

@@ -52,6 +52,7 @@ from streamplane.model import (
     PolicyChanged,
     Stream,
     StreamCreated,
+    StreamPage,
     TopicSettings,
 )
 from streamplane.names import check_addresses, check_lane_name, check_object_name, parse_address, topic_name
@@ -146,11 +147,57 @@ def get_stream(tr: Transaction, name: str, field: str = "stream") -> Stream:
 
 @transactional
 def list_streams(tr: Transaction) -> list[Stream]:
+    """Every stream (for the coordinator's own loops; a caller over the API reads pages: `stream_page`)."""
     r = keys.STREAMS.range()
     return [
         replace(Stream.from_json(v), lanes=_load_lanes(tr, Stream.from_json(v).name))
         for _, v in tr.get_range(r.start, r.stop)
     ]
+
+
+PAGE_SIZE = 1000
+"""Streams a page holds by default, and at most."""
+FILTER_SCAN_PAGES = 10
+"""A filtered page looks at no more than this many pages' worth of streams (it may come back short)."""
+COUNT_LIMIT = 100_000
+"""A page's `total` counts matching stream names up to this (counting is a key scan)."""
+
+
+@transactional
+def stream_page(
+    tr: Transaction, *, prefix: str = "", page_size: int = 0, page_token: str = "", cluster: str = ""
+) -> StreamPage:
+    """One page of streams in name order, from after `page_token`: those whose name starts with `prefix`
+    and, with `cluster`, that have a generation there. Bounded work: at most PAGE_SIZE streams, and a filtered
+    page scans at most FILTER_SCAN_PAGES pages' worth of names."""
+    if prefix:
+        check_object_name("prefix", prefix)  # every start of a valid name is one
+    if page_token:
+        check_object_name("page_token", page_token)
+        if not page_token.startswith(prefix):
+            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page with prefix {prefix!r}")
+    if cluster:
+        check_object_name("cluster", cluster)
+    size = min(page_size or PAGE_SIZE, PAGE_SIZE)
+    begin = keys.STREAMS.pack(()) + b"\x02" + prefix.encode()  # a tuple's string element: 0x02, bytes, 0x00
+    end = begin + b"\xff"
+    start = keys.stream_key(page_token) + b"\x00" if page_token else begin
+    scan = size * FILTER_SCAN_PAGES if cluster else size
+    rows = tr.get_range(start, end, limit=scan + 1, snapshot=True)
+    streams: list[Stream] = []
+    looked = 0
+    for _, raw in rows[:scan]:
+        looked += 1
+        header = Stream.from_json(raw)
+        stream = replace(header, lanes=_load_lanes(tr, header.name))
+        if not cluster or any(g.cluster == cluster for lane in stream.lanes for g in lane.generations):
+            streams.append(stream)
+            if len(streams) == size:
+                break
+    more = len(rows) > looked  # names after the last one looked at
+    token = Stream.from_json(rows[looked - 1][1]).name if more and looked else ""
+    total = len(tr.get_range(begin, end, limit=COUNT_LIMIT, snapshot=True))
+    return StreamPage(streams, token, total)
 
 
 def first_generation(tr: Transaction, stream: str) -> int:
@@ -383,6 +430,11 @@ class Topology:
 
     def list_streams(self) -> list[Stream]:
         return list_streams(self.db)
+
+    def stream_page(
+        self, *, prefix: str = "", page_size: int = 0, page_token: str = "", cluster: str = ""
+    ) -> StreamPage:
+        return stream_page(self.db, prefix=prefix, page_size=page_size, page_token=page_token, cluster=cluster)
 
     def create_stream(
         self, name: str, partitions: int, cluster: str = "", *, topic: TopicSettings | None = None, actor: str = ""

@@ -341,6 +341,16 @@ class Versioned:
 
 
 @dataclass(frozen=True)
+class StreamPage:
+    """One page of streams in name order; `next_page_token` is "" on the last; `total` counts the streams with
+    the page's prefix (up to a bound, see topology.COUNT_LIMIT)."""
+
+    streams: list[Stream]
+    next_page_token: str = ""
+    total: int = 0
+
+
+@dataclass(frozen=True)
 class StreamAt(Versioned):
     stream: Stream
 

@@ -104,7 +104,7 @@ def cmd_cluster_remove(args: argparse.Namespace) -> None:
 def _generations_on(client: CoordinatorClient, cluster: str) -> list[tuple[str, str, model.Generation]]:
     return [
         (s.name, lane.name, g)
-        for s in client.list_streams()
+        for s in client.list_streams(cluster=cluster)  # pages of the streams on it only
         for lane in s.lanes
         for g in lane.generations
         if g.cluster == cluster

@@ -46,15 +46,30 @@ def cmd_stream_create(args: argparse.Namespace) -> None:
 
 
 def cmd_stream_list(args: argparse.Namespace) -> None:
+    """Page after page, each printed as it arrives (a fleet's streams never sit in memory at once, except for
+    --output json, which prints one document)."""
+    shown, total = 0, 0
+    found: list[model.Stream] = []
     with connect(args) as client:
-        streams = client.list_streams()
-    if json_shown(args, streams):
+        for page in client.stream_pages(prefix=args.prefix, cluster=args.cluster, page_size=args.page_size):
+            total = page.total
+            streams = page.streams[: args.limit - shown] if args.limit else page.streams
+            if args.output == "json":
+                found.extend(streams)
+            elif streams or (not shown and not page.next_page_token):
+                rows = [
+                    [s.name, len(s.lanes), " ".join(f"{x.name}:g{x.active.number}@{x.active.cluster}" for x in s.lanes)]
+                    for s in streams
+                ]
+                print_table(["STREAM", "LANES", "ACTIVE GENERATIONS"], rows, header=shown == 0)
+            shown += len(streams)
+            if args.limit and shown >= args.limit:
+                break
+    if json_shown(args, found):
         return
-    rows = []
-    for s in streams:
-        active = [f"{lane.name}:g{lane.active.number}@{lane.active.cluster}" for lane in s.lanes]
-        rows.append([s.name, len(s.lanes), " ".join(active)])
-    print_table(["STREAM", "LANES", "ACTIVE GENERATIONS"], rows)
+    where = f" starting with {args.prefix!r}" if args.prefix else ""
+    on = f" ({shown:,} on cluster {args.cluster})" if args.cluster else ""
+    print(f"{shown:,} shown of {total:,} stream(s){where}{on}", file=sys.stderr)
 
 
 def cmd_stream_describe(args: argparse.Namespace) -> None:
@@ -135,7 +150,11 @@ def register(sub: Subparsers, add: Add) -> None:
         p.add_argument(
             flag, type=int, default=0, help=f"{what} on every topic of the stream (0: the cluster's default)"
         )
-    add(stream, "list", cmd_stream_list, "list streams")
+    p = add(stream, "list", cmd_stream_list, "list streams, page by page (with a count)")
+    p.add_argument("--prefix", default="", help="only streams whose name starts with this")
+    p.add_argument("--cluster", default="", help="only streams with a generation on this cluster")
+    p.add_argument("--limit", type=positive, default=None, help="stop after this many")
+    p.add_argument("--page-size", type=positive, default=1000, help="streams asked for per call (at most 1000)")
     p = add(stream, "describe", cmd_stream_describe, "show a stream's lanes and generations")
     p.add_argument("name")
     p = add(stream, "policy", cmd_stream_policy, "show or set when the autopilot fails the stream's lanes over")

@@ -1754,8 +1754,18 @@ func (x *DescribeStreamRequest) GetName() string {
 	return ""
 }
 
+// One page of streams in name order. Nothing in a request reads the whole topology: a page holds at most
+// page_size streams (default and most 1000), and a cluster filter looks at no more than 10 pages' worth of
+// streams per call (the page may then be short, or empty, with a next_page_token to go on from).
 type ListStreamsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only streams whose name starts with this.
+	Prefix   string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page ("" for the first).
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only streams with a generation on this cluster (any state).
+	Cluster       string `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1790,9 +1800,41 @@ func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
 	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{26}
 }
 
+func (x *ListStreamsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListStreamsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListStreamsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListStreamsRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
 type ListStreamsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Streams       []*Stream              `protobuf:"bytes,1,rep,name=streams,proto3" json:"streams,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Streams []*Stream              `protobuf:"bytes,1,rep,name=streams,proto3" json:"streams,omitempty"`
+	// "" on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many streams have the prefix, counted up to 100000 (the cluster filter is not counted in).
+	Total         uint32 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1832,6 +1874,20 @@ func (x *ListStreamsResponse) GetStreams() []*Stream {
 		return x.Streams
 	}
 	return nil
+}
+
+func (x *ListStreamsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListStreamsResponse) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
 }
 
 type AddLaneRequest struct {
@@ -3606,10 +3662,17 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x06stream\x18\x01 \x01(\v2\x16.streamplane.v1.StreamR\x06stream\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\"+\n" +
 	"\x15DescribeStreamRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
-	"\x12ListStreamsRequest\"G\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x82\x01\n" +
+	"\x12ListStreamsRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x18\n" +
+	"\acluster\x18\x04 \x01(\tR\acluster\"\x85\x01\n" +
 	"\x13ListStreamsResponse\x120\n" +
-	"\astreams\x18\x01 \x03(\v2\x16.streamplane.v1.StreamR\astreams\"\x92\x01\n" +
+	"\astreams\x18\x01 \x03(\v2\x16.streamplane.v1.StreamR\astreams\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\rR\x05total\"\x92\x01\n" +
 	"\x0eAddLaneRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1a\n" +

@@ -1,0 +1,125 @@
+"""Listing streams at fleet size: pages in name order, a prefix, a cluster filter and a count; no request reads
+the whole topology. A hypothesis model holds the pages to the plain sorted, filtered list; the CLI prints
+page after page with the count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamplane import model
+from streamplane.client import CoordinatorClient
+from streamplane.clock import ManualClock
+from streamplane.coordinator import topology as topo
+from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.store.embedded import EmbeddedDatabase
+from streamplane.coordinator.topology import Topology
+from streamplane.errors import InvalidArgumentError
+from streamplane.model import Cluster
+from tests.helpers import cli
+
+names_st = st.lists(st.from_regex(r"[a-c][a-c0-9-]{0,3}", fullmatch=True), min_size=0, max_size=30, unique=True)
+
+
+def _pages(t: Topology, **kw: object) -> list[model.StreamPage]:
+    pages, token = [], ""
+    for _ in range(1000):
+        page = t.stream_page(page_token=token, **kw)  # type: ignore[arg-type]
+        pages.append(page)
+        token = page.next_page_token
+        if not token:
+            return pages
+    raise AssertionError("paging never ended")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    names=names_st,
+    on_west=st.sets(st.integers(0, 29)),
+    page_size=st.integers(1, 7),
+    prefix=st.sampled_from(["", "a", "b1", "c-", "ab"]),
+    by_cluster=st.booleans(),
+)
+def test_pages_give_exactly_the_sorted_filtered_streams_once_each(
+    names: list[str], on_west: set[int], page_size: int, prefix: str, by_cluster: bool
+) -> None:
+    db = EmbeddedDatabase(None)
+    try:
+        t = Topology(db, MemoryClusterAdmin(), ManualClock())
+        for c in ("east", "west"):
+            t.register_cluster(Cluster(c, f"{c}:9092"))
+        west = set()
+        for i, name in enumerate(names):
+            t.create_stream(name, 1, "west" if i in on_west else "east")
+            if i in on_west:
+                west.add(name)
+        kw = {"prefix": prefix, "page_size": page_size, "cluster": "west" if by_cluster else ""}
+        pages = _pages(t, **kw)
+        got = [s.name for p in pages for s in p.streams]
+        wanted = sorted(n for n in names if n.startswith(prefix) and (not by_cluster or n in west))
+        assert got == wanted
+        assert all(len(p.streams) <= page_size for p in pages)
+        assert all(p.total == sum(n.startswith(prefix) for n in names) for p in pages)
+        if not by_cluster:
+            assert all(len(p.streams) == page_size for p in pages[:-1]), "only the last page is short"
+    finally:
+        db.close()
+
+
+def test_a_filtered_page_looks_at_a_bounded_number_of_streams(tmp_path: Path, monkeypatch) -> None:
+    """A cluster filter matching nothing still answers in bounded pages (short or empty, with a token)."""
+    monkeypatch.setattr(topo, "PAGE_SIZE", 5)
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    try:
+        t = Topology(db, MemoryClusterAdmin(), ManualClock())
+        for c in ("east", "west"):
+            t.register_cluster(Cluster(c, f"{c}:9092"))
+        for i in range(120):
+            t.create_stream(f"s{i:03d}", 1, "east")
+        first = t.stream_page(cluster="west")
+        assert first.streams == [] and first.next_page_token == "s049", "5 x 10 names looked at, then a token"
+        assert [len(p.streams) for p in _pages(t, cluster="west")] == [0, 0, 0]
+    finally:
+        db.close()
+
+
+def test_bad_paging_arguments_say_why(tmp_path: Path) -> None:
+    db = EmbeddedDatabase(None)
+    try:
+        t = Topology(db, MemoryClusterAdmin(), ManualClock())
+        for bad, kw in (
+            ("prefix", {"prefix": "A!"}),
+            ("page_token", {"page_token": "x" * 100}),
+            ("is not from a page with prefix", {"prefix": "b", "page_token": "a1"}),
+            ("cluster", {"cluster": "no such"}),
+        ):
+            with pytest.raises(InvalidArgumentError, match=bad):
+                t.stream_page(**kw)  # type: ignore[arg-type]
+    finally:
+        db.close()
+
+
+def test_the_cli_lists_page_after_page_with_a_count(coordinator, local_cluster) -> None:
+    bootstrap, control = local_cluster
+    with CoordinatorClient(coordinator.address) as c:
+        c.register_cluster(Cluster("pg-home", bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint))
+        for i in range(12):
+            c.create_stream(f"pg-{i:02d}", 1, cluster="pg-home")
+        c.create_stream("other-1", 1, cluster="pg-home")
+    done = cli("stream", "list", "--prefix", "pg-", "--page-size", "5", coordinator=coordinator.address)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["STREAM", "LANES", "ACTIVE", "GENERATIONS"] and lines.count(lines[0]) == 1
+    assert [line.split()[0] for line in lines[1:]] == [f"pg-{i:02d}" for i in range(12)]
+    assert "12 shown of 12 stream(s) starting with 'pg-'" in done.stderr
+    done = cli("stream", "list", "--prefix", "pg-", "--limit", "3", coordinator=coordinator.address)
+    assert [line.split()[0] for line in done.stdout.splitlines()[1:]] == ["pg-00", "pg-01", "pg-02"]
+    assert "3 shown of 12" in done.stderr
+    done = cli("stream", "list", "--prefix", "zz", coordinator=coordinator.address)
+    assert done.returncode == 0 and "(none)" in done.stdout and "0 shown of 0" in done.stderr
+    done = cli("stream", "list", "--prefix", "BAD", coordinator=coordinator.address)
+    assert done.returncode == 2 and "prefix 'BAD' is not a valid name" in done.stderr
