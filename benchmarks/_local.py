@@ -40,12 +40,12 @@ class Address(str):
 
 
 @contextmanager
-def coordinator_process(data_dir: str, control: LocalClusterControl | None = None) -> Iterator[Address]:
+def coordinator_process(data_dir: str, *controls: LocalClusterControl | None) -> Iterator[Address]:
     """The address of a coordinator in its own process (as in production: it does not share our GIL), which
-    lets the local cluster behind `control` be registered."""
+    lets the local clusters behind `controls` be registered."""
     import os
 
-    allow = ["--allow-control-endpoint", control.endpoint] if control is not None else []
+    allow = [arg for c in controls if c is not None for arg in ("--allow-control-endpoint", c.endpoint)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamplane.cli.main", "coordinator", "--data-dir", data_dir, "--port", "0", *allow],
         env={**os.environ, "STREAMPLANE_LOG_LEVEL": "warning"},

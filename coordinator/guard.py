@@ -127,8 +127,8 @@ class Guard:
 
     def revoked(self, principal: Principal) -> bool:
         """Whether the principal's token was revoked (as this replica's list, at most a second old, says)."""
-        return bool(principal.token_id) and self.revocations is not None and self.revocations.revoked(
-            principal.token_id
+        return (
+            bool(principal.token_id) and self.revocations is not None and self.revocations.revoked(principal.token_id)
         )
 
     def require(

@@ -49,6 +49,9 @@ documented for operators in fdb/KEYS.md:
                                                            fetches met lately (the health monitor reads them)
     ("streamplane", "group_seen", group)                -> {at_ms}: when the group was last active (a member left,
                                                            or it committed; written at most once a minute)
+    ("streamplane", "stream_count")                     -> 8-byte little-endian count of streams (a page's total
+                                                           without a prefix; written by the first create or delete
+                                                           after an upgrade, counted until then)
     ("streamplane", "stream_tombstone", stream)         -> {next_generation, deleted_ms}: a deleted stream; one created
                                                            again by that name numbers its generations from there,
                                                            so its topics never meet the old ones' (a topic whose
@@ -155,6 +158,7 @@ FLEET_POLICY = ROOT.pack(("fleet_policy",))
 GROUP_SEEN = ROOT["group_seen"]
 RETIRED_READERS = ROOT["retired_reader"]
 STREAM_TOMBSTONES = ROOT["stream_tombstone"]
+STREAM_COUNT = ROOT.pack(("stream_count",))
 
 
 def cluster_key(name: str) -> bytes:

@@ -543,9 +543,7 @@ def expire(tr: Transaction, group: str, now_ms: int) -> int:
 
 
 @transactional
-def check_lease(
-    tr: Transaction, group: str, lid: str, epoch: int, principal: str = "", session_id: str = ""
-) -> Lease:
+def check_lease(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "", session_id: str = "") -> Lease:
     """The lease if it is still held at `epoch`; FencedError otherwise (a newer grant, or none). With
     `principal`, also PermissionDeniedError unless that principal opened the holder's session; with
     `session_id`, also FencedError unless that session holds it (two workers sharing a credential cannot

@@ -18,7 +18,7 @@ import structlog
 
 from streamplane.coordinator import commitlog, events, keys, leases, sealing
 from streamplane.coordinator.store import Transaction
-from streamplane.coordinator.topology import Topology, get_cluster, get_stream
+from streamplane.coordinator.topology import Topology, count_stream, get_cluster, get_stream
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError
 from streamplane.model import StreamDeleted, StreamDeletion
 from streamplane.names import check_object_name
@@ -80,6 +80,7 @@ def delete_stream(
             )
         generations = [(lane.name, g) for lane in whole.lanes for g in lane.generations]
         tr.clear(keys.stream_key(stream))
+        count_stream(tr, -1)
         for space in _STREAM_SPACES:
             r = space.range((stream,))
             tr.clear_range(r.start, r.stop)

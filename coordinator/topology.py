@@ -136,6 +136,25 @@ def _load_lanes(tr: Transaction, stream: str) -> list[Lane]:
     return lanes
 
 
+def _load_lanes_of(tr: Transaction, first: str, last: str) -> dict[str, list[Lane]]:
+    """{stream: its lanes} for every stream named from `first` to `last`, in two range reads (a page of
+    streams read one by one cost three reads a stream)."""
+    gens: dict[tuple[str, str], list[Generation]] = {}
+    g0, g1 = keys.GENERATIONS.range((first,)), keys.GENERATIONS.range((last,))
+    for key, raw in tr.get_range(g0.start, g1.stop, snapshot=True):
+        stream, lane, _ = keys.GENERATIONS.unpack(key)
+        gens.setdefault((stream, lane), []).append(Generation.from_json(raw))
+    found: dict[str, list[Lane]] = {}
+    l0, l1 = keys.LANES.range((first,)), keys.LANES.range((last,))
+    for key, raw in tr.get_range(l0.start, l1.stop, snapshot=True):
+        stream, lane_name = keys.LANES.unpack(key)
+        lane = replace(Lane.from_json(raw), generations=gens.get((stream, lane_name), []))
+        found.setdefault(stream, []).append(lane)
+    for lanes in found.values():
+        lanes.sort(key=lambda lane: (-lane.priority, lane.name))
+    return found
+
+
 @transactional
 def get_stream(tr: Transaction, name: str, field: str = "stream") -> Stream:
     raw = tr.get(keys.stream_key(name))
@@ -155,8 +174,10 @@ def list_streams(tr: Transaction) -> list[Stream]:
     ]
 
 
-PAGE_SIZE = 1000
-"""Streams a page holds by default, and at most."""
+PAGE_SIZE = 500
+"""Streams a page holds by default."""
+MAX_PAGE_SIZE = 1000
+"""Streams a page holds at most."""
 FILTER_SCAN_PAGES = 10
 """A filtered page looks at no more than this many pages' worth of streams (it may come back short)."""
 COUNT_LIMIT = 100_000
@@ -168,8 +189,8 @@ def stream_page(
     tr: Transaction, *, prefix: str = "", page_size: int = 0, page_token: str = "", cluster: str = ""
 ) -> StreamPage:
     """One page of streams in name order, from after `page_token`: those whose name starts with `prefix`
-    and, with `cluster`, that have a generation there. Bounded work: at most PAGE_SIZE streams, and a filtered
-    page scans at most FILTER_SCAN_PAGES pages' worth of names."""
+    and, with `cluster`, that have a generation there. Bounded work: at most MAX_PAGE_SIZE streams, and a
+    filtered page scans at most FILTER_SCAN_PAGES pages' worth of names."""
     if prefix:
         check_object_name("prefix", prefix)  # every start of a valid name is one
     if page_token:
@@ -178,26 +199,47 @@ def stream_page(
             raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page with prefix {prefix!r}")
     if cluster:
         check_object_name("cluster", cluster)
-    size = min(page_size or PAGE_SIZE, PAGE_SIZE)
+    size = min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
     begin = keys.STREAMS.pack(()) + b"\x02" + prefix.encode()  # a tuple's string element: 0x02, bytes, 0x00
     end = begin + b"\xff"
     start = keys.stream_key(page_token) + b"\x00" if page_token else begin
     scan = size * FILTER_SCAN_PAGES if cluster else size
     rows = tr.get_range(start, end, limit=scan + 1, snapshot=True)
+    names = [keys.STREAMS.unpack(key)[0] for key, _ in rows[:scan]]
+    lanes = _load_lanes_of(tr, names[0], names[-1]) if names else {}
     streams: list[Stream] = []
     looked = 0
     for _, raw in rows[:scan]:
         looked += 1
         header = Stream.from_json(raw)
-        stream = replace(header, lanes=_load_lanes(tr, header.name))
+        stream = replace(header, lanes=lanes.get(header.name, []))
         if not cluster or any(g.cluster == cluster for lane in stream.lanes for g in lane.generations):
             streams.append(stream)
             if len(streams) == size:
                 break
     more = len(rows) > looked  # names after the last one looked at
     token = Stream.from_json(rows[looked - 1][1]).name if more and looked else ""
-    total = len(tr.get_range(begin, end, limit=COUNT_LIMIT, snapshot=True))
-    return StreamPage(streams, token, total)
+    return StreamPage(streams, token, _count_streams(tr, prefix, snapshot=True))
+
+
+def _count_streams(tr: Transaction, prefix: str = "", *, snapshot: bool = False) -> int:
+    """Streams whose name starts with `prefix`: the kept count for all of them, else (or in a store from
+    before the count) a key scan, up to COUNT_LIMIT."""
+    if not prefix:
+        raw = tr.get(keys.STREAM_COUNT)
+        if raw is not None:
+            return int.from_bytes(raw, "little", signed=True)
+    begin = keys.STREAMS.pack(()) + b"\x02" + prefix.encode()
+    return len(tr.get_range(begin, begin + b"\xff", limit=COUNT_LIMIT, snapshot=snapshot))
+
+
+def count_stream(tr: Transaction, delta: int) -> None:
+    """Keep the count of streams after a create (+1) or a delete (-1) in this transaction; the first one after
+    an upgrade writes it whole (the stream it creates or deletes is already in, or out of, the scan)."""
+    if tr.get(keys.STREAM_COUNT) is None:
+        tr.set(keys.STREAM_COUNT, _count_streams(tr).to_bytes(8, "little", signed=True))
+    else:
+        tr.add(keys.STREAM_COUNT, delta)
 
 
 def first_generation(tr: Transaction, stream: str) -> int:
@@ -466,6 +508,7 @@ class Topology:
             plan(tr)  # re-check inside the committing transaction: a concurrent create loses cleanly
             stream = Stream(name, sorted(lanes, key=lambda lane: -lane.priority), settings)
             tr.set(keys.stream_key(name), Stream(name, topic=settings).to_json())  # the policy: the default
+            count_stream(tr, 1)
             for lane in lanes:
                 _write_lane(tr, name, lane)
             events.append_event(tr, StreamCreated(stream=stream), actor=actor, time_ms=now)

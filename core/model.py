@@ -8,6 +8,7 @@ a JSON form: it is how the coordinator stores them, and newer coordinators may a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields
@@ -73,6 +74,12 @@ DEFAULT_LANES: dict[str, int] = {"realtime": 100, "dlq": 10}
 """Lanes every stream gets at creation, with their priorities (higher is served first)."""
 
 
+@functools.cache
+def _field_names(cls: Any) -> frozenset[str]:
+    """A record class's field names, looked up once (a page of streams decodes thousands of records)."""
+    return frozenset(f.name for f in fields(cls))
+
+
 class _Record:
     """JSON round trip shared by the topology records; unknown keys from newer coordinators are ignored."""
 
@@ -83,7 +90,7 @@ class _Record:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        names = _field_names(cls)  # type: ignore[arg-type]  # a class is hashable; mypy sees a dataclass without __hash__
         kwargs = {k: v for k, v in data.items() if k in names}
         for name, kind in cls._nested.items():
             if isinstance(kwargs.get(name), dict):

@@ -123,3 +123,25 @@ def test_the_cli_lists_page_after_page_with_a_count(coordinator, local_cluster) 
     assert done.returncode == 0 and "(none)" in done.stdout and "0 shown of 0" in done.stderr
     done = cli("stream", "list", "--prefix", "BAD", coordinator=coordinator.address)
     assert done.returncode == 2 and "prefix 'BAD' is not a valid name" in done.stderr
+
+
+def test_the_count_is_kept_by_creates_and_deletes_and_counted_in_a_store_from_before_it() -> None:
+    from streamplane.coordinator import keys
+    from streamplane.coordinator.stream_lifecycle import delete_stream
+
+    db = EmbeddedDatabase(None)
+    try:
+        t = Topology(db, MemoryClusterAdmin(), ManualClock())
+        t.register_cluster(Cluster("east", "east:9092"))
+        for i in range(3):
+            t.create_stream(f"n{i}", 1, "east")
+        db.transact(lambda tr: tr.clear(keys.STREAM_COUNT))  # a store written before the count was kept
+        assert t.stream_page().total == 3, "counted by a scan"
+        t.create_stream("n3", 1, "east")
+        assert db.transact(lambda tr: tr.get(keys.STREAM_COUNT)) == (4).to_bytes(8, "little")
+        delete_stream(t, "n0")
+        delete_stream(t, "n1")
+        assert t.stream_page().total == 2 and [s.name for s in t.stream_page().streams] == ["n2", "n3"]
+        assert t.stream_page(prefix="n3").total == 1
+    finally:
+        db.close()

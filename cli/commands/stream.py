@@ -154,7 +154,7 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("--prefix", default="", help="only streams whose name starts with this")
     p.add_argument("--cluster", default="", help="only streams with a generation on this cluster")
     p.add_argument("--limit", type=positive, default=None, help="stop after this many")
-    p.add_argument("--page-size", type=positive, default=1000, help="streams asked for per call (at most 1000)")
+    p.add_argument("--page-size", type=positive, default=500, help="streams asked for per call (at most 1000)")
     p = add(stream, "describe", cmd_stream_describe, "show a stream's lanes and generations")
     p.add_argument("name")
     p = add(stream, "policy", cmd_stream_policy, "show or set when the autopilot fails the stream's lanes over")

@@ -1755,8 +1755,8 @@ func (x *DescribeStreamRequest) GetName() string {
 }
 
 // One page of streams in name order. Nothing in a request reads the whole topology: a page holds at most
-// page_size streams (default and most 1000), and a cluster filter looks at no more than 10 pages' worth of
-// streams per call (the page may then be short, or empty, with a next_page_token to go on from).
+// page_size streams (default 500, at most 1000), and a cluster filter looks at no more than 10 pages' worth
+// of streams per call (the page may then be short, or empty, with a next_page_token to go on from).
 type ListStreamsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only streams whose name starts with this.

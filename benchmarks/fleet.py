@@ -1,0 +1,166 @@
+"""The fleet (issue 37), measured: a dead cluster's lanes emptied, a departure's moves, a page of a big topology.
+
+- `evacuate_200_lanes_s`: a coordinator in its own process with three local clusters (each its own process,
+  3 brokers); 100 streams (200 lanes) on cluster a, with the default policy (fail over after 10 s unhealthy).
+  Every broker of a goes down; the figure is the time from then to the last lane's `failed_over` event.
+  Goal <= 15 s; before this round, at the old cap of 10 lane failovers a minute, about 20 minutes.
+- `moves_per_orphan_50k_1k`: the Balancer with 1,000 workers settled on 50,000 partitions with measured
+  (lognormal) loads; one worker leaves; holders changed until the group settles again, per orphan. Goal <= 2;
+  before this round 11.2.
+- `stream_list_page_ms_10k`: 10,000 streams in the store (written in bulk, the fleet frozen); the median time
+  of a default `ListStreams` page (500 streams) with a prefix matching 1,000 of them, and of the first page of
+  all, over gRPC, the slower of the two. Goal <= 100 ms. The largest page (1,000) is printed too.
+- `probe_cores_1k_clusters`, `coordinator_rss_mb_1m_partitions`, `start_s_1m_partitions` are printed as n/a:
+  the many-cluster stand-in they need is not built yet.
+
+The peer is a gateway: Conduktor publishes 6 to 46 minutes for a failover end to end. Its best case, 6
+minutes, is the reference of `gateway_failover_vs_ours`: a published figure, not one measured here.
+`--quick` (CI) evacuates the same 200 lanes and lists the same 10,000 streams, with fewer samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from _local import coordinator_process, local_cluster
+
+from streamplane import model
+from streamplane.client import CoordinatorClient
+from streamplane.coordinator import keys
+from streamplane.coordinator.assignment import Balancer, PartitionSpec, WorkerSpec
+from streamplane.coordinator.store import StoreConfig, Transaction, open_store
+from streamplane.names import topic_name
+
+GATEWAY_FAILOVER_S = 360.0
+"""Conduktor's published best case for a failover end to end (6 minutes); not measured here."""
+
+
+def evacuate(streams: int) -> float:
+    """Seconds from every broker of cluster a going down to the last of its lanes failed over."""
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as data_dir:
+        clusters = {name: stack.enter_context(local_cluster(3)) for name in ("a", "b", "c")}
+        address = stack.enter_context(coordinator_process(data_dir, *(c for _, c in clusters.values())))
+        with CoordinatorClient(address) as c:
+            for name, (bootstrap, control) in clusters.items():
+                c.register_cluster(
+                    model.Cluster(name, bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+                )
+            for i in range(streams):
+                c.create_stream(f"ev-{i:03d}", 2, cluster="a")
+            lanes = 2 * streams
+            print(f"{streams} streams ({lanes} lanes) on cluster a; taking every broker of a down", flush=True)
+            control = clusters["a"][1]
+            down_at = time.time()
+            for broker in (1, 2, 3):
+                control.broker_down(broker)
+            moved: dict[tuple[str, str], int] = {}
+            version = ""
+            deadline = time.monotonic() + 600
+            while len(moved) < lanes:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"only {len(moved)} of {lanes} lanes moved in 600 s")
+                for e in c.watch_topology(version, idle_timeout_s=0.2):
+                    version = e.version
+                    if isinstance(e, model.FailedOver) and e.previous.cluster == "a":
+                        moved[(e.stream, e.lane)] = e.time_ms
+                print(f"\r  moved {len(moved)}/{lanes}", end="", flush=True)
+            print()
+            return max(moved.values()) / 1000 - down_at
+
+
+def moves_per_orphan(workers: int, partitions: int, seed: int) -> float:
+    rng = random.Random(seed)
+    b = Balancer()
+    names = [f"w{i:04d}" for i in range(workers)]
+    for w in names:
+        b.put_worker(WorkerSpec(w))
+    for p in range(partitions):
+        b.put_partition(PartitionSpec(p, load=rng.lognormvariate(0, 1)))
+    b.step()
+
+    def settle() -> None:
+        step = b.step(proposed=frozenset())
+        while step.proposed:
+            step = b.step(proposed=step.proposed)
+
+    settle()
+    gone = names[rng.randrange(workers)]
+    orphans = sum(1 for w in b.holders.values() if w == gone)
+    before = dict(b.holders)
+    b.remove_worker(gone)
+    settle()
+    return sum(1 for k, w in b.holders.items() if before[k] != w) / orphans
+
+
+def _bulk_streams(data_dir: str, count: int) -> None:
+    """`count` streams of two lanes on cluster "far", written straight into the store in large transactions
+    (creating them one by one over the API is not what is measured)."""
+    db = open_store(StoreConfig(driver="embedded", data_dir=Path(data_dir)))
+    try:
+        for start in range(0, count, 1000):
+
+            def write(tr: Transaction, start: int = start) -> None:
+                for i in range(start, min(count, start + 1000)):
+                    name = f"s{i:05d}"
+                    tr.set(keys.stream_key(name), model.Stream(name).to_json())
+                    for lane, priority in (("realtime", 100), ("dlq", 0)):
+                        tr.set(keys.lane_key(name, lane), model.Lane(lane, priority).to_json())
+                        gen = model.Generation(1, "far", topic_name(name, lane, 1), 4)
+                        tr.set(keys.generation_key(name, lane, 1), gen.to_json())
+
+            db.transact(write)
+        db.transact(lambda tr: tr.add(keys.STREAM_COUNT, count))  # as CreateStream keeps it
+    finally:
+        db.close()
+
+
+def page_ms(streams: int, samples: int, page_size: int) -> tuple[float, float]:
+    """Median ms of a page (of `page_size`) with a prefix matching 1,000 streams, and of the first of all."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        _bulk_streams(data_dir, streams)
+        with coordinator_process(data_dir) as address, CoordinatorClient(address) as c:
+            c.set_fleet_policy(model.FleetPolicy(frozen=True))
+            first = next(c.stream_pages(page_size=page_size))
+            assert first.total == streams and len(first.streams) == page_size, (first.total, len(first.streams))
+            timings: dict[str, list[float]] = {"prefix": [], "all": []}
+            for i in range(samples):
+                for kind, prefix in (("prefix", f"s0{i % 10}"), ("all", "")):
+                    started = time.perf_counter()
+                    page = next(c.stream_pages(prefix=prefix, page_size=page_size))
+                    timings[kind].append((time.perf_counter() - started) * 1000)
+                    assert len(page.streams) == page_size
+            return statistics.median(timings["prefix"]), statistics.median(timings["all"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer samples (CI)")
+    args = parser.parse_args()
+    samples = 5 if args.quick else 20
+
+    evacuate_s = evacuate(100)
+    print(f"evacuation: 200 lanes off a dead cluster in {evacuate_s:.1f} s (goal <= 15 s, policy threshold 10 s)")
+    moves = statistics.median(moves_per_orphan(1000, 50_000, seed) for seed in range(1 if args.quick else 3))
+    print(f"stickiness: {moves:.2f} holders changed per orphan, 1,000 workers on 50,000 partitions (goal <= 2)")
+    prefix_ms, all_ms = page_ms(10_000, samples, 500)
+    print(
+        f"paging: a default page (500) of 10,000 streams in {prefix_ms:.0f} ms with a prefix, {all_ms:.0f} ms without"
+    )
+    big = page_ms(10_000, samples, 1000)
+    print(f"        the largest page (1,000) in {big[0]:.0f} ms with a prefix, {big[1]:.0f} ms without")
+    print("not measured: probe cost at 1,000 clusters, memory and start-up at 1,000,000 partitions (no stand-in yet)")
+    print(
+        f"evacuate_200_lanes_s={evacuate_s:.1f} probe_cores_1k_clusters=n/a coordinator_rss_mb_1m_partitions=n/a "
+        f"start_s_1m_partitions=n/a stream_list_page_ms_10k={max(prefix_ms, all_ms):.0f} "
+        f"moves_per_orphan_50k_1k={moves:.2f} gateway_failover_vs_ours={GATEWAY_FAILOVER_S / evacuate_s:.0f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
