@@ -45,6 +45,10 @@ class AutopilotConfig:
     """Every how many probes a canary record is produced to the cluster's health topic and fetched back."""
     canary_slow_ms: float = 2000.0
     """A canary slower than this makes the cluster degraded."""
+    target_creations_per_s: int = 50
+    """Topics the autopilot creates on one target cluster a second at most (each lane it moves there is one):
+    an evacuation of hundreds of lanes respects the target's controller, and spreads over several targets
+    (by capacity) at that pace each."""
 
 
 CANARY_TOPIC = f"{TOPIC_PREFIX}._canary"
@@ -162,6 +166,8 @@ class Autopilot:
         self._evacuations: dict[str, int] = {}
         """When each cluster's evacuation started (this replica's memory, while it leads: the hour's cap)."""
         self._last_moved: dict[tuple[str, str], int] = {}
+        self._created: dict[str, collections.deque[int]] = {}
+        """Per target cluster, when the autopilot's failovers created a topic there in the last second."""
         self.waiting: list[str] = []
         self._loop = BackgroundLoop(
             "autopilot", self.run_once, interval_ms=self.config.tick_ms, clock=clock, is_leader=is_leader
@@ -293,7 +299,15 @@ class Autopilot:
             if now_ms - since >= health.EVACUATION_WINDOW_MS:
                 del self._evacuations[cluster]
         done = []
+        ceiling = self.config.target_creations_per_s
+        paced: dict[str, int] = {}
         for move in plan.moves:
+            created = self._created.setdefault(move.target, collections.deque())
+            while created and now_ms - created[0] >= 1000:
+                created.popleft()
+            if len(created) >= ceiling:  # the target's controller has had its share this second
+                paced[move.target] = paced.get(move.target, 0) + 1
+                continue
             try:
                 self.topology.failover(move.stream, move.lane, move.target, 0, move.reason, actor=AUTOPILOT)
             except StreamplaneError as err:
@@ -303,7 +317,18 @@ class Autopilot:
                 log.exception("autopilot.failover_failed", stream=move.stream, lane=move.lane)
                 continue
             self._recent.append(now_ms)
+            created.append(now_ms)
             self._last_moved[(move.stream, move.lane)] = now_ms
             log.info("autopilot.failed_over", stream=move.stream, lane=move.lane, to=move.target, reason=move.reason)
             done.append(move)
+        if paced:
+            lines = [
+                f"{count} lane(s) wait for {target}: {ceiling} topic creations a second on one target at most"
+                for target, count in sorted(paced.items())
+            ]
+            for line in lines:
+                log.info("autopilot.paced", why=line)
+            self.waiting = [*self.waiting, *lines]
+            again = min(self._created[t][0] for t in paced) + 1000  # when the first of them has room again
+            self._planned = (self._planned[0], min(again, self._planned[1]) if self._planned[1] else again)
         return done

@@ -530,3 +530,46 @@ def test_a_poisoned_cluster_in_the_store_does_not_stop_the_autopilot_moving_a_de
         poisoned = c.cluster_health("poison-0")[1]
         assert poisoned and not poisoned[-1].reachable and "the probe failed" in poisoned[-1].error
     assert crashed() == before, "an autopilot pass crashed"
+
+
+def test_an_evacuation_creates_at_most_the_ceiling_of_topics_a_second_on_each_target(tmp_path: Path) -> None:
+    """60 lanes leave dead cluster a for b and c (equal capacity): no target gets more than 5 topic creations
+    in any second, the rest wait, saying why, and every lane has left within the seconds that pace allows."""
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    clock = ManualClock(T0)
+    topology = Topology(db, MemoryClusterAdmin(), clock)
+    for name in "abc":
+        topology.register_cluster(model.Cluster(name, f"{name}:9092"))
+    for i in range(30):
+        topology.create_stream(f"paced-{i:02d}", 1, "a")
+    for i in range(30):
+        topology.set_stream_policy(f"paced-{i:02d}", model.FailoverPolicy(unhealthy_after_ms=1_000))
+
+    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        return Probe(name, now_ms, name != "a", brokers=3, error="refused" if name == "a" else "")
+
+    config = AutopilotConfig(probe_interval_ms=200, target_creations_per_s=5)
+    pilot = Autopilot(topology, lambda: True, config, clock=clock, probe=probe, canary=None)
+    waited: list[str] = []
+    try:
+        for _ in range(100):
+            pilot.run_once()
+            wait_until(lambda: all(f.done() for f in pilot._running.values()), timeout=5)
+            pilot.run_once()
+            waited += pilot.waiting
+            clock.advance(200)
+        moved = [e for e in topology.read_events_and_watch(None, limit=10_000)[0] if isinstance(e, model.FailedOver)]
+        assert len(moved) == 60, "every lane left a"
+        per_second: dict[tuple[str, int], int] = {}
+        for e in moved:
+            for start in range(e.time_ms - 999, e.time_ms + 1):  # every one-second window holding it
+                key = (e.current.cluster, start)
+                per_second[key] = per_second.get(key, 0) + 1
+        assert max(per_second.values()) <= 5, "a target took more than its ceiling in a second"
+        assert {e.current.cluster for e in moved} == {"b", "c"}
+        assert any("topic creations a second on one target at most" in w for w in waited)
+        span_s = (max(e.time_ms for e in moved) - min(e.time_ms for e in moved)) / 1000
+        assert span_s <= 60 / 10 + 1, f"the pace is the ceiling's, not slower: {span_s} s"
+    finally:
+        pilot.stop()
+        db.close()
