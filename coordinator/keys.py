@@ -248,6 +248,13 @@ def retired_reader_key(stream: str, lane: str, generation: int) -> bytes:
     return RETIRED_READERS.pack((stream, lane, generation))
 
 
+def names_starting(space: _Subspace, prefix: str) -> slice:
+    """The keys of `space` whose first element is a name starting with `prefix` (a tuple's string element is
+    0x02, its UTF-8 bytes, then 0x00: names hold no 0x00)."""
+    begin = space.pack(()) + b"\x02" + prefix.encode()
+    return slice(begin, begin + b"\xff")
+
+
 def stream_tombstone_key(stream: str) -> bytes:
     return STREAM_TOMBSTONES.pack((stream,))
 

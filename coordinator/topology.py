@@ -200,11 +200,10 @@ def stream_page(
     if cluster:
         check_object_name("cluster", cluster)
     size = min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
-    begin = keys.STREAMS.pack(()) + b"\x02" + prefix.encode()  # a tuple's string element: 0x02, bytes, 0x00
-    end = begin + b"\xff"
-    start = keys.stream_key(page_token) + b"\x00" if page_token else begin
+    named = keys.names_starting(keys.STREAMS, prefix)
+    start = keys.stream_key(page_token) + b"\x00" if page_token else named.start
     scan = size * FILTER_SCAN_PAGES if cluster else size
-    rows = tr.get_range(start, end, limit=scan + 1, snapshot=True)
+    rows = tr.get_range(start, named.stop, limit=scan + 1, snapshot=True)
     names = [keys.STREAMS.unpack(key)[0] for key, _ in rows[:scan]]
     lanes = _load_lanes_of(tr, names[0], names[-1]) if names else {}
     streams: list[Stream] = []
@@ -229,8 +228,8 @@ def _count_streams(tr: Transaction, prefix: str = "", *, snapshot: bool = False)
         raw = tr.get(keys.STREAM_COUNT)
         if raw is not None:
             return int.from_bytes(raw, "little", signed=True)
-    begin = keys.STREAMS.pack(()) + b"\x02" + prefix.encode()
-    return len(tr.get_range(begin, begin + b"\xff", limit=COUNT_LIMIT, snapshot=snapshot))
+    r = keys.names_starting(keys.STREAMS, prefix)
+    return len(tr.get_range(r.start, r.stop, limit=COUNT_LIMIT, snapshot=snapshot))
 
 
 def count_stream(tr: Transaction, delta: int) -> None:
