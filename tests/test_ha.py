@@ -183,11 +183,30 @@ def test_replicas_killed_paused_and_the_database_restarted_lose_nothing_and_neve
         live_traffic("the last resume")
 
         acked = traffic.end()
-        wait_until(
-            lambda: acked <= log.values(),
-            timeout=120,
-            what=lambda: f"{len(acked - log.values())} acknowledged records not processed",
-        )
+
+        def unprocessed() -> str:
+            """What was acknowledged and never processed, and where the group and the stream stand."""
+            missing = sorted(acked - log.values())
+            with CoordinatorClient(address) as client:
+                lagging = [
+                    f"{p.lease_id} low={p.low_watermark} high={p.high_watermark}"
+                    for p in client.lag(GROUP).partitions
+                    if p.offset_lag
+                ]
+                lanes = [
+                    f"{lane.name}: "
+                    + ", ".join(f"g{g.number}@{g.cluster} {g.state} {g.end_offsets}" for g in lane.generations)
+                    for lane in client.describe_stream(STREAM).lanes
+                ]
+                holders = [
+                    f"{x.lease_id}@{x.epoch} {x.state} {x.worker_id}" for x in client.describe_group(GROUP).leases
+                ]
+            return (
+                f"{len(missing)} acknowledged records not processed (e.g. {missing[:5]}); lagging: {lagging}; "
+                f"lanes: {lanes}; leases: {holders}"
+            )
+
+        wait_until(lambda: acked <= log.values(), timeout=120, what=unprocessed)
     finally:
         traffic.stop.set()
         stop.set()
