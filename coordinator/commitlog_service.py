@@ -3,19 +3,11 @@ decodes and encodes around it; the simulator drives it as the servicer does."""
 
 from __future__ import annotations
 
-import structlog
-
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, group_config, leases, metrics
+from streamplane.coordinator import commitlog, group_config, metrics
 from streamplane.coordinator.store import Database
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import Commit, CommitOutcome, Lag, Progress, RetryState
-
-log = structlog.get_logger(__name__)
-
-SEEN_EVERY_MS = 60_000
-"""How often this process records a committing group as active, at most."""
-MAX_SEEN_GROUPS = 100_000
 
 
 class CommitLog:
@@ -24,7 +16,6 @@ class CommitLog:
     def __init__(self, db: Database, *, clock: Clock = SYSTEM) -> None:
         self.db = db
         self.clock = clock
-        self._seen: dict[str, int] = {}
 
     def commit(
         self, group: str, lid: str, epoch: int, c: Commit, *, principal: str = "", session_id: str = ""
@@ -39,7 +30,6 @@ class CommitLog:
             metrics.STALE_EPOCH.labels(group).inc()
             raise
         _count(group, [(c, result)])
-        self._active(group)
         return result
 
     def commit_many(
@@ -64,24 +54,7 @@ class CommitLog:
                 )
             )
         _count(group, applied)
-        if applied:
-            self._active(group)
         return out
-
-    def _active(self, group: str) -> None:
-        """Record the committing group as active (its expiry counts from there), at most once a minute per
-        group from this process, in a transaction of its own: never a write on every commit."""
-        now = self.clock.now_ms()
-        if now - self._seen.get(group, -SEEN_EVERY_MS) < SEEN_EVERY_MS:
-            return
-        try:
-            self.db.transact(lambda tr: leases.mark_active(tr, group, now))
-        except StreamplaneError as err:  # the commit is applied; the next one tries again
-            log.warning("group_seen_not_written", group=group, error=str(err))
-            return
-        if len(self._seen) >= MAX_SEEN_GROUPS:
-            self._seen.clear()  # bounded: forgetting costs one more write per group
-        self._seen[group] = now
 
     def progress(self, group: str, lid: str, *, max_ranges: int = 1000) -> Progress:
         p = commitlog.progress(self.db, group, lid, max_ranges=max_ranges)

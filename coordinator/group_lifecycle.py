@@ -9,8 +9,9 @@ transaction, with a `group_deleted` event. The draining or sealed generations it
 
 Expiry follows Kafka's offsets retention: a group with no live member that has not committed for its
 `expire_after` (7 days unless configured; never, if configured so) is deleted by the leader's reaper, with
-`expired` set on the event. "Last active" is the `group_seen` key: written when a member's session ends, and
-by commits at most once a minute per coordinator process (never on the commit's own transaction).
+`expired` set on the event. "Last active" is the `group_seen` key (`leases.mark_active`), written when a member's
+session ends, and the newest `updated_ms` of the group's progress (every commit writes it): the reaper reads
+those only for a group whose `group_seen` is past its expiry, so the commit path writes nothing more.
 """
 
 from __future__ import annotations
@@ -166,14 +167,18 @@ def _due(tr: Transaction, now_ms: int) -> list[str]:
 
 @transactional
 def _expire(tr: Transaction, group: str, now_ms: int) -> GroupDeleted | None:
-    """Delete the group if it is still inactive past its expiry; one with a live member is active: its
-    last-seen time moves to now."""
+    """Delete the group if it is still inactive past its expiry; one with a live member is active (its
+    last-seen time moves to now), and so is one that committed since (it moves to that commit's time)."""
     raw = tr.get(keys.group_seen_key(group))
     after = expire_after_ms(tr.get(keys.group_config_key(group)))
     if raw is None or after == NEVER or json.loads(raw)["at_ms"] + after > now_ms:
         return None
     if _live_members(tr, group, now_ms):
         leases.mark_active(tr, group, now_ms)
+        return None
+    committed = max((h.updated_ms for _, h in commitlog.read_headers(tr, group)), default=0)
+    if committed + after > now_ms:
+        leases.mark_active(tr, group, committed)
         return None
     days = after / DAY_MS
     span = f"{days:g} days" if days >= 1 else f"{after / 1000:g} s"

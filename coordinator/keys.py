@@ -47,8 +47,8 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "fleet_policy")                     -> FleetPolicy {frozen, max_failovers_per_minute}
     ("streamplane", "worker_errors", group, worker_id)  -> [[cluster, errors, last error, at_ms]]: what a worker's
                                                            fetches met lately (the health monitor reads them)
-    ("streamplane", "group_seen", group)                -> {at_ms}: when the group was last active (a member left,
-                                                           or it committed; written at most once a minute)
+    ("streamplane", "group_seen", group)                -> {at_ms}: when the group was last known active (a member
+                                                           left; the reaper moves it to its newest commit)
     ("streamplane", "stream_count")                     -> 8-byte little-endian count of streams (a page's total
                                                            without a prefix; written by the first create or delete
                                                            after an upgrade, counted until then)
