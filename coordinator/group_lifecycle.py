@@ -59,7 +59,8 @@ def _exists(tr: Transaction, group: str) -> bool:
     return bool(tr.get_range(r.start, r.stop, limit=1))
 
 
-def _live_members(tr: Transaction, group: str, now_ms: int) -> list[str]:
+def live_members(tr: Transaction, group: str, now_ms: int) -> list[str]:
+    """The group's members whose sessions are alive at `now_ms` (by their replica's hold too), sorted."""
     members = leases.read_members(tr, group)  # each alive until what its owner sees (its replica's hold too)
     return sorted(w for w, m in members.items() if m.session_id and m.alive_until_ms > now_ms)
 
@@ -99,7 +100,7 @@ def delete_group(
         raise InvalidArgumentError(f"reason is {len(reason)} characters long; at most 1024")
     if not _exists(tr, group):
         raise NotFoundError(f"group {group!r} does not exist", kind="group", name=group)
-    live = _live_members(tr, group, now_ms)
+    live = live_members(tr, group, now_ms)
     if live and not force:
         shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
         raise FailedPreconditionError(
@@ -148,32 +149,45 @@ def _due(tr: Transaction, now_ms: int) -> list[str]:
     """Groups inactive past their expiry (their members not yet checked); a group without a last-seen time
     gets one now (its clock starts: a store written before expiry existed loses no group at once)."""
     r = keys.GROUP_SEEN.range()
-    seen = {
-        keys.GROUP_SEEN.unpack(k)[0]: json.loads(v)["at_ms"] for k, v in tr.get_range(r.start, r.stop, snapshot=True)
-    }
+    seen = {keys.GROUP_SEEN.unpack(k)[0]: _seen_ms(v) for k, v in tr.get_range(r.start, r.stop, snapshot=True)}
     r = keys.GROUP_CONFIGS.range()
     configs = {keys.GROUP_CONFIGS.unpack(k)[0]: v for k, v in tr.get_range(r.start, r.stop, snapshot=True)}
     due = []
     for group in sorted(_known_groups(tr)):
         at = seen.get(group)
-        if at is None:
+        if at is None:  # none yet, or one no reader can use: the clock starts (again) now
             leases.mark_active(tr, group, now_ms)
             continue
-        after = expire_after_ms(configs.get(group))
+        try:
+            after = expire_after_ms(configs.get(group))
+        except (ValueError, TypeError, AttributeError) as err:  # one group's bad settings never stop the pass
+            log.warning("group_expiry_unreadable_config", group=group, error=str(err))
+            continue
         if after != NEVER and at + after <= now_ms:
             due.append(group)
     return due
+
+
+def _seen_ms(raw: bytes | None) -> int | None:
+    """A stored last-seen time; None when absent or not one (logged: the caller starts the clock again)."""
+    if raw is None:
+        return None
+    try:
+        return int(json.loads(raw)["at_ms"])
+    except (ValueError, TypeError, KeyError) as err:
+        log.warning("group_seen_unreadable", value=raw[:100].decode(errors="replace"), error=str(err))
+        return None
 
 
 @transactional
 def _expire(tr: Transaction, group: str, now_ms: int) -> GroupDeleted | None:
     """Delete the group if it is still inactive past its expiry; one with a live member is active (its
     last-seen time moves to now), and so is one that committed since (it moves to that commit's time)."""
-    raw = tr.get(keys.group_seen_key(group))
+    at = _seen_ms(tr.get(keys.group_seen_key(group)))
     after = expire_after_ms(tr.get(keys.group_config_key(group)))
-    if raw is None or after == NEVER or json.loads(raw)["at_ms"] + after > now_ms:
+    if at is None or after == NEVER or at + after > now_ms:
         return None
-    if _live_members(tr, group, now_ms):
+    if live_members(tr, group, now_ms):
         leases.mark_active(tr, group, now_ms)
         return None
     committed = max((h.updated_ms for _, h in commitlog.read_headers(tr, group)), default=0)
@@ -196,6 +210,9 @@ def expire_groups(db: Database, now_ms: int, limit: int = REAP_PER_PASS) -> list
             deleted = _expire(db, group, now_ms)
         except StreamplaneError as err:
             log.warning("group_expiry_failed", group=group, error=str(err))
+            continue
+        except Exception:  # a bug or a bad entry of one group never stops the others' expiry
+            log.exception("group_expiry_failed", group=group)
             continue
         if deleted is not None:
             log.info("group_expired", group=group, reason=deleted.reason)

@@ -402,3 +402,17 @@ def test_a_retired_group_is_deleted_over_the_cli_and_the_drain_it_blocked_finish
             wait_until(lambda: c.lag("gl-retired").partitions == (), what=lambda: "the group's progress is gone")
     finally:
         running.stop(0)
+
+
+def test_bad_entries_in_the_store_never_stop_other_groups_expiring(world: World) -> None:
+    """A last-seen time or settings no reader can use (a bug, a hand edit) hold back only their own group."""
+    for group in ("idle", "bad-seen", "bad-config"):
+        world.read(group, 0, 1)
+        group_config.configure(world.db, group, expire_after=60_000)
+    group_lifecycle.expire_groups(world.db, world.clock.now_ms())  # every clock starts
+    world.db.transact(lambda tr: tr.set(keys.group_seen_key("bad-seen"), b"not json"))
+    world.db.transact(lambda tr: tr.set(keys.group_config_key("bad-config"), b"[1, 2]"))
+    world.clock.advance(60_000)
+    assert [e.group for e in group_lifecycle.expire_groups(world.db, world.clock.now_ms())] == ["idle"]
+    world.clock.advance(60_000)  # the unreadable last-seen time was started again a period ago
+    assert [e.group for e in group_lifecycle.expire_groups(world.db, world.clock.now_ms())] == ["bad-seen"]
