@@ -160,8 +160,7 @@ def _due(tr: Transaction, now_ms: int) -> list[str]:
             continue
         try:
             after = expire_after_ms(configs.get(group))
-        except (ValueError, TypeError, AttributeError) as err:  # one group's bad settings never stop the pass
-            log.warning("group_expiry_unreadable_config", group=group, error=str(err))
+        except (ValueError, TypeError, AttributeError):  # one group's bad settings never stop the pass
             continue
         if after != NEVER and at + after <= now_ms:
             due.append(group)
@@ -169,13 +168,12 @@ def _due(tr: Transaction, now_ms: int) -> list[str]:
 
 
 def _seen_ms(raw: bytes | None) -> int | None:
-    """A stored last-seen time; None when absent or not one (logged: the caller starts the clock again)."""
+    """A stored last-seen time; None when absent or not one (the caller starts the clock again)."""
     if raw is None:
         return None
     try:
         return int(json.loads(raw)["at_ms"])
-    except (ValueError, TypeError, KeyError) as err:
-        log.warning("group_seen_unreadable", value=raw[:100].decode(errors="replace"), error=str(err))
+    except (ValueError, TypeError, KeyError):
         return None
 
 
