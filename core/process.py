@@ -24,10 +24,15 @@ def block_stop_signals() -> None:
 
 
 def wait_for_stop(should_stop: Callable[[], bool] = lambda: False, interval_s: float = 0.5) -> str:
-    """Block until SIGINT/SIGTERM arrives or `should_stop()` is true; return what ended the wait."""
+    """Block until SIGINT/SIGTERM arrives or `should_stop()` is true; return what ended the wait.
+
+    A wait that a SIGSTOP outlasts ends, after SIGCONT, with EINTR past its deadline, and CPython 3.11 then
+    returns a siginfo it never filled (seen as SIGHUP, or as a number that is no signal at all); only a stop
+    signal that was really taken ends the wait, so a paused process carries on when it is woken."""
+    wanted = {int(s) for s in STOP_SIGNALS}
     while True:
         info = signal.sigtimedwait(STOP_SIGNALS, interval_s)
-        if info is not None:
+        if info is not None and info.si_signo in wanted:
             return signal.Signals(info.si_signo).name
         if should_stop():
             return "condition"
