@@ -129,6 +129,8 @@ class CoordinatorChild:
         """The replica id of the process serving now (a new one at every restart)."""
         self.paused = False
         self.restarts = 0
+        self.killed_at = 0.0
+        """When (Unix seconds) it was last SIGKILLed by `kill`: the start of a takeover to time."""
         self._proc: subprocess.Popen[str] | None = None
         self._stopping = False
         self._lock = threading.Lock()
@@ -214,6 +216,7 @@ class CoordinatorChild:
             if proc is None:
                 raise FailedPreconditionError("the coordinator is restarting already")
         began = time.monotonic()
+        self.killed_at = time.time()
         proc.kill()
         with self._serving:
             if not self._serving.wait_for(lambda: self._proc is not None and self._proc is not proc, timeout_s):
@@ -566,7 +569,7 @@ class LocalStack:
                 "restarts": self.coordinator.restarts if self.coordinator else 0,
             },
             "replicas": [
-                {**self._describe(i), "restarts": c.restarts, "paused": c.paused}
+                {**self._describe(i), "restarts": c.restarts, "paused": c.paused, "killed_at": c.killed_at}
                 for i, c in enumerate(self.coordinators, 1)
             ],
             "clusters": {

@@ -56,6 +56,9 @@ def ha_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[s
     )
     url = proc.wait_for(r"postgres=(\S+)").group(1)
     yield address, data, url
+    # shown only when the test fails: what the stack said of its replicas (exits, restarts, tracebacks)
+    said = [line for line in proc.stderr if "coordinator" in line or "Traceback" in line or "Error" in line]
+    print("the stack's own account:\n" + "".join(said[-60:]))
     assert proc.stop() == 0
 
 
@@ -140,12 +143,19 @@ def test_replicas_killed_paused_and_the_database_restarted_lose_nothing_and_neve
         # 1. kill -9 of the leader of the sealer and the autopilot: another replica leads within a TTL + 1 s
         wait_until(leader, timeout=10, what=lambda: "no replica leads")
         dead = leader()
-        killed_at = time.monotonic()
         faults["kill -9 leader"] = time.time()
-        done = cli("fault", "coordinator", "--kill", "--leader", "--data-dir", str(data))  # as an operator does
+        killing: list[Any] = []  # as an operator does; the new leader is watched for meanwhile
+        killer = threading.Thread(
+            target=lambda: killing.append(cli("fault", "coordinator", "--kill", "--leader", "--data-dir", str(data)))
+        )
+        killer.start()
+        wait_until(lambda: leader() not in ("", dead), timeout=TTL_S + 10, what=lambda: f"leader still {leader()}")
+        led_at = time.time()
+        killer.join(timeout=60)
+        (done,) = killing
         assert done.returncode == 0 and "killed" in done.stdout, done.stderr
-        wait_until(lambda: leader() not in ("", dead), timeout=TTL_S + 5, what=lambda: f"leader still {leader()}")
-        takeover_s = time.monotonic() - killed_at
+        # from the SIGKILL itself, not from the start of the CLI (its start-up is no part of the takeover)
+        takeover_s = led_at - max(r["killed_at"] for r in control.call("/state")["replicas"])
         print(f"\nleader takeover after a kill -9: {takeover_s:.2f} s")
         assert takeover_s <= TTL_S + 1.0, f"the sealer and the autopilot led again only after {takeover_s:.1f} s"
         live_traffic("the leader's kill")
