@@ -38,7 +38,19 @@ T = TypeVar("T")
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
 """The largest answer the client takes from the coordinator: a description of a 100,000-partition group is
 about 4.4 MB, past gRPC's default 4 MB (the coordinator still bounds what it receives)."""
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_ANSWER_BYTES)]
+KEEPALIVE_MS = 2000
+"""How often the client pings its replica when no data arrived, and how long it waits for the answer: a
+replica that is stopped (SIGSTOP, a stalled VM) or cut off keeps its TCP connection open, and without pings
+every call would wait out its deadline there; with them the channel drops it within about two of these and
+moves to the next replica. The coordinator accepts pings this often (see `coordinator/server.py`)."""
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_ANSWER_BYTES),
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_MS),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_MS),  # a keepalive that joins a ping already out waits this long
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
 
 
 def channel_target(target: str) -> tuple[str, list[tuple[str, Any]]]:
@@ -123,11 +135,13 @@ class CoordinatorClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: Callable[..., T], request: Any, *, idempotent: bool = False) -> T:
+    def _call(
+        self, method: Callable[..., T], request: Any, *, idempotent: bool = False, timeout_s: float | None = None
+    ) -> T:
         attempts = self._retries + 1 if idempotent else 1
         for attempt in range(attempts):
             try:
-                return method(request, timeout=self._timeout_s, metadata=self.metadata)
+                return method(request, timeout=timeout_s or self._timeout_s, metadata=self.metadata)
             except grpc.RpcError as err:
                 if err.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < attempts:
                     time.sleep(min(0.2 * 2**attempt, 2.0))
@@ -244,8 +258,11 @@ class CoordinatorClient:
         in_flight: list[tuple[str, str, int]],
         errors: list[m.ClusterErrors] | None = None,
         writes: list[tuple[str, str]] | None = None,
+        timeout_s: float | None = None,
     ) -> m.ProducerLease:
-        """Keep a producer session: `writes` are the (stream, lane)s it routes to (its token must allow each)."""
+        """Keep a producer session: `writes` are the (stream, lane)s it routes to (its token must allow each).
+        `timeout_s` bounds each attempt (default: the client's), so that a replica that stopped answering
+        costs less than the session's TTL."""
         request = pb.ProducerHeartbeatRequest(
             producer_id=producer_id,
             topology_version=topology_version,
@@ -254,7 +271,7 @@ class CoordinatorClient:
             writes=[pb.LaneRef(stream=st, lane=ln) for st, ln in writes or []],
             declares_writes=writes is not None,
         )
-        got = self._call(self.topology.ProducerHeartbeat, request, idempotent=True)
+        got = self._call(self.topology.ProducerHeartbeat, request, idempotent=True, timeout_s=timeout_s)
         return m.ProducerLease(got.heartbeat_interval_ms, got.ttl_ms, got.topology_version)
 
     def close_producer(self, producer_id: str) -> None:

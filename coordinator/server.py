@@ -202,7 +202,14 @@ def start(
         server = grpc.aio.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
             interceptors=[MetricsInterceptor(), limits],
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+                # clients ping every 2 s when idle, to leave a stopped replica (client/coordinator.py)
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+                ("grpc.http2.max_ping_strikes", 0),
+            ],
         )
         add_servicer(
             topology_pb2_grpc.add_TopologyServiceServicer_to_server,

@@ -6,6 +6,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -316,3 +317,51 @@ class ProcessingLog:
                 if end1 >= start2:
                     found.append(f"{lease}: epoch {e1} ran until {end1:.3f}, after epoch {e2} began at {start2:.3f}")
         return found
+
+
+class Relay:
+    """A TCP relay in front of one address that a test can stall: `stall()` stops moving bytes both ways while
+    every connection stays open, as a SIGSTOPped coordinator replica or a black-holed link looks to a client;
+    `release()` moves them again."""
+
+    def __init__(self, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        self._target = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: Any, sink: Any) -> None:
+        try:
+            while data := source.recv(65536):
+                self._flowing.wait()
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            source.close()  # closing a closed socket is a no-op
+            sink.close()
+
+    def stall(self) -> None:
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._flowing.set()
+        self._listener.close()

@@ -4,13 +4,16 @@ address. A replica's death costs its sessions a reconnect, never a redelivery.""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from tests.helpers import register_local_clusters, start_coordinator, wait_until
+from streamplane.coordinator import server
+from streamplane.coordinator.store import StoreConfig, open_store
+from tests.helpers import Relay, register_local_clusters, start_coordinator, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -153,3 +156,21 @@ def test_a_spark_query_given_every_replica_reads_and_records_its_progress_past_a
     finally:
         for proc, _ in replicas:
             proc.stop()
+
+
+def test_a_replica_that_stops_answering_is_left_within_seconds_not_at_the_deadline(tmp_path: Path) -> None:
+    """A SIGSTOPped replica, or one behind a black-holed link, keeps its TCP connections open: the client's
+    pings find it out and its calls go to the next replica, long before their 30 s deadline."""
+    running = server.start(open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")))
+    first, second = Relay(running.address), Relay(running.address)
+    try:
+        with CoordinatorClient(f"{first.address},{second.address}") as client:
+            client.list_clusters()  # connected to the first replica
+            first.stall()
+            began = time.monotonic()
+            assert client.list_clusters() == []
+            assert time.monotonic() - began < 10, "the call waited on the stopped replica"
+    finally:
+        first.close()
+        second.close()
+        running.stop(0)
