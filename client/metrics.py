@@ -56,6 +56,12 @@ ENDED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+PRODUCER_FENCED = Counter(
+    "streamplane_client_producer_fenced",
+    "Times a producer stopped writing because no coordinator replica had answered its heartbeats for half its "
+    "session's TTL (its records waited until one did)",
+    registry=REGISTRY,
+)
 PRODUCER_SWITCH = Histogram(
     "streamplane_client_producer_switch_seconds",
     "From a failover's commit to the producer writing to the new generation",

@@ -12,7 +12,11 @@ no record is lost, and `on_delivery` reports success only once a record is ackno
 
 The producer holds a session with the coordinator: it reports the topology version it routes by and the
 generations it still has records in flight to. That lets the coordinator seal a draining generation (fix
-its end offsets) once no producer can write to it again.
+its end offsets) once no producer can write to it again. A session no replica has heard from for its TTL
+no longer holds a seal back, so the producer fences itself first: once half the TTL has passed since the
+start of its last heartbeat that was answered, `produce()` waits instead of writing (a failover it has not
+heard of may have sealed the generation it routes to), and when a heartbeat is answered again it looks its
+routes up afresh before writing on. A record is never written past a seal that did not wait for it.
 
 librdkafka's settings pass through under their names; zstd is the default compression, and `batch.size`
 (which librdkafka counts before compression) is capped so no batch inflates past what consumers accept.
@@ -145,6 +149,12 @@ class Producer:
         """Why the producer ended on its own (a credential refused for good, a thread's bug): records raise it."""
         self._beat_now = threading.Event()
         self._heartbeat_s = 1.0
+        self._heartbeat_timeout_s = 5.0
+        self._confirmed_until = float("-inf")
+        """Until when (monotonic) the session is surely live: the start of the last answered heartbeat plus
+        FENCE_AT of its TTL. Past it the producer is fenced: records wait (see `_fence`)."""
+        self._fenced = False
+        self._unfenced = threading.Event()
         self._heartbeat()  # opens the session; an unreachable coordinator or a refused credential fails here
         self._watch_started = False
         self._beater = start_thread("producer-session", self._heartbeats, self._end)
@@ -154,14 +164,20 @@ class Producer:
 
     # -- the session
     def _heartbeat(self) -> None:
+        started = self.clock.monotonic()
         with self._lock:
             version = self._version
             in_flight = self._in_flight_generations()
             errors, self._errors = self._errors, {}
             writes = sorted(self._routes)
+            lapsed = started >= self._confirmed_until
         reports = [ClusterErrors(cluster, count, last) for cluster, (count, last) in sorted(errors.items())]
         try:
-            answer = self._client.producer_heartbeat(self.producer_id, version, in_flight, reports, writes)
+            answer = self._client.producer_heartbeat(
+                self.producer_id, version, in_flight, reports, writes, timeout_s=self._heartbeat_timeout_s
+            )
+            if lapsed and writes and answer.topology_version > self._version:
+                self._refresh_routes(writes)  # a seal may have passed us by: route by what is current
         except StreamplaneError:
             with self._lock:  # told with the next heartbeat
                 for cluster, (count, last) in errors.items():
@@ -169,9 +185,54 @@ class Producer:
                     self._errors[cluster] = (seen[0] + count, seen[1] or last)
             raise
         self._heartbeat_s = max(0.05, answer.heartbeat_interval_ms / 1000)
+        ttl_s = answer.ttl_ms / 1000 if answer.ttl_ms > 0 else DEFAULT_TTL_S
+        self._heartbeat_timeout_s = max(0.2, ttl_s * FENCE_AT / 2)
         with self._lock:
             if not self._routes and not self._resolving and answer.topology_version > self._version:
                 self._version = answer.topology_version  # nothing routed yet: any later route is newer
+            self._confirmed_until = max(self._confirmed_until, started + ttl_s * FENCE_AT)
+            unfenced = self._fenced and self.clock.monotonic() < self._confirmed_until
+            if unfenced:
+                self._fenced = False
+                self._unfenced.set()
+        if unfenced:
+            log.info("producer.unfenced", producer=self.producer_id)
+
+    def _refresh_routes(self, lanes: list[tuple[str, str]]) -> None:
+        """Look every routed lane up again (after a lapse of the session, when events may have been missed);
+        the version reported from then on is the oldest these lookups reflect."""
+        versions = []
+        for stream in sorted({s for s, _ in lanes}):
+            try:
+                described = self._client.describe_stream_versioned(stream)
+            except NotFoundError:
+                self._forget(stream)
+                continue
+            versions.append(described.version)
+            for s, lane in lanes:
+                if s == stream and (found := described.stream.lane(lane)) is not None:
+                    self._set_route(stream, lane, found.active)
+        with self._lock:
+            if versions and min(versions) > self._version:
+                self._version = min(versions)
+        log.info("producer.routes_refreshed", producer=self.producer_id, streams=len(versions))
+
+    def _fence(self) -> None:
+        """From the poll loop: past `_confirmed_until`, stop writing (every record takes the general path,
+        which waits) and ask for a heartbeat now."""
+        with self._lock:
+            if self._fenced or self.clock.monotonic() < self._confirmed_until:
+                return
+            self._fenced = True
+            self._unfenced.clear()
+            self._lanes.clear()
+        metrics.PRODUCER_FENCED.inc()
+        log.warning(
+            "producer.fenced",
+            producer=self.producer_id,
+            why="no coordinator replica answered a heartbeat for half the session's TTL; records wait",
+        )
+        self._beat_now.set()
 
     def _heartbeats(self) -> None:
         delay = 0.1
@@ -264,7 +325,7 @@ class Producer:
                         switched_s = max(0.0, self.clock.now_ms() / 1000 - event.time_ms / 1000)
                         metrics.PRODUCER_SWITCH.labels(event.stream, event.lane).observe(switched_s)
                     with self._lock:
-                        self._version = event.version
+                        self._version = max(self._version, event.version)
                     if self._closed.is_set():
                         return
                     delay = 0.1
@@ -383,17 +444,25 @@ class Producer:
         take the lock and run the application's code, which may produce."""
         while True:
             with self._lock:
-                sender = pick()
-                if sender is None:
+                fenced = self._fenced
+                sender = None if fenced else pick()
+                if sender is None and not fenced:
                     return None
-                try:
-                    sender.send(value, key, headers, ts, on_delivery)
-                    return sender
-                except BufferError:
-                    pass
+                if sender is not None:
+                    try:
+                        sender.send(value, key, headers, ts, on_delivery)
+                        return sender
+                    except BufferError:
+                        pass
             if self._closed.is_set():
                 raise StreamplaneError("the producer is closed")
-            sender.wait_for_room(on_delivery is not None)
+            if self._fatal is not None:
+                raise self._fatal
+            if sender is None:  # fenced: wait for an answered heartbeat
+                self._beat_now.set()
+                self._unfenced.wait(0.1)
+            else:
+                sender.wait_for_room(on_delivery is not None)
 
     def _cluster_error(self, cluster: str, err: Any) -> None:
         """librdkafka's error callback (a cluster's brokers refuse or drop connections), and records whose
@@ -429,10 +498,11 @@ class Producer:
         producers of generations left behind once they are empty, and count what was produced."""
         last_count = self.clock.monotonic()
         while not self._closed.is_set():
+            self._fence()
             with self._lock:
                 senders = list(self._senders.values())
                 spares = [p for s in self._spares.values() for p in s.producers()]
-                resend, self._resend = self._resend, []
+                resend, self._resend = ([], self._resend) if self._fenced else (self._resend, [])
             for spare in spares:  # their connection errors, told to the coordinator like any other
                 spare.poll(0)
             for msg, route, on_delivery in resend:
@@ -528,6 +598,11 @@ class Producer:
         self.close()
 
 
+FENCE_AT = 0.5
+"""The share of its session's TTL after which a producer that no replica has answered stops writing: the rest
+is left for what librdkafka already holds to land before the session may expire and a seal pass it by."""
+DEFAULT_TTL_S = 10.0
+"""A session's TTL when the coordinator does not say (an older one)."""
 MAX_SPARES = 3
 """Warm producers one Producer keeps toward clusters a failover may pick."""
 

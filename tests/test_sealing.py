@@ -3,6 +3,7 @@ On both engines: the mock cluster, and a real Kafka broker (acks=all, end offset
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,11 +13,11 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, Producer
 from streamplane.coordinator import server
-from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.cluster_admin import RoutingAdmin, kafka_end_offsets
 from streamplane.coordinator.sealing import SealingConfig
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.errors import InvalidArgumentError
-from tests.helpers import register_local_clusters, register_real_clusters, wait_until
+from tests.helpers import Relay, register_local_clusters, register_real_clusters, wait_until
 
 TTL_MS = 1500
 
@@ -68,6 +69,51 @@ def test_seal_waits_for_every_live_producer_then_records_the_end_offsets(address
         (event,) = [e for e in sealed_events(client) if e.stream == "sealme"]
         assert list(event.generation.end_offsets) == list(g1.end_offsets)
         assert generation(client, "sealme", 2).state == model.ACTIVE
+
+
+def test_a_producer_no_replica_answers_writes_nothing_past_a_seal_that_did_not_wait_for_it(address: str) -> None:
+    """The producer's only coordinator stops answering (a SIGSTOPped replica, a black-holed link) while its
+    lane fails over: its session expires and the generation is sealed without it. Every record it had
+    acknowledged must lie below the seal's end offsets or in the new generation; none after the seal."""
+    relay = Relay(address)
+    acked: list[bytes] = []
+    stop = threading.Event()
+    try:
+        with CoordinatorClient(address) as client, Producer(relay.address, **{"linger.ms": 5}) as producer:
+            client.create_stream("cutoff", 2, cluster="east")
+
+            def delivered(err: object, msg: object) -> None:
+                if err is None:
+                    acked.append(msg.value())  # type: ignore[attr-defined]
+
+            def write() -> None:
+                i = 0
+                while not stop.is_set():
+                    producer.produce("cutoff", b"%d" % i, key=b"%d" % i, on_delivery=delivered)
+                    i += 1
+                    stop.wait(0.002)  # a steady trickle, about 500 records a second
+
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            wait_until(lambda: len(acked) >= 100)
+            relay.stall()
+            client.failover("cutoff", "realtime", "west", reason="test")
+            wait_until(lambda: generation(client, "cutoff", 1).state == model.SEALED, timeout=TTL_MS / 1000 + 10)
+            relay.release()
+            at_release = len(acked)
+            wait_until(lambda: producer.route("cutoff").generation == 2 and len(acked) >= at_release + 100)
+            stop.set()
+            writer.join(timeout=10)
+            assert producer.flush() == 0
+            clusters = {c.name: c for c in client.list_clusters()}
+            g1, g2 = generation(client, "cutoff", 1), generation(client, "cutoff", 2)
+            written_g1 = kafka_end_offsets(clusters["east"], g1.topic, g1.partitions)
+            assert written_g1 == list(g1.end_offsets), "records were written to g1 after its seal"
+            written_g2 = kafka_end_offsets(clusters["west"], g2.topic, g2.partitions)
+            assert sum(written_g1) + sum(written_g2) == len(acked) == len(set(acked))
+    finally:
+        stop.set()
+        relay.close()
 
 
 def test_a_closed_producer_no_longer_holds_back_a_seal(address: str) -> None:
