@@ -226,9 +226,20 @@ class CoordinatorClient:
         request = pb.DeleteStreamRequest(name=name, force=force, reason=reason)
         return convert.stream_deletion_from_pb(self._call(self.topology.DeleteStream, request))
 
-    def list_clusters(self) -> list[m.Cluster]:
-        got = self._call(self.topology.ListClusters, pb.ListClustersRequest(), idempotent=True)
-        return [convert.cluster_from_pb(c) for c in got.clusters]
+    def list_clusters(self, *, prefix: str = "", health: str = "") -> list[m.Cluster]:
+        """Every cluster (with `prefix`, in `health`), page after page."""
+        return [c for page in self.cluster_pages(prefix=prefix, health=health) for c in page.clusters]
+
+    def cluster_pages(self, *, prefix: str = "", health: str = "", page_size: int = 0) -> Iterator[m.ClusterPage]:
+        """Pages of clusters in name order, fetched one at a time as the caller goes on."""
+        token = ""
+        while True:
+            request = pb.ListClustersRequest(prefix=prefix, page_size=page_size, page_token=token, health=health)
+            got = self._call(self.topology.ListClusters, request, idempotent=True)
+            yield m.ClusterPage([convert.cluster_from_pb(c) for c in got.clusters], got.next_page_token, got.total)
+            token = got.next_page_token
+            if not token:
+                return
 
     def create_stream(
         self, name: str, partitions: int, cluster: str = "", *, topic: m.TopicSettings | None = None

@@ -46,7 +46,15 @@ from streamplane.client.credentials import ClientTls, TokenSource
 from streamplane.client.lanes import Lane, Lanes
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError
-from streamplane.model import ClusterErrors, ClusterHealth, ClusterHealthChanged, FailedOver, Generation, StreamDeleted
+from streamplane.model import (
+    Cluster,
+    ClusterErrors,
+    ClusterHealth,
+    ClusterHealthChanged,
+    FailedOver,
+    Generation,
+    StreamDeleted,
+)
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
 log = structlog.get_logger(__name__)
@@ -292,13 +300,14 @@ class Producer:
                 self._resolving -= 1
 
     def _set_route(self, stream: str, lane: str, gen: Generation) -> None:
-        cluster = next((c for c in self._client.list_clusters() if c.name == gen.cluster), None)
-        if cluster is None:
+        try:
+            cluster, _ = self._client.cluster_health(gen.cluster)  # one cluster, not the fleet's list
+        except NotFoundError as err:
             raise NotFoundError(
                 f"cluster {gen.cluster!r} of {stream}/{lane} g{gen.number} is not registered",
                 kind="cluster",
                 name=gen.cluster,
-            )
+            ) from err
         new = Route(stream, lane, gen.number, gen.cluster, cluster.bootstrap_servers, gen.topic, gen.partitions)
         with self._lock:
             old = self._routes.get((stream, lane))
@@ -355,13 +364,18 @@ class Producer:
                 return
             writing = {r.bootstrap_servers for r in self._routes.values()} | set(self._spares)
             room = MAX_SPARES - len(self._spares)
+        fit: list[Cluster] = []
         try:
-            clusters = self._client.list_clusters()
+            for page in self._client.cluster_pages(health=ClusterHealth.HEALTHY):  # pages until there are enough
+                fit += [
+                    c for c in page.clusters if c.name != sick and not c.cordoned and c.bootstrap_servers not in writing
+                ]
+                if len(fit) >= room:
+                    break
         except StreamplaneError as err:
             log.info("producer.warm_failed", error=err.message)
             return
-        fit = [c for c in clusters if c.name != sick and c.health == ClusterHealth.HEALTHY and not c.cordoned]
-        for c in [c for c in fit if c.bootstrap_servers not in writing][: max(0, room)]:
+        for c in fit[: max(0, room)]:
             spare = _Spare(self, c.name, c.bootstrap_servers)  # outside the lock: it takes a few ms
             with self._lock:
                 if self._closed.is_set() or len(self._spares) >= MAX_SPARES:

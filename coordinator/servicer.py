@@ -47,7 +47,14 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     @grpc_errors
     def ListClusters(self, request: pb.ListClustersRequest, context: grpc.ServicerContext) -> pb.ListClustersResponse:
         self._guard.require(context, auth.READ)
-        return pb.ListClustersResponse(clusters=[convert.cluster_to_pb(c) for c in self._topology.list_clusters()])
+        page = self._topology.cluster_page(
+            prefix=request.prefix, page_size=request.page_size, page_token=request.page_token, health=request.health
+        )
+        return pb.ListClustersResponse(
+            clusters=[convert.cluster_to_pb(c) for c in page.clusters],
+            next_page_token=page.next_page_token,
+            total=page.total,
+        )
 
     @grpc_errors
     def CreateStream(self, request: pb.CreateStreamRequest, context: grpc.ServicerContext) -> pb.StreamResponse:

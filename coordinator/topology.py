@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, keys, metrics
@@ -37,7 +37,9 @@ from streamplane.model import (
     DRAINING,
     SEALED,
     Cluster,
+    ClusterHealth,
     ClusterHealthChanged,
+    ClusterPage,
     ClusterRegistered,
     ClusterRemoved,
     ClusterUpdated,
@@ -56,6 +58,8 @@ from streamplane.model import (
     TopicSettings,
 )
 from streamplane.names import check_addresses, check_lane_name, check_object_name, parse_address, topic_name
+
+T = TypeVar("T")
 
 MAX_PARTITIONS = 4096
 MAX_FIELD_CHARS = 1024
@@ -175,13 +179,55 @@ def list_streams(tr: Transaction) -> list[Stream]:
 
 
 PAGE_SIZE = 500
-"""Streams a page holds by default."""
+"""Streams or clusters a page holds by default."""
 MAX_PAGE_SIZE = 1000
-"""Streams a page holds at most."""
+"""Streams or clusters a page holds at most."""
 FILTER_SCAN_PAGES = 10
-"""A filtered page looks at no more than this many pages' worth of streams (it may come back short)."""
+"""A filtered page looks at no more than this many pages' worth of names (it may come back short)."""
 COUNT_LIMIT = 100_000
-"""A page's `total` counts matching stream names up to this (counting is a key scan)."""
+"""A first page's `total` counts matching names up to this (counting is a key scan)."""
+
+
+def _window(
+    tr: Transaction,
+    space: Any,
+    key_of: Callable[[str], bytes],
+    *,
+    prefix: str,
+    page_size: int,
+    page_token: str,
+    filtered: bool,
+) -> tuple[int, list[tuple[str, bytes]], bool]:
+    """The names a page of `space` may take, in name order from after `page_token`: (the page's size,
+    [(name, stored value)] to look at, whether names are left after them). Bounded: a page's size, or
+    FILTER_SCAN_PAGES of them when a filter may drop some."""
+    if prefix:
+        check_object_name("prefix", prefix)  # every start of a valid name is one
+    if page_token:
+        check_object_name("page_token", page_token)
+        if not page_token.startswith(prefix):
+            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page with prefix {prefix!r}")
+    size = min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
+    named = keys.names_starting(space, prefix)
+    start = key_of(page_token) + b"\x00" if page_token else named.start
+    scan = size * FILTER_SCAN_PAGES if filtered else size
+    rows = tr.get_range(start, named.stop, limit=scan + 1, snapshot=True)
+    return size, [(space.unpack(key)[0], raw) for key, raw in rows[:scan]], len(rows) > scan
+
+
+def _fill(size: int, window: list[tuple[str, bytes]], more: bool, items: Iterable[T | None]) -> tuple[list[T], str]:
+    """The page: up to `size` of `items` (one per name of the window, None where the filter drops it), and
+    the token of the next page ("" when no name is left after the last one looked at)."""
+    kept: list[T] = []
+    looked = 0
+    for item in items:
+        looked += 1
+        if item is not None:
+            kept.append(item)
+            if len(kept) == size:
+                break
+    left = more or looked < len(window)
+    return kept, window[looked - 1][0] if left and looked else ""
 
 
 @transactional
@@ -189,36 +235,66 @@ def stream_page(
     tr: Transaction, *, prefix: str = "", page_size: int = 0, page_token: str = "", cluster: str = ""
 ) -> StreamPage:
     """One page of streams in name order, from after `page_token`: those whose name starts with `prefix`
-    and, with `cluster`, that have a generation there. Bounded work: at most MAX_PAGE_SIZE streams, and a
-    filtered page scans at most FILTER_SCAN_PAGES pages' worth of names."""
-    if prefix:
-        check_object_name("prefix", prefix)  # every start of a valid name is one
-    if page_token:
-        check_object_name("page_token", page_token)
-        if not page_token.startswith(prefix):
-            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page with prefix {prefix!r}")
+    and, with `cluster`, that have a generation there. Bounded work (see `_window`); `total` is counted on
+    the first page only (later ones say 0)."""
     if cluster:
         check_object_name("cluster", cluster)
-    size = min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
-    named = keys.names_starting(keys.STREAMS, prefix)
-    start = keys.stream_key(page_token) + b"\x00" if page_token else named.start
-    scan = size * FILTER_SCAN_PAGES if cluster else size
-    rows = tr.get_range(start, named.stop, limit=scan + 1, snapshot=True)
-    names = [keys.STREAMS.unpack(key)[0] for key, _ in rows[:scan]]
-    lanes = _load_lanes_of(tr, names[0], names[-1]) if names else {}
-    streams: list[Stream] = []
-    looked = 0
-    for _, raw in rows[:scan]:
-        looked += 1
-        header = Stream.from_json(raw)
-        stream = replace(header, lanes=lanes.get(header.name, []))
-        if not cluster or any(g.cluster == cluster for lane in stream.lanes for g in lane.generations):
-            streams.append(stream)
-            if len(streams) == size:
-                break
-    more = len(rows) > looked  # names after the last one looked at
-    token = Stream.from_json(rows[looked - 1][1]).name if more and looked else ""
-    return StreamPage(streams, token, _count_streams(tr, prefix, snapshot=True))
+    size, window, more = _window(
+        tr,
+        keys.STREAMS,
+        keys.stream_key,
+        prefix=prefix,
+        page_size=page_size,
+        page_token=page_token,
+        filtered=bool(cluster),
+    )
+    lanes = _load_lanes_of(tr, window[0][0], window[-1][0]) if window else {}
+
+    def items() -> Iterator[Stream | None]:
+        for name, raw in window:
+            stream = replace(Stream.from_json(raw), lanes=lanes.get(name, []))
+            on = not cluster or any(g.cluster == cluster for lane in stream.lanes for g in lane.generations)
+            yield stream if on else None
+
+    streams, token = _fill(size, window, more, items())
+    return StreamPage(streams, token, 0 if page_token else _count_streams(tr, prefix, snapshot=True))
+
+
+@transactional
+def cluster_page(
+    tr: Transaction, *, prefix: str = "", page_size: int = 0, page_token: str = "", health: str = ""
+) -> ClusterPage:
+    """One page of clusters in name order, from after `page_token`: those whose name starts with `prefix`
+    and, with `health`, in that state. Bounded work (see `_window`); `total` counts the clusters with the
+    prefix on the first page only (later ones say 0)."""
+    if health and health not in set(ClusterHealth):
+        raise InvalidArgumentError(
+            f"health must be one of {', '.join(h.value for h in ClusterHealth)}, not {quoted(health)}"
+        )
+    size, window, more = _window(
+        tr,
+        keys.CLUSTERS,
+        keys.cluster_key,
+        prefix=prefix,
+        page_size=page_size,
+        page_token=page_token,
+        filtered=bool(health),
+    )
+
+    def items() -> Iterator[Cluster | None]:
+        for _, raw in window:
+            found = Cluster.from_json(raw)
+            yield found if not health or found.health == health else None
+
+    clusters, token = _fill(size, window, more, items())
+    total = 0 if page_token else _count_names(tr, keys.CLUSTERS, prefix)
+    return ClusterPage(clusters, token, total)
+
+
+def _count_names(tr: Transaction, space: Any, prefix: str, *, snapshot: bool = True) -> int:
+    """Names in `space` that start with `prefix`, up to COUNT_LIMIT (a key scan)."""
+    r = keys.names_starting(space, prefix)
+    return len(tr.get_range(r.start, r.stop, limit=COUNT_LIMIT, snapshot=snapshot))
 
 
 def _count_streams(tr: Transaction, prefix: str = "", *, snapshot: bool = False) -> int:
@@ -228,8 +304,7 @@ def _count_streams(tr: Transaction, prefix: str = "", *, snapshot: bool = False)
         raw = tr.get(keys.STREAM_COUNT)
         if raw is not None:
             return int.from_bytes(raw, "little", signed=True)
-    r = keys.names_starting(keys.STREAMS, prefix)
-    return len(tr.get_range(r.start, r.stop, limit=COUNT_LIMIT, snapshot=snapshot))
+    return _count_names(tr, keys.STREAMS, prefix, snapshot=snapshot)
 
 
 def count_stream(tr: Transaction, delta: int) -> None:
@@ -476,6 +551,11 @@ class Topology:
         self, *, prefix: str = "", page_size: int = 0, page_token: str = "", cluster: str = ""
     ) -> StreamPage:
         return stream_page(self.db, prefix=prefix, page_size=page_size, page_token=page_token, cluster=cluster)
+
+    def cluster_page(
+        self, *, prefix: str = "", page_size: int = 0, page_token: str = "", health: str = ""
+    ) -> ClusterPage:
+        return cluster_page(self.db, prefix=prefix, page_size=page_size, page_token=page_token, health=health)
 
     def create_stream(
         self, name: str, partitions: int, cluster: str = "", *, topic: TopicSettings | None = None, actor: str = ""

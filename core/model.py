@@ -70,6 +70,7 @@ class RecordOutcome(StrEnum):
     RETRIED = "retried"
     REJECTED = "rejected"
 
+
 DEFAULT_LANES: dict[str, int] = {"realtime": 100, "dlq": 10}
 """Lanes every stream gets at creation, with their priorities (higher is served first)."""
 
@@ -350,9 +351,19 @@ class Versioned:
 @dataclass(frozen=True)
 class StreamPage:
     """One page of streams in name order; `next_page_token` is "" on the last; `total` counts the streams with
-    the page's prefix (up to a bound, see topology.COUNT_LIMIT)."""
+    the page's prefix (up to a bound, see topology.COUNT_LIMIT), on the first page only (0 on later ones)."""
 
     streams: list[Stream]
+    next_page_token: str = ""
+    total: int = 0
+
+
+@dataclass(frozen=True)
+class ClusterPage:
+    """One page of clusters in name order; `next_page_token` is "" on the last; `total` counts the clusters
+    with the page's prefix, on the first page only (0 on later ones)."""
+
+    clusters: list[Cluster]
     next_page_token: str = ""
     total: int = 0
 

@@ -28,25 +28,40 @@ def cmd_cluster_register(args: argparse.Namespace) -> None:
 
 
 def cmd_cluster_list(args: argparse.Namespace) -> None:
+    """Page after page, each printed as it arrives (for --output json, one document at the end)."""
+    shown, total = 0, 0
+    found: list[model.Cluster] = []
     with connect(args) as client:
-        clusters = client.list_clusters()
-    if json_shown(args, clusters):
+        for page in client.cluster_pages(prefix=args.prefix, health=args.state, page_size=args.page_size):
+            total = total or page.total
+            clusters = page.clusters[: args.limit - shown] if args.limit else page.clusters
+            if args.output == "json":
+                found.extend(clusters)
+            elif clusters or (not shown and not page.next_page_token):
+                print_table(
+                    ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "REASONS"],
+                    [
+                        [
+                            c.name,
+                            c.bootstrap_servers,
+                            c.zone or "-",
+                            f"{c.capacity_weight:g}",
+                            c.health + (" (cordoned)" if c.cordoned else ""),
+                            c.admin,
+                            "; ".join(c.health_reasons) or "-",
+                        ]
+                        for c in clusters
+                    ],
+                    header=shown == 0,
+                )
+            shown += len(clusters)
+            if args.limit and shown >= args.limit:
+                break
+    if json_shown(args, found):
         return
-    print_table(
-        ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "REASONS"],
-        [
-            [
-                c.name,
-                c.bootstrap_servers,
-                c.zone or "-",
-                f"{c.capacity_weight:g}",
-                c.health + (" (cordoned)" if c.cordoned else ""),
-                c.admin,
-                "; ".join(c.health_reasons) or "-",
-            ]
-            for c in clusters
-        ],
-    )
+    where = f" starting with {args.prefix!r}" if args.prefix else ""
+    state = f" ({shown:,} {args.state})" if args.state else ""
+    print(f"{shown:,} shown of {total:,} cluster(s){where}{state}", file=sys.stderr)
 
 
 def cmd_cluster_health(args: argparse.Namespace) -> None:
@@ -260,7 +275,13 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("--capacity-weight", type=float, default=1.0)
     p.add_argument("--config-ref", default="", help="name of the client TLS/SASL settings for this cluster")
     p.add_argument("--update", action="store_true", help="replace an existing registration of that name")
-    add(cluster, "list", cmd_cluster_list, "list registered clusters with their health")
+    p = add(cluster, "list", cmd_cluster_list, "list registered clusters with their health, page by page")
+    p.add_argument("--prefix", default="", help="only clusters whose name starts with this")
+    p.add_argument(
+        "--state", default="", choices=[h.value for h in model.ClusterHealth], help="only clusters in this health"
+    )
+    p.add_argument("--limit", type=positive, default=None, help="stop after this many")
+    p.add_argument("--page-size", type=positive, default=500, help="clusters asked for per call (at most 1000)")
     p = add(cluster, "health", cmd_cluster_health, "a cluster's health, its reasons and the recent probes")
     p.add_argument("name")
     p = add(cluster, "cordon", cmd_cluster_cordon, "stop new generations landing on a cluster (admins)")

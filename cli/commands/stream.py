@@ -52,7 +52,7 @@ def cmd_stream_list(args: argparse.Namespace) -> None:
     found: list[model.Stream] = []
     with connect(args) as client:
         for page in client.stream_pages(prefix=args.prefix, cluster=args.cluster, page_size=args.page_size):
-            total = page.total
+            total = total or page.total
             streams = page.streams[: args.limit - shown] if args.limit else page.streams
             if args.output == "json":
                 found.extend(streams)

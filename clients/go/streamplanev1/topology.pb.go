@@ -1507,7 +1507,15 @@ func (x *RegisterClusterResponse) GetVersion() string {
 }
 
 type ListClustersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only clusters whose name starts with this.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// 0: 500; at most 1000.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page ("" for the first).
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only clusters in this health state (healthy, degraded, unhealthy, unknown).
+	Health        string `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1542,9 +1550,41 @@ func (*ListClustersRequest) Descriptor() ([]byte, []int) {
 	return file_streamplane_v1_topology_proto_rawDescGZIP(), []int{21}
 }
 
+func (x *ListClustersRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListClustersRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListClustersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListClustersRequest) GetHealth() string {
+	if x != nil {
+		return x.Health
+	}
+	return ""
+}
+
 type ListClustersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Clusters      []*Cluster             `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Clusters []*Cluster             `protobuf:"bytes,1,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// "" on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// On the first page: how many clusters have the prefix (the health filter is not counted in); 0 on later pages.
+	Total         uint32 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1584,6 +1624,20 @@ func (x *ListClustersResponse) GetClusters() []*Cluster {
 		return x.Clusters
 	}
 	return nil
+}
+
+func (x *ListClustersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListClustersResponse) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
 }
 
 type CreateStreamRequest struct {
@@ -1833,7 +1887,8 @@ type ListStreamsResponse struct {
 	Streams []*Stream              `protobuf:"bytes,1,rep,name=streams,proto3" json:"streams,omitempty"`
 	// "" on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	// How many streams have the prefix, counted up to 100000 (the cluster filter is not counted in).
+	// On the first page: how many streams have the prefix, counted up to 100000 (the cluster filter is not counted
+	// in); 0 on later pages.
 	Total         uint32 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3647,10 +3702,17 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x0fupdate_existing\x18\x02 \x01(\bR\x0eupdateExisting\"f\n" +
 	"\x17RegisterClusterResponse\x121\n" +
 	"\acluster\x18\x01 \x01(\v2\x17.streamplane.v1.ClusterR\acluster\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\"\x15\n" +
-	"\x13ListClustersRequest\"K\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\x81\x01\n" +
+	"\x13ListClustersRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06health\x18\x04 \x01(\tR\x06health\"\x89\x01\n" +
 	"\x14ListClustersResponse\x123\n" +
-	"\bclusters\x18\x01 \x03(\v2\x17.streamplane.v1.ClusterR\bclusters\"\x98\x01\n" +
+	"\bclusters\x18\x01 \x03(\v2\x17.streamplane.v1.ClusterR\bclusters\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\rR\x05total\"\x98\x01\n" +
 	"\x13CreateStreamRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +

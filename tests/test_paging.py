@@ -1,6 +1,7 @@
-"""Listing streams at fleet size: pages in name order, a prefix, a cluster filter and a count; no request reads
-the whole topology. A hypothesis model holds the pages to the plain sorted, filtered list; the CLI prints
-page after page with the count."""
+"""Listing streams and clusters at fleet size: pages in name order, a prefix, a filter (a cluster for streams,
+a health state for clusters) and a count on the first page; no request reads the whole topology. A
+hypothesis model holds the pages to the plain sorted, filtered list; the CLI prints page after page with the
+count."""
 
 from __future__ import annotations
 
@@ -63,9 +64,53 @@ def test_pages_give_exactly_the_sorted_filtered_streams_once_each(
         wanted = sorted(n for n in names if n.startswith(prefix) and (not by_cluster or n in west))
         assert got == wanted
         assert all(len(p.streams) <= page_size for p in pages)
-        assert all(p.total == sum(n.startswith(prefix) for n in names) for p in pages)
+        assert pages[0].total == sum(n.startswith(prefix) for n in names), "counted on the first page"
+        assert all(p.total == 0 for p in pages[1:]), "and only there"
         if not by_cluster:
             assert all(len(p.streams) == page_size for p in pages[:-1]), "only the last page is short"
+    finally:
+        db.close()
+
+
+def _cluster_pages(t: Topology, **kw: object) -> list[model.ClusterPage]:
+    pages, token = [], ""
+    for _ in range(1000):
+        page = t.cluster_page(page_token=token, **kw)  # type: ignore[arg-type]
+        pages.append(page)
+        token = page.next_page_token
+        if not token:
+            return pages
+    raise AssertionError("paging never ended")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    names=names_st,
+    sick=st.sets(st.integers(0, 29)),
+    page_size=st.integers(1, 7),
+    prefix=st.sampled_from(["", "a", "b1", "c-", "ab"]),
+    health=st.sampled_from(["", "healthy", "unhealthy", "degraded"]),
+)
+def test_cluster_pages_give_exactly_the_sorted_filtered_clusters_once_each(
+    names: list[str], sick: set[int], page_size: int, prefix: str, health: str
+) -> None:
+    db = EmbeddedDatabase(None)
+    try:
+        t = Topology(db, MemoryClusterAdmin(), ManualClock())
+        state = {}
+        for i, name in enumerate(names):
+            t.register_cluster(Cluster(name, f"host-{i}:9092"))
+            state[name] = "healthy"
+            if i in sick:
+                t.record_health(name, "unhealthy", ["down"], actor="test")
+                state[name] = "unhealthy"
+        pages = _cluster_pages(t, prefix=prefix, page_size=page_size, health=health)
+        got = [c.name for p in pages for c in p.clusters]
+        assert got == sorted(n for n in names if n.startswith(prefix) and (not health or state[n] == health))
+        assert all(len(p.clusters) <= page_size for p in pages)
+        assert pages[0].total == sum(n.startswith(prefix) for n in names) and all(p.total == 0 for p in pages[1:])
+        if not health:
+            assert all(len(p.clusters) == page_size for p in pages[:-1]), "only the last page is short"
     finally:
         db.close()
 
@@ -99,6 +144,10 @@ def test_bad_paging_arguments_say_why(tmp_path: Path) -> None:
         ):
             with pytest.raises(InvalidArgumentError, match=bad):
                 t.stream_page(**kw)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="health must be one of healthy, degraded, unhealthy, unknown"):
+            t.cluster_page(health="sick")
+        with pytest.raises(InvalidArgumentError, match="is not from a page with prefix"):
+            t.cluster_page(prefix="b", page_token="a1")
     finally:
         db.close()
 
@@ -123,6 +172,29 @@ def test_the_cli_lists_page_after_page_with_a_count(coordinator, local_cluster) 
     assert done.returncode == 0 and "(none)" in done.stdout and "0 shown of 0" in done.stderr
     done = cli("stream", "list", "--prefix", "BAD", coordinator=coordinator.address)
     assert done.returncode == 2 and "prefix 'BAD' is not a valid name" in done.stderr
+
+
+def test_the_cli_lists_clusters_page_after_page_with_a_count_and_a_health_filter(coordinator, local_cluster) -> None:
+    bootstrap, control = local_cluster
+    with CoordinatorClient(coordinator.address) as c:
+        for i in range(7):
+            c.register_cluster(
+                Cluster(f"cl-{i}", bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint)
+            )
+        assert [x.name for x in c.list_clusters(prefix="cl-")] == [f"cl-{i}" for i in range(7)]
+    done = cli("cluster", "list", "--prefix", "cl-", "--page-size", "3", coordinator=coordinator.address)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[0] == "NAME" and lines.count(lines[0]) == 1, "one header over every page"
+    assert [line.split()[0] for line in lines[1:]] == [f"cl-{i}" for i in range(7)]
+    assert "7 shown of 7 cluster(s) starting with 'cl-'" in done.stderr
+    done = cli("cluster", "list", "--prefix", "cl-", "--limit", "2", coordinator=coordinator.address)
+    assert [line.split()[0] for line in done.stdout.splitlines()[1:]] == ["cl-0", "cl-1"]
+    assert "2 shown of 7" in done.stderr
+    done = cli("cluster", "list", "--prefix", "cl-", "--state", "unhealthy", coordinator=coordinator.address)
+    assert done.returncode == 0 and "(none)" in done.stdout and "0 shown of 7 cluster(s)" in done.stderr
+    done = cli("cluster", "list", "--state", "sick", coordinator=coordinator.address)
+    assert done.returncode == 2 and "invalid choice" in done.stderr
 
 
 def test_the_count_is_kept_by_creates_and_deletes_and_counted_in_a_store_from_before_it() -> None:
