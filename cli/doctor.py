@@ -13,8 +13,17 @@ from collections.abc import Callable
 from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.coordinator.cluster_admin import kafka_end_offsets
-from streamplane.doctor import HELD, Diagnosis, Observation, PartitionLook, diagnose, unsettled
-from streamplane.errors import UnavailableError
+from streamplane.doctor import (
+    HELD,
+    Diagnosis,
+    Observation,
+    PartitionLook,
+    SealedWait,
+    diagnose,
+    sealed_waits,
+    unsettled,
+)
+from streamplane.errors import NotFoundError, UnavailableError
 
 MAX_PROGRESS_READS = 200
 """Partitions whose retry state is read (the ones not moving, with records waiting)."""
@@ -58,7 +67,7 @@ def observe(
 ) -> Observation:
     """Two looks at `stream_name` as `group` reads it, `interval_s` apart."""
     stream = client.describe_stream(stream_name)
-    clusters = {c.name: c for c in client.list_clusters()}
+    clusters = _clusters_of(client, stream)
     unreachable: set[str] = set()
     ends_before = _end_offsets(stream, clusters, unreachable, kafka_timeout_s)
 
@@ -118,7 +127,29 @@ def observe(
                         holder_records_per_s=lease.load.records_per_s if lease else 0.0,
                     )
                 )
-    return Observation(stream.name, group, tuple(looks), clusters, members, elapsed, target_ms)
+    sealed = _sealed_waits(client, stream)
+    return Observation(stream.name, group, tuple(looks), clusters, members, elapsed, target_ms, sealed)
+
+
+def _clusters_of(client: CoordinatorClient, stream: model.Stream) -> dict[str, model.Cluster]:
+    """The clusters the stream's unsettled generations are on, each asked for by name (a fleet's thousands
+    are never listed); a removed one is left out."""
+    out = {}
+    for name in sorted({g.cluster for lane in stream.lanes for g in lane.generations if unsettled(g.state)}):
+        try:
+            out[name] = client.cluster_health(name)[0]
+        except NotFoundError:
+            continue
+    return out
+
+
+def _sealed_waits(client: CoordinatorClient, stream: model.Stream) -> tuple[SealedWait, ...]:
+    """The stream's sealed generations with the groups each waits for: one lag call for every group on the
+    stream, made only when it has a sealed generation."""
+    if not any(g.state == model.SEALED for lane in stream.lanes for g in lane.generations):
+        return ()
+    generations = [(lane.name, g) for lane in stream.lanes for g in lane.generations]
+    return sealed_waits(generations, client.lag("", stream.name).partitions)
 
 
 def groups_of(client: CoordinatorClient, stream: str) -> list[str]:

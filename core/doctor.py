@@ -15,18 +15,33 @@ specific first, each with its evidence and the next command to run:
 - ``backlog``: the lane's partitions are held and moving, but input outpaces processing (or the time lag is
   past its target while it catches up);
 - ``no_reader``: no group has ever read the stream (group ""): what is written waits for a first reader. The
-  stream's other evidence (are producers writing, are its clusters healthy) is diagnosed all the same.
+  stream's other evidence (are producers writing, are its clusters healthy) is diagnosed all the same;
+- ``drain_waits``: a sealed generation cannot drain (and its cluster cannot be drained or removed) until
+  other groups read it to its end: they are named, with the way out for a group retired for good, and a
+  sealed generation holding records no group has read says so, with its count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from streamplane.model import SETTLED, Cluster, ClusterHealth, GenerationState, LeaseState, MemberInfo
+from streamplane.model import (
+    SEALED,
+    SETTLED,
+    Cluster,
+    ClusterHealth,
+    Generation,
+    GenerationState,
+    LeaseState,
+    MemberInfo,
+    PartitionLag,
+    PartitionRef,
+)
 
 DEAD, STUCK, SHORT, PAUSED, BACKLOG = "dead_cluster", "stuck_record", "short_of_capacity", "paused_lease", "backlog"
-NO_READER = "no_reader"
-CAUSES = (DEAD, STUCK, SHORT, PAUSED, BACKLOG, NO_READER)
+NO_READER, DRAIN_WAITS = "no_reader", "drain_waits"
+CAUSES = (DEAD, STUCK, SHORT, PAUSED, BACKLOG, NO_READER, DRAIN_WAITS)
 HELD = (LeaseState.GRANTED, LeaseState.REVOKING)
 """Lease states in which a worker reads the partition."""
 
@@ -68,6 +83,20 @@ class PartitionLook:
 
 
 @dataclass(frozen=True)
+class SealedWait:
+    """A sealed generation and the groups that have read part of it but not yet to its end offsets (the ones
+    its drain waits for)."""
+
+    lane: str
+    generation: int
+    cluster: str
+    records: int
+    """Records in it (the sum of its end offsets)."""
+    groups: tuple[str, ...]
+    """Groups with progress on it that are not at its end; () when no group has read any of it."""
+
+
+@dataclass(frozen=True)
 class Observation:
     stream: str
     group: str
@@ -77,6 +106,8 @@ class Observation:
     interval_s: float = 1.0
     target_ms: int = 5_000
     """The time lag a lane should stay under."""
+    sealed: tuple[SealedWait, ...] = ()
+    """The stream's sealed generations that have not drained, with the groups each waits for."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +186,7 @@ def diagnose(obs: Observation) -> Diagnosis:
         findings.append(Finding(DEAD, lane, summary, tuple(evidence), steps))
         explained.update(key(p) for p in parts)
 
+    findings += _drain_waits(obs)
     if not g:  # nobody reads the stream: what is written, and where, is the rest of the story
         lanes = _lane_figures(obs)
         findings.append(_no_reader(obs, lanes))
@@ -303,6 +335,68 @@ def _no_reader(obs: Observation, lanes: dict[str, dict[str, float]]) -> Finding:
             f"streamplane doctor {s} --group GROUP  (once a group reads it)",
         ),
     )
+
+
+def _drain_waits(obs: Observation) -> list[Finding]:
+    """Sealed generations held back by groups other than the one diagnosed (its own lag is told by the other
+    causes), or by records no group has read. A generation on a sick cluster is `dead_cluster`'s."""
+    s, findings = obs.stream, []
+    for w in obs.sealed:
+        cluster = obs.clusters.get(w.cluster)
+        if cluster is None or cluster.health != ClusterHealth.HEALTHY:
+            continue
+        where = f"g{w.generation} of {s}/{w.lane} (sealed on {w.cluster}, {w.records:,} records)"
+        if not w.groups and w.records:
+            findings.append(
+                Finding(
+                    DRAIN_WAITS,
+                    w.lane,
+                    f"{where} holds records no group has read: it stays sealed for groups still to come",
+                    ("no group has committed progress on it",),
+                    (
+                        f"start a group that reads {s}, or give them up: streamplane generation abandon {s} "
+                        f"{w.lane} {w.generation} --reason '...'",
+                    ),
+                )
+            )
+            continue
+        others = tuple(x for x in w.groups if x != obs.group)
+        if not others:
+            continue
+        findings.append(
+            Finding(
+                DRAIN_WAITS,
+                w.lane,
+                f"{where} waits for group(s) {', '.join(others)} to read it to its end before it drains",
+                (f"{len(others)} group(s) with progress on it are not at its end offsets",),
+                (
+                    *(f"streamplane doctor {s} --group {x}" for x in others[:3]),
+                    "a group retired for good: streamplane group delete GROUP",
+                ),
+            )
+        )
+    return findings
+
+
+def sealed_waits(generations: Iterable[tuple[str, Generation]], lag: Iterable[PartitionLag]) -> tuple[SealedWait, ...]:
+    """Of one stream's (lane, generation)s, each sealed one with the groups that read some of it and are not at
+    its end offsets (a partition a group never committed on counts as unread), from every group's lag on the
+    stream. Generations every reader finished are left out: they drain by themselves."""
+    sealed = {(lane, g.number): g for lane, g in generations if g.state == SEALED}
+    lows: dict[tuple[str, int], dict[str, dict[int, int]]] = {}  # generation: group: partition: low watermark
+    for p in lag:
+        ref = PartitionRef.parse(p.lease_id)
+        if (ref.lane, ref.generation) in sealed:
+            lows.setdefault((ref.lane, ref.generation), {}).setdefault(p.group, {})[ref.partition] = p.low_watermark
+    out = []
+    for (lane, number), g in sorted(sealed.items()):
+        readers = lows.get((lane, number), {})
+        behind = tuple(
+            sorted(x for x, low in readers.items() if any(low.get(i, 0) < end for i, end in enumerate(g.end_offsets)))
+        )
+        if behind or not readers:
+            out.append(SealedWait(lane, number, g.cluster, sum(g.end_offsets), behind))
+    return tuple(out)
 
 
 def unsettled(state: GenerationState) -> bool:

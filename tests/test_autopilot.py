@@ -340,8 +340,9 @@ def test_cordon_drain_and_remove(fleet, tmp_path: Path) -> None:
         done = cli("cluster", "remove", "alive-1", coordinator=address)
         assert done.returncode == 5 and "undrained generation" in done.stderr
         done = cli(
-            "cluster", "drain", "alive-1", "--to", "alive-2", "--timeout", "120", coordinator=address, timeout=180
-        )
+            "cluster", "drain", "alive-1", "--to", "alive-2", "--timeout", "120", "--rate", "3000",
+            coordinator=address, timeout=180,
+        )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert "[40/40]" in done.stderr and "drained [" in done.stderr
         assert "cluster alive-1 is drained: 40 lane(s) moved, 40 generation(s) drained" in done.stdout
@@ -362,9 +363,15 @@ def test_a_drain_of_streams_no_group_reads_finishes_and_names_what_holds_unread_
         c.set_fleet_policy(model.FleetPolicy(frozen=True, max_failovers_per_minute=100))  # the operator drains
         for i in range(4):
             c.create_stream(f"idle-{i}", 2, cluster="alive-1")
-    done = cli("cluster", "drain", "alive-1", "--to", "alive-2", "--timeout", "60", coordinator=address, timeout=120)
+    started = time.monotonic()
+    done = cli(
+        "cluster", "drain", "alive-1", "--to", "alive-2", "--timeout", "60", "--rate", "120",
+        coordinator=address, timeout=120,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "cluster alive-1 is drained: 8 lane(s) moved, 8 generation(s) drained" in done.stdout
+    assert "moving 8 lane(s) at 120 a minute" in done.stderr
+    assert time.monotonic() - started >= 7 * 0.5, "8 lanes at 120 a minute: one every 0.5 s"
     done = cli("cluster", "remove", "alive-1", coordinator=address)
     assert done.returncode == 0, done.stderr
 
@@ -379,7 +386,10 @@ def test_a_drain_of_streams_no_group_reads_finishes_and_names_what_holds_unread_
             producer.produce("unread", b"%d" % i, key=b"%d" % i)
         assert producer.flush(30) == 0
     started = time.monotonic()
-    done = cli("cluster", "drain", "alive-2", "--to", "alive-3", "--timeout", "600", coordinator=address, timeout=120)
+    done = cli(
+        "cluster", "drain", "alive-2", "--to", "alive-3", "--timeout", "600", "--rate", "3000",
+        coordinator=address, timeout=120,
+    )  # fmt: skip
     assert done.returncode == 5, done.stdout + done.stderr
     assert "unread/realtime/g1 holds 10 record(s) no group has read" in done.stderr
     assert "streamplane generation abandon unread realtime 1" in done.stderr

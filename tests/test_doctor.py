@@ -13,7 +13,18 @@ import pytest
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from streamplane.doctor import BACKLOG, DEAD, PAUSED, SHORT, STUCK, Observation, PartitionLook, diagnose
+from streamplane.doctor import (
+    BACKLOG,
+    DEAD,
+    DRAIN_WAITS,
+    PAUSED,
+    SHORT,
+    STUCK,
+    Observation,
+    PartitionLook,
+    SealedWait,
+    diagnose,
+)
 from tests.helpers import cli, free_port, register_local_clusters, wait_until
 
 # -- the pure diagnosis ------------------------------------------------------------------------------------------
@@ -72,6 +83,29 @@ def test_a_settled_partition_of_a_sick_cluster_is_not_reported() -> None:
     sick = {**CLUSTERS, "a": model.Cluster("a", "x:1", health="unhealthy")}
     done = look(state=model.SEALED, end_before=40, end_after=40, low_before=40, low_after=40)
     assert causes(done, clusters=sick) == []
+
+
+def test_a_sealed_generation_names_the_other_groups_its_drain_waits_for() -> None:
+    waits = (SealedWait("realtime", 1, "a", 150, ("old", "new")),)
+    found = diagnose(Observation("s", "new", (look(),), CLUSTERS, (MEMBER,), sealed=waits)).findings
+    (finding,) = found
+    assert finding.cause == DRAIN_WAITS and "waits for group(s) old to read it to its end" in finding.summary
+    assert "streamplane doctor s --group old" in finding.next_steps
+    assert any("streamplane group delete GROUP" in step for step in finding.next_steps)
+    alone = (SealedWait("realtime", 1, "a", 150, ("new",)),)
+    assert diagnose(Observation("s", "new", (look(),), CLUSTERS, (MEMBER,), sealed=alone)).healthy, "its own lag"
+    unread = (SealedWait("realtime", 1, "a", 150, ()),)
+    (finding,) = diagnose(Observation("s", "new", (look(),), CLUSTERS, (MEMBER,), sealed=unread)).findings
+    assert (
+        "holds records no group has read" in finding.summary
+        and "generation abandon s realtime 1" in (finding.next_steps[0])
+    )
+    sick = {"a": model.Cluster("a", "x:1", health=model.ClusterHealth.UNHEALTHY)}
+    assert not [
+        f
+        for f in diagnose(Observation("s", "new", (), sick, (MEMBER,), sealed=waits)).findings
+        if f.cause == DRAIN_WAITS
+    ], "a generation on a sick cluster is dead_cluster's to tell"
 
 
 # -- the CLI on staged scenarios ------------------------------------------------------------------------------------
@@ -195,6 +229,33 @@ def test_doctor_names_a_dead_cluster_holding_an_undrained_generation(address: st
     # the dlq lane was never failed over: it is still written on the dead cluster, and doctor says to move it
     assert still_written["lane"] == "dlq" and "still written to g1 on sick cluster east" in still_written["summary"]
     assert "streamplane failover d-dead --lane dlq" in still_written["next_steps"]
+
+
+def test_doctor_names_the_retired_group_a_sealed_generation_waits_for(address: str) -> None:
+    with CoordinatorClient(address) as client:
+        client.create_stream("d-ret", 2, cluster="east")
+        produce(address, "d-ret", [b"r%d" % i for i in range(100)])
+        seen: list[int] = []
+        with Consumer(address, group="d-g-old", stream="d-ret") as old:  # reads, then retires for good
+            runner, stop = consume_in_background(old, lambda msg: seen.append(msg.offset))
+            wait_until(lambda: len(seen) == 100, timeout=20)
+            stop.set()
+            runner.join()
+        produce(address, "d-ret", [b"late%d" % i for i in range(50)])
+        client.failover("d-ret", "realtime", "west", reason="rehearsal")
+        sealed = lambda: client.describe_stream("d-ret").require_lane("realtime").generations[0].state  # noqa: E731
+        wait_until(lambda: sealed() == model.SEALED, timeout=20)
+        read: list[int] = []
+        with Consumer(address, group="d-g-new", stream="d-ret") as new:
+            runner, stop = consume_in_background(new, lambda msg: read.append(msg.offset))
+            wait_until(lambda: len(read) == 150, timeout=30)
+            findings = doctor(address, "d-ret", "d-g-new")
+            stop.set()
+            runner.join()
+    (waits,) = [f for f in findings if f["cause"] == DRAIN_WAITS]
+    assert "g1 of d-ret/realtime (sealed on east, 150 records) waits for group(s) d-g-old" in waits["summary"]
+    assert "streamplane doctor d-ret --group d-g-old" in waits["next_steps"]
+    assert not [f for f in doctor(address, "d-ret", "d-g-old") if f["cause"] == DRAIN_WAITS], "its own lag is told"
 
 
 def test_doctor_names_too_few_workers(address: str) -> None:

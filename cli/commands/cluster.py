@@ -10,6 +10,7 @@ from streamplane import errors, model
 from streamplane.cli.common import Add, Subparsers, connect, positive
 from streamplane.cli.output import json_shown, print_table
 from streamplane.client.coordinator import CoordinatorClient
+from streamplane.doctor import SealedWait, sealed_waits
 
 
 def cmd_cluster_register(args: argparse.Namespace) -> None:
@@ -127,16 +128,19 @@ def _generations_on(client: CoordinatorClient, cluster: str) -> list[tuple[str, 
 
 
 def cmd_cluster_drain(args: argparse.Namespace) -> int:
-    """Fail every lane off a cluster (at the fleet's rate cap), then wait until each generation there drained."""
+    """Fail every lane off a cluster at the operator's pace (`--rate` lanes a minute, evenly spaced; the fleet's
+    `max_failovers_per_minute` by default), then wait until each generation there drained."""
     import time as _time
 
     with connect(args) as client:
-        rate = client.fleet_policy().max_failovers_per_minute
+        rate = args.rate or client.fleet_policy().max_failovers_per_minute
+        gap_s = 60.0 / rate
         todo = [(s, lane) for s, lane, g in _generations_on(client, args.name) if g.state == model.ACTIVE]
+        if todo:
+            print(f"  moving {len(todo)} lane(s) at {rate} a minute", file=sys.stderr, flush=True)
+        began = _time.monotonic()
         for moved, (stream, lane) in enumerate(todo):
-            if moved and moved % rate == 0:
-                print(f"  {moved} failovers: a minute's pause (the fleet's rate cap, {rate} a minute)", file=sys.stderr)
-                _time.sleep(60)
+            _time.sleep(max(0.0, began + moved * gap_s - _time.monotonic()))  # the pace: one lane every gap_s
             done = client.failover(stream, lane, args.to or "", 0, f"drain of cluster {args.name}")
             print(f"  [{moved + 1}/{len(todo)}] {stream}/{lane} -> {done.current.cluster}", file=sys.stderr, flush=True)
         deadline = _time.monotonic() + args.timeout
@@ -163,11 +167,11 @@ def cmd_cluster_drain(args: argparse.Namespace) -> int:
                 return 0
             if _time.monotonic() > deadline:
                 print(file=sys.stderr)
-                waiting = _readers_of_sealed(client, gens)
+                waiting = _sealed_waits(client, gens)
                 named = []
                 for key in left[:5]:
-                    readers = waiting[key][3] if key in waiting else []
-                    named.append(f"{key} (waiting for group(s) {', '.join(readers)})" if readers else key)
+                    behind = waiting[key].groups if key in waiting else ()
+                    named.append(f"{key} (waiting for group(s) {', '.join(behind)})" if behind else key)
                 raise errors.UnavailableError(
                     f"cluster {args.name} is not drained after {args.timeout:.0f} s: {', '.join(named)} still hold "
                     f"records (are their groups running, and is the cluster reachable to seal? {RETIRED_HINT})"
@@ -175,26 +179,17 @@ def cmd_cluster_drain(args: argparse.Namespace) -> int:
             _time.sleep(1.0)
 
 
-def _readers_of_sealed(
-    client: CoordinatorClient, gens: list[tuple[str, str, model.Generation]]
-) -> dict[str, tuple[str, str, model.Generation, list[str]]]:
-    """{"stream/lane/gN": (stream, lane, generation, the groups with progress on it)} of the sealed ones; one
-    lag call per lane, whatever its sealed generations (a lane whose lag cannot be read is left out)."""
+def _sealed_waits(client: CoordinatorClient, gens: list[tuple[str, str, model.Generation]]) -> dict[str, SealedWait]:
+    """{"stream/lane/gN": what it waits for} of the sealed generations that still wait (see
+    `doctor.sealed_waits`); one lag call per stream with one (a stream whose lag cannot be read is left out)."""
     found = {}
-    lags: dict[tuple[str, str], model.Lag | None] = {}
-    for stream, lane, gen in gens:
-        if gen.state != model.SEALED:
+    for stream in sorted({s for s, _, g in gens if g.state == model.SEALED}):
+        try:
+            lag = client.lag("", stream)
+        except errors.StreamplaneError:  # that stream went away, or the call failed: the others still count
             continue
-        if (stream, lane) not in lags:
-            try:
-                lags[(stream, lane)] = client.lag("", stream, lane)
-            except errors.StreamplaneError:  # that stream went away, or the call failed: the others still count
-                lags[(stream, lane)] = None
-        lag = lags[(stream, lane)]
-        if lag is not None:
-            key = f"{stream}/{lane}/g{gen.number}"
-            readers = sorted({p.group for p in lag.partitions if p.lease_id.startswith(f"{key}/p")})
-            found[key] = (stream, lane, gen, readers)
+        for w in sealed_waits([(lane, g) for s, lane, g in gens if s == stream], lag.partitions):
+            found[f"{stream}/{w.lane}/g{w.generation}"] = w
     return found
 
 
@@ -208,16 +203,17 @@ def _say_what_waits(
     reading it. If every one left holds records no group has read, nothing will drain them: FailedPrecondition
     naming each, with its count and the way out."""
     unread = []
-    for key, (stream, lane, gen, readers) in _readers_of_sealed(client, gens).items():
-        if not readers:
+    for key, w in _sealed_waits(client, gens).items():
+        stream = key.split("/", 1)[0]
+        if not w.groups:
             unread.append(
-                f"{key} holds {sum(gen.end_offsets)} record(s) no group has read: `streamplane generation abandon "
-                f"{stream} {lane} {gen.number}` gives them up, or start a group that reads {stream}"
+                f"{key} holds {w.records} record(s) no group has read: `streamplane generation abandon "
+                f"{stream} {w.lane} {w.generation}` gives them up, or start a group that reads {stream}"
             )
         elif key not in told:
             told.add(key)
             print(
-                f"\n  {key}: waiting for group(s) {', '.join(readers)} to read it to its end ({RETIRED_HINT})",
+                f"\n  {key}: waiting for group(s) {', '.join(w.groups)} to read it to its end ({RETIRED_HINT})",
                 file=sys.stderr,
             )
     if unread and len(unread) == sum(g.state != model.DRAINED for _, _, g in gens):
@@ -291,6 +287,13 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("name")
     p.add_argument("--to", default="", metavar="CLUSTER", help="target cluster (default: the autopilot's choice)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the generations to drain")
+    p.add_argument(
+        "--rate",
+        type=positive,
+        default=0,
+        metavar="N",
+        help="lanes moved a minute, evenly spaced (default: the fleet's max_failovers_per_minute)",
+    )
     p = add(cluster, "remove", cmd_cluster_remove, "forget a cluster (refused while it holds undrained data)")
     p.add_argument("name")
 
