@@ -111,8 +111,59 @@ def test_every_page_needs_a_credential_and_a_viewer_reads_them_all(console: Cons
         "may_operate": False,
     }
     fleet = console.call("api/fleet", role="viewer")[1]
-    assert {c["name"] for c in fleet["clusters"]} == {"east", "west"}
-    assert fleet["clusters"][0]["generations"] == {"active": 2} or fleet["clusters"][1]["generations"] == {"active": 2}
+    assert {c["name"] for c in fleet["clusters"]} == {"east", "west"} and fleet["next_page"] == ""
+    assert fleet["summary"]["clusters"] == 2 and fleet["streams"] == 1
+    streams = console.call("api/streams", role="viewer")[1]
+    assert [s["name"] for s in streams["streams"]] == ["web"] and streams["total"] == 1
+
+
+def test_the_fleet_page_at_fleet_size_counts_by_health_and_zone_lists_what_needs_attention_and_pages(
+    tmp_path: Path,
+) -> None:
+    """300 clusters in three zones and 250 streams: the fleet page counts them, lists only the clusters that
+    are not healthy or are cordoned (with the generations they hold), and pages the rest; streams page with a
+    prefix and a count."""
+    from streamplane.clock import ManualClock
+    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.console.history import LagHistory
+    from streamplane.coordinator.console.views import CLUSTER_PAGE, STREAM_PAGE, Views
+    from streamplane.coordinator.store.embedded import EmbeddedDatabase
+    from streamplane.coordinator.topology import Topology
+
+    db = EmbeddedDatabase(None)
+    try:
+        topology = Topology(db, MemoryClusterAdmin(), ManualClock())
+        for i in range(300):
+            topology.register_cluster(model.Cluster(f"c{i:03d}", f"host-{i}:9092", zone=f"z{i % 3}"))
+        for i in range(250):
+            topology.create_stream(f"s{i:03d}", 1, "c007")
+        topology.record_health("c007", "unhealthy", ["no broker answers"], actor="test")
+        topology.record_health("c100", "degraded", ["1 broker missing"], actor="test")
+        topology.cordon("c200")
+        history = LagHistory(lambda: model.Lag(""), clock=ManualClock())
+        views = Views(topology, None, history, ManualClock())  # type: ignore[arg-type]  # the fleet reads no group
+        fleet = views.fleet()
+        assert fleet["summary"]["by_health"] == {"healthy": 298, "unhealthy": 1, "degraded": 1}
+        assert fleet["summary"]["by_zone"]["z1"] == {"healthy": 98, "unhealthy": 1, "degraded": 1}  # c007, c100
+        assert fleet["streams"] == 250
+        assert [c["name"] for c in fleet["attention"]] == ["c007", "c100", "c200"] and fleet["attention_total"] == 3
+        held = fleet["attention"][0]
+        assert held["generations"] == {"active": 500} and held["more"] is False, "250 streams x 2 lanes on c007"
+        assert len(fleet["clusters"]) == CLUSTER_PAGE and fleet["clusters"][0]["name"] == "c000"
+        names = [c["name"] for c in fleet["clusters"]]
+        after = fleet["next_page"]
+        while after:
+            more = views.fleet(after)
+            names += [c["name"] for c in more["clusters"]]
+            after = more["next_page"]
+        assert names == [f"c{i:03d}" for i in range(300)]
+        first = views.streams()
+        assert len(first["streams"]) == STREAM_PAGE and first["total"] == 250 and first["next_page"] == "s099"
+        assert views.streams(after="s099")["streams"][0]["name"] == "s100"
+        some = views.streams(prefix="s24")
+        assert [s["name"] for s in some["streams"]] == [f"s24{i}" for i in range(10)] and some["total"] == 10
+    finally:
+        db.close()
 
 
 def test_login_sets_a_cookie_the_api_and_live_view_accept(console: Console) -> None:
@@ -229,6 +280,27 @@ def test_the_group_page_shows_workers_lag_history_retries_and_rejects(console: C
     assert (reject["dlq"]["stream"], reject["dlq"]["lane"], reject["dlq"]["generation"]) == ("web", "dlq", 1)
     assert page["history"], "the lag sampler keeps the last hour per group"
     assert {e["kind"] for e in page["events"]} >= {"member_joined", "lease_granted"}
+
+
+def test_the_stream_page_names_the_groups_a_sealed_generation_waits_for(console: Console) -> None:
+    token = console.tokens["admin"]
+    with Producer(console.address, token=token) as producer:
+        for i in range(40):
+            producer.produce("web", b"r%d" % i, key=b"k%d" % i)
+        assert producer.flush() == 0
+    with CoordinatorClient(console.address, token=token) as client:
+        ends = client.describe_stream("web").require_lane("realtime").active
+        assert ends.partitions == 2
+        part = model.LeaseCommit("web/realtime/g1/p0", 0, model.Commit(acked=[(0, 3)], high_watermark=3))
+        client.commit("retired-app", part)  # read 3 records of g1, then never again
+        client.failover("web", "realtime", "west", reason="move")
+
+        def g1() -> dict[str, Any]:
+            lane = next(x for x in console.call("api/stream?name=web")[1]["lanes"] if x["name"] == "realtime")
+            return next(g for g in lane["generations"] if g["number"] == 1)
+
+        wait_until(lambda: g1()["state"] == "sealed", timeout=20)
+    assert g1()["waiting_for"] == ["retired-app"]
 
 
 # -- in a real browser -----------------------------------------------------------------------------------------

@@ -248,9 +248,9 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                 return views.group(q.get("name", ""))
             auth.check(principal, auth.READ)
             if what == "fleet":
-                return views.fleet()
+                return views.fleet(q.get("after", ""))
             if what == "streams":
-                return views.streams()
+                return views.streams(q.get("prefix", ""), q.get("after", ""))
             if what == "groups":
                 return views.groups()
             if what == "events":

@@ -18,11 +18,18 @@ from streamplane.coordinator.assigner import Assigner
 from streamplane.coordinator.console.history import LagHistory
 from streamplane.coordinator.health import active_load, choose_target
 from streamplane.coordinator.topology import Topology
+from streamplane.doctor import sealed_waits
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from streamplane.model import ClusterHealth, to_jsonable
+from streamplane.model import Cluster, ClusterHealth, to_jsonable
 from streamplane.names import check_object_name
 
 EVENT_SCAN = 5000
+ATTENTION = 100
+"""Clusters the fleet page lists as needing attention at most (the count says how many there are)."""
+CLUSTER_PAGE = 100
+"""Clusters a page of the fleet's table holds."""
+STREAM_PAGE = 100
+"""Streams a page of the streams table holds."""
 """Events of the log's tail a page may read to find what it shows."""
 PAGE = 200
 """Events one page of the event log shows."""
@@ -85,55 +92,79 @@ class Views:
         self.probes = probes
 
     # -- pages
-    def fleet(self) -> dict[str, Any]:
-        clusters = self.topology.list_clusters()
-        streams = self.topology.list_streams()
-        held: dict[str, dict[str, int]] = {c.name: {} for c in clusters}
-        for s in streams:
-            for lane in s.lanes:
-                for g in lane.generations:
-                    counts = held.setdefault(g.cluster, {})
-                    counts[g.state.value] = counts.get(g.state.value, 0) + 1
-        rows = []
-        for c in clusters:
-            recent = self.probes(c.name)
-            rows.append(
-                {
-                    **to_jsonable(c),
-                    "generations": held.get(c.name, {}),
-                    "probe": to_jsonable(recent[-1]) if recent else None,
-                }
-            )
+    def fleet(self, after: str = "") -> dict[str, Any]:
+        """The fleet at any size: counts by health and by zone, the clusters that need attention (not healthy,
+        or cordoned; at most ATTENTION, each with what it holds), and one page of every cluster from after
+        `after`. Reads no stream but those on a cluster that needs attention."""
+        by_health: dict[str, int] = {}
+        by_zone: dict[str, dict[str, int]] = {}
+        attention: list[Cluster] = []
+        attention_total = 0
+        for c in self.topology.list_clusters():  # a cluster's record only: thousands cost milliseconds
+            by_health[c.health] = by_health.get(c.health, 0) + 1
+            zone = by_zone.setdefault(c.zone or "-", {})
+            zone[c.health] = zone.get(c.health, 0) + 1
+            if c.health != ClusterHealth.HEALTHY or c.cordoned:
+                attention_total += 1
+                if len(attention) < ATTENTION:
+                    attention.append(c)
+        page = self.topology.cluster_page(page_size=CLUSTER_PAGE, page_token=after)
         health = [
             event_row(e)
             for e in events.read_recent_events(self.db, limit=EVENT_SCAN)
             if isinstance(e, model.ClusterHealthChanged)
         ][:20]
         return {
-            "clusters": rows,
+            "summary": {"by_health": by_health, "by_zone": by_zone, "clusters": sum(by_health.values())},
+            "attention": [self._cluster_row(c, held=True) for c in attention],
+            "attention_total": attention_total,
+            "clusters": [self._cluster_row(c, held=False) for c in page.clusters],
+            "next_page": page.next_page_token,
             "policy": to_jsonable(self.topology.fleet_policy()),
             "health_changes": health,
-            "streams": len(streams),
+            "streams": self.topology.stream_page(page_size=1).total,
         }
 
-    def streams(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": s.name,
-                "lanes": [
-                    {
-                        "name": lane.name,
-                        "priority": lane.priority,
-                        "cluster": lane.active.cluster,
-                        "generation": lane.active.number,
-                        "partitions": lane.active.partitions,
-                        "unsettled": sum(1 for g in lane.generations if g.state not in model.SETTLED),
-                    }
-                    for lane in s.lanes
-                ],
-            }
-            for s in self.topology.list_streams()
-        ]
+    def _cluster_row(self, c: Cluster, *, held: bool) -> dict[str, Any]:
+        """A cluster with its last probe and, with `held`, its generations by state from one page of the streams
+        on it (`more` when it holds more than that page)."""
+        recent = self.probes(c.name)
+        row = {**to_jsonable(c), "probe": to_jsonable(recent[-1]) if recent else None}
+        if held:
+            page = self.topology.stream_page(cluster=c.name)
+            counts: dict[str, int] = {}
+            for s in page.streams:
+                for lane in s.lanes:
+                    for g in lane.generations:
+                        if g.cluster == c.name:
+                            counts[g.state.value] = counts.get(g.state.value, 0) + 1
+            row["generations"], row["more"] = counts, bool(page.next_page_token)
+        return row
+
+    def streams(self, prefix: str = "", after: str = "") -> dict[str, Any]:
+        """One page of streams (with `prefix`, from after `after`), the count on the first page."""
+        page = self.topology.stream_page(prefix=prefix, page_size=STREAM_PAGE, page_token=after)
+        return {
+            "streams": [
+                {
+                    "name": s.name,
+                    "lanes": [
+                        {
+                            "name": lane.name,
+                            "priority": lane.priority,
+                            "cluster": lane.active.cluster,
+                            "generation": lane.active.number,
+                            "partitions": lane.active.partitions,
+                            "unsettled": sum(1 for g in lane.generations if g.state not in model.SETTLED),
+                        }
+                        for lane in s.lanes
+                    ],
+                }
+                for s in page.streams
+            ],
+            "total": page.total,
+            "next_page": page.next_page_token,
+        }
 
     def stream(self, name: str) -> dict[str, Any]:
         """A stream with each lane's generations as a timeline: when each opened (and by which failover, who,
@@ -165,11 +196,19 @@ class Views:
                 case model.GenerationAbandoned(stream=s, lane=lane, generation=g) if s == name:
                     mark(lane, g.number).setdefault("abandoned_ms", e.time_ms)
                     mark(lane, g.number).setdefault("lost", list(e.lost))
+        waits = {}
+        if any(g.state == model.SEALED for lane in stream.lanes for g in lane.generations):
+            every = commitlog.lag_of_every_group(self.db, stream=name, now_ms=self.clock.now_ms())
+            generations = [(lane.name, g) for lane in stream.lanes for g in lane.generations]
+            waits = {(w.lane, w.generation): w for w in sealed_waits(generations, every.partitions)}
         lanes = []
         for lane in stream.lanes:
             gens = []
             for g in lane.generations:
-                gens.append({**to_jsonable(g), **marks.get((lane.name, g.number), {})})
+                row = {**to_jsonable(g), **marks.get((lane.name, g.number), {})}
+                if (wait := waits.get((lane.name, g.number))) is not None:  # what its drain waits for
+                    row["waiting_for"], row["unread"] = list(wait.groups), not wait.groups and wait.records > 0
+                gens.append(row)
             lanes.append({"name": lane.name, "priority": lane.priority, "generations": gens})
         return {
             "name": stream.name,

@@ -78,28 +78,52 @@ function timeline(lane, now, from) {
 
 const pages = {
   async fleet() {
-    const f = await api("fleet");
+    const f = await api(`fleet?after=${encodeURIComponent(state.fleetAfter || "")}`);
     const act = canAct();
+    const probe = (c) => (c.probe ? (c.probe.reachable ? `${c.probe.latency_ms.toFixed(0)} ms, ${c.probe.brokers} brokers` : `unreachable: ${esc(c.probe.error)}`) : "—");
+    const health = (c) => `${badge(c.health)} <span class="muted">${esc((c.health_reasons || []).join("; "))}</span>`;
+    const drain = (c) => (act ? `<button data-drain="${esc(c.name)}">Drain…</button>` : "");
+    const attention = f.attention.map((c) => `<tr data-attention="${esc(c.name)}"><td>${esc(c.name)}</td><td>${esc(c.zone || "—")}</td>
+      <td>${health(c)}</td><td>${c.cordoned ? "cordoned" : ""}</td>
+      <td>${Object.entries(c.generations).map(([s, n]) => `${n} ${esc(s)}`).join(", ") || "—"}${c.more ? " (and more)" : ""}</td>
+      <td>${probe(c)}</td><td>${drain(c)}</td></tr>`);
     const rows = f.clusters.map((c) => `<tr data-cluster="${esc(c.name)}"><td>${esc(c.name)}</td><td>${esc(c.zone || "—")}</td>
-      <td>${badge(c.health)} <span class="muted">${esc((c.health_reasons || []).join("; "))}</span></td>
-      <td>${esc(c.capacity_weight)}</td><td>${c.cordoned ? "cordoned" : ""}</td>
-      <td>${Object.entries(c.generations).map(([s, n]) => `${n} ${esc(s)}`).join(", ") || "—"}</td>
-      <td>${c.probe ? (c.probe.reachable ? `${c.probe.latency_ms.toFixed(0)} ms, ${c.probe.brokers} brokers` : `unreachable: ${esc(c.probe.error)}`) : "—"}</td>
-      <td>${act ? `<button data-drain="${esc(c.name)}">Drain…</button>` : ""}</td></tr>`);
+      <td>${health(c)}</td><td>${esc(c.capacity_weight)}</td><td>${c.cordoned ? "cordoned" : ""}</td><td>${probe(c)}</td><td>${drain(c)}</td></tr>`);
+    const counts = (by) => Object.entries(by).map(([h, n]) => `${n} ${esc(h)}`).join(", ");
+    const zones = Object.entries(f.summary.by_zone).map(([z, by]) => `<tr data-zone="${esc(z)}"><td>${esc(z)}</td><td>${counts(by)}</td></tr>`);
     page.innerHTML = `<h2>Fleet</h2>
-      <div class="cards"><div class="card">${f.clusters.length} clusters</div><div class="card">${f.streams} streams</div>
+      <div class="cards"><div class="card" id="fleet-health">${f.summary.clusters} clusters: ${counts(f.summary.by_health) || "none"}</div><div class="card">${f.streams} streams</div>
       <div class="card" id="fleet-policy">${f.policy.frozen ? "<b>frozen</b>: nothing moves by itself" : "automatic failover on"}, at most ${f.policy.max_failovers_per_minute}/min
       ${act ? `<button data-freeze="${!f.policy.frozen}">${f.policy.frozen ? "Unfreeze…" : "Freeze…"}</button>` : ""}</div></div>
-      <h3>Clusters</h3>${table(["cluster", "zone", "health", "capacity", "", "generations", "last probe", ""], rows)}
+      <h3>Needs attention <span class="muted">${f.attention_total} cluster(s)${f.attention_total > f.attention.length ? `, the first ${f.attention.length} shown` : ""}</span></h3>
+      ${table(["cluster", "zone", "health", "", "generations", "last probe", ""], attention)}
+      <h3>By zone</h3>${table(["zone", "clusters"], zones)}
+      <h3>Clusters</h3>${table(["cluster", "zone", "health", "capacity", "", "last probe", ""], rows)}
+      ${f.next_page ? `<button id="clusters-next">Next clusters</button>` : ""}${state.fleetAfter ? ` <button id="clusters-first">First clusters</button>` : ""}
       <h3>Recent health changes</h3>${table(["time", "actor", "change"], f.health_changes.map((e) => `<tr><td>${when(e.time_ms)}</td><td>${esc(e.actor)}</td><td>${esc(e.text)}</td></tr>`))}`;
     page.querySelectorAll("[data-drain]").forEach((b) => b.addEventListener("click", () => confirmAction("drain", { cluster: b.dataset.drain, to: "" })));
     page.querySelectorAll("[data-freeze]").forEach((b) => b.addEventListener("click", () => confirmAction("freeze", { frozen: b.dataset.freeze === "true" })));
+    document.getElementById("clusters-next")?.addEventListener("click", () => { state.fleetAfter = f.next_page; render(); });
+    document.getElementById("clusters-first")?.addEventListener("click", () => { state.fleetAfter = ""; render(); });
   },
 
   async streams() {
-    const list = await api("streams");
-    page.innerHTML = `<h2>Streams</h2>${table(["stream", "lanes"], list.map((s) => `<tr><td><a href="#/stream/${encodeURIComponent(s.name)}">${esc(s.name)}</a></td>
-      <td>${s.lanes.map((l) => `${esc(l.name)} g${l.generation}@${esc(l.cluster)} (${l.partitions}p${l.unsettled > 1 ? `, ${l.unsettled - 1} draining` : ""})`).join(" · ")}</td></tr>`))}`;
+    const q = new URLSearchParams({ prefix: state.streamPrefix || "", after: state.streamsAfter || "" });
+    const got = await api(`streams?${q}`);
+    if (!state.streamsAfter) state.streamsTotal = got.total;
+    page.innerHTML = `<h2>Streams <span class="muted">${esc(state.streamsTotal ?? got.total)}${state.streamPrefix ? ` starting with ${esc(state.streamPrefix)}` : ""}</span></h2>
+      <form class="filters" id="stream-filter"><input name="prefix" placeholder="name prefix" value="${esc(state.streamPrefix || "")}"> <button>Filter</button></form>
+      ${table(["stream", "lanes"], got.streams.map((s) => `<tr data-stream="${esc(s.name)}"><td><a href="#/stream/${encodeURIComponent(s.name)}">${esc(s.name)}</a></td>
+      <td>${s.lanes.map((l) => `${esc(l.name)} g${l.generation}@${esc(l.cluster)} (${l.partitions}p${l.unsettled > 1 ? `, ${l.unsettled - 1} draining` : ""})`).join(" · ")}</td></tr>`))}
+      ${got.next_page ? `<button id="streams-next">Next streams</button>` : ""}${state.streamsAfter ? ` <button id="streams-first">First streams</button>` : ""}`;
+    document.getElementById("stream-filter").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      state.streamPrefix = new FormData(ev.target).get("prefix").trim();
+      state.streamsAfter = "";
+      render();
+    });
+    document.getElementById("streams-next")?.addEventListener("click", () => { state.streamsAfter = got.next_page; render(); });
+    document.getElementById("streams-first")?.addEventListener("click", () => { state.streamsAfter = ""; render(); });
   },
 
   async stream(name) {
@@ -110,10 +134,11 @@ const pages = {
       ${s.lanes.map((l) => `<h3>${esc(l.name)} <span class="muted">priority ${l.priority}</span>
         ${act ? `<button data-failover="${esc(l.name)}">Fail over…</button>` : ""}</h3>
         ${timeline(l, s.now_ms, s.history_from_ms)}
-        ${table(["gen", "cluster", "topic", "partitions", "state", "opened", "by", "why", "sealed", "drained"], l.generations.map((g) => `<tr data-row="${esc(l.name)}/${g.number}">
+        ${table(["gen", "cluster", "topic", "partitions", "state", "opened", "by", "why", "sealed", "drained", "drain waits for"], l.generations.map((g) => `<tr data-row="${esc(l.name)}/${g.number}">
           <td>g${g.number}</td><td>${esc(g.cluster)}</td><td>${esc(g.topic)}</td><td>${g.partitions}</td><td>${badge(g.state)}</td>
           <td>${when(g.opened?.time_ms)}</td><td>${esc(g.opened?.actor || "")}</td><td>${esc(g.opened?.why || "")}</td>
-          <td>${when(g.sealed_ms)}</td><td>${when(g.drained_ms || g.abandoned_ms)}</td></tr>`))}`).join("")}`;
+          <td>${when(g.sealed_ms)}</td><td>${when(g.drained_ms || g.abandoned_ms)}</td>
+          <td data-waits="${esc(l.name)}/${g.number}">${g.waiting_for?.length ? `group(s) ${g.waiting_for.map(esc).join(", ")}` : g.unread ? "a first reader: no group has read it" : ""}</td></tr>`))}`).join("")}`;
     page.querySelectorAll("[data-failover]").forEach((b) => b.addEventListener("click", () => confirmAction("failover", { stream: s.name, lane: b.dataset.failover, to: "", reason: "console" })));
   },
 
