@@ -363,10 +363,22 @@ class CoordinatorClient:
         got = self._call(self.commitlog.DueRetries, request, idempotent=True)
         return [convert.retry_state_from_pb(r) for r in got.due]
 
-    def lag(self, group: str = "", stream: str = "", lane: str = "") -> m.Lag:
-        """Lag of a group (of every group that committed, when empty)."""
-        request = cpb.GetLagRequest(group=group, stream=stream, lane=lane)
+    def lag(self, group: str = "", stream: str = "", lane: str = "", *, partitions: bool = True) -> m.Lag:
+        """Lag of a group (of every group that committed, when empty); without `partitions`, the lanes' totals
+        only (a small answer, whatever the group's size)."""
+        request = cpb.GetLagRequest(group=group, stream=stream, lane=lane, lanes_only=not partitions)
         return convert.lag_from_pb(self._call(self.commitlog.GetLag, request, idempotent=True))
+
+    def lag_pages(self, group: str = "", stream: str = "", lane: str = "", page_size: int = 1000) -> Iterator[m.Lag]:
+        """Per-partition lag page by page (no lanes' totals), fetched one at a time as the caller goes on."""
+        token = ""
+        while True:
+            request = cpb.GetLagRequest(group=group, stream=stream, lane=lane, page_size=page_size, page_token=token)
+            page = convert.lag_from_pb(self._call(self.commitlog.GetLag, request, idempotent=True))
+            yield page
+            token = page.next_page_token
+            if not token:
+                return
 
     def configure_group(
         self, group: str, lane: str = "", max_attempts: int = 0, lag_target_ms: int = 0, expire_after_ms: int = 0

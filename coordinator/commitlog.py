@@ -24,6 +24,7 @@ from streamplane.errors import (
     LimitExceededError,
     NotFoundError,
     StreamplaneError,
+    quoted,
 )
 from streamplane.model import (
     ABANDONED,
@@ -597,35 +598,49 @@ def read_rejects(
     return out
 
 
+class _Abandoned:
+    """Whether a generation was abandoned, read once per generation in one transaction."""
+
+    def __init__(self, tr: Transaction) -> None:
+        self._tr, self._seen = tr, dict[tuple[str, str, int], bool]()
+
+    def __call__(self, ref: PartitionRef) -> bool:
+        gen = (ref.stream, ref.lane, ref.generation)
+        if gen not in self._seen:
+            raw = self._tr.get(keys.generation_key(*gen))
+            self._seen[gen] = raw is not None and Generation.from_json(raw).state == ABANDONED
+        return self._seen[gen]
+
+
 @transactional
-def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
-    """Lag per partition and lane of one group, optionally of one stream (and lane). Partitions of abandoned
-    generations are left out: what they hold is lost (the abandon event lists it), not late."""
-    partitions: list[PartitionLag] = []
+def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms: int, partitions: bool = True) -> Lag:
+    """Lag per partition and lane of one group, optionally of one stream (and lane); without `partitions`,
+    the lanes' totals only (every header is still read). Partitions of abandoned generations are left out:
+    what they hold is lost (the abandon event lists it), not late."""
+    each: list[PartitionLag] = []
     lanes: dict[tuple[str, str], tuple[int, int]] = {}
-    abandoned: dict[tuple[str, str, int], bool] = {}
+    abandoned = _Abandoned(tr)
     for ref, h in read_headers(tr, group, stream=stream, lane=lane):
-        s, la = ref.stream, ref.lane
-        gen = (s, la, ref.generation)
-        if gen not in abandoned:
-            raw = tr.get(keys.generation_key(*gen))
-            abandoned[gen] = raw is not None and Generation.from_json(raw).state == ABANDONED
-        if abandoned[gen]:
+        if abandoned(ref):
             continue
         off, t = h.offset_lag(), h.time_lag_ms(now_ms)
-        partitions.append(PartitionLag(group, ref.lease_id, h.low, h.high, off, t))
-        was_off, was_t = lanes.get((s, la), (0, 0))
-        lanes[(s, la)] = (was_off + off, max(was_t, t))
+        if partitions:
+            each.append(PartitionLag(group, ref.lease_id, h.low, h.high, off, t))
+        was_off, was_t = lanes.get((ref.stream, ref.lane), (0, 0))
+        lanes[(ref.stream, ref.lane)] = (was_off + off, max(was_t, t))
     return Lag(
         group=group,
-        partitions=tuple(partitions),
+        partitions=tuple(each),
         lanes=tuple(LaneLag(group, s, la, off, t) for (s, la), (off, t) in sorted(lanes.items())),
     )
 
 
-def lag_of_every_group(db: Database, *, stream: str = "", lane: str = "", now_ms: int) -> Lag:
+def lag_of_every_group(db: Database, *, stream: str = "", lane: str = "", now_ms: int, partitions: bool = True) -> Lag:
     """The lag of every group that committed, one transaction per group (the metrics' scrape)."""
-    each = [lag(db, g, stream=stream, lane=lane, now_ms=now_ms) for g in read_groups_with_progress(db)]
+    each = [
+        lag(db, g, stream=stream, lane=lane, now_ms=now_ms, partitions=partitions)
+        for g in read_groups_with_progress(db)
+    ]
     return Lag(
         group="",
         partitions=tuple(x for one in each for x in one.partitions),
@@ -633,16 +648,84 @@ def lag_of_every_group(db: Database, *, stream: str = "", lane: str = "", now_ms
     )
 
 
+LAG_PAGE_SIZE = 1000
+"""Partitions a page of lag holds at most (and groups a page of every group's lag looks at)."""
+
+
+@transactional
+def lag_page(
+    tr: Transaction,
+    group: str,
+    *,
+    stream: str = "",
+    lane: str = "",
+    now_ms: int,
+    page_size: int,
+    page_token: str = "",
+) -> Lag:
+    """One page of per-partition lag, of one group or (group "") of every group, in (group, partition) order
+    from after `page_token` ("GROUP LEASE_ID", as the previous page gave it); no lanes' totals. Bounded: at
+    most `page_size` (up to LAG_PAGE_SIZE) headers and as many groups looked at; a page may come back short
+    (abandoned generations, another lane, groups that do not read the stream), with a token while any are
+    left."""
+    if group:
+        check_object_name("group", group)
+    if stream:
+        check_object_name("stream", stream)
+    size = max(1, min(page_size, LAG_PAGE_SIZE))
+    after_group, after = "", b""
+    if page_token:
+        after_group, _, lease_id = page_token.partition(" ")
+        check_object_name("page_token's group", after_group)
+        if group and after_group != group:
+            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page of group {group!r}")
+        if lease_id:  # (none: the page before stopped ahead of this group, with nothing of it read)
+            after = keys.progress_key((after_group, *parse_lease_id(lease_id))) + b"\x00"
+    abandoned = _Abandoned(tr)
+    out: list[PartitionLag] = []
+    looked, groups, last, left = 0, 0, "", False
+    current = group or after_group or _group_after(tr, "")
+    while current:
+        room = size - looked
+        if room <= 0 or groups >= size:
+            left = True  # `current` and what follows it wait for the next page
+            last = last or f"{current} "  # (a group passed over with nothing read: start at it)
+            break
+        groups += 1
+        prefix: tuple[str, ...] = (current,) + ((stream,) if stream else ()) + ((lane,) if stream and lane else ())
+        r = keys.PROGRESS.range(prefix)
+        start = after if current == after_group and after else r.start
+        rows = tr.get_range(start, r.stop, limit=room + 1, snapshot=True)
+        for key, raw in rows[:room]:
+            looked += 1
+            _, s, la, gen, p = keys.PROGRESS.unpack(key)
+            ref = PartitionRef(s, la, gen, p)
+            last = f"{current} {ref.lease_id}"
+            if (lane and la != lane) or abandoned(ref):
+                continue
+            h = Header(**json.loads(raw))
+            out.append(PartitionLag(current, ref.lease_id, h.low, h.high, h.offset_lag(), h.time_lag_ms(now_ms)))
+        if len(rows) > room:
+            left = True
+            break
+        if group:
+            break
+        current = _group_after(tr, current)
+    return Lag(group=group, partitions=tuple(out), next_page_token=last if left else "")
+
+
+def _group_after(tr: Transaction, group: str) -> str:
+    """The first group with progress after `group` ("" for the first of all); "" when none is left."""
+    whole = keys.PROGRESS.range()
+    begin = keys.PROGRESS.range((group,)).stop if group else whole.start
+    rows = tr.get_range(begin, whole.stop, limit=1, snapshot=True)
+    return str(keys.PROGRESS.unpack(rows[0][0])[0]) if rows else ""
+
+
 @transactional
 def read_groups_with_progress(tr: Transaction) -> list[str]:
     """Groups that have committed anything (for the lag metrics)."""
     groups: list[str] = []
-    r0 = keys.PROGRESS.range()
-    begin = r0.start
-    while True:
-        rows = tr.get_range(begin, r0.stop, limit=1, snapshot=True)
-        if not rows:
-            return groups
-        group = keys.PROGRESS.unpack(rows[0][0])[0]
+    while group := _group_after(tr, groups[-1] if groups else ""):
         groups.append(group)
-        begin = keys.PROGRESS.range((group,)).stop
+    return groups

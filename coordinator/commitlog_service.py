@@ -76,12 +76,25 @@ class CommitLog:
     def due_retries(self, group: str, lid: str, epoch: int, *, limit: int = 1000) -> list[RetryState]:
         return commitlog.due_retries(self.db, group, lid, epoch, now_ms=self.clock.now_ms(), limit=limit)
 
-    def lag(self, group: str, stream: str = "", lane: str = "") -> Lag:
-        """Lag of one group (of every group that committed, when `group` is empty)."""
+    def lag(self, group: str, stream: str = "", lane: str = "", *, partitions: bool = True) -> Lag:
+        """Lag of one group (of every group that committed, when `group` is empty); without `partitions`, the
+        lanes' totals only."""
         now = self.clock.now_ms()
         if group:
-            return commitlog.lag(self.db, group, stream=stream, lane=lane, now_ms=now)
-        return commitlog.lag_of_every_group(self.db, stream=stream, lane=lane, now_ms=now)
+            return commitlog.lag(self.db, group, stream=stream, lane=lane, now_ms=now, partitions=partitions)
+        return commitlog.lag_of_every_group(self.db, stream=stream, lane=lane, now_ms=now, partitions=partitions)
+
+    def lag_page(self, group: str, stream: str, lane: str, page_size: int, page_token: str) -> Lag:
+        """One page of per-partition lag (see `commitlog.lag_page`)."""
+        return commitlog.lag_page(
+            self.db,
+            group,
+            stream=stream,
+            lane=lane,
+            now_ms=self.clock.now_ms(),
+            page_size=page_size,
+            page_token=page_token,
+        )
 
     def configure_group(
         self, group: str, lane: str, max_attempts: int, lag_target_ms: int, expire_after_ms: int = 0

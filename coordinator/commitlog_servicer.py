@@ -86,7 +86,13 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     @grpc_errors
     def GetLag(self, request: cpb.GetLagRequest, context: grpc.ServicerContext) -> cpb.GetLagResponse:
         self._guard.require(context, auth.READ, group=request.group)
-        return convert.lag_to_pb(self._log.lag(request.group, request.stream, request.lane))
+        if request.page_size:
+            page = self._log.lag_page(
+                request.group, request.stream, request.lane, request.page_size, request.page_token
+            )
+            return convert.lag_to_pb(page)
+        lag = self._log.lag(request.group, request.stream, request.lane, partitions=not request.lanes_only)
+        return convert.lag_to_pb(lag)
 
     @grpc_errors
     def ConfigureGroup(

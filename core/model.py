@@ -715,6 +715,8 @@ class Lag:
     group: str
     partitions: tuple[PartitionLag, ...] = ()
     lanes: tuple[LaneLag, ...] = ()
+    next_page_token: str = ""
+    """For a page of partitions (see `commitlog.lag_page`): "" on the last."""
 
     @property
     def offset_lag(self) -> int:

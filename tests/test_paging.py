@@ -1,7 +1,7 @@
-"""Listing streams and clusters at fleet size: pages in name order, a prefix, a filter (a cluster for streams,
-a health state for clusters) and a count on the first page; no request reads the whole topology. A
-hypothesis model holds the pages to the plain sorted, filtered list; the CLI prints page after page with the
-count."""
+"""Listing streams, clusters and lag at fleet size: pages in name order, a prefix, a filter (a cluster for
+streams, a health state for clusters, a group, stream and lane for lag) and a count on the first page; no
+request reads the whole topology. A hypothesis model holds the pages to the plain sorted, filtered list; the
+CLI prints page after page with the count."""
 
 from __future__ import annotations
 
@@ -215,5 +215,96 @@ def test_the_count_is_kept_by_creates_and_deletes_and_counted_in_a_store_from_be
         delete_stream(t, "n1")
         assert t.stream_page().total == 2 and [s.name for s in t.stream_page().streams] == ["n2", "n3"]
         assert t.stream_page(prefix="n3").total == 1
+    finally:
+        db.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    commits=st.lists(
+        st.tuples(
+            st.sampled_from(["ga", "gb", "gc"]),
+            st.sampled_from(["s1", "s2"]),
+            st.sampled_from(["realtime", "dlq"]),
+            st.integers(0, 2),
+        ),
+        max_size=25,
+        unique=True,
+    ),
+    page_size=st.integers(1, 5),
+    group=st.sampled_from(["", "ga", "gb"]),
+    stream=st.sampled_from(["", "s1"]),
+    lane=st.sampled_from(["", "realtime"]),
+)
+def test_lag_pages_give_every_partition_once_in_order(
+    commits: list[tuple[str, str, str, int]], page_size: int, group: str, stream: str, lane: str
+) -> None:
+    """Pages of lag, of one group or of every group, filtered or not, are the one-answer lag cut in pages."""
+    from streamplane.coordinator import commitlog
+
+    db = EmbeddedDatabase(None)
+    try:
+        t = Topology(db, MemoryClusterAdmin(), ManualClock())
+        t.register_cluster(Cluster("east", "east:9092"))
+        for name in ("s1", "s2"):
+            t.create_stream(name, 3, "east")
+        for g, s, la, p in commits:
+            done = model.Commit(acked=[(0, 1)], high_watermark=5)
+            commitlog.commit(db, g, f"{s}/{la}/g1/p{p}", 0, done, now_ms=1000)
+        if group:
+            whole = commitlog.lag(db, group, stream=stream, lane=lane, now_ms=2000)
+        else:
+            whole = commitlog.lag_of_every_group(db, stream=stream, lane=lane, now_ms=2000)
+        pages, token = [], ""
+        for _ in range(200):
+            page = commitlog.lag_page(
+                db, group, stream=stream, lane=lane, now_ms=2000, page_size=page_size, page_token=token
+            )
+            pages.append(page)
+            token = page.next_page_token
+            if not token:
+                break
+        assert not token, "paging never ended"
+        assert [x for p in pages for x in p.partitions] == list(whole.partitions)
+        assert all(len(p.partitions) <= page_size and not p.lanes for p in pages)
+    finally:
+        db.close()
+
+
+def test_the_cli_prints_a_groups_lag_per_partition_page_after_page(coordinator, local_cluster) -> None:
+    bootstrap, control = local_cluster
+    with CoordinatorClient(coordinator.address) as c:
+        c.register_cluster(Cluster("lp-home", bootstrap, admin=model.ADMIN_LOCAL, control_endpoint=control.endpoint))
+        c.create_stream("lp-s", 4, cluster="lp-home")
+        for p in range(4):
+            lease = model.LeaseCommit(f"lp-s/realtime/g1/p{p}", 0, model.Commit(acked=[(0, p + 1)], high_watermark=10))
+            c.commit("lp-g", lease)
+        pages = list(c.lag_pages("lp-g", page_size=3))
+        assert [len(p.partitions) for p in pages] == [3, 1] and pages[0].next_page_token == "lp-g lp-s/realtime/g1/p2"
+        assert c.lag("lp-g", partitions=False).partitions == () and c.lag("lp-g", partitions=False).offset_lag == 30
+    done = cli("lag", "lp-g", "--partitions", coordinator=coordinator.address)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "group lp-g: offset lag 30" in lines[0]
+    assert [line.split()[0] for line in lines if line.startswith("lp-s/")] == [
+        f"lp-s/realtime/g1/p{p}" for p in range(4)
+    ]
+    assert "4 partition(s)" in done.stderr
+    done = cli("lag", "--partitions", "--stream", "lp-s", coordinator=coordinator.address)
+    assert done.returncode == 0 and "GROUP" in done.stdout and "lp-g" in done.stdout, done.stderr
+
+
+def test_bad_lag_page_tokens_say_why() -> None:
+    from streamplane.coordinator import commitlog
+
+    db = EmbeddedDatabase(None)
+    try:
+        for bad, token in (
+            ("is not from a page of group 'ga'", "gb s1/realtime/g1/p0"),
+            ("lease_id 'nope' is not of the form", "ga nope"),
+            ("page_token's group", "BAD! s1/realtime/g1/p0"),
+        ):
+            with pytest.raises(InvalidArgumentError, match=bad):
+                commitlog.lag_page(db, "ga", page_size=1, page_token=token, now_ms=0)
     finally:
         db.close()

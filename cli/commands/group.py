@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -69,7 +70,10 @@ def cmd_lag(args: argparse.Namespace) -> None:
         raise errors.InvalidArgumentError(f"--watch takes a positive number of seconds, not {args.watch}")
     with connect(args) as client:
         while True:
-            lag = client.lag(args.group or "", args.stream, args.lane)
+            lag = client.lag(args.group or "", args.stream, args.lane, partitions=False)
+            if args.output == "json" and args.partitions:  # one document: the totals and every partition
+                pages = client.lag_pages(args.group or "", args.stream, args.lane)
+                lag = dataclasses.replace(lag, partitions=tuple(x for page in pages for x in page.partitions))
             if not json_shown(args, lag):
                 if args.watch is not None:
                     print("\033[H\033[2J", end="")  # clear the screen between refreshes
@@ -86,21 +90,29 @@ def cmd_lag(args: argparse.Namespace) -> None:
                         "lost: records of abandoned generations this group never processed (see `streamplane events`)"
                     )
                     print_table(["PARTITION", "NEVER PROCESSED"], lost)
-                if args.partitions:
+                if args.partitions:  # page after page, each printed as it arrives
                     print()
-                    print_table(
-                        ["PARTITION", "LOW WATERMARK", "HIGH WATERMARK", "OFFSET LAG", "TIME LAG"],
-                        [
-                            [
-                                x.lease_id,
-                                x.low_watermark,
-                                x.high_watermark,
-                                f"{x.offset_lag:,}",
-                                _seconds(x.time_lag_ms),
-                            ]
-                            for x in lag.partitions
-                        ],
-                    )
+                    shown = 0
+                    for page in client.lag_pages(args.group or "", args.stream, args.lane):
+                        if page.partitions or (not shown and not page.next_page_token):
+                            print_table(
+                                ["PARTITION", "LOW WATERMARK", "HIGH WATERMARK", "OFFSET LAG", "TIME LAG"]
+                                + ([] if args.group else ["GROUP"]),
+                                [
+                                    [
+                                        x.lease_id,
+                                        x.low_watermark,
+                                        x.high_watermark,
+                                        f"{x.offset_lag:,}",
+                                        _seconds(x.time_lag_ms),
+                                    ]
+                                    + ([] if args.group else [x.group])
+                                    for x in page.partitions
+                                ],
+                                header=shown == 0,
+                            )
+                        shown += len(page.partitions)
+                    print(f"{shown:,} partition(s)", file=sys.stderr)
             if args.watch is None:
                 return
             _time.sleep(args.watch)
@@ -125,7 +137,7 @@ def cmd_doctor(args: argparse.Namespace) -> None:
 
 def _lost(client: CoordinatorClient, group: str, stream: str, lag: model.Lag) -> list[list[str]]:
     """[partition, range] the group never processed in abandoned generations of the streams it reads."""
-    streams = {stream} if stream else {model.PartitionRef.parse(x.lease_id).stream for x in lag.partitions}
+    streams = {stream} if stream else {x.stream for x in lag.lanes}
     rows = []
     for name in sorted(streams):
         for lane in client.describe_stream(name).lanes:

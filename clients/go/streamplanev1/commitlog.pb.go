@@ -1169,10 +1169,18 @@ func (x *DueRetriesResponse) GetDue() []*RetryState {
 
 type GetLagRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// "" for every group that committed.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	// Optional filters.
-	Stream        string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
-	Lane          string `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Lane   string `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	// 0: every partition and the lanes' totals in one answer. Otherwise one page of at most this many partitions
+	// (up to 1000) in (group, partition) order from after page_token, and no lanes' totals.
+	PageSize uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page ("" for the first).
+	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// The lanes' totals only, no partition (the answer's size is the lanes', whatever the partitions').
+	LanesOnly     bool `protobuf:"varint,6,opt,name=lanes_only,json=lanesOnly,proto3" json:"lanes_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1226,6 +1234,27 @@ func (x *GetLagRequest) GetLane() string {
 		return x.Lane
 	}
 	return ""
+}
+
+func (x *GetLagRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetLagRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *GetLagRequest) GetLanesOnly() bool {
+	if x != nil {
+		return x.LanesOnly
+	}
+	return false
 }
 
 type PartitionLag struct {
@@ -1390,12 +1419,14 @@ func (x *LaneLag) GetGroup() string {
 }
 
 type GetLagResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	Partitions    []*PartitionLag        `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	Lanes         []*LaneLag             `protobuf:"bytes,3,rep,name=lanes,proto3" json:"lanes,omitempty"`
-	OffsetLag     int64                  `protobuf:"varint,4,opt,name=offset_lag,json=offsetLag,proto3" json:"offset_lag,omitempty"`
-	TimeLagMs     int64                  `protobuf:"varint,5,opt,name=time_lag_ms,json=timeLagMs,proto3" json:"time_lag_ms,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Group      string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Partitions []*PartitionLag        `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Lanes      []*LaneLag             `protobuf:"bytes,3,rep,name=lanes,proto3" json:"lanes,omitempty"`
+	OffsetLag  int64                  `protobuf:"varint,4,opt,name=offset_lag,json=offsetLag,proto3" json:"offset_lag,omitempty"`
+	TimeLagMs  int64                  `protobuf:"varint,5,opt,name=time_lag_ms,json=timeLagMs,proto3" json:"time_lag_ms,omitempty"`
+	// With page_size: "" on the last page.
+	NextPageToken string `protobuf:"bytes,6,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1463,6 +1494,13 @@ func (x *GetLagResponse) GetTimeLagMs() int64 {
 		return x.TimeLagMs
 	}
 	return 0
+}
+
+func (x *GetLagResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ConfigureGroupRequest struct {
@@ -1686,11 +1724,16 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\"B\n" +
 	"\x12DueRetriesResponse\x12,\n" +
-	"\x03due\x18\x01 \x03(\v2\x1a.streamplane.v1.RetryStateR\x03due\"Q\n" +
+	"\x03due\x18\x01 \x03(\v2\x1a.streamplane.v1.RetryStateR\x03due\"\xac\x01\n" +
 	"\rGetLagRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +
-	"\x04lane\x18\x03 \x01(\tR\x04lane\"\xca\x01\n" +
+	"\x04lane\x18\x03 \x01(\tR\x04lane\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12\x1d\n" +
+	"\n" +
+	"lanes_only\x18\x06 \x01(\bR\tlanesOnly\"\xca\x01\n" +
 	"\fPartitionLag\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
 	"\rlow_watermark\x18\x02 \x01(\x03R\flowWatermark\x12%\n" +
@@ -1705,7 +1748,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
 	"offset_lag\x18\x03 \x01(\x03R\toffsetLag\x12\x1e\n" +
 	"\vtime_lag_ms\x18\x04 \x01(\x03R\ttimeLagMs\x12\x14\n" +
-	"\x05group\x18\x05 \x01(\tR\x05group\"\xd2\x01\n" +
+	"\x05group\x18\x05 \x01(\tR\x05group\"\xfa\x01\n" +
 	"\x0eGetLagResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12<\n" +
 	"\n" +
@@ -1714,7 +1757,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x05lanes\x18\x03 \x03(\v2\x17.streamplane.v1.LaneLagR\x05lanes\x12\x1d\n" +
 	"\n" +
 	"offset_lag\x18\x04 \x01(\x03R\toffsetLag\x12\x1e\n" +
-	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\"\xb0\x01\n" +
+	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\x12&\n" +
+	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
 	"\x15ConfigureGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12!\n" +

@@ -209,14 +209,20 @@ class DueRetriesResponse(_message.Message):
     def __init__(self, due: _Optional[_Iterable[_Union[RetryState, _Mapping]]] = ...) -> None: ...
 
 class GetLagRequest(_message.Message):
-    __slots__ = ("group", "stream", "lane")
+    __slots__ = ("group", "stream", "lane", "page_size", "page_token", "lanes_only")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LANES_ONLY_FIELD_NUMBER: _ClassVar[int]
     group: str
     stream: str
     lane: str
-    def __init__(self, group: _Optional[str] = ..., stream: _Optional[str] = ..., lane: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    lanes_only: bool
+    def __init__(self, group: _Optional[str] = ..., stream: _Optional[str] = ..., lane: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., lanes_only: _Optional[bool] = ...) -> None: ...
 
 class PartitionLag(_message.Message):
     __slots__ = ("lease_id", "low_watermark", "high_watermark", "offset_lag", "time_lag_ms", "group")
@@ -249,18 +255,20 @@ class LaneLag(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class GetLagResponse(_message.Message):
-    __slots__ = ("group", "partitions", "lanes", "offset_lag", "time_lag_ms")
+    __slots__ = ("group", "partitions", "lanes", "offset_lag", "time_lag_ms", "next_page_token")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     LANES_FIELD_NUMBER: _ClassVar[int]
     OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
     TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     group: str
     partitions: _containers.RepeatedCompositeFieldContainer[PartitionLag]
     lanes: _containers.RepeatedCompositeFieldContainer[LaneLag]
     offset_lag: int
     time_lag_ms: int
-    def __init__(self, group: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., lanes: _Optional[_Iterable[_Union[LaneLag, _Mapping]]] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, group: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., lanes: _Optional[_Iterable[_Union[LaneLag, _Mapping]]] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ConfigureGroupRequest(_message.Message):
     __slots__ = ("group", "lane", "max_attempts", "lag_target_ms", "expire_after_ms")

@@ -791,6 +791,7 @@ def retry_state_from_pb(x: cpb.RetryState) -> m.RetryState:
 def lag_to_pb(lag: m.Lag) -> cpb.GetLagResponse:
     return cpb.GetLagResponse(
         group=lag.group,
+        next_page_token=lag.next_page_token,
         partitions=[
             cpb.PartitionLag(
                 group=x.group,
@@ -819,4 +820,5 @@ def lag_from_pb(x: cpb.GetLagResponse) -> m.Lag:
             for y in x.partitions
         ),
         lanes=tuple(m.LaneLag(y.group, y.stream, y.lane, y.offset_lag, y.time_lag_ms) for y in x.lanes),
+        next_page_token=x.next_page_token,
     )
