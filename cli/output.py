@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from streamplane.model import to_jsonable
+
+T = TypeVar("T")
 
 
 def print_json(value: Any) -> None:
@@ -33,3 +35,24 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, header
     if not rows:
         print("(none)")
     sys.stdout.flush()
+
+
+def print_pages(
+    args: Any, pages: Iterable[tuple[Sequence[T], bool]], headers: Sequence[str], row: Callable[[T], Sequence[Any]]
+) -> int:
+    """A paged list for people: each page's rows printed as the page arrives, under one header, up to
+    `args.limit` (a fleet's list never sits in memory at once); with --output json, one document of them all
+    at the end. `pages` gives (the page's items, whether it is the last). The number shown."""
+    shown = 0
+    found: list[T] = []
+    for items, last in pages:
+        items = items[: args.limit - shown] if args.limit else items
+        if args.output == "json":
+            found.extend(items)
+        elif items or (not shown and last):
+            print_table(headers, [row(x) for x in items], header=shown == 0)
+        shown += len(items)
+        if args.limit and shown >= args.limit:
+            break
+    json_shown(args, found)
+    return shown

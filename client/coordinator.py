@@ -232,11 +232,23 @@ class CoordinatorClient:
 
     def cluster_pages(self, *, prefix: str = "", health: str = "", page_size: int = 0) -> Iterator[m.ClusterPage]:
         """Pages of clusters in name order, fetched one at a time as the caller goes on."""
+        return self._pages(
+            self.topology.ListClusters,
+            lambda token: pb.ListClustersRequest(prefix=prefix, page_size=page_size, page_token=token, health=health),
+            lambda got: m.ClusterPage(
+                [convert.cluster_from_pb(c) for c in got.clusters], got.next_page_token, got.total
+            ),
+        )
+
+    def _pages(
+        self, method: Callable[..., Any], request: Callable[[str], Any], page: Callable[[Any], T]
+    ) -> Iterator[T]:
+        """Every page of a paged call, asked for one at a time as the caller goes on: `request(token)` from ""
+        until an answer's next_page_token is "" again."""
         token = ""
         while True:
-            request = pb.ListClustersRequest(prefix=prefix, page_size=page_size, page_token=token, health=health)
-            got = self._call(self.topology.ListClusters, request, idempotent=True)
-            yield m.ClusterPage([convert.cluster_from_pb(c) for c in got.clusters], got.next_page_token, got.total)
+            got = self._call(method, request(token), idempotent=True)
+            yield page(got)
             token = got.next_page_token
             if not token:
                 return
@@ -294,14 +306,11 @@ class CoordinatorClient:
 
     def stream_pages(self, *, prefix: str = "", cluster: str = "", page_size: int = 0) -> Iterator[m.StreamPage]:
         """Pages of streams in name order, fetched one at a time as the caller goes on."""
-        token = ""
-        while True:
-            request = pb.ListStreamsRequest(prefix=prefix, page_size=page_size, page_token=token, cluster=cluster)
-            got = self._call(self.topology.ListStreams, request, idempotent=True)
-            yield m.StreamPage([convert.stream_from_pb(s) for s in got.streams], got.next_page_token, got.total)
-            token = got.next_page_token
-            if not token:
-                return
+        return self._pages(
+            self.topology.ListStreams,
+            lambda token: pb.ListStreamsRequest(prefix=prefix, page_size=page_size, page_token=token, cluster=cluster),
+            lambda got: m.StreamPage([convert.stream_from_pb(s) for s in got.streams], got.next_page_token, got.total),
+        )
 
     def add_lane(self, stream: str, lane: str, priority: int, partitions: int = 0, cluster: str = "") -> m.StreamAt:
         request = pb.AddLaneRequest(stream=stream, lane=lane, priority=priority, partitions=partitions, cluster=cluster)
@@ -371,14 +380,13 @@ class CoordinatorClient:
 
     def lag_pages(self, group: str = "", stream: str = "", lane: str = "", page_size: int = 1000) -> Iterator[m.Lag]:
         """Per-partition lag page by page (no lanes' totals), fetched one at a time as the caller goes on."""
-        token = ""
-        while True:
-            request = cpb.GetLagRequest(group=group, stream=stream, lane=lane, page_size=page_size, page_token=token)
-            page = convert.lag_from_pb(self._call(self.commitlog.GetLag, request, idempotent=True))
-            yield page
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(
+            self.commitlog.GetLag,
+            lambda token: cpb.GetLagRequest(
+                group=group, stream=stream, lane=lane, page_size=page_size, page_token=token
+            ),
+            convert.lag_from_pb,
+        )
 
     def configure_group(
         self, group: str, lane: str = "", max_attempts: int = 0, lag_target_ms: int = 0, expire_after_ms: int = 0

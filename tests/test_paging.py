@@ -5,7 +5,9 @@ CLI prints page after page with the count."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -26,15 +28,23 @@ from tests.helpers import cli
 names_st = st.lists(st.from_regex(r"[a-c][a-c0-9-]{0,3}", fullmatch=True), min_size=0, max_size=30, unique=True)
 
 
-def _pages(t: Topology, **kw: object) -> list[model.StreamPage]:
+P = TypeVar("P", model.StreamPage, model.ClusterPage, model.Lag)
+
+
+def _every_page(fetch: Callable[[str], P]) -> list[P]:
+    """`fetch(token)` from the first page ("") to the last (the one with no next token)."""
     pages, token = [], ""
     for _ in range(1000):
-        page = t.stream_page(page_token=token, **kw)  # type: ignore[arg-type]
+        page = fetch(token)
         pages.append(page)
         token = page.next_page_token
         if not token:
             return pages
     raise AssertionError("paging never ended")
+
+
+def _pages(t: Topology, **kw: object) -> list[model.StreamPage]:
+    return _every_page(lambda token: t.stream_page(page_token=token, **kw))  # type: ignore[arg-type]
 
 
 @settings(max_examples=40, deadline=None)
@@ -73,14 +83,7 @@ def test_pages_give_exactly_the_sorted_filtered_streams_once_each(
 
 
 def _cluster_pages(t: Topology, **kw: object) -> list[model.ClusterPage]:
-    pages, token = [], ""
-    for _ in range(1000):
-        page = t.cluster_page(page_token=token, **kw)  # type: ignore[arg-type]
-        pages.append(page)
-        token = page.next_page_token
-        if not token:
-            return pages
-    raise AssertionError("paging never ended")
+    return _every_page(lambda token: t.cluster_page(page_token=token, **kw))  # type: ignore[arg-type]
 
 
 @settings(max_examples=40, deadline=None)
@@ -255,16 +258,11 @@ def test_lag_pages_give_every_partition_once_in_order(
             whole = commitlog.lag(db, group, stream=stream, lane=lane, now_ms=2000)
         else:
             whole = commitlog.lag_of_every_group(db, stream=stream, lane=lane, now_ms=2000)
-        pages, token = [], ""
-        for _ in range(200):
-            page = commitlog.lag_page(
+        pages = _every_page(
+            lambda token: commitlog.lag_page(
                 db, group, stream=stream, lane=lane, now_ms=2000, page_size=page_size, page_token=token
             )
-            pages.append(page)
-            token = page.next_page_token
-            if not token:
-                break
-        assert not token, "paging never ended"
+        )
         assert [x for p in pages for x in p.partitions] == list(whole.partitions)
         assert all(len(p.partitions) <= page_size and not p.lanes for p in pages)
     finally:

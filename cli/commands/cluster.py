@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Iterator
 
 from streamplane import errors, model
 from streamplane.cli.common import Add, Subparsers, connect, positive
-from streamplane.cli.output import json_shown, print_table
+from streamplane.cli.output import json_shown, print_pages, print_table
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.doctor import SealedWait, sealed_waits
 
@@ -30,39 +31,33 @@ def cmd_cluster_register(args: argparse.Namespace) -> None:
 
 def cmd_cluster_list(args: argparse.Namespace) -> None:
     """Page after page, each printed as it arrives (for --output json, one document at the end)."""
-    shown, total = 0, 0
-    found: list[model.Cluster] = []
-    with connect(args) as client:
+    totals: list[int] = []
+
+    def pages(client: CoordinatorClient) -> Iterator[tuple[list[model.Cluster], bool]]:
         for page in client.cluster_pages(prefix=args.prefix, health=args.state, page_size=args.page_size):
-            total = total or page.total
-            clusters = page.clusters[: args.limit - shown] if args.limit else page.clusters
-            if args.output == "json":
-                found.extend(clusters)
-            elif clusters or (not shown and not page.next_page_token):
-                print_table(
-                    ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "REASONS"],
-                    [
-                        [
-                            c.name,
-                            c.bootstrap_servers,
-                            c.zone or "-",
-                            f"{c.capacity_weight:g}",
-                            c.health + (" (cordoned)" if c.cordoned else ""),
-                            c.admin,
-                            "; ".join(c.health_reasons) or "-",
-                        ]
-                        for c in clusters
-                    ],
-                    header=shown == 0,
-                )
-            shown += len(clusters)
-            if args.limit and shown >= args.limit:
-                break
-    if json_shown(args, found):
-        return
-    where = f" starting with {args.prefix!r}" if args.prefix else ""
-    state = f" ({shown:,} {args.state})" if args.state else ""
-    print(f"{shown:,} shown of {total:,} cluster(s){where}{state}", file=sys.stderr)
+            totals.append(page.total)
+            yield page.clusters, not page.next_page_token
+
+    def row(c: model.Cluster) -> list[str]:
+        cordoned = " (cordoned)" if c.cordoned else ""
+        reasons = "; ".join(c.health_reasons) or "-"
+        return [
+            c.name,
+            c.bootstrap_servers,
+            c.zone or "-",
+            f"{c.capacity_weight:g}",
+            c.health + cordoned,
+            c.admin,
+            reasons,
+        ]
+
+    with connect(args) as client:
+        headers = ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "REASONS"]
+        shown = print_pages(args, pages(client), headers, row)
+    if args.output != "json":
+        where = f" starting with {args.prefix!r}" if args.prefix else ""
+        state = f" ({shown:,} {args.state})" if args.state else ""
+        print(f"{shown:,} shown of {totals[0] if totals else 0:,} cluster(s){where}{state}", file=sys.stderr)
 
 
 def cmd_cluster_health(args: argparse.Namespace) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 from streamplane import model
 from streamplane.cli.common import Add, Subparsers, connect, positive
-from streamplane.cli.output import json_shown, print_table
+from streamplane.cli.output import json_shown, print_pages, print_table
+from streamplane.client.coordinator import CoordinatorClient
 
 
 def _print_stream(stream: model.Stream) -> None:
@@ -48,28 +51,22 @@ def cmd_stream_create(args: argparse.Namespace) -> None:
 def cmd_stream_list(args: argparse.Namespace) -> None:
     """Page after page, each printed as it arrives (a fleet's streams never sit in memory at once, except for
     --output json, which prints one document)."""
-    shown, total = 0, 0
-    found: list[model.Stream] = []
-    with connect(args) as client:
+    totals: list[int] = []
+
+    def pages(client: CoordinatorClient) -> Iterator[tuple[list[model.Stream], bool]]:
         for page in client.stream_pages(prefix=args.prefix, cluster=args.cluster, page_size=args.page_size):
-            total = total or page.total
-            streams = page.streams[: args.limit - shown] if args.limit else page.streams
-            if args.output == "json":
-                found.extend(streams)
-            elif streams or (not shown and not page.next_page_token):
-                rows = [
-                    [s.name, len(s.lanes), " ".join(f"{x.name}:g{x.active.number}@{x.active.cluster}" for x in s.lanes)]
-                    for s in streams
-                ]
-                print_table(["STREAM", "LANES", "ACTIVE GENERATIONS"], rows, header=shown == 0)
-            shown += len(streams)
-            if args.limit and shown >= args.limit:
-                break
-    if json_shown(args, found):
-        return
-    where = f" starting with {args.prefix!r}" if args.prefix else ""
-    on = f" ({shown:,} on cluster {args.cluster})" if args.cluster else ""
-    print(f"{shown:,} shown of {total:,} stream(s){where}{on}", file=sys.stderr)
+            totals.append(page.total)
+            yield page.streams, not page.next_page_token
+
+    def row(s: model.Stream) -> list[Any]:
+        return [s.name, len(s.lanes), " ".join(f"{x.name}:g{x.active.number}@{x.active.cluster}" for x in s.lanes)]
+
+    with connect(args) as client:
+        shown = print_pages(args, pages(client), ["STREAM", "LANES", "ACTIVE GENERATIONS"], row)
+    if args.output != "json":
+        where = f" starting with {args.prefix!r}" if args.prefix else ""
+        on = f" ({shown:,} on cluster {args.cluster})" if args.cluster else ""
+        print(f"{shown:,} shown of {totals[0] if totals else 0:,} stream(s){where}{on}", file=sys.stderr)
 
 
 def cmd_stream_describe(args: argparse.Namespace) -> None:
