@@ -8,13 +8,21 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
+
+// keepaliveParams ping the replica in use when no data came for Time and drop it after Timeout without an
+// answer: a stopped replica (SIGSTOP, a stalled VM) keeps its TCP connection open, and without pings every
+// call would wait out its deadline there. grpc-go pings at most every 10 s; the coordinator accepts pings
+// every second (the Python client pings every 2 s).
+var keepaliveParams = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}
 
 // Dial connects to a coordinator with the credentials the environment names, as the Python client finds
 // them: STREAMPLANE_TOKEN (or the file STREAMPLANE_TOKEN_FILE names) is sent as `authorization: Bearer`;
@@ -68,7 +76,7 @@ func Dial(target string) (*grpc.ClientConn, error) {
 		}
 		transport, secure = credentials.NewTLS(config), true
 	}
-	options := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
+	options := []grpc.DialOption{grpc.WithTransportCredentials(transport), grpc.WithKeepaliveParams(keepaliveParams)}
 	if token != "" {
 		options = append(options, grpc.WithPerRPCCredentials(bearer{token, secure}))
 	}
