@@ -14,9 +14,10 @@ The producer holds a session with the coordinator: it reports the topology versi
 generations it still has records in flight to. That lets the coordinator seal a draining generation (fix
 its end offsets) once no producer can write to it again. A session no replica has heard from for its TTL
 no longer holds a seal back, so the producer fences itself first: once half the TTL has passed since the
-start of its last heartbeat that was answered, `produce()` waits instead of writing (a failover it has not
-heard of may have sealed the generation it routes to), and when a heartbeat is answered again it looks its
-routes up afresh before writing on. A record is never written past a seal that did not wait for it.
+start of its last heartbeat that was answered, it stops writing (a failover it has not heard of may have
+sealed the generation it routes to). `produce()` still returns at once: records are held, in order, up to
+MAX_HELD_BYTES (then it waits). When a heartbeat is answered again the producer looks its routes up afresh
+and writes the held records first. A record is never written past a seal that did not wait for it.
 
 librdkafka's settings pass through under their names; zstd is the default compression, and `batch.size`
 (which librdkafka counts before compression) is capped so no batch inflates past what consumers accept.
@@ -26,6 +27,7 @@ librdkafka's queue is full (never under the producer's lock: a callback may prod
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import socket
@@ -146,6 +148,9 @@ class Producer:
         self._active: dict[tuple[str, str], _Sender] = {}  # the sender of each lane's current route
         self._lanes = Lanes(self._produce, self._lock)  # the fast path to each one's quiet librdkafka producer
         self._resend: list[tuple[Any, Route, Any]] = []
+        self._held: collections.deque[_Held] = collections.deque()
+        """Records produced while fenced (or while earlier held ones are still being written), oldest first."""
+        self._held_bytes = 0
         self.failed = 0
         """Records whose delivery finally failed (each also logged, and reported to its on_delivery)."""
         self._version = ""  # the event version the routes are current as of
@@ -383,6 +388,11 @@ class Producer:
                 self._spares.setdefault(c.bootstrap_servers, spare)
             log.info("producer.warmed", cluster=c.name, because=f"{sick} is not healthy")
 
+    def _current_sender(self, stream: str, lane: str) -> _Sender | None:
+        """The sender of the lane's current route, not put on the fast path (call with the lock held)."""
+        route = self._routes.get((stream, lane))
+        return self._sender(route) if route is not None else None
+
     def _sender(self, route: Route) -> _Sender:
         """The librdkafka producers of a route (call with the lock held)."""
         sender = self._senders.get(route.key)
@@ -404,7 +414,9 @@ class Producer:
 
         Delivery is asynchronous: `on_delivery(err, msg)` is called once the record is acknowledged (err is
         None) or has finally failed. Records with and without `on_delivery` go through separate librdkafka
-        instances, so their relative order is not kept (order among records of one kind is).
+        instances, so their relative order is not kept (order among records of one kind is). While the
+        producer is fenced (no coordinator replica answers) a record is held and the route returned is the
+        one known then; it is written, in order, to the lane's route once a heartbeat is answered.
         """
         route: Route = self._lanes(stream, value, key, lane, headers, on_delivery)
         return route
@@ -425,6 +437,9 @@ class Producer:
             raise StreamplaneError("the producer is closed")
         if isinstance(headers, dict):
             headers = list(headers.items())
+        held = self._hold(stream, lane, value, key, headers, on_delivery)
+        if held is not None:
+            return held
 
         def active() -> _Sender | None:  # called under the lock
             sender = self._active.get((stream, lane))
@@ -441,6 +456,61 @@ class Producer:
             sender.slow_produced += 1
         return sender.route
 
+    def _hold(
+        self,
+        stream: str,
+        lane: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+        on_delivery: Callable[[Any, Any], None] | None,
+    ) -> Route | None:
+        """While fenced, or while records held then are still being written (order is kept), a record of a
+        routed lane joins the held ones and its lane's route as known now is returned; up to MAX_HELD_BYTES,
+        past which it waits for room. None when it is not held: the caller writes it (or, for a lane not routed
+        yet while fenced, waits in `_send`)."""
+        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers or [])
+        while True:
+            with self._lock:
+                route = self._routes.get((stream, lane))
+                if route is None or not (self._fenced or self._held):
+                    return None
+                room = not self._held or self._held_bytes + size <= MAX_HELD_BYTES
+                if room or threading.current_thread() is self._poller:  # (a delivery callback never waits on
+                    # the thread that writes the held records: that would wait for itself)
+                    self._held.append(_Held(stream, lane, value, key, headers, self.clock.now_ms(), on_delivery, size))
+                    self._held_bytes += size
+                    return route
+            if self._closed.is_set():
+                raise StreamplaneError("the producer is closed")
+            if self._fatal is not None:
+                raise self._fatal
+            self._beat_now.set()
+            self._closed.wait(0.01)  # full: the poll loop writes held records once a heartbeat is answered
+
+    def _write_held(self) -> None:
+        """From the poll loop, while not fenced: the held records, oldest first, to their lanes' current routes
+        (never through the fast path while any is held, so later records cannot pass them). A record whose
+        lane is gone (its stream deleted) fails, reported as any failed delivery."""
+        while True:
+            with self._lock:
+                if self._fenced or not self._held:
+                    return
+                h = self._held[0]
+            current = functools.partial(self._current_sender, h.stream, h.lane)
+            sender = self._send(current, h.value, h.key, h.headers, h.ts, h.on_delivery, wait_if_fenced=False)
+            with self._lock:
+                if sender is None and self._fenced:
+                    return  # fenced again meanwhile: still held, in order
+                self._held.popleft()
+                self._held_bytes -= h.size
+                if sender is not None:
+                    sender.slow_produced += 1
+                else:
+                    self.failed += 1
+            if sender is None:
+                log.error("producer.delivery_failed", stream=h.stream, lane=h.lane, error="the lane is gone")
+
     def _send(
         self,
         pick: Callable[[], _Sender | None],
@@ -449,8 +519,11 @@ class Producer:
         headers: list[tuple[str, bytes | None]] | None,
         ts: int,
         on_delivery: Callable[[Any, Any], None] | None,
+        *,
+        wait_if_fenced: bool = True,
     ) -> _Sender | None:
-        """Hand a record to the sender `pick()` names; that sender, or None when it names none.
+        """Hand a record to the sender `pick()` names; that sender, or None when it names none (or, without
+        `wait_if_fenced`, when the producer is fenced).
 
         Under the lock that switches routes and snapshots what is in flight (see _heartbeat): a record is
         either counted in flight to its generation or routed to the new one, never neither. While librdkafka's
@@ -460,7 +533,7 @@ class Producer:
             with self._lock:
                 fenced = self._fenced
                 sender = None if fenced else pick()
-                if sender is None and not fenced:
+                if sender is None and (not fenced or not wait_if_fenced):
                     return None
                 if sender is not None:
                     try:
@@ -513,6 +586,7 @@ class Producer:
         last_count = self.clock.monotonic()
         while not self._closed.is_set():
             self._fence()
+            self._write_held()
             with self._lock:
                 senders = list(self._senders.values())
                 spares = [p for s in self._spares.values() for p in s.producers()]
@@ -577,7 +651,7 @@ class Producer:
         while True:
             with self._lock:
                 senders = list(self._senders.values())
-                left = len(self._resend)
+                left = len(self._resend) + len(self._held)
             left += sum(sender.flush(max(0.0, min(0.1, deadline - self.clock.monotonic()))) for sender in senders)
             if left == 0 or self.clock.monotonic() >= deadline:
                 return left
@@ -612,6 +686,23 @@ class Producer:
         self.close()
 
 
+@dataclass(frozen=True)
+class _Held:
+    """A record produced while the producer was fenced, waiting to be written."""
+
+    stream: str
+    lane: str
+    value: bytes | None
+    key: bytes | None
+    headers: list[tuple[str, bytes | None]] | None
+    ts: int
+    """When produce() was called (its CreateTime, as for any record)."""
+    on_delivery: Callable[[Any, Any], None] | None
+    size: int
+
+
+MAX_HELD_BYTES = 64 * 1024 * 1024
+"""Bytes of records (values, keys and headers) a fenced producer holds before produce() waits for room."""
 FENCE_AT = 0.5
 """The share of its session's TTL after which a producer that no replica has answered stops writing: the rest
 is left for what librdkafka already holds to land before the session may expire and a seal pass it by."""

@@ -86,10 +86,14 @@ def test_a_producer_no_replica_answers_writes_nothing_past_a_seal_that_did_not_w
                 if err is None:
                     acked.append(msg.value())  # type: ignore[attr-defined]
 
+            calls: list[float] = []  # how long each produce() took: a fenced producer holds, it does not block
+
             def write() -> None:
                 i = 0
                 while not stop.is_set():
+                    began = time.monotonic()
                     producer.produce("cutoff", b"%d" % i, key=b"%d" % i, on_delivery=delivered)
+                    calls.append(time.monotonic() - began)
                     i += 1
                     stop.wait(0.002)  # a steady trickle, about 500 records a second
 
@@ -99,6 +103,8 @@ def test_a_producer_no_replica_answers_writes_nothing_past_a_seal_that_did_not_w
             relay.stall()
             client.failover("cutoff", "realtime", "west", reason="test")
             wait_until(lambda: generation(client, "cutoff", 1).state == model.SEALED, timeout=TTL_MS / 1000 + 10)
+            during = len(calls)
+            wait_until(lambda: len(calls) >= during + 100)  # records keep being accepted while cut off
             relay.release()
             at_release = len(acked)
             wait_until(lambda: producer.route("cutoff").generation == 2 and len(acked) >= at_release + 100)
@@ -110,7 +116,8 @@ def test_a_producer_no_replica_answers_writes_nothing_past_a_seal_that_did_not_w
             written_g1 = kafka_end_offsets(clusters["east"], g1.topic, g1.partitions)
             assert written_g1 == list(g1.end_offsets), "records were written to g1 after its seal"
             written_g2 = kafka_end_offsets(clusters["west"], g2.topic, g2.partitions)
-            assert sum(written_g1) + sum(written_g2) == len(acked) == len(set(acked))
+            assert sum(written_g1) + sum(written_g2) == len(acked) == len(set(acked)) == len(calls), "none lost"
+            assert max(calls) < 2.0, f"produce() blocked for {max(calls):.1f} s while the producer was fenced"
     finally:
         stop.set()
         relay.close()
