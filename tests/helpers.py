@@ -74,9 +74,10 @@ def cli(
 class Proc:
     """A long-running child process whose stdout lines are collected in the background."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
         self.popen = subprocess.Popen(
             list(args),
+            cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -174,3 +174,35 @@ def test_a_replica_that_stops_answering_is_left_within_seconds_not_at_the_deadli
         first.close()
         second.close()
         running.stop(0)
+
+
+def test_the_go_client_leaves_a_replica_that_stops_answering(tmp_path: Path) -> None:
+    """The Go client's keepalive: its replica stops answering (a stalled relay, as a SIGSTOPped replica looks);
+    the call under way fails UNAVAILABLE long before its 30 s deadline (grpc-go pings at most every 10 s, so
+    after about 12 s), and the call asked again reaches the other replica."""
+    import shutil
+
+    from tests.helpers import REPO, Proc
+
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("the Go client is not exercised: no Go toolchain on this machine")
+    running = server.start(open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")))
+    first, second = Relay(running.address), Relay(running.address)
+    stalled = tmp_path / "stalled"
+    env = {"STREAMPLANE_COORDINATOR": f"{first.address},{second.address}", "STREAMPLANE_GO_STALLED": str(stalled)}
+    command = [go, "test", "-count=1", "-v", "-run", "TestWhoAmIAcrossAStall", "."]
+    asker = Proc(command, env=env, cwd=REPO / "clients" / "go")
+    try:
+        asker.wait_for("asked once", timeout=240)  # the first run compiles
+        first.stall()
+        stalled.touch()
+        took = float(asker.wait_for(r"asked again in ([\d.]+) s", timeout=60).group(1))
+        assert took < 20, f"the Go client waited {took} s on the stopped replica"
+        assert asker.popen.wait(timeout=60) == 0
+    finally:
+        if asker.popen.poll() is None:
+            asker.popen.kill()
+        first.close()
+        second.close()
+        running.stop(0)

@@ -12,6 +12,8 @@ import (
 	pb "github.com/streamplane/streamplane/clients/go/streamplanev1"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestWhoAmI prints who the coordinator at STREAMPLANE_COORDINATOR takes this client for (driven by
@@ -33,6 +35,48 @@ func TestWhoAmI(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("whoami name=%s role=%s via=%s\n", me.GetName(), me.GetRole(), me.GetVia())
+}
+
+// TestWhoAmIAcrossAStall asks WhoAmI, waits for the file STREAMPLANE_GO_STALLED (the driver, tests/test_replicas.py,
+// has stopped the replica in use meanwhile), then asks again with a 30 s deadline and prints how long it took:
+// keepalive pings must drop the stopped replica well before that deadline. The call under way then fails
+// UNAVAILABLE, as a call to a replica that died does, and is asked once more, as callers of idempotent calls do.
+func TestWhoAmIAcrossAStall(t *testing.T) {
+	coordinator, stalled := os.Getenv("STREAMPLANE_COORDINATOR"), os.Getenv("STREAMPLANE_GO_STALLED")
+	if coordinator == "" || stalled == "" {
+		t.Skip("driven by tests/test_replicas.py (STREAMPLANE_COORDINATOR or STREAMPLANE_GO_STALLED unset)")
+	}
+	conn, err := Dial(coordinator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewAuthServiceClient(conn)
+	ask := func() time.Duration {
+		began := time.Now()
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := client.WhoAmI(ctx, &pb.WhoAmIRequest{})
+			cancel()
+			if err == nil {
+				return time.Since(began)
+			}
+			// the call under way when the pings go unanswered fails UNAVAILABLE; the next one goes elsewhere
+			if status.Code(err) != codes.Unavailable || attempt == 2 {
+				t.Fatal(err)
+			}
+			fmt.Printf("attempt %d: %v\n", attempt, err)
+		}
+	}
+	ask()
+	fmt.Println("asked once")
+	for {
+		if _, err := os.Stat(stalled); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Printf("asked again in %.1f s\n", ask().Seconds())
 }
 
 // TestGroupWorker is a Go member of a consumer group, driven by tests/test_go_client.py: it reads the leases
