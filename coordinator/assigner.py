@@ -281,7 +281,9 @@ class Assigner:
             # at once on any group change (a join, a leave, a release)
             wake=lambda: self.db.transact(lambda tr: tr.watch(keys.ASSIGNER_WAKE)),
         )
-        self.writer = SessionWriter(db, ttl_ms=self.config.ttl_ms, flush_ms=self.config.heartbeat_flush_ms, clock=clock)
+        self.writer = SessionWriter(
+            db, ttl_ms=self.config.ttl_ms, flush_ms=self.config.heartbeat_flush_ms, clock=clock, replica=self.replica_id
+        )
         """Writes what the sessions' workers send, batched."""
         self.reader = SessionReader(db)
         """Reads what the sessions look at, batched."""

@@ -419,7 +419,9 @@ def heartbeat(
     seen = [r for r in stored_reports(beat.errors, now_ms, "heartbeat.errors") if r[1] > 0]
     if seen:
         tr.set(keys.worker_errors_key(group, worker_id), json.dumps(seen).encode())
-    member.update(cpu=beat.cpu, records_per_s=beat.records_per_s, alive_until_ms=now_ms + ttl_ms)
+    # never earlier than written: a heartbeat taken before its replica was stopped is written after the others
+    alive_until_ms = max(member.get("alive_until_ms", 0), now_ms + ttl_ms)
+    member.update(cpu=beat.cpu, records_per_s=beat.records_per_s, alive_until_ms=alive_until_ms)
     tr.set(keys.member_key(group, worker_id), json.dumps(member, sort_keys=True).encode())
     if beat.leases:
         tr.add(keys.group_loads_key(group), 1)  # the assignment loop looks again only when loads moved
@@ -491,11 +493,18 @@ def _leave(tr: Transaction, group: str, member: Member, reason: str, ev: GroupEv
 
 
 @transactional
-def leave(tr: Transaction, group: str, worker_id: str, session_id: str, reason: str, *, now_ms: int) -> bool:
-    """End a session and free its leases at once; False if it had already ended."""
+def leave(
+    tr: Transaction, group: str, worker_id: str, session_id: str, reason: str, *, now_ms: int, replica: str = ""
+) -> bool:
+    """End a session and free its leases at once; False if it had already ended. With `replica`, only while that
+    replica serves it: a replica stopped past the TTL (SIGSTOP, a stalled VM) wakes with the streams of sessions
+    their workers resumed on another replica meanwhile, and its ending them (silent, it thinks) must change
+    nothing."""
     raw = tr.get(keys.member_key(group, worker_id))
     member = Member.from_json(raw) if raw else None
     if member is None or member.session_id != session_id:
+        return False
+    if replica and member.replica and member.replica != replica:
         return False
     _leave(tr, group, member, reason, GroupEvents(tr, "assigner", now_ms))
     return True

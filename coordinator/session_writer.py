@@ -29,7 +29,7 @@ from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import Heartbeat, Release
 
 _Leave = tuple[str, str, str, str]
-"""(group, worker id, session id, reason) of a session to end."""
+"""(group, worker id, session id, reason) of a session this replica serves, to end."""
 
 log = structlog.get_logger(__name__)
 
@@ -62,8 +62,10 @@ class SessionWriter:
     Until `start`, every message is written as it comes (tests driving sessions by hand see each at once).
     """
 
-    def __init__(self, db: Database, *, ttl_ms: int, flush_ms: int, clock: Clock = SYSTEM) -> None:
+    def __init__(self, db: Database, *, ttl_ms: int, flush_ms: int, clock: Clock = SYSTEM, replica: str = "") -> None:
         self.db = db
+        self.replica = replica
+        """The replica whose sessions these are: it ends only those it still serves (see `leases.leave`)."""
         self.ttl_ms = ttl_ms
         self.flush_ms = flush_ms
         self.clock = clock
@@ -103,9 +105,10 @@ class SessionWriter:
 
     def leave(self, group: str, worker_id: str, session_id: str, reason: str) -> bool:
         """End a session and free its leases now; if the store cannot be reached, keep it and try again at every
-        flush. True if it ended now (False: already ended, or kept for later)."""
+        flush. True if it ended now (False: already ended, resumed on another replica, or kept for later)."""
         try:
-            left = leases.leave(self.db, group, worker_id, session_id, reason, now_ms=self.clock.now_ms())
+            now_ms = self.clock.now_ms()
+            left = leases.leave(self.db, group, worker_id, session_id, reason, now_ms=now_ms, replica=self.replica)
         except StreamplaneError as err:
             log.warning("session.leave_failed", group=group, worker=worker_id, error=err.message)
             with self._lock:

@@ -16,6 +16,7 @@ from streamplane.coordinator.cluster_admin import MemoryClusterAdmin, RoutingAdm
 from streamplane.coordinator.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
+from streamplane.errors import FencedError
 from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat
 
 CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500, join_window_ms=0)  # paced by joins: below
@@ -131,6 +132,36 @@ def test_a_new_leader_gives_every_session_a_ttl_to_find_it_before_ending_any(wit
     assert {m.worker_id for m in new.describe("g").members} == {"w1"}, "w2 did not come back within the grace"
     w1_after = {(x.lease_id, x.epoch) for x in new.describe("g").leases if x.worker_id == "w1"}
     assert w1_before <= w1_after, new.describe("g")
+
+
+def test_a_replica_woken_past_the_ttl_does_not_end_sessions_its_workers_resumed_elsewhere(
+    with_stream: Database,
+) -> None:
+    """A replica stopped (SIGSTOP) for longer than the TTL wakes with the streams of its workers' sessions, all
+    silent as it sees them. The workers resumed them on another replica meanwhile: ending them there would
+    revoke every lease they hold and redeliver what they had processed."""
+    db, clock = with_stream, ManualClock()
+    zombie = Assigner(db, CONFIG, replica_id="zombie", clock=clock)
+    other = Assigner(db, CONFIG, replica_id="other", clock=clock)
+    stale = zombie.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    zombie.run_once()
+    before = {(x.lease_id, x.epoch) for x in zombie.describe("g").leases if x.worker_id == "w1"}
+    assert len(before) == 4
+    clock.advance(CONFIG.ttl_ms // 2)  # the zombie is stopped; its worker resumes on the other replica
+    resumed = other.open_session(
+        "g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0, resume_session=stale.session_id
+    )
+    assert resumed.session_id == stale.session_id
+    clock.advance(CONFIG.ttl_ms)  # the zombie wakes: its stream of that session has been silent past the TTL
+    assert stale.silent()
+    stale.expire()
+    stale.fail(FencedError("its credential ran out"), "credential expired")  # any end on its side: none applies
+    resumed.heartbeat(Heartbeat())
+    other.run_once()
+    after = {(x.lease_id, x.epoch) for x in other.describe("g").leases if x.worker_id == "w1"}
+    assert after == before, "the resumed session kept its leases at their epochs"
+    resumed.close("the worker left")  # while the replica serving it can still end it
+    assert {m.worker_id for m in other.describe("g").members} == set()
 
 
 def test_a_new_groups_first_assignment_waits_for_its_members_to_stop_joining(with_stream: Database) -> None:

@@ -229,16 +229,26 @@ def test_replicas_killed_paused_and_the_database_restarted_lose_nothing_and_neve
     assert not traffic.failed, traffic.failed[:3]
     assert [c.error for c in consumers] == [None, None, None], "a worker ended"
     assert not log.overlaps(), log.overlaps()[:3]
-    first: dict[bytes, float] = {}
+    first: dict[bytes, tuple[bytes, str, int, str, float]] = {}
     by_fault: Counter[str] = Counter()
-    for value, _, _, _, at in sorted(log.rows, key=lambda r: r[4]):
+    how: Counter[str] = Counter()  # which holders processed a record twice, to tell a fence from a re-read
+    for row in sorted(log.rows, key=lambda r: r[4]):
+        value, lease, epoch, worker, at = row
         if value in first:
             after = [name for name, t in faults.items() if t <= at]
-            by_fault[after[-1] if after else "before any fault"] += 1
-        first.setdefault(value, at)
+            fault = after[-1] if after else "before any fault"
+            by_fault[fault] += 1
+            _, _, was_epoch, was_worker, was_at = first[value]
+            how[
+                f"{fault}: {lease} {was_worker}@{was_epoch} at +{was_at - faults.get(fault, 0):.1f}s, "
+                f"then {worker}@{epoch} at +{at - faults.get(fault, 0):.1f}s"
+            ] += 1
+        first.setdefault(value, row)
     print(f"{len(acked)} records acknowledged, every one processed; duplicates per fault:")
     for name in [*faults, "before any fault"]:
         print(f"  {name}: {by_fault[name]}")
+    for what, n in sorted(how.items())[:40]:
+        print(f"    {n}x {what}")
     assert by_fault["kill -9 leader"] == 0 and by_fault["kill -9 group owner"] == 0, "a replica's kill redelivered"
 
 
