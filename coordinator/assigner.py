@@ -104,7 +104,7 @@ class Session:
         self._failure: StreamplaneError | None = None
         self._closed = threading.Event()
         self._sent_grants: set[tuple[str, int]] = set()
-        self._sent_revokes: set[tuple[str, int]] = set()
+        self._sent_revokes: dict[tuple[str, int], int] = {}  # (lease id, epoch): the deadline the worker was told
         self._sent_ends: dict[str, int] = {}  # lease: the end offset it was told (-1: not sealed yet)
         self._seen_versions: tuple[int, int] = (-1, -1)  # (member version, event head) of the last snapshot
         self._next_versions = self._seen_versions  # the versions of a look not yet told
@@ -231,8 +231,9 @@ class Session:
             elif end >= 0 > self._sent_ends.get(lease.lease_id, -1):
                 self._sent_ends[lease.lease_id] = end
                 yield Sealed(lease.lease_id, PartitionRef(*lease.key), end)
-            if lease.state == REVOKING and ident not in self._sent_revokes:
-                self._sent_revokes.add(ident)
+            # told again when a new owner moved its deadline (the holder's replica died with the old one)
+            if lease.state == REVOKING and self._sent_revokes.get(ident) != lease.deadline_ms:
+                self._sent_revokes[ident] = lease.deadline_ms
                 yield Revoke(
                     lease.lease_id,
                     lease.epoch,
@@ -243,7 +244,7 @@ class Session:
             self._sent_grants.discard((lid, epoch))
             self._sent_ends.pop(lid, None)
             yield Revoke(lid, epoch, reason="lease is gone (released, moved after its deadline, or partition removed)")
-            self._sent_revokes.discard((lid, epoch))
+            self._sent_revokes.pop((lid, epoch), None)
 
 
 Look = tuple[dict[str, tuple[int, int]], int]
@@ -495,6 +496,7 @@ class Assigner:
             proposed=self._proposed.get(group, frozenset()),
             pinned=self._pinned(group, now),
             promoted=self._promoted.get(group, frozenset()),
+            hold_until_ms=self._grace_until.get(group, 0),
         )
         return state, applied, changes
 

@@ -293,14 +293,17 @@ def plan(
     proposed: frozenset[tuple[LeaseKey, str]] | None = None,
     pinned: Mapping[LeaseKey, str] | None = None,
     promoted: frozenset[tuple[str, str]] = frozenset(),
+    hold_until_ms: int = 0,
 ) -> tuple[Applied, list[Change]]:
     """Step the group's assignment and plan the lease changes that move towards it: grant free ones, revoke
     moved ones with a deadline, and force moves whose deadline passed (the old holder's epoch is then stale).
     `proposed` is the previous pass's `Applied.proposed` (None rebalances at once); `pinned`, {partition: the
     worker it was recently moved away from}, not to be moved back there yet. `promoted` is the previous pass's
     `Applied.promoted`: lower lanes past their time-lag target are served with the top tier until their lag is
-    back under half the target, and each change is a group event (written here). Returns the pass's result
-    and the changes in key order."""
+    back under half the target, and each change is a group event (written here). A revoke deadline that passes
+    before `hold_until_ms` is moved to it (a new owner's grace: a holder whose replica died with the old owner
+    is still reconnecting to finish, commit what it did and hand the lease back; forced, that work would be
+    done again). Returns the pass's result and the changes in key order."""
     group = state.group
     ev = GroupEvents(tr, ASSIGNER, now_ms)
     state.set_first_claim(_first_claim(tr, group, state, promoted, ev))
@@ -322,6 +325,7 @@ def plan(
             now_ms=now_ms,
             revoke_ms=revoke_ms,
             done=done,
+            hold_until_ms=hold_until_ms,
         )
         if change is not None:
             changes.append(change)
@@ -340,8 +344,10 @@ def _lease_change(
     now_ms: int,
     revoke_ms: int,
     done: Applied,
+    hold_until_ms: int = 0,
 ) -> Change | None:
-    """The change that moves one lease towards its wanted holder ("" for none), or None."""
+    """The change that moves one lease towards its wanted holder ("" for none), or None; a revoke deadline that
+    passes before `hold_until_ms` is moved to it."""
     lease = old or Lease(*key)
     if lease.state != FREE and lease.worker_id not in members:
         lease = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)  # holder is gone
@@ -356,6 +362,10 @@ def _lease_change(
     elif lease.state == REVOKING:
         if lease.worker_id == want:
             new = replace(lease, state=GRANTED, target="", deadline_ms=0)  # the move was called off
+        elif now_ms >= lease.deadline_ms and now_ms < hold_until_ms:
+            # a new owner's grace: the holder may be reconnecting (its replica died with the old owner) to finish,
+            # commit and hand back; its resumed session is told the later deadline
+            new = replace(lease, target=want, deadline_ms=hold_until_ms)
         elif now_ms >= lease.deadline_ms:
             notes.append(("lease_revoked", lease.worker_id, lease, "revoke deadline passed"))
             new = replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)

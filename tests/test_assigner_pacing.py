@@ -17,7 +17,7 @@ from streamplane.coordinator.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import Topology
 from streamplane.errors import FencedError
-from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat
+from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat, Revoke
 
 CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500, join_window_ms=0)  # paced by joins: below
 
@@ -162,6 +162,61 @@ def test_a_replica_woken_past_the_ttl_does_not_end_sessions_its_workers_resumed_
     assert after == before, "the resumed session kept its leases at their epochs"
     resumed.close("the worker left")  # while the replica serving it can still end it
     assert {m.worker_id for m in other.describe("g").members} == set()
+
+
+def test_a_revoke_cut_by_its_owners_death_gets_a_deadline_past_the_new_owners_grace(with_stream: Database) -> None:
+    """The group's owner revokes a lease and dies; the holder's replica died with it. By the time a new owner
+    takes over, the revoke's deadline has passed, though the holder could neither commit nor hand back. The new
+    owner moves the deadline to the end of its grace (a TTL) and the holder's resumed session is told: the
+    holder finishes and hands back, instead of the lease being forced and its work done again. A holder that
+    does not come back is forced once the grace is over."""
+    db, clock = with_stream, ManualClock()
+    old = Assigner(db, CONFIG, replica_id="old", clock=clock)
+    first = old.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    old.run_once()
+    second = old.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+
+    def revoking() -> dict[str, leases.Lease]:
+        return {x.lease_id: x for x in leases.read_leases(db, "g").values() if x.state == leases.REVOKING}
+
+    for _ in range(50):
+        old.run_once()
+        if revoking():
+            break
+        clock.advance(CONFIG.loop_ms)
+    cut = revoking()
+    assert cut and all(x.worker_id == "w1" for x in cut.values()), "w2's join moves leases away from w1"
+    clock.advance(CONFIG.revoke_ms + CONFIG.ttl_ms)  # the old owner is gone: its revoke deadlines passed too
+    new = Assigner(db, CONFIG, replica_id="new", clock=clock)
+    resumed, resumed2 = (
+        new.open_session("g", w, [Subscription("paced")], capacity=1.0, max_load=0.0, resume_session=s.session_id)
+        for w, s in (("w1", first), ("w2", second))
+    )
+
+    def told() -> dict[str, int]:
+        look, watch = db.transact(resumed.look)
+        watch.cancel()
+        return {e.lease_id: e.deadline_ms for e in (resumed.tell(*look) if look else ()) if isinstance(e, Revoke)}
+
+    assert told() == {lid: x.deadline_ms for lid, x in cut.items()}, "the resumed session hears its revokes"
+    new.run_once()
+    grace_end = clock.now_ms() + CONFIG.ttl_ms
+    assert {lid: (x.worker_id, x.epoch, x.deadline_ms) for lid, x in revoking().items()} == {
+        lid: ("w1", x.epoch, grace_end) for lid, x in cut.items()
+    }, "not forced: its deadline moved to the end of the new owner's grace"
+    assert told() == dict.fromkeys(cut, grace_end), "and the holder is told"
+    kept, (handed, lease) = sorted(cut)[1:], sorted(cut.items())[0]
+    resumed.release(handed, lease.epoch)  # it finished that one in time
+    new.run_once()
+    after = leases.read_leases(db, "g")
+    moved = next(x for x in after.values() if x.lease_id == handed)
+    assert (moved.worker_id, moved.epoch) == ("w2", lease.epoch + 1)
+    clock.advance(CONFIG.ttl_ms)
+    resumed.heartbeat(Heartbeat())
+    resumed2.heartbeat(Heartbeat())
+    new.run_once()
+    forced = {x.lease_id: (x.worker_id, x.epoch) for x in leases.read_leases(db, "g").values() if x.lease_id in kept}
+    assert forced == {lid: ("w2", cut[lid].epoch + 1) for lid in kept}, "the rest are forced after the grace"
 
 
 def test_a_new_groups_first_assignment_waits_for_its_members_to_stop_joining(with_stream: Database) -> None:
