@@ -558,7 +558,8 @@ class Consumer:
             done_revoking = self._revokes_done(active)
             self.commit(active)
             for ledger in done_revoking:
-                self._release(ledger)
+                if not ledger.dirty:  # else its commit failed (its replica died, say): tried again next round
+                    self._release(ledger)
             for ledger in active:
                 if ledger.lost or ledger.quiet:
                     self.active.discard(ledger)
@@ -578,7 +579,11 @@ class Consumer:
                 self._report_load(ledgers)
 
     def _revokes_done(self, ledgers: list[LeaseLedger]) -> list[LeaseLedger]:
-        """Revoking leases whose in-flight work has ended, or whose deadline is near: commit and hand back."""
+        """Revoking leases whose in-flight work has ended, or whose deadline is near: commit and hand back. None
+        while the session is being resumed: a release cannot be sent then, and the group's new owner may give the
+        lease a later deadline (told with the resumed session's grants) if the old one died with its replica."""
+        if not self._connected.is_set():
+            return []
         now = self.clock.now_ms() / 1000
         return [
             x
@@ -752,15 +757,15 @@ class Consumer:
 
         def handle(item: list[Message]) -> None:
             ledger = item[0]._reader
-            for msg in item:
+            for i, msg in enumerate(item):
                 if not connected.is_set():
                     self._await_session()
-                # lost, or past its revoke deadline: hand nothing more out (ledger.live, inlined: per record)
-                if ledger.lost or (ledger.revoke_deadline and self.clock.now_ms() / 1000 >= ledger.revoke_deadline):
-                    for rest in item:
+                # lost, or near its revoke deadline: hand nothing more out (the ones handled are acked below)
+                if ledger.lost or (ledger.revoke_deadline and not ledger.live(self.clock.now_ms() / 1000)):
+                    for rest in item[i:]:
                         if rest._outcome is PENDING:
                             ledger.forget(rest)
-                    return
+                    break
                 try:
                     handler(msg)
                 except Exception as err:  # the handler's failure is the record's retry

@@ -28,6 +28,11 @@ RECORD_OVERHEAD = 320
 """Bytes counted per decoded record beyond its key, value and headers (the Python objects around it)."""
 
 
+HAND_OUT_S = 0.5
+"""Records of a revoking lease are handed to the application until this long before the revoke's deadline; the
+consumer commits and hands the lease back REVOKE_MARGIN_S before it, so what was in hand is committed first."""
+
+
 class _Off:
     """An offset dressed as a record, for the done-range filter."""
 
@@ -208,8 +213,9 @@ class LeaseLedger:
         self.owner.changed(self)
 
     def live(self, now_s: float) -> bool:
-        """Records of this lease may still be handed to the application."""
-        return not self.lost and (not self.revoke_deadline or now_s < self.revoke_deadline)
+        """Records of this lease may still be handed to the application (of a revoking lease, until HAND_OUT_S
+        before its deadline: what is in hand then ends, and is committed, before the lease is handed back)."""
+        return not self.lost and (not self.revoke_deadline or now_s < self.revoke_deadline - HAND_OUT_S)
 
     def fetchable(self) -> bool:
         if self.lost or self.revoke_deadline:

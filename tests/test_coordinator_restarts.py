@@ -1,21 +1,25 @@
-"""Coordinator restarts under a running worker on real Kafka (issue 20/34): ten restarts, alternately graceful
-(SIGTERM) and kill -9, on the same address and data dir. Each costs the worker a reconnect and a resumed
-session, never a redelivery: every record is handled exactly once."""
+"""Coordinator restarts under running workers (issue 20/34): ten restarts, alternately graceful (SIGTERM) and
+kill -9, on the same address and data dir, on real Kafka; and a kill in the middle of a revoke. Each costs the
+workers a reconnect and a resumed session, never a redelivery: every record is handled exactly once."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from tests.helpers import register_real_clusters, start_coordinator, wait_until
+from streamplane.client import Consumer, CoordinatorClient, Message, Producer, metrics
+from streamplane.model import LeaseState
+from tests.helpers import register_local_clusters, register_real_clusters, start_coordinator, wait_until
 
 pytestmark = pytest.mark.e2e
 
 RESTARTS = 10
+REVOKE_S = 1.0
+"""The coordinator's revoke deadline (AssignerConfig.revoke_ms)."""
 
 
 def test_ten_coordinator_restarts_under_a_worker_on_real_kafka_redeliver_nothing(real_kafka, tmp_path: Path) -> None:
@@ -79,5 +83,65 @@ def test_ten_coordinator_restarts_under_a_worker_on_real_kafka_redeliver_nothing
         redelivered = {v: n for v, n in seen.items() if n > 1}
         print(f"{RESTARTS} coordinator restarts on real Kafka: redelivered={sum(n - 1 for n in seen.values())}")
         assert not redelivered, f"{len(redelivered)} records redelivered, e.g. {sorted(redelivered)[:5]}"
+    finally:
+        proc.stop()
+
+
+def test_a_revoke_cut_by_the_coordinators_kill_is_committed_before_it_is_handed_back(
+    local_cluster, tmp_path: Path
+) -> None:
+    """The coordinator dies (kill -9) just after revoking a lease from a worker with a backlog, before the worker
+    committed what it did of it. The worker cannot commit that until the coordinator is back, well past the
+    revoke's 1 s deadline. It keeps the lease's outcomes until its commit lands (handing the lease back first would drop
+    them), and the restarted coordinator, in its first TTL, does not force a revoke whose holder could not
+    reach it: the lease moves with everything done, nothing is processed twice."""
+    bootstrap, control = local_cluster
+    proc, address = start_coordinator(tmp_path / "coordinator", control_endpoints=[control.endpoint])
+    port = int(address.rsplit(":", 1)[1])
+    stream, group, records = "cut-revoke", "cut-revoke-g", 600
+    try:
+        register_local_clusters(address, bootstrap, control.endpoint, ["c"])
+        with CoordinatorClient(address) as client:
+            client.create_stream(stream, 2, cluster="c")
+        with Producer(address, **{"linger.ms": 5}) as producer:
+            for i in range(records):
+                producer.produce(stream, b"%d" % i, key=b"%d" % i)
+            assert producer.flush(30) == 0
+        seen: Counter[bytes] = Counter()
+        lock, stop = threading.Lock(), threading.Event()
+
+        def handle(msg: Message) -> None:
+            with lock:
+                seen[msg.value] += 1
+            time.sleep(0.01)  # a backlog: the first worker has records of both leases queued when a revoke comes
+
+        def revoking() -> list[str]:
+            with CoordinatorClient(address, retries=0) as client:
+                return [x.lease_id for x in client.describe_group(group).leases if x.state == LeaseState.REVOKING]
+
+        # it commits every second: the kill finds outcomes of both its leases not yet committed
+        first = Consumer(address, group=group, stream=stream, worker_id="w1", commit_interval_s=1.0)
+        runners = [threading.Thread(target=first.run, args=(handle,), kwargs={"stop": stop}, daemon=True)]
+        runners[0].start()
+        wait_until(lambda: len(seen) >= 50, timeout=30, what=lambda: "the first worker handled nothing")
+        failed = metrics.COMMIT_FAILURES.labels(group)
+        before = failed._value.get()
+        second = Consumer(address, group=group, stream=stream, worker_id="w2", commit_interval_s=0.05)
+        runners.append(threading.Thread(target=second.run, args=(handle,), kwargs={"stop": stop}, daemon=True))
+        runners[1].start()  # a lease moves to it: revoked from the first
+        wait_until(revoking, timeout=30, what=lambda: "no lease was revoked from the first worker")
+        proc.kill9()
+        back_at = time.monotonic() + 2 * REVOKE_S  # the coordinator stays away past the revoke's deadline
+        wait_until(lambda: time.monotonic() >= back_at and failed._value.get() > before, timeout=30)
+        proc, _ = start_coordinator(tmp_path / "coordinator", port, control_endpoints=[control.endpoint])
+        wait_until(lambda: len(seen) >= records, timeout=60, what=lambda: f"{len(seen)} of {records} handled")
+        stop.set()
+        for runner in runners:
+            runner.join(15)
+        first.close()
+        second.close()
+        assert (first.error, second.error) == (None, None)
+        twice = sorted(v for v, n in seen.items() if n > 1)
+        assert not twice, f"{len(twice)} records handled twice, e.g. {twice[:5]}"
     finally:
         proc.stop()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from streamplane.client.fetcher import decode_records
 from streamplane.client.flow import Budget
-from streamplane.client.ledger import Batch, LeaseInfo, LeaseLedger, Outcomes
+from streamplane.client.ledger import HAND_OUT_S, Batch, LeaseInfo, LeaseLedger, Outcomes
 from streamplane.client.message import BatchOutcome
 from streamplane.clock import SYSTEM, Clock
 from streamplane.model import DlqCopy, Reject, RetryState
@@ -141,11 +141,12 @@ def test_an_idle_lease_commits_nothing_and_a_sealed_one_stops_at_its_end() -> No
     assert x.take_outcomes() is None
 
 
-def test_a_revoked_lease_is_dead_at_its_deadline() -> None:
+def test_a_revoked_lease_hands_out_nothing_from_just_before_its_deadline() -> None:
+    """What is in hand then ends, and is committed, before the consumer hands the lease back."""
     x = ledger(Budget(10, 1 << 20), Owner())
     assert x.live(100.0)
     x.revoke_deadline = 101.0
-    assert x.live(100.5) and not x.live(101.0) and not x.fetchable()
+    assert x.live(100.4) and not x.live(101.0 - HAND_OUT_S) and not x.fetchable()
     x.drop()
     assert not x.live(0.0)
 
