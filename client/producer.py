@@ -469,6 +469,8 @@ class Producer:
         routed lane joins the held ones and its lane's route as known now is returned; up to MAX_HELD_BYTES,
         past which it waits for room. None when it is not held: the caller writes it (or, for a lane not routed
         yet while fenced, waits in `_send`)."""
+        if not (self._fenced or self._held):  # the usual case, without the lock (looked at again under it)
+            return None
         size = len(value or b"") + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers or [])
         while True:
             with self._lock:

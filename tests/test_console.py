@@ -149,6 +149,7 @@ def test_the_fleet_page_at_fleet_size_counts_by_health_and_zone_lists_what_needs
         assert [c["name"] for c in fleet["attention"]] == ["c007", "c100", "c200"] and fleet["attention_total"] == 3
         held = fleet["attention"][0]
         assert held["generations"] == {"active": 500} and held["more"] is False, "250 streams x 2 lanes on c007"
+        assert fleet["attention"][1]["generations"] == {}, "c100 holds nothing"
         assert len(fleet["clusters"]) == CLUSTER_PAGE and fleet["clusters"][0]["name"] == "c000"
         names = [c["name"] for c in fleet["clusters"]]
         after = fleet["next_page"]
@@ -162,6 +163,43 @@ def test_the_fleet_page_at_fleet_size_counts_by_health_and_zone_lists_what_needs
         assert views.streams(after="s099")["streams"][0]["name"] == "s100"
         some = views.streams(prefix="s24")
         assert [s["name"] for s in some["streams"]] == [f"s24{i}" for i in range(10)] and some["total"] == 10
+    finally:
+        db.close()
+
+
+def test_a_cluster_whose_holdings_cannot_be_read_is_listed_and_the_fleet_page_still_shows(tmp_path: Path) -> None:
+    """A stream record that cannot be decoded (bad data already in the store): the attention rows whose holdings
+    read meets it say so, and the page still shows every row and count; only the first ATTENTION_HELD rows
+    read holdings at all."""
+    from streamplane.clock import ManualClock
+    from streamplane.coordinator import keys
+    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.console.history import LagHistory
+    from streamplane.coordinator.console.views import ATTENTION_HELD, Views
+    from streamplane.coordinator.store.embedded import EmbeddedDatabase
+    from streamplane.coordinator.topology import Topology
+
+    db = EmbeddedDatabase(None)
+    try:
+        topology = Topology(db, MemoryClusterAdmin(), ManualClock())
+        for i in range(ATTENTION_HELD + 2):
+            topology.register_cluster(model.Cluster(f"c{i:02d}", f"host-{i}:9092"))
+            topology.create_stream(f"s{i:02d}", 1, f"c{i:02d}")
+            topology.record_health(f"c{i:02d}", "unhealthy", ["no broker answers"], actor="test")
+        db.transact(lambda tr: tr.set(keys.stream_key("s01"), b"{not json"))  # c01's stream
+        history = LagHistory(lambda: model.Lag(""), clock=ManualClock())
+        views = Views(topology, None, history, ManualClock())  # type: ignore[arg-type]  # the fleet reads no group
+        fleet = views.fleet()
+        rows = {c["name"]: c for c in fleet["attention"]}
+        assert fleet["attention_total"] == ATTENTION_HELD + 2 and len(rows) == ATTENTION_HELD + 2
+        assert fleet["summary"]["by_health"] == {"unhealthy": ATTENTION_HELD + 2}
+        for i in range(ATTENTION_HELD):  # each reads a page of streams, the bad one among them
+            assert rows[f"c{i:02d}"]["generations"] is None and "could not be read" in rows[f"c{i:02d}"]["error"]
+        for i in (ATTENTION_HELD, ATTENTION_HELD + 1):  # not read
+            assert rows[f"c{i:02d}"]["generations"] is None and "error" not in rows[f"c{i:02d}"]
+        db.transact(lambda tr: tr.clear(keys.stream_key("s01")))
+        rows = {c["name"]: c for c in views.fleet()["attention"]}
+        assert rows["c00"]["generations"] == {"active": 2} and "error" not in rows["c00"]
     finally:
         db.close()
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from streamplane import model
 from streamplane.clock import Clock
 from streamplane.coordinator import commitlog, events, leases
@@ -23,9 +25,13 @@ from streamplane.errors import FailedPreconditionError, InvalidArgumentError, No
 from streamplane.model import Cluster, ClusterHealth, to_jsonable
 from streamplane.names import check_object_name
 
+log = structlog.get_logger(__name__)
+
 EVENT_SCAN = 5000
 ATTENTION = 100
 """Clusters the fleet page lists as needing attention at most (the count says how many there are)."""
+ATTENTION_HELD = 10
+"""Of those, how many show the generations they hold (each reads a page of streams; the rest say "—")."""
 CLUSTER_PAGE = 100
 """Clusters a page of the fleet's table holds."""
 STREAM_PAGE = 100
@@ -116,7 +122,7 @@ class Views:
         ][:20]
         return {
             "summary": {"by_health": by_health, "by_zone": by_zone, "clusters": sum(by_health.values())},
-            "attention": [self._cluster_row(c, held=True) for c in attention],
+            "attention": [self._cluster_row(c, held=i < ATTENTION_HELD) for i, c in enumerate(attention)],
             "attention_total": attention_total,
             "clusters": [self._cluster_row(c, held=False) for c in page.clusters],
             "next_page": page.next_page_token,
@@ -127,11 +133,18 @@ class Views:
 
     def _cluster_row(self, c: Cluster, *, held: bool) -> dict[str, Any]:
         """A cluster with its last probe and, with `held`, its generations by state from one page of the streams
-        on it (`more` when it holds more than that page)."""
+        on it (`more` when it holds more than that page; None when not read, or when that page cannot be read,
+        with `error` saying why: one bad record must not take the fleet page down with it)."""
         recent = self.probes(c.name)
         row = {**to_jsonable(c), "probe": to_jsonable(recent[-1]) if recent else None}
+        row["generations"], row["more"] = None, False
         if held:
-            page = self.topology.stream_page(cluster=c.name)
+            try:
+                page = self.topology.stream_page(cluster=c.name)
+            except Exception as err:  # whatever a bad record raises: the page shows the rest
+                log.exception("console.holdings_unreadable", cluster=c.name)
+                row["error"] = f"what it holds could not be read: {err}"
+                return row
             counts: dict[str, int] = {}
             for s in page.streams:
                 for lane in s.lanes:

@@ -85,7 +85,7 @@ const pages = {
     const drain = (c) => (act ? `<button data-drain="${esc(c.name)}">Drain…</button>` : "");
     const attention = f.attention.map((c) => `<tr data-attention="${esc(c.name)}"><td>${esc(c.name)}</td><td>${esc(c.zone || "—")}</td>
       <td>${health(c)}</td><td>${c.cordoned ? "cordoned" : ""}</td>
-      <td>${Object.entries(c.generations).map(([s, n]) => `${n} ${esc(s)}`).join(", ") || "—"}${c.more ? " (and more)" : ""}</td>
+      <td>${c.error ? `<span class="muted">${esc(c.error)}</span>` : Object.entries(c.generations || {}).map(([s, n]) => `${n} ${esc(s)}`).join(", ") || "—"}${c.more ? " (and more)" : ""}</td>
       <td>${probe(c)}</td><td>${drain(c)}</td></tr>`);
     const rows = f.clusters.map((c) => `<tr data-cluster="${esc(c.name)}"><td>${esc(c.name)}</td><td>${esc(c.zone || "—")}</td>
       <td>${health(c)}</td><td>${esc(c.capacity_weight)}</td><td>${c.cordoned ? "cordoned" : ""}</td><td>${probe(c)}</td><td>${drain(c)}</td></tr>`);
