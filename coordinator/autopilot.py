@@ -21,7 +21,7 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, health, leases, sealing
 from streamplane.coordinator.health import AUTOPILOT
 from streamplane.coordinator.loop import BackgroundLoop
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology import Topology, read_active_load, streams_active_on
 from streamplane.errors import StreamplaneError
 from streamplane.model import Cluster, ClusterErrors, Probe
 from streamplane.names import TOPIC_PREFIX
@@ -278,14 +278,19 @@ class Autopilot:
     def fail_over(self, now_ms: int) -> list[health.Move]:
         """Apply the failovers the policies call for now; returns them."""
         head = events.head(self.topology.db)  # read before the plan: a change meanwhile plans again
+        clusters = self.topology.list_clusters()
+        unhealthy = [c.name for c in clusters if c.health == health.UNHEALTHY]
+        # only what the unhealthy clusters hold: a dead cluster costs its own lanes, not the fleet's streams
+        streams, load = self.topology.db.transact(lambda tr: (streams_active_on(tr, unhealthy), read_active_load(tr)))
         plan = health.plan_failovers(
-            self.topology.list_clusters(),
-            self.topology.list_streams(),
+            clusters,
+            streams,
             self.topology.fleet_policy(),
             now_ms=now_ms,
             recent=list(self._recent),
             evacuations=self._evacuations,
             last_moved=self._last_moved,
+            load=load,
         )
         if plan.waiting != self.waiting:
             for line in plan.waiting:

@@ -134,15 +134,18 @@ def plan_failovers(
     recent: Sequence[int],
     last_moved: Mapping[tuple[str, str], int],
     evacuations: Mapping[str, int] | None = None,
+    load: Mapping[str, int] | None = None,
 ) -> Plan:
-    """The failovers due now. `recent`: times of the fleet's automatic failovers (lanes moved: the pace);
+    """The failovers due now, of the lanes of `streams` (it may hold only those with an active generation on
+    an unhealthy cluster: no other lane moves). `load`: active generations per cluster, the fleet's (counted
+    from `streams` when not given). `recent`: times of the fleet's automatic failovers (lanes moved: the pace);
     `last_moved`: when each (stream, lane) last failed over (hysteresis); `evacuations`: when each cluster's
     evacuation started (the blast radius: at most `max_evacuations_per_hour` clusters an hour). A cluster
     whose evacuation has started sends all its lanes away together, top priority first, at the pace."""
     by_name = {c.name: c for c in clusters}
     budget = fleet.max_failovers_per_minute - sum(1 for t in recent if now_ms - t < 60_000)
     started = {c: t for c, t in (evacuations or {}).items() if now_ms - t < EVACUATION_WINDOW_MS}
-    load = active_load(streams)
+    load = dict(load) if load is not None else active_load(streams)
     moves: list[Move] = []
     waiting: list[str] = []
     rechecks: list[int] = []

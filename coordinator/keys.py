@@ -128,6 +128,11 @@ LANES = ROOT["lane"]
 GENERATIONS = ROOT["gen"]
 UNSETTLED = ROOT["unsettled"]
 UNSETTLED_INDEXED = ROOT.pack(("unsettled_indexed",))
+CLUSTER_GENERATIONS = ROOT["cluster_gen"]
+"""(cluster, stream, lane, generation) -> the generation's state: what each cluster holds, read in O(its own)."""
+CLUSTER_ACTIVE = ROOT["cluster_active"]
+"""(cluster,) -> how many active generations it holds (a counter): the load a failover target is chosen by."""
+CLUSTER_INDEXED = ROOT.pack(("cluster_gen_indexed",))
 EVENTS = ROOT["event"]
 EVENT_HEAD = ROOT.pack(("event_head",))
 GROUPS = ROOT["group"]
@@ -179,6 +184,19 @@ def generation_key(stream: str, lane: str, number: int) -> bytes:
 
 def unsettled_key(stream: str, lane: str, number: int) -> bytes:
     return UNSETTLED.pack((stream, lane, number))
+
+
+def cluster_generation_key(cluster: str, stream: str, lane: str, number: int) -> bytes:
+    return CLUSTER_GENERATIONS.pack((cluster, stream, lane, number))
+
+
+def cluster_active_key(cluster: str) -> bytes:
+    return CLUSTER_ACTIVE.pack((cluster,))
+
+
+def cluster_streams_starting(cluster: str, prefix: str) -> slice:
+    """The index entries of `cluster`'s generations whose stream's name starts with `prefix`."""
+    return names_starting(CLUSTER_GENERATIONS[cluster], prefix)
 
 
 def group_owner_key(group: str) -> bytes:

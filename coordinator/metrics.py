@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
 from streamplane.coordinator.health import DEGRADED, HEALTHY, UNHEALTHY
-from streamplane.model import GENERATION_STATES, Cluster, FleetPolicy, Lag, Stream
+from streamplane.model import GENERATION_STATES, Cluster, FleetPolicy, Lag
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -98,7 +98,8 @@ class FleetCollector:
     """Cluster health, cordons, the fleet's freeze and generations by state, read at scrape time."""
 
     def __init__(self) -> None:
-        self.source: Callable[[], tuple[list[Cluster], list[Stream], FleetPolicy]] | None = None
+        self.source: Callable[[], tuple[list[Cluster], dict[tuple[str, str], int], FleetPolicy]] | None = None
+        """(clusters, generations per (cluster, state), the fleet policy): read per scrape, no stream decoded."""
 
     def collect(self) -> Any:
         health = GaugeMetricFamily(
@@ -115,16 +116,11 @@ class FleetCollector:
         )
         fleet = _read(self.source)
         if fleet is not None:
-            clusters, streams, policy = fleet
+            clusters, counts, policy = fleet
             for c in clusters:
                 for state in (HEALTHY, DEGRADED, UNHEALTHY):
                     health.add_metric([c.name, state.value], 1.0 if c.health == state else 0.0)
                 cordoned.add_metric([c.name], 1.0 if c.cordoned else 0.0)
-            counts: dict[tuple[str, str], int] = {}
-            for s in streams:
-                for lane in s.lanes:
-                    for g in lane.generations:
-                        counts[(g.cluster, g.state.value)] = counts.get((g.cluster, g.state.value), 0) + 1
             for c in clusters:
                 for gen_state in GENERATION_STATES:
                     generations.add_metric([c.name, gen_state.value], counts.get((c.name, gen_state.value), 0))

@@ -246,7 +246,7 @@ def start(
         loop.stop()
         raise UnavailableError(f"cannot listen on {host}:{port}: the address is in use or not available")
     LAG.source = lambda: commit_log.lag("")
-    FLEET.source = lambda: (topology.list_clusters(), topology.list_streams(), topology.fleet_policy())
+    FLEET.source = lambda: (topology.list_clusters(), topology.generation_counts(), topology.fleet_policy())
     web = None
     if console is not None:
         try:

@@ -18,7 +18,7 @@ import structlog
 
 from streamplane.coordinator import commitlog, events, group_lifecycle, keys, leases, sealing
 from streamplane.coordinator.store import Transaction
-from streamplane.coordinator.topology import Topology, count_stream, get_cluster, get_stream
+from streamplane.coordinator.topology import Topology, count_stream, forget_generation, get_cluster, get_stream
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError
 from streamplane.model import StreamDeleted, StreamDeletion
 from streamplane.names import check_object_name
@@ -79,6 +79,8 @@ def delete_stream(
                 "(producers then fail to write it, and the groups' workers lose its leases)"
             )
         generations = [(lane.name, g) for lane in whole.lanes for g in lane.generations]
+        for lane_name, g in generations:
+            forget_generation(tr, stream, lane_name, g)
         tr.clear(keys.stream_key(stream))
         count_stream(tr, -1)
         for space in _STREAM_SPACES:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, keys, metrics
 from streamplane.coordinator.cluster_admin import ClusterAdmin
-from streamplane.coordinator.health import AUTOPILOT, HEALTHY, active_load, choose_target
+from streamplane.coordinator.health import AUTOPILOT, HEALTHY, choose_target
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.store.api import StoreUnavailableError, Watch
 from streamplane.errors import (
@@ -235,10 +235,12 @@ def stream_page(
     tr: Transaction, *, prefix: str = "", page_size: int = 0, page_token: str = "", cluster: str = ""
 ) -> StreamPage:
     """One page of streams in name order, from after `page_token`: those whose name starts with `prefix`
-    and, with `cluster`, that have a generation there. Bounded work (see `_window`); `total` is counted on
-    the first page only (later ones say 0)."""
+    and, with `cluster`, that have a generation there (read through the index by cluster: a page costs its own
+    streams, however few of the fleet's are there). Bounded work (see `_window`); `total` counts the streams
+    with the prefix, on the first page only (later ones say 0)."""
     if cluster:
         check_object_name("cluster", cluster)
+        return _stream_page_on(tr, cluster, prefix, page_size, page_token)
     size, window, more = _window(
         tr,
         keys.STREAMS,
@@ -257,6 +259,25 @@ def stream_page(
             yield stream if on else None
 
     streams, token = _fill(size, window, more, items())
+    return StreamPage(streams, token, 0 if page_token else _count_streams(tr, prefix, snapshot=True))
+
+
+def _stream_page_on(tr: Transaction, cluster: str, prefix: str, page_size: int, page_token: str) -> StreamPage:
+    """`stream_page` with `cluster`, through the index by cluster: a page costs its own streams."""
+    if prefix:
+        check_object_name("prefix", prefix)
+    if page_token:
+        check_object_name("page_token", page_token)
+        if not page_token.startswith(prefix):
+            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page with prefix {prefix!r}")
+    size = min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
+    names, more = _streams_on(tr, cluster, prefix, page_token, size)
+    streams = []
+    for name in names:
+        raw = tr.get(keys.stream_key(name))
+        if raw is not None:
+            streams.append(replace(Stream.from_json(raw), lanes=_load_lanes(tr, name)))
+    token = names[-1] if more and names else ""
     return StreamPage(streams, token, 0 if page_token else _count_streams(tr, prefix, snapshot=True))
 
 
@@ -348,14 +369,119 @@ def fleet_policy(tr: Transaction) -> FleetPolicy:
 
 
 def write_generation(tr: Transaction, stream: str, lane: str, gen: Generation) -> None:
-    """Store a generation, keeping the index of unsettled ones (draining or sealed: the sealer's work)."""
+    """Store a generation, keeping the index of unsettled ones (draining or sealed: the sealer's work) and the
+    index by cluster with its count of active generations (see `index_clusters`)."""
     tr.set(keys.generation_key(stream, lane, gen.number), gen.to_json())
+    entry = keys.cluster_generation_key(gen.cluster, stream, lane, gen.number)
+    was, state = tr.get(entry), gen.state.value.encode()
+    if was != state:
+        tr.set(entry, state)
+        if (was == _ACTIVE) != (state == _ACTIVE):
+            tr.add(keys.cluster_active_key(gen.cluster), 1 if state == _ACTIVE else -1)
     marker = keys.unsettled_key(stream, lane, gen.number)
     if gen.state in (DRAINING, SEALED):
         tr.set(marker, b"")
     else:
         tr.clear(marker)
         tr.clear(keys.retired_reader_key(stream, lane, gen.number))  # settled: no reader matters any more
+
+
+def forget_generation(tr: Transaction, stream: str, lane: str, gen: Generation) -> None:
+    """Take a generation of a stream being deleted out of the index by cluster (its record goes with the
+    stream's range)."""
+    entry = keys.cluster_generation_key(gen.cluster, stream, lane, gen.number)
+    if tr.get(entry) == _ACTIVE:
+        tr.add(keys.cluster_active_key(gen.cluster), -1)
+    tr.clear(entry)
+
+
+_ACTIVE, _DRAINED = ACTIVE.value.encode(), DRAINED.value.encode()
+
+
+def index_clusters(tr: Transaction) -> None:
+    """Build the index by cluster once, for a store written before it existed: every generation's entry and
+    every cluster's count of active ones, from the generations themselves (what writes kept meanwhile is
+    replaced). Readers of the index call this first; afterwards it costs one read."""
+    if tr.get(keys.CLUSTER_INDEXED) is not None:
+        return
+    for space in (keys.CLUSTER_GENERATIONS, keys.CLUSTER_ACTIVE):
+        r = space.range()
+        tr.clear_range(r.start, r.stop)
+    active: dict[str, int] = {}
+    r = keys.GENERATIONS.range()
+    for key, raw in tr.get_range(r.start, r.stop):
+        stream, lane, number = keys.GENERATIONS.unpack(key)
+        gen = Generation.from_json(raw)
+        tr.set(keys.cluster_generation_key(gen.cluster, stream, lane, number), gen.state.value.encode())
+        if gen.state == ACTIVE:
+            active[gen.cluster] = active.get(gen.cluster, 0) + 1
+    for cluster, count in active.items():
+        tr.set(keys.cluster_active_key(cluster), count.to_bytes(8, "little", signed=True))
+    tr.set(keys.CLUSTER_INDEXED, b"1")
+
+
+@transactional
+def read_active_load(tr: Transaction) -> dict[str, int]:
+    """Active generations per cluster (what a failover target is chosen by): one read per cluster."""
+    index_clusters(tr)
+    r = keys.CLUSTER_ACTIVE.range()
+    load = {}
+    for key, raw in tr.get_range(r.start, r.stop, snapshot=True):
+        count = int.from_bytes(raw, "little", signed=True)
+        if count:
+            load[keys.CLUSTER_ACTIVE.unpack(key)[0]] = count
+    return load
+
+
+@transactional
+def streams_active_on(tr: Transaction, clusters: Collection[str]) -> list[Stream]:
+    """The streams with a lane whose active generation is on one of `clusters` (what an evacuation moves), in
+    name order: reads those clusters' own generations, not the fleet's."""
+    index_clusters(tr)
+    names: set[str] = set()
+    for cluster in sorted(set(clusters)):
+        r = keys.CLUSTER_GENERATIONS.range((cluster,))
+        for key, state in tr.get_range(r.start, r.stop, snapshot=True):
+            if state == _ACTIVE:
+                names.add(keys.CLUSTER_GENERATIONS.unpack(key)[1])
+    found = []
+    for name in sorted(names):
+        raw = tr.get(keys.stream_key(name))
+        if raw is not None:
+            found.append(replace(Stream.from_json(raw), lanes=_load_lanes(tr, name)))
+    return found
+
+
+@transactional
+def generation_counts(tr: Transaction) -> dict[tuple[str, str], int]:
+    """Generations per (cluster, state), from the index by cluster: its entries only, no stream is read."""
+    index_clusters(tr)
+    r = keys.CLUSTER_GENERATIONS.range()
+    counts: dict[tuple[str, str], int] = {}
+    for key, state in tr.get_range(r.start, r.stop, snapshot=True):
+        at = (keys.CLUSTER_GENERATIONS.unpack(key)[0], state.decode())
+        counts[at] = counts.get(at, 0) + 1
+    return counts
+
+
+def _streams_on(tr: Transaction, cluster: str, prefix: str, page_token: str, size: int) -> tuple[list[str], bool]:
+    """Up to `size` names of streams with a generation on `cluster` (any state), in name order after
+    `page_token`, starting with `prefix`; and whether more are left. Reads those streams' entries only."""
+    index_clusters(tr)
+    r = keys.cluster_streams_starting(cluster, prefix)
+    start = keys.CLUSTER_GENERATIONS.pack((cluster, page_token)) + b"\xff" if page_token else r.start
+    names: list[str] = []
+    while True:
+        rows = tr.get_range(start, r.stop, limit=4 * size + 1, snapshot=True)
+        for key, _ in rows:
+            name = keys.CLUSTER_GENERATIONS.unpack(key)[1]
+            if not names or names[-1] != name:
+                if len(names) == size:
+                    return names, True
+                names.append(name)
+        if len(rows) <= 4 * size:
+            return names, False
+        start = rows[-1][0] + b"\x00"
 
 
 def _write_lane(tr: Transaction, stream: str, lane: Lane) -> None:
@@ -488,13 +614,13 @@ class Topology:
 
         def change(tr: Transaction) -> str:
             get_cluster(tr, name)
-            undrained = [
-                f"{s.name}/{lane.name}/g{g.number} ({g.state})"
-                for s in list_streams(tr)
-                for lane in s.lanes
-                for g in lane.generations
-                if g.cluster == name and g.state != DRAINED
-            ]
+            index_clusters(tr)
+            r = keys.CLUSTER_GENERATIONS.range((name,))
+            undrained = []
+            for key, state in tr.get_range(r.start, r.stop):  # what it holds, not the fleet's streams
+                if state != _DRAINED:
+                    _, stream, lane, number = keys.CLUSTER_GENERATIONS.unpack(key)
+                    undrained.append(f"{stream}/{lane}/g{number} ({state.decode()})")
             if undrained:
                 shown = ", ".join(undrained[:5]) + (f" and {len(undrained) - 5} more" if len(undrained) > 5 else "")
                 raise FailedPreconditionError(
@@ -546,6 +672,15 @@ class Topology:
 
     def list_streams(self) -> list[Stream]:
         return list_streams(self.db)
+
+    def active_load(self) -> dict[str, int]:
+        return read_active_load(self.db)
+
+    def streams_active_on(self, clusters: Collection[str]) -> list[Stream]:
+        return streams_active_on(self.db, clusters)
+
+    def generation_counts(self) -> dict[tuple[str, str], int]:
+        return generation_counts(self.db)
 
     def stream_page(
         self, *, prefix: str = "", page_size: int = 0, page_token: str = "", cluster: str = ""
@@ -655,7 +790,7 @@ class Topology:
             else:
                 clusters = list_clusters(tr)
                 source = next((c for c in clusters if c.name == previous.cluster), None)
-                found = choose_target(clusters, source or Cluster(previous.cluster, ""), active_load(list_streams(tr)))
+                found = choose_target(clusters, source or Cluster(previous.cluster, ""), read_active_load(tr))
                 if found is None:
                     raise FailedPreconditionError(
                         f"no healthy, uncordoned cluster other than {previous.cluster!r} "

@@ -18,7 +18,7 @@ from streamplane.clock import Clock
 from streamplane.coordinator import commitlog, events, leases
 from streamplane.coordinator.assigner import Assigner
 from streamplane.coordinator.console.history import LagHistory
-from streamplane.coordinator.health import active_load, choose_target
+from streamplane.coordinator.health import choose_target
 from streamplane.coordinator.topology import Topology
 from streamplane.doctor import sealed_waits
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
@@ -314,7 +314,7 @@ class Views:
                 raise NotFoundError(f"cluster {to!r} is not registered", kind="cluster", name=to)
         else:
             source = next((c for c in clusters if c.name == current.cluster), model.Cluster(current.cluster, ""))
-            target = choose_target(clusters, source, active_load(self.topology.list_streams()))
+            target = choose_target(clusters, source, self.topology.active_load())
             if target is None:
                 raise FailedPreconditionError(
                     f"no healthy, uncordoned cluster other than {current.cluster!r} to fail {stream}/{lane} over to"
@@ -340,9 +340,9 @@ class Views:
     def drain_preview(self, cluster: str, to: str) -> dict[str, Any]:
         self.topology.get_cluster(cluster)
         clusters = self.topology.list_clusters()
-        streams = self.topology.list_streams()
+        streams = self.topology.streams_active_on([cluster])  # what it holds, not the fleet's streams
         source = next(c for c in clusters if c.name == cluster)
-        load = active_load(streams)
+        load = self.topology.active_load()
         lanes = []
         for s in streams:
             for lane in s.lanes:
