@@ -118,8 +118,9 @@ def test_cluster_pages_give_exactly_the_sorted_filtered_clusters_once_each(
         db.close()
 
 
-def test_a_filtered_page_looks_at_a_bounded_number_of_streams(tmp_path: Path, monkeypatch) -> None:
-    """A cluster filter matching nothing still answers in bounded pages (short or empty, with a token)."""
+def test_a_cluster_filter_pages_the_streams_on_it_whatever_the_fleet_holds(tmp_path: Path, monkeypatch) -> None:
+    """A page with a cluster filter reads the index by cluster: one matching nothing is empty at once, with no
+    token (it used to scan names in bounded, empty pages); one matching a few streams among many pages them."""
     monkeypatch.setattr(topo, "PAGE_SIZE", 5)
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
     try:
@@ -127,10 +128,14 @@ def test_a_filtered_page_looks_at_a_bounded_number_of_streams(tmp_path: Path, mo
         for c in ("east", "west"):
             t.register_cluster(Cluster(c, f"{c}:9092"))
         for i in range(120):
-            t.create_stream(f"s{i:03d}", 1, "east")
-        first = t.stream_page(cluster="west")
-        assert first.streams == [] and first.next_page_token == "s049", "5 x 10 names looked at, then a token"
-        assert [len(p.streams) for p in _pages(t, cluster="west")] == [0, 0, 0]
+            t.create_stream(f"s{i:03d}", 1, "west" if i % 17 == 0 else "east")
+        first = t.stream_page(cluster="nowhere")
+        assert first.streams == [] and first.next_page_token == ""
+        pages = list(_pages(t, cluster="west"))
+        assert [[s.name for s in p.streams] for p in pages] == [
+            ["s000", "s017", "s034", "s051", "s068"],
+            ["s085", "s102", "s119"],
+        ]
     finally:
         db.close()
 
