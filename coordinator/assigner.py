@@ -320,6 +320,7 @@ class Assigner:
         """Whether this replica holds the leader key (it runs the sealer and the autopilot)."""
         self._leader_until = 0  # when the leader key, as last read, runs out
         self._claimable_at = 0  # when another replica's hold on a group, as last read, first runs out
+        self._store_lost = False  # a pass failed on the store: the next one that reaches it gives a grace
 
     # -- sessions
     def open_session(
@@ -565,7 +566,11 @@ class Assigner:
             looked: Look = (leases.read_group_counters(tr), events.head(tr)) if owned else ({}, 0)
             return groups, leader, claimed, looked
 
-        groups, leader, claimed, (counters, head) = self.db.transact(membership)
+        try:
+            groups, leader, claimed, (counters, head) = self.db.transact(membership)
+        except UnavailableError:
+            self._store_lost = True
+            raise
         if leader is not None:
             self.is_leader, self._leader_until = leader
         if claimed is not None:
@@ -583,6 +588,13 @@ class Assigner:
             self._assigned &= self.owned
             for gone in set(self._joining) - self.owned:
                 del self._joining[gone]
+        if self._store_lost:
+            # the store was away (a database restart): no heartbeat was written and no replica renewed its
+            # registration meanwhile, so every member looks expired; each gets a TTL to be heard, as after a
+            # take-over, and the revokes it could not answer are not forced before then either
+            self._store_lost = False
+            for group in self.owned:
+                self._grace_until[group] = max(self._grace_until.get(group, 0), now + cfg.ttl_ms)
         if renew:
             self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
         # a standby, or a replica with no group, looks again when the leader's key or another replica's hold on
@@ -647,8 +659,9 @@ class Assigner:
                     self._next_expiry[group] = expiry_read
                 if rest:
                     self._write_rest(self._states[group], rest, now)
-            except BaseException:
+            except BaseException as err:
                 self._states.pop(group, None)  # what it holds may not have been written: read it whole next time
+                self._store_lost = self._store_lost or isinstance(err, UnavailableError)
                 raise
             if next_expiry:
                 due = min(due, next_expiry, poll)

@@ -15,8 +15,9 @@ from streamplane.coordinator.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.cluster_admin import MemoryClusterAdmin, RoutingAdmin
 from streamplane.coordinator.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
+from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
 from streamplane.coordinator.topology import Topology
-from streamplane.errors import FencedError
+from streamplane.errors import FencedError, UnavailableError
 from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat, Revoke
 
 CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500, join_window_ms=0)  # paced by joins: below
@@ -217,6 +218,40 @@ def test_a_revoke_cut_by_its_owners_death_gets_a_deadline_past_the_new_owners_gr
     new.run_once()
     forced = {x.lease_id: (x.worker_id, x.epoch) for x in leases.read_leases(db, "g").values() if x.lease_id in kept}
     assert forced == {lid: ("w2", cut[lid].epoch + 1) for lid in kept}, "the rest are forced after the grace"
+
+
+def test_a_store_outage_past_the_ttl_ends_no_session_whose_worker_kept_its_stream(with_stream: Database) -> None:
+    """The database restarts, down for two TTLs: no heartbeat is written and no replica renews its registration
+    meanwhile. When it is back, the group's owner passes before the other replica renews: every member of that
+    replica looks expired. The owner gives each session a TTL to be heard first, as after a take-over: the
+    workers kept their streams, and keep their leases and epochs (ended, their work would be done again)."""
+    db, clock = ChaosDatabase(with_stream, seed=1, faults=Faults()), ManualClock()
+    owner, other = (
+        Assigner(db, CONFIG, replica_id="owner", clock=clock),
+        Assigner(db, CONFIG, replica_id="other", clock=clock),
+    )
+    owner.run_once()  # registered first: it owns the group
+    other.run_once()
+    w1 = owner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    w2 = other.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    owner.run_once()
+    assert "g" in owner.owned
+    before = {(x.lease_id, x.epoch, x.worker_id) for x in owner.describe("g").leases}
+    assert {w for _, _, w in before} == {"w1", "w2"}
+    db.down = True
+    clock.advance(2 * CONFIG.ttl_ms)
+    with pytest.raises(UnavailableError):
+        owner.run_once()
+    db.down = False
+    owner.run_once()  # back first: before the other replica renews, and before any heartbeat is written again
+    assert {(x.lease_id, x.epoch, x.worker_id) for x in owner.describe("g").leases} == before
+    other.run_once()
+    clock.advance(CONFIG.ttl_ms)
+    w1.heartbeat(Heartbeat())
+    w2.heartbeat(Heartbeat())
+    other.run_once()
+    owner.run_once()  # the grace is over: both are alive (their replicas renewed), nothing moved
+    assert {(x.lease_id, x.epoch, x.worker_id) for x in owner.describe("g").leases} == before
 
 
 def test_a_new_groups_first_assignment_waits_for_its_members_to_stop_joining(with_stream: Database) -> None:

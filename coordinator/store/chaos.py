@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from streamplane.coordinator.store import retry
-from streamplane.coordinator.store.api import Database, Transaction
+from streamplane.coordinator.store.api import Database, StoreUnavailableError, Transaction
 
 T = TypeVar("T")
 
@@ -50,6 +50,8 @@ class ChaosDatabase:
         self.idempotent = idempotent
         """False plants a bug: a retry after an unknown result runs the body again even if it committed."""
         self.injected: Counter[str] = Counter()
+        self.down = False
+        """True: every transaction fails with StoreUnavailableError, as while the database restarts."""
         self._rng = random.Random(seed)
         self._tokens = retry.Tokens(self._rng)
 
@@ -67,6 +69,8 @@ class ChaosDatabase:
         return ""
 
     def transact(self, fn: Callable[[Transaction], T]) -> T:
+        if self.down:
+            raise StoreUnavailableError("the store is down (a database restart)")
         return retry.run(self._attempt, fn, self._tokens if self.idempotent else None)
 
     def _attempt(self, body: Callable[[Transaction], Any]) -> Any:
