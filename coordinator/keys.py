@@ -9,6 +9,10 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "gen", stream, lane, number)        -> Generation
     ("streamplane", "unsettled", stream, lane, number)  -> b"": index of the generations draining or sealed
                                                            (the sealer's work: it never scans every generation)
+    ("streamplane", "cluster_gen", cluster, stream, lane, number)
+                                                        -> the generation's state: index of what a cluster holds
+    ("streamplane", "cluster_active", cluster)          -> 8-byte little-endian count of its active generations
+    ("streamplane", "cluster_gen_indexed")              -> b"1" once the two above cover older stores
     ("streamplane", "event", Versionstamp)              -> Event {type, time_ms, actor, data}
     ("streamplane", "event_head")                       -> 8-byte little-endian count of events (a watch key)
     ("streamplane", "group", group)                     -> Group {name}: groups the assignment loop serves
@@ -192,6 +196,11 @@ def cluster_generation_key(cluster: str, stream: str, lane: str, number: int) ->
 
 def cluster_active_key(cluster: str) -> bytes:
     return CLUSTER_ACTIVE.pack((cluster,))
+
+
+def cluster_stream_end(cluster: str, stream: str) -> bytes:
+    """A key past every index entry of `stream` on `cluster` and before the next stream's."""
+    return CLUSTER_GENERATIONS.pack((cluster, stream)) + b"\xff"
 
 
 def cluster_streams_starting(cluster: str, prefix: str) -> slice:

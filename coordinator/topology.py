@@ -469,7 +469,7 @@ def _streams_on(tr: Transaction, cluster: str, prefix: str, page_token: str, siz
     `page_token`, starting with `prefix`; and whether more are left. Reads those streams' entries only."""
     index_clusters(tr)
     r = keys.cluster_streams_starting(cluster, prefix)
-    start = keys.CLUSTER_GENERATIONS.pack((cluster, page_token)) + b"\xff" if page_token else r.start
+    start = keys.cluster_stream_end(cluster, page_token) if page_token else r.start
     names: list[str] = []
     while True:
         rows = tr.get_range(start, r.stop, limit=4 * size + 1, snapshot=True)
