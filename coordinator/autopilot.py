@@ -281,10 +281,10 @@ class Autopilot:
         clusters = self.topology.list_clusters()
         unhealthy = [c.name for c in clusters if c.health == health.UNHEALTHY]
         # only what the unhealthy clusters hold: a dead cluster costs its own lanes, not the fleet's streams
-        streams, load = self.topology.db.transact(lambda tr: (streams_active_on(tr, unhealthy), read_active_load(tr)))
+        held, load = self.topology.db.transact(lambda tr: (streams_active_on(tr, unhealthy), read_active_load(tr)))
         plan = health.plan_failovers(
             clusters,
-            streams,
+            held.streams,
             self.topology.fleet_policy(),
             now_ms=now_ms,
             recent=list(self._recent),
@@ -292,10 +292,11 @@ class Autopilot:
             last_moved=self._last_moved,
             load=load,
         )
-        if plan.waiting != self.waiting:
-            for line in plan.waiting:
+        waiting = [*plan.waiting, *(f"stream {name!r}: its stored records do not decode" for name in held.unreadable)]
+        if waiting != self.waiting:
+            for line in waiting:
                 log.warning("autopilot.waiting", why=line)
-        self.waiting = plan.waiting
+        self.waiting = waiting
         self._planned = (head, plan.recheck_ms)
         for cluster in plan.evacuating:
             self._evacuations[cluster] = now_ms

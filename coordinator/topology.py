@@ -7,6 +7,7 @@ fails validation writes nothing; one that races another fails cleanly in the fin
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -188,6 +189,17 @@ COUNT_LIMIT = 100_000
 """A first page's `total` counts matching names up to this (counting is a key scan)."""
 
 
+def _check_page_args(prefix: str, page_size: int, page_token: str) -> int:
+    """A page's size, once its prefix and token are checked (InvalidArgumentError otherwise)."""
+    if prefix:
+        check_object_name("prefix", prefix)  # every start of a valid name is one
+    if page_token:
+        check_object_name("page_token", page_token)
+        if not page_token.startswith(prefix):
+            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page with prefix {prefix!r}")
+    return min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
+
+
 def _window(
     tr: Transaction,
     space: Any,
@@ -201,13 +213,7 @@ def _window(
     """The names a page of `space` may take, in name order from after `page_token`: (the page's size,
     [(name, stored value)] to look at, whether names are left after them). Bounded: a page's size, or
     FILTER_SCAN_PAGES of them when a filter may drop some."""
-    if prefix:
-        check_object_name("prefix", prefix)  # every start of a valid name is one
-    if page_token:
-        check_object_name("page_token", page_token)
-        if not page_token.startswith(prefix):
-            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page with prefix {prefix!r}")
-    size = min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
+    size = _check_page_args(prefix, page_size, page_token)
     named = keys.names_starting(space, prefix)
     start = key_of(page_token) + b"\x00" if page_token else named.start
     scan = size * FILTER_SCAN_PAGES if filtered else size
@@ -264,19 +270,9 @@ def stream_page(
 
 def _stream_page_on(tr: Transaction, cluster: str, prefix: str, page_size: int, page_token: str) -> StreamPage:
     """`stream_page` with `cluster`, through the index by cluster: a page costs its own streams."""
-    if prefix:
-        check_object_name("prefix", prefix)
-    if page_token:
-        check_object_name("page_token", page_token)
-        if not page_token.startswith(prefix):
-            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page with prefix {prefix!r}")
-    size = min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
+    size = _check_page_args(prefix, page_size, page_token)
     names, more = _streams_on(tr, cluster, prefix, page_token, size)
-    streams = []
-    for name in names:
-        raw = tr.get(keys.stream_key(name))
-        if raw is not None:
-            streams.append(replace(Stream.from_json(raw), lanes=_load_lanes(tr, name)))
+    streams = [s for s in map(functools.partial(_stream_named, tr), names) if s is not None]
     token = names[-1] if more and names else ""
     return StreamPage(streams, token, 0 if page_token else _count_streams(tr, prefix, snapshot=True))
 
@@ -396,6 +392,16 @@ def forget_generation(tr: Transaction, stream: str, lane: str, gen: Generation) 
 
 
 _ACTIVE, _DRAINED = ACTIVE.value.encode(), DRAINED.value.encode()
+_UNDECODABLE = (ValueError, TypeError, KeyError, AttributeError)
+"""What decoding a stored record raises when it is not one this coordinator can read."""
+
+
+@dataclass(frozen=True)
+class ActiveStreams:
+    """What `streams_active_on` found: the streams, and the names of those whose records do not decode."""
+
+    streams: list[Stream]
+    unreadable: list[str]
 
 
 def index_clusters(tr: Transaction) -> None:
@@ -434,9 +440,10 @@ def read_active_load(tr: Transaction) -> dict[str, int]:
 
 
 @transactional
-def streams_active_on(tr: Transaction, clusters: Collection[str]) -> list[Stream]:
+def streams_active_on(tr: Transaction, clusters: Collection[str]) -> ActiveStreams:
     """The streams with a lane whose active generation is on one of `clusters` (what an evacuation moves), in
-    name order: reads those clusters' own generations, not the fleet's."""
+    name order: reads those clusters' own generations, not the fleet's. A stream whose stored records do not
+    decode is named in `unreadable` instead: one bad record never holds back the others' evacuation."""
     index_clusters(tr)
     names: set[str] = set()
     for cluster in sorted(set(clusters)):
@@ -444,12 +451,22 @@ def streams_active_on(tr: Transaction, clusters: Collection[str]) -> list[Stream
         for key, state in tr.get_range(r.start, r.stop, snapshot=True):
             if state == _ACTIVE:
                 names.add(keys.CLUSTER_GENERATIONS.unpack(key)[1])
-    found = []
+    found, unreadable = [], []
     for name in sorted(names):
-        raw = tr.get(keys.stream_key(name))
-        if raw is not None:
-            found.append(replace(Stream.from_json(raw), lanes=_load_lanes(tr, name)))
-    return found
+        try:
+            stream = _stream_named(tr, name)
+        except _UNDECODABLE:
+            unreadable.append(name)
+            continue
+        if stream is not None:
+            found.append(stream)
+    return ActiveStreams(found, unreadable)
+
+
+def _stream_named(tr: Transaction, name: str) -> Stream | None:
+    """The stream `name` with its lanes, or None when there is none."""
+    raw = tr.get(keys.stream_key(name))
+    return None if raw is None else replace(Stream.from_json(raw), lanes=_load_lanes(tr, name))
 
 
 @transactional
@@ -676,7 +693,7 @@ class Topology:
     def active_load(self) -> dict[str, int]:
         return read_active_load(self.db)
 
-    def streams_active_on(self, clusters: Collection[str]) -> list[Stream]:
+    def streams_active_on(self, clusters: Collection[str]) -> ActiveStreams:
         return streams_active_on(self.db, clusters)
 
     def generation_counts(self) -> dict[tuple[str, str], int]:

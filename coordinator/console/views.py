@@ -340,11 +340,11 @@ class Views:
     def drain_preview(self, cluster: str, to: str) -> dict[str, Any]:
         self.topology.get_cluster(cluster)
         clusters = self.topology.list_clusters()
-        streams = self.topology.streams_active_on([cluster])  # what it holds, not the fleet's streams
+        held = self.topology.streams_active_on([cluster])  # what it holds, not the fleet's streams
         source = next(c for c in clusters if c.name == cluster)
         load = self.topology.active_load()
         lanes = []
-        for s in streams:
+        for s in held.streams:
             for lane in s.lanes:
                 if lane.generations and lane.active.cluster == cluster:
                     target = next((c for c in clusters if c.name == to), None) if to else None
@@ -359,6 +359,7 @@ class Views:
             "lanes": lanes,
             "rate_per_minute": rate,
             "moves": [f"{x['stream']}/{x['lane']} -> {x['to'] or '(no target)'}" for x in lanes]
+            + [f"stream {name!r} stays: its stored records do not decode" for name in held.unreadable]
             + [f"{cluster} is cordoned: no new generation lands on it"],
         }
 
