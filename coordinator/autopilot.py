@@ -9,11 +9,10 @@ class does the I/O (probes, the store, logs).
 from __future__ import annotations
 
 import collections
-import time
+import enum
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, replace
-from typing import Any
 
 import structlog
 
@@ -21,10 +20,10 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import events, health, leases, sealing
 from streamplane.coordinator.health import AUTOPILOT
 from streamplane.coordinator.loop import BackgroundLoop
+from streamplane.coordinator.probes import CANARY_TOPIC, WireProbes
 from streamplane.coordinator.topology import Topology, read_active_load, streams_active_on
 from streamplane.errors import StreamplaneError
 from streamplane.model import Cluster, ClusterErrors, Probe
-from streamplane.names import TOPIC_PREFIX
 
 log = structlog.get_logger(__name__)
 
@@ -51,83 +50,12 @@ class AutopilotConfig:
     (by capacity) at that pace each."""
 
 
-CANARY_TOPIC = f"{TOPIC_PREFIX}._canary"
-"""One small topic per cluster (1 partition) that the health monitor writes to and reads back."""
+class _Wire(enum.Enum):
+    WIRE = "wire"
 
 
-def run_canary(cluster: Cluster, *, timeout_s: float) -> tuple[float, str]:
-    """Produce one record to the cluster's health topic and fetch it back: (ms it took, "" or the error).
-    The topic must exist (the autopilot creates it once per cluster)."""
-    from confluent_kafka import KafkaException, Producer
-
-    from streamplane.client.fetcher import PartitionFetcher
-
-    started = time.perf_counter()
-    try:
-        producer = Producer(
-            {
-                "bootstrap.servers": cluster.bootstrap_servers,
-                "acks": "all",
-                "message.timeout.ms": max(1, int(timeout_s * 1000)),
-                "socket.timeout.ms": max(10, int(timeout_s * 1000)),
-                "log_level": 0,
-            }
-        )
-        stored: list[Any] = []
-        value = f"canary {time.time_ns()}".encode()
-        producer.produce(CANARY_TOPIC, value, partition=0, on_delivery=lambda err, msg: stored.append((err, msg)))
-        producer.flush(timeout_s)
-        del producer
-        if not stored:
-            return (time.perf_counter() - started) * 1000, "canary record not acknowledged in time"
-        err, msg = stored[0]
-        if err is not None:
-            return (time.perf_counter() - started) * 1000, f"canary produce failed: {err.str()}"
-        fetcher = PartitionFetcher(cluster.bootstrap_servers, CANARY_TOPIC, 0, start_offset=msg.offset())
-        try:
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                got = fetcher.fetch()
-                if got.batch is not None and any(r.value == value for r in got.batch.records()):
-                    return (time.perf_counter() - started) * 1000, ""
-            return (time.perf_counter() - started) * 1000, "canary record not fetched back in time"
-        finally:
-            fetcher.close()
-    except (StreamplaneError, KafkaException, OSError) as err:
-        message = err.message if isinstance(err, StreamplaneError) else str(err)
-        return (time.perf_counter() - started) * 1000, f"canary failed: {message[:200]}"
-
-
-def probe_cluster(name: str, bootstrap_servers: str, *, timeout_s: float, now_ms: int, topics: bool = True) -> Probe:
-    """Read a cluster's metadata through our own wire client (one short-lived connection); without `topics`
-    only its brokers (a cheap look: partitions are counted on every few probes)."""
-    from streamplane.client.kafka.config import ConnectionConfig
-    from streamplane.client.kafka.connection import KafkaConnection
-
-    started = time.perf_counter()
-    try:
-        config = ConnectionConfig(timeout_s=timeout_s)
-        conn = KafkaConnection.connect_any(bootstrap_servers, config)
-        try:
-            md = conn.metadata(None if topics else [])
-        finally:
-            conn.close()
-    except (StreamplaneError, OSError) as err:
-        message = err.message if isinstance(err, StreamplaneError) else str(err)
-        return Probe(name, now_ms, False, (time.perf_counter() - started) * 1000, error=message[:300])
-    if not topics:
-        return Probe(name, now_ms, True, (time.perf_counter() - started) * 1000, len(md.brokers), partitions=-1)
-    ours = [p for topic, parts in md.topics.items() if topic.startswith(f"{TOPIC_PREFIX}.") for p in parts]
-    return Probe(
-        name,
-        now_ms,
-        True,
-        (time.perf_counter() - started) * 1000,
-        brokers=len(md.brokers),
-        partitions=len(ours),
-        leaderless=sum(1 for p in ours if p.leader < 0),
-        under_replicated=sum(1 for p in ours if p.isr and len(p.isr) < len(p.replicas)),
-    )
+WIRE = _Wire.WIRE
+"""The default look at clusters: `probes.WireProbes`, over our wire client, connections kept per cluster."""
 
 
 class Autopilot:
@@ -140,16 +68,17 @@ class Autopilot:
         config: AutopilotConfig | None = None,
         *,
         clock: Clock = SYSTEM,
-        probe: Callable[..., Probe] = probe_cluster,
-        canary: Callable[..., tuple[float, str]] | None = run_canary,
+        probe: Callable[..., Probe] | _Wire = WIRE,
+        canary: Callable[..., tuple[float, str]] | _Wire | None = WIRE,
     ) -> None:
         """`probe` and `canary` are what look at a cluster (tests give stand-ins; canary None runs none)."""
         self.topology = topology
         self.is_leader = is_leader
         self.config = config or AutopilotConfig()
         self.clock = clock
-        self._probe = probe
-        self._canary = canary
+        self.wire = WireProbes()
+        self._probe = self.wire.probe if probe is WIRE else probe
+        self._canary = self.wire.canary if canary is WIRE else canary
         self._canary_topics: set[str] = set()  # clusters whose health topic exists
         self._pool = futures.ThreadPoolExecutor(self.config.probe_threads, thread_name_prefix="probe")
         self._running: dict[str, futures.Future[Probe]] = {}
@@ -183,6 +112,7 @@ class Autopilot:
     def stop(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._loop.stop()
+        self.wire.close()
 
     def run_once(self) -> None:
         """Record the probes that finished, start those due, then fail over what the policies call for. A tick
@@ -213,6 +143,7 @@ class Autopilot:
                 self._running[c.name] = self._pool.submit(self._look, c, count, now)
         for gone in set(self._probed_at) - {c.name for c in clusters}:
             del self._probed_at[gone]
+            self.wire.forget(gone)
         self._next_due = min(self._probed_at.values(), default=self.clock.monotonic()) + interval
         self._unhealthy = any(c.health == health.UNHEALTHY for c in clusters)
         if self._unhealthy and self._replan_due(now):  # streams are read only when a lane may move

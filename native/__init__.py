@@ -23,6 +23,8 @@ if _native is not None:
 
 implementation = "native" if USE_NATIVE else "python"
 """The implementation `decode` uses: 'native' or 'python'."""
+crc32c: Callable[[bytes | memoryview], int] = _native.crc32c if _native is not None else reference.crc32c
+"""CRC-32C (Castagnoli), as a RecordBatch's checksum: in C when the extension is built."""
 
 
 def decode(
@@ -78,6 +80,7 @@ __all__ = [
     "DecodedBatch",
     "PyRecord",
     "Record",
+    "crc32c",
     "decode",
     "implementation",
 ]

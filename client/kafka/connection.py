@@ -12,13 +12,14 @@ import socket
 import struct
 import threading
 
-from streamplane.client.kafka import api_versions, codec, fetch, list_offsets, metadata, sasl
+from streamplane.client.kafka import api_versions, codec, fetch, list_offsets, metadata, produce, sasl
 from streamplane.client.kafka.codec import KafkaAuthenticationError, KafkaProtocolError, Reader
 from streamplane.client.kafka.config import ConnectionConfig
 from streamplane.errors import MalformedBatchError, UnavailableError
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 API_NAMES = {
+    0: "Produce",
     1: "Fetch",
     2: "ListOffsets",
     3: "Metadata",
@@ -213,6 +214,17 @@ class KafkaConnection:
                 )
             out[p] = offset
         return out
+
+    def produce(self, topic: str, partition: int, batch: bytes, *, timeout_ms: int) -> int:
+        """Write one record batch with acks=all to a partition led by this broker; its base offset."""
+        v = self.version(produce.KEY, produce.VERSIONS)
+        body = produce.encode(v, topic, partition, batch, timeout_ms=timeout_ms)
+        code, base = produce.decode(v, self.request(produce.KEY, v, body))
+        if code:
+            raise KafkaProtocolError(
+                f"Produce {topic}/{partition} failed on {self.address} with error {code}", code=code
+            )
+        return base
 
     def fetch(
         self,

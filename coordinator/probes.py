@@ -1,0 +1,135 @@
+"""How the health monitor looks at a cluster: a metadata probe and a canary, over our own wire client.
+
+A fleet of a thousand clusters is probed every two seconds, so a probe must cost a request, not a
+connection: each cluster keeps one connection to a bootstrap broker between probes (and one to its canary
+partition's leader when that is another broker), opened again after any error. The canary produces one
+small record with the wire client's own Produce and fetches it back on the same connection; it never starts
+a producer, whose threads and sockets a fleet would multiply.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from streamplane.client.kafka import produce
+from streamplane.client.kafka.config import ConnectionConfig
+from streamplane.client.kafka.connection import KafkaConnection
+from streamplane.errors import StreamplaneError, UnavailableError
+from streamplane.model import Cluster, Probe
+from streamplane.names import TOPIC_PREFIX
+from streamplane.native import decode
+
+CANARY_TOPIC = f"{TOPIC_PREFIX}._canary"
+"""One small topic per cluster (1 partition) that the health monitor writes to and reads back."""
+
+
+class WireProbes:
+    """Probes and canaries for many clusters, with their connections kept per cluster (thread-safe across
+    clusters; one cluster is looked at by one thread at a time, as the autopilot schedules it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, tuple[str, dict[str, KafkaConnection]]] = {}
+        """{cluster: (its bootstrap list, {broker address: connection})}; the first address is bootstrap's."""
+
+    def probe(self, name: str, bootstrap_servers: str, *, timeout_s: float, now_ms: int, topics: bool = True) -> Probe:
+        """Read a cluster's metadata; without `topics` only its brokers (a cheap look: partitions are counted
+        on every few probes)."""
+        started = time.perf_counter()
+        try:
+            md = self._bootstrap(name, bootstrap_servers, timeout_s).metadata(None if topics else [])
+        except (StreamplaneError, OSError) as err:
+            self.forget(name)
+            message = err.message if isinstance(err, StreamplaneError) else str(err)
+            return Probe(name, now_ms, False, (time.perf_counter() - started) * 1000, error=message[:300])
+        took = (time.perf_counter() - started) * 1000
+        if not topics:
+            return Probe(name, now_ms, True, took, len(md.brokers), partitions=-1)
+        ours = [p for topic, parts in md.topics.items() if topic.startswith(f"{TOPIC_PREFIX}.") for p in parts]
+        return Probe(
+            name,
+            now_ms,
+            True,
+            took,
+            brokers=len(md.brokers),
+            partitions=len(ours),
+            leaderless=sum(1 for p in ours if p.leader < 0),
+            under_replicated=sum(1 for p in ours if p.isr and len(p.isr) < len(p.replicas)),
+        )
+
+    def canary(self, cluster: Cluster, *, timeout_s: float) -> tuple[float, str]:
+        """Produce one record to the cluster's health topic (acks=all) and fetch it back: (ms it took, "" or
+        the error). The topic must exist (the autopilot creates it once per cluster)."""
+        started = time.perf_counter()
+
+        def took() -> float:
+            return (time.perf_counter() - started) * 1000
+
+        try:
+            leader = self._canary_leader(cluster, timeout_s)
+            value = f"canary {time.time_ns()}".encode()
+            batch = produce.record_batch(value, time.time_ns() // 1_000_000)
+            try:
+                offset = leader.produce(CANARY_TOPIC, 0, batch, timeout_ms=max(1, int(timeout_s * 1000)))
+            except StreamplaneError as err:
+                return took(), f"canary produce failed: {err.message[:200]}"
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                (part,) = leader.fetch(CANARY_TOPIC, {0: offset}, max_wait_ms=min(100, int(timeout_s * 1000)))
+                if part.error_code:
+                    return took(), f"canary fetch failed: Kafka error {part.error_code}"
+                if part.records and any(r.value == value for r in decode(part.records).records()):
+                    return took(), ""
+            return took(), "canary record not fetched back in time"
+        except (StreamplaneError, OSError) as err:
+            self.forget(cluster.name)
+            message = err.message if isinstance(err, StreamplaneError) else str(err)
+            return took(), f"canary failed: {message[:200]}"
+
+    def forget(self, name: str) -> None:
+        """Close a cluster's connections (after an error, or once it is removed)."""
+        with self._lock:
+            held = self._held.pop(name, None)
+        for conn in (held[1] if held else {}).values():
+            conn.close()
+
+    def close(self) -> None:
+        for name in list(self._held):
+            self.forget(name)
+
+    def connections(self) -> int:
+        """Connections open now, over every cluster."""
+        with self._lock:
+            return sum(len(conns) for _, conns in self._held.values())
+
+    def _bootstrap(self, name: str, bootstrap_servers: str, timeout_s: float) -> KafkaConnection:
+        with self._lock:
+            held = self._held.get(name)
+        if held is not None and held[0] != bootstrap_servers:  # registered again elsewhere
+            self.forget(name)
+            held = None
+        if held is not None:
+            return next(iter(held[1].values()))
+        conn = KafkaConnection.connect_any(bootstrap_servers, ConnectionConfig(timeout_s=timeout_s))
+        with self._lock:
+            self._held[name] = (bootstrap_servers, {conn.address: conn})
+        return conn
+
+    def _canary_leader(self, cluster: Cluster, timeout_s: float) -> KafkaConnection:
+        """The connection to the leader of the canary partition, opened once and kept with the cluster's."""
+        bootstrap = self._bootstrap(cluster.name, cluster.bootstrap_servers, timeout_s)
+        md = bootstrap.metadata([CANARY_TOPIC])
+        part = next((p for p in md.topics.get(CANARY_TOPIC, []) if p.partition == 0), None)
+        if part is None or part.leader not in md.brokers:
+            raise UnavailableError(f"{CANARY_TOPIC}/0 has no leader now")
+        broker = md.brokers[part.leader]
+        address = f"{broker.host}:{broker.port}"
+        with self._lock:
+            conns = self._held.get(cluster.name, ("", {}))[1]
+            conn = conns.get(address)
+        if conn is None:
+            conn = KafkaConnection(broker.host, broker.port, ConnectionConfig(timeout_s=timeout_s))
+            with self._lock:
+                conns[address] = conn
+        return conn
