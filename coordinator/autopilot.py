@@ -98,6 +98,9 @@ class Autopilot:
         self._created: dict[str, collections.deque[int]] = {}
         """Per target cluster, when the autopilot's failovers created a topic there in the last second."""
         self.waiting: list[str] = []
+        self._listed: dict[str, Cluster] = {}
+        """The clusters as last read, by name, and the event log's head then."""
+        self._listed_head = -1
         self._loop = BackgroundLoop(
             "autopilot", self.run_once, interval_ms=self.config.tick_ms, clock=clock, is_leader=is_leader
         )
@@ -133,7 +136,7 @@ class Autopilot:
                     self._observe(self._probe_result(name, now), reported.get(name), fetching.get(name))
                 except Exception:
                     log.exception("autopilot.observe_failed", cluster=name)
-        clusters = self.topology.list_clusters()
+        clusters = self._clusters()
         interval = self.config.probe_interval_ms / 1000
         due = self.clock.monotonic() - interval
         for c in clusters:
@@ -150,6 +153,15 @@ class Autopilot:
             self.fail_over(now)
         elif not self._unhealthy:
             self.waiting, self._planned = [], (-1, 0)
+
+    def _clusters(self) -> list[Cluster]:
+        """The registered clusters, read again only when the topology changed (every change is an event): a
+        tick of a fleet of a thousand decodes none of them when nothing changed."""
+        head = events.head(self.topology.db)  # before the list: a change meanwhile reads it again next tick
+        if head != self._listed_head:
+            listed = self.topology.list_clusters()
+            self._listed, self._listed_head = {c.name: c for c in listed}, head
+        return list(self._listed.values())
 
     def _probe_result(self, name: str, now_ms: int) -> Probe:
         """The finished probe of `name`; a probe that raised (a bug, or an entry no client can use) is an
@@ -198,6 +210,9 @@ class Autopilot:
         self._brokers_seen[probe.cluster] = seen
         self.history.setdefault(probe.cluster, collections.deque(maxlen=self.config.history)).append(probe)
         state, reasons = health.judge(probe, seen, reported, fetching, canary_slow_ms=self.config.canary_slow_ms)
+        listed = self._listed.get(probe.cluster)
+        if listed is not None and listed.health == state and listed.health_reasons == list(reasons):
+            return  # as stored when the fleet was last read (a change since is an event, which reads it again)
         try:
             changed = self.topology.record_health(probe.cluster, state, reasons, actor=AUTOPILOT, seen_ms=probe.at_ms)
         except StreamplaneError as err:  # removed meanwhile, or the store is away: the next probe tells again

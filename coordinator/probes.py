@@ -38,7 +38,13 @@ class WireProbes:
         on every few probes)."""
         started = time.perf_counter()
         try:
-            md = self._bootstrap(name, bootstrap_servers, timeout_s).metadata(None if topics else [])
+            try:
+                md = self._bootstrap(name, bootstrap_servers, timeout_s).metadata(None if topics else [])
+            except UnavailableError:
+                if time.perf_counter() - started >= timeout_s / 2:
+                    raise  # no answer in time: the cluster's, not the kept connection's
+                self.forget(name)  # a kept connection the broker dropped (restarted, idle): a fresh one decides
+                md = self._bootstrap(name, bootstrap_servers, timeout_s).metadata(None if topics else [])
         except (StreamplaneError, OSError) as err:
             self.forget(name)
             message = err.message if isinstance(err, StreamplaneError) else str(err)

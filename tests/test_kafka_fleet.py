@@ -1,0 +1,91 @@
+"""The many-cluster stand-in (`streamplane.testing.kafka_fleet`, issue 37) and the health monitor at fleet
+size: the stand-in answers what the autopilot and the cluster admin send, librdkafka's requests included; a
+monitor over a hundred clusters keeps one connection a cluster and a fixed pool of threads, finds the
+clusters that die and sees them come back."""
+
+from __future__ import annotations
+
+import threading
+
+from streamplane import model
+from streamplane.clock import SYSTEM
+from streamplane.coordinator.autopilot import Autopilot, AutopilotConfig
+from streamplane.coordinator.cluster_admin import KafkaAdmin
+from streamplane.coordinator.probes import CANARY_TOPIC, WireProbes
+from streamplane.coordinator.store.embedded import EmbeddedDatabase
+from streamplane.coordinator.topology import Topology
+from streamplane.testing.kafka_fleet import KafkaFleet
+from tests.helpers import wait_until
+
+
+def test_the_stand_in_answers_the_admin_the_probe_and_the_canary_and_dies_when_killed() -> None:
+    with KafkaFleet(2) as fleet:
+        cluster = model.Cluster("one", fleet.bootstrap(0))
+        probes = WireProbes()
+        try:
+            assert probes.probe("one", cluster.bootstrap_servers, timeout_s=2, now_ms=1).reachable
+            admin = KafkaAdmin(timeout_s=10)
+            admin.ensure_topic(cluster, CANARY_TOPIC, 1)  # librdkafka's CreateTopics
+            admin.ensure_topic(cluster, CANARY_TOPIC, 1)  # exists: checked by its partitions
+            looked = probes.probe("one", cluster.bootstrap_servers, timeout_s=2, now_ms=2)
+            assert (looked.brokers, looked.partitions, looked.leaderless) == (1, 1, 0)
+            for _ in range(3):
+                took, error = probes.canary(cluster, timeout_s=2)
+                assert error == "" and took > 0
+            assert admin.end_offsets(cluster, CANARY_TOPIC, 1) == [3]  # librdkafka's ListOffsets
+            assert probes.connections() == 1, "the probe and the canary share the cluster's one connection"
+            assert probes.probe("two", fleet.bootstrap(1), timeout_s=2, now_ms=3).partitions == 0
+
+            fleet.kill(0)
+            dead = probes.probe("one", cluster.bootstrap_servers, timeout_s=2, now_ms=4)
+            assert not dead.reachable and dead.error
+            assert probes.canary(cluster, timeout_s=1)[1].startswith("canary failed")
+            fleet.revive(0)
+            again = probes.probe("one", cluster.bootstrap_servers, timeout_s=2, now_ms=5)
+            assert again.reachable and again.partitions == 1, "a revived cluster keeps its topics"
+            assert probes.canary(cluster, timeout_s=2)[1] == ""
+        finally:
+            probes.close()
+        assert probes.connections() == 0
+
+
+def test_a_monitor_over_a_hundred_clusters_keeps_a_connection_each_and_finds_the_dead_ones() -> None:
+    """The autopilot's own loop, its wire probes and canaries, against 100 stand-in clusters: each becomes
+    healthy with a canary that went through; five killed become unhealthy while the rest stay healthy, and
+    come back when revived. Connections stay one a cluster and threads a fixed pool, whatever the fleet."""
+    db = EmbeddedDatabase(None)
+    with KafkaFleet(100) as fleet:
+        topology = Topology(db, KafkaAdmin(timeout_s=10), SYSTEM)
+        names = [f"c{i:03d}" for i in range(100)]
+        for i, name in enumerate(names):
+            topology.register_cluster(model.Cluster(name, fleet.bootstrap(i)))
+        threads_before = threading.active_count()
+        config = AutopilotConfig(probe_interval_ms=300, canary_every=2, tick_ms=50)
+        pilot = Autopilot(topology, lambda: True, config)
+        pilot.start()
+        try:
+
+            def states() -> dict[str, str]:
+                return {c.name: c.health for c in topology.list_clusters()}
+
+            def canaried(name: str) -> bool:
+                return any(p.canary_ms > 0 and not p.canary_error for p in pilot.probes(name))
+
+            wait_until(lambda: set(states().values()) == {"healthy"}, timeout=60, what=lambda: str(states()))
+            wait_until(lambda: all(canaried(n) for n in names), timeout=60)
+            assert pilot.wire.connections() == 100
+            assert threading.active_count() - threads_before <= config.probe_threads + 1  # the pool and the loop
+
+            dead = names[10:15]
+            for i in range(10, 15):
+                fleet.kill(i)
+            wait_until(lambda: {n for n, s in states().items() if s == "unhealthy"} == set(dead), timeout=30)
+            assert all(s == "healthy" for n, s in states().items() if n not in dead)
+            for i in range(10, 15):
+                fleet.revive(i)
+            wait_until(lambda: set(states().values()) == {"healthy"}, timeout=30, what=lambda: str(states()))
+            assert pilot.wire.connections() == 100
+        finally:
+            pilot.stop()
+            db.close()
+    assert pilot.wire.connections() == 0
