@@ -1,5 +1,6 @@
-"""The autopilot: on the leader replica, probe every cluster, record health changes, and fail lanes over off
-clusters that stay unhealthy, without a person.
+"""The autopilot: probe every cluster, record health changes, and, on the leader replica, fail lanes over off
+clusters that stay unhealthy, without a person. Probing is spread over the live replicas (each cluster is
+probed by one of them, chosen by rendezvous hashing), so the leader of a fleet does not probe everything.
 
 Probes run in a small pool, each with its own timeout, so one slow cluster never delays the others: a cluster
 whose probe is still running is skipped until it answers. The decisions are `health.plan_failovers`'s; this
@@ -17,7 +18,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import events, health, leases, sealing
+from streamplane.coordinator import events, health, leadership, leases, sealing
 from streamplane.coordinator.health import AUTOPILOT
 from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.probes import CANARY_TOPIC, WireProbes
@@ -59,7 +60,8 @@ WIRE = _Wire.WIRE
 
 
 class Autopilot:
-    """Health monitor and automatic failover; runs on every replica but acts only while `is_leader()`."""
+    """Health monitor and automatic failover; runs on every replica, probes its share of the clusters, and
+    fails over only while `is_leader()`."""
 
     def __init__(
         self,
@@ -70,8 +72,12 @@ class Autopilot:
         clock: Clock = SYSTEM,
         probe: Callable[..., Probe] | _Wire = WIRE,
         canary: Callable[..., tuple[float, str]] | _Wire | None = WIRE,
+        replica: str = "",
     ) -> None:
-        """`probe` and `canary` are what look at a cluster (tests give stand-ins; canary None runs none)."""
+        """`probe` and `canary` are what look at a cluster (tests give stand-ins; canary None runs none).
+        `replica`: this replica's id, with which probing is spread over the live replicas (see
+        `_probed_here`); without it the leader probes every cluster."""
+        self.replica = replica
         self.topology = topology
         self.is_leader = is_leader
         self.config = config or AutopilotConfig()
@@ -101,8 +107,10 @@ class Autopilot:
         self._listed: dict[str, Cluster] = {}
         """The clusters as last read, by name, and the event log's head then."""
         self._listed_head = -1
-        self._loop = BackgroundLoop(
-            "autopilot", self.run_once, interval_ms=self.config.tick_ms, clock=clock, is_leader=is_leader
+        self._spread: tuple[tuple[int, tuple[str, ...]], set[str]] = ((-1, ()), set())
+        """((cluster list's head, live replicas), the clusters this replica probes then)."""
+        self._loop = BackgroundLoop(  # on every replica when probing is spread: failovers check `is_leader`
+            "autopilot", self.run_once, interval_ms=self.config.tick_ms, clock=clock, is_leader=lambda: True
         )
 
     def probes(self, cluster: str) -> list[Probe]:
@@ -123,8 +131,9 @@ class Autopilot:
         topology changed: failovers are planned again on a change or when one held back by time may go (an
         idle fleet costs little, and so does one waiting for a cluster to come back)."""
         now = self.clock.now_ms()
+        leading = self.is_leader()
         finished = [name for name, running in self._running.items() if running.done()]
-        replan = self._unhealthy and self._replan_due(now)
+        replan = leading and self._unhealthy and self._replan_due(now)
         if not finished and not replan and self.clock.monotonic() < self._next_due:
             return
         if finished:
@@ -137,18 +146,21 @@ class Autopilot:
                 except Exception:
                     log.exception("autopilot.observe_failed", cluster=name)
         clusters = self._clusters()
+        mine = self._probed_here(clusters, now, leading)
         interval = self.config.probe_interval_ms / 1000
         due = self.clock.monotonic() - interval
-        for c in clusters:
+        for c in mine:
             if c.name not in self._running and self._probed_at.get(c.name, float("-inf")) <= due:
                 self._probed_at[c.name] = self.clock.monotonic()
                 count = self._probes_made[c.name] = self._probes_made.get(c.name, -1) + 1
                 self._running[c.name] = self._pool.submit(self._look, c, count, now)
-        for gone in set(self._probed_at) - {c.name for c in clusters}:
+        for gone in set(self._probed_at) - {c.name for c in mine}:  # removed, or probed by another replica now
             del self._probed_at[gone]
             self.wire.forget(gone)
         self._next_due = min(self._probed_at.values(), default=self.clock.monotonic()) + interval
         self._unhealthy = any(c.health == health.UNHEALTHY for c in clusters)
+        if not leading:
+            return
         if self._unhealthy and self._replan_due(now):  # streams are read only when a lane may move
             self.fail_over(now)
         elif not self._unhealthy:
@@ -162,6 +174,21 @@ class Autopilot:
             listed = self.topology.list_clusters()
             self._listed, self._listed_head = {c.name: c for c in listed}, head
         return list(self._listed.values())
+
+    def _probed_here(self, clusters: list[Cluster], now_ms: int, leading: bool) -> list[Cluster]:
+        """The clusters this replica probes: of each cluster, the live replica ranked first by rendezvous
+        hashing probes it (a replica joining or leaving moves only its own share). Without a replica id, or
+        while this one is not registered live, the leader probes every cluster and the others none."""
+        if not self.replica:
+            return clusters if leading else []
+        expiries = self.topology.db.transact(leadership.replica_expiries)
+        live = tuple(sorted(r for r, until in expiries.items() if until > now_ms))
+        if self.replica not in live:
+            return clusters if leading else []
+        if self._spread[0] != (self._listed_head, live):
+            mine = {c.name for c in clusters if health.prober(c.name, live) == self.replica}
+            self._spread = ((self._listed_head, live), mine)
+        return [c for c in clusters if c.name in self._spread[1]]
 
     def _probe_result(self, name: str, now_ms: int) -> Probe:
         """The finished probe of `name`; a probe that raised (a bug, or an entry no client can use) is an

@@ -9,6 +9,7 @@ freeze switch. The health monitor (`streamplane.coordinator.autopilot`) does the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,12 @@ def count_reporters(reports: Iterable[list[list[Any]]], since_ms: int) -> dict[s
                 seen = found.get(cluster)
                 found[cluster] = ClusterErrors(cluster, (seen.count if seen else 0) + 1, last)
     return found
+
+
+def prober(cluster: str, replicas: Sequence[str]) -> str:
+    """Which of the live `replicas` probes `cluster` (rendezvous hashing: the highest hash of the pair wins, so
+    a replica joining or leaving moves only the clusters it gains or had); "" when there is none."""
+    return max(replicas, key=lambda r: hashlib.blake2b(f"{cluster}\0{r}".encode(), digest_size=8).digest(), default="")
 
 
 def judge(

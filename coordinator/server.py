@@ -190,7 +190,9 @@ def start(
     limits = StreamLimits(max_streams, streams_per_principal, guard.name_of)
     topology = Topology(db, admin or RoutingAdmin(), clock, control_endpoints=control_endpoints)
     assigner = Assigner(db, assigner_config, clock=clock)
-    autopilot = Autopilot(topology, lambda: assigner.is_leader, autopilot_config, clock=clock)
+    autopilot = Autopilot(
+        topology, lambda: assigner.is_leader, autopilot_config, clock=clock, replica=assigner.replica_id
+    )
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
     commit_log = CommitLog(db, clock=clock)
     reaper = GroupReaper(db, lambda: assigner.is_leader, clock=clock, every_ms=reap_every_ms)

@@ -6,14 +6,17 @@ clusters that die and sees them come back."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from streamplane import model
-from streamplane.clock import SYSTEM
+from streamplane.clock import SYSTEM, ManualClock
+from streamplane.coordinator import leadership
 from streamplane.coordinator.autopilot import Autopilot, AutopilotConfig
-from streamplane.coordinator.cluster_admin import KafkaAdmin
+from streamplane.coordinator.cluster_admin import KafkaAdmin, MemoryClusterAdmin
 from streamplane.coordinator.probes import CANARY_TOPIC, WireProbes
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import Topology
+from streamplane.model import Probe
 from streamplane.testing.kafka_fleet import KafkaFleet
 from tests.helpers import wait_until
 
@@ -89,3 +92,57 @@ def test_a_monitor_over_a_hundred_clusters_keeps_a_connection_each_and_finds_the
             pilot.stop()
             db.close()
     assert pilot.wire.connections() == 0
+
+
+def test_probing_is_spread_over_the_live_replicas_and_taken_over_when_one_leaves() -> None:
+    """Three replicas' autopilots over 60 clusters: each cluster is probed by exactly one replica, each probes
+    a share, only the leader fails over; when a replica stops renewing, its clusters go to the others and
+    theirs stay where they were."""
+    db = EmbeddedDatabase(None)
+    clock = ManualClock()
+    try:
+        topology = Topology(db, MemoryClusterAdmin(), clock)
+        names = [f"c{i:02d}" for i in range(60)]
+        for name in names:
+            topology.register_cluster(model.Cluster(name, f"{name}:9092"))
+        probed: dict[str, list[str]] = {}
+
+        def probe_as(replica: str) -> Callable[..., Probe]:
+            def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+                probed.setdefault(replica, []).append(name)
+                return Probe(name, now_ms, True, 1.0, brokers=1)
+
+            return probe
+
+        def renew(*replicas: str) -> None:
+            for r in replicas:
+                db.transact(lambda tr, r=r: leadership.claim_groups(tr, r, [], clock.now_ms(), 5_000))
+
+        config = AutopilotConfig(probe_interval_ms=1_000)
+        pilots = [
+            Autopilot(topology, lambda r=r: r == "r1", config, clock=clock, probe=probe_as(r), canary=None, replica=r)
+            for r in ("r1", "r2", "r3")
+        ]
+
+        def probe_round(replicas: tuple[str, ...]) -> dict[str, set[str]]:
+            probed.clear()
+            clock.advance(1_000)
+            renew(*replicas)
+            for pilot in pilots:
+                pilot.run_once()
+            wait_until(lambda: sum(len(v) for v in probed.values()) >= len(names), timeout=10)
+            return {r: set(v) for r, v in probed.items()}
+
+        first = probe_round(("r1", "r2", "r3"))
+        assert sorted(n for got in first.values() for n in got) == names, "each cluster probed once"
+        assert all(len(first.get(r, ())) >= 5 for r in ("r1", "r2", "r3")), {r: len(v) for r, v in first.items()}
+        assert probe_round(("r1", "r2", "r3")) == first, "the same replica probes a cluster round after round"
+
+        clock.advance(5_000)  # r3 stops renewing: its registration expires
+        after = probe_round(("r1", "r2"))
+        assert "r3" not in after and sorted(n for got in after.values() for n in got) == names
+        assert first["r1"] <= after["r1"] and first["r2"] <= after["r2"], "only r3's clusters moved"
+        for pilot in pilots:
+            pilot.stop()
+    finally:
+        db.close()
