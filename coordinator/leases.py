@@ -24,7 +24,7 @@ from streamplane.coordinator import events, keys, leadership, planted
 from streamplane.coordinator.assignment import smooth
 from streamplane.coordinator.health import count_reporters, stored_reports
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.coordinator.topology import get_cluster, get_stream
+from streamplane.coordinator.topology import get_cluster, get_stream, page_window
 from streamplane.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -182,6 +182,28 @@ def read_lease(tr: Transaction, group: str, key: LeaseKey) -> Lease | None:
 def read_groups(tr: Transaction) -> list[str]:
     r = keys.GROUPS.range()
     return [keys.GROUPS.unpack(k)[0] for k, _ in tr.get_range(r.start, r.stop)]
+
+
+GROUP_COUNT_LIMIT = 10_000
+"""A first page of groups counts them up to this many (a larger count reads as this, "or more")."""
+
+
+@transactional
+def group_page(
+    tr: Transaction, *, prefix: str = "", page_size: int = 0, page_token: str = ""
+) -> tuple[list[str], str, int]:
+    """One page of group names in order, from after `page_token`, starting with `prefix`: (names, the next
+    page's token or "", how many groups have the prefix, counted up to GROUP_COUNT_LIMIT on the first page
+    only, 0 on later ones). Bounded work: a page's keys, and the count's on the first."""
+    size, window, more = page_window(
+        tr, keys.GROUPS, keys.group_key, prefix=prefix, page_size=page_size, page_token=page_token, filtered=False
+    )
+    names = [name for name, _ in window[:size]]
+    total = 0
+    if not page_token:
+        named = keys.names_starting(keys.GROUPS, prefix)
+        total = len(tr.get_range(named.start, named.stop, limit=GROUP_COUNT_LIMIT, snapshot=True))
+    return names, names[-1] if more and names else "", total
 
 
 def read_group_counters(tr: Transaction) -> dict[str, tuple[int, int]]:

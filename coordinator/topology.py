@@ -200,7 +200,7 @@ def _check_page_args(prefix: str, page_size: int, page_token: str) -> int:
     return min(page_size or PAGE_SIZE, MAX_PAGE_SIZE)
 
 
-def _window(
+def page_window(
     tr: Transaction,
     space: Any,
     key_of: Callable[[str], bytes],
@@ -242,12 +242,12 @@ def stream_page(
 ) -> StreamPage:
     """One page of streams in name order, from after `page_token`: those whose name starts with `prefix`
     and, with `cluster`, that have a generation there (read through the index by cluster: a page costs its own
-    streams, however few of the fleet's are there). Bounded work (see `_window`); `total` counts the streams
+    streams, however few of the fleet's are there). Bounded work (see `page_window`); `total` counts the streams
     with the prefix, on the first page only (later ones say 0)."""
     if cluster:
         check_object_name("cluster", cluster)
         return _stream_page_on(tr, cluster, prefix, page_size, page_token)
-    size, window, more = _window(
+    size, window, more = page_window(
         tr,
         keys.STREAMS,
         keys.stream_key,
@@ -282,13 +282,13 @@ def cluster_page(
     tr: Transaction, *, prefix: str = "", page_size: int = 0, page_token: str = "", health: str = ""
 ) -> ClusterPage:
     """One page of clusters in name order, from after `page_token`: those whose name starts with `prefix`
-    and, with `health`, in that state. Bounded work (see `_window`); `total` counts the clusters with the
+    and, with `health`, in that state. Bounded work (see `page_window`); `total` counts the clusters with the
     prefix on the first page only (later ones say 0)."""
     if health and health not in set(ClusterHealth):
         raise InvalidArgumentError(
             f"health must be one of {', '.join(h.value for h in ClusterHealth)}, not {quoted(health)}"
         )
-    size, window, more = _window(
+    size, window, more = page_window(
         tr,
         keys.CLUSTERS,
         keys.cluster_key,

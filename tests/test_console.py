@@ -25,6 +25,7 @@ from streamplane.coordinator.auth import TokenIssuer, new_key
 from streamplane.coordinator.cluster_admin import RoutingAdmin
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.errors import InvalidArgumentError
 from tests.helpers import REPO, Proc, cli, make_certificates, start_dev, wait_until
 
 ARTIFACTS = REPO / ".cache" / "artifacts" / "console"
@@ -448,3 +449,46 @@ def test_with_tls_the_console_serves_https_with_the_coordinators_certificate(tmp
             urllib.request.urlopen(plain, timeout=5).read()
     finally:
         running.stop(0)
+
+
+def test_the_groups_page_pages_with_a_prefix_and_a_count_and_reads_lag_from_the_sampler() -> None:
+    """250 groups: the groups page shows a page at a time with the count, filters by prefix, and shows each
+    group's lag as the sampler last saw it, never reading the commit log per request (a group not sampled
+    yet says so)."""
+    from streamplane.clock import ManualClock
+    from streamplane.coordinator import keys
+    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.console.history import LagHistory
+    from streamplane.coordinator.console.views import GROUP_PAGE, Views
+    from streamplane.coordinator.store.embedded import EmbeddedDatabase
+    from streamplane.coordinator.topology import Topology
+
+    db = EmbeddedDatabase(None)
+    try:
+        topology = Topology(db, MemoryClusterAdmin(), ManualClock())
+        names = [f"g{i:03d}" for i in range(250)]
+        for name in names:
+            db.transact(lambda tr, name=name: tr.set(keys.group_key(name), json.dumps({"name": name}).encode()))
+        lanes = (model.LaneLag("g007", "web", "realtime", 40, 2_500), model.LaneLag("g007", "web", "dlq", 2, 100))
+        history = LagHistory(lambda: model.Lag("", lanes=lanes), clock=ManualClock())
+        history.sample()
+        views = Views(topology, None, history, ManualClock())  # type: ignore[arg-type]  # reads no assigner
+        first = views.groups()
+        assert first["total"] == 250 and len(first["groups"]) == GROUP_PAGE and first["next_page"] == "g099"
+        shown = {g["name"]: g for g in first["groups"]}
+        assert (shown["g007"]["offset_lag"], shown["g007"]["time_lag_ms"]) == (42, 2_500)
+        assert shown["g008"]["offset_lag"] is None, "not sampled yet"
+        paged = [g["name"] for g in first["groups"]]
+        after = first["next_page"]
+        while after:
+            more = views.groups(after=after)
+            assert more["total"] == 0, "counted on the first page only"
+            paged += [g["name"] for g in more["groups"]]
+            after = more["next_page"]
+        assert paged == names
+        some = views.groups(prefix="g24")
+        assert [g["name"] for g in some["groups"]] == [f"g24{i}" for i in range(10)] and some["total"] == 10
+        with pytest.raises(InvalidArgumentError):
+            views.groups(prefix="g2", after="h000")
+    finally:
+        db.close()

@@ -252,7 +252,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             if what == "streams":
                 return views.streams(q.get("prefix", ""), q.get("after", ""))
             if what == "groups":
-                return views.groups()
+                return views.groups(q.get("prefix", ""), q.get("after", ""))
             if what == "events":
                 f = EventFilter(q.get("stream", ""), q.get("group", ""), q.get("actor", ""), q.get("kind", ""))
                 return views.events(f, q.get("before", ""))

@@ -35,6 +35,7 @@ ATTENTION_HELD = 10
 CLUSTER_PAGE = 100
 """Clusters a page of the fleet's table holds."""
 STREAM_PAGE = 100
+GROUP_PAGE = 100
 """Streams a page of the streams table holds."""
 """Events of the log's tail a page may read to find what it shows."""
 PAGE = 200
@@ -232,13 +233,27 @@ class Views:
             "history_from_ms": oldest,
         }
 
-    def groups(self) -> list[dict[str, Any]]:
-        now = self.clock.now_ms()
-        out = []
-        for group in leases.read_groups(self.db):
-            lag = commitlog.lag(self.db, group, now_ms=now, partitions=False)  # the totals only
-            out.append({"name": group, "offset_lag": lag.offset_lag, "time_lag_ms": lag.time_lag_ms})
-        return out
+    def groups(self, prefix: str = "", after: str = "") -> dict[str, Any]:
+        """One page of groups (with `prefix`, from after `after`), each with its lag as the sampler last saw it
+        (no commit log is read per request), and the count on the first page."""
+        names, next_page, total = leases.group_page(self.db, prefix=prefix, page_size=GROUP_PAGE, page_token=after)
+        rows = []
+        for name in names:
+            sample = self.history.latest(name)
+            rows.append(
+                {
+                    "name": name,
+                    "offset_lag": sum(sample.offset_lag.values()) if sample else None,
+                    "time_lag_ms": max(sample.lanes.values(), default=0) if sample else None,
+                    "sampled_ms": sample.at_ms if sample else None,
+                }
+            )
+        return {
+            "groups": rows,
+            "total": total,
+            "more_than_total": total >= leases.GROUP_COUNT_LIMIT,
+            "next_page": next_page,
+        }
 
     def group(self, name: str) -> dict[str, Any]:
         check_object_name("group", name)

@@ -143,8 +143,23 @@ const pages = {
   },
 
   async groups() {
-    const list = await api("groups");
-    page.innerHTML = `<h2>Groups</h2>${table(["group", "offset lag", "time lag"], list.map((g) => `<tr><td><a href="#/group/${encodeURIComponent(g.name)}">${esc(g.name)}</a></td><td>${g.offset_lag}</td><td>${secs(g.time_lag_ms)}</td></tr>`))}`;
+    const q = new URLSearchParams({ prefix: state.groupPrefix || "", after: state.groupsAfter || "" });
+    const got = await api(`groups?${q}`);
+    if (!state.groupsAfter) state.groupsTotal = `${got.total}${got.more_than_total ? "+" : ""}`;
+    const lagged = (v, f) => (v === null ? `<span class="muted">not sampled yet</span>` : f(v));
+    page.innerHTML = `<h2>Groups <span class="muted">${esc(state.groupsTotal ?? got.total)}${state.groupPrefix ? ` starting with ${esc(state.groupPrefix)}` : ""}</span></h2>
+      <form class="filters" id="group-filter"><input name="prefix" placeholder="name prefix" value="${esc(state.groupPrefix || "")}"> <button>Filter</button></form>
+      ${table(["group", "offset lag", "time lag"], got.groups.map((g) => `<tr data-group="${esc(g.name)}"><td><a href="#/group/${encodeURIComponent(g.name)}">${esc(g.name)}</a></td><td>${lagged(g.offset_lag, (v) => v)}</td><td>${lagged(g.time_lag_ms, secs)}</td></tr>`))}
+      ${got.next_page ? `<button id="groups-next">Next groups</button>` : ""}${state.groupsAfter ? ` <button id="groups-first">First groups</button>` : ""}
+      <p class="muted">lag as the console's sampler last read it (every few seconds)</p>`;
+    document.getElementById("group-filter").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      state.groupPrefix = new FormData(ev.target).get("prefix").trim();
+      state.groupsAfter = "";
+      render();
+    });
+    document.getElementById("groups-next")?.addEventListener("click", () => { state.groupsAfter = got.next_page; render(); });
+    document.getElementById("groups-first")?.addEventListener("click", () => { state.groupsAfter = ""; render(); });
   },
 
   async group(name) {
