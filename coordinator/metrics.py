@@ -1,7 +1,8 @@
 """The coordinator's Prometheus metrics and their HTTP endpoint (/metrics).
 
 Counters are bumped after a change commits (never inside a transaction body); gauges that describe state
-(lag, cluster health, generations) are read from the store when Prometheus scrapes. `compose/grafana/` and
+(cluster health, generations) are read from the store when Prometheus scrapes, and lag from the replica's lag
+sweep (`lag_sweep`), so a scrape reads no commit log. `compose/grafana/` and
 `compose/prometheus/` query these names, and a test checks that they exist.
 """
 
@@ -68,7 +69,7 @@ def _read(source: Callable[[], T] | None) -> T | None:
 
 
 class LagCollector:
-    """Time and offset lag per group, stream and lane, read from the commit log at scrape time."""
+    """Time and offset lag per group, stream and lane, as the lag sweep last read them (time lag as of now)."""
 
     def __init__(self) -> None:
         self.source: Callable[[], Lag] | None = None

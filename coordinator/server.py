@@ -32,7 +32,9 @@ from streamplane.coordinator.console import Console
 from streamplane.coordinator.event_loop import EventLoopThread
 from streamplane.coordinator.group_lifecycle import REAP_EVERY_MS, GroupReaper
 from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.lag_sweep import LagSweeper
 from streamplane.coordinator.limits import HELLO_TIMEOUT_S, MAX_STREAMS, StreamLimits
+from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.metrics import FLEET, LAG, serve_metrics
 from streamplane.coordinator.rpc_metrics import MetricsInterceptor
 from streamplane.coordinator.sealing import Sealer, SealingConfig
@@ -88,6 +90,7 @@ class RunningCoordinator:
     sealer: Sealer
     autopilot: Autopilot
     reaper: GroupReaper
+    lag_sweep: BackgroundLoop
     console: Console | None = None
 
     def stop(self, grace_s: float = 2.0) -> None:
@@ -109,9 +112,15 @@ class RunningCoordinator:
         self.sealer.stop()
         self.autopilot.stop()
         self.reaper.stop()
+        self.lag_sweep.stop()
         for collector in (LAG, FLEET):  # scrapes after this see no series from a closed store
             collector.source = None
         self.db.close()
+
+
+LAG_SWEEP_MS = 1000
+"""How often the lag sweep reads its pages (see `lag_sweep`): the metrics' and console's lag is that old at
+least, and a pass's pages long at most."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,8 @@ def start(
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
     commit_log = CommitLog(db, clock=clock)
     reaper = GroupReaper(db, lambda: assigner.is_leader, clock=clock, every_ms=reap_every_ms)
+    lag_sweeper = LagSweeper(db, clock)
+    lag_sweep = BackgroundLoop("lag-sweep", lag_sweeper.step, interval_ms=LAG_SWEEP_MS, clock=clock)
     loop = EventLoopThread()
     health_servicer = health.aio.HealthServicer()
 
@@ -247,7 +258,7 @@ def start(
     if bound == 0:
         loop.stop()
         raise UnavailableError(f"cannot listen on {host}:{port}: the address is in use or not available")
-    LAG.source = lambda: commit_log.lag("")
+    LAG.source = lambda: lag_sweeper.lag(clock.now_ms())  # a scrape reads no commit log: the sweep did
     FLEET.source = lambda: (topology.list_clusters(), topology.generation_counts(), topology.fleet_policy())
     web = None
     if console is not None:
@@ -262,6 +273,7 @@ def start(
                 sample_ms=console.sample_ms,
                 clock=clock,
                 probes=autopilot.probes,
+                lag=lambda: lag_sweeper.lag(clock.now_ms()),
                 tls=(tls.cert_file, tls.key_file) if tls else None,
             )
         except OSError as err:
@@ -272,6 +284,7 @@ def start(
     sealer.start()
     autopilot.start()
     reaper.start()
+    lag_sweep.start()
     if web is not None:
         web.start()
 
@@ -282,7 +295,9 @@ def start(
     loop.run(serving())
     address = f"{host}:{bound}"
     log.info("coordinator.started", address=address, store=db.driver, tls=tls is not None, auth=guard.enabled)
-    return RunningCoordinator(server, loop, address, db, health_servicer, assigner, sealer, autopilot, reaper, web)
+    return RunningCoordinator(
+        server, loop, address, db, health_servicer, assigner, sealer, autopilot, reaper, lag_sweep, web
+    )
 
 
 def serve_forever(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import ssl
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,7 +30,7 @@ from streamplane.coordinator.console.history import LagHistory
 from streamplane.coordinator.console.views import EventFilter, Views, event_row, require_text
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.topology import Topology
-from streamplane.model import Probe, to_jsonable
+from streamplane.model import Lag, Probe, to_jsonable
 from streamplane.names import check_object_name
 
 log = structlog.get_logger(__name__)
@@ -72,12 +73,17 @@ class Console:
         sample_ms: int = 5000,
         clock: Clock = SYSTEM,
         probes: Any = None,
+        lag: Callable[[], Lag] | None = None,
         tls: tuple[Path, Path] | None = None,
     ) -> None:
+        """`lag`: every group's lag, as the coordinator's lag sweep last read it (by default read whole, for
+        a console on its own)."""
         self.guard = guard
         self.actions = actions
         self.history = LagHistory(
-            lambda: commitlog.lag_of_every_group(topology.db, now_ms=clock.now_ms()), sample_ms=sample_ms, clock=clock
+            lag or (lambda: commitlog.lag_of_every_group(topology.db, now_ms=clock.now_ms())),
+            sample_ms=sample_ms,
+            clock=clock,
         )
         self.views = Views(topology, assigner, self.history, clock, probes or (lambda name: list[Probe]()))
         self.topology = topology
