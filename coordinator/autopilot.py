@@ -138,7 +138,7 @@ class Autopilot:
             return
         if finished:
             since = now - 2 * self.config.probe_interval_ms
-            reported = sealing.reported_errors(sealing.read_producers(self.topology.db), since)
+            reported = sealing.reported_errors(self.topology.db, since)
             fetching = leases.reported_errors(self.topology.db, since)
             for name in finished:
                 try:  # one cluster's bad probe (a bug, an entry no client can use) never stops the pass

@@ -51,6 +51,8 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "fleet_policy")                     -> FleetPolicy {frozen, max_failovers_per_minute}
     ("streamplane", "worker_errors", group, worker_id)  -> [[cluster, errors, last error, at_ms]]: what a worker's
                                                            fetches met lately (the health monitor reads them)
+    ("streamplane", "producer_errors", producer_id)     -> [[cluster, errors, last error, at_ms]]: what a producer
+                                                           reported lately, kept only while it reports errors
     ("streamplane", "group_seen", group)                -> {at_ms}: when the group was last known active (a member
                                                            left; the reaper moves it to its newest commit)
     ("streamplane", "stream_count")                     -> 8-byte little-endian count of streams (a page's total
@@ -158,6 +160,7 @@ DONE = ROOT["done"]
 RETRIES = ROOT["retry"]
 REJECTS = ROOT["reject"]
 PRODUCERS = ROOT["producer"]
+PRODUCER_ERRORS = ROOT["producer_errors"]
 REVOKED = ROOT["revoked"]
 SEAL_WAITS = ROOT["seal_wait"]
 GROUP_EVENTS = ROOT["group_event"]
@@ -308,6 +311,10 @@ def reject_key(pk: PartitionKey, offset: int) -> bytes:
 
 def producer_key(producer_id: str) -> bytes:
     return PRODUCERS.pack((producer_id,))
+
+
+def producer_errors_key(producer_id: str) -> bytes:
+    return PRODUCER_ERRORS.pack((producer_id,))
 
 
 def revoked_key(token_id: str) -> bytes:

@@ -127,6 +127,11 @@ def producer_heartbeat(
         producer_id, topology_version, sorted(set(in_flight)), now_ms + ttl_ms, principal, reported, streams
     )
     tr.set(keys.producer_key(producer_id), json.dumps(asdict(session)).encode())
+    seen = [r for r in reported if r[1] > 0]
+    if seen:  # kept apart, and only while there are errors: the health monitor reads these, not every session
+        tr.set(keys.producer_errors_key(producer_id), json.dumps(seen).encode())
+    else:
+        tr.clear(keys.producer_errors_key(producer_id))
     return events.head_version(tr)
 
 
@@ -135,6 +140,7 @@ def close_producer(tr: Transaction, producer_id: str, principal: str = "") -> No
     leases.check_worker_id(producer_id, "producer_id")
     _check_owner(tr, producer_id, principal)
     tr.clear(keys.producer_key(producer_id))
+    tr.clear(keys.producer_errors_key(producer_id))
 
 
 def _check_owner(tr: Transaction, producer_id: str, principal: str) -> None:
@@ -143,9 +149,14 @@ def _check_owner(tr: Transaction, producer_id: str, principal: str) -> None:
         leases.check_principal(json.loads(raw).get("principal", ""), principal, f"producer session {producer_id}")
 
 
-def reported_errors(producers: list[ProducerSession], since_ms: int) -> dict[str, ClusterErrors]:
-    """{cluster: errors} the producers reported in heartbeats since `since_ms`; `count` counts producers."""
-    return health.count_reporters((p.errors for p in producers), since_ms)
+@transactional
+def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
+    """{cluster: errors} the producers reported in heartbeats since `since_ms`; `count` counts producers. Only
+    producers whose last heartbeat reported errors have a key here: a fleet of quiet producers costs nothing."""
+    r = keys.PRODUCER_ERRORS.range()
+    return health.count_reporters(
+        (json.loads(raw) for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms
+    )
 
 
 @transactional
@@ -165,6 +176,7 @@ def _expire_producers(tr: Transaction, now_ms: int, expired: list[str] | None = 
     for p in read_producers(tr):
         if p.alive_until_ms <= now_ms:
             tr.clear(keys.producer_key(p.producer_id))
+            tr.clear(keys.producer_errors_key(p.producer_id))
             if expired is not None:
                 expired.append(p.producer_id)
         else:

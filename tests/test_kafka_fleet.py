@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from streamplane import model
 from streamplane.clock import SYSTEM, ManualClock
@@ -144,5 +145,32 @@ def test_probing_is_spread_over_the_live_replicas_and_taken_over_when_one_leaves
         assert first["r1"] <= after["r1"] and first["r2"] <= after["r2"], "only r3's clusters moved"
         for pilot in pilots:
             pilot.stop()
+    finally:
+        db.close()
+
+
+def test_what_producers_report_costs_the_health_monitor_the_producers_with_errors_not_the_fleets() -> None:
+    """1,000 producer sessions, three of which report errors on a cluster: the monitor reads three keys, counts
+    the three producers, and forgets one once its next heartbeat reports none or it closes."""
+    from streamplane.coordinator import sealing
+    from tests.test_cluster_index import _Counting
+
+    db = EmbeddedDatabase(None)
+    try:
+        quiet = model.ClusterErrors("east", 0, "")
+        failing = model.ClusterErrors("east", 4, "Connection refused")
+        for i in range(1000):
+            errors = [failing] if i < 3 else [quiet]
+            sealing.producer_heartbeat(db, f"p{i:04d}", "", [], now_ms=1_000, ttl_ms=10_000, errors=errors)
+
+        def look(tr: Any) -> tuple[dict[str, model.ClusterErrors], int]:
+            counting = _Counting(tr)
+            return sealing.reported_errors(counting, 0), counting.keys
+
+        found, read = db.transact(look)
+        assert found == {"east": model.ClusterErrors("east", 3, "Connection refused")} and read == 3
+        sealing.producer_heartbeat(db, "p0000", "", [], now_ms=2_000, ttl_ms=10_000, errors=[quiet])
+        sealing.close_producer(db, "p0001")
+        assert sealing.reported_errors(db, 0) == {"east": model.ClusterErrors("east", 1, "Connection refused")}
     finally:
         db.close()
