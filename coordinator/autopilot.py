@@ -107,6 +107,8 @@ class Autopilot:
         self._listed: dict[str, Cluster] = {}
         """The clusters as last read, by name, and the event log's head then."""
         self._listed_head = -1
+        self._unreadable: list[str] = []
+        """Why clusters whose stored record does not decode are not probed (shown with `waiting`)."""
         self._spread: tuple[tuple[int, tuple[str, ...]], set[str]] = ((-1, ()), set())
         """((cluster list's head, live replicas), the clusters this replica probes then)."""
         self._loop = BackgroundLoop(  # on every replica when probing is spread: failovers check `is_leader`
@@ -164,15 +166,22 @@ class Autopilot:
         if self._unhealthy and self._replan_due(now):  # streams are read only when a lane may move
             self.fail_over(now)
         elif not self._unhealthy:
-            self.waiting, self._planned = [], (-1, 0)
+            self.waiting, self._planned = list(self._unreadable), (-1, 0)
 
     def _clusters(self) -> list[Cluster]:
         """The registered clusters, read again only when the topology changed (every change is an event): a
         tick of a fleet of a thousand decodes none of them when nothing changed."""
         head = events.head(self.topology.db)  # before the list: a change meanwhile reads it again next tick
         if head != self._listed_head:
-            listed = self.topology.list_clusters()
-            self._listed, self._listed_head = {c.name: c for c in listed}, head
+            listed = self.topology.read_clusters()
+            if listed.unreadable:  # the others are probed; these wait for a registration that replaces them
+                log.error("autopilot.unreadable_clusters", clusters=listed.unreadable)
+            self._unreadable = [
+                f"cluster {name!r}: its stored record does not decode, so it is not probed "
+                "(`streamplane cluster register --update` replaces it)"
+                for name in listed.unreadable
+            ]
+            self._listed, self._listed_head = {c.name: c for c in listed.clusters}, head
         return list(self._listed.values())
 
     def _probed_here(self, clusters: list[Cluster], now_ms: int, leading: bool) -> list[Cluster]:
@@ -265,7 +274,8 @@ class Autopilot:
             last_moved=self._last_moved,
             load=load,
         )
-        waiting = [*plan.waiting, *(f"stream {name!r}: its stored records do not decode" for name in held.unreadable)]
+        unreadable = (f"stream {name!r}: its stored records do not decode" for name in held.unreadable)
+        waiting = [*plan.waiting, *unreadable, *self._unreadable]
         if waiting != self.waiting:
             for line in waiting:
                 log.warning("autopilot.waiting", why=line)

@@ -119,14 +119,51 @@ def get_cluster(tr: Transaction, name: str, field: str = "cluster") -> Cluster:
     raw = tr.get(keys.cluster_key(name))
     if raw is None:
         raise NotFoundError(f"{field} {quoted(name)} is not a registered cluster", kind="cluster", name=name)
-    cluster: Cluster = Cluster.from_json(raw)
+    cluster = _decoded_cluster(raw)
+    if cluster is None:
+        raise FailedPreconditionError(
+            f"{field} {quoted(name)}: its stored record does not decode; register it again with "
+            "`streamplane cluster register --update` to replace it"
+        )
     return cluster
+
+
+def _decoded_cluster(raw: bytes) -> Cluster | None:
+    """A stored cluster record, or None when it is not one this coordinator can read (bad data in the store)."""
+    try:
+        cluster: Cluster = Cluster.from_json(raw)
+    except _UNDECODABLE:
+        return None
+    return cluster
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """Every registered cluster whose record decodes, in name order, and the names of those whose do not."""
+
+    clusters: list[Cluster]
+    unreadable: list[str]
+
+
+@transactional
+def read_clusters(tr: Transaction) -> Clusters:
+    """Every registered cluster; one record that does not decode is named, never stops the read of the rest
+    (the health monitor and every fleet view read this list)."""
+    r = keys.CLUSTERS.range()
+    found, unreadable = [], []
+    for key, raw in tr.get_range(r.start, r.stop):
+        cluster = _decoded_cluster(raw)
+        if cluster is None:
+            unreadable.append(keys.CLUSTERS.unpack(key)[0])
+        else:
+            found.append(cluster)
+    return Clusters(found, unreadable)
 
 
 @transactional
 def list_clusters(tr: Transaction) -> list[Cluster]:
-    r = keys.CLUSTERS.range()
-    return [Cluster.from_json(v) for _, v in tr.get_range(r.start, r.stop)]
+    """Every registered cluster whose record decodes (see `read_clusters`)."""
+    return read_clusters(tr).clusters
 
 
 def _load_lanes(tr: Transaction, stream: str) -> list[Lane]:
@@ -300,8 +337,8 @@ def cluster_page(
 
     def items() -> Iterator[Cluster | None]:
         for _, raw in window:
-            found = Cluster.from_json(raw)
-            yield found if not health or found.health == health else None
+            found = _decoded_cluster(raw)  # one that does not decode is left out; the health monitor names it
+            yield found if found is not None and (not health or found.health == health) else None
 
     clusters, token = _fill(size, window, more, items())
     total = 0 if page_token else _count_names(tr, keys.CLUSTERS, prefix)
@@ -567,9 +604,9 @@ class Topology:
                     f"cluster {cluster.name!r} is already registered", kind="cluster", name=cluster.name
                 )
             stored = cluster
-            if raw is not None:  # an update keeps what the health monitor and the operators set
-                old = Cluster.from_json(raw)
-                stored = replace(
+            old = _decoded_cluster(raw) if raw is not None else None
+            if old is not None:  # an update keeps what the health monitor and the operators set (a record
+                stored = replace(  # that does not decode is replaced whole)
                     cluster,
                     health=old.health,
                     health_reasons=old.health_reasons,
@@ -585,6 +622,9 @@ class Topology:
 
     def list_clusters(self) -> list[Cluster]:
         return list_clusters(self.db)
+
+    def read_clusters(self) -> Clusters:
+        return read_clusters(self.db)
 
     def get_cluster(self, name: str) -> Cluster:
         check_object_name("name", name)

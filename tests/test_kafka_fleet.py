@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from streamplane import model
 from streamplane.clock import SYSTEM, ManualClock
 from streamplane.coordinator import leadership
@@ -172,5 +174,51 @@ def test_what_producers_report_costs_the_health_monitor_the_producers_with_error
         sealing.producer_heartbeat(db, "p0000", "", [], now_ms=2_000, ttl_ms=10_000, errors=[quiet])
         sealing.close_producer(db, "p0001")
         assert sealing.reported_errors(db, 0) == {"east": model.ClusterErrors("east", 1, "Connection refused")}
+    finally:
+        db.close()
+
+
+def test_a_cluster_record_that_does_not_decode_is_named_and_every_other_cluster_is_still_probed() -> None:
+    """Bad data already in the store: one of 20 cluster records is not one this coordinator can read. The
+    health monitor still probes and records the other 19, says which one it left and how to mend it; cluster
+    pages and the fleet list leave it out; reading it alone says why in one sentence; registering it again
+    with --update replaces it, and it is probed again."""
+    from streamplane.coordinator import keys
+    from streamplane.errors import FailedPreconditionError
+
+    db = EmbeddedDatabase(None)
+    clock = ManualClock()
+    try:
+        topology = Topology(db, MemoryClusterAdmin(), clock)
+        names = [f"c{i:02d}" for i in range(20)]
+        for name in names:
+            topology.register_cluster(model.Cluster(name, f"{name}:9092"))
+        db.transact(lambda tr: tr.set(keys.cluster_key("c07"), b'{"name": "c07", "zone": '))
+        probed: list[str] = []
+
+        def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+            probed.append(name)
+            return Probe(name, now_ms, False, 1.0, error="no broker answers")
+
+        pilot = Autopilot(topology, lambda: True, AutopilotConfig(), clock=clock, probe=probe, canary=None)
+        pilot.run_once()
+        wait_until(lambda: len(probed) == 19)
+        clock.advance(1)
+        pilot.run_once()  # records what the probes found
+        assert sorted(probed) == [n for n in names if n != "c07"]
+        assert [c.name for c in topology.list_clusters() if c.health == "unhealthy"] == sorted(probed)
+        assert any("'c07': its stored record does not decode" in w for w in pilot.waiting), pilot.waiting
+        assert topology.read_clusters().unreadable == ["c07"]
+        assert [c.name for c in topology.cluster_page(page_size=100).clusters] == sorted(probed)
+        with pytest.raises(FailedPreconditionError, match=r"c07.*does not decode.*--update"):
+            topology.get_cluster("c07")
+
+        topology.register_cluster(model.Cluster("c07", "c07:9092"), update_existing=True)
+        assert topology.get_cluster("c07").bootstrap_servers == "c07:9092"
+        probed.clear()
+        clock.advance(3_000)
+        pilot.run_once()
+        wait_until(lambda: "c07" in probed)
+        pilot.stop()
     finally:
         db.close()
