@@ -910,6 +910,41 @@ EVENT_KINDS: dict[str, type[TopologyEvent]] = {
 an older store skip them.)"""
 
 
+def event_stream(event: Event) -> str:
+    """The stream an event concerns ("" for cluster and fleet events); group events by their lease."""
+    match event:
+        case StreamCreated(stream=s):
+            return s.name
+        case GroupChanged(lease_id=lid):
+            return lid.split("/", 1)[0] if lid else ""
+    value = getattr(event, "stream", "")
+    return value if isinstance(value, str) else ""
+
+
+def event_kind(event: Event) -> str:
+    """An event's kind as listed: a group event's change (member_joined, ...), otherwise its type's kind."""
+    return event.change if isinstance(event, GroupChanged) else event.kind
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """Which events a log listing shows (the console's and `streamplane events`): each given field must match;
+    `actor` is a case-insensitive substring, the others exact."""
+
+    stream: str = ""
+    group: str = ""
+    actor: str = ""
+    kind: str = ""
+
+    def matches(self, event: Event) -> bool:
+        return (
+            (not self.stream or event_stream(event) == self.stream)
+            and (not self.group or (isinstance(event, GroupChanged) and event.group == self.group))
+            and (not self.actor or self.actor.lower() in event.actor.lower())
+            and (not self.kind or event_kind(event) == self.kind)
+        )
+
+
 def describe_event(event: Event) -> str:
     """One line saying what an event changed."""
     match event:

@@ -147,5 +147,13 @@ def test_group_describe_cli(stack: str) -> None:
         history = cli("group", "events", group, coordinator=stack).stdout
         assert f"member_joined {group}/solo" in history and f"lease_granted {group}/solo" in history
         assert "lease_granted" not in cli("events", coordinator=stack).stdout, "group churn is not topology"
+        granted = cli("group", "events", group, "--kind", "lease_granted", coordinator=stack)
+        lines = granted.stdout.splitlines()
+        assert len(lines) == 12 and all("lease_granted" in line for line in lines), granted.stdout
+        assert f"12 event(s) shown of {len(history.splitlines())} read" in granted.stderr
+        work = cli("events", "--stream", "work", coordinator=stack)
+        assert work.stdout and all(" work" in line for line in work.stdout.splitlines()), work.stdout
+        nobody = cli("events", "--actor", "nobody-at-all", coordinator=stack)
+        assert nobody.returncode == 0 and nobody.stdout == "" and "0 event(s) shown of" in nobody.stderr
     finally:
         w.stop()

@@ -14,14 +14,23 @@ from streamplane.model import to_jsonable
 
 
 def print_events(args: argparse.Namespace, stream: Iterator[model.Event]) -> None:
+    """Print the events `--stream`, `--actor` and `--kind` let through as they come; at the end of a log read
+    without --follow, how many were shown of how many read (on stderr)."""
     import datetime as dt
 
+    shown = read = 0
+    wanted = model.EventFilter(stream=args.stream, actor=args.actor, kind=args.kind)
     for event in stream:
+        read += 1
+        if not wanted.matches(event):
+            continue
+        shown += 1
         if args.output == "json":
             print(json.dumps(to_jsonable(event), sort_keys=True), flush=True)
         else:
             when = dt.datetime.fromtimestamp(event.time_ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             print(f"{event.version}  {when[:-4]}Z  {event.actor}  {model.describe_event(event)}", flush=True)
+    print(f"{shown:,} event(s) shown of {read:,} read", file=sys.stderr)
 
 
 def cmd_events(args: argparse.Namespace) -> None:

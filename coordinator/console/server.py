@@ -27,10 +27,10 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import auth, commitlog, events
 from streamplane.coordinator.assigner import Assigner
 from streamplane.coordinator.console.history import LagHistory
-from streamplane.coordinator.console.views import EventFilter, Views, event_row, require_text
+from streamplane.coordinator.console.views import Views, event_row, require_text
 from streamplane.coordinator.guard import Guard
 from streamplane.coordinator.topology import Topology
-from streamplane.model import Lag, Probe, to_jsonable
+from streamplane.model import EventFilter, Lag, Probe, to_jsonable
 from streamplane.names import check_object_name
 
 log = structlog.get_logger(__name__)

@@ -8,7 +8,6 @@ through the same domain calls as the CLI's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -42,44 +41,17 @@ PAGE = 200
 """Events one page of the event log shows."""
 
 
-def stream_of(event: model.Event) -> str:
-    """The stream an event concerns ("" for cluster and fleet events); group events by their lease."""
-    match event:
-        case model.StreamCreated(stream=s):
-            return s.name
-        case model.GroupChanged(lease_id=lid):
-            return lid.split("/", 1)[0] if lid else ""
-    value = getattr(event, "stream", "")
-    return value if isinstance(value, str) else ""
-
-
 def event_row(event: model.Event) -> dict[str, Any]:
     """An event as the console lists it: when, who, what, and the stream or group it concerns."""
     return {
         "version": event.version,
         "time_ms": event.time_ms,
         "actor": event.actor,
-        "kind": event.change if isinstance(event, model.GroupChanged) else event.kind,
+        "kind": model.event_kind(event),
         "text": model.describe_event(event),
-        "stream": stream_of(event),
+        "stream": model.event_stream(event),
         "group": event.group if isinstance(event, model.GroupChanged) else "",
     }
-
-
-@dataclass(frozen=True)
-class EventFilter:
-    stream: str = ""
-    group: str = ""
-    actor: str = ""
-    kind: str = ""
-
-    def matches(self, row: dict[str, Any]) -> bool:
-        return (
-            (not self.stream or row["stream"] == self.stream)
-            and (not self.group or row["group"] == self.group)
-            and (not self.actor or self.actor.lower() in row["actor"].lower())
-            and (not self.kind or row["kind"] == self.kind)
-        )
 
 
 class Views:
@@ -297,7 +269,7 @@ class Views:
             "events": [event_row(e) for e in events.read_recent_group_events(self.db, name, limit=50)],
         }
 
-    def events(self, f: EventFilter, before: str = "") -> dict[str, Any]:
+    def events(self, f: model.EventFilter, before: str = "") -> dict[str, Any]:
         """A page of the newest events matching `f`, newest first, older than `before` (a version)."""
         cursor = events.parse_version(before, "before") if before else None
         rows: list[dict[str, Any]] = []
@@ -315,7 +287,7 @@ class Views:
                 break
             scanned += len(batch)
             cursor = bytes.fromhex(batch[-1].version)
-            rows += [r for r in map(event_row, batch) if f.matches(r)]
+            rows += [event_row(e) for e in batch if f.matches(e)]
         return {"events": rows[:PAGE], "more": scanned >= EVENT_SCAN or len(rows) > PAGE, "scanned": scanned}
 
     # -- operator actions: a preview says what will move; the same call with confirm makes it
