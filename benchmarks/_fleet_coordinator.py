@@ -9,10 +9,10 @@ import sys
 import threading
 from pathlib import Path
 
-from streamplane.coordinator import server
-from streamplane.coordinator.assigner import AssignerConfig
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.groups.assigner import AssignerConfig
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.log import configure_logging
 
 

@@ -97,7 +97,7 @@ def engine(kind: str, *, brokers: int = 3, heap_mb: int = 768) -> Iterator[Engin
                 control,
             )
         return
-    from streamplane.coordinator.cluster_admin import KafkaAdmin
+    from streamplane.coordinator.topology.cluster_admin import KafkaAdmin
     from streamplane.devstack.kafka import KafkaBroker
     from streamplane.model import Cluster
 

@@ -56,8 +56,8 @@ from _local import local_cluster, register_local
 from _session_fleet import SessionFleet, bare_streams_cores
 
 from streamplane.client import CoordinatorClient, WorkerSession
-from streamplane.coordinator import server
-from streamplane.coordinator.assignment import Balancer, PartitionSpec, WorkerSpec, assign
+from streamplane.coordinator.groups.assignment import Balancer, PartitionSpec, WorkerSpec, assign
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.log import configure_logging
 from streamplane.model import Grant, Heartbeat, LeaseLoad, Revoke
@@ -299,11 +299,11 @@ def pure_fleet(partitions: int, workers: int) -> dict[str, float]:
 def store_fleet(partitions: int, workers: int) -> dict[str, float]:
     """The Assigner's loop over the embedded store: first assignment, regrants, pass costs, largest write."""
     from streamplane.clock import ManualClock
-    from streamplane.coordinator import leases
-    from streamplane.coordinator.assigner import Assigner, AssignerConfig
-    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.groups import leases
+    from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology import Topology
+    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.topology.topology import Topology
     from streamplane.model import Cluster, Subscription
 
     streams = partitions // 4000
@@ -384,8 +384,8 @@ def session_fleet(partitions: int, workers: int, kills: int) -> dict[str, float]
     load generator: the real session protocol, heartbeats included): regrant time after kill -9 of a worker
     process (p50, p99 over `kills`), and the coordinator's CPU while the fleet is steady. With no kill, only
     that the fleet holds every lease and no session ends (`_held_fleet`)."""
-    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-    from streamplane.coordinator.topology import Topology
+    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.topology.topology import Topology
     from streamplane.model import Cluster
 
     per_stream = 4000
@@ -530,11 +530,11 @@ def idle_groups_pass_ms(groups: int) -> float:
     """A replica's pass over many groups where nothing changes (members live, leases held): its cost is what
     a fleet of small idle groups costs the coordinator every rebalance interval."""
     from streamplane.clock import ManualClock
-    from streamplane.coordinator import leases
-    from streamplane.coordinator.assigner import Assigner, AssignerConfig
-    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.groups import leases
+    from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology import Topology
+    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.topology.topology import Topology
     from streamplane.model import Cluster, Subscription
 
     with tempfile.TemporaryDirectory(prefix="streamplane-groups-") as tmp:

@@ -25,9 +25,9 @@ from _local import local_cluster
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from streamplane.coordinator import server
-from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 
 THRESHOLD_S = model.FailoverPolicy().unhealthy_after_ms / 1000
 

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _local import local_cluster
 
 from streamplane.client import CoordinatorClient, WorkerSession
-from streamplane.coordinator import commitlog as cl
 from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as cl
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.log import configure_logging
 from streamplane.model import ADMIN_LOCAL, Cluster, Commit, LeaseCommit
@@ -188,9 +188,10 @@ def scattered() -> tuple[tuple[int, int], tuple[int, int], float]:
     """1M offsets, every other one acked first: storage then, and after the gaps are filled."""
     import time as _t
 
-    from streamplane.coordinator import group_state, leases
-    from streamplane.coordinator.cluster_admin import RoutingAdmin
-    from streamplane.coordinator.topology import Topology
+    from streamplane.coordinator.groups import leases
+    from streamplane.coordinator.groups import state as group_state
+    from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
+    from streamplane.coordinator.topology.topology import Topology
 
     with local_cluster() as (bootstrap, control), tempfile.TemporaryDirectory() as tmp:
         db = open_store(StoreConfig(driver="embedded", data_dir=Path(tmp)))

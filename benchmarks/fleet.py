@@ -47,10 +47,10 @@ from streamplane import model
 from streamplane.cli import doctor
 from streamplane.client import CoordinatorClient
 from streamplane.coordinator import keys
-from streamplane.coordinator.assignment import Balancer, PartitionSpec, WorkerSpec
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.groups.assignment import Balancer, PartitionSpec, WorkerSpec
 from streamplane.coordinator.store import StoreConfig, Transaction, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.names import topic_name
 from streamplane.process import usage
 

@@ -42,10 +42,11 @@ from typing import Any
 
 from streamplane.client import Consumer, CoordinatorClient, Producer
 from streamplane.clock import SYSTEM
-from streamplane.coordinator import commitlog, leadership, leases
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import leadership, leases
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.devstack.postgres import PostgresServer
 from streamplane.model import Cluster, Commit, PartitionRef
 

@@ -47,7 +47,7 @@ from _local import coordinator_process
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from streamplane.coordinator.cluster_admin import KafkaAdmin
+from streamplane.coordinator.topology.cluster_admin import KafkaAdmin
 from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import UnavailableError
 from streamplane.log import configure_logging

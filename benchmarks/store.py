@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.coordinator import server
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, Transaction, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.log import configure_logging
 from streamplane.model import Cluster
 

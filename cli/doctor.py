@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.coordinator.cluster_admin import kafka_end_offsets
+from streamplane.coordinator.topology.cluster_admin import kafka_end_offsets
 from streamplane.doctor import (
     HELD,
     Diagnosis,

@@ -18,9 +18,7 @@ from streamplane.errors import StreamplaneError, ThreadCrashedError
 log = structlog.get_logger(__name__)
 
 
-def start_thread(
-    name: str, body: Callable[[], None], on_crash: Callable[[StreamplaneError], None]
-) -> threading.Thread:
+def start_thread(name: str, body: Callable[[], None], on_crash: Callable[[StreamplaneError], None]) -> threading.Thread:
     """Run `body` on a daemon thread named `name`; an exception escaping it goes to `on_crash`."""
 
     def run() -> None:

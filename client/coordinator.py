@@ -42,7 +42,7 @@ KEEPALIVE_MS = 2000
 """How often the client pings its replica when no data arrived, and how long it waits for the answer: a
 replica that is stopped (SIGSTOP, a stalled VM) or cut off keeps its TCP connection open, and without pings
 every call would wait out its deadline there; with them the channel drops it within about two of these and
-moves to the next replica. The coordinator accepts pings this often (see `coordinator/server.py`)."""
+moves to the next replica. The coordinator accepts pings this often (see `coordinator/rpc/server.py`)."""
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_ANSWER_BYTES),
     ("grpc.keepalive_time_ms", KEEPALIVE_MS),

@@ -209,8 +209,6 @@ TokenSource = str | Callable[[], str] | Credentials | None
 """A token, a callable that returns the current one, credentials to share, or None (found as this module says)."""
 
 
-
-
 @dataclass(frozen=True)
 class ClientTls:
     """TLS to the coordinator: the CA that signed its certificate (None: the system's), and for mutual TLS

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import metrics
+from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store.api import Watch
 from streamplane.errors import StreamplaneError
 

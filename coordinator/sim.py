@@ -47,16 +47,19 @@ import structlog
 
 from streamplane import offsets
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog, events, keys, leases, planted
-from streamplane.coordinator.assigner import Assigner, AssignerConfig, Session
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-from streamplane.coordinator.commitlog_service import CommitLog
+from streamplane.coordinator import keys, planted
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.commitlog.service import CommitLog
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig, Session
 from streamplane.coordinator.loop import next_pass_ms
-from streamplane.coordinator.sealing import Sealer, SealingConfig
 from streamplane.coordinator.store.api import Watch
 from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.topology import Topology, get_stream, list_clusters
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
+from streamplane.coordinator.topology.topology import Topology, get_stream, list_clusters
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
     ACTIVE,

@@ -30,10 +30,10 @@ from typing import Any
 import structlog
 
 from streamplane.client.credentials import forget_token, save_token
-from streamplane.coordinator.auth import ADMIN, TokenIssuer, load_keys
-from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.rpc.auth import ADMIN, TokenIssuer, load_keys
 from streamplane.coordinator.store import StoreConfig, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.devcontrol import ControlServer
 from streamplane.devstack.kafka import USERS, KafkaCluster, free_port, side_by_side
@@ -459,7 +459,7 @@ class LocalStack:
             return number
         if not (leader or owner) or len(self.coordinators) == 1:
             return 1
-        from streamplane.coordinator import leadership
+        from streamplane.coordinator.groups import leadership
 
         db = open_store(StoreConfig.from_env(Path(self.data_dir), self.store_url))
         try:

@@ -40,7 +40,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q -e ".[dev,spark]"
   echo "$want" > "$stamp"
 fi
-.venv/bin/python -c "import streamplane.coordinator.server, streamplane.v1.topology_pb2, streamplane._native" \
+.venv/bin/python -c "import streamplane.coordinator.rpc.server, streamplane.v1.topology_pb2, streamplane._native" \
   || { rm -f "$stamp"; echo "bootstrap: the installed package does not import; run again" >&2; exit 1; }
 
 # Apache Kafka's broker from Maven Central, once, for the real-broker engine and tests (.cache/kafka, ignored

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from streamplane.coordinator import server
-from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, open_store
 from streamplane.coordinator.store.api import Database, Transaction
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.devstack.control import LocalClusterControl
 from tests.helpers import Proc, real_kafka_jars
 
@@ -183,8 +183,8 @@ def coordinator(tmp_path: Path, local_cluster: tuple[str, LocalClusterControl]) 
 def secured_engine(request: pytest.FixtureRequest, tmp_path: Path, local_cluster) -> Iterator[str]:
     """A coordinator with authentication on (tests.helpers.issue_token signs its tokens) and clusters east and
     west: the local mock cluster, or a real Kafka broker. Yields its address."""
-    from streamplane.coordinator.auth import TokenIssuer
-    from streamplane.coordinator.guard import Guard
+    from streamplane.coordinator.rpc.auth import TokenIssuer
+    from streamplane.coordinator.rpc.guard import Guard
     from tests.helpers import TOKEN_KEY, issue_token, register_local_clusters, register_real_clusters
 
     bootstrap, control = local_cluster

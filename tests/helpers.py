@@ -25,7 +25,7 @@ TOKEN_KEY = b"5" * 64
 
 def issue_token(role: str, subject: str, **scope: tuple[str, ...]) -> str:
     """A token of `role` (scoped with streams=… and groups=…) that the `secured_engine` coordinator accepts."""
-    from streamplane.coordinator.auth import TokenIssuer
+    from streamplane.coordinator.rpc.auth import TokenIssuer
 
     return TokenIssuer(TOKEN_KEY).create(subject, role, now_s=time.time(), ttl_s=3600, **scope)
 

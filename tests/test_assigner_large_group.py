@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import keys, leases
-from streamplane.coordinator.assigner import Assigner, AssignerConfig
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator import keys
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.store import Transaction
 from streamplane.coordinator.store.api import MAX_TRANSACTION_BYTES
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, Heartbeat, Subscription
 
 STREAMS, PARTITIONS, WORKERS = 25, 4000, 100  # 100,000 partitions

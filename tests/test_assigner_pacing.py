@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import keys, leadership, leases
-from streamplane.coordinator.assigner import Assigner, AssignerConfig
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin, RoutingAdmin
-from streamplane.coordinator.leases import Subscription
+from streamplane.coordinator import keys
+from streamplane.coordinator.groups import leadership, leases
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FencedError, UnavailableError
 from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat, Revoke
 

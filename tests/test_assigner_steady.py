@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator.assigner import Assigner, AssignerConfig, Session
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-from streamplane.coordinator.leases import Subscription
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig, Session
+from streamplane.coordinator.groups.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, Heartbeat, LeaseLoad
 
 STEP_MS = 250

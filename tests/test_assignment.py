@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamplane.coordinator.assignment import DEFAULT_THRESHOLD, PartitionSpec, WorkerSpec, assign, smooth
+from streamplane.coordinator.groups.assignment import DEFAULT_THRESHOLD, PartitionSpec, WorkerSpec, assign, smooth
 
 loads = st.one_of(st.just(1.0), st.floats(min_value=0.1, max_value=1000.0))
 partitions_st = st.lists(

@@ -13,7 +13,7 @@ import random
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamplane.coordinator.assignment import (
+from streamplane.coordinator.groups.assignment import (
     DEFAULT_THRESHOLD,
     Balancer,
     PartitionSpec,

@@ -21,10 +21,12 @@ from confluent_kafka.admin import AdminClient
 from streamplane import model
 from streamplane.client import CoordinatorClient, Producer, WorkerSession
 from streamplane.clock import ManualClock
-from streamplane.coordinator import health, server
-from streamplane.coordinator.autopilot import AUTOPILOT, Autopilot, AutopilotConfig
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin, RoutingAdmin
-from streamplane.coordinator.health import (
+from streamplane.coordinator.rpc import server
+from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology import health
+from streamplane.coordinator.topology.autopilot import AUTOPILOT, Autopilot, AutopilotConfig
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.health import (
     DEGRADED,
     HEALTHY,
     UNHEALTHY,
@@ -32,8 +34,7 @@ from streamplane.coordinator.health import (
     judge,
     plan_failovers,
 )
-from streamplane.coordinator.store import StoreConfig, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError
 from streamplane.model import Probe
 from tests.helpers import cli, wait_until

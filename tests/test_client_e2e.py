@@ -20,7 +20,7 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
 from streamplane.client.consumer import REASON_HEADER
-from streamplane.coordinator.auth import TokenIssuer, load_keys
+from streamplane.coordinator.rpc.auth import TokenIssuer, load_keys
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import StreamplaneError

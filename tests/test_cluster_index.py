@@ -18,12 +18,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from streamplane import model
 from streamplane.clock import ManualClock
 from streamplane.coordinator import keys
-from streamplane.coordinator.autopilot import Autopilot
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-from streamplane.coordinator.health import active_load
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.stream_lifecycle import delete_stream
-from streamplane.coordinator.topology import Topology, read_active_load, streams_active_on, write_generation
+from streamplane.coordinator.topology.autopilot import Autopilot
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.health import active_load
+from streamplane.coordinator.topology.lifecycle import delete_stream
+from streamplane.coordinator.topology.topology import Topology, read_active_load, streams_active_on, write_generation
 from streamplane.errors import StreamplaneError
 from streamplane.model import DRAINED, DRAINING, SEALED
 

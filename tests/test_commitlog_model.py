@@ -10,12 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamplane.coordinator import commitlog as cl
-from streamplane.coordinator import group_config, group_state, keys, leases
-from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as cl
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.api import MAX_VALUE_BYTES
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError, NotFoundError
 from streamplane.model import ADMIN_LOCAL, GAVE_UP, Cluster, DlqCopy
 

@@ -20,11 +20,11 @@ import pytest
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from streamplane.coordinator import server
-from streamplane.coordinator.auth import TokenIssuer, new_key
-from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.rpc import server
+from streamplane.coordinator.rpc.auth import TokenIssuer, new_key
+from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.errors import InvalidArgumentError
 from tests.helpers import REPO, Proc, cli, make_certificates, start_dev, wait_until
 
@@ -61,7 +61,7 @@ class Console:
 
 
 def model_roles() -> tuple[str, ...]:
-    from streamplane.coordinator.auth import ROLES
+    from streamplane.coordinator.rpc.auth import ROLES
 
     return ROLES
 
@@ -125,11 +125,11 @@ def test_the_fleet_page_at_fleet_size_counts_by_health_and_zone_lists_what_needs
     are not healthy or are cordoned (with the generations they hold), and pages the rest; streams page with a
     prefix and a count."""
     from streamplane.clock import ManualClock
-    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.console.history import LagHistory
     from streamplane.coordinator.console.views import CLUSTER_PAGE, STREAM_PAGE, Views
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology import Topology
+    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.topology.topology import Topology
 
     db = EmbeddedDatabase(None)
     try:
@@ -174,11 +174,11 @@ def test_a_cluster_whose_holdings_cannot_be_read_is_listed_and_the_fleet_page_st
     only the first ATTENTION_HELD rows read holdings at all."""
     from streamplane.clock import ManualClock
     from streamplane.coordinator import keys
-    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.console.history import LagHistory
     from streamplane.coordinator.console.views import ATTENTION_HELD, Views
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology import Topology
+    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.topology.topology import Topology
 
     db = EmbeddedDatabase(None)
     try:
@@ -457,11 +457,11 @@ def test_the_groups_page_pages_with_a_prefix_and_a_count_and_reads_lag_from_the_
     yet says so)."""
     from streamplane.clock import ManualClock
     from streamplane.coordinator import keys
-    from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.console.history import LagHistory
     from streamplane.coordinator.console.views import GROUP_PAGE, Views
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology import Topology
+    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+    from streamplane.coordinator.topology.topology import Topology
 
     db = EmbeddedDatabase(None)
     try:

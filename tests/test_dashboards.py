@@ -16,7 +16,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from streamplane.client import metrics as client_metrics
-from streamplane.coordinator import metrics as coordinator_metrics
+from streamplane.coordinator.rpc import metrics as coordinator_metrics
 from tests.helpers import REPO
 
 DASHBOARD = REPO / "compose" / "grafana" / "streamplane.json"

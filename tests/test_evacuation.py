@@ -18,9 +18,9 @@ import pytest
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from streamplane.coordinator import server
-from streamplane.coordinator.cluster_admin import RoutingAdmin
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.devstack.control import LocalClusterControl
 from tests.helpers import Proc, wait_until
 

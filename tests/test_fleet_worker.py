@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.client import CoordinatorClient
-from streamplane.coordinator import metrics
+from streamplane.coordinator.rpc import metrics
 from streamplane.process import usage
 from tests.helpers import Proc, register_local_clusters, start_coordinator, wait_until
 

@@ -18,11 +18,11 @@ import pytest
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from streamplane.coordinator import server
-from streamplane.coordinator.auth import TokenIssuer
-from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.rpc import server
+from streamplane.coordinator.rpc.auth import TokenIssuer
+from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from tests.helpers import REPO, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -21,12 +21,18 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from streamplane import model
 from streamplane.client import CoordinatorClient, Producer, WorkerSession
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog, events, group_config, group_lifecycle, keys, leases, server
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin, RoutingAdmin
-from streamplane.coordinator.group_config import DAY_MS
-from streamplane.coordinator.sealing import Sealer, SealingConfig
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import lifecycle as group_lifecycle
+from streamplane.coordinator.groups.config import DAY_MS
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology import Topology, get_stream
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
+from streamplane.coordinator.topology.topology import Topology, get_stream
 from streamplane.errors import FailedPreconditionError, FencedError, InvalidArgumentError, NotFoundError
 from streamplane.model import DRAINED, SEALED, Cluster, Commit, GroupDeleted, Heartbeat, Subscription
 from tests.helpers import cli, wait_until

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import keys, leadership, leases
-from streamplane.coordinator.assigner import Assigner, AssignerConfig
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator import keys
+from streamplane.coordinator.groups import leadership, leases
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.store.api import Watch
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, Subscription
 
 GROUPS = [f"g{i}" for i in range(6)]

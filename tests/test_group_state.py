@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import group_state, leases
-from streamplane.coordinator.assigner import Assigner, AssignerConfig
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import state as group_state
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import StreamplaneError
 from streamplane.model import Cluster, Heartbeat, LeaseLoad, Subscription
 

@@ -102,7 +102,7 @@ class Traffic:
 def test_replicas_killed_paused_and_the_database_restarted_lose_nothing_and_never_double_hold(
     ha_stack: tuple[str, Path, str],
 ) -> None:
-    from streamplane.coordinator import leadership
+    from streamplane.coordinator.groups import leadership
     from streamplane.coordinator.store.postgres import PostgresDatabase
 
     address, data, url = ha_stack

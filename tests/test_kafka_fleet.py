@@ -13,12 +13,12 @@ import pytest
 
 from streamplane import model
 from streamplane.clock import SYSTEM, ManualClock
-from streamplane.coordinator import leadership
-from streamplane.coordinator.autopilot import Autopilot, AutopilotConfig
-from streamplane.coordinator.cluster_admin import KafkaAdmin, MemoryClusterAdmin
-from streamplane.coordinator.probes import CANARY_TOPIC, WireProbes
+from streamplane.coordinator.groups import leadership
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
+from streamplane.coordinator.topology.cluster_admin import KafkaAdmin, MemoryClusterAdmin
+from streamplane.coordinator.topology.probes import CANARY_TOPIC, WireProbes
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Probe
 from streamplane.testing.kafka_fleet import KafkaFleet
 from tests.helpers import wait_until
@@ -154,7 +154,7 @@ def test_probing_is_spread_over_the_live_replicas_and_taken_over_when_one_leaves
 def test_what_producers_report_costs_the_health_monitor_the_producers_with_errors_not_the_fleets() -> None:
     """1,000 producer sessions, three of which report errors on a cluster: the monitor reads three keys, counts
     the three producers, and forgets one once its next heartbeat reports none or it closes."""
-    from streamplane.coordinator import sealing
+    from streamplane.coordinator.topology import sealing
     from tests.test_cluster_index import _Counting
 
     db = EmbeddedDatabase(None)

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from streamplane import model
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-from streamplane.coordinator.lag_sweep import LagSweeper
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster
 
 

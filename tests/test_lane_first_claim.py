@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from streamplane.coordinator import events, group_config, group_state, leases
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import InvalidArgumentError
 from streamplane.model import Cluster, Heartbeat, LeaseLoad, Subscription
 

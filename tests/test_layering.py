@@ -9,23 +9,25 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ["core", "coordinator", "client", "cli", "spark_ext", "devstack", "native", "benchmarks", "examples"]
 PROTOBUF_EDGES = {
     "client/coordinator.py",  # the client's transport
-    "coordinator/servicer.py",
-    "coordinator/assigner_servicer.py",
-    "coordinator/commitlog_servicer.py",
-    "coordinator/auth_servicer.py",
-    "coordinator/server.py",
+    "coordinator/rpc/topology_servicer.py",
+    "coordinator/rpc/assigner_servicer.py",
+    "coordinator/rpc/commitlog_servicer.py",
+    "coordinator/rpc/auth_servicer.py",
+    "coordinator/rpc/server.py",
     "benchmarks/_session_fleet.py",  # a load generator speaking the session protocol from asyncio
 }
-RPC_EDGE = {"server.py", "guard.py", "limits.py", "rpc_metrics.py"}
-"""The coordinator's gRPC adapters besides its servicers (`*servicer.py`): everything else is domain."""
+EDGES = {"rpc", "store", "console"}
+"""The coordinator's areas that are not domain: its gRPC edge (the servicers, guard, limits, metrics and the
+server), the store's drivers, and the web console."""
 HARNESSES = {"sim.py"}
 """The simulator drives the domain over the in-memory embedded store, on purpose."""
+COORDINATOR = ROOT / "coordinator"
 DOMAIN = sorted(
-    p.name
-    for p in (ROOT / "coordinator").glob("*.py")
-    if not p.name.endswith("servicer.py") and p.name not in RPC_EDGE | HARNESSES | {"__init__.py"}
+    str(p.relative_to(COORDINATOR))
+    for p in COORDINATOR.rglob("*.py")
+    if p.relative_to(COORDINATOR).parts[0] not in EDGES and p.name not in HARNESSES | {"__init__.py"}
 )
-"""Every other module of the coordinator, found in the folder: a new one is domain unless it says otherwise."""
+"""Every other module of the coordinator, found in its areas: a new one is domain unless it says otherwise."""
 
 
 def _python_files() -> list[Path]:
@@ -41,7 +43,7 @@ def test_only_the_servicers_and_the_clients_transport_import_protobuf() -> None:
 
 def test_the_coordinators_domain_imports_neither_grpc_nor_a_store_driver() -> None:
     forbidden = re.compile(r"^\s*(from|import)\s+(grpc\b|streamplane\.coordinator\.store\.(embedded|foundation))", re.M)
-    offenders = [name for name in DOMAIN if forbidden.search((ROOT / "coordinator" / name).read_text())]
+    offenders = [name for name in DOMAIN if forbidden.search((COORDINATOR / name).read_text())]
     assert len(DOMAIN) > 20, "few domain modules found: the scan reads the folder wrongly"
     assert offenders == []
 
@@ -53,7 +55,7 @@ def test_transaction_bodies_do_not_log() -> None:
 
     offenders, checked = [], 0
     for name in DOMAIN:
-        tree = ast.parse((ROOT / "coordinator" / name).read_text())
+        tree = ast.parse((COORDINATOR / name).read_text())
         functions = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
         bodies = [
             f for f in functions.values() if any(getattr(d, "id", "") == "transactional" for d in f.decorator_list)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import leadership
-from streamplane.coordinator.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups import leadership
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.store import StoreConfig, open_store
 
 

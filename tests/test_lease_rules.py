@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from streamplane.coordinator import events, group_state, leases
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import AlreadyExistsError, FailedPreconditionError, FencedError
 from streamplane.model import Cluster, Heartbeat, Subscription
 

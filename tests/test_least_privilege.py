@@ -25,11 +25,11 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, Producer
 from streamplane.client import metrics as client_metrics
-from streamplane.coordinator import server
-from streamplane.coordinator.auth import TokenIssuer
-from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.rpc import server
+from streamplane.coordinator.rpc.auth import TokenIssuer
+from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.devstack.control import LocalClusterControl
 from streamplane.errors import PermissionDeniedError, UnauthenticatedError
 from streamplane.spark.reader import Watermarks

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from streamplane import model
 from streamplane.client import CoordinatorClient
 from streamplane.clock import ManualClock
-from streamplane.coordinator import topology as topo
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology import topology as topo
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import InvalidArgumentError
 from streamplane.model import Cluster
 from tests.helpers import cli
@@ -207,7 +207,7 @@ def test_the_cli_lists_clusters_page_after_page_with_a_count_and_a_health_filter
 
 def test_the_count_is_kept_by_creates_and_deletes_and_counted_in_a_store_from_before_it() -> None:
     from streamplane.coordinator import keys
-    from streamplane.coordinator.stream_lifecycle import delete_stream
+    from streamplane.coordinator.topology.lifecycle import delete_stream
 
     db = EmbeddedDatabase(None)
     try:
@@ -248,7 +248,7 @@ def test_lag_pages_give_every_partition_once_in_order(
     commits: list[tuple[str, str, str, int]], page_size: int, group: str, stream: str, lane: str
 ) -> None:
     """Pages of lag, of one group or of every group, filtered or not, are the one-answer lag cut in pages."""
-    from streamplane.coordinator import commitlog
+    from streamplane.coordinator.commitlog import log as commitlog
 
     db = EmbeddedDatabase(None)
     try:
@@ -298,7 +298,7 @@ def test_the_cli_prints_a_groups_lag_per_partition_page_after_page(coordinator, 
 
 
 def test_bad_lag_page_tokens_say_why() -> None:
-    from streamplane.coordinator import commitlog
+    from streamplane.coordinator.commitlog import log as commitlog
 
     db = EmbeddedDatabase(None)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
-from streamplane.coordinator import server
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
 from tests.helpers import Relay, register_local_clusters, start_coordinator, wait_until
 

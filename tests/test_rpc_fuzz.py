@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 
 from streamplane import model
 from streamplane.client import CoordinatorClient
-from streamplane.coordinator import server
-from streamplane.coordinator.auth import TokenIssuer
-from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.rpc import server
+from streamplane.coordinator.rpc.auth import TokenIssuer
+from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.v1 import assigner_pb2, auth_pb2, commitlog_pb2, topology_pb2
 from tests.test_security import stubs
 

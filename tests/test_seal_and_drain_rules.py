@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog, events, keys, sealing
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-from streamplane.coordinator.sealing import Sealer, SealingConfig
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.store import Database, StoreConfig, Transaction, open_store
-from streamplane.coordinator.topology import Topology, get_stream
+from streamplane.coordinator.topology import events, sealing
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
+from streamplane.coordinator.topology.topology import Topology, get_stream
 from streamplane.model import (
     ACTIVE,
     DRAINED,

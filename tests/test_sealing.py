@@ -12,10 +12,10 @@ import pytest
 
 from streamplane import model
 from streamplane.client import CoordinatorClient, Producer
-from streamplane.coordinator import server
-from streamplane.coordinator.cluster_admin import RoutingAdmin, kafka_end_offsets
-from streamplane.coordinator.sealing import SealingConfig
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin, kafka_end_offsets
+from streamplane.coordinator.topology.sealing import SealingConfig
 from streamplane.errors import InvalidArgumentError
 from tests.helpers import Relay, register_local_clusters, register_real_clusters, wait_until
 

@@ -19,13 +19,13 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.client.session import SessionEndedError
-from streamplane.coordinator import server
-from streamplane.coordinator.auth import TokenIssuer
-from streamplane.coordinator.cluster_admin import RoutingAdmin
-from streamplane.coordinator.commitlog import CHUNK
-from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.sealing import read_producers
+from streamplane.coordinator.commitlog.log import CHUNK
+from streamplane.coordinator.rpc import server
+from streamplane.coordinator.rpc.auth import TokenIssuer
+from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.store import StoreConfig, open_store
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
+from streamplane.coordinator.topology.sealing import read_producers
 from streamplane.errors import FencedError, InvalidArgumentError, PermissionDeniedError, UnauthenticatedError
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import assigner_pb2_grpc as apb_grpc
@@ -829,7 +829,7 @@ def test_a_revoked_token_is_refused_by_every_replica_within_a_second_and_its_ses
 
 
 def test_the_token_key_rotates_with_an_overlap_then_the_old_key_is_retired(tmp_path: Path) -> None:
-    from streamplane.coordinator.auth import load_keys
+    from streamplane.coordinator.rpc.auth import load_keys
     from tests.helpers import cli, start_coordinator
 
     key_file = tmp_path / "token.key"

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from streamplane.coordinator.session_reader import MAX_LOOKS, SessionReader
+from streamplane.coordinator.groups.sessions.reader import MAX_LOOKS, SessionReader
 from streamplane.coordinator.store import Database, StoreConfig, Transaction, open_store
 from streamplane.coordinator.store.api import StoreUnavailableError
 from streamplane.errors import UnavailableError

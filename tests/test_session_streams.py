@@ -7,7 +7,7 @@ import threading
 
 from benchmarks._session_fleet import SessionFleet
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.coordinator import server
+from streamplane.coordinator.rpc import server
 from tests.helpers import register_local_clusters, wait_until
 
 SESSIONS = 400

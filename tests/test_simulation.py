@@ -51,7 +51,7 @@ def test_the_replay_check_notices_state_changed_without_its_event() -> None:
     from dataclasses import replace
 
     from streamplane.coordinator.sim import InvariantError, World
-    from streamplane.coordinator.topology import write_generation
+    from streamplane.coordinator.topology.topology import write_generation
     from streamplane.model import SEALED
 
     world = World(0)

@@ -290,11 +290,11 @@ def test_the_source_and_its_progress_reach_a_coordinator_over_mutual_tls(
     progress listener, in the driver's own process, finds them in the environment (issue 13)."""
     from streamplane import model
     from streamplane.client.credentials import ClientTls
-    from streamplane.coordinator import server
-    from streamplane.coordinator.auth import ADMIN, CONSUMER, Identity
-    from streamplane.coordinator.cluster_admin import RoutingAdmin
-    from streamplane.coordinator.guard import Guard
+    from streamplane.coordinator.rpc import server
+    from streamplane.coordinator.rpc.auth import ADMIN, CONSUMER, Identity
+    from streamplane.coordinator.rpc.guard import Guard
     from streamplane.coordinator.store import StoreConfig, open_store
+    from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
     from tests.helpers import make_certificates
 
     certs = make_certificates(tmp_path / "certs", "ops", "spark-job")

@@ -17,12 +17,16 @@ from typing import Any
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog, group_state, keys, leases, sealing
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
-from streamplane.coordinator.sealing import Sealer, SealingConfig
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology import sealing
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import StreamplaneError
 from streamplane.model import Cluster, Commit, Heartbeat, Retry, Subscription
 
@@ -143,7 +147,7 @@ def test_without_idempotency_tokens_a_retry_after_an_unknown_commit_is_caught(tm
 def test_a_change_whose_commit_was_unknown_still_answers_with_its_event_version(tmp_path: Path) -> None:
     """After an unknown result that did commit, the versionstamp is not known (as on FoundationDB): the
     answer's version is then the log's head, which is the change's own event when nothing came after."""
-    from streamplane.coordinator import events
+    from streamplane.coordinator.topology import events
     from streamplane.model import StreamCreated
 
     unknown = 0

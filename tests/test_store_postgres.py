@@ -11,12 +11,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from streamplane.coordinator import events, keys
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator import keys
 from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, open_store
 from streamplane.coordinator.store.api import read_counter
 from streamplane.coordinator.store.postgres import PostgresDatabase
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, StreamCreated
 from tests.helpers import Proc, cli
 

@@ -17,11 +17,14 @@ from confluent_kafka.admin import AdminClient
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Producer
 from streamplane.clock import ManualClock
-from streamplane.coordinator import commitlog, events, keys, sealing, server
-from streamplane.coordinator.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
-from streamplane.coordinator.stream_lifecycle import delete_stream
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology import events, sealing
+from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.lifecycle import delete_stream
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from streamplane.model import Cluster, Commit, StreamDeleted
 from tests.helpers import cli, wait_until

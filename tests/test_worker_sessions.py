@@ -12,7 +12,7 @@ from confluent_kafka import Producer as KafkaProducer
 
 from streamplane import model
 from streamplane.client import CoordinatorClient, SessionEndedError, WorkerSession
-from streamplane.coordinator.assigner import AssignerConfig
+from streamplane.coordinator.groups.assigner import AssignerConfig
 from streamplane.errors import (
     AlreadyExistsError,
     FencedError,
@@ -190,7 +190,8 @@ def test_a_failover_tells_holders_where_their_generation_ends_and_grants_the_new
 
 
 def test_the_holder_index_matches_the_leases_through_joins_and_leaves(coordinator, address: str) -> None:
-    from streamplane.coordinator import keys, leases
+    from streamplane.coordinator import keys
+    from streamplane.coordinator.groups import leases
 
     first, second = session(address, "ix-1"), session(address, "ix-2")
     first.join()

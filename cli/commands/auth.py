@@ -46,7 +46,7 @@ def cmd_token_revoke(args: argparse.Namespace) -> None:
 
 
 def cmd_token_rotate_key(args: argparse.Namespace) -> None:
-    from streamplane.coordinator import auth
+    from streamplane.coordinator.rpc import auth
 
     before, _ = auth.rotate_keys(Path(args.token_key_file), retire=args.retire)
     if args.retire:

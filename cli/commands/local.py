@@ -13,14 +13,14 @@ from streamplane import errors
 from streamplane.cli.output import json_shown
 
 if TYPE_CHECKING:
-    from streamplane.coordinator.assigner import AssignerConfig
-    from streamplane.coordinator.guard import Guard
+    from streamplane.coordinator.groups.assigner import AssignerConfig
+    from streamplane.coordinator.rpc.guard import Guard
 
 from streamplane.cli.common import STORE_HELP, Add, Subparsers, positive
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
-    from streamplane.coordinator import server
+    from streamplane.coordinator.rpc import server
     from streamplane.coordinator.store import StoreConfig
 
     if args.console_port is not None and not 0 <= args.console_port <= 65535:
@@ -52,8 +52,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 def _guard(args: argparse.Namespace) -> Guard | None:
     """Authentication as `streamplane coordinator` was told: a token key, certificate identities, or neither."""
-    from streamplane.coordinator import auth
-    from streamplane.coordinator.guard import Guard
+    from streamplane.coordinator.rpc import auth
+    from streamplane.coordinator.rpc.guard import Guard
 
     if bool(args.server_cert) != bool(args.server_key):
         raise errors.InvalidArgumentError("--tls-cert and --tls-key go together")
@@ -134,7 +134,7 @@ def cmd_fault(args: argparse.Namespace) -> None:
 
 
 def _assigner_config(args: argparse.Namespace) -> AssignerConfig:
-    from streamplane.coordinator.assigner import AssignerConfig
+    from streamplane.coordinator.groups.assigner import AssignerConfig
 
     if not 100 <= args.session_ttl_ms <= 60_000:
         raise errors.InvalidArgumentError(f"--session-ttl-ms must be between 100 and 60000, not {args.session_ttl_ms}")

@@ -24,12 +24,14 @@ import structlog
 
 from streamplane import errors
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import auth, commitlog, events
-from streamplane.coordinator.assigner import Assigner
+from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.console.history import LagHistory
 from streamplane.coordinator.console.views import Views, event_row, require_text
-from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.rpc import auth
+from streamplane.coordinator.rpc.guard import Guard
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import EventFilter, Lag, Probe, to_jsonable
 from streamplane.names import check_object_name
 

@@ -14,11 +14,13 @@ import structlog
 
 from streamplane import model
 from streamplane.clock import Clock
-from streamplane.coordinator import commitlog, events, leases
-from streamplane.coordinator.assigner import Assigner
+from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.console.history import LagHistory
-from streamplane.coordinator.health import choose_target
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.health import choose_target
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.doctor import sealed_waits
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from streamplane.model import Cluster, ClusterHealth, to_jsonable

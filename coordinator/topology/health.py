@@ -4,7 +4,7 @@ A probe reads a cluster's metadata (brokers, and the partitions of our topics wi
 replicas out of sync); `judge` turns it into a state with reasons. `plan_failovers` decides which lanes move
 off clusters that stayed unhealthy, where to, and which wait: the streams' policies (auto or manual, how long
 a cluster must be unhealthy), hysteresis (a lane that moved recently stays), the fleet-wide rate cap and the
-freeze switch. The health monitor (`streamplane.coordinator.autopilot`) does the I/O around them.
+freeze switch. The health monitor (`streamplane.coordinator.topology.autopilot`) does the I/O around them.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import structlog
 from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from streamplane.coordinator.health import DEGRADED, HEALTHY, UNHEALTHY
+from streamplane.coordinator.topology.health import DEGRADED, HEALTHY, UNHEALTHY
 from streamplane.model import GENERATION_STATES, Cluster, FleetPolicy, Lag
 
 log = structlog.get_logger(__name__)

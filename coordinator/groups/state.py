@@ -19,9 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamplane.coordinator import events, group_config, keys, planted
-from streamplane.coordinator.assignment import Balancer, PartitionSpec, WorkerSpec
-from streamplane.coordinator.leases import (
+from streamplane.coordinator import keys, planted
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups.assignment import Balancer, PartitionSpec, WorkerSpec
+from streamplane.coordinator.groups.leases import (
     FREE,
     GRANTED,
     REVOKING,
@@ -37,7 +38,8 @@ from streamplane.coordinator.leases import (
     write_lease,
 )
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.coordinator.topology import get_stream
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.topology import get_stream
 from streamplane.errors import NotFoundError
 from streamplane.model import SETTLED
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import grpc
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import auth, revocations
-from streamplane.coordinator.guard import Guard
+from streamplane.coordinator.groups import revocations
+from streamplane.coordinator.rpc import auth
+from streamplane.coordinator.rpc.guard import Guard
 from streamplane.errors import FailedPreconditionError
 from streamplane.rpc import grpc_errors
 from streamplane.v1 import auth_pb2 as pb

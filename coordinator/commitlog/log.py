@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from streamplane import offsets
-from streamplane.coordinator import group_config, keys, planted
-from streamplane.coordinator.leases import check_lease, parse_lease_id
+from streamplane.coordinator import keys, planted
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups.leases import check_lease, parse_lease_id
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.errors import (
     FencedError,

@@ -4,7 +4,7 @@ A principal is an authenticated caller: a bearer token's subject or a client cer
 role and, for producers and consumers, the streams and groups it is limited to. Roles nest: a viewer reads;
 a producer or consumer also writes data of its streams or groups; an operator changes streams and groups
 (failover, lanes, group configuration); an admin also changes clusters and issues tokens. No gRPC here: the
-servicers' guard (`streamplane.coordinator.guard`) authenticates the call and asks `check`.
+servicers' guard (`streamplane.coordinator.rpc.guard`) authenticates the call and asks `check`.
 """
 
 from __future__ import annotations

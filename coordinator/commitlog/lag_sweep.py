@@ -16,8 +16,8 @@ import heapq
 from dataclasses import dataclass, field
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog
-from streamplane.coordinator.leases import parse_lease_id
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups.leases import parse_lease_id
 from streamplane.coordinator.store import Database
 from streamplane.model import Lag, LaneLag, PartitionLag
 

@@ -20,11 +20,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from streamplane.coordinator import events, keys, leadership, planted
-from streamplane.coordinator.assignment import smooth
-from streamplane.coordinator.health import count_reporters, stored_reports
+from streamplane.coordinator import keys, planted
+from streamplane.coordinator.groups import leadership
+from streamplane.coordinator.groups.assignment import smooth
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.coordinator.topology import get_cluster, get_stream, page_window
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.health import count_reporters, stored_reports
+from streamplane.coordinator.topology.topology import get_cluster, get_stream, page_window
 from streamplane.errors import (
     AlreadyExistsError,
     FailedPreconditionError,

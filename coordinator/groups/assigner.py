@@ -1,6 +1,6 @@
 """The Assigner: the assignment loop (each group's on the replica owning it) and worker sessions (on any).
 
-Transport-free: the gRPC servicer feeds sessions what workers send, and `session_stream.py` tells each worker
+Transport-free: the gRPC servicer feeds sessions what workers send, and `sessions/hub.py` tells each worker
 what its session's looks find. Those come from the store (its member's leases, watched), so a session sees its
 group owner's decisions whichever replica it is connected to.
 """
@@ -16,14 +16,20 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, events, group_lifecycle, group_state, keys, leadership, leases, metrics
-from streamplane.coordinator.group_state import GroupState
-from streamplane.coordinator.leases import REVOKING, Lease, LeaseKey, Member
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import leadership, leases
+from streamplane.coordinator.groups import lifecycle as group_lifecycle
+from streamplane.coordinator.groups import state as group_state
+from streamplane.coordinator.groups.leases import REVOKING, Lease, LeaseKey, Member
+from streamplane.coordinator.groups.sessions.reader import SessionReader
+from streamplane.coordinator.groups.sessions.writer import SessionWriter
+from streamplane.coordinator.groups.state import GroupState
 from streamplane.coordinator.loop import BackgroundLoop
-from streamplane.coordinator.session_reader import SessionReader
-from streamplane.coordinator.session_writer import SessionWriter
+from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.coordinator.store.api import Watch, read_counter
+from streamplane.coordinator.topology import events
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
     Grant,
@@ -72,7 +78,7 @@ class AssignerConfig:
     cooldown_ms: int = 30_000
     """A partition moved to balance load is not moved back to the worker it left within this time."""
     heartbeat_flush_ms: int = 100
-    """How long heartbeats wait to be written together (see session_writer.py); well under `ttl_ms`."""
+    """How long heartbeats wait to be written together (see sessions/writer.py); well under `ttl_ms`."""
     join_window_ms: int = 300
     """A group nobody holds a lease of yet is first assigned once no member joined for this long (at most
     `join_window_max_ms` after its first pass was due), like Kafka's group.initial.rebalance.delay.ms: a fleet

@@ -1,6 +1,6 @@
 """A group's settings per lane: attempts before a record is rejected, and the time lag the lane should stay
 under (past it, the Assigner gives the lane's partitions the first claim on the group's workers); and the
-group's own: how long it may stay inactive before it expires (see group_lifecycle).
+group's own: how long it may stay inactive before it expires (see groups/lifecycle.py).
 
 Kept in one small value per group (`keys.group_config_key`), read by the commit log and the Assigner.
 """

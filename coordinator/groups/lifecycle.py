@@ -22,10 +22,13 @@ from collections.abc import Callable
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, events, keys, leases
-from streamplane.coordinator.group_config import DAY_MS, NEVER, expire_after_ms
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups.config import DAY_MS, NEVER, expire_after_ms
 from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.store import Database, Transaction, transactional
+from streamplane.coordinator.topology import events
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, StreamplaneError
 from streamplane.model import GroupDeleted
 from streamplane.names import check_object_name

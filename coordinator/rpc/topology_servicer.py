@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from streamplane.coordinator import auth, events, stream_lifecycle
-from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.sealing import Sealer
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.rpc import auth
+from streamplane.coordinator.rpc.guard import Guard
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology import lifecycle as stream_lifecycle
+from streamplane.coordinator.topology.sealing import Sealer
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Probe, TopologyEvent
 from streamplane.rpc import grpc_errors, grpc_stream_errors
 from streamplane.v1 import convert

@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import leases
+from streamplane.coordinator.groups import leases
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import Heartbeat, Release

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 
 from streamplane import rpc
-from streamplane.coordinator.metrics import RPC_SECONDS, RPCS
+from streamplane.coordinator.rpc.metrics import RPC_SECONDS, RPCS
 
 
 @contextlib.contextmanager

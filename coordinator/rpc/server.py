@@ -21,27 +21,27 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator.assigner import Assigner, AssignerConfig
-from streamplane.coordinator.assigner_servicer import AssignerServicer
-from streamplane.coordinator.auth_servicer import AuthServicer
-from streamplane.coordinator.autopilot import Autopilot, AutopilotConfig
-from streamplane.coordinator.cluster_admin import ClusterAdmin, RoutingAdmin
-from streamplane.coordinator.commitlog_service import CommitLog
-from streamplane.coordinator.commitlog_servicer import CommitLogServicer
+from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
+from streamplane.coordinator.commitlog.service import CommitLog
 from streamplane.coordinator.console import Console
-from streamplane.coordinator.event_loop import EventLoopThread
-from streamplane.coordinator.group_lifecycle import REAP_EVERY_MS, GroupReaper
-from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.lag_sweep import LagSweeper
-from streamplane.coordinator.limits import HELLO_TIMEOUT_S, MAX_STREAMS, StreamLimits
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.lifecycle import REAP_EVERY_MS, GroupReaper
+from streamplane.coordinator.groups.sessions.hub import SessionHub
 from streamplane.coordinator.loop import BackgroundLoop
-from streamplane.coordinator.metrics import FLEET, LAG, serve_metrics
-from streamplane.coordinator.rpc_metrics import MetricsInterceptor
-from streamplane.coordinator.sealing import Sealer, SealingConfig
-from streamplane.coordinator.servicer import TopologyServicer
-from streamplane.coordinator.session_stream import SessionHub
+from streamplane.coordinator.rpc.assigner_servicer import AssignerServicer
+from streamplane.coordinator.rpc.auth_servicer import AuthServicer
+from streamplane.coordinator.rpc.call_metrics import MetricsInterceptor
+from streamplane.coordinator.rpc.commitlog_servicer import CommitLogServicer
+from streamplane.coordinator.rpc.event_loop import EventLoopThread
+from streamplane.coordinator.rpc.guard import Guard
+from streamplane.coordinator.rpc.limits import HELLO_TIMEOUT_S, MAX_STREAMS, StreamLimits
+from streamplane.coordinator.rpc.metrics import FLEET, LAG, serve_metrics
+from streamplane.coordinator.rpc.topology_servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology import Topology
+from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import InvalidArgumentError, UnavailableError
 from streamplane.process import block_stop_signals, die_with_parent, wait_for_stop
 from streamplane.rpc import add_servicer

@@ -13,7 +13,7 @@ from dataclasses import asdict, fields
 from typing import Any, TypeVar
 
 from streamplane.coordinator import keys
-from streamplane.coordinator.event_loop import setter
+from streamplane.coordinator.rpc.event_loop import setter
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.store.api import Watch, read_counter
 from streamplane.errors import InvalidArgumentError, quoted

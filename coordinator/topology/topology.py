@@ -15,11 +15,13 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import events, keys, metrics
-from streamplane.coordinator.cluster_admin import ClusterAdmin
-from streamplane.coordinator.health import AUTOPILOT, HEALTHY, choose_target
+from streamplane.coordinator import keys
+from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.store.api import StoreUnavailableError, Watch
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
+from streamplane.coordinator.topology.health import AUTOPILOT, HEALTHY, choose_target
 from streamplane.errors import (
     AlreadyExistsError,
     FailedPreconditionError,

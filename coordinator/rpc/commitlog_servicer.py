@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import grpc
 
-from streamplane.coordinator import auth
-from streamplane.coordinator import commitlog as cl
-from streamplane.coordinator.commitlog_service import CommitLog
-from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.leases import parse_lease_id
+from streamplane.coordinator.commitlog import log as cl
+from streamplane.coordinator.commitlog.service import CommitLog
+from streamplane.coordinator.groups.leases import parse_lease_id
+from streamplane.coordinator.rpc import auth
+from streamplane.coordinator.rpc.guard import Guard
 from streamplane.errors import InvalidArgumentError
 from streamplane.rpc import grpc_errors
 from streamplane.v1 import commitlog_pb2 as cpb

@@ -14,9 +14,9 @@ from pathlib import Path
 import grpc
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import auth
-from streamplane.coordinator.auth import ANONYMOUS, Identity, Principal, TokenIssuer, load_keys
-from streamplane.coordinator.revocations import RevocationList
+from streamplane.coordinator.groups.revocations import RevocationList
+from streamplane.coordinator.rpc import auth
+from streamplane.coordinator.rpc.auth import ANONYMOUS, Identity, Principal, TokenIssuer, load_keys
 from streamplane.coordinator.store.api import Database
 from streamplane.errors import InvalidArgumentError, LimitExceededError, UnauthenticatedError
 

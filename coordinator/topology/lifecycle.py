@@ -16,9 +16,13 @@ import json
 
 import structlog
 
-from streamplane.coordinator import commitlog, events, group_lifecycle, keys, leases, sealing
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import lifecycle as group_lifecycle
 from streamplane.coordinator.store import Transaction
-from streamplane.coordinator.topology import Topology, count_stream, forget_generation, get_cluster, get_stream
+from streamplane.coordinator.topology import events, sealing
+from streamplane.coordinator.topology.topology import Topology, count_stream, forget_generation, get_cluster, get_stream
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError
 from streamplane.model import StreamDeleted, StreamDeletion
 from streamplane.names import check_object_name

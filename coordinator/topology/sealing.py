@@ -22,11 +22,14 @@ from typing import Any
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, events, health, keys, leases, planted
-from streamplane.coordinator.cluster_admin import ClusterAdmin
+from streamplane.coordinator import keys, planted
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import leases
 from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.store import Database, Transaction, transactional
-from streamplane.coordinator.topology import get_cluster, write_generation
+from streamplane.coordinator.topology import events, health
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
+from streamplane.coordinator.topology.topology import get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
 from streamplane.model import (
     DRAINED,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import keys
-from streamplane.coordinator.auth import MAX_TTL_S
+from streamplane.coordinator.rpc.auth import MAX_TTL_S
 from streamplane.coordinator.store.api import Database, Transaction, transactional
 from streamplane.errors import InvalidArgumentError, StreamplaneError, quoted
 

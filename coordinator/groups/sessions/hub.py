@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Callable
 
 import structlog
 
-from streamplane.coordinator.assigner import Assigner, Session
-from streamplane.coordinator.auth import ANONYMOUS, Principal
-from streamplane.coordinator.event_loop import setter
-from streamplane.coordinator.limits import CREDENTIAL_GRACE_S
+from streamplane.coordinator.groups.assigner import Assigner, Session
+from streamplane.coordinator.rpc.auth import ANONYMOUS, Principal
+from streamplane.coordinator.rpc.event_loop import setter
+from streamplane.coordinator.rpc.limits import CREDENTIAL_GRACE_S
 from streamplane.coordinator.store.api import Watch
 from streamplane.errors import InvalidArgumentError, StreamplaneError, UnauthenticatedError
 from streamplane.model import Heartbeat, Hello, Release, Renew, SessionEvent, WorkerMessage

@@ -4,7 +4,9 @@ decodes and encodes around it; the simulator drives it as the servicer does."""
 from __future__ import annotations
 
 from streamplane.clock import SYSTEM, Clock
-from streamplane.coordinator import commitlog, group_config, metrics
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import Commit, CommitOutcome, Lag, Progress, RetryState

@@ -1,7 +1,7 @@
 """The AssignerService servicer: worker sessions over a bidirectional stream, lease checks, group description.
 
 Thin: it decodes messages, hands them to the worker's session stream, and encodes what the stream yields.
-Streams run on the event loop (see session_stream.py); unary calls on the server's threads.
+Streams run on the event loop (see groups/sessions/hub.py); unary calls on the server's threads.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator
 import grpc
 import structlog
 
-from streamplane.coordinator import auth, events
-from streamplane.coordinator.assigner import Assigner
-from streamplane.coordinator.guard import Guard
-from streamplane.coordinator.limits import HELLO_TIMEOUT_S
-from streamplane.coordinator.session_stream import Renewer, SessionHub, SessionStream
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.groups.sessions.hub import Renewer, SessionHub, SessionStream
+from streamplane.coordinator.rpc import auth
+from streamplane.coordinator.rpc.guard import Guard
+from streamplane.coordinator.rpc.limits import HELLO_TIMEOUT_S
+from streamplane.coordinator.topology import events
 from streamplane.errors import InvalidArgumentError, StreamplaneError, UnauthenticatedError
 from streamplane.model import Hello, Welcome
 from streamplane.rpc import grpc_errors, grpc_stream_errors, require_decoded
