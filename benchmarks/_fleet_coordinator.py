@@ -12,8 +12,8 @@ from pathlib import Path
 from streamplane.coordinator.groups.assigner import AssignerConfig
 from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.log import configure_logging
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 
 def main() -> None:

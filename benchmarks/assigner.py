@@ -302,9 +302,9 @@ def store_fleet(partitions: int, workers: int) -> dict[str, float]:
     from streamplane.coordinator.groups import leases
     from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.topology.topology import Topology
     from streamplane.model import Cluster, Subscription
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
     streams = partitions // 4000
     with tempfile.TemporaryDirectory(prefix="streamplane-fleet-") as tmp:
@@ -384,9 +384,9 @@ def session_fleet(partitions: int, workers: int, kills: int) -> dict[str, float]
     load generator: the real session protocol, heartbeats included): regrant time after kill -9 of a worker
     process (p50, p99 over `kills`), and the coordinator's CPU while the fleet is steady. With no kill, only
     that the fleet holds every lease and no session ends (`_held_fleet`)."""
-    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.topology.topology import Topology
     from streamplane.model import Cluster
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
     per_stream = 4000
     streams = [f"fleet{s}" for s in range(partitions // per_stream)]
@@ -533,9 +533,9 @@ def idle_groups_pass_ms(groups: int) -> float:
     from streamplane.coordinator.groups import leases
     from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.topology.topology import Topology
     from streamplane.model import Cluster, Subscription
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
     with tempfile.TemporaryDirectory(prefix="streamplane-groups-") as tmp:
         db = EmbeddedDatabase(tmp)

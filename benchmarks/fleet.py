@@ -49,10 +49,10 @@ from streamplane.client import CoordinatorClient
 from streamplane.coordinator import keys
 from streamplane.coordinator.groups.assignment import Balancer, PartitionSpec, WorkerSpec
 from streamplane.coordinator.store import StoreConfig, Transaction, open_store
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.names import topic_name
 from streamplane.process import usage
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 GATEWAY_FAILOVER_S = 360.0
 """Conduktor's published best case for a failover end to end (6 minutes); not measured here."""

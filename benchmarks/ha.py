@@ -45,10 +45,10 @@ from streamplane.clock import SYSTEM
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.groups import leadership, leases
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.devstack.postgres import PostgresServer
 from streamplane.model import Cluster, Commit, PartitionRef
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 STREAM, GROUP, PARTITIONS = "ha", "ha-bench", 12
 KIP848_SESSION_S = 45.0

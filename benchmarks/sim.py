@@ -19,7 +19,7 @@ import statistics
 import time
 
 from streamplane.coordinator import planted
-from streamplane.coordinator.sim import _quiet, run_seed, run_seeds
+from streamplane.sim import _quiet, run_seed, run_seeds
 
 WORLD_S = 60
 FDB_SIM_S_PER_WALL_S = 10

@@ -11,5 +11,5 @@ By area, each a sub-package that says what it owns:
 - `store/`: the transactional store and its drivers; `console/`: the web console.
 
 `keys` is the store's key layout (every area's subspaces), `loop` the background-loop schedule every area
-runs on, and `sim` and `planted` the deterministic simulator and the bugs it must catch.
+runs on, and `planted` the bugs the simulator (`streamplane.sim`) must catch.
 """

@@ -1,7 +1,7 @@
 """Bugs planted on purpose, each off unless the simulator switches it on, to show that it can fail.
 
 A simulator that finds no bug proves little: `tests/test_simulation.py` turns each of these on in turn and
-requires `streamplane.coordinator.sim` to report a violation within a bounded number of seeds. Production
+requires `streamplane.sim` to report a violation within a bounded number of seeds. Production
 code reads them at the few places they change; nothing else ever sets them.
 """
 

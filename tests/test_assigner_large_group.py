@@ -18,9 +18,9 @@ from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.store import Transaction
 from streamplane.coordinator.store.api import MAX_TRANSACTION_BYTES
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, Heartbeat, Subscription
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 STREAMS, PARTITIONS, WORKERS = 25, 4000, 100  # 100,000 partitions
 TTL_MS = 60_000

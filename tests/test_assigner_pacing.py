@@ -15,11 +15,12 @@ from streamplane.coordinator.groups import leadership, leases
 from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.groups.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FencedError, UnavailableError
 from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat, Revoke
+from streamplane.testing.chaos_store import ChaosDatabase, Faults
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500, join_window_ms=0)  # paced by joins: below
 

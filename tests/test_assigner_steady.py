@@ -16,9 +16,9 @@ from streamplane.clock import ManualClock
 from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig, Session
 from streamplane.coordinator.groups.leases import Subscription
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, Heartbeat, LeaseLoad
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 STEP_MS = 250
 RATE = 2000.0  # records/s per partition, the same for all: the noise is all there is

@@ -25,7 +25,7 @@ from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import health
 from streamplane.coordinator.topology.autopilot import AUTOPILOT, Autopilot, AutopilotConfig
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.coordinator.topology.health import (
     DEGRADED,
     HEALTHY,
@@ -37,6 +37,7 @@ from streamplane.coordinator.topology.health import (
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError
 from streamplane.model import Probe
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from tests.helpers import cli, wait_until
 
 T0 = 1_800_000_000_000

@@ -20,12 +20,12 @@ from streamplane.clock import ManualClock
 from streamplane.coordinator import keys
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology.autopilot import Autopilot
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.health import active_load
 from streamplane.coordinator.topology.lifecycle import delete_stream
 from streamplane.coordinator.topology.topology import Topology, read_active_load, streams_active_on, write_generation
 from streamplane.errors import StreamplaneError
 from streamplane.model import DRAINED, DRAINING, SEALED
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 CLUSTERS = ("a", "b", "c")
 STREAMS = ("s1", "s2", "s3", "s4")

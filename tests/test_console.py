@@ -128,8 +128,8 @@ def test_the_fleet_page_at_fleet_size_counts_by_health_and_zone_lists_what_needs
     from streamplane.coordinator.console.history import LagHistory
     from streamplane.coordinator.console.views import CLUSTER_PAGE, STREAM_PAGE, Views
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.topology.topology import Topology
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
     db = EmbeddedDatabase(None)
     try:
@@ -177,8 +177,8 @@ def test_a_cluster_whose_holdings_cannot_be_read_is_listed_and_the_fleet_page_st
     from streamplane.coordinator.console.history import LagHistory
     from streamplane.coordinator.console.views import ATTENTION_HELD, Views
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.topology.topology import Topology
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
     db = EmbeddedDatabase(None)
     try:
@@ -460,8 +460,8 @@ def test_the_groups_page_pages_with_a_prefix_and_a_count_and_reads_lag_from_the_
     from streamplane.coordinator.console.history import LagHistory
     from streamplane.coordinator.console.views import GROUP_PAGE, Views
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
-    from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
     from streamplane.coordinator.topology.topology import Topology
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
     db = EmbeddedDatabase(None)
     try:

@@ -30,11 +30,12 @@ from streamplane.coordinator.groups.config import DAY_MS
 from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import events
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
 from streamplane.coordinator.topology.topology import Topology, get_stream
 from streamplane.errors import FailedPreconditionError, FencedError, InvalidArgumentError, NotFoundError
 from streamplane.model import DRAINED, SEALED, Cluster, Commit, GroupDeleted, Heartbeat, Subscription
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from tests.helpers import cli, wait_until
 
 TTL_MS = 10_000

@@ -15,9 +15,9 @@ from streamplane.coordinator.groups import leadership, leases
 from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.store.api import Watch
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, Subscription
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 GROUPS = [f"g{i}" for i in range(6)]
 CONFIG = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)

@@ -17,10 +17,10 @@ from streamplane.coordinator.groups import leases
 from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import StreamplaneError
 from streamplane.model import Cluster, Heartbeat, LeaseLoad, Subscription
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 GROUP = "g"
 TTL = 3000

@@ -16,10 +16,11 @@ from streamplane.clock import SYSTEM, ManualClock
 from streamplane.coordinator.groups import leadership
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
-from streamplane.coordinator.topology.cluster_admin import KafkaAdmin, MemoryClusterAdmin
+from streamplane.coordinator.topology.cluster_admin import KafkaAdmin
 from streamplane.coordinator.topology.probes import CANARY_TOPIC, WireProbes
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Probe
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from streamplane.testing.kafka_fleet import KafkaFleet
 from tests.helpers import wait_until
 

@@ -15,9 +15,9 @@ from streamplane.clock import ManualClock
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 
 @settings(max_examples=40, deadline=None)

@@ -14,10 +14,10 @@ from streamplane.coordinator.groups import leases
 from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import events
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import InvalidArgumentError
 from streamplane.model import Cluster, Heartbeat, LeaseLoad, Subscription
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 T0 = 1_800_000_000_000
 GROUP = "g"

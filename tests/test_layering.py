@@ -19,13 +19,11 @@ PROTOBUF_EDGES = {
 EDGES = {"rpc", "store", "console"}
 """The coordinator's areas that are not domain: its gRPC edge (the servicers, guard, limits, metrics and the
 server), the store's drivers, and the web console."""
-HARNESSES = {"sim.py"}
-"""The simulator drives the domain over the in-memory embedded store, on purpose."""
 COORDINATOR = ROOT / "coordinator"
 DOMAIN = sorted(
     str(p.relative_to(COORDINATOR))
     for p in COORDINATOR.rglob("*.py")
-    if p.relative_to(COORDINATOR).parts[0] not in EDGES and p.name not in HARNESSES | {"__init__.py"}
+    if p.relative_to(COORDINATOR).parts[0] not in EDGES and p.name != "__init__.py"
 )
 """Every other module of the coordinator, found in its areas: a new one is domain unless it says otherwise."""
 

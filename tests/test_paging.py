@@ -19,10 +19,10 @@ from streamplane.clock import ManualClock
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import topology as topo
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import InvalidArgumentError
 from streamplane.model import Cluster
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from tests.helpers import cli
 
 names_st = st.lists(st.from_regex(r"[a-c][a-c0-9-]{0,3}", fullmatch=True), min_size=0, max_size=30, unique=True)

@@ -18,7 +18,6 @@ from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.store import Database, StoreConfig, Transaction, open_store
 from streamplane.coordinator.topology import events, sealing
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
 from streamplane.coordinator.topology.topology import Topology, get_stream
 from streamplane.model import (
@@ -34,6 +33,7 @@ from streamplane.model import (
     GenerationSealed,
     GenerationState,
 )
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 TTL_MS = 10_000
 G1 = ("logs", "realtime", 1)

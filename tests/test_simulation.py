@@ -8,8 +8,8 @@ import os
 import pytest
 
 from streamplane.coordinator import planted
-from streamplane.coordinator.sim import main as sim_main
-from streamplane.coordinator.sim import replay_command, run_seed, run_seeds
+from streamplane.sim import main as sim_main
+from streamplane.sim import replay_command, run_seed, run_seeds
 
 SEEDS = int(os.environ.get("STREAMPLANE_SIM_SEEDS", "1000"))
 """Seeds per CI run, over every core: 70 s on two (a seed takes about 0.13 s); STREAMPLANE_SIM_SEEDS=10000
@@ -50,9 +50,9 @@ def test_a_seed_replays_the_same_world() -> None:
 def test_the_replay_check_notices_state_changed_without_its_event() -> None:
     from dataclasses import replace
 
-    from streamplane.coordinator.sim import InvariantError, World
     from streamplane.coordinator.topology.topology import write_generation
     from streamplane.model import SEALED
+    from streamplane.sim import InvariantError, World
 
     world = World(0)
     try:
@@ -66,7 +66,7 @@ def test_the_replay_check_notices_state_changed_without_its_event() -> None:
 
 
 def test_a_failing_seed_shrinks_to_the_faults_that_matter() -> None:
-    from streamplane.coordinator.sim import schedule, shrink
+    from streamplane.sim import schedule, shrink
 
     plant = (planted.STALE_EPOCH,)
     keep = shrink(3, plant)

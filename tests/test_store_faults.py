@@ -22,13 +22,13 @@ from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.groups import leases
 from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.store import Database, StoreConfig, open_store
-from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
 from streamplane.coordinator.topology import sealing
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import StreamplaneError
 from streamplane.model import Cluster, Commit, Heartbeat, Retry, Subscription
+from streamplane.testing.chaos_store import ChaosDatabase, Faults
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 T0 = 1_800_000_000_000
 WORST = Faults(conflict=0.15, too_old=0.1, unknown_committed=0.2, unknown_lost=0.1)

@@ -16,9 +16,9 @@ from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, op
 from streamplane.coordinator.store.api import read_counter
 from streamplane.coordinator.store.postgres import PostgresDatabase
 from streamplane.coordinator.topology import events
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, StreamCreated
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from tests.helpers import Proc, cli
 
 

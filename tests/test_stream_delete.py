@@ -22,11 +22,12 @@ from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import events, sealing
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.coordinator.topology.lifecycle import delete_stream
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from streamplane.model import Cluster, Commit, StreamDeleted
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from tests.helpers import cli, wait_until
 
 TTL_MS = 10_000

@@ -19,8 +19,8 @@ each dlq copy number of a record is granted to one holder; no change fails unexp
 faults stop, every record a producer wrote is processed, every rejected record has a dlq copy, and every old
 generation is sealed at the right end offsets and drained.
 
-    python -m streamplane.coordinator.sim --seeds 100           # a range of seeds; prints failures
-    python -m streamplane.coordinator.sim --seed 7 --plant stale_epoch   # one seed, with a planted bug
+    python -m streamplane.sim --seeds 100           # a range of seeds; prints failures
+    python -m streamplane.sim --seed 7 --plant stale_epoch   # one seed, with a planted bug
 """
 
 from __future__ import annotations
@@ -54,10 +54,8 @@ from streamplane.coordinator.groups import leases
 from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig, Session
 from streamplane.coordinator.loop import next_pass_ms
 from streamplane.coordinator.store.api import Watch
-from streamplane.coordinator.store.chaos import ChaosDatabase, Faults
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import events
-from streamplane.coordinator.topology.cluster_admin import MemoryClusterAdmin
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
 from streamplane.coordinator.topology.topology import Topology, get_stream, list_clusters
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
@@ -81,6 +79,8 @@ from streamplane.model import (
     StreamCreated,
     Subscription,
 )
+from streamplane.testing.chaos_store import ChaosDatabase, Faults
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 T = TypeVar("T")
 STEP_MS = 100
@@ -798,7 +798,7 @@ def replay_command(seed: int, plant: tuple[str, ...], keep: tuple[int, ...] | No
     flags = "".join(f" --plant {p}" for p in plant)
     if keep is not None:
         flags += f" --keep {','.join(map(str, keep)) or 'none'}"
-    return f"python -m streamplane.coordinator.sim --seed {seed}{flags}"
+    return f"python -m streamplane.sim --seed {seed}{flags}"
 
 
 def shrink(seed: int, plant: tuple[str, ...] = ()) -> tuple[int, ...]:
