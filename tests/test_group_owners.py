@@ -90,6 +90,9 @@ def test_groups_let_go_for_a_new_replica_wake_the_replicas_to_claim_them(db: Dat
     clock.advance(1000)
     a.run_once()  # its renewal: it keeps its share and lets the rest go
     assert len(a.owned) == 3
+    assert set(a.kept) == a.owned, "what a kept of the groups it let go went with them"
     assert released.wait(0), "letting groups go wakes the replicas' loops"
     b.run_once()  # woken at once, at the same moment
     assert b.owned == set(GROUPS) - a.owned
+    b.run_once()
+    assert set(b.kept) == b.owned and all(k.state is not None for k in b.kept.values())

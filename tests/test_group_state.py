@@ -43,8 +43,9 @@ class Spy:
 def check_state(db: Database, assigner: Assigner, now: int) -> None:
     """The kept state equals a fresh read: leases, live members, wanted partitions, and holders that agree
     with every granted lease."""
-    state = assigner._states[GROUP]
-    grace = now < assigner._grace_until.get(GROUP, 0)  # a new owner's first TTL: every member counts as live
+    state = assigner.kept[GROUP].state
+    assert state is not None
+    grace = now < assigner.kept[GROUP].grace_until  # a new owner's first TTL: every member counts as live
     fresh = db.transact(lambda tr: group_state.build(tr, GROUP, now_ms=now, grace=grace))
     assert state.leases == fresh.leases, "the kept leases drifted from the store"
     assert set(state.members) == set(fresh.members)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -257,6 +257,33 @@ Look = tuple[dict[str, tuple[int, int]], int]
 """What a pass reads of every group at once: {group: (version, loads counter)}, and the topology log's head."""
 
 
+@dataclass
+class OwnedGroup:
+    """What a replica keeps between passes of one group it owns; dropped whole when the group goes elsewhere,
+    so nothing of an old ownership (proposed moves, a pass's version) steers a later one."""
+
+    grace_until: int = 0
+    """Until when this replica ends no session of the group (after a take-over or a store outage, each worker
+    gets a TTL to be heard), and forces no revoke."""
+    state: GroupState | None = None
+    """The group's working state, caught up with the store at each pass (None: read it whole)."""
+    next_expiry: tuple[int, int] = (-1, 0)
+    """(group version, when its next session expiry is due) as the last expiry read found them."""
+    joining: tuple[int, int, int] | None = None
+    """(when its first pass was due, group version, when that version was first seen) while a group nobody holds
+    a lease of waits for its members to join (join_window_ms)."""
+    assigned: bool = False
+    """Past that wait."""
+    last_pass: tuple[int, float, int, tuple[int, int]] = (-1, 0.0, 0, (-1, -1))
+    """(version, monotonic time, next deadline ms, loads version) of the last pass that computed it."""
+    proposed: frozenset[tuple[LeaseKey, str]] = frozenset()
+    """Rebalancing moves the last pass proposed (made only if the next pass confirms them)."""
+    promoted: frozenset[tuple[str, str]] = frozenset()
+    """Lower lanes past their time-lag target, served with the top tier."""
+    moved: dict[LeaseKey, tuple[int, str]] = field(default_factory=dict)
+    """{partition: (when it was last moved to balance load, the worker it left)}: the cool-down."""
+
+
 class Assigner:
     """The Assigner of one coordinator replica.
 
@@ -299,28 +326,11 @@ class Assigner:
         """The topology log's head as this replica's follower last read it (-1: not followed, so sessions
         look at the store at every heartbeat interval): sessions compare it with the head of their last look
         to learn of seals without a read."""
-        # group: (version, time, next deadline ms, loads version) of the last pass that computed it
-        self._last_pass: dict[str, tuple[int, float, int, tuple[int, int]]] = {}
-        # group: rebalancing moves the last pass proposed (made only if the next pass confirms them)
-        self._proposed: dict[str, frozenset[tuple[LeaseKey, str]]] = {}
-        # group: lower lanes past their time-lag target, served with the top tier
-        self._promoted: dict[str, frozenset[tuple[str, str]]] = {}
-        # group: {partition: (when it was last moved to balance load, the worker it left)} (the cool-down)
-        self._moved: dict[str, dict[LeaseKey, tuple[int, str]]] = {}
         self._renew_at = 0
-        # group: until when this replica ends no session of a group it just took over (each worker gets a TTL
-        # to find the replica serving it)
-        self._grace_until: dict[str, int] = {}
-        # group: (when its first pass was due, group version, when that version was first seen) while a group
-        # nobody holds a lease of waits for its members to join (join_window_ms)
-        self._joining: dict[str, tuple[int, int, int]] = {}
-        self._assigned: set[str] = set()  # groups past that wait
-        # group: the working state of each group this replica owns, kept between passes
-        self._states: dict[str, GroupState] = {}
-        # group: (group version, when its next session expiry is due) as the last expiry read found them
-        self._next_expiry: dict[str, tuple[int, int]] = {}
         self.owned: set[str] = set()
         """The groups whose assignment this replica runs (its fair share of the live replicas')."""
+        self.kept: dict[str, OwnedGroup] = {}
+        """What this replica keeps between passes of each group it owns (the same keys as `owned`)."""
         self._groups: set[str] = set()  # the groups there were at the last claim
         self.is_leader = False
         """Whether this replica holds the leader key (it runs the sealer and the autopilot)."""
@@ -455,10 +465,17 @@ class Assigner:
                 watch.cancel()
         self.topology_head = -1
 
+    def _kept_for(self, group: str) -> OwnedGroup:
+        """What this replica keeps of an owned group (made empty the first time it is asked for)."""
+        kept = self.kept.get(group)
+        if kept is None:
+            kept = self.kept[group] = OwnedGroup()
+        return kept
+
     def _pinned(self, group: str, now: int) -> dict[LeaseKey, str]:
         """{partition: the worker it left} for the group's partitions still in their cool-down after a move
         (older entries are forgotten)."""
-        moved = self._moved.get(group)
+        moved = self._kept_for(group).moved
         if not moved:
             return {}
         for k in [k for k, (t, _) in moved.items() if now - t >= self.config.cooldown_ms]:
@@ -486,13 +503,14 @@ class Assigner:
         first pass, after too many changes to follow, every RESYNC_MS, and whenever a transaction body runs
         again (the state is updated as the body runs; a retried body cannot trust what an attempt left)."""
         cfg = self.config
-        kept = self._states.get(group) if first_try else None
+        owned = self._kept_for(group)
+        kept = owned.state if first_try else None
         touched = None
         if kept is not None and now - kept.built_ms < group_state.RESYNC_MS:
             touched = group_state.catch_up(tr, kept, now_ms=now, grace=grace)
         if kept is None or touched is None:
             kept, touched = group_state.build(tr, group, now_ms=now, grace=grace), set()
-        state = self._states[group] = kept
+        state = owned.state = kept
         applied, changes = group_state.plan(
             tr,
             state,
@@ -500,10 +518,10 @@ class Assigner:
             now_ms=now,
             revoke_ms=cfg.revoke_ms,
             threshold=cfg.threshold,
-            proposed=self._proposed.get(group, frozenset()),
+            proposed=owned.proposed,
             pinned=self._pinned(group, now),
-            promoted=self._promoted.get(group, frozenset()),
-            hold_until_ms=self._grace_until.get(group, 0),
+            promoted=owned.promoted,
+            hold_until_ms=owned.grace_until,
         )
         return state, applied, changes
 
@@ -511,19 +529,19 @@ class Assigner:
         """When a group nobody holds a lease of yet is to be assigned, while members may still be joining (0:
         now). A join changes the group's version and wakes the loop, which extends the wait."""
         cfg = self.config
-        if group in self._assigned or not cfg.join_window_ms:
+        owned = self._kept_for(group)
+        if owned.assigned or not cfg.join_window_ms:
             return 0
         if leases.has_holders(tr, group):  # already assigned (by another replica, or before a restart)
-            self._assigned.add(group)
+            owned.assigned = True
             return 0
-        first, seen_version, since = self._joining.get(group, (now, version, now))
+        first, seen_version, since = owned.joining or (now, version, now)
         if version != seen_version:
             since = now
-        self._joining[group] = (first, version, since)
+        owned.joining = (first, version, since)
         until = min(since + cfg.join_window_ms, first + cfg.join_window_max_ms)
         if now >= until:
-            self._assigned.add(group)
-            del self._joining[group]
+            owned.assigned, owned.joining = True, None
             return 0
         return until
 
@@ -531,10 +549,10 @@ class Assigner:
         """When the group's next session expiry is, without reading its members (None: they must be read). In
         its grace after a take-over, nobody is ended before it ends; else, if nobody joined or left since the
         last expiry read, heartbeats only move deadlines later, so nothing expires before the known time."""
-        grace_until = self._grace_until.get(group, 0)
-        if now < grace_until:
-            return grace_until
-        known_version, known_expiry = self._next_expiry.get(group, (-1, 0))
+        owned = self._kept_for(group)
+        if now < owned.grace_until:
+            return owned.grace_until
+        known_version, known_expiry = owned.next_expiry
         if version == known_version and now < known_expiry:
             return known_expiry
         return None
@@ -543,7 +561,7 @@ class Assigner:
         """Whether a group needs no new plan: no join, leave or lease change since its last pass, no deadline
         due, and no new loads or topology events (looked at every rebalance_ms at most: a failover's new
         generation)."""
-        last_version, last_time, deadline, last_loads = self._last_pass.get(group, (-1, 0.0, 0, (-1, -1)))
+        last_version, last_time, deadline, last_loads = self._kept_for(group).last_pass
         if version != last_version or (deadline and now >= deadline):
             return False
         return loads == last_loads or self.clock.monotonic() - last_time < self.config.rebalance_ms / 1000
@@ -583,24 +601,18 @@ class Assigner:
             self._groups = set(groups)
             owned, self._claimable_at = claimed
             for group in owned - self.owned:  # new to this process: its workers may not have reached anyone
-                self._grace_until[group] = now + cfg.ttl_ms
+                self.kept[group] = OwnedGroup(grace_until=now + cfg.ttl_ms)
             self.owned = owned
-            for gone in set(self._grace_until) - self.owned:
-                del self._grace_until[gone]
-            for gone in set(self._states) - self.owned:
-                del self._states[gone]
-            for gone in set(self._next_expiry) - self.owned:
-                del self._next_expiry[gone]
-            self._assigned &= self.owned
-            for gone in set(self._joining) - self.owned:
-                del self._joining[gone]
+            for gone in set(self.kept) - owned:  # gone to another replica: all it kept goes, at once
+                del self.kept[gone]
         if self._store_lost:
             # the store was away (a database restart): no heartbeat was written and no replica renewed its
             # registration meanwhile, so every member looks expired; each gets a TTL to be heard, as after a
             # take-over, and the revokes it could not answer are not forced before then either
             self._store_lost = False
             for group in self.owned:
-                self._grace_until[group] = max(self._grace_until.get(group, 0), now + cfg.ttl_ms)
+                kept = self._kept_for(group)
+                kept.grace_until = max(kept.grace_until, now + cfg.ttl_ms)
         if renew:
             self._renew_at = now + cfg.ttl_ms // 3  # renewed well before it expires
         # a standby, or a replica with no group, looks again when the leader's key or another replica's hold on
@@ -617,7 +629,7 @@ class Assigner:
             idle_until = self._expiry_known(group, looked_version, now)
             if idle_until is not None and self._unchanged(group, looked_version, (looked_loads, head), now):
                 due = min(due, idle_until, poll)
-                deadline = self._last_pass.get(group, (0, 0.0, 0, ()))[2]
+                deadline = self._kept_for(group).last_pass[2]
                 if deadline:
                     due = min(due, deadline)
                 continue
@@ -631,8 +643,7 @@ class Assigner:
                 tries += 1
                 expiry_read = None
                 leadership.ensure_group(tr, group, self.replica_id, now)
-                grace_until = self._grace_until.get(group, 0)
-                grace = now < grace_until
+                grace = now < self._kept_for(group).grace_until
                 version = read_counter(tr, keys.group_version_key(group))
                 next_expiry = self._expiry_known(group, version, now)
                 if next_expiry is None:
@@ -661,31 +672,31 @@ class Assigner:
 
             try:
                 next_expiry, applied, seen, rest = self.db.transact(step)
+                kept = self._kept_for(group)
                 if expiry_read is not None:
-                    self._next_expiry[group] = expiry_read
-                if rest:
-                    self._write_rest(self._states[group], rest, now)
+                    kept.next_expiry = expiry_read
+                if rest and kept.state is not None:
+                    self._write_rest(kept.state, rest, now)
             except BaseException as err:
-                self._states.pop(group, None)  # what it holds may not have been written: read it whole next time
+                self._kept_for(group).state = None  # it may hold what was not written: read it whole next time
                 self._store_lost = self._store_lost or isinstance(err, UnavailableError)
                 raise
             if next_expiry:
                 due = min(due, next_expiry, poll)
             if applied is not None:
                 version, loads = seen
-                self._proposed[group] = applied.proposed
-                self._promoted[group] = applied.promoted
+                kept.proposed, kept.promoted = applied.proposed, applied.promoted
                 metrics.LEASE_GRANTS.labels(group).inc(applied.granted)
                 metrics.LEASE_MOVES.labels(group).inc(len(applied.moved))
-                self._moved.setdefault(group, {}).update({k: (now, w) for k, w in applied.moved.items()})
+                kept.moved.update({k: (now, w) for k, w in applied.moved.items()})
                 deadline = applied.next_deadline_ms
                 if applied.proposed:  # look again after rebalance_ms to confirm (or drop) the proposed moves
                     confirm = now + cfg.rebalance_ms
                     deadline = min(deadline, confirm) if deadline else confirm
-                if group in self._states and self._states[group].reread:  # a lease moved under the pass
+                if kept.state is not None and kept.state.reread:  # a lease moved under the pass
                     deadline = now
-                self._last_pass[group] = (version, self.clock.monotonic(), deadline, loads)
-            deadline = self._last_pass.get(group, (0, 0.0, 0, ()))[2]
+                kept.last_pass = (version, self.clock.monotonic(), deadline, loads)
+            deadline = self._kept_for(group).last_pass[2]
             if deadline:
                 due = min(due, deadline)
         return due
