@@ -51,7 +51,8 @@ from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog.service import CommitLog
 from streamplane.coordinator.groups import leases
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig, Session
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.sessions.host import Session, SessionHost
 from streamplane.coordinator.loop import next_pass_ms
 from streamplane.coordinator.store.api import Watch
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
@@ -275,16 +276,18 @@ class World:
         new process with a new replica id (its group, if it ran it, waits a TTL, then either replica takes it)."""
         config = AssignerConfig(ttl_ms=self.ttl_ms, heartbeat_interval_ms=500, revoke_ms=1000, rebalance_ms=500)
 
-        def start(name: str) -> Assigner:
-            return Assigner(
+        def start(name: str) -> tuple[Assigner, SessionHost]:
+            host = SessionHost(
                 self.db, config, replica_id=name, clock=self.clock, new_session_id=lambda: self.rng.randbytes(6).hex()
             )
+            return Assigner(self.db, config, replica_id=name, clock=self.clock), host
 
         if replica is None:
-            self.assigners = [start("sim-a"), start("sim-b")]
+            (a, host_a), (b, host_b) = start("sim-a"), start("sim-b")
+            self.assigners, self.hosts = [a, b], [host_a, host_b]
         else:
-            self.assigners[replica] = start(f"sim-{'ab'[replica]}-{self.now}")
-        self.assigner = self.assigners[0]  # sessions may open on any replica
+            self.assigners[replica], self.hosts[replica] = start(f"sim-{'ab'[replica]}-{self.now}")
+        self.host = self.hosts[0]  # sessions may open on any replica
         self.sealer = Sealer(self.db, self.admin, lambda: True, SealingConfig(producer_ttl_ms=4000), clock=self.clock)
         self.loops = [
             *(_Loop(a.run_once, config.loop_ms, keys.ASSIGNER_WAKE) for a in self.assigners),
@@ -412,7 +415,7 @@ class World:
         """What each replica's session hub does: end a session whose worker fell silent past the TTL. A session
         of a replica that restarted lost its stream with that process; its worker resumes it elsewhere."""
         for session in list(self.streams):
-            if session.assigner not in self.assigners:
+            if session.host not in self.hosts:
                 self.streams.remove(session)
                 for w in self.workers:  # its member lives until the replica's registration lapses, and the
                     # group's next owner ends no session within a TTL of taking it over
@@ -429,7 +432,7 @@ class World:
         """Open the worker's session at a replica, or resume the one it has (None: its crashed session is still
         live; the worker tries again later). A session that ended meanwhile is replaced: the worker starts over."""
         try:
-            session = self.assigner.open_session(
+            session = self.host.open_session(
                 GROUP, w.name, [Subscription(STREAM)], capacity=1.0, max_load=0.0, resume_session=w.session
             )
         except StreamplaneError as err:

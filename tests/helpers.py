@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -366,3 +367,19 @@ class Relay:
         self._closed = True
         self._flowing.set()
         self._listener.close()
+
+
+_HOSTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def host_of(assigner: Any) -> Any:
+    """The session host of an Assigner's replica (its store, settings, replica id and clock), as the server pairs
+    them; one per Assigner. Its writer is not started: what its sessions send is written at once."""
+    from streamplane.coordinator.groups.sessions.host import SessionHost
+
+    host = _HOSTS.get(assigner)
+    if host is None:
+        host = _HOSTS[assigner] = SessionHost(
+            assigner.db, assigner.config, replica_id=assigner.replica_id, clock=assigner.clock
+        )
+    return host

@@ -21,6 +21,7 @@ from streamplane.errors import FencedError, UnavailableError
 from streamplane.model import ADMIN_LOCAL, Cluster, Heartbeat, Revoke
 from streamplane.testing.chaos_store import ChaosDatabase, Faults
 from streamplane.testing.cluster_admin import MemoryClusterAdmin
+from tests.helpers import host_of
 
 CONFIG = AssignerConfig(ttl_ms=3000, loop_ms=50, rebalance_ms=500, join_window_ms=0)  # paced by joins: below
 
@@ -52,7 +53,7 @@ def test_an_idle_group_is_looked_at_every_rebalance_interval_and_a_session_at_it
 ) -> None:
     db, clock = with_stream, ManualClock()
     assigner = Assigner(db, CONFIG, replica_id="a", clock=clock)
-    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    host_of(assigner).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()  # grants every lease
     due = assigner.run_once()
     # not the 50 ms beat: the next load check, well before the session could expire
@@ -94,9 +95,9 @@ def test_partitions_moved_for_balance_cool_down_and_a_join_waits_one_confirming_
     db, clock = with_stream, ManualClock()
     config = AssignerConfig(ttl_ms=60_000, rebalance_ms=500, cooldown_ms=30_000, join_window_ms=0)
     assigner = Assigner(db, config, replica_id="a", clock=clock)
-    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    host_of(assigner).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()
-    assigner.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    host_of(assigner).open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
 
     def revoking() -> set[tuple[str, str, int, int]]:
         return {astuple(x.partition) for x in assigner.describe("g").leases if x.state == "revoking"}
@@ -116,15 +117,15 @@ def test_a_new_leader_gives_every_session_a_ttl_to_find_it_before_ending_any(wit
     is ended once the grace is over."""
     db, clock = with_stream, ManualClock()
     old = Assigner(db, CONFIG, replica_id="old", clock=clock)
-    first = old.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
-    old.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    first = host_of(old).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    host_of(old).open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
     old.run_once()
     w1_before = {(x.lease_id, x.epoch) for x in old.describe("g").leases if x.worker_id == "w1"}
     clock.advance(2 * CONFIG.ttl_ms)  # the old coordinator is gone for two TTLs
     new = Assigner(db, CONFIG, replica_id="new", clock=clock)
     new.run_once()
     assert new.is_leader and {m.worker_id for m in new.describe("g").members} == {"w1", "w2"}, "nobody ended yet"
-    resumed = new.open_session(
+    resumed = host_of(new).open_session(
         "g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0, resume_session=first.session_id
     )
     assert resumed.session_id == first.session_id
@@ -146,12 +147,12 @@ def test_a_replica_woken_past_the_ttl_does_not_end_sessions_its_workers_resumed_
     db, clock = with_stream, ManualClock()
     zombie = Assigner(db, CONFIG, replica_id="zombie", clock=clock)
     other = Assigner(db, CONFIG, replica_id="other", clock=clock)
-    stale = zombie.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    stale = host_of(zombie).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     zombie.run_once()
     before = {(x.lease_id, x.epoch) for x in zombie.describe("g").leases if x.worker_id == "w1"}
     assert len(before) == 4
     clock.advance(CONFIG.ttl_ms // 2)  # the zombie is stopped; its worker resumes on the other replica
-    resumed = other.open_session(
+    resumed = host_of(other).open_session(
         "g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0, resume_session=stale.session_id
     )
     assert resumed.session_id == stale.session_id
@@ -175,9 +176,9 @@ def test_a_revoke_cut_by_its_owners_death_gets_a_deadline_past_the_new_owners_gr
     does not come back is forced once the grace is over."""
     db, clock = with_stream, ManualClock()
     old = Assigner(db, CONFIG, replica_id="old", clock=clock)
-    first = old.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    first = host_of(old).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     old.run_once()
-    second = old.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    second = host_of(old).open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
 
     def revoking() -> dict[str, leases.Lease]:
         return {x.lease_id: x for x in leases.read_leases(db, "g").values() if x.state == leases.REVOKING}
@@ -192,7 +193,9 @@ def test_a_revoke_cut_by_its_owners_death_gets_a_deadline_past_the_new_owners_gr
     clock.advance(CONFIG.revoke_ms + CONFIG.ttl_ms)  # the old owner is gone: its revoke deadlines passed too
     new = Assigner(db, CONFIG, replica_id="new", clock=clock)
     resumed, resumed2 = (
-        new.open_session("g", w, [Subscription("paced")], capacity=1.0, max_load=0.0, resume_session=s.session_id)
+        host_of(new).open_session(
+            "g", w, [Subscription("paced")], capacity=1.0, max_load=0.0, resume_session=s.session_id
+        )
         for w, s in (("w1", first), ("w2", second))
     )
 
@@ -234,8 +237,8 @@ def test_a_store_outage_past_the_ttl_ends_no_session_whose_worker_kept_its_strea
     )
     owner.run_once()  # registered first: it owns the group
     other.run_once()
-    w1 = owner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
-    w2 = other.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    w1 = host_of(owner).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    w2 = host_of(other).open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
     owner.run_once()
     assert "g" in owner.owned
     before = {(x.lease_id, x.epoch, x.worker_id) for x in owner.describe("g").leases}
@@ -269,11 +272,11 @@ def test_a_new_groups_first_assignment_waits_for_its_members_to_stop_joining(wit
                 out[lease.worker_id] = out.get(lease.worker_id, 0) + 1
         return out
 
-    assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    host_of(assigner).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     due = assigner.run_once()
     assert held() == {} and due == clock.now_ms() + 300  # waits for more joins
     clock.advance(200)
-    assigner.open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    host_of(assigner).open_session("g", "w2", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()
     clock.advance(200)  # 400 ms after the first join, 200 after the last: still waiting
     assigner.run_once()
@@ -282,7 +285,7 @@ def test_a_new_groups_first_assignment_waits_for_its_members_to_stop_joining(wit
     assigner.run_once()
     assert held() == {"w1": 2, "w2": 2}  # one assignment to both: no lease moved
     # once assigned, a join is served at once (it rebalances as before)
-    assigner.open_session("g", "w3", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    host_of(assigner).open_session("g", "w3", [Subscription("paced")], capacity=1.0, max_load=0.0)
     assigner.run_once()
     assert sum(held().values()) == 4
 
@@ -292,7 +295,7 @@ def test_joins_that_never_stop_delay_a_first_assignment_only_up_to_the_maximum(w
     config = AssignerConfig(ttl_ms=60_000, join_window_ms=300, join_window_max_ms=1000)
     assigner = Assigner(db, config, replica_id="a", clock=clock)
     for i in range(6):  # a join every 200 ms, for 1.2 s
-        assigner.open_session("g", f"w{i}", [Subscription("paced")], capacity=1.0, max_load=0.0)
+        host_of(assigner).open_session("g", f"w{i}", [Subscription("paced")], capacity=1.0, max_load=0.0)
         assigner.run_once()
         granted = [x for x in assigner.describe("g").leases if x.worker_id]
         assert bool(granted) == (i * 200 >= 1000), f"after {i * 200} ms"
@@ -305,7 +308,7 @@ def test_an_idle_heartbeat_writes_nothing_and_news_are_written_at_once(with_stre
     db, clock = with_stream, ManualClock()
     cfg = AssignerConfig(ttl_ms=3000, heartbeat_interval_ms=750, join_window_ms=0)
     assigner = Assigner(db, cfg, replica_id="a", clock=clock)
-    session = assigner.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    session = host_of(assigner).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     session.heartbeat(Heartbeat())  # the first one says what the worker's figures are
 
     stored = db.transact(lambda tr: tr.get(keys.member_key("g", "w1")))
@@ -326,7 +329,7 @@ def test_a_member_outlives_its_stored_deadline_only_while_its_replica_is_registe
     db, clock = with_stream, ManualClock()
     cfg = AssignerConfig(ttl_ms=3000, rebalance_ms=500, join_window_ms=0)
     a = Assigner(db, cfg, replica_id="a", clock=clock)
-    a.open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
+    host_of(a).open_session("g", "w1", [Subscription("paced")], capacity=1.0, max_load=0.0)
     for _ in range(10):  # 5 s: a renews, w1 says nothing new (nothing is written for it)
         a.run_once()
         clock.advance(500)

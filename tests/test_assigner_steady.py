@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig, Session
+from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.groups.leases import Subscription
+from streamplane.coordinator.groups.sessions.host import Session
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import Cluster, Heartbeat, LeaseLoad
 from streamplane.testing.cluster_admin import MemoryClusterAdmin
+from tests.helpers import host_of
 
 STEP_MS = 250
 RATE = 2000.0  # records/s per partition, the same for all: the noise is all there is
@@ -47,7 +49,7 @@ class Group:
         self.moves: list[tuple[int, str, str, str]] = []  # (time, lease, from, to)
 
     def join(self, worker: str) -> None:
-        self.sessions[worker] = self.assigner.open_session(
+        self.sessions[worker] = host_of(self.assigner).open_session(
             "g", worker, [Subscription("steady")], capacity=1.0, max_load=0.0
         )
 

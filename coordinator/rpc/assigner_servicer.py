@@ -84,7 +84,7 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
             hello, principal, self._renewer(hello) if enabled else None, self._guard.revoked if enabled else None
         )
         context.add_done_callback(lambda _: stream.end_soon("the session's stream ended"))
-        cfg = self._assigner.config
+        cfg = self._hub.host.config
         yield convert.welcome_to_pb(Welcome(stream.session.session_id, cfg.heartbeat_interval_ms, cfg.ttl_ms))
         feed = asyncio.create_task(_feed(stream, request_iterator), name=f"session-{hello.worker_id}")
         try:
@@ -113,7 +113,7 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
     @grpc_errors
     def CheckLease(self, request: apb.CheckLeaseRequest, context: grpc.ServicerContext) -> apb.CheckLeaseResponse:
         self._guard.require(context, auth.CONSUME, group=request.group)
-        lease = self._assigner.check_lease(request.group, request.lease_id, request.epoch)
+        lease = self._hub.host.check_lease(request.group, request.lease_id, request.epoch)
         return apb.CheckLeaseResponse(worker_id=lease.worker_id, epoch=lease.epoch)
 
     @grpc_stream_errors

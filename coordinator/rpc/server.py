@@ -26,6 +26,7 @@ from streamplane.coordinator.commitlog.service import CommitLog
 from streamplane.coordinator.console import Console
 from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.groups.lifecycle import REAP_EVERY_MS, GroupReaper
+from streamplane.coordinator.groups.sessions.host import SessionHost
 from streamplane.coordinator.groups.sessions.hub import SessionHub
 from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.rpc.assigner_servicer import AssignerServicer
@@ -87,6 +88,7 @@ class RunningCoordinator:
     db: Database
     health: health.aio.HealthServicer
     assigner: Assigner
+    sessions: SessionHost
     sealer: Sealer
     autopilot: Autopilot
     reaper: GroupReaper
@@ -103,6 +105,7 @@ class RunningCoordinator:
             log.warning("coordinator.health_shutdown_failed", error=str(err))
         if self.console is not None:
             self.console.stop()
+        self.sessions.stop()  # first: the streams that end as the server stops leave their sessions as they are
         self.assigner.stop()
         try:
             self.loop.run(self.server.stop(grace_s), grace_s + STOP_CANCEL_S)
@@ -199,6 +202,7 @@ def start(
     limits = StreamLimits(max_streams, streams_per_principal, guard.name_of)
     topology = Topology(db, admin or RoutingAdmin(), clock, control_endpoints=control_endpoints)
     assigner = Assigner(db, assigner_config, clock=clock)
+    sessions = SessionHost(db, assigner_config, replica_id=assigner.replica_id, clock=clock)
     autopilot = Autopilot(
         topology, lambda: assigner.is_leader, autopilot_config, clock=clock, replica=assigner.replica_id
     )
@@ -234,7 +238,7 @@ def start(
             CommitLogServicer(commit_log, guard=guard),
             server,
         )
-        hub = SessionHub(assigner, loop.loop)
+        hub = SessionHub(sessions, loop.loop)
         add_servicer(
             assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
             AssignerServicer(assigner, hub, guard=guard, hello_timeout_s=hello_timeout_s),
@@ -279,7 +283,8 @@ def start(
         except OSError as err:
             loop.stop()
             raise UnavailableError(f"cannot serve the console on {host}:{console.port}: {err.strerror}") from err
-    assigner.start()  # before serving: a session's first heartbeat finds the replica's writer running
+    sessions.start()  # before serving: a session's first heartbeat finds the replica's writer running
+    assigner.start()
     loop.run(server.start())
     sealer.start()
     autopilot.start()
@@ -296,7 +301,7 @@ def start(
     address = f"{host}:{bound}"
     log.info("coordinator.started", address=address, store=db.driver, tls=tls is not None, auth=guard.enabled)
     return RunningCoordinator(
-        server, loop, address, db, health_servicer, assigner, sealer, autopilot, reaper, lag_sweep, web
+        server, loop, address, db, health_servicer, assigner, sessions, sealer, autopilot, reaper, lag_sweep, web
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 
 import structlog
 
-from streamplane.coordinator.groups.assigner import Assigner, Session
+from streamplane.coordinator.groups.sessions.host import Session, SessionHost
 from streamplane.coordinator.rpc.auth import ANONYMOUS, Principal
 from streamplane.coordinator.rpc.event_loop import setter
 from streamplane.coordinator.rpc.limits import CREDENTIAL_GRACE_S
@@ -113,7 +113,7 @@ class SessionStream:
                     await asyncio.to_thread(session.fail, lapsed, "credential expired")
                     raise lapsed
                 self.wake.clear()
-                look, current = await asyncio.wrap_future(session.assigner.reader.submit(session.look))
+                look, current = await asyncio.wrap_future(session.host.reader.submit(session.look))
                 watch = current  # cancelled below, or in `finally` if the stream ends while it waits
                 current.on_fire(setter(self.hub.loop, self.wake))
                 if look is not None:
@@ -131,8 +131,8 @@ class SessionHub:
     """The sessions a replica serves on its event loop, and the one task that checks their TTLs and the
     topology log for all of them."""
 
-    def __init__(self, assigner: Assigner, loop: asyncio.AbstractEventLoop, *, tick_s: float = TICK_S) -> None:
-        self.assigner = assigner
+    def __init__(self, host: SessionHost, loop: asyncio.AbstractEventLoop, *, tick_s: float = TICK_S) -> None:
+        self.host = host
         self.loop = loop
         self.tick_s = tick_s
         self._streams: set[SessionStream] = set()
@@ -147,7 +147,7 @@ class SessionHub:
     ) -> SessionStream:
         """Open (or resume) the session a worker's hello asks for; on the loop."""
         session = await asyncio.to_thread(
-            self.assigner.open_session,
+            self.host.open_session,
             hello.group,
             hello.worker_id,
             list(hello.subscriptions),
@@ -168,9 +168,9 @@ class SessionHub:
     def check(self, last_head: int, look_anyway: bool = False) -> int:
         """Wake the sessions whose worker fell silent past the TTL, and those that have not looked since the
         topology log moved (all of them with `look_anyway`); returns the head seen."""
-        head = self.assigner.topology_head
+        head = self.host.topology_head
         moved = head != last_head
-        now_ms = self.assigner.clock.now_ms()
+        now_ms = self.host.clock.now_ms()
         for stream in self._streams:
             session = stream.session
             if session.silent():
@@ -186,8 +186,8 @@ class SessionHub:
     async def _watch_all(self) -> None:
         # While the topology log is not followed (-1: the store is unreachable), every session looks at every
         # heartbeat interval instead, so that seals still reach the workers.
-        unfollowed_every = max(1, round(self.assigner.config.heartbeat_interval_ms / 1000 / self.tick_s))
-        head, ticks = self.assigner.topology_head, 0
+        unfollowed_every = max(1, round(self.host.config.heartbeat_interval_ms / 1000 / self.tick_s))
+        head, ticks = self.host.topology_head, 0
         while self._streams:
             await asyncio.sleep(self.tick_s)
             ticks += 1
