@@ -1,6 +1,12 @@
-"""The one background loop of the coordinator (the Assigner, the Sealer, the Autopilot): a thread that runs a
-pass, then waits until the next is due or something it watches changes, and logs, never dies of, a pass that
-fails."""
+"""The one schedule of the coordinator's background work (the Assigner, the sealer, the autopilot, the reaper,
+the lag sweep), and the thread that drives it in production.
+
+A `Schedule` is the policy, with no thread and no clock of its own: when a pass is due (the time the last pass
+named, never sooner than the interval), which watch may start it early, and that passes run only while the
+replica may do that work (`is_leader`). A pass that fails is logged and counted, never fatal. `BackgroundLoop`
+runs a schedule on a thread against the real time; the simulator ticks the very same schedule objects on its
+simulated time, so its seeds test the schedule production runs.
+"""
 
 from __future__ import annotations
 
@@ -34,17 +40,71 @@ def _always() -> bool:
     return True
 
 
-class BackgroundLoop:
-    """Runs `run_once` again and again; `start` and `stop` it once each.
+class Schedule:
+    """When a background loop's passes run (see the module).
 
     Args:
-        name: the thread's name, and the prefix of the log events of a pass that fails.
-        run_once: one pass; returns when the next is due (ms on `clock`), or None for `interval_ms` from now.
+        name: the loop's name: its thread's, and the prefix of the log events of a pass that fails.
+        run_once: one pass; returns when the next is due (ms on the clock), or None for `interval_ms` from now.
         interval_ms: the shortest wait between two passes, and the wait after a pass that named no time.
-        is_leader: passes run only while it is true (leader-only work); the loop looks again every interval.
+        is_leader: passes run only while it is true (leader-only work); a standby looks again every interval.
         wake: a watch taken before each pass; its firing starts the next pass early (a change the pass must
-            see at once). A watch that cannot be taken (the store is away) leaves the plain wait.
+            see at once). A watch that cannot be taken (the store is away) leaves the plain wait. A standby
+            takes none.
     """
+
+    def __init__(
+        self,
+        name: str,
+        run_once: Callable[[], int | None],
+        *,
+        interval_ms: int,
+        is_leader: Callable[[], bool] = _always,
+        wake: Callable[[], Watch] | None = None,
+    ) -> None:
+        self.name = name
+        self._run_once = run_once
+        self.interval_ms = interval_ms
+        self.is_leader = is_leader
+        self._wake = wake
+        self.due_ms = 0
+        """When the next pass is due, unless its watch fires first (0: at once)."""
+
+    def is_due(self, now_ms: int, woken: bool = False) -> bool:
+        """Whether a pass runs now: its time has come, or the watch taken before the last one fired."""
+        return woken or now_ms >= self.due_ms
+
+    def watch(self) -> Watch | None:
+        """The watch that may start the next pass early (None: none, or this replica does not lead)."""
+        if self._wake is None or not self.is_leader():
+            return None
+        try:
+            return self._wake()
+        except StreamplaneError as err:
+            log.warning(f"{self.name}.watch_failed", error=err.message)
+            return None
+
+    def run(self, now: Callable[[], int]) -> int:
+        """One pass if this replica leads (a failure is logged and counted); returns when the next is due."""
+        due = self._pass() if self.is_leader() else None
+        self.due_ms = next_pass_ms(due, now(), self.interval_ms)
+        return self.due_ms
+
+    def _pass(self) -> int | None:
+        try:
+            return self._run_once()
+        except StreamplaneError as err:
+            metrics.LOOP_FAILURES.labels(self.name, "failed").inc()
+            log.warning(f"{self.name}.pass_failed", error=err.message)
+        except Exception:
+            metrics.LOOP_FAILURES.labels(self.name, "crashed").inc()
+            log.exception(f"{self.name}.pass_crashed")
+        return None
+
+
+class BackgroundLoop:
+    """Drives a `Schedule` on a thread against `clock`; `start` and `stop` it once each. The arguments are the
+    schedule's (see `Schedule`)."""
 
     def __init__(
         self,
@@ -56,14 +116,15 @@ class BackgroundLoop:
         is_leader: Callable[[], bool] = _always,
         wake: Callable[[], Watch] | None = None,
     ) -> None:
-        self.name = name
-        self._run_once = run_once
-        self._interval_ms = interval_ms
+        self.schedule = Schedule(name, run_once, interval_ms=interval_ms, is_leader=is_leader, wake=wake)
+        """What this loop runs and when: the simulator ticks it on its own time."""
         self._clock = clock
-        self._is_leader = is_leader
-        self._wake = wake
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return self.schedule.name
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
@@ -75,14 +136,13 @@ class BackgroundLoop:
             self._thread.join(timeout=timeout_s)
 
     def _loop(self) -> None:
+        schedule = self.schedule
         while not self._stop.is_set():
-            leader = self._is_leader()
-            watch = self._watch() if leader else None  # a standby only looks again at every interval
-            due = self._pass() if leader else None
-            now = self._clock.now_ms()
-            wait_ms = next_pass_ms(due, now, self._interval_ms) - now
+            watch = schedule.watch()  # taken before the pass: a change during it starts the next at once
+            due = schedule.run(self._clock.now_ms)
+            wait_ms = due - self._clock.now_ms()
             if watch is None:
-                self._stop.wait(wait_ms / 1000)
+                self._stop.wait(max(0, wait_ms) / 1000)
                 continue
             try:
                 self._sleep_on(watch, wait_ms / 1000)
@@ -96,23 +156,3 @@ class BackgroundLoop:
             left = end - time.monotonic()
             if left <= 0 or watch.wait(min(left, STOP_CHECK_S)):
                 return
-
-    def _watch(self) -> Watch | None:
-        if self._wake is None:
-            return None
-        try:
-            return self._wake()
-        except StreamplaneError as err:
-            log.warning(f"{self.name}.watch_failed", error=err.message)
-            return None
-
-    def _pass(self) -> int | None:
-        try:
-            return self._run_once()
-        except StreamplaneError as err:
-            metrics.LOOP_FAILURES.labels(self.name, "failed").inc()
-            log.warning(f"{self.name}.pass_failed", error=err.message)
-        except Exception:
-            metrics.LOOP_FAILURES.labels(self.name, "crashed").inc()
-            log.exception(f"{self.name}.pass_crashed")
-        return None

@@ -53,7 +53,7 @@ from streamplane.coordinator.commitlog.service import CommitLog
 from streamplane.coordinator.groups import leases
 from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
 from streamplane.coordinator.groups.sessions.host import Session, SessionHost
-from streamplane.coordinator.loop import next_pass_ms
+from streamplane.coordinator.loop import Schedule
 from streamplane.coordinator.store.api import Watch
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import events
@@ -160,22 +160,19 @@ LATE_RATE = {"commit": 0.08, "release": 0.3, "heartbeat": 0.1}
 
 @dataclass
 class _Loop:
-    """A coordinator's BackgroundLoop in simulated time: a pass when the time the last one named comes, or
-    sooner when the key it watches changes."""
+    """A coordinator's background loop in simulated time: the production `Schedule` itself (its due times, its
+    watch policy, its leadership check), ticked on the simulated clock instead of a thread."""
 
-    run_once: Callable[[], int | None]
-    interval_ms: int
-    wake_key: bytes
-    due_ms: int = 0
+    schedule: Schedule
     watch: Watch | None = None
 
     def tick(self, world: World) -> None:
         fired = self.watch is not None and self.watch.wait(0)
-        if world.now < self.due_ms and not fired:
+        if not self.schedule.is_due(world.now, fired):
             return
         if self.watch is None or fired:  # one that has not fired still watches (the loop takes a new one per pass)
-            self.watch = world._watch(self.wake_key)
-        self.due_ms = next_pass_ms(self.run_once(), world.now, self.interval_ms)
+            self.watch = self.schedule.watch()
+        self.schedule.run(lambda: world.now)
 
 
 class InvariantError(AssertionError):
@@ -289,10 +286,7 @@ class World:
             self.assigners[replica], self.hosts[replica] = start(f"sim-{'ab'[replica]}-{self.now}")
         self.host = self.hosts[0]  # sessions may open on any replica
         self.sealer = Sealer(self.db, self.admin, lambda: True, SealingConfig(producer_ttl_ms=4000), clock=self.clock)
-        self.loops = [
-            *(_Loop(a.run_once, config.loop_ms, keys.ASSIGNER_WAKE) for a in self.assigners),
-            _Loop(self.sealer.run_once, self.sealer.config.loop_ms, keys.EVENT_HEAD),
-        ]
+        self.loops = [*(_Loop(a.schedule) for a in self.assigners), _Loop(self.sealer.schedule)]
 
     def _start_producer(self, p: Producer) -> None:
         """As the client's Producer starts: open its session first (with no version, it holds back every seal),

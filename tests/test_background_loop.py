@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from streamplane.coordinator.loop import BackgroundLoop
+from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.errors import UnavailableError
 from tests.helpers import wait_until
@@ -65,3 +65,38 @@ def test_a_watched_change_wakes_it_before_the_time_its_pass_named(tmp_path) -> N
         loop.stop()
         assert time.monotonic() - started < 2  # a stop does not wait out the minute
         db.close()
+
+
+def test_the_schedule_alone_says_when_a_pass_runs_and_what_a_standby_does() -> None:
+    """The policy without a thread or a clock (what the simulator ticks): a pass runs when its named time comes
+    or its watch fired, never sooner than the interval after the last; a standby runs no pass and takes no
+    watch; a pass that fails leaves the interval."""
+    leading = threading.Event()
+    named: list[int | None] = [5_000]
+    passes: list[int] = []
+
+    def run_once() -> int | None:
+        passes.append(1)
+        if named[0] is None:
+            raise UnavailableError("store away")
+        return named[0]
+
+    schedule = Schedule("t", run_once, interval_ms=100, is_leader=leading.is_set, wake=lambda: DummyWatch())
+    assert schedule.is_due(0) and schedule.watch() is None, "a standby takes no watch"
+    assert schedule.run(lambda: 1_000) == 1_100 and passes == [], "a standby looks again after the interval"
+    leading.set()
+    assert isinstance(schedule.watch(), DummyWatch)
+    assert schedule.run(lambda: 1_100) == 5_000 and passes == [1], "the time the pass named"
+    assert not schedule.is_due(4_999) and schedule.is_due(4_999, woken=True) and schedule.is_due(5_000)
+    named[0] = 1_150
+    assert schedule.run(lambda: 1_120) == 1_220, "never sooner than the interval"
+    named[0] = None
+    assert schedule.run(lambda: 2_000) == 2_100 and len(passes) == 3, "a failed pass: the interval"
+
+
+class DummyWatch:
+    def wait(self, timeout_s: float) -> bool:
+        return False
+
+    def cancel(self) -> None:
+        pass

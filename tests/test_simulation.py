@@ -8,6 +8,7 @@ import os
 import pytest
 
 from streamplane.coordinator import planted
+from streamplane.coordinator.loop import Schedule
 from streamplane.sim import main as sim_main
 from streamplane.sim import replay_command, run_seed, run_seeds
 
@@ -91,3 +92,13 @@ def test_jobs_must_not_be_negative(capsys) -> None:
         sim_main(["--seeds", "1", "--jobs", "-1"])
     assert exit_info.value.code == 2
     assert "--jobs takes 0 (one per core) or more" in capsys.readouterr().err
+
+
+def test_the_seeds_run_the_production_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator ticks the coordinator's own `Schedule` objects, not a copy: take away their watch policy
+    (a change starts the next pass early) and the same seed runs another world, here one where the planted bug
+    goes unseen."""
+    with_policy = run_seed(3, plant=(planted.STALE_EPOCH,))
+    assert with_policy is not None and run_seed(3, plant=(planted.STALE_EPOCH,)) == with_policy
+    monkeypatch.setattr(Schedule, "watch", lambda self: None)
+    assert run_seed(3, plant=(planted.STALE_EPOCH,)) != with_policy

@@ -1,9 +1,9 @@
 """The last hour of time lag per group, lane and partition, for the console's live charts.
 
-One sampler thread reads every group's lag (what a Prometheus scrape reads) every `sample_ms` and keeps a
-ring of samples per group: each lane's time lag, and the partitions with the most lag (at most
-`top_partitions` per sample), so memory stays bounded whatever the partition count. Watchers wait on
-`wait_for(seq)` and are woken by each new sample.
+One sampler loop (the coordinator's `BackgroundLoop`) takes every group's lag (what a Prometheus scrape
+shows) every `sample_ms` and keeps a ring of samples per group: each lane's time lag, and the partitions with
+the most lag (at most `top_partitions` per sample), so memory stays bounded whatever the partition count.
+Watchers wait on `wait_for(seq)` and are woken by each new sample.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.model import Lag
 
 log = structlog.get_logger(__name__)
@@ -53,7 +54,8 @@ class LagHistory:
         self._changed = threading.Condition()
         self.seq = 0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("console-lag", self.sample, interval_ms=sample_ms, clock=clock)
+        """A sample every `sample_ms`; one that fails (a store hiccup) is logged, and the next tries again."""
 
     def sample(self) -> None:
         """Take one sample of every group's lag (the sampler calls this; tests may call it directly)."""
@@ -93,20 +95,10 @@ class LagHistory:
             return self.seq
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="console-lag", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
         self._stop.set()
         with self._changed:
             self._changed.notify_all()
-        if self._thread:
-            self._thread.join(timeout=2)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception as err:  # a store hiccup skips one sample; the next one tries again
-                log.warning("console.lag_sample_failed", error=str(err)[:200])
-            self._stop.wait(self.sample_ms / 1000)
+        self._loop.stop()

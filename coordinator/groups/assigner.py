@@ -22,7 +22,7 @@ from streamplane.coordinator.groups import lifecycle as group_lifecycle
 from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.groups.leases import Lease, LeaseKey, Member
 from streamplane.coordinator.groups.state import GroupState
-from streamplane.coordinator.loop import BackgroundLoop
+from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.coordinator.store.api import read_counter
@@ -192,6 +192,11 @@ class Assigner:
         )
 
     # -- the assignment loop
+    @property
+    def schedule(self) -> Schedule:
+        """When this loop's passes run: the thread's, and the simulator's on its own time."""
+        return self._loop.schedule
+
     def start(self) -> None:
         self._loop.start()
 

@@ -25,7 +25,7 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.groups import leases
-from streamplane.coordinator.loop import BackgroundLoop
+from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import events, health
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
@@ -355,6 +355,11 @@ class Sealer:
             is_leader=is_leader,
             wake=lambda: db.transact(lambda tr: tr.watch(keys.EVENT_HEAD)),
         )
+
+    @property
+    def schedule(self) -> Schedule:
+        """When this loop's passes run: the thread's, and the simulator's on its own time."""
+        return self._loop.schedule
 
     def start(self) -> None:
         self._loop.start()

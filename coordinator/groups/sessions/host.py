@@ -23,6 +23,7 @@ from streamplane.coordinator.groups.assigner import AssignerConfig
 from streamplane.coordinator.groups.leases import REVOKING, Lease, Member
 from streamplane.coordinator.groups.sessions.reader import SessionReader
 from streamplane.coordinator.groups.sessions.writer import SessionWriter
+from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.coordinator.store.api import Watch, read_counter
 from streamplane.coordinator.topology import events
@@ -39,6 +40,10 @@ from streamplane.model import (
 )
 
 log = structlog.get_logger(__name__)
+
+FOLLOW_CHECK_MS = 5000
+"""How often the topology follower reads the head when its watch has not fired (a watch lost with its
+connection is found again at the latest then)."""
 
 PLACEMENTS_KEPT = 10_000
 """Generations whose placement a replica keeps decoded (the cache starts over past that)."""
@@ -230,6 +235,13 @@ class SessionHost:
         """The topology log's head as this replica's follower last read it (-1: not followed, so sessions
         look at the store at every heartbeat interval): sessions compare it with the head of their last look
         to learn of seals without a read."""
+        self._follower = BackgroundLoop(
+            "session-topology",
+            self._follow_topology,
+            interval_ms=FOLLOW_CHECK_MS,
+            clock=clock,
+            wake=lambda: db.transact(lambda tr: tr.watch(keys.EVENT_HEAD)),
+        )
 
     def open_session(
         self,
@@ -288,7 +300,7 @@ class SessionHost:
     def start(self) -> None:
         self.writer.start()
         self.reader.start()
-        threading.Thread(target=self._follow_topology, name="session-topology", daemon=True).start()
+        self._follower.start()
 
     @property
     def stopping(self) -> bool:
@@ -297,23 +309,16 @@ class SessionHost:
 
     def stop(self) -> None:
         self._stop.set()
+        self._follower.stop()
+        self.topology_head = -1
         self.writer.stop()
         self.reader.stop()
 
     def _follow_topology(self) -> None:
-        """Keep `topology_head` current: one watch for every session of this replica."""
-        while not self._stop.is_set():
-            try:
-                head, watch = self.db.transact(lambda tr: (events.head(tr), tr.watch(keys.EVENT_HEAD)))
-            except StreamplaneError as err:
-                log.warning("sessions.topology_follow_failed", error=err.message)
-                self.topology_head = -1
-                self._stop.wait(1)
-                continue
-            self.topology_head = head
-            try:
-                while not watch.wait(1) and not self._stop.is_set():
-                    pass
-            finally:
-                watch.cancel()
-        self.topology_head = -1
+        """Keep `topology_head` current (one pass of the follower: its watch of the head, taken before the
+        read, starts the next as soon as the log moves): one watch for every session of this replica."""
+        try:
+            self.topology_head = events.head(self.db)
+        except StreamplaneError:
+            self.topology_head = -1  # not followed: sessions look at every heartbeat interval meanwhile
+            raise
