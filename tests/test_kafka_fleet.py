@@ -223,3 +223,24 @@ def test_a_cluster_record_that_does_not_decode_is_named_and_every_other_cluster_
         pilot.stop()
     finally:
         db.close()
+
+
+def test_a_canary_rides_out_a_brokers_passing_errors_within_its_timeout() -> None:
+    """A health topic whose partition has no leader yet (just created, as on a cluster starting up) fails a
+    canary only if it lasts past the timeout: a producer would wait, and so does the canary. One that never
+    gets a leader says why when the timeout runs out."""
+    with KafkaFleet(1) as fleet:
+        cluster = model.Cluster("one", fleet.bootstrap(0))
+        probes = WireProbes()
+        try:
+            created = threading.Timer(0.3, lambda: KafkaAdmin(timeout_s=10).ensure_topic(cluster, CANARY_TOPIC, 1))
+            created.start()
+            took, error = probes.canary(cluster, timeout_s=5)
+            created.join()
+            assert error == "" and took >= 250, (took, error)
+            other = model.Cluster("other", fleet.bootstrap(0))
+            fleet.clusters[0].topics.clear()  # the topic is gone and stays gone
+            took, error = probes.canary(other, timeout_s=0.5)
+            assert "has no leader now" in error and 450 <= took < 2_000, (took, error)
+        finally:
+            probes.close()

@@ -13,6 +13,7 @@ import threading
 import time
 
 from streamplane.client.kafka import produce
+from streamplane.client.kafka.codec import KafkaProtocolError
 from streamplane.client.kafka.config import ConnectionConfig
 from streamplane.client.kafka.connection import KafkaConnection
 from streamplane.errors import StreamplaneError, UnavailableError
@@ -22,6 +23,8 @@ from streamplane.native import decode
 
 CANARY_TOPIC = f"{TOPIC_PREFIX}._canary"
 """One small topic per cluster (1 partition) that the health monitor writes to and reads back."""
+CANARY_BACKOFF_S = 0.05
+"""The first wait before a canary tries again after a broker's passing error (doubling up to 0.5 s)."""
 
 
 class WireProbes:
@@ -66,32 +69,45 @@ class WireProbes:
 
     def canary(self, cluster: Cluster, *, timeout_s: float) -> tuple[float, str]:
         """Produce one record to the cluster's health topic (acks=all) and fetch it back: (ms it took, "" or
-        the error). The topic must exist (the autopilot creates it once per cluster)."""
+        the error). The topic must exist (the autopilot creates it once per cluster). What a broker may say for
+        a moment (no leader yet, leadership moving, replicas catching up, a dropped connection) is tried again
+        within the timeout, as a producer would; the last of it is the error if the timeout runs out."""
         started = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        value = f"canary {time.time_ns()}".encode()
+        offset, last, backoff = -1, "canary record not fetched back in time", CANARY_BACKOFF_S
 
         def took() -> float:
             return (time.perf_counter() - started) * 1000
 
-        try:
-            leader = self._canary_leader(cluster, timeout_s)
-            value = f"canary {time.time_ns()}".encode()
-            batch = produce.record_batch(value, time.time_ns() // 1_000_000)
+        while time.monotonic() < deadline:
             try:
-                offset = leader.produce(CANARY_TOPIC, 0, batch, timeout_ms=max(1, int(timeout_s * 1000)))
-            except StreamplaneError as err:
-                return took(), f"canary produce failed: {err.message[:200]}"
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
+                leader = self._canary_leader(cluster, timeout_s)
+                if offset < 0:
+                    batch = produce.record_batch(value, time.time_ns() // 1_000_000)
+                    try:
+                        offset = leader.produce(CANARY_TOPIC, 0, batch, timeout_ms=max(1, int(timeout_s * 1000)))
+                    except StreamplaneError as err:
+                        if not err.retryable:
+                            return took(), f"canary produce failed: {err.message[:200]}"
+                        raise
                 (part,) = leader.fetch(CANARY_TOPIC, {0: offset}, max_wait_ms=min(100, int(timeout_s * 1000)))
                 if part.error_code:
-                    return took(), f"canary fetch failed: Kafka error {part.error_code}"
+                    raise KafkaProtocolError(f"canary fetch of {CANARY_TOPIC}/0 failed", code=part.error_code)
                 if part.records and any(r.value == value for r in decode(part.records).records()):
                     return took(), ""
-            return took(), "canary record not fetched back in time"
-        except (StreamplaneError, OSError) as err:
-            self.forget(cluster.name)
-            message = err.message if isinstance(err, StreamplaneError) else str(err)
-            return took(), f"canary failed: {message[:200]}"
+                continue  # not there yet: fetch again
+            except (StreamplaneError, OSError) as err:
+                message = err.message if isinstance(err, StreamplaneError) else str(err)
+                if isinstance(err, StreamplaneError) and not err.retryable:
+                    self.forget(cluster.name)
+                    return took(), f"canary failed: {message[:200]}"
+                last = f"canary failed: {message[:200]}"
+                if isinstance(err, (UnavailableError, OSError)):
+                    self.forget(cluster.name)  # a connection that broke: fresh ones next time
+            time.sleep(max(0.0, min(backoff, deadline - time.monotonic())))  # a broker's moment, not a guess
+            backoff = min(2 * backoff, 0.5)
+        return took(), last
 
     def forget(self, name: str) -> None:
         """Close a cluster's connections (after an error, or once it is removed)."""
