@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from streamplane import model
 from streamplane.clock import ManualClock
 from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.commitlog.lag_sweep import READ_LAPSE_MS as LAG_READ_LAPSE_MS
 from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology.topology import Topology
@@ -94,5 +95,30 @@ def test_a_commit_shows_in_the_next_sweep_and_time_lag_grows_between_sweeps() ->
         assert sweeper.lag(clock.now_ms()).lanes[0].offset_lag == 40, "until the next sweep"
         sweeper.step()
         assert [(x.offset_lag, x.time_lag_ms) for x in sweeper.lag(clock.now_ms()).lanes] == [(0, 0)]
+    finally:
+        db.close()
+
+
+def test_nobody_reading_lag_stops_the_sweep_and_a_read_starts_it_again() -> None:
+    """An unwatched coordinator (no scrape, no console) reads no commit log at all once a minute has passed
+    without a reader; the first read after that shows the last sweep, and the sweep goes on from there."""
+    db = EmbeddedDatabase(None)
+    clock = ManualClock(10_000)
+    try:
+        t = Topology(db, MemoryClusterAdmin(), clock)
+        t.register_cluster(Cluster("east", "east:9092"))
+        t.create_stream("web", 1, "east")
+        commitlog.commit(db, "g", "web/realtime/g1/p0", 0, model.Commit(acked=[(0, 5)], high_watermark=50), now_ms=1)
+        sweeper = LagSweeper(db, clock)
+        sweeper.step()
+        assert sweeper.lag(clock.now_ms()).lanes[0].offset_lag == 45
+        commitlog.commit(db, "g", "web/realtime/g1/p0", 0, model.Commit(acked=[(5, 50)], high_watermark=50), now_ms=2)
+        clock.advance(LAG_READ_LAPSE_MS + 1)
+        swept = sweeper.latest
+        sweeper.step()
+        assert sweeper.latest is swept, "no reader for a minute: no sweep"
+        assert sweeper.lag(clock.now_ms()).lanes[0].offset_lag == 45, "the first read shows the last sweep"
+        sweeper.step()
+        assert sweeper.lag(clock.now_ms()).lanes[0].offset_lag == 0, "and the next a fresh one"
     finally:
         db.close()

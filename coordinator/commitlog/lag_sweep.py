@@ -21,6 +21,9 @@ from streamplane.coordinator.groups.leases import parse_lease_id
 from streamplane.coordinator.store import Database
 from streamplane.model import Lag, LaneLag, PartitionLag
 
+READ_LAPSE_MS = 60_000
+"""How long after the last read of lag the sweep goes on (a Prometheus scrape interval is well under it)."""
+
 
 @dataclass(frozen=True)
 class LaneTotals:
@@ -92,9 +95,15 @@ class LagSweeper:
         """The last finished sweep (None before the first ends)."""
         self._token = ""
         self._folding: _Folding | None = None
+        self._read_ms = clock.now_ms()  # when lag was last read (a coordinator starts as if just read)
 
     def step(self) -> None:
-        """Read up to `pages_per_pass` pages from where the sweep is; publish the sweep when it ends."""
+        """Read up to `pages_per_pass` pages from where the sweep is; publish the sweep when it ends. Nothing
+        while nobody has read lag for READ_LAPSE_MS (no scrape, no console): an unwatched coordinator's idle
+        cost does not grow with its partitions. The first read after such a pause shows the last sweep, the
+        next ones a fresh one."""
+        if self.latest is not None and self.clock.now_ms() - self._read_ms > READ_LAPSE_MS:
+            return
         for _ in range(self.pages_per_pass):
             now = self.clock.now_ms()
             folding = self._folding or _Folding(now)
@@ -110,6 +119,7 @@ class LagSweeper:
 
     def lag(self, now_ms: int) -> Lag:
         """Every group's lag as of the last finished sweep (none before the first)."""
+        self._read_ms = self.clock.now_ms()
         return self.latest.lag(now_ms) if self.latest is not None else Lag(group="")
 
     def _fold(self, folding: _Folding, p: PartitionLag, oldest: int) -> None:
