@@ -244,3 +244,24 @@ def test_a_canary_rides_out_a_brokers_passing_errors_within_its_timeout() -> Non
             assert "has no leader now" in error and 450 <= took < 2_000, (took, error)
         finally:
             probes.close()
+
+
+def test_a_clients_error_report_that_does_not_decode_never_blinds_the_health_monitor() -> None:
+    """Bad data already in the store: one producer's and one worker's error reports are not what a heartbeat
+    writes. The reports of the others are still counted, so the autopilot's tick goes on for the fleet."""
+    from streamplane.coordinator import keys
+    from streamplane.coordinator.groups import leases
+    from streamplane.coordinator.topology import sealing
+
+    db = EmbeddedDatabase(None)
+    try:
+        failing = model.ClusterErrors("east", 4, "Connection refused")
+        for i in range(3):
+            sealing.producer_heartbeat(db, f"p{i}", "", [], now_ms=1_000, ttl_ms=10_000, errors=[failing])
+        db.transact(lambda tr: tr.set(keys.producer_errors_key("p1"), b"[[1, 2]]"))
+        db.transact(lambda tr: tr.set(keys.worker_errors_key("g", "w1"), b"not json"))
+        db.transact(lambda tr: tr.set(keys.worker_errors_key("g", "w2"), b'[["east", 1, "timed out", 1000]]'))
+        assert sealing.reported_errors(db, 0) == {"east": model.ClusterErrors("east", 2, "Connection refused")}
+        assert leases.reported_errors(db, 0) == {"east": model.ClusterErrors("east", 1, "timed out")}
+    finally:
+        db.close()

@@ -122,3 +122,28 @@ def test_nobody_reading_lag_stops_the_sweep_and_a_read_starts_it_again() -> None
         assert sweeper.lag(clock.now_ms()).lanes[0].offset_lag == 0, "and the next a fresh one"
     finally:
         db.close()
+
+
+def test_a_progress_header_that_does_not_decode_never_stops_the_sweep_of_every_group() -> None:
+    """Bad data already in the store: one group's header for one partition is not JSON. The sweep still ends,
+    and every other partition and group shows its lag."""
+    from streamplane.coordinator import keys
+
+    db = EmbeddedDatabase(None)
+    clock = ManualClock(10_000)
+    try:
+        t = Topology(db, MemoryClusterAdmin(), clock)
+        t.register_cluster(Cluster("east", "east:9092"))
+        t.create_stream("web", 2, "east")
+        for group in ("ga", "gb"):
+            for p in (0, 1):
+                done = model.Commit(acked=[(0, 5)], high_watermark=50)
+                commitlog.commit(db, group, f"web/realtime/g1/p{p}", 0, done, now_ms=1)
+        db.transact(lambda tr: tr.set(keys.progress_key(("ga", "web", "realtime", 1, 0)), b"{torn"))
+        sweeper = LagSweeper(db, clock, page_size=1)
+        for _ in range(10):
+            sweeper.step()
+        assert sweeper.latest is not None, "the sweep ended"
+        assert {(x.group, x.offset_lag) for x in sweeper.lag(clock.now_ms()).lanes} == {("ga", 45), ("gb", 90)}
+    finally:
+        db.close()

@@ -704,7 +704,10 @@ def lag_page(
             last = f"{current} {ref.lease_id}"
             if (lane and la != lane) or abandoned(ref):
                 continue
-            h = Header(**json.loads(raw))
+            try:
+                h = Header(**json.loads(raw))
+            except (ValueError, TypeError):
+                continue  # a header that does not decode is left out: the page, and a sweep of every group, go on
             out.append(PartitionLag(current, ref.lease_id, h.low, h.high, h.offset_lag(), h.time_lag_ms(now_ms)))
         if len(rows) > room:
             left = True

@@ -613,7 +613,7 @@ def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
     """{cluster: errors} workers' fetches met since `since_ms`; `count` counts workers. Only workers whose
     sessions reported errors have a key here (it goes with their session)."""
     r = keys.WORKER_ERRORS.range()
-    return count_reporters((json.loads(raw) for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms)
+    return count_reporters((raw for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms)
 
 
 @functools.lru_cache(maxsize=256)

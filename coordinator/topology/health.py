@@ -10,6 +10,7 @@ freeze switch. The health monitor (`streamplane.coordinator.topology.autopilot`)
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,11 +32,16 @@ def stored_reports(errors: Sequence[ClusterErrors], now_ms: int, field: str) -> 
     return [[e.cluster[:64], max(0, e.count), e.last_error[:300], now_ms] for e in errors]
 
 
-def count_reporters(reports: Iterable[list[list[Any]]], since_ms: int) -> dict[str, ClusterErrors]:
-    """{cluster: errors} from each client's stored reports since `since_ms`: `count` counts the clients that
-    saw errors there, with one of their last errors."""
+def count_reporters(reports: Iterable[bytes], since_ms: int) -> dict[str, ClusterErrors]:
+    """{cluster: errors} from each client's stored reports (as `stored_reports` made them, JSON) since
+    `since_ms`: `count` counts the clients that saw errors there, with one of their last errors. A client's
+    report that does not decode is passed over: one bad entry never blinds the health monitor to the rest."""
     found: dict[str, ClusterErrors] = {}
-    for entries in reports:
+    for raw in reports:
+        try:
+            entries = [(str(c), int(n), str(last), int(at)) for c, n, last, at in json.loads(raw)]
+        except (ValueError, TypeError):
+            continue
         for cluster, count, last, at_ms in entries:
             if at_ms >= since_ms and count > 0:
                 seen = found.get(cluster)

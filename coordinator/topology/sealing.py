@@ -157,9 +157,7 @@ def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
     """{cluster: errors} the producers reported in heartbeats since `since_ms`; `count` counts producers. Only
     producers whose last heartbeat reported errors have a key here: a fleet of quiet producers costs nothing."""
     r = keys.PRODUCER_ERRORS.range()
-    return health.count_reporters(
-        (json.loads(raw) for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms
-    )
+    return health.count_reporters((raw for _, raw in tr.get_range(r.start, r.stop, snapshot=True)), since_ms)
 
 
 @transactional
