@@ -1,10 +1,9 @@
 """The streamplane Python client: talks to the coordinator; data goes straight to Kafka."""
 
 from streamplane.client.config import ConsumerConfig
-from streamplane.client.consumer import Consumer
+from streamplane.client.consumer import BatchOutcome, Consumer, Message, OutcomeError
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.client.fetcher import PartitionFetcher
-from streamplane.client.message import BatchOutcome, Message, OutcomeError
+from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.client.producer import Producer
 from streamplane.client.session import Grant, LeaseLoad, Revoke, Sealed, SessionEndedError, WorkerSession
 

@@ -20,7 +20,7 @@ import structlog
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from streamplane.client import CoordinatorClient
-from streamplane.client.fetcher import PartitionFetcher
+from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError
 from streamplane.model import Commit, LeaseCommit, PartitionRef
 

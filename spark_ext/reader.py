@@ -14,7 +14,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from streamplane.client import CoordinatorClient
-from streamplane.client.fetcher import PartitionFetcher
+from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import SEALED, SETTLED, Generation, Lane, Stream
 from streamplane.native.batch import with_origin

@@ -441,7 +441,7 @@ def test_workers_tell_the_health_monitor_what_their_fetches_meet(fleet) -> None:
         c.set_fleet_policy(model.FleetPolicy(frozen=True))
         c.create_stream("fetched", 1, cluster="dead")
         with Consumer(address, group="fetchers", stream="fetched") as consumer:
-            consumer._start("records")  # fetch without a handler: the fetch loop alone meets the dead cluster
+            consumer.dispatch.start("records")  # fetch without a handler: the fetch loop alone meets the dead cluster
             wait_until(
                 lambda: any("1 worker(s) report fetch errors" in r for r in c.cluster_health("dead")[0].health_reasons),
                 timeout=20,

@@ -80,7 +80,7 @@ def test_a_commit_thread_that_fails_ends_the_consumer_and_its_leases_move(addres
     victim = running(address, "ct-victim")
     try:
         wait_until(lambda: len(victim.seen) == 100, timeout=30)
-        victim.consumer.commit = broken(None, victim.consumer.commit)  # type: ignore[method-assign]
+        victim.consumer.committer.commit = broken(None, victim.consumer.committer.commit)  # type: ignore[method-assign]
         ends_loudly_and_its_leases_move(address, victim)
     finally:
         victim.stop()
@@ -92,7 +92,7 @@ def test_a_session_thread_that_fails_ends_the_consumer_and_its_leases_move(addre
     victim = running(address, "ct-victim")
     try:
         wait_until(lambda: len(victim.seen) == 100 and len(victim.consumer.leases) == 2, timeout=30)
-        victim.consumer._on_event = broken(None, victim.consumer._on_event)  # type: ignore[method-assign]
+        victim.consumer.membership.on_event = broken(None, victim.consumer.membership.on_event)  # type: ignore[method-assign]
         ends_loudly_and_its_leases_move(address, victim)  # the newcomer's join revokes a lease: an event
     finally:
         victim.stop()
@@ -122,11 +122,11 @@ def test_a_heartbeat_thread_that_fails_resumes_the_session_with_its_leases(addre
     victim = running(address, "ct-victim")
     try:
         wait_until(lambda: len(victim.consumer.leases) == 2, timeout=30)
-        session = victim.consumer._session
+        session = victim.consumer.membership.session
         assert session is not None
         session._beat = broken(1, session._beat)  # type: ignore[method-assign]
-        wait_until(lambda: victim.consumer._session is not session, timeout=30, what=lambda: "no new session")
-        wait_until(lambda: victim.consumer._session is not None, timeout=30)
+        wait_until(lambda: victim.consumer.membership.session is not session, timeout=30, what=lambda: "no new session")
+        wait_until(lambda: victim.consumer.membership.session is not None, timeout=30)
         produce(address, [b"c-%d" % i for i in range(100)])
         wait_until(
             lambda: len(victim.seen) == 100,
@@ -143,8 +143,8 @@ def test_a_dlq_producer_whose_thread_fails_is_replaced_and_every_reject_is_copie
     victim = running(address, "ct-victim", reject=True)
     try:
         produce(address, [b"poison-first"])
-        wait_until(lambda: victim.consumer._dlq is not None, timeout=30)
-        dlq = victim.consumer._dlq
+        wait_until(lambda: victim.consumer.dlq.producer is not None, timeout=30)
+        dlq = victim.consumer.dlq.producer
         assert dlq is not None
         dlq._end(ThreadCrashedError("producer-poll failed: planted"))  # as its guarded thread does on a bug
         produce(address, [b"poison-%d" % i for i in range(5)])
@@ -156,7 +156,7 @@ def test_a_dlq_producer_whose_thread_fails_is_replaced_and_every_reject_is_copie
 
         wait_until(lambda: all(victim.seen[b"poison-%d" % i] for i in range(5)), timeout=30)
         wait_until(lag_zero, timeout=60)
-        wait_until(lambda: victim.consumer._dlq is not dlq, timeout=30, what=lambda: "the dlq producer stayed")
+        wait_until(lambda: victim.consumer.dlq.producer is not dlq, timeout=30, what=lambda: "the dlq producer stayed")
         assert victim.consumer.error is None
     finally:
         victim.stop()

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer as KafkaProducer
 
-from streamplane.client.fetch_loop import FetchLoop
-from streamplane.client.fetcher import Fetched
+from streamplane.client.consumer.fetch_loop import FetchLoop
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaConnection, codec, fetch
 from streamplane.client.kafka.sasl import Scram
+from streamplane.client.records import Fetched
 from streamplane.devstack.mockcluster import MockCluster
 from streamplane.errors import DecodeLimitExceeded, StreamplaneError
 from tests.helpers import wait_until

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from streamplane.client.fetcher import PartitionFetcher
+from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.errors import DecodeLimitExceeded
 
 

@@ -85,7 +85,7 @@ def _busy_worker(address: str, bootstrap: str, control) -> None:  # type: ignore
     from streamplane import model
     from streamplane.client import Consumer, Message, Producer
     from streamplane.client.consumer import REASON_HEADER
-    from streamplane.client.fetcher import PartitionFetcher
+    from streamplane.client.partition_fetcher import PartitionFetcher
 
     register_local_clusters(address, bootstrap, control.endpoint, ("wide-a", "wide-b"))
     with CoordinatorClient(address) as client:

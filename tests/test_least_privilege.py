@@ -97,7 +97,7 @@ def dlq_values(address: str, stream: str, clusters: tuple[str, ...] = ("east", "
     with CoordinatorClient(address, token=ADMIN) as client:
         lane = client.describe_stream(stream).require_lane("dlq")
         where = {c.name: c.bootstrap_servers for c in client.list_clusters()}
-    from streamplane.client.fetcher import PartitionFetcher
+    from streamplane.client.partition_fetcher import PartitionFetcher
 
     out: list[bytes] = []
     marks = Watermarks()

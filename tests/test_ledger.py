@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamplane.client.fetcher import decode_records
+from streamplane.client.consumer.ledger import HAND_OUT_S, Batch, GrantedLease, LeaseLedger, Outcomes
+from streamplane.client.consumer.message import BatchOutcome
 from streamplane.client.flow import Budget
-from streamplane.client.ledger import HAND_OUT_S, Batch, LeaseInfo, LeaseLedger, Outcomes
-from streamplane.client.message import BatchOutcome
+from streamplane.client.records import decode_records
 from streamplane.clock import SYSTEM, Clock
 from streamplane.model import DlqCopy, Reject, RetryState
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
@@ -31,7 +31,7 @@ class Owner:
 
 
 def ledger(budget: Budget, owner: Owner, end_offset: int = -1) -> LeaseLedger:
-    info = LeaseInfo("s/realtime/g1/p0", 1, "s", "realtime", 1, 0, "t", "b", 0, end_offset)
+    info = GrantedLease("s/realtime/g1/p0", 1, "s", "realtime", 1, 0, "t", "b", 0, end_offset)
     return LeaseLedger(owner, info, budget, "g")
 
 

@@ -425,7 +425,7 @@ def test_messages_built_in_bulk_are_the_records_and_leave_nothing_behind() -> No
     import gc
     import sys
 
-    from streamplane.client.message import PENDING, Message, messages
+    from streamplane.client.consumer.message import PENDING, Message, messages
 
     recs = [Rec(b"k%d" % i, b"v%d" % i, [(b"h", b"%d" % i)]) for i in range(300)]
     decoded = decode(build_batch(recs, base_offset=1000), max_decompressed=1 << 20)
@@ -440,7 +440,7 @@ def test_messages_built_in_bulk_are_the_records_and_leave_nothing_behind() -> No
     assert [(m.offset, m.timestamp, m.key, m.value, m.headers) for m in built] == [
         (m.offset, m.timestamp, m.key, m.value, m.headers) for m in expected
     ]
-    assert all(m._reader is reader and m._held is held and m._outcome is PENDING and m.attempt == 1 for m in built)
+    assert all(m._ledger is reader and m._held is held and m._outcome is PENDING and m.attempt == 1 for m in built)
     assert all(isinstance(m, Message) for m in built)
     # a worker makes a million a second: none of them is work for the cycle collector
     assert not any(gc.is_tracked(m) for m in built)
@@ -451,8 +451,8 @@ def test_messages_built_in_bulk_are_the_records_and_leave_nothing_behind() -> No
 
 @pytest.mark.skipif(not native.USE_NATIVE, reason="the C extension is not loaded (STREAMPLANE_PURE_PYTHON=1)")
 def test_ending_messages_in_c_matches_the_python_version() -> None:
-    from streamplane.client.ledger import _end_pending_py
-    from streamplane.client.message import ACKED, PENDING, REJECTED, messages
+    from streamplane.client.consumer.ledger import _end_pending_py
+    from streamplane.client.consumer.message import ACKED, PENDING, REJECTED, messages
     from streamplane.native._loaded import _native
 
     decoded = decode(build_batch([Rec(None, b"v%d" % i) for i in range(40)]), max_decompressed=1 << 20)

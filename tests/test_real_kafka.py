@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Producer
-from streamplane.client.fetch_loop import FetchLoop
+from streamplane.client.consumer.fetch_loop import FetchLoop
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaAuthenticationError, KafkaConnection, fetch
 from streamplane.devstack.kafka import USERS

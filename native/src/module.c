@@ -409,7 +409,7 @@ static PyObject *records(PyObject *self, PyObject *columns) {
 }
 
 /* -- messages: the consumer's per-record objects, built here in bulk ------------------------------------------
- * MessageBase holds what streamplane.client.message.Message needs per record (its Record, the lease ledger
+ * MessageBase holds what streamplane.client.consumer.message.Message needs per record (its Record, the lease ledger
  * that ends it, the memory account of its batch, its outcome and attempt). Message subclasses it in Python
  * for its methods; `messages()` builds a whole decode result's worth without running Python per record.
  * Not tracked by the cycle collector, on purpose: a worker holds tens of thousands of messages in flight and
@@ -419,13 +419,13 @@ static PyObject *records(PyObject *self, PyObject *columns) {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *record, *reader, *held, *outcome;
+    PyObject *record, *ledger, *held, *outcome;
     int attempt;
 } MessageBase;
 
 static void MessageBase_dealloc(MessageBase *m) {
     Py_CLEAR(m->record);
-    Py_CLEAR(m->reader);
+    Py_CLEAR(m->ledger);
     Py_CLEAR(m->held);
     Py_CLEAR(m->outcome);
     Py_TYPE(m)->tp_free((PyObject *)m);
@@ -433,7 +433,7 @@ static void MessageBase_dealloc(MessageBase *m) {
 
 static PyMemberDef MessageBase_members[] = {
     {"_record", T_OBJECT, offsetof(MessageBase, record), 0, "the decoder's record"},
-    {"_reader", T_OBJECT, offsetof(MessageBase, reader), 0, "the lease ledger that records its outcome"},
+    {"_ledger", T_OBJECT, offsetof(MessageBase, ledger), 0, "the lease ledger that records its outcome"},
     {"_held", T_OBJECT, offsetof(MessageBase, held), 0, "the memory account of its batch"},
     {"_outcome", T_OBJECT, offsetof(MessageBase, outcome), 0, "pending, acked, retried or rejected"},
     {"attempt", T_INT, offsetof(MessageBase, attempt), 0, "1 on first delivery; n on its n-th attempt"},
@@ -447,15 +447,15 @@ static PyTypeObject MessageBaseType = {
     .tp_members = MessageBase_members,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_new = PyType_GenericNew,
-    .tp_doc = "Storage of a consumer's message (subclassed by streamplane.client.message.Message).",
+    .tp_doc = "Storage of a consumer's message (subclassed by streamplane.client.consumer.message.Message).",
 };
 
 static PyObject *messages(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *columns, *reader, *held, *outcome;
+    PyObject *columns, *ledger, *held, *outcome;
     PyTypeObject *cls;
     int attempt;
-    if (!PyArg_ParseTuple(args, "OO!OOiO", &columns, &PyType_Type, &cls, &reader, &held, &attempt, &outcome))
+    if (!PyArg_ParseTuple(args, "OO!OOiO", &columns, &PyType_Type, &cls, &ledger, &held, &attempt, &outcome))
         return NULL;
     if (!PyType_IsSubtype(cls, &MessageBaseType)) {
         PyErr_SetString(PyExc_TypeError, "messages() builds subclasses of MessageBase only");
@@ -476,8 +476,8 @@ static PyObject *messages(PyObject *self, PyObject *args) {
         r->set = set;
         r->index = i;
         m->record = (PyObject *)r;
-        Py_INCREF(reader);
-        m->reader = reader;
+        Py_INCREF(ledger);
+        m->ledger = ledger;
         Py_INCREF(held);
         m->held = held;
         Py_INCREF(outcome);
@@ -581,7 +581,7 @@ static PyMethodDef methods[] = {
     {"end_pending", end_pending, METH_VARARGS,
      "end_pending(msgs, pending, done, open) -> (offsets, [(held, n)]): end the open messages of a list at once"},
     {"messages", messages, METH_VARARGS,
-     "messages(columns, cls, reader, held, attempt, outcome) -> list of cls (a MessageBase subclass), one a record"},
+     "messages(columns, cls, ledger, held, attempt, outcome) -> list of cls (a MessageBase subclass), one a record"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import structlog
 
-from streamplane.client.fetcher import Fetched, decode_records
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import (
     ConnectionConfig,
@@ -35,6 +34,7 @@ from streamplane.client.kafka import (
     list_offsets,
 )
 from streamplane.client.kafka.codec import KafkaAuthenticationError
+from streamplane.client.records import Fetched, decode_records
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import StreamplaneError, ThreadCrashedError, UnavailableError
 

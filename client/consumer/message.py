@@ -16,7 +16,7 @@ from streamplane.model import RecordOutcome
 from streamplane.native._loaded import USE_NATIVE, _native
 
 if TYPE_CHECKING:
-    from streamplane.client.ledger import LeaseLedger
+    from streamplane.client.consumer.ledger import LeaseLedger
 
 PENDING, ACKED, RETRIED, REJECTED = RecordOutcome
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     class _Storage:
         """What the C MessageBase (or the slots below) holds, as mypy sees it."""
 
-        _reader: LeaseLedger
+        _ledger: LeaseLedger
         _record: _Record
         _held: Any
         _outcome: str
@@ -48,7 +48,7 @@ elif _native is not None:
 else:
 
     class _Storage:
-        __slots__ = ("_held", "_outcome", "_reader", "_record", "attempt")
+        __slots__ = ("_held", "_ledger", "_outcome", "_record", "attempt")
 
 
 class Message(_Storage):
@@ -61,8 +61,8 @@ class Message(_Storage):
 
     __slots__ = ()
 
-    def __init__(self, reader: LeaseLedger, record: Any, attempt: int = 1, held: Any = None) -> None:
-        self._reader = reader
+    def __init__(self, ledger: LeaseLedger, record: Any, attempt: int = 1, held: Any = None) -> None:
+        self._ledger = ledger
         self._record = record  # the decoder's record: fields are read from it when asked for
         self._held = held  # the decoded batch's memory account, released when its last record ends
         self._outcome = PENDING
@@ -90,29 +90,29 @@ class Message(_Storage):
 
     @property
     def stream(self) -> str:
-        return self._reader.stream
+        return self._ledger.stream
 
     @property
     def lane(self) -> str:
-        return self._reader.lane
+        return self._ledger.lane
 
     @property
     def generation(self) -> int:
-        return self._reader.generation
+        return self._ledger.generation
 
     @property
     def partition(self) -> int:
-        return self._reader.partition
+        return self._ledger.partition
 
     @property
     def lease_id(self) -> str:
-        return self._reader.lease_id
+        return self._ledger.lease_id
 
     @property
     def epoch(self) -> int:
         """The lease's epoch when this record was read: a fencing token for side effects outside Kafka (a sink
         that keeps the highest epoch per partition refuses writes of a holder the lease has moved from)."""
-        return self._reader.epoch
+        return self._ledger.epoch
 
     @property
     def outcome(self) -> str:
@@ -121,18 +121,18 @@ class Message(_Storage):
 
     def ack(self) -> None:
         """Done: the offset is recorded as processed."""
-        self._reader.finish(self, ACKED)
+        self._ledger.finish(self, ACKED)
 
     def retry(self, error: str | BaseException = "", backoff_s: float | None = None) -> None:
         """Try again later (after `backoff_s`, default the consumer's retry_backoff_s); live records go on
         meanwhile. After the group's max attempts the record is rejected instead."""
-        self._reader.finish(self, RETRIED, error=_text(error), backoff_s=backoff_s)
+        self._ledger.finish(self, RETRIED, error=_text(error), backoff_s=backoff_s)
 
     def reject(self, reason: str) -> None:
         """Never processable: copy it to the stream's dlq lane with its origin, and mark it rejected."""
         if not str(reason).strip():
             raise ValueError("reject needs a reason")
-        self._reader.finish(self, REJECTED, error=str(reason))
+        self._ledger.finish(self, REJECTED, error=str(reason))
 
     def header(self, name: str) -> bytes | None:
         """The value of the first header called `name`, or None."""
@@ -142,12 +142,12 @@ class Message(_Storage):
         return f"Message({self.lease_id}@{self.offset}, attempt={self.attempt}, {self._outcome})"
 
 
-def messages(reader: LeaseLedger, decoded: Any, held: Any) -> list[Message]:
+def messages(ledger: LeaseLedger, decoded: Any, held: Any) -> list[Message]:
     """A Message for every record of a decode result (`DecodedBatch`), first attempt: built in C when the
     extension is loaded (no Python call per record: a worker makes a million a second)."""
     if USE_NATIVE and _native is not None:
-        return cast(list[Message], _native.messages(decoded.columns, Message, reader, held, 1, PENDING))
-    return [Message(reader, r, 1, held) for r in decoded.records()]
+        return cast(list[Message], _native.messages(decoded.columns, Message, ledger, held, 1, PENDING))
+    return [Message(ledger, r, 1, held) for r in decoded.records()]
 
 
 @dataclass(frozen=True)

@@ -9,39 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import structlog
 
 from streamplane.client.kafka import EARLIEST, LATEST, ConnectionConfig, KafkaConnection, KafkaProtocolError
 from streamplane.client.kafka.codec import RELOOKUP, ErrorCode
-from streamplane.errors import DecodeError, UnavailableError
-from streamplane.native import DEFAULT_MAX_DECOMPRESSED, DecodedBatch, decode
+from streamplane.client.records import Fetched, decode_records
+from streamplane.errors import UnavailableError
+from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
 log = structlog.get_logger(__name__)
 R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A batch the fetcher stepped over: [first_offset, next_offset) with the reason (a DecodeError)."""
-
-    first_offset: int
-    next_offset: int
-    error: DecodeError
-
-
-@dataclass
-class Fetched:
-    """What one fetch of a partition produced: decoded records, skipped bad batches, the partition's high
-    watermark, and the position it was read from and the one to read next."""
-
-    batch: DecodedBatch | None
-    skipped: list[Skipped] = field(default_factory=list)
-    high_watermark: int = -1
-    position: int = -1
-    next_position: int = -1
 
 
 class PartitionFetcher:
@@ -187,21 +166,3 @@ class PartitionFetcher:
             )
         self.position = got.next_position
         return got
-
-
-def decode_records(
-    records: memoryview, position: int, high_watermark: int, *, max_decompressed: int, aborted: list[Any] | None
-) -> Fetched:
-    """Decode one partition's fetched record set read from `position`. Fetch v3+ always carries the first
-    batch whole (KIP-74); a bad batch after good ones ends the result early and comes first in the next
-    fetch, where it is stepped over as Skipped, so the partition keeps flowing."""
-    if not len(records):
-        return Fetched(None, high_watermark=high_watermark, position=position, next_position=position)
-    try:
-        batch = decode(records, max_decompressed=max_decompressed, aborted=aborted, min_offset=position)
-    except DecodeError as err:
-        # past the bad batch; when its header is unreadable, record by record
-        after = err.last_offset + 1 if err.last_offset >= position else position + 1
-        return Fetched(None, [Skipped(position, after, err)], high_watermark, position, after)
-    after = max(position, batch.next_offset) if batch.next_offset >= 0 else position
-    return Fetched(batch, [], high_watermark, position, after)

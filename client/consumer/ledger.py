@@ -14,9 +14,18 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from streamplane.client.fetcher import Fetched
+from streamplane.client.consumer.message import (
+    ACKED,
+    PENDING,
+    REJECTED,
+    RETRIED,
+    BatchOutcome,
+    Message,
+    OutcomeError,
+    messages,
+)
 from streamplane.client.flow import Budget, Held
-from streamplane.client.message import ACKED, PENDING, REJECTED, RETRIED, BatchOutcome, Message, OutcomeError, messages
+from streamplane.client.records import Fetched
 from streamplane.clock import Clock
 from streamplane.errors import InvalidArgumentError
 from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, RecordOutcome, Reject, Retry, RetryState
@@ -79,7 +88,7 @@ class Outcomes:
 
 
 @dataclass(frozen=True)
-class LeaseInfo:
+class GrantedLease:
     """The granted lease a ledger keeps: where to read and from where."""
 
     lease_id: str
@@ -167,7 +176,7 @@ def _release_all(msgs: list[Message]) -> None:
 class LeaseLedger:
     """One lease's records from fetch to outcome; thread-safe, passive."""
 
-    def __init__(self, owner: LedgerOwner, lease: LeaseInfo, budget: Budget, group: str) -> None:
+    def __init__(self, owner: LedgerOwner, lease: GrantedLease, budget: Budget, group: str) -> None:
         self.owner = owner
         self.lease = lease
         self.lease_id, self.epoch = lease.lease_id, lease.epoch

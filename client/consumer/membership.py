@@ -1,0 +1,298 @@
+"""The consumer's place in its group: the group session, and the leases it is granted and gives back.
+
+One thread keeps the session. When its stream breaks (the coordinator restarted, or the group's leadership
+moved) handing out stops and the session is resumed: its leases, epochs, records in flight and outcomes not
+yet committed stay valid. Only if the session ended meanwhile are the leases given up. A grant makes a ledger
+and adds the lease to the fetch loop; a revoke with a deadline lets in-flight records end (the committer
+hands the lease back), one without a deadline drops it at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import structlog
+
+from streamplane.client import metrics
+from streamplane.client.consumer.dispatch import Dispatch
+from streamplane.client.consumer.fetch_loop import FetchLoop
+from streamplane.client.consumer.ledger import GrantedLease, LeaseLedger
+from streamplane.client.coordinator import CoordinatorClient
+from streamplane.client.credentials import ClientTls
+from streamplane.client.kafka import KafkaAuthenticationError
+from streamplane.client.records import Fetched
+from streamplane.client.session import SessionEndedError, WorkerSession
+from streamplane.errors import (
+    AlreadyExistsError,
+    FencedError,
+    LimitExceededError,
+    StreamplaneError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from streamplane.model import Grant, Revoke, Sealed, SessionEvent
+
+log = structlog.get_logger(__name__)
+
+REJOIN_MAX_S = 1.0
+"""The longest wait between attempts to get the group session back (records wait for it: keep it short)."""
+
+
+class _Receiver:
+    """What the fetch loop talks to for one lease: its ledger, and where its records go."""
+
+    __slots__ = ("dispatch", "ledger", "membership")
+
+    def __init__(self, membership: Membership, ledger: LeaseLedger) -> None:
+        self.membership, self.ledger, self.dispatch = membership, ledger, membership.dispatch
+
+    def fetchable(self) -> bool:
+        return self.ledger.fetchable()
+
+    def received(self, fetched: Fetched) -> tuple[int, int]:
+        ledger = self.ledger
+        for s in fetched.skipped:
+            reason = "too_large" if isinstance(s.error, LimitExceededError) else "corrupt"
+            metrics.DECODE_ERRORS.labels(*ledger.labels, reason).inc()
+            metrics.REJECTS.labels(*ledger.labels).inc(max(0, s.next_offset - s.first_offset))
+            log.warning(
+                "consumer.batch_rejected",
+                lease=ledger.lease_id,
+                first=s.first_offset,
+                end=s.next_offset,
+                reason=s.error.message,
+            )
+        delivered, used, count = ledger.accept(fetched, batches=self.dispatch.mode == "batches")
+        if delivered:
+            metrics.RECORDS_IN.labels(*ledger.labels).inc(count)
+            if fetched.batch is not None:
+                metrics.FETCH_BYTES.labels(*ledger.labels).inc(fetched.batch.consumed)
+            self.dispatch.deliver(delivered)
+        return used, count
+
+    def failed(self, error: StreamplaneError) -> None:
+        self.membership.lease_failed(self.ledger, error)
+
+
+class Membership:
+    """The group session and the ledgers of the leases it holds.
+
+    Args:
+        client: the coordinator client (progress reads, credentials).
+        group, stream, lanes, worker_id: who joins, for what.
+        tls: the coordinator connection's TLS settings.
+        fetch: the fetch loop granted leases are read through.
+        dispatch: where read records go.
+        new_ledger: makes the ledger of a granted lease.
+        start_from_latest: where a lease with no progress starts.
+        connected: set while the session is up (cleared while it is being resumed).
+        closed: set when the consumer closes.
+        end: ends the consumer for an error no retry heals.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: CoordinatorClient,
+        group: str,
+        stream: str,
+        lanes: list[str],
+        worker_id: str,
+        tls: ClientTls | None,
+        fetch: FetchLoop,
+        dispatch: Dispatch,
+        new_ledger: Callable[[GrantedLease], LeaseLedger],
+        start_from_latest: bool,
+        connected: threading.Event,
+        closed: threading.Event,
+        end: Callable[[StreamplaneError], None],
+    ) -> None:
+        self.client, self.group, self.stream, self.lanes, self.worker_id = client, group, stream, lanes, worker_id
+        self._tls, self._fetch, self.dispatch, self._new_ledger = tls, fetch, dispatch, new_ledger
+        self._start_from_latest = start_from_latest
+        self.connected, self._closed, self._end = connected, closed, end
+        self._ledgers: dict[str, LeaseLedger] = {}
+        self._lock = threading.Lock()
+        self.session: WorkerSession | None = None
+        self.session_id = ""
+        """What commits name: kept while the session is being resumed."""
+        self.cluster_names: dict[str, str] = {}
+        """Bootstrap servers of a grant: its cluster's name (for error reports)."""
+
+    def join(self, resume: str = "") -> WorkerSession:
+        """Join the group (or resume `resume`); the stream's unknown lanes or an unreachable coordinator raise."""
+        session = WorkerSession(
+            self.client.target,
+            group=self.group,
+            worker_id=self.worker_id,
+            subscriptions={self.stream: self.lanes},
+            token=self.client.credentials,
+            tls=self._tls,
+        )
+        session.join(resume=resume)
+        self.session, self.session_id = session, session.session_id
+        what = "consumer.resumed" if session.resumed else "consumer.joined"
+        log.info(what, group=self.group, worker=self.worker_id, session=session.session_id)
+        return session
+
+    def loop(self) -> None:
+        """Keep the group session until the consumer closes (the thread's body)."""
+        delay = 0.1
+        resume = ""
+        while not self._closed.is_set():
+            session = self.session
+            if session is None:
+                try:
+                    session = self.join(resume)
+                    delay = 0.1
+                except (UnavailableError, AlreadyExistsError, FencedError) as err:
+                    log.warning("consumer.rejoin_failed", error=err.message, retry_in_s=delay)
+                    self._closed.wait(delay)
+                    delay = min(REJOIN_MAX_S, delay * 2)
+                    continue
+                except StreamplaneError as err:
+                    # a credential refused for good, a stream deleted: no retry heals it. A refused token that
+                    # its file or callback may still replace is tried again for a while (see Credentials).
+                    hopeless = not (err.retryable or isinstance(err, UnauthenticatedError))
+                    if self.client.credentials.refused(err) or hopeless:
+                        self._end(err)
+                        return
+                    log.warning("consumer.rejoin_refused", error=err.message, retry_in_s=delay)
+                    self._closed.wait(delay)
+                    delay = min(REJOIN_MAX_S, delay * 2)
+                    continue
+                if resume and not session.resumed:
+                    self.lose_all()  # that session ended: its leases are someone else's now
+                resume = ""
+                self.connected.set()
+            try:
+                for event in session.events():
+                    self.on_event(event)
+                if self._closed.is_set():
+                    return
+                raise SessionEndedError("the session stream ended")
+            except StreamplaneError as err:
+                if self._closed.is_set():
+                    return
+                log.warning("consumer.session_ended", error=err.message, retry_in_s=delay)
+                self.connected.clear()  # nothing more is handed out until the session is back
+                resume = session.session_id
+                session.close()
+                self.session = None
+                self._closed.wait(delay)
+                delay = min(REJOIN_MAX_S, delay * 2)
+
+    def on_event(self, event: SessionEvent) -> None:
+        match event:
+            case Grant():
+                self._grant(event)
+            case Revoke():
+                self._revoke(event)
+            case Sealed():
+                with self._lock:
+                    ledger = self._ledgers.get(event.lease_id)
+                if ledger is not None:
+                    ledger.seal(event.end_offset)
+                    self._fetch.touch()
+
+    def _revoke(self, event: Revoke) -> None:
+        with self._lock:
+            ledger = self._ledgers.get(event.lease_id)
+            if ledger is None or ledger.epoch != event.epoch:
+                return
+            if not event.deadline_ms:
+                self._ledgers.pop(event.lease_id)
+        if event.deadline_ms:
+            ledger.revoking(event.deadline_ms / 1000)
+            self._fetch.touch()  # stop fetching it now
+        else:
+            self._stop_reading(ledger)
+        log.info("consumer.lease_revoked", lease=event.lease_id, deadline=event.deadline_ms, reason=event.reason)
+
+    def _grant(self, grant: Grant) -> None:
+        with self._lock:
+            held = self._ledgers.get(grant.lease_id)
+        if held is not None and held.epoch == grant.epoch and not held.lost:
+            return  # a resumed session's grants again: the lease goes on as it was
+        p = grant.partition
+        ledger = self._new_ledger(
+            GrantedLease(
+                lease_id=grant.lease_id,
+                epoch=grant.epoch,
+                stream=p.stream,
+                lane=p.lane,
+                generation=p.generation,
+                partition=p.partition,
+                topic=grant.topic,
+                bootstrap_servers=grant.bootstrap_servers,
+                start_offset=grant.start_offset,
+                end_offset=grant.end_offset,
+            )
+        )
+        if grant.start_offset >= 0:  # progress exists: skip what a previous holder finished above it
+            try:
+                progress = self.client.progress(self.group, grant.lease_id, max_ranges=100_000)
+                ledger.skip_done(list(progress.done), progress.retrying)
+                ledger.may_have_retries = progress.retries > 0
+            except StreamplaneError as err:
+                log.warning("consumer.progress_unavailable", lease=grant.lease_id, error=err.message)
+                ledger.may_have_retries = True
+        with self._lock:
+            old = self._ledgers.get(grant.lease_id)
+            self._ledgers[grant.lease_id] = ledger
+        if old is not None:
+            old.drop()
+        position = grant.start_offset if grant.start_offset >= 0 else -2 if self._start_from_latest else -1
+        self.cluster_names[grant.bootstrap_servers] = grant.cluster
+        self._fetch.add(
+            grant.lease_id, grant.bootstrap_servers, grant.topic, p.partition, position, _Receiver(self, ledger)
+        )
+        log.info("consumer.lease_granted", lease=grant.lease_id, epoch=grant.epoch, start=grant.start_offset)
+
+    def _stop_reading(self, ledger: LeaseLedger) -> None:
+        """The lease is gone: stop reading it; what it had in flight is the next holder's to read again."""
+        ledger.drop()
+        self._fetch.remove(ledger.lease_id)
+
+    def lose(self, ledger: LeaseLedger) -> None:
+        """Forget a lease that is no longer ours (fenced): nothing is handed back."""
+        with self._lock:
+            if self._ledgers.get(ledger.lease_id) is ledger:
+                del self._ledgers[ledger.lease_id]
+        self._stop_reading(ledger)
+
+    def lose_all(self) -> None:
+        with self._lock:
+            ledgers, self._ledgers = list(self._ledgers.values()), {}
+        for ledger in ledgers:
+            self._stop_reading(ledger)
+
+    def release(self, ledger: LeaseLedger) -> None:
+        """Hand a revoked lease back (what was done is committed)."""
+        self.lose(ledger)
+        session = self.session
+        if session is not None:
+            session.release(ledger.lease_id, ledger.epoch)
+
+    def lease_failed(self, ledger: LeaseLedger, error: StreamplaneError) -> None:
+        """The fetch loop cannot read this lease (bad credentials, a broker refusing our versions): give it
+        back; an authentication error also ends `run()` and the iterator with that error."""
+        log.error("consumer.lease_failed", lease=ledger.lease_id, error=error.message)
+        if isinstance(error, KafkaAuthenticationError):
+            self.dispatch.stop(error)
+        self.release(ledger)
+
+    def ledgers(self) -> list[LeaseLedger]:
+        """The ledgers of the leases held now (a copy)."""
+        with self._lock:
+            return list(self._ledgers.values())
+
+    def leases(self) -> list[str]:
+        """The leases read now, sorted."""
+        with self._lock:
+            return sorted(lid for lid, x in self._ledgers.items() if not x.lost)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
