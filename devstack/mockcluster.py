@@ -20,7 +20,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from streamplane.devstack.control import JsonHandler
+from streamplane.devstack.cluster_control import JsonHandler
 from streamplane.process import block_stop_signals, die_with_parent, wait_for_stop
 
 RD_KAFKA_PRODUCER = 0

@@ -34,8 +34,8 @@ from streamplane.coordinator.rpc.auth import ADMIN, TokenIssuer, load_keys
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.coordinator.topology.topology import Topology
-from streamplane.devstack.control import LocalClusterControl
-from streamplane.devstack.devcontrol import ControlServer
+from streamplane.devstack.cluster_control import LocalClusterControl
+from streamplane.devstack.fault_control import ControlServer
 from streamplane.devstack.kafka import USERS, KafkaCluster, free_port, side_by_side
 from streamplane.devstack.postgres import PostgresServer, reachable_folder
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError

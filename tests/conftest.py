@@ -25,7 +25,7 @@ from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, open_store
 from streamplane.coordinator.store.api import Database, Transaction
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
-from streamplane.devstack.control import LocalClusterControl
+from streamplane.devstack.cluster_control import LocalClusterControl
 from tests.helpers import Proc, real_kafka_jars
 
 # `streamplane dev` leaves its admin token where clients of its address find it: here, not in the user's home

@@ -21,7 +21,7 @@ from streamplane import model
 from streamplane.client import CoordinatorClient, PartitionFetcher, Producer
 from streamplane.client.consumer import REASON_HEADER
 from streamplane.coordinator.rpc.auth import TokenIssuer, load_keys
-from streamplane.devstack.control import LocalClusterControl
+from streamplane.devstack.cluster_control import LocalClusterControl
 from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import StreamplaneError
 from tests.helpers import Proc, free_port, real_kafka_jars, start_coordinator, wait_until

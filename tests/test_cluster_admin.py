@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from streamplane.coordinator.topology.cluster_admin import KafkaAdmin, LocalAdmin
-from streamplane.devstack.control import LocalClusterControl
+from streamplane.devstack.cluster_control import LocalClusterControl
 from streamplane.errors import FailedPreconditionError, UnavailableError
 from streamplane.model import ADMIN_LOCAL, Cluster
 

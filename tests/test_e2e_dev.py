@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from streamplane.client import Consumer, Producer
-from streamplane.devstack.devcontrol import DevControl
+from streamplane.devstack.fault_control import DevControl
 from tests.helpers import cli, real_kafka_jars, scoped_token, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e

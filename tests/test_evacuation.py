@@ -21,7 +21,7 @@ from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
-from streamplane.devstack.control import LocalClusterControl
+from streamplane.devstack.cluster_control import LocalClusterControl
 from tests.helpers import Proc, wait_until
 
 STREAMS = 100

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from streamplane.client import Consumer, CoordinatorClient, Producer
-from streamplane.devstack.devcontrol import DevControl
+from streamplane.devstack.fault_control import DevControl
 from tests.helpers import Proc, ProcessingLog, cli, real_kafka_jars, start_dev, wait_until
 
 pytestmark = pytest.mark.e2e

@@ -30,7 +30,7 @@ from streamplane.coordinator.rpc.auth import TokenIssuer
 from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
-from streamplane.devstack.control import LocalClusterControl
+from streamplane.devstack.cluster_control import LocalClusterControl
 from streamplane.errors import PermissionDeniedError, UnauthenticatedError
 from streamplane.spark.reader import Watermarks
 from tests.helpers import Proc, RunningConsumer, wait_until

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.client import Consumer, CoordinatorClient, Producer
-from streamplane.devstack.devcontrol import DevControl
+from streamplane.devstack.fault_control import DevControl
 from streamplane.model import LeaseInfo
 from tests.helpers import Proc, ProcessingLog, real_kafka_jars, scoped_token, start_dev, wait_until
 

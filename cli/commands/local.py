@@ -94,7 +94,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_fault(args: argparse.Namespace) -> None:
-    from streamplane.devstack.devcontrol import DevControl
+    from streamplane.devstack.fault_control import DevControl
 
     control = DevControl(args.dev) if args.dev else DevControl.find(Path(args.data_dir))
     if args.target == "coordinator":

@@ -126,7 +126,7 @@ class LocalAdmin:
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         """Local engines keep no topic settings (the mock cluster has one replica and keeps what fits)."""
-        from streamplane.devstack.control import LocalClusterControl
+        from streamplane.devstack.cluster_control import LocalClusterControl
 
         LocalClusterControl(cluster.control_endpoint, name=cluster.name).create_topic(topic, partitions)
 

@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
 from streamplane.client.kafka import KafkaConnection  # noqa: E402
-from streamplane.devstack.control import LocalClusterControl  # noqa: E402
+from streamplane.devstack.cluster_control import LocalClusterControl  # noqa: E402
 from tests.recordbatch import CODECS, Rec, build_batch, control_batch  # noqa: E402
 
 OPTIONS = bytes([0x0C])

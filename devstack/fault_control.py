@@ -16,7 +16,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamplane.devstack.control import JsonHandler
+from streamplane.devstack.cluster_control import JsonHandler
 from streamplane.errors import InvalidArgumentError, NotFoundError, StreamplaneError, UnavailableError
 from streamplane.rpc import details_json, error_from_code, status_for
 
