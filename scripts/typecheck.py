@@ -44,6 +44,8 @@ def build_tree() -> Path:
     for source in (ROOT / mapping["streamplane"]).iterdir():
         if source.suffix in (".py", ".pyi"):
             (top / source.name).symlink_to(source)
+        elif (source / "__init__.py").exists():  # a sub-package inside the top folder (model, testing)
+            (top / source.name).symlink_to(source, target_is_directory=True)
     for package, folder in sorted(mapping.items()):
         parts = package.split(".")
         if len(parts) == 2:  # deeper packages are folders inside these

@@ -1,0 +1,163 @@
+"""Commits, progress and lag: what a worker records per lease, and what the commit log answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streamplane.errors import StreamplaneError
+
+OffsetRange = tuple[int, int]
+"""[start, end): start included, end excluded."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    offset: int
+    attempt: int
+    error: str = ""
+    backoff_ms: int = 0
+
+
+@dataclass(frozen=True)
+class DlqLocation:
+    """Where a rejected record was written in the dlq lane."""
+
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    offset: int
+    reason: str
+    dlq: DlqLocation | None = None
+    copy: int = 0
+    """In `Commit.copying`: the number of the dlq copy asked for (the copies begun so far, plus one)."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One batched commit of a lease holder."""
+
+    acked: list[OffsetRange] = field(default_factory=list)
+    retries: list[Retry] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    oldest_pending_ts_ms: int = 0
+    high_watermark: int = 0
+    high_watermark_ts_ms: int = 0
+    acked_bitmap: bytes = b""
+    """Scattered acks: bit i (little-endian) set = offset acked_bitmap_base + i acked."""
+    acked_bitmap_base: int = 0
+    copying: list[Reject] = field(default_factory=list)
+    """Rejects whose dlq copy the holder is about to write: recorded first, so that a copy is written once per
+    reject decision (the outcome's `copies` names the ones to write)."""
+
+
+GAVE_UP = "max attempts reached; last error"
+"""How the reject reason of a record whose retries used up the group's max attempts begins."""
+DLQ_COPY_TIMEOUT_MS = 10_000
+"""A dlq copy is delivered or has failed this long after it was begun (the consumer's dlq producer gives up
+then); until it is over (and a margin), nobody begins another copy of that record, so a copy stuck behind a
+broker fault while its lease moves does not get a sibling."""
+
+
+@dataclass(frozen=True)
+class DlqCopy:
+    """Leave to write one dlq copy of `offset`; `copy` counts the copies begun for it (1 unless a holder began
+    one before and was not seen to finish it)."""
+
+    offset: int
+    copy: int
+
+
+@dataclass(frozen=True)
+class LeaseCommit:
+    """A commit for one lease, fenced by its epoch."""
+
+    lease_id: str
+    epoch: int
+    commit: Commit
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What the commit log made of one lease's commit: recorded (error None), or refused with `error`."""
+
+    lease_id: str
+    low_watermark: int = 0
+    exhausted: tuple[int, ...] = ()
+    """Offsets whose attempts ran out with this commit: the holder rejects them."""
+    retries: int = 0
+    """Offsets with retry state after the commit."""
+    error: StreamplaneError | None = None
+    copies: tuple[DlqCopy, ...] = ()
+    """The dlq copies to write now: of the commit's `copying` entries not done yet, and of `exhausted`."""
+
+
+@dataclass(frozen=True)
+class RetryState:
+    offset: int
+    attempts: int
+    next_attempt_ms: int
+    last_error: str = ""
+    exhausted: bool = False
+    copies: int = 0
+    """Dlq copies begun for this offset."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    lease_id: str
+    low_watermark: int
+    high_watermark: int
+    done: tuple[OffsetRange, ...] = ()
+    done_above_low_watermark: int = 0
+    retries: int = 0
+    rejects: int = 0
+    offset_lag: int = 0
+    time_lag_ms: int = 0
+    oldest_pending_ts_ms: int = 0
+    retrying: tuple[int, ...] = ()
+    """Offsets above the low watermark with retry state: a new holder leaves them to `due_retries`, which knows
+    their attempts so far, instead of handing them out as first attempts."""
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    group: str
+    lease_id: str
+    low_watermark: int
+    high_watermark: int
+    offset_lag: int
+    time_lag_ms: int
+
+
+@dataclass(frozen=True)
+class LaneLag:
+    group: str
+    stream: str
+    lane: str
+    offset_lag: int
+    time_lag_ms: int
+
+
+@dataclass(frozen=True)
+class Lag:
+    """Lag of one group, or of every group that committed (group "")."""
+
+    group: str
+    partitions: tuple[PartitionLag, ...] = ()
+    lanes: tuple[LaneLag, ...] = ()
+    next_page_token: str = ""
+    """For a page of partitions (see `commitlog.lag_page`): "" on the last."""
+
+    @property
+    def offset_lag(self) -> int:
+        return sum(x.offset_lag for x in self.lanes)
+
+    @property
+    def time_lag_ms(self) -> int:
+        return max((x.time_lag_ms for x in self.lanes), default=0)

@@ -1,0 +1,183 @@
+"""Partitions and leases: the lease identity (`PartitionRef`), worker-session messages, group descriptions."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from streamplane.errors import InvalidArgumentError, quoted
+from streamplane.model.topology import (
+    ClusterErrors,
+)
+
+_LEASE_ID = re.compile(r"([a-z0-9][a-z0-9_-]{0,62})/([a-z][a-z0-9_-]{0,31})/g(\d{1,18})/p(\d{1,9})")
+"""stream/lane/g<generation>/p<partition>: names as `streamplane.names` allows them, numbers that fit a store key."""
+
+
+@dataclass(frozen=True, order=True)
+class PartitionRef:
+    """One partition of one generation of a lane: what a lease covers."""
+
+    stream: str
+    lane: str
+    generation: int
+    partition: int
+
+    @property
+    def lease_id(self) -> str:
+        """stream/lane/g<generation>/p<partition>: stable for a partition; the epoch tells grants apart."""
+        return f"{self.stream}/{self.lane}/g{self.generation}/p{self.partition}"
+
+    @classmethod
+    def parse(cls, lease_id: str) -> PartitionRef:
+        m = _LEASE_ID.fullmatch(lease_id or "")
+        if not m:
+            raise InvalidArgumentError(
+                f"lease_id {quoted(lease_id)} is not of the form stream/lane/g<generation>/p<partition> (a stream "
+                "name, a lane name, a generation below 10^18 and a partition below 10^9)"
+            )
+        return cls(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A lease granted to this worker: read `partition` of `topic` on `cluster` from `start_offset`."""
+
+    lease_id: str
+    partition: PartitionRef
+    epoch: int
+    topic: str
+    cluster: str
+    bootstrap_servers: str
+    start_offset: int = -1
+    """Where the group's progress resumes; -1 when the group never committed on this partition."""
+    end_offset: int = -1
+    """The offset after the partition's last record once its generation is sealed; -1 before."""
+
+    @property
+    def sealed(self) -> bool:
+        return self.end_offset >= 0
+
+
+@dataclass(frozen=True)
+class Revoke:
+    """Hand the lease back by `deadline_ms` (0: it is already gone; stop at once)."""
+
+    lease_id: str
+    epoch: int
+    deadline_ms: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """The generation of a held lease was sealed: the partition ends at `end_offset`."""
+
+    lease_id: str
+    partition: PartitionRef
+    end_offset: int
+
+
+SessionEvent = Grant | Revoke | Sealed
+
+
+@dataclass(frozen=True)
+class Subscription:
+    stream: str
+    lanes: tuple[str, ...] = ()
+    """Empty: every lane but dlq."""
+
+
+@dataclass(frozen=True)
+class LeaseLoad:
+    """One lease's load as its holder measured it."""
+
+    records_per_s: float = 0.0
+    lag_records: int = 0
+    lag_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The first message of a worker's session: who it is and what it reads."""
+
+    group: str
+    worker_id: str
+    subscriptions: tuple[Subscription, ...]
+    capacity: float = 1.0
+    max_load: float = 0.0
+    resume_session: str = ""
+    """The session its stream lost: resumed with its leases while it lives (see the proto)."""
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """The coordinator's answer to a hello: the session, and how often it wants heartbeats."""
+
+    session_id: str
+    heartbeat_interval_ms: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A worker's liveness and load; `leases` carries only the leases whose load changed."""
+
+    cpu: float = 0.0
+    records_per_s: float = 0.0
+    leases: tuple[tuple[str, LeaseLoad], ...] = ()
+    errors: tuple[ClusterErrors, ...] = ()
+    """Errors the worker's fetches met per cluster since its last report (sent once, like lease loads)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """A worker hands a lease back (after a revoke, once in-flight work is done)."""
+
+    lease_id: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Renew:
+    """A fresh bearer token for an open session, before the one it opened with expires."""
+
+    token: str = field(repr=False)
+
+
+WorkerMessage = Hello | Heartbeat | Release | Renew
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    worker_id: str
+    session_id: str
+    subscriptions: tuple[Subscription, ...] = ()
+    capacity: float = 1.0
+    max_load: float = 0.0
+    cpu: float = 0.0
+    records_per_s: float = 0.0
+    alive_until_ms: int = 0
+    principal: str = ""
+    """Who opened the session (its authenticated principal): only they commit for its leases."""
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    partition: PartitionRef
+    epoch: int
+    state: str
+    worker_id: str
+    load: LeaseLoad = LeaseLoad()
+
+    @property
+    def lease_id(self) -> str:
+        return self.partition.lease_id
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group: str
+    leader_replica: str = ""
+    members: tuple[MemberInfo, ...] = ()
+    leases: tuple[LeaseInfo, ...] = ()
