@@ -57,8 +57,9 @@ from streamplane.coordinator.loop import Schedule
 from streamplane.coordinator.store.api import Watch
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.records import get_stream, list_clusters
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
-from streamplane.coordinator.topology.topology import Topology, get_stream, list_clusters
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
     ACTIVE,

@@ -20,9 +20,11 @@ from streamplane.clock import ManualClock
 from streamplane.coordinator import keys
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology.autopilot import Autopilot
+from streamplane.coordinator.topology.cluster_index import read_active_load, streams_active_on
 from streamplane.coordinator.topology.health import active_load
 from streamplane.coordinator.topology.lifecycle import delete_stream
-from streamplane.coordinator.topology.topology import Topology, read_active_load, streams_active_on, write_generation
+from streamplane.coordinator.topology.records import write_generation
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import StreamplaneError
 from streamplane.model import DRAINED, DRAINING, SEALED
 from streamplane.testing.cluster_admin import MemoryClusterAdmin

@@ -31,8 +31,9 @@ from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology import events
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
+from streamplane.coordinator.topology.records import get_stream
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
-from streamplane.coordinator.topology.topology import Topology, get_stream
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FailedPreconditionError, FencedError, InvalidArgumentError, NotFoundError
 from streamplane.model import DRAINED, SEALED, Cluster, Commit, GroupDeleted, Heartbeat, Subscription
 from streamplane.testing.cluster_admin import MemoryClusterAdmin

@@ -18,7 +18,7 @@ from streamplane.client import CoordinatorClient
 from streamplane.clock import ManualClock
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
-from streamplane.coordinator.topology import topology as topo
+from streamplane.coordinator.topology import pages as topology_pages
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import InvalidArgumentError
 from streamplane.model import Cluster
@@ -121,7 +121,7 @@ def test_cluster_pages_give_exactly_the_sorted_filtered_clusters_once_each(
 def test_a_cluster_filter_pages_the_streams_on_it_whatever_the_fleet_holds(tmp_path: Path, monkeypatch) -> None:
     """A page with a cluster filter reads the index by cluster: one matching nothing is empty at once, with no
     token (it used to scan names in bounded, empty pages); one matching a few streams among many pages them."""
-    monkeypatch.setattr(topo, "PAGE_SIZE", 5)
+    monkeypatch.setattr(topology_pages, "PAGE_SIZE", 5)
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
     try:
         t = Topology(db, MemoryClusterAdmin(), ManualClock())

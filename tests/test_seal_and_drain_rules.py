@@ -18,8 +18,9 @@ from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.store import Database, StoreConfig, Transaction, open_store
 from streamplane.coordinator.topology import events, sealing
+from streamplane.coordinator.topology.records import get_stream
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
-from streamplane.coordinator.topology.topology import Topology, get_stream
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.model import (
     ACTIVE,
     DRAINED,

@@ -51,7 +51,7 @@ def test_a_seed_replays_the_same_world() -> None:
 def test_the_replay_check_notices_state_changed_without_its_event() -> None:
     from dataclasses import replace
 
-    from streamplane.coordinator.topology.topology import write_generation
+    from streamplane.coordinator.topology.records import write_generation
     from streamplane.model import SEALED
     from streamplane.sim import InvariantError, World
 

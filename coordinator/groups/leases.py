@@ -26,7 +26,8 @@ from streamplane.coordinator.groups.assignment import smooth
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import events
 from streamplane.coordinator.topology.health import count_reporters, stored_reports
-from streamplane.coordinator.topology.topology import get_cluster, get_stream, page_window
+from streamplane.coordinator.topology.pages import page_window
+from streamplane.coordinator.topology.records import get_cluster, get_stream
 from streamplane.errors import (
     AlreadyExistsError,
     FailedPreconditionError,

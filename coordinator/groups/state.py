@@ -39,7 +39,7 @@ from streamplane.coordinator.groups.leases import (
 )
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import events
-from streamplane.coordinator.topology.topology import get_stream
+from streamplane.coordinator.topology.records import get_stream
 from streamplane.errors import NotFoundError
 from streamplane.model import SETTLED
 

@@ -21,9 +21,10 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.groups import leadership, leases
 from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.topology import events, health, sealing
+from streamplane.coordinator.topology.cluster_index import read_active_load, streams_active_on
 from streamplane.coordinator.topology.health import AUTOPILOT
 from streamplane.coordinator.topology.probes import CANARY_TOPIC, WireProbes
-from streamplane.coordinator.topology.topology import Topology, read_active_load, streams_active_on
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import StreamplaneError
 from streamplane.model import Cluster, ClusterErrors, Probe
 

@@ -22,7 +22,9 @@ from streamplane.coordinator.groups import leases
 from streamplane.coordinator.groups import lifecycle as group_lifecycle
 from streamplane.coordinator.store import Transaction
 from streamplane.coordinator.topology import events, sealing
-from streamplane.coordinator.topology.topology import Topology, count_stream, forget_generation, get_cluster, get_stream
+from streamplane.coordinator.topology.pages import count_stream
+from streamplane.coordinator.topology.records import forget_generation, get_cluster, get_stream
+from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError
 from streamplane.model import StreamDeleted, StreamDeletion
 from streamplane.names import check_object_name

@@ -29,7 +29,7 @@ from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import events, health
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
-from streamplane.coordinator.topology.topology import get_cluster, write_generation
+from streamplane.coordinator.topology.records import get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
 from streamplane.model import (
     DRAINED,
