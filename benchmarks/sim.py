@@ -19,7 +19,7 @@ import statistics
 import time
 
 from streamplane.coordinator import planted
-from streamplane.sim import _quiet, run_seed, run_seeds
+from streamplane.sim import quiet, run_seed, run_seeds
 
 WORLD_S = 60
 FDB_SIM_S_PER_WALL_S = 10
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer seeds")
     args = parser.parse_args()
     clean_seeds, search = (20, 50) if args.quick else (100, 1000)
-    with _quiet():
+    with quiet():
         started = time.monotonic()
         failed = [s for s in range(clean_seeds) if run_seed(s)]
         elapsed = time.monotonic() - started
