@@ -40,6 +40,69 @@ def _always() -> bool:
     return True
 
 
+class _SignalWatch:
+    """One watch of a `Signal` (the store's `Watch`, for work handed over in memory)."""
+
+    def __init__(self) -> None:
+        self._fired = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self._cancelled = False
+
+    def fire(self) -> bool:
+        """Fire it; False if it had fired or was cancelled (nobody waits on it)."""
+        with self._lock:
+            if self._fired.is_set() or self._cancelled:
+                return False
+            self._fired.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._fired.wait(timeout) and not self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            self._callbacks = []
+
+    def on_fire(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._fired.is_set():
+                if not self._cancelled:
+                    self._callbacks.append(callback)
+                return
+        callback()
+
+
+class Signal:
+    """Wakes a schedule for work handed to it in memory (a session's release, a look to read), as a store
+    watch wakes one for a key. One schedule takes its watches: `set` fires the one taken last, or, when it has
+    fired already, the next one taken (so work handed over between two passes is never missed)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: _SignalWatch | None = None
+        self._missed = False
+
+    def watch(self) -> Watch:
+        w = _SignalWatch()
+        with self._lock:
+            missed, self._missed = self._missed, False
+            self._current = None if missed else w
+            if missed:
+                w.fire()
+        return w
+
+    def set(self) -> None:
+        with self._lock:  # a watch's callbacks are quick by contract: fired under the lock, nothing is missed
+            current, self._current = self._current, None
+            if current is None or not current.fire():
+                self._missed = True
+
+
 class Schedule:
     """When a background loop's passes run (see the module).
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from streamplane.coordinator.loop import BackgroundLoop, Schedule
+from streamplane.coordinator.loop import BackgroundLoop, Schedule, Signal
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.errors import UnavailableError
 from tests.helpers import wait_until
@@ -100,3 +100,43 @@ class DummyWatch:
 
     def cancel(self) -> None:
         pass
+
+
+def test_a_signal_is_never_missed_whenever_it_is_set() -> None:
+    """Work handed over in memory (a session's release, a look) wakes a schedule through a Signal: set before
+    any watch, while one is out, or after the loop cancelled its watch and before it takes the next."""
+    signal = Signal()
+    signal.set()
+    assert signal.watch().wait(0), "set before any watch: the first one taken has fired"
+    out = signal.watch()
+    assert not out.wait(0)
+    signal.set()
+    assert out.wait(0), "set while a watch is out: it fires"
+    cancelled = signal.watch()
+    cancelled.cancel()
+    signal.set()
+    assert not cancelled.wait(0)
+    assert signal.watch().wait(0), "set after the loop cancelled its watch: the next one has fired"
+
+
+def test_work_handed_over_runs_a_pass_at_once_whatever_the_interval() -> None:
+    """A loop with an hour between passes still takes every item handed to it at once: each hand-over sets
+    its Signal, and no hand-over falls between two passes unseen."""
+    signal = Signal()
+    handed, taken = [0], [0]
+    lock = threading.Lock()
+
+    def run_once() -> None:
+        with lock:
+            taken[0] = handed[0]
+
+    loop = BackgroundLoop("t", run_once, interval_ms=3_600_000, wake=signal.watch)
+    loop.start()
+    try:
+        for _ in range(50):
+            with lock:
+                handed[0] += 1
+            signal.set()
+            wait_until(lambda: taken[0] == handed[0], timeout=5, what=lambda: f"{taken[0]} of {handed[0]} taken")
+    finally:
+        loop.stop()

@@ -26,9 +26,12 @@ class _Counting:
         self.db = db
         self.transactions = 0
         self.go = threading.Event()
+        self.entered = threading.Event()
+        """Set once a transaction is under way (held back until `go`)."""
         self.fail: Exception | None = None
 
     def transact(self, fn: Callable[[Transaction], T]) -> T:
+        self.entered.set()
         self.go.wait(10)
         self.transactions += 1
         if self.fail is not None:
@@ -119,7 +122,8 @@ def test_a_look_given_up_while_it_waits_is_skipped_and_the_reader_goes_on(counti
     reader = SessionReader(counting)  # type: ignore[arg-type]
     reader.start()
     try:
-        first = reader.submit(lambda tr: tr.get(b"member/1"))  # taken at once: the store holds it back
+        first = reader.submit(lambda tr: tr.get(b"member/1"))
+        assert counting.entered.wait(10), "the reader took the first look"  # the store holds it back
         given_up = reader.submit(lambda tr: tr.get(b"member/2"))
         kept = reader.submit(lambda tr: tr.get(b"member/3"))
         assert given_up.cancel()

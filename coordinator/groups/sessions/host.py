@@ -228,7 +228,7 @@ class SessionHost:
             db, ttl_ms=self.config.ttl_ms, flush_ms=self.config.heartbeat_flush_ms, clock=clock, replica=replica_id
         )
         """Writes what the sessions' workers send, batched."""
-        self.reader = SessionReader(db)
+        self.reader = SessionReader(db, clock)
         """Reads what the sessions look at, batched."""
         self._placements: dict[tuple[str, str, int], tuple[int, leases.Placement]] = {}
         self.topology_head = -1

@@ -6,7 +6,8 @@ per transaction it writes. Read in a transaction each, a thousand sessions' look
 two of those transactions (the embedded store hands its lock over in arrival order), so writing a pass costs a
 round of every session's look per chunk. So sessions hand their looks here and one thread reads whatever is
 waiting in a few transactions of at most MAX_LOOKS each (a group commit, for reads): a round of looks costs a
-few transactions whatever the number of sessions.
+few transactions whatever the number of sessions. That thread is a background loop like the others: a look
+handed over wakes its schedule (a `Signal`), and a pass reads whatever waits.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any, TypeVar
 
 import structlog
 
+from streamplane.clock import SYSTEM, Clock
+from streamplane.coordinator.loop import BackgroundLoop, Signal
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import StreamplaneError, UnavailableError
 
@@ -28,6 +31,8 @@ T = TypeVar("T")
 MAX_LOOKS = 100
 """Looks one transaction reads at most (each a member's leases: a few hundred keys for a large member), well
 within FoundationDB's 5 s."""
+IDLE_PASS_MS = 1_000
+"""The reader's pass when no look woke it (one with nothing waiting costs a lock)."""
 
 
 class _Look:
@@ -42,13 +47,16 @@ class SessionReader:
     Until `start`, every look runs in a transaction of its own, as it comes (tests driving sessions by hand).
     """
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, clock: Clock = SYSTEM) -> None:
         self.db = db
         self._lock = threading.Lock()
         self._waiting: list[_Look] = []
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._wake = Signal()
+        self._loop = BackgroundLoop(
+            "session-reader", self._pass, interval_ms=IDLE_PASS_MS, clock=clock, wake=self._wake.watch
+        )
+        self._started = False
 
     def look(self, body: Callable[[Transaction], T]) -> T:
         """Run `body` (reads only: it may run again, in a transaction shared with other looks) and return what it
@@ -59,14 +67,14 @@ class SessionReader:
         """Like `look`, without waiting: the future holds what `body` returns or what the transaction raised (an
         event loop awaits it with asyncio.wrap_future)."""
         pending = _Look(body)
-        if self._thread is None:
+        if not self._started:
             try:
                 pending.future.set_result(self.db.transact(body))
             except Exception as err:
                 pending.future.set_exception(err)
             return pending.future
         with self._lock:
-            if self._stop.is_set():
+            if self._stopped:
                 pending.future.set_exception(UnavailableError("the coordinator is stopping"))
                 return pending.future
             self._waiting.append(pending)
@@ -95,23 +103,19 @@ class SessionReader:
             for p, result in zip(chunk, results, strict=True):
                 p.future.set_result(result)
 
+    def _pass(self) -> None:
+        try:
+            self.read()
+        except Exception:  # the reader must outlive any one batch: every session's looks wait on it
+            log.exception("sessions.read_crashed")
+
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="session-reader", daemon=True)
-        self._thread.start()
+        self._started = True
+        self._loop.start()
 
     def stop(self) -> None:
         with self._lock:
-            self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._stopped = True
+        if self._started:
+            self._loop.stop()
         self.read()  # whatever came in before the stop: read, so that no look waits forever
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait()
-            self._wake.clear()
-            try:
-                self.read()
-            except Exception:  # the reader must outlive any one batch: every session's looks wait on it
-                log.exception("sessions.read_crashed")

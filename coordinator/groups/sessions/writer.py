@@ -9,6 +9,9 @@ meanwhile (a group commit), heartbeats at least every `flush_ms` (the newest per
 since each is sent once). A message whose session has ended (expired or replaced) is answered through its
 session's callback, as a write alone would have raised.
 
+The thread is a background loop like the others: its pass is a flush, every `flush_ms`, and a release wakes
+its schedule at once (a `Signal`).
+
 It also ends sessions (`leave`): at once, in the caller's thread, and when the store cannot be reached, again at
 every flush until it can. While this replica is registered nobody else would end them (see `leases.live_until`).
 """
@@ -24,6 +27,7 @@ import structlog
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.groups import leases
+from streamplane.coordinator.loop import BackgroundLoop, Signal
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import Heartbeat, Release
@@ -73,9 +77,11 @@ class SessionWriter:
         self._beats: dict[tuple[str, str, str], _Pending] = {}
         self._releases: list[_Pending] = []
         self._leaves: list[_Leave] = []  # sessions whose end could not be written yet
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._wake = Signal()
+        self._loop = BackgroundLoop(
+            "session-writer", self._pass, interval_ms=flush_ms, clock=clock, wake=self._wake.watch
+        )
+        self._started = False
 
     def heartbeat(
         self, group: str, worker_id: str, session_id: str, beat: Heartbeat, fenced: Callable[[FencedError], None]
@@ -89,7 +95,7 @@ class SessionWriter:
             if old is not None:
                 pending.message = _merge(old.message, beat)  # type: ignore[arg-type]
             self._beats[key] = pending
-        if self._thread is None:
+        if not self._started:
             self.flush()
 
     def release(
@@ -98,7 +104,7 @@ class SessionWriter:
         """Take a session's release of one lease; written at once, with whatever else is waiting."""
         with self._lock:
             self._releases.append(_Pending(group, worker_id, session_id, release, self.clock.now_ms(), fenced))
-        if self._thread is None:
+        if not self._started:
             self.flush()
         else:
             self._wake.set()
@@ -163,23 +169,18 @@ class SessionWriter:
                 refused.append((p, err))
         return ended, refused
 
+    def _pass(self) -> None:
+        try:
+            self.flush()
+        except Exception:
+            log.exception("sessions.flush_crashed")
+
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="session-writer", daemon=True)
-        self._thread.start()
+        self._started = True
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._started:
+            self._loop.stop()
+            self._started = False
         self.flush()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.flush_ms / 1000)
-            self._wake.clear()
-            try:
-                self.flush()
-            except Exception:
-                log.exception("sessions.flush_crashed")
