@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fdb.tuple
 from fdb.subspace_impl import Subspace
@@ -83,6 +83,9 @@ if not hasattr(fdb, "impl"):
     # import. Without the C library (the embedded store) no value can be an fdb.impl.Value, so a stand-in
     # class keeps packing working; importing the real fdb.impl later replaces it.
     fdb.impl = types.SimpleNamespace(Value=type("_NoFdbValue", (), {}))
+
+if TYPE_CHECKING:
+    from streamplane.model import PartitionRef
 
 Versionstamp = fdb.tuple.Versionstamp
 
@@ -289,24 +292,21 @@ def stream_tombstone_key(stream: str) -> bytes:
     return STREAM_TOMBSTONES.pack((stream,))
 
 
-PartitionKey = tuple[str, str, str, int, int]
-"""(group, stream, lane, generation, partition): the commit log's unit."""
+def progress_key(group: str, ref: PartitionRef) -> bytes:
+    """A group's progress header on a partition (the commit log's unit)."""
+    return PROGRESS.pack((group, *ref))
 
 
-def progress_key(pk: PartitionKey) -> bytes:
-    return PROGRESS.pack(pk)
+def done_key(group: str, ref: PartitionRef, chunk: int) -> bytes:
+    return DONE.pack((group, *ref, chunk))
 
 
-def done_key(pk: PartitionKey, chunk: int) -> bytes:
-    return DONE.pack((*pk, chunk))
+def retry_key(group: str, ref: PartitionRef, offset: int) -> bytes:
+    return RETRIES.pack((group, *ref, offset))
 
 
-def retry_key(pk: PartitionKey, offset: int) -> bytes:
-    return RETRIES.pack((*pk, offset))
-
-
-def reject_key(pk: PartitionKey, offset: int) -> bytes:
-    return REJECTS.pack((*pk, offset))
+def reject_key(group: str, ref: PartitionRef, offset: int) -> bytes:
+    return REJECTS.pack((group, *ref, offset))
 
 
 def producer_key(producer_id: str) -> bytes:

@@ -37,31 +37,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamplane.errors import InvalidArgumentError
-from streamplane.model import ABANDONED, DRAINED, SEALED, SETTLED, GenerationState
+from streamplane.model import ABANDONED, DRAINED, SEALED, SETTLED, GenerationState, PartitionRef
 
 EARLIEST, LATEST = -2, -1
 
 
-@dataclass(frozen=True, order=True)
-class Part:
-    """One partition of one lane generation, ordered oldest generation first."""
+def offset_key(ref: PartitionRef) -> str:
+    """How an offset names a partition: "lane/generation/partition" (the stream is the source's)."""
+    return f"{ref.lane}/{ref.generation}/{ref.partition}"
 
-    generation: int
-    lane: str
-    partition: int
 
-    @property
-    def key(self) -> str:
-        return f"{self.lane}/{self.generation}/{self.partition}"
+def parse_offset_key(stream: str, key: str) -> PartitionRef:
+    """The partition of `stream` an offset's key names."""
+    lane, generation, partition = key.rsplit("/", 2)
+    return PartitionRef(stream, lane, int(generation), int(partition))
 
-    @property
-    def generation_key(self) -> str:
-        return generation_key(self.lane, self.generation)
 
-    @staticmethod
-    def parse(key: str) -> Part:
-        lane, generation, partition = key.rsplit("/", 2)
-        return Part(int(generation), lane, int(partition))
+def generation_of(key: str) -> str:
+    """The generation (its "done" name, "lane/generation") an offset's partition key belongs to."""
+    return key.rsplit("/", 1)[0]
+
+
+def oldest_first(ref: PartitionRef) -> tuple[int, str, int]:
+    """The order a plan with a row limit serves partitions in: older generations first."""
+    return ref.generation, ref.lane, ref.partition
 
 
 def generation_key(lane: str, generation: int) -> str:
@@ -73,7 +72,7 @@ def generation_key(lane: str, generation: int) -> str:
 class PartState:
     """What the topology and the cluster say about a partition now."""
 
-    part: Part
+    part: PartitionRef
     topic: str
     bootstrap_servers: str
     earliest: int
@@ -171,14 +170,14 @@ def initial_offset(source: Mapping[str, str], states: Iterable[PartState], start
     settled: set[str] = set()
     for s in states:
         if s.state in SETTLED:
-            settled.add(s.part.generation_key)
+            settled.add(generation_key(s.part.lane, s.part.generation))
             continue
         if isinstance(starting, dict):
-            want = starting.get(s.part.key, EARLIEST)
+            want = starting.get(offset_key(s.part), EARLIEST)
         else:
             want = LATEST if starting == "latest" else EARLIEST
         at = s.earliest if want == EARLIEST else s.latest if want == LATEST else max(want, s.earliest)
-        positions[s.part.key] = at
+        positions[offset_key(s.part)] = at
     done = frozenset(settled)
     return Offset(source, positions, done | _finished(positions, states, done))
 
@@ -197,14 +196,14 @@ def next_offset(
     shared within a generation in proportion to what each partition has. Done generations are not looked at.
     A plan with nothing new returns an offset equal to its start: Spark then runs no batch.
     """
-    live = [s for s in states if s.part.generation_key not in start.done]
-    known_gens = {Part.parse(k).generation_key for k in start.positions}
+    live = [s for s in states if generation_key(s.part.lane, s.part.generation) not in start.done]
+    known_gens = {generation_of(k) for k in start.positions}
     positions = dict(start.positions)  # a key never leaves; one we cannot look at now keeps its position
     done = set(start.done)
     advance: dict[str, int] = {}
     gen_of: dict[str, tuple[int, str]] = {}
-    for s in sorted(live, key=lambda x: x.part):
-        key, gkey = s.part.key, s.part.generation_key
+    for s in sorted(live, key=lambda x: oldest_first(x.part)):
+        key, gkey = offset_key(s.part), generation_key(s.part.lane, s.part.generation)
         if key not in positions:
             if gkey not in known_gens and s.state in SETTLED:
                 done.add(gkey)  # settled before this query first saw it
@@ -258,10 +257,10 @@ def _finished(positions: Mapping[str, int], states: list[PartState], done: froze
     """Generations whose end is fixed and whose every partition is at that end."""
     at_end: dict[str, bool] = {}
     for s in states:
-        gkey = s.part.generation_key
+        gkey = generation_key(s.part.lane, s.part.generation)
         if gkey in done:
             continue
-        ok = s.end_fixed and positions.get(s.part.key, -1) >= s.latest
+        ok = s.end_fixed and positions.get(offset_key(s.part), -1) >= s.latest
         at_end[gkey] = at_end.get(gkey, True) and ok
     return {g for g, ok in at_end.items() if ok}
 

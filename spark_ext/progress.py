@@ -22,15 +22,15 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from streamplane.client import CoordinatorClient
 from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError
-from streamplane.model import Commit, LeaseCommit, PartitionRef
+from streamplane.model import Commit, LeaseCommit
+from streamplane.spark.offsets import parse_offset_key
 
 log = structlog.get_logger(__name__)
 
 
 def lease_id(stream: str, key: str) -> str:
     """The commit log's partition id of a source position key lane/generation/partition."""
-    lane, generation, partition = key.rsplit("/", 2)
-    return PartitionRef(stream, lane, int(generation), int(partition)).lease_id
+    return parse_offset_key(stream, key).lease_id
 
 
 def commit_positions(

@@ -16,7 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from streamplane.client import CoordinatorClient
 from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
-from streamplane.model import SEALED, SETTLED, Generation, Lane, Stream
+from streamplane.model import SEALED, SETTLED, Generation, Lane, PartitionRef, Stream
 from streamplane.native.batch import with_origin
 from streamplane.spark import offsets as off
 from streamplane.spark.options import SourceOptions
@@ -135,7 +135,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             sealed = len(gen.end_offsets) == gen.partitions
             state = SEALED if sealed and gen.state not in SETTLED else gen.state
             for p in range(gen.partitions):
-                part = off.Part(gen.number, lane, p)
+                part = PartitionRef(self.opts.stream, lane, gen.number, p)
                 if gen.state in SETTLED:
                     end = gen.end_offsets[p] if sealed else 0
                     out.append(off.PartState(part, gen.topic, bootstrap, 0, end, state))
@@ -144,7 +144,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     low, high = self.watermarks.get(bootstrap, gen.topic, p)
                 except UnavailableError as err:
                     if not sealed:
-                        log.warning("spark.partition_unavailable", partition=part.key, error=err.message)
+                        log.warning("spark.partition_unavailable", partition=off.offset_key(part), error=err.message)
                         continue  # no news from it this time; its position is kept
                     low, high = 0, gen.end_offsets[p]
                 end = gen.end_offsets[p] if sealed else high
@@ -157,7 +157,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.opts.starting_timestamps is not None:  # partitions without a time follow startingOffsets
             base = starting if isinstance(starting, dict) else {}
             if starting == "latest":
-                base = dict.fromkeys((s.part.key for s in states), off.LATEST)
+                base = dict.fromkeys((off.offset_key(s.part) for s in states), off.LATEST)
             starting = {**base, **self._by_time(states)}
         return off.initial_offset(self.source, states, starting).to_json()
 
@@ -167,7 +167,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wanted = self.opts.starting_timestamps
         topics: dict[tuple[str, str], dict[int, int]] = {}
         for s in states:
-            ts = wanted if isinstance(wanted, int) else (wanted or {}).get(s.part.key)
+            ts = wanted if isinstance(wanted, int) else (wanted or {}).get(off.offset_key(s.part))
             if ts is not None and s.state not in SETTLED:
                 topics.setdefault((s.bootstrap_servers, s.topic), {})[s.part.partition] = ts
         out = {}
@@ -176,14 +176,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for s in states:
                 if s.topic == topic and s.part.partition in found:
                     offset = found[s.part.partition]
-                    out[s.part.key] = offset if offset >= 0 else off.LATEST
+                    out[off.offset_key(s.part)] = offset if offset >= 0 else off.LATEST
         return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.opts.max_rows) if self.opts.max_rows else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = {s.part.key: s.latest for s in self.states()}
+        self.target = {off.offset_key(s.part): s.latest for s in self.states()}
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
         begin = off.Offset.from_json(start) if start else off.Offset.from_json(self.initialOffset())
@@ -202,7 +202,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             pieces = -(-self.opts.min_partitions // len(todo))
         slices = []
         for key, frm, until in todo:
-            part = off.Part.parse(key)
+            part = off.parse_offset_key(self.opts.stream, key)
             if (part.lane, part.generation) not in where:
                 raise UnavailableError(f"partition {key} of stream {self.opts.stream} is no longer in the topology")
             topic, bootstrap = where[(part.lane, part.generation)]

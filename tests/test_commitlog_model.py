@@ -20,7 +20,7 @@ from streamplane.coordinator.store.api import MAX_VALUE_BYTES
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError, NotFoundError
-from streamplane.model import ADMIN_LOCAL, GAVE_UP, Cluster, DlqCopy
+from streamplane.model import ADMIN_LOCAL, GAVE_UP, Cluster, DlqCopy, PartitionRef
 
 LEASE = "s/realtime/g1/p0"
 HIGH = 200
@@ -146,13 +146,13 @@ def test_a_late_copy_of_an_earlier_commit_never_hides_the_time_lag(held) -> None
     cl.commit(held, "g", LEASE, 1, caught_up, now_ms=4_000)
     cl.commit(held, "g", LEASE, 1, cl.Commit(high_watermark=150, oldest_pending_ts_ms=5_000), now_ms=6_000)
     cl.commit(held, "g", LEASE, 1, caught_up, now_ms=7_000)  # the late copy
-    header = held.transact(lambda tr: cl.read_header(tr, ("g", "s", "realtime", 1, 0)))
+    header = held.transact(lambda tr: cl.read_header(tr, "g", PartitionRef("s", "realtime", 1, 0)))
     assert header.time_lag_ms(9_000) == 4_000, "the 50 waiting records are 4 s old"
     # a newer commit still moves the time forward as records are processed
     cl.commit(
         held, "g", LEASE, 1, cl.Commit(acked=[(100, 120)], high_watermark=150, oldest_pending_ts_ms=5_500), now_ms=9_500
     )
-    header = held.transact(lambda tr: cl.read_header(tr, ("g", "s", "realtime", 1, 0)))
+    header = held.transact(lambda tr: cl.read_header(tr, "g", PartitionRef("s", "realtime", 1, 0)))
     assert header.time_lag_ms(10_000) == 4_500
 
 

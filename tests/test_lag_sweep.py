@@ -17,7 +17,7 @@ from streamplane.coordinator.commitlog.lag_sweep import READ_LAPSE_MS as LAG_REA
 from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology.topology import Topology
-from streamplane.model import Cluster
+from streamplane.model import Cluster, PartitionRef
 from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
 
@@ -139,7 +139,7 @@ def test_a_progress_header_that_does_not_decode_never_stops_the_sweep_of_every_g
             for p in (0, 1):
                 done = model.Commit(acked=[(0, 5)], high_watermark=50)
                 commitlog.commit(db, group, f"web/realtime/g1/p{p}", 0, done, now_ms=1)
-        db.transact(lambda tr: tr.set(keys.progress_key(("ga", "web", "realtime", 1, 0)), b"{torn"))
+        db.transact(lambda tr: tr.set(keys.progress_key("ga", PartitionRef("web", "realtime", 1, 0)), b"{torn"))
         sweeper = LagSweeper(db, clock, page_size=1)
         for _ in range(10):
             sweeper.step()

@@ -17,13 +17,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from streamplane.errors import InvalidArgumentError
-from streamplane.model import ABANDONED, ACTIVE, DRAINED, DRAINING, SEALED, SETTLED, GenerationState
+from streamplane.model import ABANDONED, ACTIVE, DRAINED, DRAINING, SEALED, SETTLED, GenerationState, PartitionRef
 from streamplane.spark.offsets import (
     Offset,
-    Part,
     PartState,
+    generation_key,
+    generation_of,
     initial_offset,
     next_offset,
+    offset_key,
     parse_starting_offsets,
     ranges,
     split,
@@ -33,7 +35,7 @@ SOURCE = {"coordinator": "c:1", "stream": "s", "group": ""}
 
 
 def state(lane: str, gen: int, p: int, earliest: int, latest: int, phase: GenerationState = ACTIVE) -> PartState:
-    return PartState(Part(gen, lane, p), f"sp.s.{lane}.g{gen}", "b:1", earliest, latest, phase)
+    return PartState(PartitionRef("s", lane, gen, p), f"sp.s.{lane}.g{gen}", "b:1", earliest, latest, phase)
 
 
 def at(positions: dict[str, int], done: tuple[str, ...] = ()) -> Offset:
@@ -249,7 +251,7 @@ class SourceHistory(RuleBasedStateMachine):
     @precondition(lambda self: self.offset is not None)
     @rule(max_rows=st.one_of(st.none(), st.integers(1, 60)))
     def available_now(self, max_rows: int | None) -> None:
-        self.target = {s.part.key: s.latest for s in self.states()}
+        self.target = {offset_key(s.part): s.latest for s in self.states()}
         self.max_rows = max_rows
 
     @precondition(lambda self: self.offset is not None)
@@ -272,15 +274,15 @@ class SourceHistory(RuleBasedStateMachine):
         self.look()
         start, states = self.offset, self.states()
         end = next_offset(start, states, self.max_rows, self.target)
-        latest = {s.part.key: s.latest for s in states}
-        earliest = {s.part.key: s.earliest for s in states}
+        latest = {offset_key(s.part): s.latest for s in states}
+        earliest = {offset_key(s.part): s.earliest for s in states}
         # offsets never go back, a key never leaves, a done generation stays done
         for key, pos in start.positions.items():
             assert end.positions[key] >= pos, (key, pos, end.positions[key])
         assert start.done <= end.done
         for key, pos in end.positions.items():
             if key not in start.positions:  # first seen: it enters at its earliest offset, reading nothing yet
-                assert Part.parse(key).generation_key in self.seen
+                assert generation_of(key) in self.seen
                 assert pos == earliest[key], (key, pos, earliest[key])
                 self.entered[key] = pos
         # the batch reads what exists, within its limit, right after what was read before: no overlap, no gap
@@ -295,9 +297,9 @@ class SourceHistory(RuleBasedStateMachine):
             self.read.setdefault(key, []).append((a, b))
         for gkey in end.done - start.done:
             assert gkey in self.skipped or all(
-                s.state in SETTLED or end.positions[s.part.key] >= s.latest
+                s.state in SETTLED or end.positions[offset_key(s.part)] >= s.latest
                 for s in states
-                if s.part.generation_key == gkey
+                if generation_key(s.part.lane, s.part.generation) == gkey
             )
         self.offset = end
         self.plans_since_change += 1
@@ -319,13 +321,17 @@ class SourceHistory(RuleBasedStateMachine):
         else:
             raise AssertionError("the plan never became stable")
         for s in states:
-            gkey = s.part.generation_key
-            if gkey in self.skipped or s.part.key not in offset.positions:
+            gkey = generation_key(s.part.lane, s.part.generation)
+            if gkey in self.skipped or offset_key(s.part) not in offset.positions:
                 continue
-            want = s.latest if target is None else min(s.latest, target.get(s.part.key, 0))
-            if s.state == ABANDONED or (target is not None and s.part.key not in target):
+            want = s.latest if target is None else min(s.latest, target.get(offset_key(s.part), 0))
+            if s.state == ABANDONED or (target is not None and offset_key(s.part) not in target):
                 continue
-            assert offset.positions[s.part.key] >= want, (s.part.key, offset.positions[s.part.key], want)
+            assert offset.positions[offset_key(s.part)] >= want, (
+                offset_key(s.part),
+                offset.positions[offset_key(s.part)],
+                want,
+            )
             if s.end_fixed and target is None:
                 assert gkey in offset.done
 

@@ -95,34 +95,32 @@ class CommitResult:
     """The dlq copies its holder may write now (each counted in the retry state first)."""
 
 
-PartitionKey = keys.PartitionKey
-
-
-def _partition(group: str, lid: str) -> PartitionKey:
+def _partition(group: str, lid: str) -> PartitionRef:
+    """The partition a commit names, once its group's name is checked."""
     check_object_name("group", group)
-    return (group, *parse_lease_id(lid))
+    return parse_lease_id(lid)
 
 
-def read_header(tr: Transaction, pk: PartitionKey) -> Header:
-    raw = tr.get(keys.progress_key(pk))
+def read_header(tr: Transaction, group: str, ref: PartitionRef) -> Header:
+    raw = tr.get(keys.progress_key(group, ref))
     return Header(**json.loads(raw)) if raw else Header()
 
 
-def _chunk_key(pk: PartitionKey, chunk: int) -> bytes:
-    return keys.done_key(pk, chunk)
+def _chunk_key(group: str, ref: PartitionRef, chunk: int) -> bytes:
+    return keys.done_key(group, ref, chunk)
 
 
-def _read_chunk(tr: Transaction, pk: PartitionKey, chunk: int) -> int:
+def _read_chunk(tr: Transaction, group: str, ref: PartitionRef, chunk: int) -> int:
     """Bit i set: offset chunk * CHUNK + i is done."""
-    raw = tr.get(_chunk_key(pk, chunk))
+    raw = tr.get(_chunk_key(group, ref, chunk))
     return int.from_bytes(raw, "little") if raw else 0
 
 
-def _write_chunk(tr: Transaction, pk: PartitionKey, chunk: int, mask: int) -> None:
+def _write_chunk(tr: Transaction, group: str, ref: PartitionRef, chunk: int, mask: int) -> None:
     if mask:
-        tr.set(_chunk_key(pk, chunk), mask.to_bytes((mask.bit_length() + 7) // 8, "little"))
+        tr.set(_chunk_key(group, ref, chunk), mask.to_bytes((mask.bit_length() + 7) // 8, "little"))
     else:
-        tr.clear(_chunk_key(pk, chunk))
+        tr.clear(_chunk_key(group, ref, chunk))
 
 
 MAX_COMMIT_CHUNKS = 4096
@@ -227,29 +225,33 @@ def check_writer(tr: Transaction, group: str, lid: str, epoch: int, principal: s
         )
 
 
-def _is_done(tr: Transaction, pk: PartitionKey, header: Header, offset: int, chunks: dict[int, int]) -> bool:
+def _is_done(
+    tr: Transaction, group: str, ref: PartitionRef, header: Header, offset: int, chunks: dict[int, int]
+) -> bool:
     if offset < header.low:
         return True
     chunk = offset // CHUNK
     if chunk not in chunks:
-        chunks[chunk] = _read_chunk(tr, pk, chunk)
+        chunks[chunk] = _read_chunk(tr, group, ref, chunk)
     return bool(chunks[chunk] >> (offset - chunk * CHUNK) & 1)
 
 
-def _jump(tr: Transaction, pk: PartitionKey, header: Header, jump: int, chunks: dict[int, int]) -> tuple[Header, int]:
+def _jump(
+    tr: Transaction, group: str, ref: PartitionRef, header: Header, jump: int, chunks: dict[int, int]
+) -> tuple[Header, int]:
     """Move the low watermark to `jump` (an acked range covers everything up to it): the stored chunks it
     passes are cleared without materialising the range. Returns the new header and how many offsets became
     done."""
     first, last = header.low // CHUNK, (jump - 1) // CHUNK
     already = 0
-    for key, raw in tr.get_range(_chunk_key(pk, first), _chunk_key(pk, last + 1)):
+    for key, raw in tr.get_range(_chunk_key(group, ref, first), _chunk_key(group, ref, last + 1)):
         chunk = keys.DONE.unpack(key)[-1]
         base = chunk * CHUNK
         mask = int.from_bytes(raw, "little")
         below = (1 << min(CHUNK, jump - base)) - 1  # bits of this chunk under the new low watermark
         already += (mask & below & ~((1 << max(0, header.low - base)) - 1)).bit_count()
         chunks[chunk] = mask & ~below
-        _write_chunk(tr, pk, chunk, chunks[chunk])
+        _write_chunk(tr, group, ref, chunk, chunks[chunk])
     return replace(header, low=jump, done_above=header.done_above - already), jump - header.low - already
 
 
@@ -281,11 +283,11 @@ def _apply(
     principal: str = "",
     session_id: str = "",
 ) -> CommitResult:
-    pk = _partition(group, lid)
+    ref = _partition(group, lid)
     check_writer(tr, group, lid, epoch, principal, session_id)
-    header = read_header(tr, pk)
+    header = read_header(tr, group, ref)
     high = validate(c, header)
-    limit = group_config.max_attempts(tr, group, pk[2])
+    limit = group_config.max_attempts(tr, group, ref.lane)
 
     # a range from the low watermark on moves it; the other ranges are bounded before anything is written
     jump = next((e for s, e in c.acked if s <= header.low < e), header.low)
@@ -297,10 +299,10 @@ def _apply(
         )
     chunks: dict[int, int] = {}
     # rejects are judged against the log before this commit (one acked and rejected at once is a reject)
-    rejected = [j for j in c.rejects if not _is_done(tr, pk, header, j.offset, chunks)]
+    rejected = [j for j in c.rejects if not _is_done(tr, group, ref, header, j.offset, chunks)]
     jumped = 0
     if jump > header.low:
-        header, jumped = _jump(tr, pk, header, jump, chunks)
+        header, jumped = _jump(tr, group, ref, header, jump, chunks)
 
     # acks and rejects are done offsets: OR them into the chunks' bitmaps
     done_new = [r for r in c.acked if r[1] > header.low] + [(j.offset, j.offset + 1) for j in rejected]
@@ -311,15 +313,15 @@ def _apply(
     )
     added = 0
     for chunk, bits in merged_bits.items():
-        old = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
+        old = chunks[chunk] if chunk in chunks else _read_chunk(tr, group, ref, chunk)
         merged = old | bits
         added += (merged ^ old).bit_count()
         chunks[chunk] = merged
         if merged != old:
-            _write_chunk(tr, pk, chunk, merged)
+            _write_chunk(tr, group, ref, chunk, merged)
     for j in rejected:
         tr.set(
-            keys.reject_key(pk, j.offset),
+            keys.reject_key(group, ref, j.offset),
             json.dumps({"reason": j.reason, "dlq": asdict(j.dlq) if j.dlq else {}}, sort_keys=True).encode(),
         )
     counted = len(c.rejects) if planted.REJECT_COUNTED_TWICE in planted.active else len(rejected)
@@ -330,9 +332,9 @@ def _apply(
     exhausted = []
     copies = []
     for r in c.retries:
-        if _is_done(tr, pk, header, r.offset, chunks):
+        if _is_done(tr, group, ref, header, r.offset, chunks):
             continue  # acked or rejected meanwhile: nothing to retry
-        key = keys.retry_key(pk, r.offset)
+        key = keys.retry_key(group, ref, r.offset)
         raw = tr.get(key)
         old_state = json.loads(raw) if raw else None
         if old_state and old_state["attempts"] > r.attempt:
@@ -363,9 +365,9 @@ def _apply(
     # dlq copies about to be written for rejects: counted before they are written, skipped once rejected, and
     # refused when a later copy was begun already (asking again for the same number is granted the same)
     for j in c.copying:
-        if _is_done(tr, pk, header, j.offset, chunks):
+        if _is_done(tr, group, ref, header, j.offset, chunks):
             continue
-        key = keys.retry_key(pk, j.offset)
+        key = keys.retry_key(group, ref, j.offset)
         raw = tr.get(key)
         old_state = json.loads(raw) if raw else {"attempts": 0, "next_ms": 0, "copies": 0}
         begun = old_state.get("copies", 0)
@@ -382,9 +384,9 @@ def _apply(
 
     # done offsets need no retry state
     if retries and (done_new or c.acked_bitmap or jumped):
-        r0 = keys.RETRIES.range(pk)
+        r0 = keys.RETRIES.range((group, *ref))
         for key, _ in tr.get_range(r0.start, r0.stop):
-            if _is_done(tr, pk, header, keys.RETRIES.unpack(key)[-1], chunks):
+            if _is_done(tr, group, ref, header, keys.RETRIES.unpack(key)[-1], chunks):
                 tr.clear(key)
                 retries -= 1
 
@@ -393,7 +395,7 @@ def _apply(
     while True:
         chunk = low // CHUNK
         base = chunk * CHUNK
-        mask = chunks[chunk] if chunk in chunks else _read_chunk(tr, pk, chunk)
+        mask = chunks[chunk] if chunk in chunks else _read_chunk(tr, group, ref, chunk)
         ones = offsets.contiguous_from(mask, low - base)  # done offsets from the low watermark on
         if ones == 0:
             break
@@ -401,11 +403,11 @@ def _apply(
         kept = mask & ~((1 << (low - base)) - 1)
         consumed += (mask ^ kept).bit_count()
         chunks[chunk] = kept
-        _write_chunk(tr, pk, chunk, kept)
+        _write_chunk(tr, group, ref, chunk, kept)
         if low < base + CHUNK:
             break
     if planted.DROP_RETRIES in planted.active and low > header.low and retries:
-        r0 = keys.RETRIES.range(pk)
+        r0 = keys.RETRIES.range((group, *ref))
         tr.clear_range(r0.start, r0.stop)
         retries = 0
     new_header = replace(
@@ -419,7 +421,7 @@ def _apply(
         rejects=rejects,
         updated_ms=now_ms,
     )
-    tr.set(keys.progress_key(pk), json.dumps(vars(new_header), sort_keys=True).encode())  # flat: no asdict copy
+    tr.set(keys.progress_key(group, ref), json.dumps(vars(new_header), sort_keys=True).encode())  # flat: no asdict copy
     unique = {c.offset: c for c in copies}  # an offset named twice in one commit: its last answer
     return CommitResult(low, sorted(set(exhausted)), added + jumped, retries, [unique[o] for o in sorted(unique)])
 
@@ -501,14 +503,14 @@ def _prefetch(tr: Transaction, group: str, leases: list[tuple[str, int]]) -> Non
     spans = []
     for lid, epoch in leases:
         try:
-            pk = _partition(group, lid)
+            ref = _partition(group, lid)
         except StreamplaneError:
             continue
-        wanted += [keys.generation_key(*pk[1:4]), keys.progress_key(pk)]
+        wanted += [keys.generation_key(ref.stream, ref.lane, ref.generation), keys.progress_key(group, ref)]
         if epoch:
-            wanted.append(keys.lease_key(group, *pk[1:]))
+            wanted.append(keys.lease_key(group, *ref))
         for space in (keys.DONE, keys.RETRIES):
-            r = space.range(pk)
+            r = space.range((group, *ref))
             spans.append((r.start, r.stop))
     tr.prefetch(wanted, spans)
 
@@ -524,17 +526,17 @@ class Progress:
 
 @transactional
 def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -> Progress:
-    pk = _partition(group, lid)
-    header = read_header(tr, pk)
+    ref = _partition(group, lid)
+    header = read_header(tr, group, ref)
     done: list[offsets.Range] = []
-    r0 = keys.DONE.range(pk)
+    r0 = keys.DONE.range((group, *ref))
     for key, raw in tr.get_range(r0.start, r0.stop, snapshot=True):
         if len(done) >= max_ranges:
             break
         chunk = keys.DONE.unpack(key)[-1]
         done.extend(offsets.mask_ranges(int.from_bytes(raw, "little"), chunk * CHUNK))
     done = offsets.normalize(done)[:max_ranges]
-    r0 = keys.RETRIES.range(pk)
+    r0 = keys.RETRIES.range((group, *ref))
     retrying = [keys.RETRIES.unpack(k)[-1] for k, _ in tr.get_range(r0.start, r0.stop, limit=max_ranges, snapshot=True)]
     return Progress(header, done, retrying)
 
@@ -545,9 +547,9 @@ def due_retries(
 ) -> list[RetryState]:
     """Offsets whose next attempt is due, and exhausted ones still waiting for their reject (so a new holder
     finishes what a crashed one left), for the lease holder at `epoch`."""
-    pk = _partition(group, lid)
+    ref = _partition(group, lid)
     check_writer(tr, group, lid, epoch)
-    r0 = keys.RETRIES.range(pk)
+    r0 = keys.RETRIES.range((group, *ref))
     due = []
     for key, raw in tr.get_range(r0.start, r0.stop):
         state = json.loads(raw)
@@ -681,7 +683,7 @@ def lag_page(
         if group and after_group != group:
             raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page of group {group!r}")
         if lease_id:  # (none: the page before stopped ahead of this group, with nothing of it read)
-            after = keys.progress_key((after_group, *parse_lease_id(lease_id))) + b"\x00"
+            after = keys.progress_key(after_group, parse_lease_id(lease_id)) + b"\x00"
     abandoned = _Abandoned(tr)
     out: list[PartitionLag] = []
     looked, groups, last, left = 0, 0, "", False

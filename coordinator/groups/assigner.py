@@ -20,7 +20,7 @@ from streamplane.coordinator import keys
 from streamplane.coordinator.groups import leadership, leases
 from streamplane.coordinator.groups import lifecycle as group_lifecycle
 from streamplane.coordinator.groups import state as group_state
-from streamplane.coordinator.groups.leases import Lease, LeaseKey, Member
+from streamplane.coordinator.groups.leases import Lease, Member
 from streamplane.coordinator.groups.state import GroupState
 from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.rpc import metrics
@@ -106,11 +106,11 @@ class OwnedGroup:
     """Past that wait."""
     last_pass: tuple[int, float, int, tuple[int, int]] = (-1, 0.0, 0, (-1, -1))
     """(version, monotonic time, next deadline ms, loads version) of the last pass that computed it."""
-    proposed: frozenset[tuple[LeaseKey, str]] = frozenset()
+    proposed: frozenset[tuple[PartitionRef, str]] = frozenset()
     """Rebalancing moves the last pass proposed (made only if the next pass confirms them)."""
     promoted: frozenset[tuple[str, str]] = frozenset()
     """Lower lanes past their time-lag target, served with the top tier."""
-    moved: dict[LeaseKey, tuple[int, str]] = field(default_factory=dict)
+    moved: dict[PartitionRef, tuple[int, str]] = field(default_factory=dict)
     """{partition: (when it was last moved to balance load, the worker it left)}: the cool-down."""
 
 
@@ -170,7 +170,7 @@ class Assigner:
         no group can have (the one rule every RPC applies)."""
         check_object_name("group", group)
 
-        def read(tr: Transaction) -> tuple[dict[str, Member], dict[LeaseKey, Lease], str]:
+        def read(tr: Transaction) -> tuple[dict[str, Member], dict[PartitionRef, Lease], str]:
             owner = leadership.group_owner(tr, group) or leadership.leader(tr)
             return leases.read_members(tr, group), leases.read_leases(tr, group), owner
 
@@ -181,7 +181,7 @@ class Assigner:
             members=tuple(members.values()),
             leases=tuple(
                 LeaseInfo(
-                    partition=PartitionRef(*x.key),
+                    partition=x.key,
                     epoch=x.epoch,
                     state=x.state,
                     worker_id=x.worker_id,
@@ -210,7 +210,7 @@ class Assigner:
             kept = self.kept[group] = OwnedGroup()
         return kept
 
-    def _pinned(self, group: str, now: int) -> dict[LeaseKey, str]:
+    def _pinned(self, group: str, now: int) -> dict[PartitionRef, str]:
         """{partition: the worker it left} for the group's partitions still in their cool-down after a move
         (older entries are forgotten)."""
         moved = self._kept_for(group).moved
@@ -226,7 +226,7 @@ class Assigner:
         for i in range(0, len(rest), group_state.MAX_LEASE_WRITES):
             chunk = rest[i : i + group_state.MAX_LEASE_WRITES]
 
-            def write(tr: Transaction, chunk: list[group_state.Change] = chunk) -> list[LeaseKey]:
+            def write(tr: Transaction, chunk: list[group_state.Change] = chunk) -> list[PartitionRef]:
                 leadership.ensure_group(tr, group, self.replica_id, now)
                 stale = group_state.write_changes(tr, group, chunk, now_ms=now)
                 group_state.read_again(tr, state, stale)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PartitionKey = Any
-"""Any hashable the caller names partitions by (the coordinator uses (stream, lane, generation, partition))."""
+"""Any hashable the caller names partitions by (the coordinator uses `PartitionRef`; tests use numbers)."""
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,6 @@ from streamplane.model import (
 from streamplane.names import check_lane_name, check_object_name
 
 GRANTED, REVOKING, FREE = LeaseState
-LeaseKey = tuple[str, str, int, int]
-"""(stream, lane, generation, partition)."""
 _WORKER_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_SUBSCRIPTIONS = 64
 
@@ -94,8 +92,8 @@ class Lease:
         return lease_id(self.stream, self.lane, self.generation, self.partition)
 
     @property
-    def key(self) -> LeaseKey:
-        return (self.stream, self.lane, self.generation, self.partition)
+    def key(self) -> PartitionRef:
+        return PartitionRef(self.stream, self.lane, self.generation, self.partition)
 
     def to_json(self) -> bytes:
         # by hand, not asdict() (which copies deeply): every lease write of a large pass goes through here
@@ -117,9 +115,9 @@ def lease_id(stream: str, lane: str, generation: int, partition: int) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 15)  # the same leases' ids come with every commit and heartbeat
-def parse_lease_id(text: str) -> tuple[str, str, int, int]:
-    ref = PartitionRef.parse(text)
-    return ref.stream, ref.lane, ref.generation, ref.partition
+def parse_lease_id(text: str) -> PartitionRef:
+    """The partition a lease id names (InvalidArgumentError for one that is not a lease id)."""
+    return PartitionRef.parse(text)
 
 
 def check_worker_id(worker_id: str, field_name: str = "worker_id") -> str:
@@ -168,13 +166,13 @@ def read_members(tr: Transaction, group: str, *, snapshot: bool = False) -> dict
 
 
 @transactional
-def read_leases(tr: Transaction, group: str) -> dict[LeaseKey, Lease]:
+def read_leases(tr: Transaction, group: str) -> dict[PartitionRef, Lease]:
     r = keys.LEASES.range((group,))
     return {lease.key: lease for lease in (lease_from(k, v) for k, v in tr.get_range(r.start, r.stop))}
 
 
 @transactional
-def read_lease(tr: Transaction, group: str, key: LeaseKey) -> Lease | None:
+def read_lease(tr: Transaction, group: str, key: PartitionRef) -> Lease | None:
     """One lease of the group (None: no such partition)."""
     stored = keys.lease_key(group, *key)
     raw = tr.get(stored)

@@ -28,7 +28,6 @@ from streamplane.coordinator.groups.leases import (
     REVOKING,
     GroupEvents,
     Lease,
-    LeaseKey,
     Member,
     bump_versions,
     lease_from,
@@ -41,7 +40,7 @@ from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import events
 from streamplane.coordinator.topology.records import get_stream
 from streamplane.errors import NotFoundError
-from streamplane.model import SETTLED
+from streamplane.model import SETTLED, PartitionRef
 
 MAX_LEASE_WRITES = 2_000
 """Lease changes one transaction writes at most (each with its holder index and group event: about 1 KB): a
@@ -67,9 +66,9 @@ class Applied:
 
     next_deadline_ms: int = 0
     """The earliest revoke deadline still pending after the pass (0: none): when to look again."""
-    proposed: frozenset[tuple[LeaseKey, str]] = frozenset()
+    proposed: frozenset[tuple[PartitionRef, str]] = frozenset()
     """Rebalancing moves the pass found worth making, left for the next pass to confirm (see assignment.py)."""
-    moved: dict[LeaseKey, str] = field(default_factory=dict)
+    moved: dict[PartitionRef, str] = field(default_factory=dict)
     """{partition: the live holder this pass took it from to give to another} (their cool-down starts)."""
     granted: int = 0
     """Leases the pass granted (new holders, at a new epoch)."""
@@ -81,20 +80,20 @@ class Applied:
 class Change:
     """One lease's move as a pass planned it: written only if the lease is still `old` when written."""
 
-    key: LeaseKey
+    key: PartitionRef
     old: Lease | None
     new: Lease
     notes: tuple[tuple[str, str, Lease, str], ...] = ()
     """Group events (change, worker, lease, reason) that go with it."""
 
 
-def group_partitions(tr: Transaction, members: Iterable[Member]) -> dict[LeaseKey, int]:
+def group_partitions(tr: Transaction, members: Iterable[Member]) -> dict[PartitionRef, int]:
     """Every partition the members subscribe to: {(stream, lane, generation, partition): lane priority}.
 
     Generations stay until they are drained, so draining and sealed ones keep their holders. Members mostly
     share their subscriptions: each distinct one is expanded once.
     """
-    wanted: dict[LeaseKey, int] = {}
+    wanted: dict[PartitionRef, int] = {}
     streams: dict[str, Any] = {}
     for stream_name, lanes in sorted({(s.stream, s.lanes) for m in members for s in m.subscriptions}):
         if stream_name not in streams:
@@ -112,7 +111,7 @@ def group_partitions(tr: Transaction, members: Iterable[Member]) -> dict[LeaseKe
                 if gen.state in SETTLED:
                     continue
                 for p in range(gen.partitions):
-                    wanted[(stream.name, lane.name, gen.number, p)] = lane.priority
+                    wanted[PartitionRef(stream.name, lane.name, gen.number, p)] = lane.priority
     return wanted
 
 
@@ -127,12 +126,12 @@ class GroupState:
         self.group = group
         self.members: dict[str, Member] = {}
         """The live members as of the last pass."""
-        self.leases: dict[LeaseKey, Lease] = {}
+        self.leases: dict[PartitionRef, Lease] = {}
         """Every lease of the group as last read or written."""
-        self.held: dict[str, set[LeaseKey]] = {}
+        self.held: dict[str, set[PartitionRef]] = {}
         """{worker: keys of the leases it holds (granted or revoking)} in `leases`."""
-        self.revoking: set[LeaseKey] = set()
-        self.wanted: dict[LeaseKey, int] = {}
+        self.revoking: set[PartitionRef] = set()
+        self.wanted: dict[PartitionRef, int] = {}
         """{partition: its lane's priority} for every partition the members subscribe to."""
         self.lanes: dict[tuple[str, str], int] = {}
         """{(stream, lane): priority} of the lanes in `wanted`."""
@@ -144,7 +143,7 @@ class GroupState:
         self.topology = -1
         """The topology log's head (EVENT_HEAD) when `wanted` was computed."""
         self.subscriptions: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
-        self.reread: set[LeaseKey] = set()
+        self.reread: set[PartitionRef] = set()
         """Leases to plan again at the next pass, which is due at once (a write found them changed since the
         state had them; the state has them as the write found them)."""
         self.built_ms = 0
@@ -164,7 +163,7 @@ class GroupState:
         else:
             self.revoking.discard(lease.key)
 
-    def spec(self, key: LeaseKey, top: int) -> PartitionSpec:
+    def spec(self, key: PartitionRef, top: int) -> PartitionSpec:
         lease = self.leases.get(key)
         load = lease.records_per_s if lease is not None and lease.records_per_s > 0 else 1.0
         priority = top if key[:2] in self.first_claim else self.wanted[key]
@@ -189,7 +188,7 @@ class GroupState:
         self.members = live
         return gone
 
-    def set_wanted(self, wanted: dict[LeaseKey, int]) -> set[LeaseKey]:
+    def set_wanted(self, wanted: dict[PartitionRef, int]) -> set[PartitionRef]:
         """Take the partitions the members subscribe to now; returns the ones no longer wanted."""
         gone = set(self.wanted) - set(wanted)
         for key in gone:
@@ -237,7 +236,7 @@ def build(tr: Transaction, group: str, *, now_ms: int, grace: bool) -> GroupStat
     return state
 
 
-def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) -> set[LeaseKey] | None:
+def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) -> set[PartitionRef] | None:
     """Bring the state up to date with the store; returns the leases that changed outside the owner's passes
     (None: too much changed to follow, rebuild instead)."""
     group = state.group
@@ -257,7 +256,7 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
         return None
     if reports:  # a report written after this read lands past the cleared range, or is lost (loads are advisory)
         tr.clear_range(r.start, reports[-1][0] + b"\x00")
-        touched.update(keys.LOAD_REPORTS.unpack(k)[1:] for k, _ in reports)
+        touched.update(PartitionRef(*keys.LOAD_REPORTS.unpack(k)[1:]) for k, _ in reports)
     members = {w: m for w, m in read_members(tr, group, snapshot=True).items() if grace or m.alive_until_ms > now_ms}
     for worker in state.set_members(members):
         touched.update(state.held.get(worker, ()))
@@ -270,7 +269,7 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
     return touched
 
 
-def read_again(tr: Transaction, state: GroupState, touched: Iterable[LeaseKey]) -> None:
+def read_again(tr: Transaction, state: GroupState, touched: Iterable[PartitionRef]) -> None:
     """Read these leases from the store into the state (and their loads into the Balancer)."""
     top = state.top
     for key in touched:
@@ -287,13 +286,13 @@ def read_again(tr: Transaction, state: GroupState, touched: Iterable[LeaseKey]) 
 def plan(
     tr: Transaction,
     state: GroupState,
-    touched: set[LeaseKey],
+    touched: set[PartitionRef],
     *,
     now_ms: int,
     revoke_ms: int,
     threshold: float = 0.1,
-    proposed: frozenset[tuple[LeaseKey, str]] | None = None,
-    pinned: Mapping[LeaseKey, str] | None = None,
+    proposed: frozenset[tuple[PartitionRef, str]] | None = None,
+    pinned: Mapping[PartitionRef, str] | None = None,
     promoted: frozenset[tuple[str, str]] = frozenset(),
     hold_until_ms: int = 0,
 ) -> tuple[Applied, list[Change]]:
@@ -312,7 +311,7 @@ def plan(
     step = state.balancer.step(threshold=threshold, proposed=proposed, pinned=pinned)
     done = Applied(proposed=step.proposed, promoted=state.first_claim)
     if state.fresh:
-        candidates: Iterable[LeaseKey] = set(state.wanted) | set(state.leases)
+        candidates: Iterable[PartitionRef] = set(state.wanted) | set(state.leases)
         state.fresh = False
     else:
         candidates = set(step.changed) | touched | state.revoking
@@ -338,7 +337,7 @@ def plan(
 
 
 def _lease_change(
-    key: LeaseKey,
+    key: PartitionRef,
     old: Lease | None,
     want: str,
     members: Mapping[str, Member],
@@ -389,7 +388,7 @@ def _lease_change(
     return Change(key, old, new, tuple(notes)) if new != old else None
 
 
-def write_changes(tr: Transaction, group: str, changes: Sequence[Change], *, now_ms: int) -> list[LeaseKey]:
+def write_changes(tr: Transaction, group: str, changes: Sequence[Change], *, now_ms: int) -> list[PartitionRef]:
     """Write the planned changes whose lease is still as planned (one that moved meanwhile is left to the next
     pass: epochs fence every lease on its own, so any subset of a plan is a valid state). Returns the leases
     not written."""
@@ -414,8 +413,8 @@ def plan_assignment(
     now_ms: int,
     revoke_ms: int,
     threshold: float = 0.1,
-    proposed: frozenset[tuple[LeaseKey, str]] | None = None,
-    pinned: Mapping[LeaseKey, str] | None = None,
+    proposed: frozenset[tuple[PartitionRef, str]] | None = None,
+    pinned: Mapping[PartitionRef, str] | None = None,
     grace: bool = False,
     promoted: frozenset[tuple[str, str]] = frozenset(),
 ) -> tuple[Applied, list[Change]]:
@@ -443,8 +442,8 @@ def apply_assignment(
     now_ms: int,
     revoke_ms: int,
     threshold: float = 0.1,
-    proposed: frozenset[tuple[LeaseKey, str]] | None = None,
-    pinned: Mapping[LeaseKey, str] | None = None,
+    proposed: frozenset[tuple[PartitionRef, str]] | None = None,
+    pinned: Mapping[PartitionRef, str] | None = None,
     grace: bool = False,
     promoted: frozenset[tuple[str, str]] = frozenset(),
 ) -> Applied:

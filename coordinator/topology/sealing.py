@@ -39,6 +39,7 @@ from streamplane.model import (
     Generation,
     GenerationDrained,
     GenerationSealed,
+    PartitionRef,
 )
 from streamplane.names import check_lane_name, check_object_name
 
@@ -299,7 +300,7 @@ def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generatio
         finished = not any(gen.end_offsets) or (
             (bool(groups) or retired)
             and all(
-                commitlog.read_header(tr, (group, stream, lane, gen.number, p)).low >= end - short
+                commitlog.read_header(tr, group, PartitionRef(stream, lane, gen.number, p)).low >= end - short
                 for group in groups
                 for p, end in enumerate(gen.end_offsets)
             )

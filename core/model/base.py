@@ -114,6 +114,8 @@ def to_jsonable(value: Any) -> Any:
         return value.value
     if isinstance(value, bytes):
         return value.hex()
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):  # a named tuple (PartitionRef): by field
+        return {k: to_jsonable(v) for k, v in value._asdict().items()}
     if isinstance(value, list | tuple):
         return [to_jsonable(v) for v in value]
     if isinstance(value, dict):

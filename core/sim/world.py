@@ -42,6 +42,7 @@ from streamplane.model import (
     Heartbeat,
     Lane,
     LaneAdded,
+    PartitionRef,
     Reject,
     Retry,
     Stream,
@@ -592,8 +593,8 @@ class World:
         )
         return _Read(lid, epoch, body, max(start, upto), poison, rejects, copying, gen.cluster, topic)
 
-    def _low(self, pk: tuple[str, str, str, int, int]) -> int:
-        return self.inner.transact(lambda tr: commitlog.read_header(tr, pk).low)
+    def _low(self, ref: PartitionRef) -> int:
+        return self.inner.transact(lambda tr: commitlog.read_header(tr, GROUP, ref).low)
 
     # -- invariants
     def _check_commits(self, w: Worker, accepted: list[_Read]) -> None:
@@ -691,7 +692,7 @@ class World:
                     f"g{gen.number} is {gen.state} with end offsets {gen.end_offsets}, but {written} were written"
                 )
             for p, end in enumerate(written):
-                low = self._low((GROUP, STREAM, LANE, gen.number, p))
+                low = self._low(PartitionRef(STREAM, LANE, gen.number, p))
                 if low < end:
                     self.fail(f"g{gen.number}/p{p}: records {low}..{end} were written and never processed")
             if gen is not lane.active and gen.state != DRAINED:

@@ -31,7 +31,6 @@ from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
     Grant,
     Heartbeat,
-    PartitionRef,
     Release,
     Revoke,
     Sealed,
@@ -152,10 +151,10 @@ class Session:
                 if gen not in placements:
                     placements[gen] = self.host.placement(tr, lease, versions[1])
                 where = placements[gen]
-                header = commitlog.read_header(tr, (self.group, *lease.key))
+                header = commitlog.read_header(tr, self.group, lease.key)
                 grants[lease.lease_id] = Grant(
                     lease_id=lease.lease_id,
-                    partition=PartitionRef(*lease.key),
+                    partition=lease.key,
                     epoch=lease.epoch,
                     topic=where.topic,
                     cluster=where.cluster,
@@ -188,7 +187,7 @@ class Session:
                 yield grants[lease.lease_id]
             elif end >= 0 > self._sent_ends.get(lease.lease_id, -1):
                 self._sent_ends[lease.lease_id] = end
-                yield Sealed(lease.lease_id, PartitionRef(*lease.key), end)
+                yield Sealed(lease.lease_id, lease.key, end)
             # told again when a new owner moved its deadline (the holder's replica died with the old one)
             if lease.state == REVOKING and self._sent_revokes.get(ident) != lease.deadline_ms:
                 self._sent_revokes[ident] = lease.deadline_ms
