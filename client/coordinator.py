@@ -393,14 +393,14 @@ class CoordinatorClient:
     ) -> None:
         """A lane's max attempts and/or time-lag target for the group (0 leaves a setting; lag_target_ms -1:
         no target), and/or how long the group may stay inactive before it expires (expire_after_ms -1: never)."""
-        request = cpb.ConfigureGroupRequest(
+        request = apb.ConfigureGroupRequest(
             group=group,
             lane=lane,
             max_attempts=max_attempts,
             lag_target_ms=lag_target_ms,
             expire_after_ms=expire_after_ms,
         )
-        self._call(self.commitlog.ConfigureGroup, request)
+        self._call(self.assigner.ConfigureGroup, request)
 
     def watch_topology(
         self, from_version: str = "", *, idle_timeout_s: float | None = None

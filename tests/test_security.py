@@ -229,15 +229,15 @@ def test_topology_changes_need_their_role_and_write_nothing_when_refused(secured
         ),
         (
             token("consumer", groups=("mine",)),
-            "commitlog",
+            "assigner",
             "ConfigureGroup",
-            cpb.ConfigureGroupRequest(group="victim", lane="realtime", max_attempts=1000),
+            apb.ConfigureGroupRequest(group="victim", lane="realtime", max_attempts=1000),
         ),
         (
             token("consumer"),
-            "commitlog",
+            "assigner",
             "ConfigureGroup",
-            cpb.ConfigureGroupRequest(group="victim", lane="realtime", max_attempts=1000),
+            apb.ConfigureGroupRequest(group="victim", lane="realtime", max_attempts=1000),
         ),
     ]
     for bearer, service, method, request in attempts:
@@ -576,9 +576,9 @@ def test_topology_changes_are_rate_limited_per_principal(secured) -> None:
     codes = [
         call(
             secured.address,
-            "commitlog",
+            "assigner",
             "ConfigureGroup",
-            cpb.ConfigureGroupRequest(group="rate", lane="realtime", max_attempts=3),
+            apb.ConfigureGroupRequest(group="rate", lane="realtime", max_attempts=3),
             noisy,
         )[0]
         for _ in range(260)
@@ -587,9 +587,9 @@ def test_topology_changes_are_rate_limited_per_principal(secured) -> None:
     assert (
         call(
             secured.address,
-            "commitlog",
+            "assigner",
             "ConfigureGroup",
-            cpb.ConfigureGroupRequest(group="rate", lane="realtime", max_attempts=3),
+            apb.ConfigureGroupRequest(group="rate", lane="realtime", max_attempts=3),
             token("operator", "calm"),
         )[0]
         == Code.OK
@@ -662,7 +662,8 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
         {"admin", "consumer"},
     ),
     ("commitlog", "GetLag", cpb.GetLagRequest(group="mx"), EVERYONE),
-    ("commitlog", "ConfigureGroup", cpb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
+    ("commitlog", "ConfigureGroup", apb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
+    ("assigner", "ConfigureGroup", apb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
     (
         "assigner",
         "CheckLease",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.coordinator.groups import config as group_config
 from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.errors import FencedError, StreamplaneError
@@ -97,11 +96,6 @@ class CommitLog:
             page_size=page_size,
             page_token=page_token,
         )
-
-    def configure_group(
-        self, group: str, lane: str, max_attempts: int, lag_target_ms: int, expire_after_ms: int = 0
-    ) -> None:
-        group_config.configure(self.db, group, lane, max_attempts, lag_target_ms, expire_after_ms)
 
 
 def _count(group: str, applied: list[tuple[Commit, commitlog.CommitResult]]) -> None:

@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator
 import grpc
 import structlog
 
+from streamplane.coordinator.groups import config as group_config
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.sessions.hub import Renewer, SessionHub, SessionStream
 from streamplane.coordinator.rpc import auth
 from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.rpc.limits import HELLO_TIMEOUT_S
+from streamplane.coordinator.store import Database
 from streamplane.coordinator.topology import events
 from streamplane.errors import InvalidArgumentError, StreamplaneError, UnauthenticatedError
 from streamplane.model import Hello, Welcome
@@ -45,6 +47,13 @@ async def _feed(stream: SessionStream, requests: AsyncIterator[apb.WorkerMessage
         await stream.fail(StreamplaneError(f"internal error handling the session: {err}"))
         return
     await stream.end("the worker closed its session")
+
+
+def configure_group(db: Database, request: apb.ConfigureGroupRequest) -> None:
+    """A group's settings, as ConfigureGroup asks (served by groups; the commit log's old RPC calls this too)."""
+    group_config.configure(
+        db, request.group, request.lane, request.max_attempts, request.lag_target_ms, request.expire_after_ms
+    )
 
 
 class AssignerServicer(apb_grpc.AssignerServiceServicer):
@@ -130,6 +139,14 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         actor = self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
         deleted = self._assigner.delete_group(request.group, force=request.force, reason=request.reason, actor=actor)
         return convert.group_deleted_to_pb(deleted)
+
+    @grpc_errors
+    def ConfigureGroup(
+        self, request: apb.ConfigureGroupRequest, context: grpc.ServicerContext
+    ) -> apb.ConfigureGroupResponse:
+        self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
+        configure_group(self._assigner.db, request)
+        return apb.ConfigureGroupResponse()
 
     @grpc_errors
     def DescribeGroup(self, request: apb.DescribeGroupRequest, context: grpc.ServicerContext) -> apb.GroupDescription:

@@ -8,9 +8,11 @@ from streamplane.coordinator.commitlog import log as cl
 from streamplane.coordinator.commitlog.service import CommitLog
 from streamplane.coordinator.groups.leases import parse_lease_id
 from streamplane.coordinator.rpc import auth
+from streamplane.coordinator.rpc.assigner_servicer import configure_group
 from streamplane.coordinator.rpc.guard import Guard
 from streamplane.errors import InvalidArgumentError
 from streamplane.rpc import grpc_errors
+from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import commitlog_pb2_grpc as cpb_grpc
 from streamplane.v1 import convert
@@ -96,10 +98,9 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
 
     @grpc_errors
     def ConfigureGroup(
-        self, request: cpb.ConfigureGroupRequest, context: grpc.ServicerContext
-    ) -> cpb.ConfigureGroupResponse:
+        self, request: apb.ConfigureGroupRequest, context: grpc.ServicerContext
+    ) -> apb.ConfigureGroupResponse:
+        """Deprecated here: AssignerService.ConfigureGroup serves it (this one is kept for older clients)."""
         self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
-        self._log.configure_group(
-            request.group, request.lane, request.max_attempts, request.lag_target_ms, request.expire_after_ms
-        )
-        return cpb.ConfigureGroupResponse()
+        configure_group(self._log.db, request)
+        return apb.ConfigureGroupResponse()

@@ -1549,6 +1549,125 @@ func (x *DeleteGroupRequest) GetReason() string {
 	return ""
 }
 
+type ConfigureGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Lane  string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
+	// Attempts before a record must be rejected; 1..1000, default 5; 0 leaves it as it is.
+	MaxAttempts uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// The time lag the lane should stay under (ms, 1000..86400000): past it, the Assigner gives the lane's
+	// partitions the first claim on the group's workers. 0 leaves it as it is; -1: no target. Default: 5000
+	// for the stream's top-priority lane, none for the others.
+	LagTargetMs int64 `protobuf:"varint,4,opt,name=lag_target_ms,json=lagTargetMs,proto3" json:"lag_target_ms,omitempty"`
+	// The group's own: how long (ms) it may stay without a live member and without a commit before it is
+	// deleted (1000..316224000000; -1: never). 0 leaves it as it is; default 7 days, like Kafka's offsets
+	// retention. Needs no lane.
+	ExpireAfterMs int64 `protobuf:"varint,5,opt,name=expire_after_ms,json=expireAfterMs,proto3" json:"expire_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureGroupRequest) Reset() {
+	*x = ConfigureGroupRequest{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureGroupRequest) ProtoMessage() {}
+
+func (x *ConfigureGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureGroupRequest.ProtoReflect.Descriptor instead.
+func (*ConfigureGroupRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ConfigureGroupRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ConfigureGroupRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *ConfigureGroupRequest) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *ConfigureGroupRequest) GetLagTargetMs() int64 {
+	if x != nil {
+		return x.LagTargetMs
+	}
+	return 0
+}
+
+func (x *ConfigureGroupRequest) GetExpireAfterMs() int64 {
+	if x != nil {
+		return x.ExpireAfterMs
+	}
+	return 0
+}
+
+type ConfigureGroupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigureGroupResponse) Reset() {
+	*x = ConfigureGroupResponse{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigureGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigureGroupResponse) ProtoMessage() {}
+
+func (x *ConfigureGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigureGroupResponse.ProtoReflect.Descriptor instead.
+func (*ConfigureGroupResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{22}
+}
+
 var File_streamplane_v1_assigner_proto protoreflect.FileDescriptor
 
 const file_streamplane_v1_assigner_proto_rawDesc = "" +
@@ -1667,7 +1786,14 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\x12DeleteGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason2\xae\x03\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb0\x01\n" +
+	"\x15ConfigureGroupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04lane\x18\x02 \x01(\tR\x04lane\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\"\n" +
+	"\rlag_target_ms\x18\x04 \x01(\x03R\vlagTargetMs\x12&\n" +
+	"\x0fexpire_after_ms\x18\x05 \x01(\x03R\rexpireAfterMs\"\x18\n" +
+	"\x16ConfigureGroupResponse2\x8f\x04\n" +
 	"\x0fAssignerService\x12M\n" +
 	"\aSession\x12\x1d.streamplane.v1.WorkerMessage\x1a\x1f.streamplane.v1.AssignerMessage(\x010\x01\x12S\n" +
 	"\n" +
@@ -1675,7 +1801,8 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\rDescribeGroup\x12$.streamplane.v1.DescribeGroupRequest\x1a .streamplane.v1.GroupDescription\x12M\n" +
 	"\n" +
 	"WatchGroup\x12!.streamplane.v1.WatchGroupRequest\x1a\x1a.streamplane.v1.GroupEvent0\x01\x12O\n" +
-	"\vDeleteGroup\x12\".streamplane.v1.DeleteGroupRequest\x1a\x1c.streamplane.v1.GroupDeletedb\x06proto3"
+	"\vDeleteGroup\x12\".streamplane.v1.DeleteGroupRequest\x1a\x1c.streamplane.v1.GroupDeleted\x12_\n" +
+	"\x0eConfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponseb\x06proto3"
 
 var (
 	file_streamplane_v1_assigner_proto_rawDescOnce sync.Once
@@ -1689,46 +1816,48 @@ func file_streamplane_v1_assigner_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_assigner_proto_rawDescData
 }
 
-var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_streamplane_v1_assigner_proto_goTypes = []any{
-	(*PartitionRef)(nil),         // 0: streamplane.v1.PartitionRef
-	(*Subscription)(nil),         // 1: streamplane.v1.Subscription
-	(*Hello)(nil),                // 2: streamplane.v1.Hello
-	(*LeaseLoad)(nil),            // 3: streamplane.v1.LeaseLoad
-	(*Heartbeat)(nil),            // 4: streamplane.v1.Heartbeat
-	(*Release)(nil),              // 5: streamplane.v1.Release
-	(*Renew)(nil),                // 6: streamplane.v1.Renew
-	(*WorkerMessage)(nil),        // 7: streamplane.v1.WorkerMessage
-	(*Welcome)(nil),              // 8: streamplane.v1.Welcome
-	(*Grant)(nil),                // 9: streamplane.v1.Grant
-	(*Revoke)(nil),               // 10: streamplane.v1.Revoke
-	(*GenerationChange)(nil),     // 11: streamplane.v1.GenerationChange
-	(*AssignerMessage)(nil),      // 12: streamplane.v1.AssignerMessage
-	(*CheckLeaseRequest)(nil),    // 13: streamplane.v1.CheckLeaseRequest
-	(*CheckLeaseResponse)(nil),   // 14: streamplane.v1.CheckLeaseResponse
-	(*DescribeGroupRequest)(nil), // 15: streamplane.v1.DescribeGroupRequest
-	(*LeaseInfo)(nil),            // 16: streamplane.v1.LeaseInfo
-	(*MemberInfo)(nil),           // 17: streamplane.v1.MemberInfo
-	(*GroupDescription)(nil),     // 18: streamplane.v1.GroupDescription
-	(*WatchGroupRequest)(nil),    // 19: streamplane.v1.WatchGroupRequest
-	(*DeleteGroupRequest)(nil),   // 20: streamplane.v1.DeleteGroupRequest
-	(*ClusterErrors)(nil),        // 21: streamplane.v1.ClusterErrors
-	(GenerationState)(0),         // 22: streamplane.v1.GenerationState
-	(*GroupEvent)(nil),           // 23: streamplane.v1.GroupEvent
-	(*GroupDeleted)(nil),         // 24: streamplane.v1.GroupDeleted
+	(*PartitionRef)(nil),           // 0: streamplane.v1.PartitionRef
+	(*Subscription)(nil),           // 1: streamplane.v1.Subscription
+	(*Hello)(nil),                  // 2: streamplane.v1.Hello
+	(*LeaseLoad)(nil),              // 3: streamplane.v1.LeaseLoad
+	(*Heartbeat)(nil),              // 4: streamplane.v1.Heartbeat
+	(*Release)(nil),                // 5: streamplane.v1.Release
+	(*Renew)(nil),                  // 6: streamplane.v1.Renew
+	(*WorkerMessage)(nil),          // 7: streamplane.v1.WorkerMessage
+	(*Welcome)(nil),                // 8: streamplane.v1.Welcome
+	(*Grant)(nil),                  // 9: streamplane.v1.Grant
+	(*Revoke)(nil),                 // 10: streamplane.v1.Revoke
+	(*GenerationChange)(nil),       // 11: streamplane.v1.GenerationChange
+	(*AssignerMessage)(nil),        // 12: streamplane.v1.AssignerMessage
+	(*CheckLeaseRequest)(nil),      // 13: streamplane.v1.CheckLeaseRequest
+	(*CheckLeaseResponse)(nil),     // 14: streamplane.v1.CheckLeaseResponse
+	(*DescribeGroupRequest)(nil),   // 15: streamplane.v1.DescribeGroupRequest
+	(*LeaseInfo)(nil),              // 16: streamplane.v1.LeaseInfo
+	(*MemberInfo)(nil),             // 17: streamplane.v1.MemberInfo
+	(*GroupDescription)(nil),       // 18: streamplane.v1.GroupDescription
+	(*WatchGroupRequest)(nil),      // 19: streamplane.v1.WatchGroupRequest
+	(*DeleteGroupRequest)(nil),     // 20: streamplane.v1.DeleteGroupRequest
+	(*ConfigureGroupRequest)(nil),  // 21: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil), // 22: streamplane.v1.ConfigureGroupResponse
+	(*ClusterErrors)(nil),          // 23: streamplane.v1.ClusterErrors
+	(GenerationState)(0),           // 24: streamplane.v1.GenerationState
+	(*GroupEvent)(nil),             // 25: streamplane.v1.GroupEvent
+	(*GroupDeleted)(nil),           // 26: streamplane.v1.GroupDeleted
 }
 var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: streamplane.v1.Hello.subscriptions:type_name -> streamplane.v1.Subscription
 	3,  // 1: streamplane.v1.Heartbeat.leases:type_name -> streamplane.v1.LeaseLoad
-	21, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
+	23, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
 	2,  // 3: streamplane.v1.WorkerMessage.hello:type_name -> streamplane.v1.Hello
 	4,  // 4: streamplane.v1.WorkerMessage.heartbeat:type_name -> streamplane.v1.Heartbeat
 	5,  // 5: streamplane.v1.WorkerMessage.release:type_name -> streamplane.v1.Release
 	6,  // 6: streamplane.v1.WorkerMessage.renew:type_name -> streamplane.v1.Renew
 	0,  // 7: streamplane.v1.Grant.partition:type_name -> streamplane.v1.PartitionRef
-	22, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
+	24, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
 	0,  // 9: streamplane.v1.GenerationChange.partition:type_name -> streamplane.v1.PartitionRef
-	22, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
+	24, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
 	8,  // 11: streamplane.v1.AssignerMessage.welcome:type_name -> streamplane.v1.Welcome
 	9,  // 12: streamplane.v1.AssignerMessage.grant:type_name -> streamplane.v1.Grant
 	10, // 13: streamplane.v1.AssignerMessage.revoke:type_name -> streamplane.v1.Revoke
@@ -1742,13 +1871,15 @@ var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	15, // 21: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
 	19, // 22: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
 	20, // 23: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
-	12, // 24: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
-	14, // 25: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
-	18, // 26: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
-	23, // 27: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
-	24, // 28: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
-	24, // [24:29] is the sub-list for method output_type
-	19, // [19:24] is the sub-list for method input_type
+	21, // 24: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	12, // 25: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
+	14, // 26: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
+	18, // 27: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
+	25, // 28: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
+	26, // 29: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
+	22, // 30: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -1778,7 +1909,7 @@ func file_streamplane_v1_assigner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_assigner_proto_rawDesc), len(file_streamplane_v1_assigner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,11 +21,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AssignerService_Session_FullMethodName       = "/streamplane.v1.AssignerService/Session"
-	AssignerService_CheckLease_FullMethodName    = "/streamplane.v1.AssignerService/CheckLease"
-	AssignerService_DescribeGroup_FullMethodName = "/streamplane.v1.AssignerService/DescribeGroup"
-	AssignerService_WatchGroup_FullMethodName    = "/streamplane.v1.AssignerService/WatchGroup"
-	AssignerService_DeleteGroup_FullMethodName   = "/streamplane.v1.AssignerService/DeleteGroup"
+	AssignerService_Session_FullMethodName        = "/streamplane.v1.AssignerService/Session"
+	AssignerService_CheckLease_FullMethodName     = "/streamplane.v1.AssignerService/CheckLease"
+	AssignerService_DescribeGroup_FullMethodName  = "/streamplane.v1.AssignerService/DescribeGroup"
+	AssignerService_WatchGroup_FullMethodName     = "/streamplane.v1.AssignerService/WatchGroup"
+	AssignerService_DeleteGroup_FullMethodName    = "/streamplane.v1.AssignerService/DeleteGroup"
+	AssignerService_ConfigureGroup_FullMethodName = "/streamplane.v1.AssignerService/ConfigureGroup"
 )
 
 // AssignerServiceClient is the client API for AssignerService service.
@@ -45,6 +46,8 @@ type AssignerServiceClient interface {
 	// one transaction with a group_deleted event. FAILED_PRECONDITION while members are live, unless force;
 	// NOT_FOUND for an unknown group. The generations it read drain without it.
 	DeleteGroup(ctx context.Context, in *DeleteGroupRequest, opts ...grpc.CallOption) (*GroupDeleted, error)
+	// A group's settings: a lane's max attempts and time-lag target, and how long the group may stay inactive.
+	ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error)
 }
 
 type assignerServiceClient struct {
@@ -117,6 +120,16 @@ func (c *assignerServiceClient) DeleteGroup(ctx context.Context, in *DeleteGroup
 	return out, nil
 }
 
+func (c *assignerServiceClient) ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfigureGroupResponse)
+	err := c.cc.Invoke(ctx, AssignerService_ConfigureGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AssignerServiceServer is the server API for AssignerService service.
 // All implementations must embed UnimplementedAssignerServiceServer
 // for forward compatibility.
@@ -134,6 +147,8 @@ type AssignerServiceServer interface {
 	// one transaction with a group_deleted event. FAILED_PRECONDITION while members are live, unless force;
 	// NOT_FOUND for an unknown group. The generations it read drain without it.
 	DeleteGroup(context.Context, *DeleteGroupRequest) (*GroupDeleted, error)
+	// A group's settings: a lane's max attempts and time-lag target, and how long the group may stay inactive.
+	ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error)
 	mustEmbedUnimplementedAssignerServiceServer()
 }
 
@@ -158,6 +173,9 @@ func (UnimplementedAssignerServiceServer) WatchGroup(*WatchGroupRequest, grpc.Se
 }
 func (UnimplementedAssignerServiceServer) DeleteGroup(context.Context, *DeleteGroupRequest) (*GroupDeleted, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteGroup not implemented")
+}
+func (UnimplementedAssignerServiceServer) ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ConfigureGroup not implemented")
 }
 func (UnimplementedAssignerServiceServer) mustEmbedUnimplementedAssignerServiceServer() {}
 func (UnimplementedAssignerServiceServer) testEmbeddedByValue()                         {}
@@ -252,6 +270,24 @@ func _AssignerService_DeleteGroup_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AssignerService_ConfigureGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigureGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AssignerServiceServer).ConfigureGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AssignerService_ConfigureGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AssignerServiceServer).ConfigureGroup(ctx, req.(*ConfigureGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AssignerService_ServiceDesc is the grpc.ServiceDesc for AssignerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -270,6 +306,10 @@ var AssignerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteGroup",
 			Handler:    _AssignerService_DeleteGroup_Handler,
+		},
+		{
+			MethodName: "ConfigureGroup",
+			Handler:    _AssignerService_ConfigureGroup_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1503,130 +1503,11 @@ func (x *GetLagResponse) GetNextPageToken() string {
 	return ""
 }
 
-type ConfigureGroupRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	Lane  string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
-	// Attempts before a record must be rejected; 1..1000, default 5; 0 leaves it as it is.
-	MaxAttempts uint32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	// The time lag the lane should stay under (ms, 1000..86400000): past it, the Assigner gives the lane's
-	// partitions the first claim on the group's workers. 0 leaves it as it is; -1: no target. Default: 5000
-	// for the stream's top-priority lane, none for the others.
-	LagTargetMs int64 `protobuf:"varint,4,opt,name=lag_target_ms,json=lagTargetMs,proto3" json:"lag_target_ms,omitempty"`
-	// The group's own: how long (ms) it may stay without a live member and without a commit before it is
-	// deleted (1000..316224000000; -1: never). 0 leaves it as it is; default 7 days, like Kafka's offsets
-	// retention. Needs no lane.
-	ExpireAfterMs int64 `protobuf:"varint,5,opt,name=expire_after_ms,json=expireAfterMs,proto3" json:"expire_after_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ConfigureGroupRequest) Reset() {
-	*x = ConfigureGroupRequest{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[19]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ConfigureGroupRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ConfigureGroupRequest) ProtoMessage() {}
-
-func (x *ConfigureGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[19]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ConfigureGroupRequest.ProtoReflect.Descriptor instead.
-func (*ConfigureGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{19}
-}
-
-func (x *ConfigureGroupRequest) GetGroup() string {
-	if x != nil {
-		return x.Group
-	}
-	return ""
-}
-
-func (x *ConfigureGroupRequest) GetLane() string {
-	if x != nil {
-		return x.Lane
-	}
-	return ""
-}
-
-func (x *ConfigureGroupRequest) GetMaxAttempts() uint32 {
-	if x != nil {
-		return x.MaxAttempts
-	}
-	return 0
-}
-
-func (x *ConfigureGroupRequest) GetLagTargetMs() int64 {
-	if x != nil {
-		return x.LagTargetMs
-	}
-	return 0
-}
-
-func (x *ConfigureGroupRequest) GetExpireAfterMs() int64 {
-	if x != nil {
-		return x.ExpireAfterMs
-	}
-	return 0
-}
-
-type ConfigureGroupResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ConfigureGroupResponse) Reset() {
-	*x = ConfigureGroupResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[20]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ConfigureGroupResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ConfigureGroupResponse) ProtoMessage() {}
-
-func (x *ConfigureGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[20]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ConfigureGroupResponse.ProtoReflect.Descriptor instead.
-func (*ConfigureGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{20}
-}
-
 var File_streamplane_v1_commitlog_proto protoreflect.FileDescriptor
 
 const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
-	"\x1estreamplane/v1/commitlog.proto\x12\x0estreamplane.v1\"5\n" +
+	"\x1estreamplane/v1/commitlog.proto\x12\x0estreamplane.v1\x1a\x1dstreamplane/v1/assigner.proto\"5\n" +
 	"\vOffsetRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x03R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x03R\x03end\"s\n" +
@@ -1758,14 +1639,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
 	"offset_lag\x18\x04 \x01(\x03R\toffsetLag\x12\x1e\n" +
 	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\x12&\n" +
-	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
-	"\x15ConfigureGroupRequest\x12\x14\n" +
-	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
-	"\x04lane\x18\x02 \x01(\tR\x04lane\x12!\n" +
-	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\"\n" +
-	"\rlag_target_ms\x18\x04 \x01(\x03R\vlagTargetMs\x12&\n" +
-	"\x0fexpire_after_ms\x18\x05 \x01(\x03R\rexpireAfterMs\"\x18\n" +
-	"\x16ConfigureGroupResponse2\xff\x03\n" +
+	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken2\xff\x03\n" +
 	"\x10CommitLogService\x12G\n" +
 	"\x06Commit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n" +
 	"\vCommitBatch\x12\".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n" +
@@ -1787,7 +1661,7 @@ func file_streamplane_v1_commitlog_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_commitlog_proto_rawDescData
 }
 
-var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_streamplane_v1_commitlog_proto_goTypes = []any{
 	(*OffsetRange)(nil),            // 0: streamplane.v1.OffsetRange
 	(*RetryEntry)(nil),             // 1: streamplane.v1.RetryEntry
@@ -1849,13 +1723,14 @@ func file_streamplane_v1_commitlog_proto_init() {
 	if File_streamplane_v1_commitlog_proto != nil {
 		return
 	}
+	file_streamplane_v1_assigner_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_commitlog_proto_rawDesc), len(file_streamplane_v1_commitlog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ type CommitLogServiceClient interface {
 	// copies those to the dlq lane and rejects them.
 	DueRetries(ctx context.Context, in *DueRetriesRequest, opts ...grpc.CallOption) (*DueRetriesResponse, error)
 	GetLag(ctx context.Context, in *GetLagRequest, opts ...grpc.CallOption) (*GetLagResponse, error)
+	// Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
 	ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error)
 }
 
@@ -126,6 +127,7 @@ type CommitLogServiceServer interface {
 	// copies those to the dlq lane and rejects them.
 	DueRetries(context.Context, *DueRetriesRequest) (*DueRetriesResponse, error)
 	GetLag(context.Context, *GetLagRequest) (*GetLagResponse, error)
+	// Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
 	ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error)
 	mustEmbedUnimplementedCommitLogServiceServer()
 }

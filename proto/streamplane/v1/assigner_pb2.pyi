@@ -254,3 +254,21 @@ class DeleteGroupRequest(_message.Message):
     force: bool
     reason: str
     def __init__(self, group: _Optional[str] = ..., force: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ConfigureGroupRequest(_message.Message):
+    __slots__ = ("group", "lane", "max_attempts", "lag_target_ms", "expire_after_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LAG_TARGET_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lane: str
+    max_attempts: int
+    lag_target_ms: int
+    expire_after_ms: int
+    def __init__(self, group: _Optional[str] = ..., lane: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lag_target_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ...) -> None: ...
+
+class ConfigureGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -60,6 +60,11 @@ class AssignerServiceStub:
                 request_serializer=streamplane_dot_v1_dot_assigner__pb2.DeleteGroupRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_topology__pb2.GroupDeleted.FromString,
                 _registered_method=True)
+        self.ConfigureGroup = channel.unary_unary(
+                '/streamplane.v1.AssignerService/ConfigureGroup',
+                request_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AssignerServiceServicer:
@@ -103,6 +108,13 @@ class AssignerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConfigureGroup(self, request, context):
+        """A group's settings: a lane's max attempts and time-lag target, and how long the group may stay inactive.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AssignerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +142,11 @@ def add_AssignerServiceServicer_to_server(servicer, server):
                     servicer.DeleteGroup,
                     request_deserializer=streamplane_dot_v1_dot_assigner__pb2.DeleteGroupRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_topology__pb2.GroupDeleted.SerializeToString,
+            ),
+            'ConfigureGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConfigureGroup,
+                    request_deserializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -267,6 +284,33 @@ class AssignerService:
             '/streamplane.v1.AssignerService/DeleteGroup',
             streamplane_dot_v1_dot_assigner__pb2.DeleteGroupRequest.SerializeToString,
             streamplane_dot_v1_dot_topology__pb2.GroupDeleted.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConfigureGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.AssignerService/ConfigureGroup',
+            streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
+            streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

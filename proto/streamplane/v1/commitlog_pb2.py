@@ -22,57 +22,54 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from streamplane.v1 import assigner_pb2 as streamplane_dot_v1_dot_assigner__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estreamplane/v1/commitlog.proto\x12\x0estreamplane.v1\")\n\x0bOffsetRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"P\n\nRetryEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\nbackoff_ms\x18\x04 \x01(\r\"b\n\x0b\x44lqLocation\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\x11\n\tpartition\x18\x04 \x01(\r\x12\x0e\n\x06offset\x18\x05 \x01(\x03\"e\n\x0bRejectEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12(\n\x03\x64lq\x18\x03 \x01(\x0b\x32\x1b.streamplane.v1.DlqLocation\x12\x0c\n\x04\x63opy\x18\x04 \x01(\r\"\x8d\x03\n\rCommitRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12*\n\x05\x61\x63ked\x18\x04 \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\x12+\n\x07retries\x18\x05 \x03(\x0b\x32\x1a.streamplane.v1.RetryEntry\x12,\n\x07rejects\x18\x06 \x03(\x0b\x32\x1b.streamplane.v1.RejectEntry\x12\x1c\n\x14oldest_pending_ts_ms\x18\x07 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x08 \x01(\x03\x12\x1c\n\x14high_watermark_ts_ms\x18\t \x01(\x03\x12\x14\n\x0c\x61\x63ked_bitmap\x18\n \x01(\x0c\x12\x19\n\x11\x61\x63ked_bitmap_base\x18\x0b \x01(\x03\x12,\n\x07\x63opying\x18\x0c \x03(\x0b\x32\x1b.streamplane.v1.RejectEntry\x12\x12\n\nsession_id\x18\r \x01(\t\"\'\n\x07\x44lqCopy\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x63opy\x18\x02 \x01(\r\"c\n\x0e\x43ommitResponse\x12\x15\n\rlow_watermark\x18\x01 \x01(\x03\x12\x11\n\texhausted\x18\x02 \x03(\x03\x12\'\n\x06\x63opies\x18\x03 \x03(\x0b\x32\x17.streamplane.v1.DlqCopy\"g\n\x12\x43ommitBatchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12.\n\x07\x63ommits\x18\x02 \x03(\x0b\x32\x1d.streamplane.v1.CommitRequest\x12\x12\n\nsession_id\x18\x03 \x01(\t\"\xc2\x01\n\x0c\x43ommitResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x15\n\rlow_watermark\x18\x05 \x01(\x03\x12\x11\n\texhausted\x18\x06 \x03(\x03\x12\x0f\n\x07retries\x18\x07 \x01(\r\x12\x0f\n\x07\x64\x65tails\x18\x08 \x01(\t\x12\'\n\x06\x63opies\x18\t \x03(\x0b\x32\x17.streamplane.v1.DlqCopy\"D\n\x13\x43ommitBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.streamplane.v1.CommitResult\"I\n\x12GetProgressRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x12\n\nmax_ranges\x18\x03 \x01(\r\"\x83\x01\n\nRetryState\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x10\n\x08\x61ttempts\x18\x02 \x01(\r\x12\x1c\n\x14next_attempt_unix_ms\x18\x03 \x01(\x03\x12\x12\n\nlast_error\x18\x04 \x01(\t\x12\x11\n\texhausted\x18\x05 \x01(\x08\x12\x0e\n\x06\x63opies\x18\x06 \x01(\r\"\x93\x02\n\x08Progress\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12)\n\x04\x64one\x18\x04 \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\x12 \n\x18\x64one_above_low_watermark\x18\x05 \x01(\x03\x12\x0f\n\x07retries\x18\x06 \x01(\r\x12\x0f\n\x07rejects\x18\x07 \x01(\r\x12\x12\n\noffset_lag\x18\x08 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\t \x01(\x03\x12\x1c\n\x14oldest_pending_ts_ms\x18\n \x01(\x03\x12\x10\n\x08retrying\x18\x0b \x03(\x03\"R\n\x11\x44ueRetriesRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05limit\x18\x04 \x01(\r\"=\n\x12\x44ueRetriesResponse\x12\'\n\x03\x64ue\x18\x01 \x03(\x0b\x32\x1a.streamplane.v1.RetryState\"w\n\rGetLagRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x0c\n\x04lane\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x12\n\nlanes_only\x18\x06 \x01(\x08\"\x87\x01\n\x0cPartitionLag\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x12\n\noffset_lag\x18\x04 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x05 \x01(\x03\x12\r\n\x05group\x18\x06 \x01(\t\"_\n\x07LaneLag\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\noffset_lag\x18\x03 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x04 \x01(\x03\x12\r\n\x05group\x18\x05 \x01(\t\"\xbb\x01\n\x0eGetLagResponse\x12\r\n\x05group\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.streamplane.v1.PartitionLag\x12&\n\x05lanes\x18\x03 \x03(\x0b\x32\x17.streamplane.v1.LaneLag\x12\x12\n\noffset_lag\x18\x04 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x05 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x06 \x01(\t\"z\n\x15\x43onfigureGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x14\n\x0cmax_attempts\x18\x03 \x01(\r\x12\x15\n\rlag_target_ms\x18\x04 \x01(\x03\x12\x17\n\x0f\x65xpire_after_ms\x18\x05 \x01(\x03\"\x18\n\x16\x43onfigureGroupResponse2\xff\x03\n\x10\x43ommitLogService\x12G\n\x06\x43ommit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n\x0b\x43ommitBatch\x12\".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n\x0bGetProgress\x12\".streamplane.v1.GetProgressRequest\x1a\x18.streamplane.v1.Progress\x12S\n\nDueRetries\x12!.streamplane.v1.DueRetriesRequest\x1a\".streamplane.v1.DueRetriesResponse\x12G\n\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12_\n\x0e\x43onfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estreamplane/v1/commitlog.proto\x12\x0estreamplane.v1\x1a\x1dstreamplane/v1/assigner.proto\")\n\x0bOffsetRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"P\n\nRetryEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\nbackoff_ms\x18\x04 \x01(\r\"b\n\x0b\x44lqLocation\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\x11\n\tpartition\x18\x04 \x01(\r\x12\x0e\n\x06offset\x18\x05 \x01(\x03\"e\n\x0bRejectEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12(\n\x03\x64lq\x18\x03 \x01(\x0b\x32\x1b.streamplane.v1.DlqLocation\x12\x0c\n\x04\x63opy\x18\x04 \x01(\r\"\x8d\x03\n\rCommitRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12*\n\x05\x61\x63ked\x18\x04 \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\x12+\n\x07retries\x18\x05 \x03(\x0b\x32\x1a.streamplane.v1.RetryEntry\x12,\n\x07rejects\x18\x06 \x03(\x0b\x32\x1b.streamplane.v1.RejectEntry\x12\x1c\n\x14oldest_pending_ts_ms\x18\x07 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x08 \x01(\x03\x12\x1c\n\x14high_watermark_ts_ms\x18\t \x01(\x03\x12\x14\n\x0c\x61\x63ked_bitmap\x18\n \x01(\x0c\x12\x19\n\x11\x61\x63ked_bitmap_base\x18\x0b \x01(\x03\x12,\n\x07\x63opying\x18\x0c \x03(\x0b\x32\x1b.streamplane.v1.RejectEntry\x12\x12\n\nsession_id\x18\r \x01(\t\"\'\n\x07\x44lqCopy\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x63opy\x18\x02 \x01(\r\"c\n\x0e\x43ommitResponse\x12\x15\n\rlow_watermark\x18\x01 \x01(\x03\x12\x11\n\texhausted\x18\x02 \x03(\x03\x12\'\n\x06\x63opies\x18\x03 \x03(\x0b\x32\x17.streamplane.v1.DlqCopy\"g\n\x12\x43ommitBatchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12.\n\x07\x63ommits\x18\x02 \x03(\x0b\x32\x1d.streamplane.v1.CommitRequest\x12\x12\n\nsession_id\x18\x03 \x01(\t\"\xc2\x01\n\x0c\x43ommitResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x15\n\rlow_watermark\x18\x05 \x01(\x03\x12\x11\n\texhausted\x18\x06 \x03(\x03\x12\x0f\n\x07retries\x18\x07 \x01(\r\x12\x0f\n\x07\x64\x65tails\x18\x08 \x01(\t\x12\'\n\x06\x63opies\x18\t \x03(\x0b\x32\x17.streamplane.v1.DlqCopy\"D\n\x13\x43ommitBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.streamplane.v1.CommitResult\"I\n\x12GetProgressRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x12\n\nmax_ranges\x18\x03 \x01(\r\"\x83\x01\n\nRetryState\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x10\n\x08\x61ttempts\x18\x02 \x01(\r\x12\x1c\n\x14next_attempt_unix_ms\x18\x03 \x01(\x03\x12\x12\n\nlast_error\x18\x04 \x01(\t\x12\x11\n\texhausted\x18\x05 \x01(\x08\x12\x0e\n\x06\x63opies\x18\x06 \x01(\r\"\x93\x02\n\x08Progress\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12)\n\x04\x64one\x18\x04 \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\x12 \n\x18\x64one_above_low_watermark\x18\x05 \x01(\x03\x12\x0f\n\x07retries\x18\x06 \x01(\r\x12\x0f\n\x07rejects\x18\x07 \x01(\r\x12\x12\n\noffset_lag\x18\x08 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\t \x01(\x03\x12\x1c\n\x14oldest_pending_ts_ms\x18\n \x01(\x03\x12\x10\n\x08retrying\x18\x0b \x03(\x03\"R\n\x11\x44ueRetriesRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05limit\x18\x04 \x01(\r\"=\n\x12\x44ueRetriesResponse\x12\'\n\x03\x64ue\x18\x01 \x03(\x0b\x32\x1a.streamplane.v1.RetryState\"w\n\rGetLagRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x0c\n\x04lane\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x12\n\nlanes_only\x18\x06 \x01(\x08\"\x87\x01\n\x0cPartitionLag\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x12\n\noffset_lag\x18\x04 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x05 \x01(\x03\x12\r\n\x05group\x18\x06 \x01(\t\"_\n\x07LaneLag\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\noffset_lag\x18\x03 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x04 \x01(\x03\x12\r\n\x05group\x18\x05 \x01(\t\"\xbb\x01\n\x0eGetLagResponse\x12\r\n\x05group\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.streamplane.v1.PartitionLag\x12&\n\x05lanes\x18\x03 \x03(\x0b\x32\x17.streamplane.v1.LaneLag\x12\x12\n\noffset_lag\x18\x04 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x05 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x06 \x01(\t2\xff\x03\n\x10\x43ommitLogService\x12G\n\x06\x43ommit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n\x0b\x43ommitBatch\x12\".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n\x0bGetProgress\x12\".streamplane.v1.GetProgressRequest\x1a\x18.streamplane.v1.Progress\x12S\n\nDueRetries\x12!.streamplane.v1.DueRetriesRequest\x1a\".streamplane.v1.DueRetriesResponse\x12G\n\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12_\n\x0e\x43onfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'streamplane.v1.commitlog_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OFFSETRANGE']._serialized_start=50
-  _globals['_OFFSETRANGE']._serialized_end=91
-  _globals['_RETRYENTRY']._serialized_start=93
-  _globals['_RETRYENTRY']._serialized_end=173
-  _globals['_DLQLOCATION']._serialized_start=175
-  _globals['_DLQLOCATION']._serialized_end=273
-  _globals['_REJECTENTRY']._serialized_start=275
-  _globals['_REJECTENTRY']._serialized_end=376
-  _globals['_COMMITREQUEST']._serialized_start=379
-  _globals['_COMMITREQUEST']._serialized_end=776
-  _globals['_DLQCOPY']._serialized_start=778
-  _globals['_DLQCOPY']._serialized_end=817
-  _globals['_COMMITRESPONSE']._serialized_start=819
-  _globals['_COMMITRESPONSE']._serialized_end=918
-  _globals['_COMMITBATCHREQUEST']._serialized_start=920
-  _globals['_COMMITBATCHREQUEST']._serialized_end=1023
-  _globals['_COMMITRESULT']._serialized_start=1026
-  _globals['_COMMITRESULT']._serialized_end=1220
-  _globals['_COMMITBATCHRESPONSE']._serialized_start=1222
-  _globals['_COMMITBATCHRESPONSE']._serialized_end=1290
-  _globals['_GETPROGRESSREQUEST']._serialized_start=1292
-  _globals['_GETPROGRESSREQUEST']._serialized_end=1365
-  _globals['_RETRYSTATE']._serialized_start=1368
-  _globals['_RETRYSTATE']._serialized_end=1499
-  _globals['_PROGRESS']._serialized_start=1502
-  _globals['_PROGRESS']._serialized_end=1777
-  _globals['_DUERETRIESREQUEST']._serialized_start=1779
-  _globals['_DUERETRIESREQUEST']._serialized_end=1861
-  _globals['_DUERETRIESRESPONSE']._serialized_start=1863
-  _globals['_DUERETRIESRESPONSE']._serialized_end=1924
-  _globals['_GETLAGREQUEST']._serialized_start=1926
-  _globals['_GETLAGREQUEST']._serialized_end=2045
-  _globals['_PARTITIONLAG']._serialized_start=2048
-  _globals['_PARTITIONLAG']._serialized_end=2183
-  _globals['_LANELAG']._serialized_start=2185
-  _globals['_LANELAG']._serialized_end=2280
-  _globals['_GETLAGRESPONSE']._serialized_start=2283
-  _globals['_GETLAGRESPONSE']._serialized_end=2470
-  _globals['_CONFIGUREGROUPREQUEST']._serialized_start=2472
-  _globals['_CONFIGUREGROUPREQUEST']._serialized_end=2594
-  _globals['_CONFIGUREGROUPRESPONSE']._serialized_start=2596
-  _globals['_CONFIGUREGROUPRESPONSE']._serialized_end=2620
-  _globals['_COMMITLOGSERVICE']._serialized_start=2623
-  _globals['_COMMITLOGSERVICE']._serialized_end=3134
+  _globals['_OFFSETRANGE']._serialized_start=81
+  _globals['_OFFSETRANGE']._serialized_end=122
+  _globals['_RETRYENTRY']._serialized_start=124
+  _globals['_RETRYENTRY']._serialized_end=204
+  _globals['_DLQLOCATION']._serialized_start=206
+  _globals['_DLQLOCATION']._serialized_end=304
+  _globals['_REJECTENTRY']._serialized_start=306
+  _globals['_REJECTENTRY']._serialized_end=407
+  _globals['_COMMITREQUEST']._serialized_start=410
+  _globals['_COMMITREQUEST']._serialized_end=807
+  _globals['_DLQCOPY']._serialized_start=809
+  _globals['_DLQCOPY']._serialized_end=848
+  _globals['_COMMITRESPONSE']._serialized_start=850
+  _globals['_COMMITRESPONSE']._serialized_end=949
+  _globals['_COMMITBATCHREQUEST']._serialized_start=951
+  _globals['_COMMITBATCHREQUEST']._serialized_end=1054
+  _globals['_COMMITRESULT']._serialized_start=1057
+  _globals['_COMMITRESULT']._serialized_end=1251
+  _globals['_COMMITBATCHRESPONSE']._serialized_start=1253
+  _globals['_COMMITBATCHRESPONSE']._serialized_end=1321
+  _globals['_GETPROGRESSREQUEST']._serialized_start=1323
+  _globals['_GETPROGRESSREQUEST']._serialized_end=1396
+  _globals['_RETRYSTATE']._serialized_start=1399
+  _globals['_RETRYSTATE']._serialized_end=1530
+  _globals['_PROGRESS']._serialized_start=1533
+  _globals['_PROGRESS']._serialized_end=1808
+  _globals['_DUERETRIESREQUEST']._serialized_start=1810
+  _globals['_DUERETRIESREQUEST']._serialized_end=1892
+  _globals['_DUERETRIESRESPONSE']._serialized_start=1894
+  _globals['_DUERETRIESRESPONSE']._serialized_end=1955
+  _globals['_GETLAGREQUEST']._serialized_start=1957
+  _globals['_GETLAGREQUEST']._serialized_end=2076
+  _globals['_PARTITIONLAG']._serialized_start=2079
+  _globals['_PARTITIONLAG']._serialized_end=2214
+  _globals['_LANELAG']._serialized_start=2216
+  _globals['_LANELAG']._serialized_end=2311
+  _globals['_GETLAGRESPONSE']._serialized_start=2314
+  _globals['_GETLAGRESPONSE']._serialized_end=2501
+  _globals['_COMMITLOGSERVICE']._serialized_start=2504
+  _globals['_COMMITLOGSERVICE']._serialized_end=3015
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from streamplane.v1 import assigner_pb2 as _assigner_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -269,21 +270,3 @@ class GetLagResponse(_message.Message):
     time_lag_ms: int
     next_page_token: str
     def __init__(self, group: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., lanes: _Optional[_Iterable[_Union[LaneLag, _Mapping]]] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
-
-class ConfigureGroupRequest(_message.Message):
-    __slots__ = ("group", "lane", "max_attempts", "lag_target_ms", "expire_after_ms")
-    GROUP_FIELD_NUMBER: _ClassVar[int]
-    LANE_FIELD_NUMBER: _ClassVar[int]
-    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
-    LAG_TARGET_MS_FIELD_NUMBER: _ClassVar[int]
-    EXPIRE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
-    group: str
-    lane: str
-    max_attempts: int
-    lag_target_ms: int
-    expire_after_ms: int
-    def __init__(self, group: _Optional[str] = ..., lane: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lag_target_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ...) -> None: ...
-
-class ConfigureGroupResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...

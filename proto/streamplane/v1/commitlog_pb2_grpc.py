@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from streamplane.v1 import assigner_pb2 as streamplane_dot_v1_dot_assigner__pb2
 from streamplane.v1 import commitlog_pb2 as streamplane_dot_v1_dot_commitlog__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -61,8 +62,8 @@ class CommitLogServiceStub:
                 _registered_method=True)
         self.ConfigureGroup = channel.unary_unary(
                 '/streamplane.v1.CommitLogService/ConfigureGroup',
-                request_serializer=streamplane_dot_v1_dot_commitlog__pb2.ConfigureGroupRequest.SerializeToString,
-                response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.ConfigureGroupResponse.FromString,
+                request_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.FromString,
                 _registered_method=True)
 
 
@@ -104,7 +105,8 @@ class CommitLogServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ConfigureGroup(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -139,8 +141,8 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
             ),
             'ConfigureGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.ConfigureGroup,
-                    request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.ConfigureGroupRequest.FromString,
-                    response_serializer=streamplane_dot_v1_dot_commitlog__pb2.ConfigureGroupResponse.SerializeToString,
+                    request_deserializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -303,8 +305,8 @@ class CommitLogService:
             request,
             target,
             '/streamplane.v1.CommitLogService/ConfigureGroup',
-            streamplane_dot_v1_dot_commitlog__pb2.ConfigureGroupRequest.SerializeToString,
-            streamplane_dot_v1_dot_commitlog__pb2.ConfigureGroupResponse.FromString,
+            streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
+            streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,
