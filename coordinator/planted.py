@@ -1,6 +1,6 @@
 """Bugs planted on purpose, each off unless the simulator switches it on, to show that it can fail.
 
-A simulator that finds no bug proves little: `tests/test_simulation.py` turns each of these on in turn and
+A simulator that finds no bug proves little: `tests/core/test_simulation.py` turns each of these on in turn and
 requires `streamplane.sim` to report a violation within a bounded number of seeds. Production
 code reads them at the few places they change; nothing else ever sets them.
 """

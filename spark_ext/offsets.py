@@ -9,7 +9,7 @@ An offset is a JSON-able dict that Spark keeps verbatim in its checkpoint:
 
 "lane/generation/partition" -> the next offset to read; "done" lists the generations this query has finished.
 
-The rules the planner keeps, whatever the history of the stream (tests/test_spark_offsets.py holds it to a
+The rules the planner keeps, whatever the history of the stream (tests/spark/test_spark_offsets.py holds it to a
 model over random histories):
 
 - **Positions never go back, and a key never leaves.** Every key of the start is in the end, at the same

@@ -26,7 +26,7 @@ from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, op
 from streamplane.coordinator.store.api import Database, Transaction
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.devstack.cluster_control import LocalClusterControl
-from tests.helpers import Proc, real_kafka_jars
+from tests.helpers import Domain, Proc, real_kafka_jars
 
 # `streamplane dev` leaves its admin token where clients of its address find it: here, not in the user's home
 os.environ.setdefault("STREAMPLANE_CREDENTIALS_DIR", tempfile.mkdtemp(prefix="streamplane-credentials-"))
@@ -292,13 +292,29 @@ def crashes() -> Iterator[list[str]]:
     threading.excepthook = previous
 
 
+@pytest.fixture
+def domain(tmp_path: Path) -> Iterator[Domain]:
+    """The domain in tmp_path: an embedded store, a Topology over in-memory clusters, a manual clock (add
+    clusters and streams with `domain.cluster(...)`, `domain.stream(...)`)."""
+    built = Domain(tmp_path)
+    yield built
+    built.close()
+
+
 # -- what each engine column ran ----------------------------------------------------------------------------------
 
 _ENGINE_OF: dict[str, str] = {}
 
 
+E2E = Path(__file__).with_name("e2e")
+"""Tests that start real processes (a coordinator, local Kafka clusters, Spark, Go) live here: the folder marks
+them `e2e` (`-m "not e2e"` is the quick loop)."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)
         params = getattr(getattr(item, "callspec", None), "params", {})
         uses = set(getattr(item, "fixturenames", ())) & {"real_kafka", "kafka_bootstrap"}
         ids = item.nodeid.partition("[")[2].rstrip("]").split("-")

@@ -383,3 +383,39 @@ def host_of(assigner: Any) -> Any:
             assigner.db, assigner.config, replica_id=assigner.replica_id, clock=assigner.clock
         )
     return host
+
+
+class Domain:
+    """The coordinator's domain to test against, with no server: an embedded store (in `path`, or in memory),
+    a Topology over in-memory Kafka clusters, and a manual clock. `cluster` and `stream` add to it and return it,
+    so a set-up reads as one line: `Domain(tmp_path).cluster("c").stream("s", 2)`."""
+
+    def __init__(self, path: Path | None = None, *, clock: Any = None) -> None:
+        from streamplane.clock import ManualClock
+        from streamplane.coordinator.store.embedded import EmbeddedDatabase
+        from streamplane.coordinator.topology.topology import Topology
+        from streamplane.testing.cluster_admin import MemoryClusterAdmin
+
+        self.clock = clock if clock is not None else ManualClock()
+        self.db = EmbeddedDatabase(path)
+        self.admin = MemoryClusterAdmin()
+        self.topology = Topology(self.db, self.admin, self.clock)
+
+    def cluster(self, *names: str) -> Domain:
+        """Register clusters named `names` (bootstrap "<name>:9092")."""
+        from streamplane.model import Cluster
+
+        for name in names:
+            self.topology.register_cluster(Cluster(name, f"{name}:9092"))
+        return self
+
+    def stream(self, name: str, partitions: int, cluster: str = "c", **lanes: int) -> Domain:
+        """Create stream `name` on `cluster`, and lanes beyond the default ones: lane name=priority, each with
+        `partitions` partitions."""
+        self.topology.create_stream(name, partitions, cluster)
+        for lane, priority in lanes.items():
+            self.topology.add_lane(name, lane, priority, partitions, cluster)
+        return self
+
+    def close(self) -> None:
+        self.db.close()

@@ -17,11 +17,11 @@ import (
 )
 
 // TestWhoAmI prints who the coordinator at STREAMPLANE_COORDINATOR takes this client for (driven by
-// tests/test_security.py with the TLS and token settings of the environment, see Dial).
+// tests/rpc/test_security.py with the TLS and token settings of the environment, see Dial).
 func TestWhoAmI(t *testing.T) {
 	coordinator := os.Getenv("STREAMPLANE_COORDINATOR")
 	if coordinator == "" {
-		t.Skip("driven by tests/test_security.py (STREAMPLANE_COORDINATOR unset)")
+		t.Skip("driven by tests/rpc/test_security.py (STREAMPLANE_COORDINATOR unset)")
 	}
 	conn, err := Dial(coordinator)
 	if err != nil {
@@ -37,14 +37,14 @@ func TestWhoAmI(t *testing.T) {
 	fmt.Printf("whoami name=%s role=%s via=%s\n", me.GetName(), me.GetRole(), me.GetVia())
 }
 
-// TestWhoAmIAcrossAStall asks WhoAmI, waits for the file STREAMPLANE_GO_STALLED (the driver, tests/test_replicas.py,
+// TestWhoAmIAcrossAStall asks WhoAmI, waits for the file STREAMPLANE_GO_STALLED (the driver, tests/e2e/test_replicas.py,
 // has stopped the replica in use meanwhile), then asks again with a 30 s deadline and prints how long it took:
 // keepalive pings must drop the stopped replica well before that deadline. The call under way then fails
 // UNAVAILABLE, as a call to a replica that died does, and is asked once more, as callers of idempotent calls do.
 func TestWhoAmIAcrossAStall(t *testing.T) {
 	coordinator, stalled := os.Getenv("STREAMPLANE_COORDINATOR"), os.Getenv("STREAMPLANE_GO_STALLED")
 	if coordinator == "" || stalled == "" {
-		t.Skip("driven by tests/test_replicas.py (STREAMPLANE_COORDINATOR or STREAMPLANE_GO_STALLED unset)")
+		t.Skip("driven by tests/e2e/test_replicas.py (STREAMPLANE_COORDINATOR or STREAMPLANE_GO_STALLED unset)")
 	}
 	conn, err := Dial(coordinator)
 	if err != nil {
@@ -79,14 +79,14 @@ func TestWhoAmIAcrossAStall(t *testing.T) {
 	fmt.Printf("asked again in %.1f s\n", ask().Seconds())
 }
 
-// TestGroupWorker is a Go member of a consumer group, driven by tests/test_go_client.py: it reads the leases
+// TestGroupWorker is a Go member of a consumer group, driven by tests/e2e/test_go_client.py: it reads the leases
 // it is granted straight from Kafka, writes each record's value to STREAMPLANE_GO_WORKER_OUT, commits with
 // the lease's epoch, and hands revoked leases back after a last commit. It stops when the file
 // STREAMPLANE_GO_WORKER_STOP appears.
 func TestGroupWorker(t *testing.T) {
 	coordinator, out := os.Getenv("STREAMPLANE_COORDINATOR"), os.Getenv("STREAMPLANE_GO_WORKER_OUT")
 	if coordinator == "" || out == "" {
-		t.Skip("driven by tests/test_go_client.py (STREAMPLANE_COORDINATOR and STREAMPLANE_GO_WORKER_OUT unset)")
+		t.Skip("driven by tests/e2e/test_go_client.py (STREAMPLANE_COORDINATOR and STREAMPLANE_GO_WORKER_OUT unset)")
 	}
 	stopFile := os.Getenv("STREAMPLANE_GO_WORKER_STOP")
 	conn, err := Dial(coordinator)

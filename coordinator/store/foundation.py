@@ -3,7 +3,7 @@
 Selected by STREAMPLANE_STORE=fdb; the cluster file comes from FDB_CLUSTER_FILE (or fdb's default). The API
 version is pinned. The bindings' `on_error` decides what is retried and how long to back off; our retry loop
 (`store.retry`) adds idempotency tokens, so a body is never applied twice after `commit_unknown_result`
-(tests/test_store_faults.py runs every change through that loop under injected faults).
+(tests/store/test_store_faults.py runs every change through that loop under injected faults).
 """
 
 from __future__ import annotations

@@ -1,0 +1,157 @@
+"""The PostgreSQL driver beyond the store contract (tests/store/test_store_conformance.py runs that on it too): a
+connection lost at COMMIT never applies a transaction twice, the store is chosen by URL from the CLI, and an
+unreachable or newer store is refused in one sentence. A real server, from Debian's binaries."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from streamplane.coordinator import keys
+from streamplane.coordinator.store import StoreConfig, StoreUnavailableError, open_store
+from streamplane.coordinator.store.api import read_counter
+from streamplane.coordinator.store.postgres import PostgresDatabase
+from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.topology import Topology
+from streamplane.model import Cluster, StreamCreated
+from streamplane.testing.cluster_admin import MemoryClusterAdmin
+from tests.helpers import Proc, cli
+
+
+def _topology(db: PostgresDatabase) -> Topology:
+    topology = Topology(db, MemoryClusterAdmin())
+    topology.register_cluster(Cluster("east", "east:9092"))
+    return topology
+
+
+def test_a_backend_killed_at_commit_is_retried_and_applied_once(postgres) -> None:
+    """pg_terminate_backend of the transaction's own backend just before its COMMIT: the commit fails, the
+    retry finds that it did not happen (no idempotency token), and applies the change once."""
+    db = PostgresDatabase(postgres.create_database())
+    killed = []
+
+    def commit_after_a_kill(conn: Any) -> None:
+        if not killed:
+            killed.append(conn.info.backend_pid)
+            with psycopg.connect(db.url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        conn.commit()
+
+    db._commit = commit_after_a_kill  # type: ignore[method-assign]
+    try:
+        _topology(db).create_stream("killed", 1, "east")
+        assert killed
+        created = [e for e in events.read_events(db, None) if isinstance(e, StreamCreated)]
+        assert [e.stream.name for e in created] == ["killed"]
+        assert db.transact(lambda tr: read_counter(tr, keys.EVENT_HEAD)) == 2  # registered, created: once each
+    finally:
+        db.close()
+
+
+def test_a_commit_that_happened_but_whose_answer_was_lost_is_not_applied_twice(postgres) -> None:
+    """The other unknown result: COMMIT reached the server, the answer did not come back. The retry finds the
+    attempt's idempotency token and returns its result instead of running the body again."""
+    db = PostgresDatabase(postgres.create_database())
+    lost = []
+
+    def commit_then_lose_the_answer(conn: Any) -> None:
+        conn.commit()
+        if not lost:
+            lost.append(True)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    db._commit = commit_then_lose_the_answer  # type: ignore[method-assign]
+    try:
+        topology = _topology(db)
+        assert lost, "the registration's commit answer was lost"
+        done = topology.create_stream("once", 1, "east")
+        created = [e for e in events.read_events(db, None) if isinstance(e, StreamCreated)]
+        assert [e.stream.name for e in created] == ["once"] and done.version == created[0].version
+        registered = [e for e in events.read_events(db, None) if getattr(e, "cluster", None)]
+        assert len(registered) == 1
+    finally:
+        db.close()
+
+
+def test_an_unreachable_store_is_one_sentence_and_exit_6_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailableError, match=r"cannot reach PostgreSQL at 127\.0\.0\.1:1/nowhere"):
+        open_store(StoreConfig.from_env(store="postgresql://u@127.0.0.1:1/nowhere"))
+    done = cli("coordinator", "--port", "0", "--store", "postgresql://u:secret@127.0.0.1:1/nowhere", timeout=60)
+    assert done.returncode == 6, done.stderr
+    assert "cannot reach PostgreSQL at 127.0.0.1:1/nowhere" in done.stderr and "secret" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_store_written_by_a_newer_version_is_refused(postgres) -> None:
+    url = postgres.create_database()
+    PostgresDatabase(url).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE streamplane_meta SET value = 99 WHERE name = 'schema_version'")
+    with pytest.raises(StoreUnavailableError, match="written by a newer streamplane"):
+        PostgresDatabase(url)
+
+
+def test_the_coordinator_serves_from_postgresql_and_inspect_reads_it(postgres, tmp_path: Path) -> None:
+    url = postgres.create_database()
+    proc = Proc([sys.executable, "-m", "streamplane.cli.main", "coordinator", "--port", "0", "--store", url])
+    try:
+        address = proc.wait_for(r"coordinator=(\S+) store=postgres").group(1)
+        registered = cli("cluster", "register", "pg-east", "--bootstrap", "east:9092", coordinator=address)
+        assert registered.returncode == 0, registered.stderr
+    finally:
+        assert proc.stop() == 0
+    shown = cli("inspect", "cluster", "--store", url)
+    assert shown.returncode == 0 and "pg-east" in shown.stdout, shown.stderr
+
+
+def test_writers_that_conflict_finish_and_a_retry_never_loses_twice(postgres) -> None:
+    """SERIALIZABLE's predicate locks are coarser than our keys, so writers of disjoint keys that read each
+    other's ranges fail to serialize. A failed transaction's retry waits for the writers and then runs alone:
+    every transaction finishes, none runs more than twice, and every write lands once."""
+    db = PostgresDatabase(postgres.create_database())
+    try:
+        attempts = _racing_writers(db, alone=False)
+        assert max(attempts) <= 2, f"a transaction ran {max(attempts)} times"
+        assert sum(a > 1 for a in attempts) > 0, "no writer conflicted: the test tests nothing"
+        assert db.transact(lambda tr: [read_counter(tr, b"w/%d" % me) for me in range(4)]) == [25] * 4
+        # writers that say they write what others write at once (the commit log's batches) queue instead
+        assert _racing_writers(db, alone=True) == [1] * 100
+        assert db.transact(lambda tr: [read_counter(tr, b"w/%d" % me) for me in range(4)]) == [50] * 4
+    finally:
+        db.close()
+
+
+def _racing_writers(db: PostgresDatabase, *, alone: bool) -> list[int]:
+    """4 threads, 25 transactions each, each reading every writer's keys and adding to its own: how many
+    attempts each transaction took."""
+    import threading
+
+    attempts: list[int] = []
+    lock = threading.Lock()
+
+    def writer(me: int) -> None:
+        for _ in range(25):
+            tries = [0]
+
+            def body(tr: Any, tries: list[int] = tries) -> None:
+                tries[0] += 1
+                if alone:
+                    tr.run_alone()
+                tr.get_range(b"w/", b"w0")  # every writer reads every writer's keys
+                tr.add(b"w/%d" % me, 1)
+
+            db.transact(body)
+            with lock:
+                attempts.append(tries[0])
+
+    threads = [threading.Thread(target=writer, args=(me,)) for me in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(attempts) == 100
+    return attempts
