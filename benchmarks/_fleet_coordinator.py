@@ -9,7 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from streamplane.coordinator.groups.assigner import AssignerConfig
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.log import configure_logging

@@ -300,7 +300,8 @@ def store_fleet(partitions: int, workers: int) -> dict[str, float]:
     """The Assigner's loop over the embedded store: first assignment, regrants, pass costs, largest write."""
     from streamplane.clock import ManualClock
     from streamplane.coordinator.groups import leases
-    from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+    from streamplane.coordinator.groups.assigner import Assigner
+    from streamplane.coordinator.groups.timing import AssignerConfig
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
     from streamplane.coordinator.topology.topology import Topology
     from streamplane.model import Cluster, Subscription
@@ -531,7 +532,8 @@ def idle_groups_pass_ms(groups: int) -> float:
     a fleet of small idle groups costs the coordinator every rebalance interval."""
     from streamplane.clock import ManualClock
     from streamplane.coordinator.groups import leases
-    from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+    from streamplane.coordinator.groups.assigner import Assigner
+    from streamplane.coordinator.groups.timing import AssignerConfig
     from streamplane.coordinator.store.embedded import EmbeddedDatabase
     from streamplane.coordinator.topology.topology import Topology
     from streamplane.model import Cluster, Subscription

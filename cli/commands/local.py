@@ -13,7 +13,7 @@ from streamplane import errors
 from streamplane.cli.output import json_shown
 
 if TYPE_CHECKING:
-    from streamplane.coordinator.groups.assigner import AssignerConfig
+    from streamplane.coordinator.groups.timing import AssignerConfig
     from streamplane.coordinator.rpc.guard import Guard
 
 from streamplane.cli.common import STORE_HELP, Add, Subparsers, positive
@@ -134,7 +134,7 @@ def cmd_fault(args: argparse.Namespace) -> None:
 
 
 def _assigner_config(args: argparse.Namespace) -> AssignerConfig:
-    from streamplane.coordinator.groups.assigner import AssignerConfig
+    from streamplane.coordinator.groups.timing import AssignerConfig
 
     if not 100 <= args.session_ttl_ms <= 60_000:
         raise errors.InvalidArgumentError(f"--session-ttl-ms must be between 100 and 60000, not {args.session_ttl_ms}")

@@ -24,10 +24,11 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
 from streamplane.coordinator.commitlog.service import CommitLog
 from streamplane.coordinator.console import Console
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.lifecycle import REAP_EVERY_MS, GroupReaper
 from streamplane.coordinator.groups.sessions.host import SessionHost
 from streamplane.coordinator.groups.sessions.hub import SessionHub
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.rpc.assigner_servicer import AssignerServicer
 from streamplane.coordinator.rpc.auth_servicer import AuthServicer

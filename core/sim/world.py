@@ -18,8 +18,9 @@ from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog.service import CommitLog
 from streamplane.coordinator.groups import leases
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.sessions.host import Session, SessionHost
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.loop import Schedule
 from streamplane.coordinator.store.api import Watch
 from streamplane.coordinator.store.embedded import EmbeddedDatabase

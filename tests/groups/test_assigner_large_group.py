@@ -12,7 +12,8 @@ import pytest
 from streamplane.clock import ManualClock
 from streamplane.coordinator import keys
 from streamplane.coordinator.groups import leases
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.store import Transaction
 from streamplane.coordinator.store.api import MAX_TRANSACTION_BYTES
 from streamplane.coordinator.store.embedded import EmbeddedDatabase

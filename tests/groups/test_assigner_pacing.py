@@ -11,8 +11,9 @@ import pytest
 from streamplane.clock import ManualClock
 from streamplane.coordinator import keys
 from streamplane.coordinator.groups import leadership, leases
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.leases import Subscription
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.coordinator.topology.topology import Topology

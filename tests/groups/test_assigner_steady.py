@@ -11,9 +11,10 @@ from collections import Counter
 import pytest
 
 from streamplane.clock import ManualClock
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.leases import Subscription
 from streamplane.coordinator.groups.sessions.host import Session
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.store import Database
 from streamplane.model import Heartbeat, LeaseLoad
 from tests.helpers import Domain, host_of

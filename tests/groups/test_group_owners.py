@@ -9,7 +9,8 @@ import pytest
 from streamplane.clock import ManualClock
 from streamplane.coordinator import keys
 from streamplane.coordinator.groups import leadership, leases
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.store import Database
 from streamplane.coordinator.store.api import Watch
 from streamplane.model import Subscription

@@ -13,7 +13,8 @@ import pytest
 
 from streamplane.coordinator.groups import leases
 from streamplane.coordinator.groups import state as group_state
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.store import Database
 from streamplane.errors import StreamplaneError
 from streamplane.model import Heartbeat, LeaseLoad, Subscription

@@ -8,7 +8,8 @@ import pytest
 
 from streamplane.clock import ManualClock
 from streamplane.coordinator.groups import leadership
-from streamplane.coordinator.groups.assigner import Assigner, AssignerConfig
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.store import StoreConfig, open_store
 
 

@@ -12,7 +12,7 @@ from confluent_kafka import Producer as KafkaProducer
 
 from streamplane import model
 from streamplane.client import CoordinatorClient, SessionEndedError, WorkerSession
-from streamplane.coordinator.groups.assigner import AssignerConfig
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.errors import (
     AlreadyExistsError,
     FencedError,

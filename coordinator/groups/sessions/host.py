@@ -19,10 +19,10 @@ from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.groups import leases
-from streamplane.coordinator.groups.assigner import AssignerConfig
 from streamplane.coordinator.groups.leases import REVOKING, Lease, Member
 from streamplane.coordinator.groups.sessions.reader import SessionReader
 from streamplane.coordinator.groups.sessions.writer import SessionWriter
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.loop import BackgroundLoop
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.coordinator.store.api import Watch, read_counter
