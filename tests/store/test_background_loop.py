@@ -130,7 +130,7 @@ def test_work_handed_over_runs_a_pass_at_once_whatever_the_interval() -> None:
         with lock:
             taken[0] = handed[0]
 
-    loop = BackgroundLoop("t", run_once, interval_ms=3_600_000, wake=signal.watch)
+    loop = BackgroundLoop("t", run_once, interval_ms=3_600_000, signal=signal)
     loop.start()
     try:
         for _ in range(50):
@@ -139,4 +139,7 @@ def test_work_handed_over_runs_a_pass_at_once_whatever_the_interval() -> None:
             signal.set()
             wait_until(lambda: taken[0] == handed[0], timeout=5, what=lambda: f"{taken[0]} of {handed[0]} taken")
     finally:
+        started = time.monotonic()
         loop.stop()
+    # it sleeps on the signal alone (no wake-up every STOP_CHECK_S while idle), so stop must wake it
+    assert time.monotonic() - started < 1.0, "stop waited for the loop's hour-long sleep"

@@ -31,8 +31,8 @@ T = TypeVar("T")
 MAX_LOOKS = 100
 """Looks one transaction reads at most (each a member's leases: a few hundred keys for a large member), well
 within FoundationDB's 5 s."""
-IDLE_PASS_MS = 1_000
-"""The reader's pass when no look woke it (one with nothing waiting costs a lock)."""
+IDLE_PASS_MS = 60_000
+"""The reader's pass when no look woke it: every look wakes it (its Signal), so this is only a safety net."""
 
 
 class _Look:
@@ -54,7 +54,7 @@ class SessionReader:
         self._stopped = False
         self._wake = Signal()
         self._loop = BackgroundLoop(
-            "session-reader", self._pass, interval_ms=IDLE_PASS_MS, clock=clock, wake=self._wake.watch
+            "session-reader", self._pass, interval_ms=IDLE_PASS_MS, clock=clock, signal=self._wake
         )
         self._started = False
 

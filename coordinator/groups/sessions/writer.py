@@ -78,9 +78,7 @@ class SessionWriter:
         self._releases: list[_Pending] = []
         self._leaves: list[_Leave] = []  # sessions whose end could not be written yet
         self._wake = Signal()
-        self._loop = BackgroundLoop(
-            "session-writer", self._pass, interval_ms=flush_ms, clock=clock, wake=self._wake.watch
-        )
+        self._loop = BackgroundLoop("session-writer", self._pass, interval_ms=flush_ms, clock=clock, signal=self._wake)
         self._started = False
 
     def heartbeat(
