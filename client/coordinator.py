@@ -388,6 +388,19 @@ class CoordinatorClient:
             convert.lag_from_pb,
         )
 
+    def reject_pages(
+        self, stream: str, *, group: str = "", lane: str = "", since_ms: int = 0, page_size: int = 100
+    ) -> Iterator[m.RejectPage]:
+        """A stream's rejected records (one group's, or every group's), page by page as the caller goes on; with
+        `since_ms`, only those rejected then or later."""
+        return self._pages(
+            self.commitlog.ListRejects,
+            lambda token: cpb.ListRejectsRequest(
+                stream=stream, group=group, lane=lane, since_unix_ms=since_ms, page_size=page_size, page_token=token
+            ),
+            convert.reject_page_from_pb,
+        )
+
     def configure_group(
         self, group: str, lane: str = "", max_attempts: int = 0, lag_target_ms: int = 0, expire_after_ms: int = 0
     ) -> None:

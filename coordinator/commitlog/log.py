@@ -33,16 +33,19 @@ from streamplane.model import (
     GAVE_UP,
     Commit,
     DlqCopy,
+    DlqLocation,
     Generation,
     Lag,
     LaneLag,
     PartitionLag,
     PartitionRef,
     Reject,
+    RejectedRecord,
+    RejectPage,
     Retry,
     RetryState,
 )
-from streamplane.names import check_object_name
+from streamplane.names import check_lane_name, check_object_name
 
 __all__ = ["Commit", "Reject", "Retry"]  # the commit's model types, re-exported for callers of commit()
 
@@ -271,6 +274,16 @@ def commit(
     return _apply(db, group, lid, epoch, prepare(c), now_ms=now_ms, principal=principal, session_id=session_id)
 
 
+def _attempts_at_reject(retry_state: bytes | None, limit: int) -> int:
+    """How many times a record was handled when it is rejected (rejects are few: one read each): its failed
+    attempts so far, plus the one that rejected it, unless it was rejected for having reached the group's
+    max attempts (then the last failed attempt was its last)."""
+    if retry_state is None:
+        return 1
+    attempts = int(json.loads(retry_state).get("attempts", 0))
+    return attempts if attempts >= limit else attempts + 1
+
+
 @transactional
 def _apply(
     tr: Transaction,
@@ -320,10 +333,13 @@ def _apply(
         if merged != old:
             _write_chunk(tr, group, ref, chunk, merged)
     for j in rejected:
-        tr.set(
-            keys.reject_key(group, ref, j.offset),
-            json.dumps({"reason": j.reason, "dlq": asdict(j.dlq) if j.dlq else {}}, sort_keys=True).encode(),
-        )
+        mark = {
+            "reason": j.reason,
+            "dlq": asdict(j.dlq) if j.dlq else {},
+            "attempts": _attempts_at_reject(tr.get(keys.retry_key(group, ref, j.offset)), limit),
+            "time_ms": now_ms,
+        }
+        tr.set(keys.reject_key(group, ref, j.offset), json.dumps(mark, sort_keys=True).encode())
     counted = len(c.rejects) if planted.REJECT_COUNTED_TWICE in planted.active else len(rejected)
     retries, rejects = header.retries, header.rejects + counted
 
@@ -586,6 +602,31 @@ def read_headers(tr: Transaction, group: str, *, stream: str = "", lane: str = "
     return out
 
 
+REJECT_PAGE_SIZE = 1000
+"""Rejected records a page holds at most (and groups a page of every group's rejects looks at)."""
+REJECT_SCAN_PAGES = 10
+"""A page filtered by time looks at no more than this many pages' worth of rejects (it may come back short)."""
+
+
+def _rejected(group: str, key: bytes, raw: bytes) -> RejectedRecord | None:
+    """A stored reject mark as the model's record; None for one that does not decode (left out of a list)."""
+    _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
+    try:
+        mark = json.loads(raw)
+        dlq = mark.get("dlq") or None
+        return RejectedRecord(
+            partition=PartitionRef(s, la, gen, p),
+            offset=offset,
+            reason=str(mark.get("reason", "")),
+            attempts=int(mark.get("attempts", 0)),
+            rejected_ms=int(mark.get("time_ms", 0)),
+            dlq=DlqLocation(**dlq) if dlq else None,
+            group=group,
+        )
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 @transactional
 def read_rejects(
     tr: Transaction, group: str, *, limit: int = 50
@@ -599,6 +640,83 @@ def read_rejects(
         mark = json.loads(raw)
         out.append((PartitionRef(s, la, gen, p), offset, mark.get("reason", ""), mark.get("dlq", {})))
     return out
+
+
+def _reject_group_after(tr: Transaction, group: str) -> str:
+    """The first group with rejects after `group` ("" for the first of all); "" when none is left."""
+    whole = keys.REJECTS.range()
+    begin = keys.REJECTS.range((group,)).stop if group else whole.start
+    rows = tr.get_range(begin, whole.stop, limit=1, snapshot=True)
+    return str(keys.REJECTS.unpack(rows[0][0])[0]) if rows else ""
+
+
+@transactional
+def reject_page(
+    tr: Transaction,
+    stream: str,
+    *,
+    group: str = "",
+    lane: str = "",
+    since_ms: int = 0,
+    page_size: int = 100,
+    page_token: str = "",
+) -> RejectPage:
+    """One page of a stream's rejected records, of one group or (group "") of every group, in (group, lane,
+    generation, partition, offset) order from after `page_token` ("GROUP LEASE_ID OFFSET", as the previous page
+    gave it). With `since_ms`, only those rejected then or later (a reject recorded before times were kept has
+    none, and is left out). Bounded: at most `page_size` (up to REJECT_PAGE_SIZE) records returned,
+    REJECT_SCAN_PAGES times as many looked at when filtered by time, and as many groups; a page may come back
+    short, with a token while any are left."""
+    check_object_name("stream", stream)
+    if group:
+        check_object_name("group", group)
+    if lane:
+        check_lane_name("lane", lane)
+    if since_ms < 0:
+        raise InvalidArgumentError(f"since must be a time in unix ms (0: every reject), not {since_ms}")
+    size = max(1, min(page_size or 100, REJECT_PAGE_SIZE))
+    budget = size * (REJECT_SCAN_PAGES if since_ms else 1)
+    after_group, after = "", b""
+    if page_token:
+        after_group, _, rest = page_token.partition(" ")
+        lease_id, _, after_offset = rest.partition(" ")
+        check_object_name("page_token's group", after_group)
+        if (group and after_group != group) or (lease_id and not after_offset.isdigit()):
+            raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page of these rejects")
+        if lease_id:
+            after = keys.reject_key(after_group, parse_lease_id(lease_id), int(after_offset)) + b"\x00"
+    out: list[RejectedRecord] = []
+    looked, groups, last, left = 0, 0, "", False
+    current = group or after_group or _reject_group_after(tr, "")
+    while current and not left:
+        if groups >= size or looked >= budget:
+            left, last = True, f"{current} "  # this group and what follows wait for the next page, from its start
+            break
+        groups += 1
+        r = keys.REJECTS.range((current, stream, lane) if lane else (current, stream))
+        start = after if current == after_group and after else r.start
+        room = budget - looked
+        rows = tr.get_range(start, r.stop, limit=room + 1, snapshot=True)
+        for i, (key, raw) in enumerate(rows[:room]):
+            looked += 1
+            _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
+            last = f"{current} {PartitionRef(s, la, gen, p).lease_id} {offset}"
+            found = _rejected(current, key, raw)
+            if found is None:
+                continue  # a mark that does not decode is left out; the ones after it are not
+            if found.rejected_ms >= since_ms:
+                out.append(found)
+            if len(out) == size:
+                left = i + 1 < len(rows) or bool(not group and _reject_group_after(tr, current))
+                break
+        else:
+            if len(rows) > room:
+                left = True  # the scan's budget ran out inside this group
+            elif not group:
+                current = _reject_group_after(tr, current)
+                continue
+        break
+    return RejectPage(out, last if left else "")
 
 
 class _Abandoned:

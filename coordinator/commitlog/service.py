@@ -8,7 +8,7 @@ from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.errors import FencedError, StreamplaneError
-from streamplane.model import Commit, CommitOutcome, Lag, Progress, RetryState
+from streamplane.model import Commit, CommitOutcome, Lag, Progress, RejectPage, RetryState
 
 
 class CommitLog:
@@ -84,6 +84,21 @@ class CommitLog:
         if group:
             return commitlog.lag(self.db, group, stream=stream, lane=lane, now_ms=now, partitions=partitions)
         return commitlog.lag_of_every_group(self.db, stream=stream, lane=lane, now_ms=now, partitions=partitions)
+
+    def reject_page(
+        self,
+        stream: str,
+        *,
+        group: str = "",
+        lane: str = "",
+        since_ms: int = 0,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> RejectPage:
+        """One page of a stream's rejected records (see `commitlog.reject_page`)."""
+        return commitlog.reject_page(
+            self.db, stream, group=group, lane=lane, since_ms=since_ms, page_size=page_size, page_token=page_token
+        )
 
     def lag_page(self, group: str, stream: str, lane: str, page_size: int, page_token: str) -> Lag:
         """One page of per-partition lag (see `commitlog.lag_page`)."""

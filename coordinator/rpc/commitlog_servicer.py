@@ -10,7 +10,7 @@ from streamplane.coordinator.groups.leases import parse_lease_id
 from streamplane.coordinator.rpc import auth
 from streamplane.coordinator.rpc.assigner_servicer import configure_group
 from streamplane.coordinator.rpc.guard import Guard
-from streamplane.errors import InvalidArgumentError
+from streamplane.errors import InvalidArgumentError, PermissionDeniedError
 from streamplane.rpc import grpc_errors
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import commitlog_pb2 as cpb
@@ -95,6 +95,23 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             return convert.lag_to_pb(page)
         lag = self._log.lag(request.group, request.stream, request.lane, partitions=not request.lanes_only)
         return convert.lag_to_pb(lag)
+
+    @grpc_errors
+    def ListRejects(self, request: cpb.ListRejectsRequest, context: grpc.ServicerContext) -> cpb.ListRejectsResponse:
+        principal = self._guard.require(context, auth.READ, group=request.group, stream=request.stream)
+        if principal.groups and not request.group:  # rejects carry handlers' error texts: a scoped token sees its own
+            raise PermissionDeniedError(
+                f"{principal.name} may read the rejects of groups {', '.join(principal.groups)} only; name one"
+            )
+        page = self._log.reject_page(
+            request.stream,
+            group=request.group,
+            lane=request.lane,
+            since_ms=request.since_unix_ms,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return convert.reject_page_to_pb(page)
 
     @grpc_errors
     def ConfigureGroup(

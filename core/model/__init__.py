@@ -42,6 +42,8 @@ from streamplane.model.commits import (
     PartitionLag,
     Progress,
     Reject,
+    RejectedRecord,
+    RejectPage,
     Retry,
     RetryState,
 )
@@ -173,6 +175,8 @@ __all__ = [
     "Progress",
     "RecordOutcome",
     "Reject",
+    "RejectPage",
+    "RejectedRecord",
     "Release",
     "Renew",
     "Retry",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streamplane.errors import StreamplaneError
+from streamplane.model.leases import PartitionRef
 
 OffsetRange = tuple[int, int]
 """[start, end): start included, end excluded."""
@@ -161,3 +162,27 @@ class Lag:
     @property
     def time_lag_ms(self) -> int:
         return max((x.time_lag_ms for x in self.lanes), default=0)
+
+
+@dataclass(frozen=True)
+class RejectedRecord:
+    """A record a group rejected: where it came from, why, after how many attempts, when, and where its dlq
+    copy went (None: not recorded, as by a Spark query or a reject from before copies were recorded)."""
+
+    partition: PartitionRef
+    offset: int
+    reason: str
+    attempts: int = 0
+    """Attempts the record had when it was rejected (0: not recorded, a reject from before they were)."""
+    rejected_ms: int = 0
+    """When the commit log recorded the reject (0: not recorded)."""
+    dlq: DlqLocation | None = None
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class RejectPage:
+    """One page of rejected records, oldest partition first, and the token of the next ("" on the last)."""
+
+    rejects: list[RejectedRecord]
+    next_page_token: str = ""

@@ -662,6 +662,7 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
         {"admin", "consumer"},
     ),
     ("commitlog", "GetLag", cpb.GetLagRequest(group="mx"), EVERYONE),
+    ("commitlog", "ListRejects", cpb.ListRejectsRequest(stream="sec-logs", group="mx"), EVERYONE),
     ("commitlog", "ConfigureGroup", apb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
     ("assigner", "ConfigureGroup", apb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
     (
@@ -735,6 +736,24 @@ def test_scoped_tokens_reach_only_their_streams_and_groups(secured) -> None:
         scoped,
     )
     assert code == Code.PERMISSION_DENIED and "stream/sec-logs" in details
+
+
+def test_a_token_scoped_to_groups_lists_only_its_own_groups_rejects(secured) -> None:
+    """Rejects carry handlers' error texts: a token scoped to groups names one of them; every group's is refused."""
+    scoped = token("consumer", "scoped-dlq", groups=("mx",))
+    asks = {
+        "": Code.PERMISSION_DENIED,
+        "other": Code.PERMISSION_DENIED,
+        "mx": Code.OK,
+    }
+    for group, want in asks.items():
+        request = cpb.ListRejectsRequest(stream="sec-logs", group=group)
+        code, details, _ = call(secured.address, "commitlog", "ListRejects", request, scoped)
+        assert code == want, (group, code, details)
+    code, _, _ = call(
+        secured.address, "commitlog", "ListRejects", cpb.ListRejectsRequest(stream="sec-logs"), token("viewer")
+    )
+    assert code == Code.OK, "an unscoped viewer lists every group's"
 
 
 def test_describe_group_applies_the_one_group_name_rule(secured) -> None:

@@ -1503,6 +1503,244 @@ func (x *GetLagResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListRejectsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	// One group's rejects; "" for every group's.
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// One lane's; "" for every lane's.
+	Lane string `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	// Only records rejected at or after this time (unix ms); 0 for every one.
+	SinceUnixMs int64 `protobuf:"varint,4,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	// Records a page holds (default 100, at most 1000).
+	PageSize uint32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From the previous page's next_page_token; "" for the first page.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRejectsRequest) Reset() {
+	*x = ListRejectsRequest{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRejectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRejectsRequest) ProtoMessage() {}
+
+func (x *ListRejectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRejectsRequest.ProtoReflect.Descriptor instead.
+func (*ListRejectsRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListRejectsRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ListRejectsRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ListRejectsRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *ListRejectsRequest) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *ListRejectsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRejectsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type RejectedRecord struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Group     string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Partition *PartitionRef          `protobuf:"bytes,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset    int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The handler's error text, as the reject recorded it (bounded).
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Attempts it had when it was rejected (0: not recorded).
+	Attempts uint32 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// When the commit log recorded the reject (unix ms; 0: not recorded).
+	RejectedUnixMs int64 `protobuf:"varint,6,opt,name=rejected_unix_ms,json=rejectedUnixMs,proto3" json:"rejected_unix_ms,omitempty"`
+	// Where its copy went in the dlq lane (absent: not recorded).
+	Dlq           *DlqLocation `protobuf:"bytes,7,opt,name=dlq,proto3" json:"dlq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectedRecord) Reset() {
+	*x = RejectedRecord{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectedRecord) ProtoMessage() {}
+
+func (x *RejectedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectedRecord.ProtoReflect.Descriptor instead.
+func (*RejectedRecord) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RejectedRecord) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *RejectedRecord) GetPartition() *PartitionRef {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *RejectedRecord) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *RejectedRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RejectedRecord) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *RejectedRecord) GetRejectedUnixMs() int64 {
+	if x != nil {
+		return x.RejectedUnixMs
+	}
+	return 0
+}
+
+func (x *RejectedRecord) GetDlq() *DlqLocation {
+	if x != nil {
+		return x.Dlq
+	}
+	return nil
+}
+
+type ListRejectsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Rejects []*RejectedRecord      `protobuf:"bytes,1,rep,name=rejects,proto3" json:"rejects,omitempty"`
+	// "" on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRejectsResponse) Reset() {
+	*x = ListRejectsResponse{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRejectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRejectsResponse) ProtoMessage() {}
+
+func (x *ListRejectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRejectsResponse.ProtoReflect.Descriptor instead.
+func (*ListRejectsResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListRejectsResponse) GetRejects() []*RejectedRecord {
+	if x != nil {
+		return x.Rejects
+	}
+	return nil
+}
+
+func (x *ListRejectsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_streamplane_v1_commitlog_proto protoreflect.FileDescriptor
 
 const file_streamplane_v1_commitlog_proto_rawDesc = "" +
@@ -1639,14 +1877,34 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
 	"offset_lag\x18\x04 \x01(\x03R\toffsetLag\x12\x1e\n" +
 	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\x12&\n" +
-	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken2\xff\x03\n" +
+	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\"\xb6\x01\n" +
+	"\x12ListRejectsRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x12\n" +
+	"\x04lane\x18\x03 \x01(\tR\x04lane\x12\"\n" +
+	"\rsince_unix_ms\x18\x04 \x01(\x03R\vsinceUnixMs\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\x87\x02\n" +
+	"\x0eRejectedRecord\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12:\n" +
+	"\tpartition\x18\x02 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\rR\battempts\x12(\n" +
+	"\x10rejected_unix_ms\x18\x06 \x01(\x03R\x0erejectedUnixMs\x12-\n" +
+	"\x03dlq\x18\a \x01(\v2\x1b.streamplane.v1.DlqLocationR\x03dlq\"w\n" +
+	"\x13ListRejectsResponse\x128\n" +
+	"\arejects\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\arejects\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xd7\x04\n" +
 	"\x10CommitLogService\x12G\n" +
 	"\x06Commit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n" +
 	"\vCommitBatch\x12\".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n" +
 	"\vGetProgress\x12\".streamplane.v1.GetProgressRequest\x1a\x18.streamplane.v1.Progress\x12S\n" +
 	"\n" +
 	"DueRetries\x12!.streamplane.v1.DueRetriesRequest\x1a\".streamplane.v1.DueRetriesResponse\x12G\n" +
-	"\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12_\n" +
+	"\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12V\n" +
+	"\vListRejects\x12\".streamplane.v1.ListRejectsRequest\x1a#.streamplane.v1.ListRejectsResponse\x12_\n" +
 	"\x0eConfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponseb\x06proto3"
 
 var (
@@ -1661,7 +1919,7 @@ func file_streamplane_v1_commitlog_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_commitlog_proto_rawDescData
 }
 
-var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_streamplane_v1_commitlog_proto_goTypes = []any{
 	(*OffsetRange)(nil),            // 0: streamplane.v1.OffsetRange
 	(*RetryEntry)(nil),             // 1: streamplane.v1.RetryEntry
@@ -1682,8 +1940,12 @@ var file_streamplane_v1_commitlog_proto_goTypes = []any{
 	(*PartitionLag)(nil),           // 16: streamplane.v1.PartitionLag
 	(*LaneLag)(nil),                // 17: streamplane.v1.LaneLag
 	(*GetLagResponse)(nil),         // 18: streamplane.v1.GetLagResponse
-	(*ConfigureGroupRequest)(nil),  // 19: streamplane.v1.ConfigureGroupRequest
-	(*ConfigureGroupResponse)(nil), // 20: streamplane.v1.ConfigureGroupResponse
+	(*ListRejectsRequest)(nil),     // 19: streamplane.v1.ListRejectsRequest
+	(*RejectedRecord)(nil),         // 20: streamplane.v1.RejectedRecord
+	(*ListRejectsResponse)(nil),    // 21: streamplane.v1.ListRejectsResponse
+	(*PartitionRef)(nil),           // 22: streamplane.v1.PartitionRef
+	(*ConfigureGroupRequest)(nil),  // 23: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil), // 24: streamplane.v1.ConfigureGroupResponse
 }
 var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	2,  // 0: streamplane.v1.RejectEntry.dlq:type_name -> streamplane.v1.DlqLocation
@@ -1699,23 +1961,28 @@ var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	11, // 10: streamplane.v1.DueRetriesResponse.due:type_name -> streamplane.v1.RetryState
 	16, // 11: streamplane.v1.GetLagResponse.partitions:type_name -> streamplane.v1.PartitionLag
 	17, // 12: streamplane.v1.GetLagResponse.lanes:type_name -> streamplane.v1.LaneLag
-	4,  // 13: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
-	7,  // 14: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
-	10, // 15: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
-	13, // 16: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
-	15, // 17: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
-	19, // 18: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	6,  // 19: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
-	9,  // 20: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
-	12, // 21: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
-	14, // 22: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
-	18, // 23: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
-	20, // 24: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	22, // 13: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
+	2,  // 14: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
+	20, // 15: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
+	4,  // 16: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
+	7,  // 17: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
+	10, // 18: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
+	13, // 19: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
+	15, // 20: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
+	19, // 21: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
+	23, // 22: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	6,  // 23: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
+	9,  // 24: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
+	12, // 25: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
+	14, // 26: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
+	18, // 27: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
+	21, // 28: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
+	24, // 29: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	23, // [23:30] is the sub-list for method output_type
+	16, // [16:23] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_commitlog_proto_init() }
@@ -1730,7 +1997,7 @@ func file_streamplane_v1_commitlog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_commitlog_proto_rawDesc), len(file_streamplane_v1_commitlog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	CommitLogService_GetProgress_FullMethodName    = "/streamplane.v1.CommitLogService/GetProgress"
 	CommitLogService_DueRetries_FullMethodName     = "/streamplane.v1.CommitLogService/DueRetries"
 	CommitLogService_GetLag_FullMethodName         = "/streamplane.v1.CommitLogService/GetLag"
+	CommitLogService_ListRejects_FullMethodName    = "/streamplane.v1.CommitLogService/ListRejects"
 	CommitLogService_ConfigureGroup_FullMethodName = "/streamplane.v1.CommitLogService/ConfigureGroup"
 )
 
@@ -42,6 +43,9 @@ type CommitLogServiceClient interface {
 	// copies those to the dlq lane and rejects them.
 	DueRetries(ctx context.Context, in *DueRetriesRequest, opts ...grpc.CallOption) (*DueRetriesResponse, error)
 	GetLag(ctx context.Context, in *GetLagRequest, opts ...grpc.CallOption) (*GetLagResponse, error)
+	// A stream's rejected records, paged: where each came from, why, after how many attempts, when, and where its
+	// dlq copy went.
+	ListRejects(ctx context.Context, in *ListRejectsRequest, opts ...grpc.CallOption) (*ListRejectsResponse, error)
 	// Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
 	ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error)
 }
@@ -104,6 +108,16 @@ func (c *commitLogServiceClient) GetLag(ctx context.Context, in *GetLagRequest, 
 	return out, nil
 }
 
+func (c *commitLogServiceClient) ListRejects(ctx context.Context, in *ListRejectsRequest, opts ...grpc.CallOption) (*ListRejectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRejectsResponse)
+	err := c.cc.Invoke(ctx, CommitLogService_ListRejects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *commitLogServiceClient) ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ConfigureGroupResponse)
@@ -127,6 +141,9 @@ type CommitLogServiceServer interface {
 	// copies those to the dlq lane and rejects them.
 	DueRetries(context.Context, *DueRetriesRequest) (*DueRetriesResponse, error)
 	GetLag(context.Context, *GetLagRequest) (*GetLagResponse, error)
+	// A stream's rejected records, paged: where each came from, why, after how many attempts, when, and where its
+	// dlq copy went.
+	ListRejects(context.Context, *ListRejectsRequest) (*ListRejectsResponse, error)
 	// Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
 	ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error)
 	mustEmbedUnimplementedCommitLogServiceServer()
@@ -153,6 +170,9 @@ func (UnimplementedCommitLogServiceServer) DueRetries(context.Context, *DueRetri
 }
 func (UnimplementedCommitLogServiceServer) GetLag(context.Context, *GetLagRequest) (*GetLagResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLag not implemented")
+}
+func (UnimplementedCommitLogServiceServer) ListRejects(context.Context, *ListRejectsRequest) (*ListRejectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRejects not implemented")
 }
 func (UnimplementedCommitLogServiceServer) ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ConfigureGroup not implemented")
@@ -268,6 +288,24 @@ func _CommitLogService_GetLag_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CommitLogService_ListRejects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRejectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommitLogServiceServer).ListRejects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommitLogService_ListRejects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommitLogServiceServer).ListRejects(ctx, req.(*ListRejectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _CommitLogService_ConfigureGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ConfigureGroupRequest)
 	if err := dec(in); err != nil {
@@ -312,6 +350,10 @@ var CommitLogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetLag",
 			Handler:    _CommitLogService_GetLag_Handler,
+		},
+		{
+			MethodName: "ListRejects",
+			Handler:    _CommitLogService_ListRejects_Handler,
 		},
 		{
 			MethodName: "ConfigureGroup",

@@ -60,6 +60,11 @@ class CommitLogServiceStub:
                 request_serializer=streamplane_dot_v1_dot_commitlog__pb2.GetLagRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.GetLagResponse.FromString,
                 _registered_method=True)
+        self.ListRejects = channel.unary_unary(
+                '/streamplane.v1.CommitLogService/ListRejects',
+                request_serializer=streamplane_dot_v1_dot_commitlog__pb2.ListRejectsRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.ListRejectsResponse.FromString,
+                _registered_method=True)
         self.ConfigureGroup = channel.unary_unary(
                 '/streamplane.v1.CommitLogService/ConfigureGroup',
                 request_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
@@ -104,6 +109,14 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRejects(self, request, context):
+        """A stream's rejected records, paged: where each came from, why, after how many attempts, when, and where its
+        dlq copy went.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ConfigureGroup(self, request, context):
         """Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
         """
@@ -138,6 +151,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.GetLag,
                     request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.GetLagRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_commitlog__pb2.GetLagResponse.SerializeToString,
+            ),
+            'ListRejects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRejects,
+                    request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.ListRejectsRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_commitlog__pb2.ListRejectsResponse.SerializeToString,
             ),
             'ConfigureGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.ConfigureGroup,
@@ -280,6 +298,33 @@ class CommitLogService:
             '/streamplane.v1.CommitLogService/GetLag',
             streamplane_dot_v1_dot_commitlog__pb2.GetLagRequest.SerializeToString,
             streamplane_dot_v1_dot_commitlog__pb2.GetLagResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRejects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.CommitLogService/ListRejects',
+            streamplane_dot_v1_dot_commitlog__pb2.ListRejectsRequest.SerializeToString,
+            streamplane_dot_v1_dot_commitlog__pb2.ListRejectsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -647,22 +647,59 @@ def group_from_pb(x: apb.GroupDescription) -> m.GroupDescription:
 # -- commits, progress, lag ----------------------------------------------------------------------------------------
 
 
+def _dlq_to_pb(d: m.DlqLocation) -> cpb.DlqLocation:
+    return cpb.DlqLocation(
+        stream=d.stream, lane=d.lane, generation=d.generation, partition=d.partition, offset=d.offset
+    )
+
+
+def _dlq_from_pb(d: cpb.DlqLocation) -> m.DlqLocation:
+    return m.DlqLocation(d.stream, d.lane, d.generation, d.partition, d.offset)
+
+
 def _reject_to_pb(r: m.Reject) -> cpb.RejectEntry:
     entry = cpb.RejectEntry(offset=r.offset, reason=r.reason, copy=r.copy)
     if r.dlq is not None:
-        d = r.dlq
-        entry.dlq.CopyFrom(
-            cpb.DlqLocation(
-                stream=d.stream, lane=d.lane, generation=d.generation, partition=d.partition, offset=d.offset
-            )
-        )
+        entry.dlq.CopyFrom(_dlq_to_pb(r.dlq))
     return entry
 
 
 def _reject_from_pb(x: cpb.RejectEntry) -> m.Reject:
-    d = x.dlq
-    dlq = m.DlqLocation(d.stream, d.lane, d.generation, d.partition, d.offset) if x.HasField("dlq") else None
-    return m.Reject(x.offset, x.reason, dlq, x.copy)
+    return m.Reject(x.offset, x.reason, _dlq_from_pb(x.dlq) if x.HasField("dlq") else None, x.copy)
+
+
+def reject_page_to_pb(page: m.RejectPage) -> cpb.ListRejectsResponse:
+    out = cpb.ListRejectsResponse(next_page_token=page.next_page_token)
+    for r in page.rejects:
+        entry = out.rejects.add(
+            group=r.group,
+            partition=partition_to_pb(r.partition),
+            offset=r.offset,
+            reason=r.reason,
+            attempts=r.attempts,
+            rejected_unix_ms=r.rejected_ms,
+        )
+        if r.dlq is not None:
+            entry.dlq.CopyFrom(_dlq_to_pb(r.dlq))
+    return out
+
+
+def reject_page_from_pb(x: cpb.ListRejectsResponse) -> m.RejectPage:
+    return m.RejectPage(
+        [
+            m.RejectedRecord(
+                partition=partition_from_pb(y.partition),
+                offset=y.offset,
+                reason=y.reason,
+                attempts=y.attempts,
+                rejected_ms=y.rejected_unix_ms,
+                dlq=_dlq_from_pb(y.dlq) if y.HasField("dlq") else None,
+                group=y.group,
+            )
+            for y in x.rejects
+        ],
+        x.next_page_token,
+    )
 
 
 def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:

@@ -1,0 +1,89 @@
+"""The dlq lane, operable: what a group rejected, where each record came from, why, and when."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+
+from streamplane import model
+from streamplane.cli.common import Add, Subparsers, connect, duration, positive
+from streamplane.cli.output import print_pages
+from streamplane.client.coordinator import CoordinatorClient
+
+
+def since_ms(text: str) -> int:
+    """An argument type: unix ms from an ISO 8601 time ('2026-11-27T14:00:00Z', a date alone is midnight UTC), or
+    a duration back from now ('90m', '12h', '2d')."""
+    try:
+        return int((time.time() - duration(text)) * 1000)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a time like 2026-11-27T14:00:00Z or a duration back from now like 90m or 12h, not {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: end it with Z (UTC) or +HH:MM")
+    return int(when.timestamp() * 1000)
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + "Z" if ms else "-"
+
+
+def _where(dlq: model.DlqLocation | None) -> str:
+    return f"g{dlq.generation}/p{dlq.partition}@{dlq.offset}" if dlq else "-"
+
+
+def cmd_dlq_list(args: argparse.Namespace) -> None:
+    """Page after page, each printed as it arrives."""
+
+    def pages(client: CoordinatorClient) -> Iterator[tuple[list[model.RejectedRecord], bool]]:
+        for page in client.reject_pages(
+            args.stream, group=args.group, lane=args.lane, since_ms=args.since or 0, page_size=args.page_size
+        ):
+            yield page.rejects, not page.next_page_token
+
+    def row(r: model.RejectedRecord) -> list[object]:
+        p = r.partition
+        return [
+            r.group,
+            p.lane,
+            p.generation,
+            p.partition,
+            r.offset,
+            r.attempts or "-",
+            _when(r.rejected_ms),
+            _where(r.dlq),
+            r.reason.replace("\n", " ")[:120],
+        ]
+
+    headers = ["GROUP", "LANE", "GEN", "PARTITION", "OFFSET", "ATTEMPTS", "REJECTED", "DLQ COPY", "REASON"]
+    with connect(args) as client:
+        shown = print_pages(args, pages(client), headers, row)
+    if args.output != "json":
+        print(f"{shown:,} rejected record(s) shown", file=sys.stderr)
+
+
+def register(sub: Subparsers, add: Add) -> None:
+    """The dlq commands' sub-parsers, beside the commands."""
+    dlq = sub.add_parser("dlq", help="the dlq lane: rejected records").add_subparsers(
+        dest="subcommand", required=True, metavar="SUBCOMMAND"
+    )
+    p = add(
+        dlq,
+        "list",
+        cmd_dlq_list,
+        "list a stream's rejected records: where each came from, its attempts, the handler's error, when",
+    )
+    p.add_argument("stream")
+    p.add_argument("--group", default="", help="one group's rejects (default: every group's)")
+    p.add_argument("--lane", default="", help="rejects of one lane (default: every lane)")
+    p.add_argument("--since", type=since_ms, default=None, metavar="TIME", help="rejected at or after (ISO or 90m)")
+    p.add_argument("--limit", type=positive, default=None, help="stop after this many")
+    p.add_argument("--page-size", type=positive, default=100, help="records asked for at a time (at most 1000)")

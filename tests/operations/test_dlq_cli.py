@@ -1,0 +1,60 @@
+"""`streamplane dlq list` (issue 38): a stream's rejected records through the real CLI and a real coordinator,
+a table for people and JSON for programs, page after page; bad input gets one sentence and exit 2."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from streamplane.client import CoordinatorClient
+from streamplane.model import Commit, DlqLocation, LeaseCommit, Reject, Retry
+from tests.helpers import cli, register_local_clusters
+
+
+def test_dlq_list_shows_each_reject_with_its_origin_attempts_reason_and_copy(coordinator, local_cluster) -> None:
+    bootstrap, control = local_cluster
+    address = coordinator.address
+    register_local_clusters(address, bootstrap, control.endpoint, ("east",))
+    stream = f"dl-{uuid.uuid4().hex[:8]}"
+    with CoordinatorClient(address) as client:
+        client.create_stream(stream, 2, cluster="east")
+        lid = f"{stream}/realtime/g1/p1"
+        client.commit("billing", LeaseCommit(lid, 0, Commit(retries=[Retry(4, 1, "timeout")], high_watermark=5)))
+        copy = DlqLocation(stream, "dlq", 1, 0, 12)
+        rejects = [Reject(4, "schema: no field amount", copy)] + [Reject(o, f"bad {o}") for o in range(100, 130)]
+        client.commit("billing", LeaseCommit(lid, 0, Commit(rejects=rejects, high_watermark=131)))
+        client.commit("audit", LeaseCommit(lid, 0, Commit(rejects=[Reject(7, "audit says no")], high_watermark=8)))
+
+    table = cli("dlq", "list", stream, "--group", "billing", "--limit", "3", coordinator=address)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:6] == ["GROUP", "LANE", "GEN", "PARTITION", "OFFSET", "ATTEMPTS"]
+    assert lines[1].split()[:6] == ["billing", "realtime", "1", "1", "4", "2"]
+    assert "g1/p0@12" in lines[1] and lines[1].endswith("schema: no field amount")
+    assert len(lines) == 4 and "3 rejected record(s) shown" in table.stderr
+
+    every = cli("--output", "json", "dlq", "list", stream, "--page-size", "7", coordinator=address)
+    assert every.returncode == 0, every.stderr
+    found = json.loads(every.stdout)
+    assert [(r["group"], r["offset"]) for r in found] == [("audit", 7), ("billing", 4)] + [
+        ("billing", o) for o in range(100, 130)
+    ], "every group's, in order, across pages of 7"
+    assert found[1]["partition"] == {"stream": stream, "lane": "realtime", "generation": 1, "partition": 1}
+    assert found[1]["attempts"] == 2 and found[1]["rejected_ms"] > 0 and found[1]["dlq"]["offset"] == 12
+
+    later = cli("--output", "json", "dlq", "list", stream, "--since", "1h", coordinator=address)
+    assert len(json.loads(later.stdout)) == 32, "rejected within the hour: all of them"
+    none = cli("dlq", "list", stream, "--since", "2999-01-01T00:00:00Z", coordinator=address)
+    assert none.returncode == 0 and "(none)" in none.stdout
+
+
+def test_dlq_list_refuses_bad_input_with_one_sentence(coordinator) -> None:
+    for args, says in (
+        (["--since", "yesterday"], "must be a time like"),
+        (["--since", "2026-11-27T14:00:00"], "no time zone"),
+        (["--page-size", "0"], "positive"),
+    ):
+        done = cli("dlq", "list", "s", *args, coordinator=coordinator.address)
+        assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
+    bad = cli("dlq", "list", "Not A Stream", coordinator=coordinator.address)
+    assert bad.returncode != 0 and "stream" in bad.stderr and "Traceback" not in bad.stderr
