@@ -15,7 +15,7 @@ from streamplane.client import CoordinatorClient
 from streamplane.model import GroupDescription
 from tests.helpers import Proc, cli, start_dev, wait_until
 
-WORKER = str(Path(__file__).parents[2] / "assigner_worker.py")
+WORKER = str(Path(__file__).parents[1] / "assigner_worker.py")
 PARTITIONS = 12
 TTL_S = 3.0
 

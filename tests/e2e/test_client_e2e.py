@@ -26,7 +26,7 @@ from streamplane.devstack.kafka import KafkaBroker
 from streamplane.errors import StreamplaneError
 from tests.helpers import Proc, free_port, real_kafka_jars, start_coordinator, wait_until
 
-WORKER = str(Path(__file__).parents[2] / "e2e_worker.py")
+WORKER = str(Path(__file__).parents[1] / "e2e_worker.py")
 TOTAL = int(os.environ.get("STREAMPLANE_E2E_RECORDS", "200000"))
 PARTITIONS = 8
 GROUP = "e2e"

@@ -13,7 +13,7 @@ from streamplane.coordinator.rpc import metrics
 from streamplane.process import usage
 from tests.helpers import Proc, register_local_clusters, start_coordinator, wait_until
 
-WORKER = str(Path(__file__).parents[2] / "e2e_worker.py")
+WORKER = str(Path(__file__).parents[1] / "e2e_worker.py")
 LEASES = 1024
 IDLE_S = float(os.environ.get("STREAMPLANE_FLEET_IDLE_S", "20"))
 """How long the worker idles: over three session TTLs (6 s) by default; a soak sets more."""

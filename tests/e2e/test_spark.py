@@ -359,7 +359,7 @@ def test_register_says_which_python_the_executors_run_when_it_cannot_import_stre
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
     env["PATH"] = "/usr/bin:/bin"  # python3 here is the system's, without streamplane
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    env["SPARK_CONF_DIR"] = str(Path(__file__).parents[2] / "spark_conf")
+    env["SPARK_CONF_DIR"] = str(Path(__file__).parents[1] / "spark_conf")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env)
     assert "REFUSED InvalidArgumentError Spark's executors will run 'python3'" in done.stdout, done.stderr[-2000:]
     assert "cannot import streamplane" in done.stdout and "PYSPARK_PYTHON" in done.stdout
