@@ -389,17 +389,44 @@ class CoordinatorClient:
         )
 
     def reject_pages(
-        self, stream: str, *, group: str = "", lane: str = "", since_ms: int = 0, page_size: int = 100
+        self,
+        stream: str,
+        *,
+        group: str = "",
+        lane: str = "",
+        since_ms: int = 0,
+        page_size: int = 100,
+        purged: bool = False,
     ) -> Iterator[m.RejectPage]:
         """A stream's rejected records (one group's, or every group's), page by page as the caller goes on; with
-        `since_ms`, only those rejected then or later."""
+        `since_ms`, only those rejected then or later; purged ones too with `purged`."""
         return self._pages(
             self.commitlog.ListRejects,
             lambda token: cpb.ListRejectsRequest(
-                stream=stream, group=group, lane=lane, since_unix_ms=since_ms, page_size=page_size, page_token=token
+                stream=stream,
+                group=group,
+                lane=lane,
+                since_unix_ms=since_ms,
+                page_size=page_size,
+                page_token=token,
+                include_purged=purged,
             ),
             convert.reject_page_from_pb,
         )
+
+    def purge_rejects(self, stream: str, *, before_ms: int, group: str = "", dry_run: bool = False) -> Iterator[int]:
+        """Purge a stream's rejects recorded before `before_ms` (one group's, or every group's), a batch a call:
+        yields how many each batch purged (would purge, with `dry_run`), as it goes."""
+        token = ""
+        while True:
+            request = cpb.PurgeRejectsRequest(
+                stream=stream, group=group, before_unix_ms=before_ms, page_token=token, dry_run=dry_run
+            )
+            got = self._call(self.commitlog.PurgeRejects, request, idempotent=True)
+            yield got.purged
+            token = got.next_page_token
+            if not token:
+                return
 
     def configure_group(
         self, group: str, lane: str = "", max_attempts: int = 0, lag_target_ms: int = 0, expire_after_ms: int = 0

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from streamplane import model
 from streamplane.cli.common import Add, Subparsers, connect, duration, positive
-from streamplane.cli.output import print_pages
+from streamplane.cli.output import json_shown, print_pages
 from streamplane.client.coordinator import CoordinatorClient
 
 
@@ -45,7 +45,12 @@ def cmd_dlq_list(args: argparse.Namespace) -> None:
 
     def pages(client: CoordinatorClient) -> Iterator[tuple[list[model.RejectedRecord], bool]]:
         for page in client.reject_pages(
-            args.stream, group=args.group, lane=args.lane, since_ms=args.since or 0, page_size=args.page_size
+            args.stream,
+            group=args.group,
+            lane=args.lane,
+            since_ms=args.since or 0,
+            page_size=args.page_size,
+            purged=args.all,
         ):
             yield page.rejects, not page.next_page_token
 
@@ -60,14 +65,28 @@ def cmd_dlq_list(args: argparse.Namespace) -> None:
             r.attempts or "-",
             _when(r.rejected_ms),
             _where(r.dlq),
+            *([r.state] if args.all else []),
             r.reason.replace("\n", " ")[:120],
         ]
 
-    headers = ["GROUP", "LANE", "GEN", "PARTITION", "OFFSET", "ATTEMPTS", "REJECTED", "DLQ COPY", "REASON"]
+    headers = ["GROUP", "LANE", "GEN", "PARTITION", "OFFSET", "ATTEMPTS", "REJECTED", "DLQ COPY"]
+    headers += ["STATE", "REASON"] if args.all else ["REASON"]
     with connect(args) as client:
         shown = print_pages(args, pages(client), headers, row)
     if args.output != "json":
         print(f"{shown:,} rejected record(s) shown", file=sys.stderr)
+
+
+def cmd_dlq_purge(args: argparse.Namespace) -> None:
+    """Batch after batch (a thousand a call), with its progress on stderr."""
+    total = 0
+    what = "would purge" if args.dry_run else "purged"
+    with connect(args) as client:
+        for n in client.purge_rejects(args.stream, before_ms=args.before, group=args.group, dry_run=args.dry_run):
+            total += n
+            print(f"dlq purge: {what} {total:,} so far", file=sys.stderr, flush=True)
+    if not json_shown(args, {"purged": total, "dry_run": args.dry_run}):
+        print(f"{what} {total:,} reject(s) of {args.stream} rejected before {_when(args.before)}")
 
 
 def register(sub: Subparsers, add: Add) -> None:
@@ -87,3 +106,14 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("--since", type=since_ms, default=None, metavar="TIME", help="rejected at or after (ISO or 90m)")
     p.add_argument("--limit", type=positive, default=None, help="stop after this many")
     p.add_argument("--page-size", type=positive, default=100, help="records asked for at a time (at most 1000)")
+    p.add_argument("--all", action="store_true", help="purged rejects too, with their state")
+    p = add(
+        dlq,
+        "purge",
+        cmd_dlq_purge,
+        "stop listing a stream's rejects recorded before a time (their records stay done; Kafka keeps the bytes)",
+    )
+    p.add_argument("stream")
+    p.add_argument("--before", type=since_ms, required=True, metavar="TIME", help="rejected before (ISO or 30d)")
+    p.add_argument("--group", default="", help="one group's rejects (default: every group's)")
+    p.add_argument("--dry-run", action="store_true", help="count them, purge nothing")

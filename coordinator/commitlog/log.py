@@ -11,6 +11,7 @@ watermark advances, the chunks below it are deleted, so a fully done partition i
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -605,16 +606,20 @@ def read_headers(tr: Transaction, group: str, *, stream: str = "", lane: str = "
 REJECT_PAGE_SIZE = 1000
 """Rejected records a page holds at most (and groups a page of every group's rejects looks at)."""
 REJECT_SCAN_PAGES = 10
-"""A page filtered by time looks at no more than this many pages' worth of rejects (it may come back short)."""
+"""A filtered page looks at no more than this many pages' worth of rejects (it may come back short)."""
+PURGE_BATCH = 1000
+"""Rejects one purge transaction marks at most."""
+PENDING_REJECT, PURGED = "pending", "purged"
+"""A reject's state in `dlq list`: pending (its record waits in the dlq lane), or purged."""
 
 
-def _rejected(group: str, key: bytes, raw: bytes) -> RejectedRecord | None:
-    """A stored reject mark as the model's record; None for one that does not decode (left out of a list)."""
+def _rejected(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:
+    """A stored reject mark, and it as the model's record; None for one that does not decode (left out)."""
     _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
     try:
         mark = json.loads(raw)
         dlq = mark.get("dlq") or None
-        return RejectedRecord(
+        return mark, RejectedRecord(
             partition=PartitionRef(s, la, gen, p),
             offset=offset,
             reason=str(mark.get("reason", "")),
@@ -622,8 +627,9 @@ def _rejected(group: str, key: bytes, raw: bytes) -> RejectedRecord | None:
             rejected_ms=int(mark.get("time_ms", 0)),
             dlq=DlqLocation(**dlq) if dlq else None,
             group=group,
+            state=str(mark.get("state", PENDING_REJECT)),
         )
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
@@ -650,32 +656,26 @@ def _reject_group_after(tr: Transaction, group: str) -> str:
     return str(keys.REJECTS.unpack(rows[0][0])[0]) if rows else ""
 
 
-@transactional
-def reject_page(
+def _walk_rejects(
     tr: Transaction,
     stream: str,
     *,
-    group: str = "",
-    lane: str = "",
-    since_ms: int = 0,
-    page_size: int = 100,
-    page_token: str = "",
-) -> RejectPage:
-    """One page of a stream's rejected records, of one group or (group "") of every group, in (group, lane,
-    generation, partition, offset) order from after `page_token` ("GROUP LEASE_ID OFFSET", as the previous page
-    gave it). With `since_ms`, only those rejected then or later (a reject recorded before times were kept has
-    none, and is left out). Bounded: at most `page_size` (up to REJECT_PAGE_SIZE) records returned,
-    REJECT_SCAN_PAGES times as many looked at when filtered by time, and as many groups; a page may come back
-    short, with a token while any are left."""
+    group: str,
+    lane: str,
+    size: int,
+    budget: int,
+    page_token: str,
+    keep: Callable[[RejectedRecord], bool],
+) -> tuple[list[tuple[bytes, dict[str, Any], RejectedRecord]], str]:
+    """The next at most `size` rejects that `keep`, of one group or (group "") of every group, in (group, lane,
+    generation, partition, offset) order from after `page_token` ("GROUP LEASE_ID OFFSET"): (key, stored mark,
+    record) each, and the token to go on from ("" when none is left). At most `budget` marks and `size` groups
+    are looked at; a mark that does not decode is left out, never the end of the walk."""
     check_object_name("stream", stream)
     if group:
         check_object_name("group", group)
     if lane:
         check_lane_name("lane", lane)
-    if since_ms < 0:
-        raise InvalidArgumentError(f"since must be a time in unix ms (0: every reject), not {since_ms}")
-    size = max(1, min(page_size or 100, REJECT_PAGE_SIZE))
-    budget = size * (REJECT_SCAN_PAGES if since_ms else 1)
     after_group, after = "", b""
     if page_token:
         after_group, _, rest = page_token.partition(" ")
@@ -685,7 +685,7 @@ def reject_page(
             raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page of these rejects")
         if lease_id:
             after = keys.reject_key(after_group, parse_lease_id(lease_id), int(after_offset)) + b"\x00"
-    out: list[RejectedRecord] = []
+    out: list[tuple[bytes, dict[str, Any], RejectedRecord]] = []
     looked, groups, last, left = 0, 0, "", False
     current = group or after_group or _reject_group_after(tr, "")
     while current and not left:
@@ -701,11 +701,11 @@ def reject_page(
             looked += 1
             _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
             last = f"{current} {PartitionRef(s, la, gen, p).lease_id} {offset}"
-            found = _rejected(current, key, raw)
-            if found is None:
+            decoded = _rejected(current, key, raw)
+            if decoded is None:
                 continue  # a mark that does not decode is left out; the ones after it are not
-            if found.rejected_ms >= since_ms:
-                out.append(found)
+            if keep(decoded[1]):
+                out.append((key, decoded[0], decoded[1]))
             if len(out) == size:
                 left = i + 1 < len(rows) or bool(not group and _reject_group_after(tr, current))
                 break
@@ -716,7 +716,81 @@ def reject_page(
                 current = _reject_group_after(tr, current)
                 continue
         break
-    return RejectPage(out, last if left else "")
+    return out, last if left else ""
+
+
+def _page_size(page_size: int) -> int:
+    return max(1, min(page_size or 100, REJECT_PAGE_SIZE))
+
+
+@transactional
+def reject_page(
+    tr: Transaction,
+    stream: str,
+    *,
+    group: str = "",
+    lane: str = "",
+    since_ms: int = 0,
+    page_size: int = 100,
+    page_token: str = "",
+    purged: bool = False,
+) -> RejectPage:
+    """One page of a stream's rejected records, of one group or (group "") of every group, in (group, lane,
+    generation, partition, offset) order from after `page_token` (as the previous page gave it); purged ones
+    only with `purged`. With `since_ms`, only those rejected then or later (a reject recorded before times were
+    kept has none, and is left out). Bounded: at most `page_size` (up to REJECT_PAGE_SIZE) records returned,
+    REJECT_SCAN_PAGES times as many looked at when filtered, and as many groups; a page may come back short,
+    with a token while any are left."""
+    if since_ms < 0:
+        raise InvalidArgumentError(f"since must be a time in unix ms (0: every reject), not {since_ms}")
+    size = _page_size(page_size)
+    filtered = bool(since_ms) or not purged
+    found, token = _walk_rejects(
+        tr,
+        stream,
+        group=group,
+        lane=lane,
+        size=size,
+        budget=size * (REJECT_SCAN_PAGES if filtered else 1),
+        page_token=page_token,
+        keep=lambda r: r.rejected_ms >= since_ms and (purged or r.state != PURGED),
+    )
+    return RejectPage([r for _, _, r in found], token)
+
+
+@transactional
+def purge_rejects(
+    tr: Transaction,
+    stream: str,
+    *,
+    before_ms: int,
+    group: str = "",
+    now_ms: int,
+    page_token: str = "",
+    dry_run: bool = False,
+) -> tuple[int, str]:
+    """Mark a stream's rejects recorded before `before_ms` purged, up to PURGE_BATCH of them in this transaction
+    (of one group, or of every group): `dlq list` no longer shows them; their records stay done, and Kafka's
+    retention still owns the copies' bytes. Returns how many it purged (would purge, with `dry_run`) and the
+    token to go on from ("" when none is left). A reject from before times were kept counts as before any."""
+    if before_ms <= 0:
+        raise InvalidArgumentError(f"before must be a time in unix ms, not {before_ms}")
+    if before_ms > now_ms:
+        raise InvalidArgumentError("before is in the future: purge what was rejected up to now at the latest")
+    found, token = _walk_rejects(
+        tr,
+        stream,
+        group=group,
+        lane="",
+        size=PURGE_BATCH,
+        budget=PURGE_BATCH * REJECT_SCAN_PAGES,
+        page_token=page_token,
+        keep=lambda r: r.rejected_ms < before_ms and r.state != PURGED,
+    )
+    if not dry_run:
+        for key, mark, _ in found:
+            tr.set(key, json.dumps({**mark, "state": PURGED, "purged_ms": now_ms}, sort_keys=True).encode())
+    return len(found), token
 
 
 class _Abandoned:

@@ -94,10 +94,32 @@ class CommitLog:
         since_ms: int = 0,
         page_size: int = 0,
         page_token: str = "",
+        purged: bool = False,
     ) -> RejectPage:
         """One page of a stream's rejected records (see `commitlog.reject_page`)."""
         return commitlog.reject_page(
-            self.db, stream, group=group, lane=lane, since_ms=since_ms, page_size=page_size, page_token=page_token
+            self.db,
+            stream,
+            group=group,
+            lane=lane,
+            since_ms=since_ms,
+            page_size=page_size,
+            page_token=page_token,
+            purged=purged,
+        )
+
+    def purge_rejects(
+        self, stream: str, *, before_ms: int, group: str = "", page_token: str = "", dry_run: bool = False
+    ) -> tuple[int, str]:
+        """Mark a batch of a stream's old rejects purged (see `commitlog.purge_rejects`)."""
+        return commitlog.purge_rejects(
+            self.db,
+            stream,
+            before_ms=before_ms,
+            group=group,
+            now_ms=self.clock.now_ms(),
+            page_token=page_token,
+            dry_run=dry_run,
         )
 
     def lag_page(self, group: str, stream: str, lane: str, page_size: int, page_token: str) -> Lag:

@@ -99,10 +99,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     @grpc_errors
     def ListRejects(self, request: cpb.ListRejectsRequest, context: grpc.ServicerContext) -> cpb.ListRejectsResponse:
         principal = self._guard.require(context, auth.READ, group=request.group, stream=request.stream)
-        if principal.groups and not request.group:  # rejects carry handlers' error texts: a scoped token sees its own
-            raise PermissionDeniedError(
-                f"{principal.name} may read the rejects of groups {', '.join(principal.groups)} only; name one"
-            )
+        _one_of_its_groups(principal, request.group)
         page = self._log.reject_page(
             request.stream,
             group=request.group,
@@ -110,8 +107,22 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             since_ms=request.since_unix_ms,
             page_size=request.page_size,
             page_token=request.page_token,
+            purged=request.include_purged,
         )
         return convert.reject_page_to_pb(page)
+
+    @grpc_errors
+    def PurgeRejects(self, request: cpb.PurgeRejectsRequest, context: grpc.ServicerContext) -> cpb.PurgeRejectsResponse:
+        principal = self._guard.require(context, auth.CONFIGURE_GROUPS, group=request.group, stream=request.stream)
+        _one_of_its_groups(principal, request.group)
+        purged, token = self._log.purge_rejects(
+            request.stream,
+            before_ms=request.before_unix_ms,
+            group=request.group,
+            page_token=request.page_token,
+            dry_run=request.dry_run,
+        )
+        return cpb.PurgeRejectsResponse(purged=purged, next_page_token=token)
 
     @grpc_errors
     def ConfigureGroup(
@@ -121,3 +132,11 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
         self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
         configure_group(self._log.db, request)
         return apb.ConfigureGroupResponse()
+
+
+def _one_of_its_groups(principal: auth.Principal, group: str) -> None:
+    """Rejects carry handlers' error texts: a token scoped to groups names one of them (its own)."""
+    if principal.groups and not group:
+        raise PermissionDeniedError(
+            f"{principal.name} may reach the rejects of groups {', '.join(principal.groups)} only; name one"
+        )

@@ -178,6 +178,8 @@ class RejectedRecord:
     """When the commit log recorded the reject (0: not recorded)."""
     dlq: DlqLocation | None = None
     group: str = ""
+    state: str = "pending"
+    """pending (its record waits in the dlq lane), or purged (`dlq purge`: no longer listed)."""
 
 
 @dataclass(frozen=True)

@@ -137,3 +137,37 @@ def test_bad_arguments_say_why(kw: dict[str, object], says: str) -> None:
     stream = kw.pop("stream")
     with pytest.raises(InvalidArgumentError, match=says):
         commitlog.reject_page(d.db, stream, **kw)  # type: ignore[arg-type]
+
+
+def test_purge_stops_listing_old_rejects_in_batches_and_leaves_their_records_done() -> None:
+    d = Domain().cluster("c").stream("s", 1)
+    lid = "s/realtime/g1/p0"
+    old = Commit(rejects=[Reject(o, "old") for o in range(2_500)], high_watermark=2_600)
+    commitlog.commit(d.db, "g", lid, 0, old, now_ms=1_000)
+    commitlog.commit(d.db, "g", lid, 0, Commit(rejects=[Reject(2_500, "new")], high_watermark=2_600), now_ms=9_000)
+    ref = PartitionRef("s", "realtime", 1, 0)
+    low = d.db.transact(lambda tr: commitlog.read_header(tr, "g", ref).low)
+
+    def purge(**kw: object) -> list[int]:
+        counts, token = [], ""
+        while True:
+            n, token = commitlog.purge_rejects(d.db, "s", before_ms=5_000, now_ms=10_000, page_token=token, **kw)  # type: ignore[arg-type]
+            counts.append(n)
+            if not token:
+                return counts
+
+    assert sum(purge(dry_run=True)) == 2_500 and len(_all(d, "s", 1000)) == 2_501, "a dry run changes nothing"
+    counts = purge()
+    assert max(counts) <= commitlog.PURGE_BATCH and sum(counts) == 2_500
+    assert [r.reason for r in _all(d, "s", 1000)] == ["new"], "purged ones are not listed"
+    every = _all(d, "s", 1000, purged=True)
+    assert len(every) == 2_501 and {r.state for r in every if r.reason == "old"} == {"purged"}
+    assert sum(purge()) == 0, "purging again finds nothing"
+    assert d.db.transact(lambda tr: commitlog.read_header(tr, "g", ref).low) == low == 2_501, "their records stay done"
+
+
+@pytest.mark.parametrize(("before_ms", "says"), [(0, "unix ms"), (20_000, "future")])
+def test_a_purge_before_nothing_or_in_the_future_is_refused(before_ms: int, says: str) -> None:
+    d = Domain().cluster("c").stream("s", 1)
+    with pytest.raises(InvalidArgumentError, match=says):
+        commitlog.purge_rejects(d.db, "s", before_ms=before_ms, now_ms=10_000)

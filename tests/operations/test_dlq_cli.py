@@ -4,11 +4,13 @@ a table for people and JSON for programs, page after page; bad input gets one se
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from datetime import UTC, datetime
 
 from streamplane.client import CoordinatorClient
 from streamplane.model import Commit, DlqLocation, LeaseCommit, Reject, Retry
-from tests.helpers import cli, register_local_clusters
+from tests.helpers import cli, register_local_clusters, wait_until
 
 
 def test_dlq_list_shows_each_reject_with_its_origin_attempts_reason_and_copy(coordinator, local_cluster) -> None:
@@ -46,6 +48,34 @@ def test_dlq_list_shows_each_reject_with_its_origin_attempts_reason_and_copy(coo
     assert len(json.loads(later.stdout)) == 32, "rejected within the hour: all of them"
     none = cli("dlq", "list", stream, "--since", "2999-01-01T00:00:00Z", coordinator=address)
     assert none.returncode == 0 and "(none)" in none.stdout
+
+
+def test_dlq_purge_stops_listing_what_was_rejected_before_a_time(coordinator, local_cluster) -> None:
+    bootstrap, control = local_cluster
+    address = coordinator.address
+    register_local_clusters(address, bootstrap, control.endpoint, ("east",))
+    stream = f"dp-{uuid.uuid4().hex[:8]}"
+    with CoordinatorClient(address) as client:
+        client.create_stream(stream, 1, cluster="east")
+        rejects = [Reject(o, f"bad {o}") for o in range(40)]
+        client.commit("g", LeaseCommit(f"{stream}/realtime/g1/p0", 0, Commit(rejects=rejects, high_watermark=41)))
+    future = cli("dlq", "purge", stream, "--before", "2999-01-01T00:00:00Z", coordinator=address)
+    assert future.returncode != 0 and "future" in future.stderr and "Traceback" not in future.stderr
+    dry = cli("dlq", "purge", stream, "--before", "2999-01-01T00:00:00Z", "--dry-run", coordinator=address)
+    assert dry.returncode != 0, "a time in the future is refused, dry run or not"
+    soon = cli("dlq", "purge", stream, "--before", "0s", coordinator=address)
+    assert soon.returncode == 2 and "must be a time like" in soon.stderr
+    dry = cli("dlq", "purge", stream, "--before", "2026-01-01T00:00:00Z", "--dry-run", coordinator=address)
+    assert dry.returncode == 0 and "would purge 0 reject(s)" in dry.stdout, "none was rejected before 2026"
+    committed_ms = int(time.time() * 1000)
+    wait_until(lambda: int(time.time() * 1000) > committed_ms)  # a time strictly after the rejects' (in ms)
+    now = datetime.now(UTC).isoformat()
+    done = cli("dlq", "purge", stream, "--group", "g", "--before", now, coordinator=address)
+    assert done.returncode == 0 and done.stdout.startswith("purged 40 reject(s)"), done.stdout + done.stderr
+    assert "dlq purge: purged 40 so far" in done.stderr, "its progress"
+    assert "(none)" in cli("dlq", "list", stream, coordinator=address).stdout
+    every = cli("dlq", "list", stream, "--all", coordinator=address)
+    assert every.stdout.count(" purged ") == 40, every.stdout
 
 
 def test_dlq_list_refuses_bad_input_with_one_sentence(coordinator) -> None:

@@ -663,6 +663,12 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ),
     ("commitlog", "GetLag", cpb.GetLagRequest(group="mx"), EVERYONE),
     ("commitlog", "ListRejects", cpb.ListRejectsRequest(stream="sec-logs", group="mx"), EVERYONE),
+    (
+        "commitlog",
+        "PurgeRejects",
+        cpb.PurgeRejectsRequest(stream="sec-logs", group="mx", before_unix_ms=1, dry_run=True),
+        {"admin", "operator"},
+    ),
     ("commitlog", "ConfigureGroup", apb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
     ("assigner", "ConfigureGroup", apb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
     (

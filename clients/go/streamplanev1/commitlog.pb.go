@@ -1515,7 +1515,9 @@ type ListRejectsRequest struct {
 	// Records a page holds (default 100, at most 1000).
 	PageSize uint32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From the previous page's next_page_token; "" for the first page.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Purged rejects too (`dlq purge`); by default they are not listed.
+	IncludePurged bool `protobuf:"varint,7,opt,name=include_purged,json=includePurged,proto3" json:"include_purged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1592,6 +1594,13 @@ func (x *ListRejectsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListRejectsRequest) GetIncludePurged() bool {
+	if x != nil {
+		return x.IncludePurged
+	}
+	return false
+}
+
 type RejectedRecord struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Group     string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -1604,7 +1613,9 @@ type RejectedRecord struct {
 	// When the commit log recorded the reject (unix ms; 0: not recorded).
 	RejectedUnixMs int64 `protobuf:"varint,6,opt,name=rejected_unix_ms,json=rejectedUnixMs,proto3" json:"rejected_unix_ms,omitempty"`
 	// Where its copy went in the dlq lane (absent: not recorded).
-	Dlq           *DlqLocation `protobuf:"bytes,7,opt,name=dlq,proto3" json:"dlq,omitempty"`
+	Dlq *DlqLocation `protobuf:"bytes,7,opt,name=dlq,proto3" json:"dlq,omitempty"`
+	// "pending" (its record waits in the dlq lane) or "purged".
+	State         string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1688,6 +1699,147 @@ func (x *RejectedRecord) GetDlq() *DlqLocation {
 	return nil
 }
 
+func (x *RejectedRecord) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type PurgeRejectsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	// One group's rejects; "" for every group's (a token scoped to groups names one).
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// Purge those rejected before this time (unix ms; not in the future).
+	BeforeUnixMs int64 `protobuf:"varint,3,opt,name=before_unix_ms,json=beforeUnixMs,proto3" json:"before_unix_ms,omitempty"`
+	// From the previous call's next_page_token; "" for the first.
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Count what would be purged, and purge nothing.
+	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeRejectsRequest) Reset() {
+	*x = PurgeRejectsRequest{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeRejectsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeRejectsRequest) ProtoMessage() {}
+
+func (x *PurgeRejectsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeRejectsRequest.ProtoReflect.Descriptor instead.
+func (*PurgeRejectsRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PurgeRejectsRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *PurgeRejectsRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *PurgeRejectsRequest) GetBeforeUnixMs() int64 {
+	if x != nil {
+		return x.BeforeUnixMs
+	}
+	return 0
+}
+
+func (x *PurgeRejectsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *PurgeRejectsRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type PurgeRejectsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Rejects this call purged (would purge, with dry_run): at most 1000 a call.
+	Purged uint32 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	// Call again with it while it is not "".
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeRejectsResponse) Reset() {
+	*x = PurgeRejectsResponse{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeRejectsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeRejectsResponse) ProtoMessage() {}
+
+func (x *PurgeRejectsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeRejectsResponse.ProtoReflect.Descriptor instead.
+func (*PurgeRejectsResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PurgeRejectsResponse) GetPurged() uint32 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *PurgeRejectsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 type ListRejectsResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Rejects []*RejectedRecord      `protobuf:"bytes,1,rep,name=rejects,proto3" json:"rejects,omitempty"`
@@ -1699,7 +1851,7 @@ type ListRejectsResponse struct {
 
 func (x *ListRejectsResponse) Reset() {
 	*x = ListRejectsResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1863,7 @@ func (x *ListRejectsResponse) String() string {
 func (*ListRejectsResponse) ProtoMessage() {}
 
 func (x *ListRejectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1876,7 @@ func (x *ListRejectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRejectsResponse.ProtoReflect.Descriptor instead.
 func (*ListRejectsResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{21}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRejectsResponse) GetRejects() []*RejectedRecord {
@@ -1877,7 +2029,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
 	"offset_lag\x18\x04 \x01(\x03R\toffsetLag\x12\x1e\n" +
 	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\x12&\n" +
-	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\"\xb6\x01\n" +
+	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken\"\xdd\x01\n" +
 	"\x12ListRejectsRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x12\n" +
@@ -1885,7 +2037,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\rsince_unix_ms\x18\x04 \x01(\x03R\vsinceUnixMs\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"\x87\x02\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12%\n" +
+	"\x0einclude_purged\x18\a \x01(\bR\rincludePurged\"\x9d\x02\n" +
 	"\x0eRejectedRecord\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12:\n" +
 	"\tpartition\x18\x02 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x16\n" +
@@ -1893,10 +2046,21 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
 	"\battempts\x18\x05 \x01(\rR\battempts\x12(\n" +
 	"\x10rejected_unix_ms\x18\x06 \x01(\x03R\x0erejectedUnixMs\x12-\n" +
-	"\x03dlq\x18\a \x01(\v2\x1b.streamplane.v1.DlqLocationR\x03dlq\"w\n" +
+	"\x03dlq\x18\a \x01(\v2\x1b.streamplane.v1.DlqLocationR\x03dlq\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\"\xa1\x01\n" +
+	"\x13PurgeRejectsRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12$\n" +
+	"\x0ebefore_unix_ms\x18\x03 \x01(\x03R\fbeforeUnixMs\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"V\n" +
+	"\x14PurgeRejectsResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\rR\x06purged\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
 	"\x13ListRejectsResponse\x128\n" +
 	"\arejects\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\arejects\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xd7\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xb2\x05\n" +
 	"\x10CommitLogService\x12G\n" +
 	"\x06Commit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n" +
 	"\vCommitBatch\x12\".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n" +
@@ -1904,7 +2068,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
 	"DueRetries\x12!.streamplane.v1.DueRetriesRequest\x1a\".streamplane.v1.DueRetriesResponse\x12G\n" +
 	"\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12V\n" +
-	"\vListRejects\x12\".streamplane.v1.ListRejectsRequest\x1a#.streamplane.v1.ListRejectsResponse\x12_\n" +
+	"\vListRejects\x12\".streamplane.v1.ListRejectsRequest\x1a#.streamplane.v1.ListRejectsResponse\x12Y\n" +
+	"\fPurgeRejects\x12#.streamplane.v1.PurgeRejectsRequest\x1a$.streamplane.v1.PurgeRejectsResponse\x12_\n" +
 	"\x0eConfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponseb\x06proto3"
 
 var (
@@ -1919,7 +2084,7 @@ func file_streamplane_v1_commitlog_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_commitlog_proto_rawDescData
 }
 
-var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_streamplane_v1_commitlog_proto_goTypes = []any{
 	(*OffsetRange)(nil),            // 0: streamplane.v1.OffsetRange
 	(*RetryEntry)(nil),             // 1: streamplane.v1.RetryEntry
@@ -1942,10 +2107,12 @@ var file_streamplane_v1_commitlog_proto_goTypes = []any{
 	(*GetLagResponse)(nil),         // 18: streamplane.v1.GetLagResponse
 	(*ListRejectsRequest)(nil),     // 19: streamplane.v1.ListRejectsRequest
 	(*RejectedRecord)(nil),         // 20: streamplane.v1.RejectedRecord
-	(*ListRejectsResponse)(nil),    // 21: streamplane.v1.ListRejectsResponse
-	(*PartitionRef)(nil),           // 22: streamplane.v1.PartitionRef
-	(*ConfigureGroupRequest)(nil),  // 23: streamplane.v1.ConfigureGroupRequest
-	(*ConfigureGroupResponse)(nil), // 24: streamplane.v1.ConfigureGroupResponse
+	(*PurgeRejectsRequest)(nil),    // 21: streamplane.v1.PurgeRejectsRequest
+	(*PurgeRejectsResponse)(nil),   // 22: streamplane.v1.PurgeRejectsResponse
+	(*ListRejectsResponse)(nil),    // 23: streamplane.v1.ListRejectsResponse
+	(*PartitionRef)(nil),           // 24: streamplane.v1.PartitionRef
+	(*ConfigureGroupRequest)(nil),  // 25: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil), // 26: streamplane.v1.ConfigureGroupResponse
 }
 var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	2,  // 0: streamplane.v1.RejectEntry.dlq:type_name -> streamplane.v1.DlqLocation
@@ -1961,7 +2128,7 @@ var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	11, // 10: streamplane.v1.DueRetriesResponse.due:type_name -> streamplane.v1.RetryState
 	16, // 11: streamplane.v1.GetLagResponse.partitions:type_name -> streamplane.v1.PartitionLag
 	17, // 12: streamplane.v1.GetLagResponse.lanes:type_name -> streamplane.v1.LaneLag
-	22, // 13: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
+	24, // 13: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
 	2,  // 14: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
 	20, // 15: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
 	4,  // 16: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
@@ -1970,16 +2137,18 @@ var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	13, // 19: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
 	15, // 20: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
 	19, // 21: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
-	23, // 22: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	6,  // 23: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
-	9,  // 24: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
-	12, // 25: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
-	14, // 26: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
-	18, // 27: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
-	21, // 28: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
-	24, // 29: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	23, // [23:30] is the sub-list for method output_type
-	16, // [16:23] is the sub-list for method input_type
+	21, // 22: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
+	25, // 23: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	6,  // 24: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
+	9,  // 25: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
+	12, // 26: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
+	14, // 27: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
+	18, // 28: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
+	23, // 29: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
+	22, // 30: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
+	26, // 31: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1997,7 +2166,7 @@ func file_streamplane_v1_commitlog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_commitlog_proto_rawDesc), len(file_streamplane_v1_commitlog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

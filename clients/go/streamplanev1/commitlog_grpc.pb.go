@@ -27,6 +27,7 @@ const (
 	CommitLogService_DueRetries_FullMethodName     = "/streamplane.v1.CommitLogService/DueRetries"
 	CommitLogService_GetLag_FullMethodName         = "/streamplane.v1.CommitLogService/GetLag"
 	CommitLogService_ListRejects_FullMethodName    = "/streamplane.v1.CommitLogService/ListRejects"
+	CommitLogService_PurgeRejects_FullMethodName   = "/streamplane.v1.CommitLogService/PurgeRejects"
 	CommitLogService_ConfigureGroup_FullMethodName = "/streamplane.v1.CommitLogService/ConfigureGroup"
 )
 
@@ -46,6 +47,9 @@ type CommitLogServiceClient interface {
 	// A stream's rejected records, paged: where each came from, why, after how many attempts, when, and where its
 	// dlq copy went.
 	ListRejects(ctx context.Context, in *ListRejectsRequest, opts ...grpc.CallOption) (*ListRejectsResponse, error)
+	// Marks a stream's rejects recorded before a time purged, a bounded batch a call: `dlq list` no longer shows
+	// them; their records stay done, and Kafka's retention owns the dlq copies' bytes.
+	PurgeRejects(ctx context.Context, in *PurgeRejectsRequest, opts ...grpc.CallOption) (*PurgeRejectsResponse, error)
 	// Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
 	ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error)
 }
@@ -118,6 +122,16 @@ func (c *commitLogServiceClient) ListRejects(ctx context.Context, in *ListReject
 	return out, nil
 }
 
+func (c *commitLogServiceClient) PurgeRejects(ctx context.Context, in *PurgeRejectsRequest, opts ...grpc.CallOption) (*PurgeRejectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeRejectsResponse)
+	err := c.cc.Invoke(ctx, CommitLogService_PurgeRejects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *commitLogServiceClient) ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ConfigureGroupResponse)
@@ -144,6 +158,9 @@ type CommitLogServiceServer interface {
 	// A stream's rejected records, paged: where each came from, why, after how many attempts, when, and where its
 	// dlq copy went.
 	ListRejects(context.Context, *ListRejectsRequest) (*ListRejectsResponse, error)
+	// Marks a stream's rejects recorded before a time purged, a bounded batch a call: `dlq list` no longer shows
+	// them; their records stay done, and Kafka's retention owns the dlq copies' bytes.
+	PurgeRejects(context.Context, *PurgeRejectsRequest) (*PurgeRejectsResponse, error)
 	// Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
 	ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error)
 	mustEmbedUnimplementedCommitLogServiceServer()
@@ -173,6 +190,9 @@ func (UnimplementedCommitLogServiceServer) GetLag(context.Context, *GetLagReques
 }
 func (UnimplementedCommitLogServiceServer) ListRejects(context.Context, *ListRejectsRequest) (*ListRejectsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRejects not implemented")
+}
+func (UnimplementedCommitLogServiceServer) PurgeRejects(context.Context, *PurgeRejectsRequest) (*PurgeRejectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeRejects not implemented")
 }
 func (UnimplementedCommitLogServiceServer) ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ConfigureGroup not implemented")
@@ -306,6 +326,24 @@ func _CommitLogService_ListRejects_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CommitLogService_PurgeRejects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeRejectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommitLogServiceServer).PurgeRejects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommitLogService_PurgeRejects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommitLogServiceServer).PurgeRejects(ctx, req.(*PurgeRejectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _CommitLogService_ConfigureGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ConfigureGroupRequest)
 	if err := dec(in); err != nil {
@@ -354,6 +392,10 @@ var CommitLogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRejects",
 			Handler:    _CommitLogService_ListRejects_Handler,
+		},
+		{
+			MethodName: "PurgeRejects",
+			Handler:    _CommitLogService_PurgeRejects_Handler,
 		},
 		{
 			MethodName: "ConfigureGroup",

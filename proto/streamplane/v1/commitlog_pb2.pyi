@@ -272,23 +272,25 @@ class GetLagResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[PartitionLag, _Mapping]]] = ..., lanes: _Optional[_Iterable[_Union[LaneLag, _Mapping]]] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListRejectsRequest(_message.Message):
-    __slots__ = ("stream", "group", "lane", "since_unix_ms", "page_size", "page_token")
+    __slots__ = ("stream", "group", "lane", "since_unix_ms", "page_size", "page_token", "include_purged")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     SINCE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PURGED_FIELD_NUMBER: _ClassVar[int]
     stream: str
     group: str
     lane: str
     since_unix_ms: int
     page_size: int
     page_token: str
-    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    include_purged: bool
+    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_purged: _Optional[bool] = ...) -> None: ...
 
 class RejectedRecord(_message.Message):
-    __slots__ = ("group", "partition", "offset", "reason", "attempts", "rejected_unix_ms", "dlq")
+    __slots__ = ("group", "partition", "offset", "reason", "attempts", "rejected_unix_ms", "dlq", "state")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +298,7 @@ class RejectedRecord(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     REJECTED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     DLQ_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     group: str
     partition: _assigner_pb2.PartitionRef
     offset: int
@@ -303,7 +306,30 @@ class RejectedRecord(_message.Message):
     attempts: int
     rejected_unix_ms: int
     dlq: DlqLocation
-    def __init__(self, group: _Optional[str] = ..., partition: _Optional[_Union[_assigner_pb2.PartitionRef, _Mapping]] = ..., offset: _Optional[int] = ..., reason: _Optional[str] = ..., attempts: _Optional[int] = ..., rejected_unix_ms: _Optional[int] = ..., dlq: _Optional[_Union[DlqLocation, _Mapping]] = ...) -> None: ...
+    state: str
+    def __init__(self, group: _Optional[str] = ..., partition: _Optional[_Union[_assigner_pb2.PartitionRef, _Mapping]] = ..., offset: _Optional[int] = ..., reason: _Optional[str] = ..., attempts: _Optional[int] = ..., rejected_unix_ms: _Optional[int] = ..., dlq: _Optional[_Union[DlqLocation, _Mapping]] = ..., state: _Optional[str] = ...) -> None: ...
+
+class PurgeRejectsRequest(_message.Message):
+    __slots__ = ("stream", "group", "before_unix_ms", "page_token", "dry_run")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    group: str
+    before_unix_ms: int
+    page_token: str
+    dry_run: bool
+    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., before_unix_ms: _Optional[int] = ..., page_token: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class PurgeRejectsResponse(_message.Message):
+    __slots__ = ("purged", "next_page_token")
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    purged: int
+    next_page_token: str
+    def __init__(self, purged: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListRejectsResponse(_message.Message):
     __slots__ = ("rejects", "next_page_token")

@@ -65,6 +65,11 @@ class CommitLogServiceStub:
                 request_serializer=streamplane_dot_v1_dot_commitlog__pb2.ListRejectsRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.ListRejectsResponse.FromString,
                 _registered_method=True)
+        self.PurgeRejects = channel.unary_unary(
+                '/streamplane.v1.CommitLogService/PurgeRejects',
+                request_serializer=streamplane_dot_v1_dot_commitlog__pb2.PurgeRejectsRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.PurgeRejectsResponse.FromString,
+                _registered_method=True)
         self.ConfigureGroup = channel.unary_unary(
                 '/streamplane.v1.CommitLogService/ConfigureGroup',
                 request_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
@@ -117,6 +122,14 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeRejects(self, request, context):
+        """Marks a stream's rejects recorded before a time purged, a bounded batch a call: `dlq list` no longer shows
+        them; their records stay done, and Kafka's retention owns the dlq copies' bytes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ConfigureGroup(self, request, context):
         """Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
         """
@@ -156,6 +169,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.ListRejects,
                     request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.ListRejectsRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_commitlog__pb2.ListRejectsResponse.SerializeToString,
+            ),
+            'PurgeRejects': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeRejects,
+                    request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.PurgeRejectsRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_commitlog__pb2.PurgeRejectsResponse.SerializeToString,
             ),
             'ConfigureGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.ConfigureGroup,
@@ -325,6 +343,33 @@ class CommitLogService:
             '/streamplane.v1.CommitLogService/ListRejects',
             streamplane_dot_v1_dot_commitlog__pb2.ListRejectsRequest.SerializeToString,
             streamplane_dot_v1_dot_commitlog__pb2.ListRejectsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeRejects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.CommitLogService/PurgeRejects',
+            streamplane_dot_v1_dot_commitlog__pb2.PurgeRejectsRequest.SerializeToString,
+            streamplane_dot_v1_dot_commitlog__pb2.PurgeRejectsResponse.FromString,
             options,
             channel_credentials,
             insecure,

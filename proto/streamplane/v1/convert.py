@@ -678,6 +678,7 @@ def reject_page_to_pb(page: m.RejectPage) -> cpb.ListRejectsResponse:
             reason=r.reason,
             attempts=r.attempts,
             rejected_unix_ms=r.rejected_ms,
+            state=r.state,
         )
         if r.dlq is not None:
             entry.dlq.CopyFrom(_dlq_to_pb(r.dlq))
@@ -695,6 +696,7 @@ def reject_page_from_pb(x: cpb.ListRejectsResponse) -> m.RejectPage:
                 rejected_ms=y.rejected_unix_ms,
                 dlq=_dlq_from_pb(y.dlq) if y.HasField("dlq") else None,
                 group=y.group,
+                state=y.state,
             )
             for y in x.rejects
         ],
