@@ -59,6 +59,7 @@ class Committer:
         membership: the session and the held leases.
         fetch: the fetch loop (one-off reads of due retries, fetch errors to report).
         dlq: where rejected records are copied.
+        dispatch: where records re-read for a due retry go.
         clock: the consumer's time.
         commit_interval_s: the pace of commits.
         retry_backoff_s: a retry's default backoff (ledgers ask their owner).

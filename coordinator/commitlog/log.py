@@ -634,26 +634,12 @@ def _rejected(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], Rejec
 
 
 @transactional
-def read_rejects(
-    tr: Transaction, group: str, *, limit: int = 50
-) -> list[tuple[PartitionRef, int, str, dict[str, Any]]]:
-    """The group's first `limit` rejected records: (partition, offset, reason, where its dlq copy went)."""
+def read_rejects(tr: Transaction, group: str, *, limit: int = 50) -> list[RejectedRecord]:
+    """The group's first `limit` rejected records, of every stream (a mark that does not decode is left out)."""
     check_object_name("group", group)
     r0 = keys.REJECTS.range((group,))
-    out = []
-    for key, raw in tr.get_range(r0.start, r0.stop, limit=limit, snapshot=True):
-        _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
-        mark = json.loads(raw)
-        out.append((PartitionRef(s, la, gen, p), offset, mark.get("reason", ""), mark.get("dlq", {})))
-    return out
-
-
-def _reject_group_after(tr: Transaction, group: str) -> str:
-    """The first group with rejects after `group` ("" for the first of all); "" when none is left."""
-    whole = keys.REJECTS.range()
-    begin = keys.REJECTS.range((group,)).stop if group else whole.start
-    rows = tr.get_range(begin, whole.stop, limit=1, snapshot=True)
-    return str(keys.REJECTS.unpack(rows[0][0])[0]) if rows else ""
+    found = (_rejected(group, key, raw) for key, raw in tr.get_range(r0.start, r0.stop, limit=limit, snapshot=True))
+    return [decoded[1] for decoded in found if decoded is not None]
 
 
 def _walk_rejects(
@@ -670,8 +656,11 @@ def _walk_rejects(
     """The next at most `size` rejects that `keep`, of one group or (group "") of every group, in (group, lane,
     generation, partition, offset) order from after `page_token` ("GROUP LEASE_ID OFFSET"): (key, stored mark,
     record) each, and the token to go on from ("" when none is left). At most `budget` marks and `size` groups
-    are looked at; a mark that does not decode is left out, never the end of the walk."""
+    are looked at; a mark that does not decode is left out, never the end of the walk. NotFoundError for a
+    stream that does not exist (deleting one deletes its groups' rejects)."""
     check_object_name("stream", stream)
+    if tr.get(keys.stream_key(stream)) is None:
+        raise NotFoundError(f"stream {quoted(stream)} does not exist", kind="stream", name=stream)
     if group:
         check_object_name("group", group)
     if lane:
@@ -687,7 +676,7 @@ def _walk_rejects(
             after = keys.reject_key(after_group, parse_lease_id(lease_id), int(after_offset)) + b"\x00"
     out: list[tuple[bytes, dict[str, Any], RejectedRecord]] = []
     looked, groups, last, left = 0, 0, "", False
-    current = group or after_group or _reject_group_after(tr, "")
+    current = group or after_group or _group_after(tr, keys.REJECTS, "")
     while current and not left:
         if groups >= size or looked >= budget:
             left, last = True, f"{current} "  # this group and what follows wait for the next page, from its start
@@ -707,13 +696,13 @@ def _walk_rejects(
             if keep(decoded[1]):
                 out.append((key, decoded[0], decoded[1]))
             if len(out) == size:
-                left = i + 1 < len(rows) or bool(not group and _reject_group_after(tr, current))
+                left = i + 1 < len(rows) or bool(not group and _group_after(tr, keys.REJECTS, current))
                 break
         else:
             if len(rows) > room:
                 left = True  # the scan's budget ran out inside this group
             elif not group:
-                current = _reject_group_after(tr, current)
+                current = _group_after(tr, keys.REJECTS, current)
                 continue
         break
     return out, last if left else ""
@@ -879,7 +868,7 @@ def lag_page(
     abandoned = _Abandoned(tr)
     out: list[PartitionLag] = []
     looked, groups, last, left = 0, 0, "", False
-    current = group or after_group or _group_after(tr, "")
+    current = group or after_group or _group_after(tr, keys.PROGRESS, "")
     while current:
         room = size - looked
         if room <= 0 or groups >= size:
@@ -908,22 +897,23 @@ def lag_page(
             break
         if group:
             break
-        current = _group_after(tr, current)
+        current = _group_after(tr, keys.PROGRESS, current)
     return Lag(group=group, partitions=tuple(out), next_page_token=last if left else "")
 
 
-def _group_after(tr: Transaction, group: str) -> str:
-    """The first group with progress after `group` ("" for the first of all); "" when none is left."""
-    whole = keys.PROGRESS.range()
-    begin = keys.PROGRESS.range((group,)).stop if group else whole.start
+def _group_after(tr: Transaction, space: Any, group: str) -> str:
+    """The first group with keys in `space` (progress, rejects) after `group` ("" for the first of all); "" when
+    none is left."""
+    whole = space.range()
+    begin = space.range((group,)).stop if group else whole.start
     rows = tr.get_range(begin, whole.stop, limit=1, snapshot=True)
-    return str(keys.PROGRESS.unpack(rows[0][0])[0]) if rows else ""
+    return str(space.unpack(rows[0][0])[0]) if rows else ""
 
 
 @transactional
 def read_groups_with_progress(tr: Transaction) -> list[str]:
     """Groups that have committed anything (for the lag metrics)."""
     groups: list[str] = []
-    while group := _group_after(tr, groups[-1] if groups else ""):
+    while group := _group_after(tr, keys.PROGRESS, groups[-1] if groups else ""):
         groups.append(group)
     return groups

@@ -255,8 +255,8 @@ class Views:
             if h.retries > 0
         ]
         rejects = [
-            {"lease_id": ref.lease_id, "offset": offset, "reason": reason, "dlq": dlq}
-            for ref, offset, reason, dlq in commitlog.read_rejects(self.db, name, limit=50)
+            {"lease_id": r.partition.lease_id, "offset": r.offset, "reason": r.reason, "dlq": to_jsonable(r.dlq or {})}
+            for r in commitlog.read_rejects(self.db, name, limit=50)
         ]
         return {
             "name": name,

@@ -152,16 +152,17 @@ class GroupState:
 
     # -- the lease mirror
     def put_lease(self, lease: Lease) -> None:
-        old = self.leases.get(lease.key)
+        key = lease.key  # built once: a pass puts every lease it writes, and catching up every one it reads
+        old = self.leases.get(key)
         if old is not None and old.state != FREE:
-            self.held.get(old.worker_id, set()).discard(lease.key)
-        self.leases[lease.key] = lease
+            self.held.get(old.worker_id, set()).discard(key)
+        self.leases[key] = lease
         if lease.state != FREE:
-            self.held.setdefault(lease.worker_id, set()).add(lease.key)
+            self.held.setdefault(lease.worker_id, set()).add(key)
         if lease.state == REVOKING:
-            self.revoking.add(lease.key)
+            self.revoking.add(key)
         else:
-            self.revoking.discard(lease.key)
+            self.revoking.discard(key)
 
     def spec(self, key: PartitionRef, top: int) -> PartitionSpec:
         lease = self.leases.get(key)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.errors import InvalidArgumentError
+from streamplane.errors import InvalidArgumentError, NotFoundError
 from streamplane.model import Commit, DlqLocation, PartitionRef, Reject, RejectedRecord, Retry
 from tests.helpers import Domain
 
@@ -171,3 +171,19 @@ def test_a_purge_before_nothing_or_in_the_future_is_refused(before_ms: int, says
     d = Domain().cluster("c").stream("s", 1)
     with pytest.raises(InvalidArgumentError, match=says):
         commitlog.purge_rejects(d.db, "s", before_ms=before_ms, now_ms=10_000)
+
+
+def test_an_unknown_stream_is_not_found_rather_than_an_empty_list() -> None:
+    d = Domain().cluster("c").stream("s", 1)
+    with pytest.raises(NotFoundError, match="stream 'nope' does not exist"):
+        commitlog.reject_page(d.db, "nope")
+    with pytest.raises(NotFoundError, match="does not exist"):
+        commitlog.purge_rejects(d.db, "nope", before_ms=1, now_ms=2)
+
+
+def test_the_consoles_first_rejects_leave_a_torn_mark_out() -> None:
+    d = Domain().cluster("c").stream("s", 1)
+    for offset in (1, 2, 3):
+        _reject(d, "g", "s/realtime/g1/p0", offset, f"r{offset}", now_ms=1)
+    d.db.transact(lambda tr: tr.set(keys.reject_key("g", PartitionRef("s", "realtime", 1, 0), 2), b"{torn"))
+    assert [r.offset for r in commitlog.read_rejects(d.db, "g")] == [1, 3]

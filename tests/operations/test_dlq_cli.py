@@ -86,5 +86,7 @@ def test_dlq_list_refuses_bad_input_with_one_sentence(coordinator) -> None:
     ):
         done = cli("dlq", "list", "s", *args, coordinator=coordinator.address)
         assert done.returncode == 2 and says in done.stderr, (args, done.stderr)
+    unknown = cli("dlq", "list", "no-such-stream", coordinator=coordinator.address)
+    assert unknown.returncode != 0 and "stream 'no-such-stream' does not exist" in unknown.stderr, unknown.stderr
     bad = cli("dlq", "list", "Not A Stream", coordinator=coordinator.address)
     assert bad.returncode != 0 and "stream" in bad.stderr and "Traceback" not in bad.stderr
