@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeAlias
 
 from streamplane.client.coordinator import CoordinatorClient
@@ -56,3 +58,21 @@ def event_log_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--actor", default="", help="only events whose actor contains this (any case)")
     p.add_argument("--kind", default="", help="only events of this kind (e.g. failed_over, lease_granted)")
     p.add_argument("--idle-timeout", type=float, default=1.0, help=argparse.SUPPRESS)
+
+
+def since_ms(text: str) -> int:
+    """An argument type: unix ms from an ISO 8601 time ('2026-11-27T14:00:00Z', a date alone is midnight UTC), or
+    a duration back from now ('90m', '12h', '2d')."""
+    try:
+        return int((time.time() - duration(text)) * 1000)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a time like 2026-11-27T14:00:00Z or a duration back from now like 90m or 12h, not {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: end it with Z (UTC) or +HH:MM")
+    return int(when.timestamp() * 1000)

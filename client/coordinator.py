@@ -336,6 +336,23 @@ class CoordinatorClient:
         request = apb.DeleteGroupRequest(group=group, force=force, reason=reason)
         return convert.group_deleted_from_pb(self._call(self.assigner.DeleteGroup, request))
 
+    def rewind_group(
+        self,
+        group: str,
+        stream: str,
+        target: m.RewindTarget,
+        *,
+        lane: str = "",
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> m.RewindPlan:
+        """Send a live group back to a time, the earliest records kept, or offsets, over every generation of
+        `stream` (or one lane); `dry_run` only plans. FailedPreconditionError when some generation cannot be
+        reprocessed, unless `force`."""
+        request = convert.rewind_request_to_pb(group, stream, target, lane=lane, dry_run=dry_run, force=force)
+        answer = self._call(self.assigner.RewindGroup, request, idempotent=dry_run)
+        return convert.rewind_plan_from_pb(answer, group, stream, target)
+
     def check_lease(self, group: str, lease_id: str, epoch: int) -> None:
         """Raise FencedError unless the lease is still held at `epoch`."""
         request = apb.CheckLeaseRequest(group=group, lease_id=lease_id, epoch=epoch)

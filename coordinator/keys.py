@@ -174,6 +174,8 @@ GROUP_SEEN = ROOT["group_seen"]
 RETIRED_READERS = ROOT["retired_reader"]
 STREAM_TOMBSTONES = ROOT["stream_tombstone"]
 STREAM_COUNT = ROOT.pack(("stream_count",))
+REOPENED = ROOT["reopened"]
+"""(group, stream, lane, generation) -> b"": a drained generation a rewind reopened for that group alone."""
 
 
 def cluster_key(name: str) -> bytes:
@@ -307,6 +309,10 @@ def retry_key(group: str, ref: PartitionRef, offset: int) -> bytes:
 
 def reject_key(group: str, ref: PartitionRef, offset: int) -> bytes:
     return REJECTS.pack((group, *ref, offset))
+
+
+def reopened_key(group: str, stream: str, lane: str, generation: int) -> bytes:
+    return REOPENED.pack((group, stream, lane, generation))
 
 
 def producer_key(producer_id: str) -> bytes:

@@ -14,6 +14,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from streamplane.client import CoordinatorClient
+from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import SEALED, SETTLED, Generation, Lane, PartitionRef, Stream
@@ -42,53 +43,6 @@ class Slice(InputPartition):
 def lanes_of(stream: Stream, wanted: tuple[str, ...]) -> list[Lane]:
     """The lanes to read: the named ones, or every lane but dlq."""
     return [lane for lane in stream.lanes if (lane.name in wanted if wanted else lane.name != "dlq")]
-
-
-class Watermarks:
-    """Low and high watermarks of partitions, through librdkafka (one client per cluster, kept)."""
-
-    def __init__(self) -> None:
-        self._consumers: dict[str, Any] = {}
-
-    def _consumer(self, bootstrap: str) -> Any:
-        from confluent_kafka import Consumer
-
-        consumer = self._consumers.get(bootstrap)
-        if consumer is None:
-            consumer = self._consumers[bootstrap] = Consumer(
-                {"bootstrap.servers": bootstrap, "group.id": "streamplane-spark-planner", "log_level": 3}
-            )
-        return consumer
-
-    def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        consumer = self._consumer(bootstrap)
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
-            return int(low), int(high)
-        except KafkaException as err:
-            raise UnavailableError(f"cannot read offsets of {topic}/{partition} at {bootstrap}: {err}") from err
-
-    def at_time(self, bootstrap: str, topic: str, partitions: dict[int, int]) -> dict[int, int]:
-        """{partition: the offset of its first record at or after the time (ms)}; -1 where there is none."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        consumer = self._consumer(bootstrap)
-        asked = [TopicPartition(topic, p, ts) for p, ts in partitions.items()]
-        try:
-            got = consumer.offsets_for_times(asked, timeout=10)
-        except KafkaException as err:
-            raise UnavailableError(f"cannot look up offsets by time in {topic} at {bootstrap}: {err}") from err
-        for tp in got:
-            if tp.error is not None:
-                raise UnavailableError(f"cannot look up offsets by time in {topic}/{tp.partition}: {tp.error.str()}")
-        return {tp.partition: tp.offset for tp in got}
-
-    def close(self) -> None:
-        for consumer in self._consumers.values():
-            consumer.close()
-        self._consumers.clear()
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -6,30 +6,11 @@ import argparse
 import sys
 import time
 from collections.abc import Iterator
-from datetime import datetime
 
 from streamplane import model
-from streamplane.cli.common import Add, Subparsers, connect, duration, positive
+from streamplane.cli.common import Add, Subparsers, connect, positive, since_ms
 from streamplane.cli.output import json_shown, print_pages
 from streamplane.client.coordinator import CoordinatorClient
-
-
-def since_ms(text: str) -> int:
-    """An argument type: unix ms from an ISO 8601 time ('2026-11-27T14:00:00Z', a date alone is midnight UTC), or
-    a duration back from now ('90m', '12h', '2d')."""
-    try:
-        return int((time.time() - duration(text)) * 1000)
-    except argparse.ArgumentTypeError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be a time like 2026-11-27T14:00:00Z or a duration back from now like 90m or 12h, not {text!r}"
-        ) from None
-    if when.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: end it with Z (UTC) or +HH:MM")
-    return int(when.timestamp() * 1000)
 
 
 def _when(ms: int) -> str:

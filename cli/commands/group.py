@@ -1,15 +1,16 @@
-"""Consumer groups: members and leases, lag, configuration, their log, and why a lane is late."""
+"""Consumer groups: members and leases, lag, configuration, rewinds, their log, and why a lane is late."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from typing import Any
 
 from streamplane import errors, model
 from streamplane.cli.commands.events import print_events
-from streamplane.cli.common import Add, Subparsers, connect, duration, event_log_arguments
+from streamplane.cli.common import Add, Subparsers, connect, duration, event_log_arguments, since_ms
 from streamplane.cli.output import json_shown, print_table
 from streamplane.client.coordinator import CoordinatorClient
 
@@ -202,6 +203,47 @@ def cmd_group_delete(args: argparse.Namespace) -> None:
         print(f"no longer waited for by: {', '.join(deleted.generations)}")
 
 
+def _rewind_target(args: argparse.Namespace) -> model.RewindTarget:
+    if args.to_time is not None:
+        return model.RewindTarget(model.RewindTo.TIME, time_ms=args.to_time)
+    if args.to_earliest:
+        return model.RewindTarget(model.RewindTo.EARLIEST)
+    try:
+        given = json.loads(args.to_offsets)
+    except json.JSONDecodeError as err:
+        raise errors.InvalidArgumentError(f"--to-offsets is not JSON: {err.msg} at column {err.colno}") from None
+    if not isinstance(given, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in given.values()):
+        raise errors.InvalidArgumentError('--to-offsets must map partitions to offsets, like {"realtime/g2/p0": 1200}')
+    offsets = {}
+    for name, offset in given.items():
+        ref = model.PartitionRef.parse(name if name.count("/") == 3 else f"{args.stream}/{name}")
+        offsets[ref] = offset
+    return model.RewindTarget(model.RewindTo.OFFSETS, offsets=offsets)
+
+
+def cmd_group_rewind(args: argparse.Namespace) -> None:
+    target = _rewind_target(args)
+    with connect(args) as client:
+        done = client.rewind_group(
+            args.group, args.stream, target, lane=args.lane, dry_run=args.dry_run, force=args.force
+        )
+    if json_shown(args, done):
+        return
+    rows = [
+        [p.partition.lane, p.partition.generation, p.generation_state, p.partition.partition, p.offset, p.again]
+        for p in done.positions
+    ]
+    print_table(["LANE", "GEN", "STATE", "PARTITION", "FROM OFFSET", "AGAIN"], rows)
+    for line in done.lost:
+        print(f"cannot be reprocessed: {line}")
+    what = "rewound" if done.applied else "would rewind"
+    print(
+        f"{what} group {done.group} on {done.stream}: {len(done.positions)} partition(s), {done.again:,} record(s) "
+        "to process again"
+        + (f"; {done.leases_regranted} lease(s) granted again at a new epoch" if done.applied else "")
+    )
+
+
 def cmd_group_events(args: argparse.Namespace) -> None:
     with connect(args) as client:
         idle = None if args.follow else args.idle_timeout
@@ -246,6 +288,22 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("group")
     p.add_argument("--force", action="store_true", help="even with live members: their sessions end")
     p.add_argument("--reason", default="", help="why, kept with the event")
+
+    p = add(
+        group,
+        "rewind",
+        cmd_group_rewind,
+        "send a live group back to a time, the earliest records or offsets, across generations and clusters",
+    )
+    p.add_argument("group")
+    p.add_argument("stream")
+    p.add_argument("--lane", default="", help="one lane (default: every lane but dlq)")
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-time", type=since_ms, default=None, metavar="TIME", help="ISO time, or a duration back (3h)")
+    to.add_argument("--to-earliest", action="store_true", help="the first record each partition still keeps")
+    to.add_argument("--to-offsets", default=None, metavar="JSON", help='like {"realtime/g2/p0": 1200}')
+    p.add_argument("--dry-run", action="store_true", help="show how many records each partition processes again")
+    p.add_argument("--force", action="store_true", help="rewind what can be although some generation cannot")
 
     p = add(sub, "lag", cmd_lag, "offset and time lag per stream and lane, of one group or all")
     p.add_argument("group", nargs="?", default="")

@@ -443,6 +443,64 @@ def _apply(
     return CommitResult(low, sorted(set(exhausted)), added + jumped, retries, [unique[o] for o in sorted(unique)])
 
 
+def done_from(tr: Transaction, group: str, ref: PartitionRef, offset: int) -> int:
+    """How many offsets at or after `offset` the group has finished on a partition (what a rewind to `offset`
+    processes again). Reads the done chunks above it, at most one per CHUNK offsets the group is ahead."""
+    header = read_header(tr, group, ref)
+    if not header.updated_ms:
+        return 0
+    below = max(0, header.low - offset)
+    if offset <= header.low:
+        return below + header.done_above
+    r0 = keys.DONE.range((group, *ref))
+    first = keys.done_key(group, ref, offset // CHUNK)
+    count = 0
+    for key, raw in tr.get_range(first, r0.stop, snapshot=True):
+        chunk = keys.DONE.unpack(key)[-1]
+        mask = int.from_bytes(raw, "little")
+        if chunk == offset // CHUNK:
+            mask &= ~((1 << (offset - chunk * CHUNK)) - 1)
+        count += mask.bit_count()
+    return count
+
+
+def rewind(tr: Transaction, group: str, ref: PartitionRef, offset: int, *, now_ms: int, pending_ts_ms: int = 0) -> None:
+    """Forget what the group finished on a partition at or after `offset`: its done offsets, retries and
+    rejects there are cleared, for this group only, so its next holder reads from `offset` (or from its low
+    watermark, when that is lower) and processes them again. Below `offset` nothing changes."""
+    header = read_header(tr, group, ref)
+    low = min(header.low, offset) if header.updated_ms else offset
+    r0 = keys.DONE.range((group, *ref))
+    if offset <= header.low:
+        tr.clear_range(r0.start, r0.stop)
+        done_above = 0
+    else:
+        chunk = offset // CHUNK
+        kept = _read_chunk(tr, group, ref, chunk) & ((1 << (offset - chunk * CHUNK)) - 1)
+        _write_chunk(tr, group, ref, chunk, kept)
+        tr.clear_range(keys.done_key(group, ref, chunk + 1), r0.stop)
+        done_above = kept.bit_count() + sum(
+            int.from_bytes(raw, "little").bit_count()
+            for _, raw in tr.get_range(r0.start, keys.done_key(group, ref, chunk))
+        )
+    counts = []
+    for space, key_of in ((keys.RETRIES, keys.retry_key), (keys.REJECTS, keys.reject_key)):
+        r = space.range((group, *ref))
+        tr.clear_range(key_of(group, ref, offset), r.stop)
+        counts.append(len(tr.get_range(r.start, key_of(group, ref, offset))))
+    rewound = replace(
+        header,
+        low=low,
+        high=max(header.high, low),
+        oldest_pending_ts_ms=pending_ts_ms if pending_ts_ms > 0 else header.oldest_pending_ts_ms,
+        done_above=done_above,
+        retries=counts[0],
+        rejects=counts[1],
+        updated_ms=now_ms,
+    )
+    tr.set(keys.progress_key(group, ref), json.dumps(vars(rewound), sort_keys=True).encode())
+
+
 MAX_BATCH_LEASES = 4096
 """Leases in one batched commit."""
 

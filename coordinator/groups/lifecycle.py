@@ -50,6 +50,7 @@ _GROUP_SPACES = (
     keys.DONE,
     keys.RETRIES,
     keys.REJECTS,
+    keys.REOPENED,
     keys.GROUP_EVENTS,
 )
 """Every subspace whose keys begin with the group: what a deletion clears, one range each."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups import rewind
 from streamplane.coordinator.groups.assignment import Balancer, PartitionSpec, WorkerSpec
 from streamplane.coordinator.groups.leases import (
     FREE,
@@ -55,6 +56,8 @@ MAX_OWN_TAIL = 200_000
 """Group events a pass skips at most as the owner's own (a first assignment of a large group writes one each)."""
 _LEASE_EVENTS = ("lease_released", "lease_revoked")
 """Group events that change a lease outside the owner's passes (a worker's release, a session's end)."""
+_REWIND_EVENTS = (rewind.REWOUND, rewind.FINISHED)
+"""Group events after which the group's partitions are read again (a rewind reopens drained generations)."""
 ASSIGNER = "assigner"
 """The actor of the owner's own group events. Others that write as it end a member's session (a session closed
 or replaced at join), which the members' own records show: their leases are read again for that."""
@@ -87,12 +90,14 @@ class Change:
     """Group events (change, worker, lease, reason) that go with it."""
 
 
-def group_partitions(tr: Transaction, members: Iterable[Member]) -> dict[PartitionRef, int]:
+def group_partitions(tr: Transaction, members: Iterable[Member], group: str = "") -> dict[PartitionRef, int]:
     """Every partition the members subscribe to: {(stream, lane, generation, partition): lane priority}.
 
-    Generations stay until they are drained, so draining and sealed ones keep their holders. Members mostly
-    share their subscriptions: each distinct one is expanded once.
+    Generations stay until they are drained, so draining and sealed ones keep their holders; a drained one a
+    rewind reopened for `group` is read again by it until it is processed again. Members mostly share their
+    subscriptions: each distinct one is expanded once.
     """
+    again = {(s, la, g) for s, la, g in rewind.reopened(tr, group)} if group else set()
     wanted: dict[PartitionRef, int] = {}
     streams: dict[str, Any] = {}
     for stream_name, lanes in sorted({(s.stream, s.lanes) for m in members for s in m.subscriptions}):
@@ -108,7 +113,7 @@ def group_partitions(tr: Transaction, members: Iterable[Member]) -> dict[Partiti
             if (lanes and lane.name not in lanes) or (not lanes and lane.name == "dlq"):
                 continue
             for gen in lane.generations:
-                if gen.state in SETTLED:
+                if gen.state in SETTLED and (stream.name, lane.name, gen.number) not in again:
                     continue
                 for p in range(gen.partitions):
                     wanted[PartitionRef(stream.name, lane.name, gen.number, p)] = lane.priority
@@ -227,7 +232,7 @@ def build(tr: Transaction, group: str, *, now_ms: int, grace: bool) -> GroupStat
     state.set_members(members)
     state.subscriptions = _subscriptions(members.values())
     state.topology = events.head(tr)
-    state.set_wanted(group_partitions(tr, members.values()))
+    state.set_wanted(group_partitions(tr, members.values(), group))
     for key, lease in state.leases.items():
         owner = lease.target if lease.state == REVOKING else lease.worker_id
         if key in state.wanted and lease.state != FREE and owner in members:
@@ -247,9 +252,11 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
     tail = events.read_group_events_of_others(tr, group, state.cursor, ASSIGNER, limit=MAX_TAIL, max_rows=MAX_OWN_TAIL)
     if tail is None:
         return None
+    rewound = False
     for event in tail[0]:
         if event.lease_id and event.change in _LEASE_EVENTS:
             touched.add(parse_lease_id(event.lease_id))
+        rewound = rewound or event.change in _REWIND_EVENTS
     state.cursor = tail[1]
     r = keys.LOAD_REPORTS.range((group,))
     reports = tr.get_range(r.start, r.stop, limit=MAX_TAIL + 1, snapshot=True)
@@ -263,9 +270,9 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
         touched.update(state.held.get(worker, ()))
     subscriptions = _subscriptions(members.values())
     topology = events.head(tr)
-    if topology != state.topology or subscriptions != state.subscriptions:
+    if topology != state.topology or subscriptions != state.subscriptions or rewound:
         state.topology, state.subscriptions = topology, subscriptions
-        touched.update(k for k in state.set_wanted(group_partitions(tr, members.values())) if k in state.leases)
+        touched.update(k for k in state.set_wanted(group_partitions(tr, members.values(), group)) if k in state.leases)
     read_again(tr, state, touched)
     return touched
 

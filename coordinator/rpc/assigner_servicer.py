@@ -13,6 +13,7 @@ import grpc
 import structlog
 
 from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups import rewind
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.sessions.hub import Renewer, SessionHub, SessionStream
 from streamplane.coordinator.rpc import auth
@@ -20,6 +21,7 @@ from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.rpc.limits import HELLO_TIMEOUT_S
 from streamplane.coordinator.store import Database
 from streamplane.coordinator.topology import events
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin, RoutingAdmin
 from streamplane.errors import InvalidArgumentError, StreamplaneError, UnauthenticatedError
 from streamplane.model import Hello, Welcome
 from streamplane.rpc import grpc_errors, grpc_stream_errors, require_decoded
@@ -64,8 +66,10 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         *,
         guard: Guard | None = None,
         hello_timeout_s: float = HELLO_TIMEOUT_S,
+        admin: ClusterAdmin | None = None,
     ) -> None:
         self._assigner = assigner
+        self._admin = admin or RoutingAdmin()
         self._hub = hub
         self._guard = guard or Guard()
         self._hello_timeout_s = hello_timeout_s
@@ -147,6 +151,25 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         self._guard.change(context, auth.CONFIGURE_GROUPS, group=request.group)
         configure_group(self._assigner.db, request)
         return apb.ConfigureGroupResponse()
+
+    @grpc_errors
+    def RewindGroup(self, request: apb.RewindGroupRequest, context: grpc.ServicerContext) -> apb.RewindGroupResponse:
+        actor = self._guard.change(context, auth.CONFIGURE_GROUPS, stream=request.stream, group=request.group)
+        done = rewind.rewind_group(
+            self._assigner.db,
+            self._admin,
+            request.group,
+            request.stream,
+            convert.rewind_target_from_pb(request),
+            lane=request.lane,
+            dry_run=request.dry_run,
+            force=request.force,
+            actor=actor,
+            now_ms=self._assigner.clock.now_ms(),
+        )
+        if done.applied:
+            log.info("group.rewound", group=done.group, stream=done.stream, partitions=len(done.positions), actor=actor)
+        return convert.rewind_plan_to_pb(done)
 
     @grpc_errors
     def DescribeGroup(self, request: apb.DescribeGroupRequest, context: grpc.ServicerContext) -> apb.GroupDescription:

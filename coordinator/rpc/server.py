@@ -242,7 +242,7 @@ def start(
         hub = SessionHub(sessions, loop.loop)
         add_servicer(
             assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
-            AssignerServicer(assigner, hub, guard=guard, hello_timeout_s=hello_timeout_s),
+            AssignerServicer(assigner, hub, guard=guard, hello_timeout_s=hello_timeout_s, admin=topology.admin),
             server,
         )
         add_servicer(auth_pb2_grpc.add_AuthServiceServicer_to_server, AuthServicer(guard, clock=clock), server)

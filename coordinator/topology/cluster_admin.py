@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.errors import FailedPreconditionError, UnavailableError
-from streamplane.model import ADMIN_LOCAL, Cluster, TopicSettings
+from streamplane.model import ADMIN_LOCAL, Cluster, PartitionBounds, TopicSettings
 
 DEFAULTS = TopicSettings()
 
@@ -32,6 +33,22 @@ class ClusterAdmin(Protocol):
         """Delete `topic` from `cluster`; a topic already gone is success. UnavailableError if the cluster does
         not answer, FailedPreconditionError if it refuses."""
         ...
+
+    def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
+        """What `cluster` keeps of each partition of `topic`, and where `at_ms` falls in it (a rewind's lookup).
+        NotFoundError when the topic is gone, UnavailableError when the cluster does not answer."""
+        ...
+
+
+def kafka_bounds(
+    cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None, timeout_s: float = 10.0
+) -> list[PartitionBounds]:
+    """`ClusterAdmin.bounds` through librdkafka's ListOffsets; any Kafka-protocol cluster, real or local."""
+    marks = Watermarks(timeout_s)
+    try:
+        return marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
+    finally:
+        marks.close()
 
 
 def kafka_end_offsets(
@@ -101,6 +118,9 @@ class KafkaAdmin:
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         return kafka_end_offsets(cluster, topic, partitions, self._timeout_s)
 
+    def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
+        return kafka_bounds(cluster, topic, partitions, at_ms, self._timeout_s)
+
     def delete_topic(self, cluster: Cluster, topic: str) -> None:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient
@@ -133,6 +153,9 @@ class LocalAdmin:
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         return kafka_end_offsets(cluster, topic, partitions)
 
+    def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
+        return kafka_bounds(cluster, topic, partitions, at_ms)
+
     def delete_topic(self, cluster: Cluster, topic: str) -> None:
         """librdkafka's mock cluster has no DeleteTopics (its admin requests wait for a controller it lacks):
         the topic stays, and the caller says so."""
@@ -156,6 +179,9 @@ class RoutingAdmin:
 
     def delete_topic(self, cluster: Cluster, topic: str) -> None:
         self._admin(cluster).delete_topic(cluster, topic)
+
+    def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
+        return self._admin(cluster).bounds(cluster, topic, partitions, at_ms)
 
     def _admin(self, cluster: Cluster) -> ClusterAdmin:
         return self._local if cluster.admin == ADMIN_LOCAL else self._kafka

@@ -24,7 +24,7 @@ import structlog
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import leases, rewind
 from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import events, health
@@ -322,10 +322,12 @@ def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generatio
 
 @transactional
 def _drain(tr: Transaction, now_ms: int) -> tuple[list[tuple[str, str, Generation, list[str]]], bool]:
-    """`mark_drained`, and whether every generation is settled after it (active or drained)."""
+    """`mark_drained` and `finish_rewinds`, and whether every generation is settled after them (active or
+    drained, and reopened by no rewind)."""
     done = mark_drained(tr, now_ms)
+    reopened = rewind.finish_rewinds(tr, now_ms)
     r = keys.UNSETTLED.range()
-    return done, not tr.get_range(r.start, r.stop, limit=1)
+    return done, not reopened and not tr.get_range(r.start, r.stop, limit=1)
 
 
 class Sealer:

@@ -89,6 +89,7 @@ from streamplane.model.leases import (
     Welcome,
     WorkerMessage,
 )
+from streamplane.model.rewind import PartitionBounds, RewindPlan, RewindPosition, RewindTarget, RewindTo
 from streamplane.model.topology import (
     FAILOVER_MODES,
     MIN_SEGMENT_BYTES,
@@ -167,6 +168,7 @@ __all__ = [
     "LeaseState",
     "MemberInfo",
     "OffsetRange",
+    "PartitionBounds",
     "PartitionLag",
     "PartitionRef",
     "PolicyChanged",
@@ -182,6 +184,10 @@ __all__ = [
     "Retry",
     "RetryState",
     "Revoke",
+    "RewindPlan",
+    "RewindPosition",
+    "RewindTarget",
+    "RewindTo",
     "Sealed",
     "SessionEvent",
     "Stream",

@@ -119,5 +119,5 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [to_jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {(k.lease_id if hasattr(k, "lease_id") else str(k)): to_jsonable(v) for k, v in value.items()}
     return value

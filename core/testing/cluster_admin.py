@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streamplane.errors import FailedPreconditionError, UnavailableError
-from streamplane.model import Cluster, TopicSettings
+from streamplane.errors import FailedPreconditionError, NotFoundError, UnavailableError
+from streamplane.model import Cluster, PartitionBounds, TopicSettings
 
 DEFAULTS = TopicSettings()
 
@@ -19,6 +19,11 @@ class MemoryClusterAdmin:
         self.topics: dict[tuple[str, str], list[int]] = {}
         self.settings: dict[tuple[str, str], TopicSettings] = {}
         self.down: set[str] = set()
+        self.earliest: dict[tuple[str, str, int], int] = {}
+        """{(cluster, topic, partition): the first offset kept} where retention removed some."""
+        self.times: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+        """{(cluster, topic, partition): [(first offset, timestamp)]}: runs of records written at a time, in
+        offset order (records appended without a time have timestamp 0)."""
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         self._reach(cluster)
@@ -41,9 +46,36 @@ class MemoryClusterAdmin:
         self.topics.pop((cluster.name, topic), None)
         self.settings.pop((cluster.name, topic), None)
 
-    def append(self, cluster: str, topic: str, partition: int, records: int = 1) -> None:
-        """`records` more records written to one partition."""
-        self.topics[(cluster, topic)][partition] += records
+    def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
+        self._reach(cluster)
+        ends = self.topics.get((cluster.name, topic))
+        if ends is None:
+            raise NotFoundError(f"topic {topic} is not on cluster {cluster.name} any more", kind="topic", name=topic)
+        out = []
+        for p, end in enumerate(ends[:partitions]):
+            earliest = self.earliest.get((cluster.name, topic, p), 0)
+            at = -1
+            if at_ms is not None:
+                runs = self.times.get((cluster.name, topic, p), [(0, 0)])
+                stops = [first for first, _ in runs[1:]] + [end]
+                late = zip(runs, stops, strict=True)
+                kept = [max(first, earliest) for (first, ts), stop in late if ts >= at_ms and stop > earliest]
+                at = min(kept, default=end)
+            out.append(PartitionBounds(earliest, end, at))
+        return out
+
+    def append(self, cluster: str, topic: str, partition: int, records: int = 1, ts_ms: int = 0) -> None:
+        """`records` more records written to one partition (at `ts_ms`, a record's timestamp)."""
+        ends = self.topics[(cluster, topic)]
+        runs = self.times.setdefault((cluster, topic, partition), [(0, 0)])
+        if runs[-1][1] != ts_ms:
+            runs.append((ends[partition], ts_ms))
+        ends[partition] += records
+
+    def expire(self, cluster: str, topic: str, partition: int, before: int) -> None:
+        """Retention removes the records of one partition below offset `before`."""
+        key = (cluster, topic, partition)
+        self.earliest[key] = max(self.earliest.get(key, 0), min(before, self.topics[(cluster, topic)][partition]))
 
     def _reach(self, cluster: Cluster) -> None:
         if cluster.name in self.down:

@@ -25,6 +25,7 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, Producer
 from streamplane.client import metrics as client_metrics
+from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.coordinator.rpc import server
 from streamplane.coordinator.rpc.auth import TokenIssuer
 from streamplane.coordinator.rpc.guard import Guard
@@ -32,7 +33,6 @@ from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.devstack.cluster_control import LocalClusterControl
 from streamplane.errors import PermissionDeniedError, UnauthenticatedError
-from streamplane.spark.reader import Watermarks
 from tests.helpers import Proc, RunningConsumer, wait_until
 
 ISSUER = TokenIssuer(b"4" * 64)

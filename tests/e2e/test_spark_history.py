@@ -21,9 +21,10 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from streamplane.client import Consumer, CoordinatorClient, Producer
+from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.model import SEALED, SETTLED
 from streamplane.spark.options import SourceOptions
-from streamplane.spark.reader import StreamReader, Watermarks
+from streamplane.spark.reader import StreamReader
 from tests.helpers import cli, issue_token, register_local_clusters, register_real_clusters, wait_until
 
 RECORDS = 20_000

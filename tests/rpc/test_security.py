@@ -679,6 +679,12 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ),
     ("assigner", "DescribeGroup", apb.DescribeGroupRequest(group="mx"), EVERYONE),
     ("assigner", "DeleteGroup", apb.DeleteGroupRequest(group="no-such-group"), {"admin", "operator"}),
+    (
+        "assigner",
+        "RewindGroup",
+        apb.RewindGroupRequest(group="mx", stream="sec-logs", earliest=True, dry_run=True),
+        {"admin", "operator"},
+    ),
     ("assigner", "WatchGroup", apb.WatchGroupRequest(group="mx"), EVERYONE),
     ("assigner", "Session", None, {"admin", "consumer"}),
     ("auth", "CreateToken", authpb.CreateTokenRequest(subject="x", role="nope"), {"admin"}),

@@ -1668,6 +1668,385 @@ func (*ConfigureGroupResponse) Descriptor() ([]byte, []int) {
 	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{22}
 }
 
+type PartitionOffset struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     *PartitionRef          `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionOffset) Reset() {
+	*x = PartitionOffset{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionOffset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionOffset) ProtoMessage() {}
+
+func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
+func (*PartitionOffset) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PartitionOffset) GetPartition() *PartitionRef {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *PartitionOffset) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+type PartitionOffsets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offsets       []*PartitionOffset     `protobuf:"bytes,1,rep,name=offsets,proto3" json:"offsets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionOffsets) Reset() {
+	*x = PartitionOffsets{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionOffsets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionOffsets) ProtoMessage() {}
+
+func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionOffsets.ProtoReflect.Descriptor instead.
+func (*PartitionOffsets) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PartitionOffsets) GetOffsets() []*PartitionOffset {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
+type RewindGroupRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Group  string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Stream string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// One lane; empty: every lane but dlq.
+	Lane string `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	// Types that are valid to be assigned to To:
+	//
+	//	*RewindGroupRequest_TimeMs
+	//	*RewindGroupRequest_Earliest
+	//	*RewindGroupRequest_Offsets
+	To isRewindGroupRequest_To `protobuf_oneof:"to"`
+	// Plan and answer only: nothing changes.
+	DryRun bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Rewind what can be, although some generations cannot be reprocessed (their cluster or records are gone).
+	Force         bool `protobuf:"varint,8,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewindGroupRequest) Reset() {
+	*x = RewindGroupRequest{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindGroupRequest) ProtoMessage() {}
+
+func (x *RewindGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindGroupRequest.ProtoReflect.Descriptor instead.
+func (*RewindGroupRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RewindGroupRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *RewindGroupRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *RewindGroupRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *RewindGroupRequest) GetTo() isRewindGroupRequest_To {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *RewindGroupRequest) GetTimeMs() int64 {
+	if x != nil {
+		if x, ok := x.To.(*RewindGroupRequest_TimeMs); ok {
+			return x.TimeMs
+		}
+	}
+	return 0
+}
+
+func (x *RewindGroupRequest) GetEarliest() bool {
+	if x != nil {
+		if x, ok := x.To.(*RewindGroupRequest_Earliest); ok {
+			return x.Earliest
+		}
+	}
+	return false
+}
+
+func (x *RewindGroupRequest) GetOffsets() *PartitionOffsets {
+	if x != nil {
+		if x, ok := x.To.(*RewindGroupRequest_Offsets); ok {
+			return x.Offsets
+		}
+	}
+	return nil
+}
+
+func (x *RewindGroupRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RewindGroupRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type isRewindGroupRequest_To interface {
+	isRewindGroupRequest_To()
+}
+
+type RewindGroupRequest_TimeMs struct {
+	// The first record at or after this time (ms since the epoch), looked up on each generation's cluster.
+	TimeMs int64 `protobuf:"varint,4,opt,name=time_ms,json=timeMs,proto3,oneof"`
+}
+
+type RewindGroupRequest_Earliest struct {
+	// The first record each partition still keeps.
+	Earliest bool `protobuf:"varint,5,opt,name=earliest,proto3,oneof"`
+}
+
+type RewindGroupRequest_Offsets struct {
+	// Offsets per partition (at most 10,000).
+	Offsets *PartitionOffsets `protobuf:"bytes,6,opt,name=offsets,proto3,oneof"`
+}
+
+func (*RewindGroupRequest_TimeMs) isRewindGroupRequest_To() {}
+
+func (*RewindGroupRequest_Earliest) isRewindGroupRequest_To() {}
+
+func (*RewindGroupRequest_Offsets) isRewindGroupRequest_To() {}
+
+type RewindPosition struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition *PartitionRef          `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Where the group reads the partition again from.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Records done before that the group processes again.
+	Again           int64  `protobuf:"varint,3,opt,name=again,proto3" json:"again,omitempty"`
+	GenerationState string `protobuf:"bytes,4,opt,name=generation_state,json=generationState,proto3" json:"generation_state,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RewindPosition) Reset() {
+	*x = RewindPosition{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindPosition) ProtoMessage() {}
+
+func (x *RewindPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindPosition.ProtoReflect.Descriptor instead.
+func (*RewindPosition) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RewindPosition) GetPartition() *PartitionRef {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *RewindPosition) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *RewindPosition) GetAgain() int64 {
+	if x != nil {
+		return x.Again
+	}
+	return 0
+}
+
+func (x *RewindPosition) GetGenerationState() string {
+	if x != nil {
+		return x.GenerationState
+	}
+	return ""
+}
+
+type RewindGroupResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Positions []*RewindPosition      `protobuf:"bytes,1,rep,name=positions,proto3" json:"positions,omitempty"`
+	// What cannot be reprocessed, one sentence per generation.
+	Lost            []string `protobuf:"bytes,2,rep,name=lost,proto3" json:"lost,omitempty"`
+	Applied         bool     `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	LeasesRegranted uint32   `protobuf:"varint,4,opt,name=leases_regranted,json=leasesRegranted,proto3" json:"leases_regranted,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RewindGroupResponse) Reset() {
+	*x = RewindGroupResponse{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindGroupResponse) ProtoMessage() {}
+
+func (x *RewindGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindGroupResponse.ProtoReflect.Descriptor instead.
+func (*RewindGroupResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RewindGroupResponse) GetPositions() []*RewindPosition {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *RewindGroupResponse) GetLost() []string {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *RewindGroupResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *RewindGroupResponse) GetLeasesRegranted() uint32 {
+	if x != nil {
+		return x.LeasesRegranted
+	}
+	return 0
+}
+
 var File_streamplane_v1_assigner_proto protoreflect.FileDescriptor
 
 const file_streamplane_v1_assigner_proto_rawDesc = "" +
@@ -1793,7 +2172,32 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\"\n" +
 	"\rlag_target_ms\x18\x04 \x01(\x03R\vlagTargetMs\x12&\n" +
 	"\x0fexpire_after_ms\x18\x05 \x01(\x03R\rexpireAfterMs\"\x18\n" +
-	"\x16ConfigureGroupResponse2\x8f\x04\n" +
+	"\x16ConfigureGroupResponse\"e\n" +
+	"\x0fPartitionOffset\x12:\n" +
+	"\tpartition\x18\x01 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\"M\n" +
+	"\x10PartitionOffsets\x129\n" +
+	"\aoffsets\x18\x01 \x03(\v2\x1f.streamplane.v1.PartitionOffsetR\aoffsets\"\x82\x02\n" +
+	"\x12RewindGroupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04lane\x18\x03 \x01(\tR\x04lane\x12\x19\n" +
+	"\atime_ms\x18\x04 \x01(\x03H\x00R\x06timeMs\x12\x1c\n" +
+	"\bearliest\x18\x05 \x01(\bH\x00R\bearliest\x12<\n" +
+	"\aoffsets\x18\x06 \x01(\v2 .streamplane.v1.PartitionOffsetsH\x00R\aoffsets\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x14\n" +
+	"\x05force\x18\b \x01(\bR\x05forceB\x04\n" +
+	"\x02to\"\xa5\x01\n" +
+	"\x0eRewindPosition\x12:\n" +
+	"\tpartition\x18\x01 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05again\x18\x03 \x01(\x03R\x05again\x12)\n" +
+	"\x10generation_state\x18\x04 \x01(\tR\x0fgenerationState\"\xac\x01\n" +
+	"\x13RewindGroupResponse\x12<\n" +
+	"\tpositions\x18\x01 \x03(\v2\x1e.streamplane.v1.RewindPositionR\tpositions\x12\x12\n" +
+	"\x04lost\x18\x02 \x03(\tR\x04lost\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\bR\aapplied\x12)\n" +
+	"\x10leases_regranted\x18\x04 \x01(\rR\x0fleasesRegranted2\xe7\x04\n" +
 	"\x0fAssignerService\x12M\n" +
 	"\aSession\x12\x1d.streamplane.v1.WorkerMessage\x1a\x1f.streamplane.v1.AssignerMessage(\x010\x01\x12S\n" +
 	"\n" +
@@ -1802,7 +2206,8 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\n" +
 	"WatchGroup\x12!.streamplane.v1.WatchGroupRequest\x1a\x1a.streamplane.v1.GroupEvent0\x01\x12O\n" +
 	"\vDeleteGroup\x12\".streamplane.v1.DeleteGroupRequest\x1a\x1c.streamplane.v1.GroupDeleted\x12_\n" +
-	"\x0eConfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponseb\x06proto3"
+	"\x0eConfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponse\x12V\n" +
+	"\vRewindGroup\x12\".streamplane.v1.RewindGroupRequest\x1a#.streamplane.v1.RewindGroupResponseb\x06proto3"
 
 var (
 	file_streamplane_v1_assigner_proto_rawDescOnce sync.Once
@@ -1816,7 +2221,7 @@ func file_streamplane_v1_assigner_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_assigner_proto_rawDescData
 }
 
-var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*PartitionRef)(nil),           // 0: streamplane.v1.PartitionRef
 	(*Subscription)(nil),           // 1: streamplane.v1.Subscription
@@ -1841,23 +2246,28 @@ var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*DeleteGroupRequest)(nil),     // 20: streamplane.v1.DeleteGroupRequest
 	(*ConfigureGroupRequest)(nil),  // 21: streamplane.v1.ConfigureGroupRequest
 	(*ConfigureGroupResponse)(nil), // 22: streamplane.v1.ConfigureGroupResponse
-	(*ClusterErrors)(nil),          // 23: streamplane.v1.ClusterErrors
-	(GenerationState)(0),           // 24: streamplane.v1.GenerationState
-	(*GroupEvent)(nil),             // 25: streamplane.v1.GroupEvent
-	(*GroupDeleted)(nil),           // 26: streamplane.v1.GroupDeleted
+	(*PartitionOffset)(nil),        // 23: streamplane.v1.PartitionOffset
+	(*PartitionOffsets)(nil),       // 24: streamplane.v1.PartitionOffsets
+	(*RewindGroupRequest)(nil),     // 25: streamplane.v1.RewindGroupRequest
+	(*RewindPosition)(nil),         // 26: streamplane.v1.RewindPosition
+	(*RewindGroupResponse)(nil),    // 27: streamplane.v1.RewindGroupResponse
+	(*ClusterErrors)(nil),          // 28: streamplane.v1.ClusterErrors
+	(GenerationState)(0),           // 29: streamplane.v1.GenerationState
+	(*GroupEvent)(nil),             // 30: streamplane.v1.GroupEvent
+	(*GroupDeleted)(nil),           // 31: streamplane.v1.GroupDeleted
 }
 var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: streamplane.v1.Hello.subscriptions:type_name -> streamplane.v1.Subscription
 	3,  // 1: streamplane.v1.Heartbeat.leases:type_name -> streamplane.v1.LeaseLoad
-	23, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
+	28, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
 	2,  // 3: streamplane.v1.WorkerMessage.hello:type_name -> streamplane.v1.Hello
 	4,  // 4: streamplane.v1.WorkerMessage.heartbeat:type_name -> streamplane.v1.Heartbeat
 	5,  // 5: streamplane.v1.WorkerMessage.release:type_name -> streamplane.v1.Release
 	6,  // 6: streamplane.v1.WorkerMessage.renew:type_name -> streamplane.v1.Renew
 	0,  // 7: streamplane.v1.Grant.partition:type_name -> streamplane.v1.PartitionRef
-	24, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
+	29, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
 	0,  // 9: streamplane.v1.GenerationChange.partition:type_name -> streamplane.v1.PartitionRef
-	24, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
+	29, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
 	8,  // 11: streamplane.v1.AssignerMessage.welcome:type_name -> streamplane.v1.Welcome
 	9,  // 12: streamplane.v1.AssignerMessage.grant:type_name -> streamplane.v1.Grant
 	10, // 13: streamplane.v1.AssignerMessage.revoke:type_name -> streamplane.v1.Revoke
@@ -1866,23 +2276,30 @@ var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 16: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
 	17, // 17: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
 	16, // 18: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
-	7,  // 19: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
-	13, // 20: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
-	15, // 21: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
-	19, // 22: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
-	20, // 23: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
-	21, // 24: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	12, // 25: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
-	14, // 26: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
-	18, // 27: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
-	25, // 28: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
-	26, // 29: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
-	22, // 30: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	0,  // 19: streamplane.v1.PartitionOffset.partition:type_name -> streamplane.v1.PartitionRef
+	23, // 20: streamplane.v1.PartitionOffsets.offsets:type_name -> streamplane.v1.PartitionOffset
+	24, // 21: streamplane.v1.RewindGroupRequest.offsets:type_name -> streamplane.v1.PartitionOffsets
+	0,  // 22: streamplane.v1.RewindPosition.partition:type_name -> streamplane.v1.PartitionRef
+	26, // 23: streamplane.v1.RewindGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
+	7,  // 24: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
+	13, // 25: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
+	15, // 26: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
+	19, // 27: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
+	20, // 28: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
+	21, // 29: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	25, // 30: streamplane.v1.AssignerService.RewindGroup:input_type -> streamplane.v1.RewindGroupRequest
+	12, // 31: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
+	14, // 32: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
+	18, // 33: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
+	30, // 34: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
+	31, // 35: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
+	22, // 36: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	27, // 37: streamplane.v1.AssignerService.RewindGroup:output_type -> streamplane.v1.RewindGroupResponse
+	31, // [31:38] is the sub-list for method output_type
+	24, // [24:31] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_assigner_proto_init() }
@@ -1903,13 +2320,18 @@ func file_streamplane_v1_assigner_proto_init() {
 		(*AssignerMessage_Revoke)(nil),
 		(*AssignerMessage_GenerationChange)(nil),
 	}
+	file_streamplane_v1_assigner_proto_msgTypes[25].OneofWrappers = []any{
+		(*RewindGroupRequest_TimeMs)(nil),
+		(*RewindGroupRequest_Earliest)(nil),
+		(*RewindGroupRequest_Offsets)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_assigner_proto_rawDesc), len(file_streamplane_v1_assigner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	AssignerService_WatchGroup_FullMethodName     = "/streamplane.v1.AssignerService/WatchGroup"
 	AssignerService_DeleteGroup_FullMethodName    = "/streamplane.v1.AssignerService/DeleteGroup"
 	AssignerService_ConfigureGroup_FullMethodName = "/streamplane.v1.AssignerService/ConfigureGroup"
+	AssignerService_RewindGroup_FullMethodName    = "/streamplane.v1.AssignerService/RewindGroup"
 )
 
 // AssignerServiceClient is the client API for AssignerService service.
@@ -48,6 +49,10 @@ type AssignerServiceClient interface {
 	DeleteGroup(ctx context.Context, in *DeleteGroupRequest, opts ...grpc.CallOption) (*GroupDeleted, error)
 	// A group's settings: a lane's max attempts and time-lag target, and how long the group may stay inactive.
 	ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error)
+	// Send a live group back to a time, the earliest records kept, or offsets, across the generations of a
+	// stream (one transaction, a group_rewound event; the group's leases are granted again at a new epoch).
+	// FAILED_PRECONDITION when some generation cannot be reprocessed, unless force; dry_run only plans.
+	RewindGroup(ctx context.Context, in *RewindGroupRequest, opts ...grpc.CallOption) (*RewindGroupResponse, error)
 }
 
 type assignerServiceClient struct {
@@ -130,6 +135,16 @@ func (c *assignerServiceClient) ConfigureGroup(ctx context.Context, in *Configur
 	return out, nil
 }
 
+func (c *assignerServiceClient) RewindGroup(ctx context.Context, in *RewindGroupRequest, opts ...grpc.CallOption) (*RewindGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RewindGroupResponse)
+	err := c.cc.Invoke(ctx, AssignerService_RewindGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AssignerServiceServer is the server API for AssignerService service.
 // All implementations must embed UnimplementedAssignerServiceServer
 // for forward compatibility.
@@ -149,6 +164,10 @@ type AssignerServiceServer interface {
 	DeleteGroup(context.Context, *DeleteGroupRequest) (*GroupDeleted, error)
 	// A group's settings: a lane's max attempts and time-lag target, and how long the group may stay inactive.
 	ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error)
+	// Send a live group back to a time, the earliest records kept, or offsets, across the generations of a
+	// stream (one transaction, a group_rewound event; the group's leases are granted again at a new epoch).
+	// FAILED_PRECONDITION when some generation cannot be reprocessed, unless force; dry_run only plans.
+	RewindGroup(context.Context, *RewindGroupRequest) (*RewindGroupResponse, error)
 	mustEmbedUnimplementedAssignerServiceServer()
 }
 
@@ -176,6 +195,9 @@ func (UnimplementedAssignerServiceServer) DeleteGroup(context.Context, *DeleteGr
 }
 func (UnimplementedAssignerServiceServer) ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ConfigureGroup not implemented")
+}
+func (UnimplementedAssignerServiceServer) RewindGroup(context.Context, *RewindGroupRequest) (*RewindGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RewindGroup not implemented")
 }
 func (UnimplementedAssignerServiceServer) mustEmbedUnimplementedAssignerServiceServer() {}
 func (UnimplementedAssignerServiceServer) testEmbeddedByValue()                         {}
@@ -288,6 +310,24 @@ func _AssignerService_ConfigureGroup_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AssignerService_RewindGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RewindGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AssignerServiceServer).RewindGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AssignerService_RewindGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AssignerServiceServer).RewindGroup(ctx, req.(*RewindGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AssignerService_ServiceDesc is the grpc.ServiceDesc for AssignerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -310,6 +350,10 @@ var AssignerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ConfigureGroup",
 			Handler:    _AssignerService_ConfigureGroup_Handler,
+		},
+		{
+			MethodName: "RewindGroup",
+			Handler:    _AssignerService_RewindGroup_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -272,3 +272,61 @@ class ConfigureGroupRequest(_message.Message):
 class ConfigureGroupResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class PartitionOffset(_message.Message):
+    __slots__ = ("partition", "offset")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    offset: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class PartitionOffsets(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, offsets: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class RewindGroupRequest(_message.Message):
+    __slots__ = ("group", "stream", "lane", "time_ms", "earliest", "offsets", "dry_run", "force")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    stream: str
+    lane: str
+    time_ms: int
+    earliest: bool
+    offsets: PartitionOffsets
+    dry_run: bool
+    force: bool
+    def __init__(self, group: _Optional[str] = ..., stream: _Optional[str] = ..., lane: _Optional[str] = ..., time_ms: _Optional[int] = ..., earliest: _Optional[bool] = ..., offsets: _Optional[_Union[PartitionOffsets, _Mapping]] = ..., dry_run: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class RewindPosition(_message.Message):
+    __slots__ = ("partition", "offset", "again", "generation_state")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    AGAIN_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_STATE_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    offset: int
+    again: int
+    generation_state: str
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., offset: _Optional[int] = ..., again: _Optional[int] = ..., generation_state: _Optional[str] = ...) -> None: ...
+
+class RewindGroupResponse(_message.Message):
+    __slots__ = ("positions", "lost", "applied", "leases_regranted")
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LEASES_REGRANTED_FIELD_NUMBER: _ClassVar[int]
+    positions: _containers.RepeatedCompositeFieldContainer[RewindPosition]
+    lost: _containers.RepeatedScalarFieldContainer[str]
+    applied: bool
+    leases_regranted: int
+    def __init__(self, positions: _Optional[_Iterable[_Union[RewindPosition, _Mapping]]] = ..., lost: _Optional[_Iterable[str]] = ..., applied: _Optional[bool] = ..., leases_regranted: _Optional[int] = ...) -> None: ...

@@ -65,6 +65,11 @@ class AssignerServiceStub:
                 request_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.FromString,
                 _registered_method=True)
+        self.RewindGroup = channel.unary_unary(
+                '/streamplane.v1.AssignerService/RewindGroup',
+                request_serializer=streamplane_dot_v1_dot_assigner__pb2.RewindGroupRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_assigner__pb2.RewindGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AssignerServiceServicer:
@@ -115,6 +120,15 @@ class AssignerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RewindGroup(self, request, context):
+        """Send a live group back to a time, the earliest records kept, or offsets, across the generations of a
+        stream (one transaction, a group_rewound event; the group's leases are granted again at a new epoch).
+        FAILED_PRECONDITION when some generation cannot be reprocessed, unless force; dry_run only plans.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AssignerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +161,11 @@ def add_AssignerServiceServicer_to_server(servicer, server):
                     servicer.ConfigureGroup,
                     request_deserializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.SerializeToString,
+            ),
+            'RewindGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.RewindGroup,
+                    request_deserializer=streamplane_dot_v1_dot_assigner__pb2.RewindGroupRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_assigner__pb2.RewindGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +330,33 @@ class AssignerService:
             '/streamplane.v1.AssignerService/ConfigureGroup',
             streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
             streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RewindGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.AssignerService/RewindGroup',
+            streamplane_dot_v1_dot_assigner__pb2.RewindGroupRequest.SerializeToString,
+            streamplane_dot_v1_dot_assigner__pb2.RewindGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -861,3 +861,47 @@ def lag_from_pb(x: cpb.GetLagResponse) -> m.Lag:
         lanes=tuple(m.LaneLag(y.group, y.stream, y.lane, y.offset_lag, y.time_lag_ms) for y in x.lanes),
         next_page_token=x.next_page_token,
     )
+
+
+def rewind_request_to_pb(
+    group: str, stream: str, target: m.RewindTarget, *, lane: str = "", dry_run: bool = False, force: bool = False
+) -> apb.RewindGroupRequest:
+    out = apb.RewindGroupRequest(group=group, stream=stream, lane=lane, dry_run=dry_run, force=force)
+    if target.to == m.RewindTo.TIME:
+        out.time_ms = target.time_ms
+    elif target.to == m.RewindTo.EARLIEST:
+        out.earliest = True
+    else:
+        for ref, offset in target.offsets.items():
+            out.offsets.offsets.add(partition=partition_to_pb(ref), offset=offset)
+    return out
+
+
+def rewind_target_from_pb(x: apb.RewindGroupRequest) -> m.RewindTarget:
+    """The target a request names; InvalidArgumentError when it names none."""
+    which = x.WhichOneof("to")
+    if which == "time_ms":
+        return m.RewindTarget(m.RewindTo.TIME, time_ms=x.time_ms)
+    if which == "earliest" and x.earliest:
+        return m.RewindTarget(m.RewindTo.EARLIEST)
+    if which == "offsets":
+        return m.RewindTarget(
+            m.RewindTo.OFFSETS, offsets={partition_from_pb(y.partition): y.offset for y in x.offsets.offsets}
+        )
+    raise InvalidArgumentError("a rewind needs where to: time_ms, earliest or offsets")
+
+
+def rewind_plan_to_pb(plan: m.RewindPlan) -> apb.RewindGroupResponse:
+    out = apb.RewindGroupResponse(lost=list(plan.lost), applied=plan.applied, leases_regranted=plan.leases_regranted)
+    for p in plan.positions:
+        out.positions.add(
+            partition=partition_to_pb(p.partition), offset=p.offset, again=p.again, generation_state=p.generation_state
+        )
+    return out
+
+
+def rewind_plan_from_pb(x: apb.RewindGroupResponse, group: str, stream: str, target: m.RewindTarget) -> m.RewindPlan:
+    positions = tuple(
+        m.RewindPosition(partition_from_pb(p.partition), p.offset, p.again, p.generation_state) for p in x.positions
+    )
+    return m.RewindPlan(group, stream, target, positions, tuple(x.lost), x.applied, x.leases_regranted)

@@ -1,0 +1,88 @@
+"""What a Kafka cluster keeps of partitions: their low and high watermarks, and offsets by time.
+
+Through librdkafka, one client per cluster, kept while the `Watermarks` lives: Spark's planner, the
+coordinator's rewinds and tests read where partitions begin and end, and where a time falls in them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamplane.errors import NotFoundError, UnavailableError
+from streamplane.model import PartitionBounds
+
+
+class Watermarks:
+    """Low and high watermarks of partitions, and offsets by time, through librdkafka (one client per cluster)."""
+
+    def __init__(self, timeout_s: float = 10.0) -> None:
+        self._consumers: dict[str, Any] = {}
+        self._timeout_s = timeout_s
+
+    def _consumer(self, bootstrap: str) -> Any:
+        from confluent_kafka import Consumer
+
+        consumer = self._consumers.get(bootstrap)
+        if consumer is None:
+            consumer = self._consumers[bootstrap] = Consumer(
+                {"bootstrap.servers": bootstrap, "group.id": "streamplane-watermarks", "log_level": 3}
+            )
+        return consumer
+
+    def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer = self._consumer(bootstrap)
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
+            )
+            return int(low), int(high)
+        except KafkaException as err:
+            raise UnavailableError(f"cannot read offsets of {topic}/{partition} at {bootstrap}: {err}") from err
+
+    def at_time(self, bootstrap: str, topic: str, partitions: dict[int, int]) -> dict[int, int]:
+        """{partition: the offset of its first record at or after the time (ms)}; -1 where there is none. One
+        request per leader for all the partitions."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer = self._consumer(bootstrap)
+        asked = [TopicPartition(topic, p, ts) for p, ts in partitions.items()]
+        try:
+            got = consumer.offsets_for_times(asked, timeout=self._timeout_s)
+        except KafkaException as err:
+            raise UnavailableError(f"cannot look up offsets by time in {topic} at {bootstrap}: {err}") from err
+        for tp in got:
+            if tp.error is not None:
+                raise UnavailableError(f"cannot look up offsets by time in {topic}/{tp.partition}: {tp.error.str()}")
+        return {tp.partition: tp.offset for tp in got}
+
+    def exists(self, bootstrap: str, topic: str) -> bool:
+        """Whether the cluster has `topic` (UnavailableError if it does not answer)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            metadata = self._consumer(bootstrap).list_topics(topic, timeout=self._timeout_s)
+        except KafkaException as err:
+            raise UnavailableError(f"cannot read the metadata of {bootstrap}: {err}") from err
+        found = metadata.topics.get(topic)
+        return found is not None and found.error is None and bool(found.partitions)
+
+    def bounds(self, bootstrap: str, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
+        """What the cluster keeps of each partition of `topic`, and where `at_ms` falls in it (None: no time).
+        NotFoundError when the topic is gone, UnavailableError when the cluster does not answer."""
+        if not self.exists(bootstrap, topic):
+            raise NotFoundError(f"topic {topic} is not on {bootstrap} any more", kind="topic", name=topic)
+        marks = [self.get(bootstrap, topic, p) for p in range(partitions)]
+        if at_ms is None:
+            return [PartitionBounds(low, high) for low, high in marks]
+        found = self.at_time(bootstrap, topic, dict.fromkeys(range(partitions), at_ms))
+        return [
+            PartitionBounds(low, high, at if (at := found.get(p, -1)) >= 0 else high)
+            for p, (low, high) in enumerate(marks)
+        ]
+
+    def close(self) -> None:
+        for consumer in self._consumers.values():
+            consumer.close()
+        self._consumers.clear()

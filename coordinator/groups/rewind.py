@@ -1,0 +1,300 @@
+"""Rewinds: a live group sent back to a time, to the earliest records kept, or to given offsets.
+
+A group's positions are spread over its stream's generations on several clusters, so a rewind is planned per
+lane, generation and partition: each generation's own cluster says where the time falls in it (ListOffsets by
+timestamp), outside any transaction. What cannot be reprocessed (a generation whose cluster is gone or does
+not answer, whose topic is gone, whose records retention removed) is listed, one sentence per generation; the
+caller refuses such a rewind unless forced.
+
+Applying it is one transaction, with one `group_rewound` event and its actor: for each partition, the commit
+log forgets what the group finished at or after its new position (its done offsets, retries and rejects,
+for this group only); the group's lease on it is freed, so its holder is fenced and the owner's next pass
+grants it again at a new epoch, from the new position. A drained generation is *reopened* for this group only
+(a reopened key): the group reads it again while nobody else does, and the sealer closes it again once the
+group is back at its end offsets (`finish_rewinds`, with a `rewind_finished` event).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups.leases import FREE, GroupEvents, bump_versions, read_lease, write_lease
+from streamplane.coordinator.store import Database, Transaction, transactional
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
+from streamplane.coordinator.topology.records import get_cluster, get_stream
+from streamplane.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    LimitExceededError,
+    NotFoundError,
+    StreamplaneError,
+)
+from streamplane.model import (
+    ABANDONED,
+    DRAINED,
+    Generation,
+    Lane,
+    PartitionBounds,
+    PartitionRef,
+    RewindPlan,
+    RewindPosition,
+    RewindTarget,
+    RewindTo,
+    Stream,
+)
+from streamplane.names import check_lane_name, check_object_name
+
+MAX_PARTITIONS = 10_000
+"""Partitions one rewind moves at most (one transaction writes a header, clears three ranges and may free a
+lease for each: about 1 KB apiece, well under FoundationDB's 10 MB)."""
+REWOUND = "group_rewound"
+FINISHED = "rewind_finished"
+
+
+def _lanes(stream: Stream, lane: str) -> list[Lane]:
+    if lane:
+        check_lane_name("lane", lane)
+        return [stream.require_lane(lane)]
+    return [x for x in stream.lanes if x.name != "dlq"]
+
+
+def _check_target(target: RewindTarget, now_ms: int) -> None:
+    if target.to == RewindTo.TIME:
+        if target.time_ms <= 0:
+            raise InvalidArgumentError("a rewind to a time needs the time (milliseconds since the epoch, over 0)")
+        if target.time_ms > now_ms:
+            raise InvalidArgumentError("the time to rewind to is in the future: nothing was processed after it")
+    elif target.to == RewindTo.OFFSETS:
+        if len(target.offsets) > MAX_PARTITIONS:
+            raise LimitExceededError(f"{len(target.offsets)} offsets given; the limit is {MAX_PARTITIONS}")
+        if not target.offsets:
+            raise InvalidArgumentError("a rewind to offsets needs at least one partition's offset")
+        for ref, offset in target.offsets.items():
+            if offset < 0:
+                raise InvalidArgumentError(f"the offset for {ref.lease_id} must not be negative, not {offset}")
+
+
+def _chosen(stream: Stream, lanes: list[Lane], target: RewindTarget) -> list[tuple[str, Generation, list[int]]]:
+    """(lane, generation, partitions) the rewind looks at: every partition of every generation that is not
+    abandoned (its records were given up on purpose), or the ones given offsets."""
+    if target.to != RewindTo.OFFSETS:
+        return [
+            (lane.name, gen, list(range(gen.partitions)))
+            for lane in lanes
+            for gen in lane.generations
+            if gen.state != ABANDONED
+        ]
+    named = {x.name for x in lanes}
+    wanted: dict[tuple[str, int], list[int]] = {}
+    for ref in sorted(target.offsets):
+        if ref.stream != stream.name or ref.lane not in named:
+            raise InvalidArgumentError(f"{ref.lease_id} is not a partition of the lanes rewound ({sorted(named)})")
+        wanted.setdefault((ref.lane, ref.generation), []).append(ref.partition)
+    out = []
+    for (lane_name, number), parts in sorted(wanted.items()):
+        gen = stream.require_lane(lane_name).generation(number)
+        if gen is None:
+            raise NotFoundError(f"lane {lane_name} of stream {stream.name} has no generation {number}")
+        if bad := [p for p in parts if p >= gen.partitions]:
+            raise InvalidArgumentError(
+                f"{lane_name} g{number} has {gen.partitions} partitions; there is no partition {bad[0]}"
+            )
+        out.append((lane_name, gen, parts))
+    return out
+
+
+@transactional
+def _has_read(tr: Transaction, group: str, stream: str) -> bool:
+    """Whether the group holds leases or progress on the stream (a mistyped group is refused, not created: its
+    progress would hold every generation it names back from draining)."""
+    for space in (keys.LEASES, keys.PROGRESS):
+        r = space.range((group, stream))
+        if tr.get_range(r.start, r.stop, limit=1):
+            return True
+    return False
+
+
+def _position(target: RewindTarget, ref: PartitionRef, b: PartitionBounds) -> tuple[int, str]:
+    """Where the partition starts again, and why part of it cannot be read again ("" when all can)."""
+    if target.to == RewindTo.EARLIEST:
+        return b.earliest, ""
+    if target.to == RewindTo.TIME:
+        if b.at == b.earliest and b.earliest > 0 and b.at < b.end:
+            return b.at, f"retention removed offsets below {b.earliest} (some may be after the time)"
+        return b.at, ""
+    offset = target.offsets[ref]
+    if offset > b.end:
+        raise InvalidArgumentError(f"{ref.lease_id} ends at offset {b.end}: it has no offset {offset}")
+    if offset < b.earliest:
+        return b.earliest, f"retention removed offsets below {b.earliest} (asked from {offset})"
+    return offset, ""
+
+
+def plan(
+    db: Database,
+    admin: ClusterAdmin,
+    group: str,
+    stream_name: str,
+    target: RewindTarget,
+    *,
+    lane: str = "",
+    now_ms: int,
+) -> RewindPlan:
+    """Where each partition of the group's stream (or one lane) starts again, and how many of its records are
+    processed again; nothing is written. Each generation's cluster is asked once for all its partitions."""
+    check_object_name("group", group)
+    _check_target(target, now_ms)
+    stream = get_stream(db, stream_name)
+    if not _has_read(db, group, stream.name):
+        raise NotFoundError(
+            f"group {group!r} has never read stream {stream.name}: there is nothing to rewind", kind="group", name=group
+        )
+    chosen = _chosen(stream, _lanes(stream, lane), target)
+    count = sum(len(parts) for _, _, parts in chosen)
+    if count > MAX_PARTITIONS:
+        raise LimitExceededError(
+            f"the rewind covers {count} partitions; the limit is {MAX_PARTITIONS}: rewind one lane at a time "
+            "(--lane) or name offsets"
+        )
+    at_ms = target.time_ms if target.to == RewindTo.TIME else None
+    found: list[tuple[PartitionRef, int, str]] = []
+    lost: list[str] = []
+    for lane_name, gen, parts in chosen:
+        where = f"{lane_name} g{gen.number} on cluster {gen.cluster}"
+        try:
+            cluster = get_cluster(db, gen.cluster)
+            bounds = admin.bounds(cluster, gen.topic, gen.partitions, at_ms)
+        except NotFoundError as err:
+            lost.append(f"{where}: {err.message}")
+            continue
+        except StreamplaneError as err:
+            lost.append(f"{where} cannot be read: {err.message}")
+            continue
+        removed = []
+        for p in parts:
+            ref = PartitionRef(stream.name, lane_name, gen.number, p)
+            offset, why = _position(target, ref, bounds[p])
+            if why:
+                removed.append(f"p{p} {why}")
+            found.append((ref, offset, gen.state))
+        if removed:
+            lost.append(
+                f"{where}: " + "; ".join(removed[:3]) + (f"; and {len(removed) - 3} more" if removed[3:] else "")
+            )
+
+    @transactional
+    def count_again(tr: Transaction) -> list[RewindPosition]:
+        out = []
+        for ref, offset, state in found:
+            header = commitlog.read_header(tr, group, ref)
+            again = commitlog.done_from(tr, group, ref, offset)
+            if header.updated_ms and offset >= header.low and again == 0:
+                continue  # nothing at or after it was finished: the rewind leaves it as it is
+            out.append(RewindPosition(ref, offset, again, str(state)))
+        return out
+
+    return RewindPlan(group, stream.name, target, tuple(count_again(db)), tuple(lost))
+
+
+def _describe(plan: RewindPlan) -> str:
+    target = plan.target
+    if target.to == RewindTo.TIME:
+        to = f"time {target.time_ms} ms"
+    elif target.to == RewindTo.EARLIEST:
+        to = "the earliest records kept"
+    else:
+        to = f"offsets of {len(target.offsets)} partition(s)"
+    text = f"{plan.stream} to {to}: {len(plan.positions)} partition(s), {plan.again} record(s) again"
+    return text + (f"; not reprocessed: {' | '.join(plan.lost)}" if plan.lost else "")
+
+
+@transactional
+def apply(tr: Transaction, plan: RewindPlan, *, actor: str, now_ms: int) -> RewindPlan:
+    """Apply a plan in one transaction (see the module's docstring); FailedPreconditionError, with nothing
+    written, if a generation it names went away or was abandoned since it was planned. One that sealed or
+    drained meanwhile (its sealer runs on) is rewound as it is now."""
+    stream = get_stream(tr, plan.stream)
+    ev = GroupEvents(tr, actor, now_ms)
+    holders: set[str] = set()
+    freed = 0
+    pending_ts = plan.target.time_ms if plan.target.to == RewindTo.TIME else 0
+    for pos in plan.positions:
+        ref = pos.partition
+        lane = stream.lane(ref.lane)
+        gen = lane.generation(ref.generation) if lane is not None else None
+        if gen is None or gen.state == ABANDONED:
+            now = "is gone" if gen is None else "was abandoned since"
+            raise FailedPreconditionError(
+                f"{ref.lane} g{ref.generation} of {plan.stream} {now}: nothing was rewound; plan the rewind again"
+            )
+        commitlog.rewind(tr, plan.group, ref, pos.offset, now_ms=now_ms, pending_ts_ms=pending_ts)
+        if gen.state == DRAINED:
+            tr.set(keys.reopened_key(plan.group, ref.stream, ref.lane, ref.generation), b"")
+        lease = read_lease(tr, plan.group, ref)
+        if lease is not None and lease.state != FREE:
+            write_lease(tr, plan.group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
+            ev.group(plan.group, "lease_revoked", lease.worker_id, lease, "the group was rewound")
+            holders.add(lease.worker_id)
+            freed += 1
+    ev.group(plan.group, REWOUND, reason=_describe(plan))
+    bump_versions(tr, plan.group, *sorted(holders))
+    return replace(plan, applied=True, leases_regranted=freed)
+
+
+def reopened(tr: Transaction, group: str) -> list[tuple[str, str, int]]:
+    """The drained generations a rewind reopened for `group`: (stream, lane, generation)."""
+    r = keys.REOPENED.range((group,))
+    return [keys.REOPENED.unpack(k)[1:] for k, _ in tr.get_range(r.start, r.stop, snapshot=True)]
+
+
+def finish_rewinds(tr: Transaction, now_ms: int) -> bool:
+    """Close the reopened generations their group has processed to their end offsets again (a
+    `rewind_finished` event each; the group's owner then lets their leases go). Returns whether any stays
+    open. Its cost is the reopened generations', which only rewinds create."""
+    r = keys.REOPENED.range()
+    still = False
+    for key, _ in tr.get_range(r.start, r.stop):
+        group, stream, lane, number = keys.REOPENED.unpack(key)
+        raw = tr.get(keys.generation_key(stream, lane, number))
+        gen = Generation.from_json(raw) if raw is not None else None
+        if gen is not None and gen.state == DRAINED:
+            ends = gen.end_offsets
+            if any(
+                commitlog.read_header(tr, group, PartitionRef(stream, lane, number, p)).low < end
+                for p, end in enumerate(ends)
+            ):
+                still = True
+                continue
+        tr.clear(key)
+        GroupEvents(tr, "sealer", now_ms).group(group, FINISHED, reason=f"{stream}/{lane} g{number} processed again")
+        bump_versions(tr, group)
+    return still
+
+
+def rewind_group(
+    db: Database,
+    admin: ClusterAdmin,
+    group: str,
+    stream: str,
+    target: RewindTarget,
+    *,
+    lane: str = "",
+    dry_run: bool = False,
+    force: bool = False,
+    actor: str = "",
+    now_ms: int,
+) -> RewindPlan:
+    """Plan a rewind and, unless `dry_run`, apply it. One that would leave some generation unreprocessed is
+    refused, with nothing changed, unless `force`."""
+    planned = plan(db, admin, group, stream, target, lane=lane, now_ms=now_ms)
+    if dry_run:
+        return planned
+    if planned.lost and not force:
+        raise FailedPreconditionError(
+            f"{len(planned.lost)} generation(s) of {planned.stream} cannot be reprocessed ({planned.lost[0]}"
+            + (f"; and {len(planned.lost) - 1} more" if planned.lost[1:] else "")
+            + "): nothing was rewound; --force rewinds the rest"
+        )
+    return apply(db, planned, actor=actor, now_ms=now_ms)
