@@ -114,6 +114,29 @@ class PartitionFetcher:
         )
         return earliest, latest
 
+    def offset_at_time(self, at_ms: int, earliest: int, end: int) -> int:
+        """The first offset in [earliest, end) whose record's timestamp is at or after `at_ms` (`end` when none),
+        found by the records' own timestamps: a binary search of fetches, about log2(end - earliest) of them.
+        For clusters whose ListOffsets cannot look up by time (librdkafka's mock cluster answers -1 always).
+        Like Kafka's time index, it takes timestamps to grow with offsets."""
+        lo, hi, best = earliest, end, end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            self.position = mid
+            batch = self.fetch().batch
+            if batch is None or not len(batch):
+                hi = mid  # nothing from mid on (the end moved back, or a gap to the end)
+                continue
+            offsets, stamps = batch.offsets, batch.timestamps
+            first_late = next((i for i in range(len(offsets)) if stamps[i] >= at_ms), -1)
+            if first_late > 0:
+                return int(offsets[first_late])  # the record before it, in the same fetch, is earlier
+            if first_late == 0:
+                best, hi = min(best, int(offsets[0])), mid  # no record between mid and it
+            else:
+                lo = int(offsets[-1]) + 1
+        return min(best, end)
+
     def fetch(self) -> Fetched:
         """The next records from the current position (none when caught up), moving the position past them."""
         if self.position < 0:

@@ -77,10 +77,28 @@ class Watermarks:
         if at_ms is None:
             return [PartitionBounds(low, high) for low, high in marks]
         found = self.at_time(bootstrap, topic, dict.fromkeys(range(partitions), at_ms))
-        return [
-            PartitionBounds(low, high, at if (at := found.get(p, -1)) >= 0 else high)
-            for p, (low, high) in enumerate(marks)
-        ]
+        out = []
+        for p, (low, high) in enumerate(marks):
+            at = found.get(p, -1)
+            if at < 0 and high > low:  # none that late, or a cluster that cannot say (the mock): read and see
+                at = self._search(bootstrap, topic, p, at_ms, low, high)
+            out.append(PartitionBounds(low, high, at if at >= 0 else high))
+        return out
+
+    def _search(self, bootstrap: str, topic: str, partition: int, at_ms: int, low: int, high: int) -> int:
+        """The first offset at or after `at_ms` by the records' own timestamps (see PartitionFetcher): when
+        the last record is earlier, one fetch says so."""
+        from streamplane.client.partition_fetcher import PartitionFetcher
+
+        fetcher = PartitionFetcher(bootstrap, topic, partition, partition_max_bytes=64 << 10)
+        try:
+            fetcher.position = high - 1
+            last = fetcher.fetch().batch
+            if last is None or not len(last) or max(last.timestamps) < at_ms:
+                return high
+            return fetcher.offset_at_time(at_ms, low, high)
+        finally:
+            fetcher.close()
 
     def close(self) -> None:
         for consumer in self._consumers.values():

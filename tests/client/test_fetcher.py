@@ -86,3 +86,33 @@ def test_a_zstd_bomb_is_skipped_and_the_partition_keeps_flowing(local_cluster, t
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="partition"):
         PartitionFetcher("127.0.0.1:1", "t", -1)
+
+
+@pytest.mark.parametrize("records", [1, 7, 500, 3000])
+def test_the_first_offset_at_a_time_is_found_by_the_records_own_timestamps(local_cluster, records: int) -> None:
+    """The mock cluster's ListOffsets cannot look up by time (it answers -1): a rewind and the Spark source's
+    startingTimestamp find the offset by a binary search of fetches, in batches of many records or of one."""
+    from streamplane.client.kafka.watermarks import Watermarks
+
+    bootstrap, control = local_cluster
+    topic = f"time-{uuid.uuid4().hex[:8]}"
+    control.create_topic(topic, 1)
+    base = 1_700_000_000_000
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(records):  # every tenth record shares its time with the one before: times repeat
+        producer.produce(topic, b"v%d" % i, partition=0, timestamp=base + 10 * (i - i % 10 // 9))
+    assert producer.flush(10) == 0
+    stamps = [base + 10 * (i - i % 10 // 9) for i in range(records)]
+    fetcher = PartitionFetcher(bootstrap, topic, 0, partition_max_bytes=1024)
+    marks = Watermarks()
+    try:
+        for at in sorted(
+            {base - 1, base, base + 5, *stamps[records // 2 : records // 2 + 3], stamps[-1], base + 10**9}
+        ):
+            expected = next((i for i, t in enumerate(stamps) if t >= at), records)
+            assert fetcher.offset_at_time(at, 0, records) == expected, at
+            (bounds,) = marks.bounds(bootstrap, topic, 1, at)
+            assert (bounds.earliest, bounds.end, bounds.at) == (0, records, expected), at
+    finally:
+        fetcher.close()
+        marks.close()
