@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
@@ -303,3 +304,121 @@ def test_deleting_the_group_forgets_what_its_rewind_reopened(world: World) -> No
     lifecycle.delete_group(world.d.db, "billing", now_ms=world.clock.now_ms(), force=True)
     r = keys.REOPENED.range()
     assert _in(world.d, lambda tr: tr.get_range(r.start, r.stop)) == []
+
+
+# -- histories: rewinds among failovers, seals, drains and processing, in any order --------------------------------
+
+
+class RewindHistory(RuleBasedStateMachine):
+    """A stream that fails over between two clusters while records arrive (each at a later time), a group
+    that processes what it is given, the sealer, and rewinds to random times, in any order. Whatever the
+    history: every partition the group has not finished is one it reads (no record is ever left behind),
+    a rewind never lets the group skip a record at or after its time, and a reopened generation is closed once
+    the group is done with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = Domain().cluster("east", "west").stream("logs", 2, "east")
+        self.sealer = Sealer(self.d.db, self.d.admin, lambda: True, SealingConfig(), clock=self.d.clock)
+        self.member = Member("w1", "s1", subscriptions=(Subscription("logs"),))
+        self.times: list[int] = []
+        self.d.clock.advance(1_000)
+
+    def _lane(self):  # type: ignore[no-untyped-def]
+        return get_stream(self.d.db, "logs").require_lane("realtime")
+
+    @rule(records=st.integers(1, 5), partition=st.integers(0, 1))
+    def write(self, records: int, partition: int) -> None:
+        gen = self._lane().active
+        self.d.clock.advance(10)
+        self.d.admin.append(gen.cluster, gen.topic, partition, records, ts_ms=self.d.clock.now_ms())
+        self.times.append(self.d.clock.now_ms())
+
+    @rule()
+    def fail_over(self) -> None:
+        gen = self._lane().active
+        self.d.topology.failover("logs", "realtime", "west" if gen.cluster == "east" else "east", reason="t")
+
+    @rule()
+    def sealer_pass(self) -> None:
+        self.sealer.run_once()
+
+    @rule(share=st.floats(0, 1))
+    def process(self, share: float) -> None:
+        """The group processes a share of what it has left on every partition it reads."""
+        wanted = _in(self.d, lambda tr: state.group_partitions(tr, [self.member], "logs-readers"))
+        lane = self._lane()
+        for ref in wanted:
+            gen = lane.generation(ref.generation)
+            assert gen is not None
+            end = self.d.admin.topics[(gen.cluster, gen.topic)][ref.partition]
+            low = commitlog.progress(self.d.db, "logs-readers", ref.lease_id).header.low
+            upto = low + int((end - low) * share)
+            if upto > low:
+                commitlog.commit(
+                    self.d.db,
+                    "logs-readers",
+                    ref.lease_id,
+                    0,
+                    Commit(acked=[(low, upto)], high_watermark=end),
+                    now_ms=1,
+                )
+
+    @precondition(lambda self: bool(self.times))
+    @rule(pick=st.integers(0, 10**6))
+    def rewind_to_a_time(self, pick: int) -> None:
+        at = self.times[pick % len(self.times)]
+        try:
+            plan = rewind.plan(
+                self.d.db,
+                self.d.admin,
+                "logs-readers",
+                "logs",
+                RewindTarget(RewindTo.TIME, time_ms=at),
+                now_ms=self.d.clock.now_ms(),
+            )
+        except NotFoundError:
+            return  # the group has read nothing yet
+        assert plan.lost == ()
+        rewind.apply(self.d.db, plan, actor="t", now_ms=self.d.clock.now_ms())
+        lane = self._lane()
+        for gen in lane.generations:
+            for p in range(gen.partitions):
+                first = self.d.admin.bounds(get_cluster(self.d.db, gen.cluster), gen.topic, gen.partitions, at)[p].at
+                header = commitlog.progress(self.d.db, "logs-readers", f"logs/realtime/g{gen.number}/p{p}").header
+                if header.updated_ms:
+                    assert header.low <= first, "a record at or after the time would be skipped"
+
+    @invariant()
+    def nothing_unfinished_is_left_unread(self) -> None:
+        wanted = _in(self.d, lambda tr: state.group_partitions(tr, [self.member], "logs-readers"))
+        for gen in self._lane().generations:
+            for p in range(gen.partitions):
+                ref = PartitionRef("logs", "realtime", gen.number, p)
+                header = commitlog.progress(self.d.db, "logs-readers", ref.lease_id).header
+                end = self.d.admin.topics[(gen.cluster, gen.topic)][p]
+                if header.low < end:
+                    assert ref in wanted, f"{ref.lease_id} has records {header.low}..{end} nobody will read"
+
+    @invariant()
+    def a_reopened_generation_closes_once_done(self) -> None:
+        for stream, lane, number in _in(self.d, lambda tr: rewind.reopened(tr, "logs-readers")):
+            gen = get_stream(self.d.db, stream).require_lane(lane).generation(number)
+            assert gen is not None and gen.state == DRAINED
+        self.sealer.run_once()
+        for _, _, number in _in(self.d, lambda tr: rewind.reopened(tr, "logs-readers")):
+            gen = self._lane().generation(number)
+            assert gen is not None
+            assert any(
+                commitlog.progress(self.d.db, "logs-readers", f"logs/realtime/g{number}/p{p}").header.low < end
+                for p, end in enumerate(gen.end_offsets)
+            ), "a reopened generation the group has finished again is closed"
+
+    def teardown(self) -> None:
+        self.d.close()
+
+
+RewindHistory.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_rewind_histories = RewindHistory.TestCase
