@@ -12,7 +12,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -109,6 +109,8 @@ class CoordinatorClient:
         self.credentials = token if isinstance(token, Credentials) else Credentials(first, token)
         self._retries = retries
         tls = tls or ClientTls.find()
+        self.tls = tls
+        """Its TLS settings (None: plaintext): what a producer it opens for the same coordinator uses."""
         grpc_target, options = channel_target(self.target)
         if tls is not None:
             ca, key, chain = tls.files()
@@ -444,6 +446,41 @@ class CoordinatorClient:
             token = got.next_page_token
             if not token:
                 return
+
+    def claim_redrive(
+        self,
+        stream: str,
+        group: str,
+        owner: str,
+        *,
+        to_lane: str = "realtime",
+        since_ms: int = 0,
+        until_ms: int = 0,
+        cursor: str = "",
+        batch_size: int = 0,
+    ) -> m.RedriveClaim:
+        """The next batch of a dlq redrive run `owner` (see `streamplane.client.redrive`)."""
+        request = cpb.ClaimRedriveRequest(
+            stream=stream,
+            group=group,
+            owner=owner,
+            to_lane=to_lane,
+            since_unix_ms=since_ms,
+            until_unix_ms=until_ms,
+            cursor=cursor,
+            batch_size=batch_size,
+        )
+        return convert.redrive_claim_from_pb(self._call(self.commitlog.ClaimRedrive, request, idempotent=True))
+
+    def complete_redrive(
+        self, stream: str, group: str, owner: str, left: Iterable[tuple[m.PartitionRef, int]] = ()
+    ) -> int:
+        """The run's claimed batch is in the target lane: its rejects are marked redriven, but those `left`
+        (the run could not read them), which stay pending; how many."""
+        request = cpb.CompleteRedriveRequest(stream=stream, group=group, owner=owner)
+        for ref, offset in left:
+            request.left.add(partition=convert.partition_to_pb(ref), offset=offset)
+        return int(self._call(self.commitlog.CompleteRedrive, request, idempotent=True).redriven)
 
     def configure_group(
         self, group: str, lane: str = "", max_attempts: int = 0, lag_target_ms: int = 0, expire_after_ms: int = 0

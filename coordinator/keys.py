@@ -174,6 +174,8 @@ GROUP_SEEN = ROOT["group_seen"]
 RETIRED_READERS = ROOT["retired_reader"]
 STREAM_TOMBSTONES = ROOT["stream_tombstone"]
 STREAM_COUNT = ROOT.pack(("stream_count",))
+REDRIVES = ROOT["redrive"]
+"""(group, stream) -> a running redrive's claim: its owner, until when, its cursor and the batch in flight."""
 REOPENED = ROOT["reopened"]
 """(group, stream, lane, generation) -> b"": a drained generation a rewind reopened for that group alone."""
 
@@ -309,6 +311,10 @@ def retry_key(group: str, ref: PartitionRef, offset: int) -> bytes:
 
 def reject_key(group: str, ref: PartitionRef, offset: int) -> bytes:
     return REJECTS.pack((group, *ref, offset))
+
+
+def redrive_key(group: str, stream: str) -> bytes:
+    return REDRIVES.pack((group, stream))
 
 
 def reopened_key(group: str, stream: str, lane: str, generation: int) -> bytes:

@@ -81,8 +81,19 @@ def cmd_lag(args: argparse.Namespace) -> None:
                 title = f"group {args.group}" if args.group else "all groups"
                 print(f"{title}: offset lag {lag.offset_lag:,}, time lag {_seconds(lag.time_lag_ms)}")
                 print_table(
-                    ["STREAM", "LANE", "OFFSET LAG", "TIME LAG"],
-                    [[x.stream, x.lane, f"{x.offset_lag:,}", _seconds(x.time_lag_ms)] for x in lag.lanes],
+                    ["STREAM", "LANE", "OFFSET LAG", "TIME LAG", "DLQ PENDING", "REDRIVEN", "PURGED"],
+                    [
+                        [
+                            x.stream,
+                            x.lane,
+                            f"{x.offset_lag:,}",
+                            _seconds(x.time_lag_ms),
+                            f"{x.dlq_pending:,}",
+                            f"{x.dlq_redriven:,}",
+                            f"{x.dlq_purged:,}",
+                        ]
+                        for x in lag.lanes
+                    ],
                 )
                 lost = _lost(client, args.group, args.stream, lag) if args.group else []
                 if lost:

@@ -77,6 +77,11 @@ class Header:
     done_above: int = 0
     retries: int = 0
     rejects: int = 0
+    """Reject marks, in every state."""
+    redriven: int = 0
+    """Of those, the ones `dlq redrive` produced again."""
+    purged: int = 0
+    """Of those, the ones `dlq purge` marked purged."""
     updated_ms: int = 0
 
     def offset_lag(self) -> int:
@@ -483,19 +488,22 @@ def rewind(tr: Transaction, group: str, ref: PartitionRef, offset: int, *, now_m
             int.from_bytes(raw, "little").bit_count()
             for _, raw in tr.get_range(r0.start, keys.done_key(group, ref, chunk))
         )
-    counts = []
-    for space, key_of in ((keys.RETRIES, keys.retry_key), (keys.REJECTS, keys.reject_key)):
-        r = space.range((group, *ref))
-        tr.clear_range(key_of(group, ref, offset), r.stop)
-        counts.append(len(tr.get_range(r.start, key_of(group, ref, offset))))
+    r = keys.RETRIES.range((group, *ref))
+    tr.clear_range(keys.retry_key(group, ref, offset), r.stop)
+    retries = len(tr.get_range(r.start, keys.retry_key(group, ref, offset)))
+    r = keys.REJECTS.range((group, *ref))
+    tr.clear_range(keys.reject_key(group, ref, offset), r.stop)
+    states = [_state_of(raw) for _, raw in tr.get_range(r.start, keys.reject_key(group, ref, offset))]
     rewound = replace(
         header,
         low=low,
         high=max(header.high, low),
         oldest_pending_ts_ms=pending_ts_ms if pending_ts_ms > 0 else header.oldest_pending_ts_ms,
         done_above=done_above,
-        retries=counts[0],
-        rejects=counts[1],
+        retries=retries,
+        rejects=len(states),
+        redriven=states.count(REDRIVEN),
+        purged=states.count(PURGED),
         updated_ms=now_ms,
     )
     tr.set(keys.progress_key(group, ref), json.dumps(vars(rewound), sort_keys=True).encode())
@@ -667,8 +675,34 @@ REJECT_SCAN_PAGES = 10
 """A filtered page looks at no more than this many pages' worth of rejects (it may come back short)."""
 PURGE_BATCH = 1000
 """Rejects one purge transaction marks at most."""
-PENDING_REJECT, PURGED = "pending", "purged"
-"""A reject's state in `dlq list`: pending (its record waits in the dlq lane), or purged."""
+PENDING_REJECT, REDRIVEN, PURGED = "pending", "redriven", "purged"
+"""A reject's state in `dlq list`: pending (its record waits in the dlq lane), redriven (`dlq redrive` produced
+it again), or purged."""
+
+
+def _state_of(raw: bytes) -> str:
+    """A stored reject mark's state (pending for one that does not decode)."""
+    try:
+        return str(json.loads(raw).get("state", PENDING_REJECT))
+    except (ValueError, AttributeError):
+        return PENDING_REJECT
+
+
+def count_state_changes(tr: Transaction, group: str, changed: list[tuple[PartitionRef, str, str]]) -> None:
+    """Keep the headers' reject counts in step with marks whose state changed: (partition, from, to) each."""
+    by_partition: dict[PartitionRef, list[tuple[str, str]]] = {}
+    for ref, old, new in changed:
+        by_partition.setdefault(ref, []).append((old, new))
+    for ref, moves in by_partition.items():
+        header = read_header(tr, group, ref)
+        counts = {REDRIVEN: header.redriven, PURGED: header.purged}
+        for old, new in moves:
+            if old in counts:
+                counts[old] -= 1
+            if new in counts:
+                counts[new] += 1
+        changed_header = replace(header, redriven=max(0, counts[REDRIVEN]), purged=max(0, counts[PURGED]))
+        tr.set(keys.progress_key(group, ref), json.dumps(vars(changed_header), sort_keys=True).encode())
 
 
 def _rejected(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:
@@ -691,6 +725,12 @@ def _rejected(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], Rejec
         return None
 
 
+def decoded_reject(group: str, key: bytes, raw: bytes) -> RejectedRecord | None:
+    """A stored reject mark as the model's record; None for one that does not decode."""
+    decoded = _rejected(group, key, raw)
+    return decoded[1] if decoded is not None else None
+
+
 @transactional
 def read_rejects(tr: Transaction, group: str, *, limit: int = 50) -> list[RejectedRecord]:
     """The group's first `limit` rejected records, of every stream (a mark that does not decode is left out)."""
@@ -700,12 +740,12 @@ def read_rejects(tr: Transaction, group: str, *, limit: int = 50) -> list[Reject
     return [decoded[1] for decoded in found if decoded is not None]
 
 
-def _walk_rejects(
+def walk_rejects(
     tr: Transaction,
     stream: str,
     *,
     group: str,
-    lane: str,
+    lane: str = "",
     size: int,
     budget: int,
     page_token: str,
@@ -792,7 +832,7 @@ def reject_page(
         raise InvalidArgumentError(f"since must be a time in unix ms (0: every reject), not {since_ms}")
     size = _page_size(page_size)
     filtered = bool(since_ms) or not purged
-    found, token = _walk_rejects(
+    found, token = walk_rejects(
         tr,
         stream,
         group=group,
@@ -824,7 +864,7 @@ def purge_rejects(
         raise InvalidArgumentError(f"before must be a time in unix ms, not {before_ms}")
     if before_ms > now_ms:
         raise InvalidArgumentError("before is in the future: purge what was rejected up to now at the latest")
-    found, token = _walk_rejects(
+    found, token = walk_rejects(
         tr,
         stream,
         group=group,
@@ -835,8 +875,12 @@ def purge_rejects(
         keep=lambda r: r.rejected_ms < before_ms and r.state != PURGED,
     )
     if not dry_run:
-        for key, mark, _ in found:
+        by_group: dict[str, list[tuple[PartitionRef, str, str]]] = {}
+        for key, mark, record in found:
             tr.set(key, json.dumps({**mark, "state": PURGED, "purged_ms": now_ms}, sort_keys=True).encode())
+            by_group.setdefault(record.group, []).append((record.partition, record.state, PURGED))
+        for changed_group, changed in by_group.items():
+            count_state_changes(tr, changed_group, changed)
     return len(found), token
 
 
@@ -860,7 +904,7 @@ def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms
     the lanes' totals only (every header is still read). Partitions of abandoned generations are left out:
     what they hold is lost (the abandon event lists it), not late."""
     each: list[PartitionLag] = []
-    lanes: dict[tuple[str, str], tuple[int, int]] = {}
+    lanes: dict[tuple[str, str], LaneLag] = {}
     abandoned = _Abandoned(tr)
     for ref, h in read_headers(tr, group, stream=stream, lane=lane):
         if abandoned(ref):
@@ -868,13 +912,16 @@ def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms
         off, t = h.offset_lag(), h.time_lag_ms(now_ms)
         if partitions:
             each.append(PartitionLag(group, ref.lease_id, h.low, h.high, off, t))
-        was_off, was_t = lanes.get((ref.stream, ref.lane), (0, 0))
-        lanes[(ref.stream, ref.lane)] = (was_off + off, max(was_t, t))
-    return Lag(
-        group=group,
-        partitions=tuple(each),
-        lanes=tuple(LaneLag(group, s, la, off, t) for (s, la), (off, t) in sorted(lanes.items())),
-    )
+        was = lanes.get((ref.stream, ref.lane)) or LaneLag(group, ref.stream, ref.lane, 0, 0)
+        lanes[(ref.stream, ref.lane)] = replace(
+            was,
+            offset_lag=was.offset_lag + off,
+            time_lag_ms=max(was.time_lag_ms, t),
+            dlq_pending=was.dlq_pending + max(0, h.rejects - h.redriven - h.purged),
+            dlq_redriven=was.dlq_redriven + h.redriven,
+            dlq_purged=was.dlq_purged + h.purged,
+        )
+    return Lag(group=group, partitions=tuple(each), lanes=tuple(lanes[k] for k in sorted(lanes)))
 
 
 def lag_of_every_group(db: Database, *, stream: str = "", lane: str = "", now_ms: int, partitions: bool = True) -> Lag:

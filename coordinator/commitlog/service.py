@@ -5,18 +5,22 @@ from __future__ import annotations
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.commitlog import redrive
 from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
-from streamplane.errors import FencedError, StreamplaneError
-from streamplane.model import Commit, CommitOutcome, Lag, Progress, RejectPage, RetryState
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
+from streamplane.errors import FencedError, StreamplaneError, UnavailableError
+from streamplane.model import Commit, CommitOutcome, Lag, PartitionRef, Progress, RedriveClaim, RejectPage, RetryState
 
 
 class CommitLog:
     """Progress per record of every group: commits fenced by epoch, retries, rejects and lag."""
 
-    def __init__(self, db: Database, *, clock: Clock = SYSTEM) -> None:
+    def __init__(self, db: Database, *, clock: Clock = SYSTEM, admin: ClusterAdmin | None = None) -> None:
         self.db = db
         self.clock = clock
+        self.admin = admin
+        """What redrives read the target lane's end offsets through (None: redrives are refused)."""
 
     def commit(
         self, group: str, lid: str, epoch: int, c: Commit, *, principal: str = "", session_id: str = ""
@@ -121,6 +125,42 @@ class CommitLog:
             page_token=page_token,
             dry_run=dry_run,
         )
+
+    def claim_redrive(
+        self,
+        stream: str,
+        group: str,
+        owner: str,
+        *,
+        to_lane: str = "realtime",
+        since_ms: int = 0,
+        until_ms: int = 0,
+        cursor: str = "",
+        batch_size: int = redrive.MAX_BATCH,
+    ) -> RedriveClaim:
+        """The next batch of a redrive run (see `redrive.claim`), with the target lane as it is now."""
+        if self.admin is None:
+            raise UnavailableError("this coordinator has no cluster admin to read the target lane's offsets with")
+        redrive.check_window(since_ms, until_ms, to_lane)
+        target = redrive.target_of(self.db, self.admin, stream, to_lane)
+        return redrive.claim(
+            self.db,
+            stream,
+            group,
+            owner,
+            target=target,
+            since_ms=since_ms,
+            until_ms=until_ms,
+            cursor=cursor,
+            batch_size=batch_size,
+            now_ms=self.clock.now_ms(),
+        )
+
+    def complete_redrive(
+        self, stream: str, group: str, owner: str, left: frozenset[tuple[PartitionRef, int]] = frozenset()
+    ) -> int:
+        """The run's batch landed: its rejects are marked redriven (see `redrive.complete`)."""
+        return redrive.complete(self.db, stream, group, owner, left=left, now_ms=self.clock.now_ms())
 
     def lag_page(self, group: str, stream: str, lane: str, page_size: int, page_token: str) -> Lag:
         """One page of per-partition lag (see `commitlog.lag_page`)."""

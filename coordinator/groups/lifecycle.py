@@ -51,6 +51,7 @@ _GROUP_SPACES = (
     keys.RETRIES,
     keys.REJECTS,
     keys.REOPENED,
+    keys.REDRIVES,
     keys.GROUP_EVENTS,
 )
 """Every subspace whose keys begin with the group: what a deletion clears, one range each."""

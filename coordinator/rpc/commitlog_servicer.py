@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from streamplane.coordinator.commitlog import log as cl
+from streamplane.coordinator.commitlog import redrive
 from streamplane.coordinator.commitlog.service import CommitLog
 from streamplane.coordinator.groups.leases import parse_lease_id
 from streamplane.coordinator.rpc import auth
@@ -123,6 +124,35 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             dry_run=request.dry_run,
         )
         return cpb.PurgeRejectsResponse(purged=purged, next_page_token=token)
+
+    @grpc_errors
+    def ClaimRedrive(self, request: cpb.ClaimRedriveRequest, context: grpc.ServicerContext) -> cpb.ClaimRedriveResponse:
+        self._guard.require(context, auth.CONFIGURE_GROUPS, group=request.group, stream=request.stream)
+        claimed = self._log.claim_redrive(
+            request.stream,
+            request.group,
+            request.owner,
+            to_lane=request.to_lane or "realtime",
+            since_ms=request.since_unix_ms,
+            until_ms=request.until_unix_ms,
+            cursor=request.cursor,
+            batch_size=request.batch_size or redrive.MAX_BATCH,
+        )
+        return convert.redrive_claim_to_pb(claimed)
+
+    @grpc_errors
+    def CompleteRedrive(
+        self, request: cpb.CompleteRedriveRequest, context: grpc.ServicerContext
+    ) -> cpb.CompleteRedriveResponse:
+        self._guard.require(context, auth.CONFIGURE_GROUPS, group=request.group, stream=request.stream)
+        return cpb.CompleteRedriveResponse(
+            redriven=self._log.complete_redrive(
+                request.stream,
+                request.group,
+                request.owner,
+                frozenset((convert.partition_from_pb(x.partition), x.offset) for x in request.left),
+            )
+        )
 
     @grpc_errors
     def ConfigureGroup(

@@ -208,7 +208,7 @@ def start(
         topology, lambda: assigner.is_leader, autopilot_config, clock=clock, replica=assigner.replica_id
     )
     sealer = Sealer(db, topology.admin, lambda: assigner.is_leader, sealing_config, clock=clock)
-    commit_log = CommitLog(db, clock=clock)
+    commit_log = CommitLog(db, clock=clock, admin=topology.admin)
     reaper = GroupReaper(db, lambda: assigner.is_leader, clock=clock, every_ms=reap_every_ms)
     lag_sweeper = LagSweeper(db, clock)
     lag_sweep = BackgroundLoop("lag-sweep", lag_sweeper.step, interval_ms=LAG_SWEEP_MS, clock=clock)

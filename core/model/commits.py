@@ -143,6 +143,12 @@ class LaneLag:
     lane: str
     offset_lag: int
     time_lag_ms: int
+    dlq_pending: int = 0
+    """Records the group rejected whose dlq copies wait (neither redriven nor purged)."""
+    dlq_redriven: int = 0
+    """Rejected records `dlq redrive` produced again."""
+    dlq_purged: int = 0
+    """Rejected records `dlq purge` stopped listing."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,36 @@ class RejectedRecord:
     group: str = ""
     state: str = "pending"
     """pending (its record waits in the dlq lane), or purged (`dlq purge`: no longer listed)."""
+
+
+@dataclass(frozen=True)
+class RedriveTarget:
+    """Where a redrive produces: a lane's active generation, with each partition's end offset when the batch
+    was claimed (from where a later run looks for what a killed one may have produced already)."""
+
+    stream: str
+    lane: str
+    generation: int
+    topic: str
+    bootstrap_servers: str
+    from_offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RedriveClaim:
+    """The next batch of rejected records a redrive produces again, claimed for one run.
+
+    `in_doubt`: a run that claimed this batch ended before completing it, so some of it may be in the target
+    already (look from `target.from_offsets` for their provenance header). `cursor`: where the next claim goes
+    on from. `done`: nothing is left in the window (the claim is released). `wait_ms`: see below."""
+
+    batch: tuple[RejectedRecord, ...]
+    target: RedriveTarget | None
+    cursor: str = ""
+    in_doubt: bool = False
+    done: bool = False
+    wait_ms: int = 0
+    """Over 0: another run holds the claim for this long yet (unless it makes progress); nothing was claimed."""
 
 
 @dataclass(frozen=True)

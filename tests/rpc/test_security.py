@@ -670,6 +670,18 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
         {"admin", "operator"},
     ),
     ("commitlog", "ConfigureGroup", apb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
+    (
+        "commitlog",
+        "ClaimRedrive",
+        cpb.ClaimRedriveRequest(stream="sec-logs", group="mx", owner="run-1", to_lane="realtime"),
+        {"admin", "operator"},
+    ),
+    (
+        "commitlog",
+        "CompleteRedrive",
+        cpb.CompleteRedriveRequest(stream="sec-logs", group="mx", owner="run-1"),
+        {"admin", "operator"},
+    ),
     ("assigner", "ConfigureGroup", apb.ConfigureGroupRequest(group="mx", lane="realtime"), {"admin", "operator"}),
     (
         "assigner",

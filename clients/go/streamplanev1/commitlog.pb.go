@@ -1343,12 +1343,16 @@ func (x *PartitionLag) GetGroup() string {
 }
 
 type LaneLag struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
-	Lane          string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
-	OffsetLag     int64                  `protobuf:"varint,3,opt,name=offset_lag,json=offsetLag,proto3" json:"offset_lag,omitempty"`
-	TimeLagMs     int64                  `protobuf:"varint,4,opt,name=time_lag_ms,json=timeLagMs,proto3" json:"time_lag_ms,omitempty"`
-	Group         string                 `protobuf:"bytes,5,opt,name=group,proto3" json:"group,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Stream    string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Lane      string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
+	OffsetLag int64                  `protobuf:"varint,3,opt,name=offset_lag,json=offsetLag,proto3" json:"offset_lag,omitempty"`
+	TimeLagMs int64                  `protobuf:"varint,4,opt,name=time_lag_ms,json=timeLagMs,proto3" json:"time_lag_ms,omitempty"`
+	Group     string                 `protobuf:"bytes,5,opt,name=group,proto3" json:"group,omitempty"`
+	// Rejected records whose dlq copies wait, were produced again by dlq redrive, or were purged.
+	DlqPending    int64 `protobuf:"varint,6,opt,name=dlq_pending,json=dlqPending,proto3" json:"dlq_pending,omitempty"`
+	DlqRedriven   int64 `protobuf:"varint,7,opt,name=dlq_redriven,json=dlqRedriven,proto3" json:"dlq_redriven,omitempty"`
+	DlqPurged     int64 `protobuf:"varint,8,opt,name=dlq_purged,json=dlqPurged,proto3" json:"dlq_purged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1416,6 +1420,27 @@ func (x *LaneLag) GetGroup() string {
 		return x.Group
 	}
 	return ""
+}
+
+func (x *LaneLag) GetDlqPending() int64 {
+	if x != nil {
+		return x.DlqPending
+	}
+	return 0
+}
+
+func (x *LaneLag) GetDlqRedriven() int64 {
+	if x != nil {
+		return x.DlqRedriven
+	}
+	return 0
+}
+
+func (x *LaneLag) GetDlqPurged() int64 {
+	if x != nil {
+		return x.DlqPurged
+	}
+	return 0
 }
 
 type GetLagResponse struct {
@@ -1614,7 +1639,7 @@ type RejectedRecord struct {
 	RejectedUnixMs int64 `protobuf:"varint,6,opt,name=rejected_unix_ms,json=rejectedUnixMs,proto3" json:"rejected_unix_ms,omitempty"`
 	// Where its copy went in the dlq lane (absent: not recorded).
 	Dlq *DlqLocation `protobuf:"bytes,7,opt,name=dlq,proto3" json:"dlq,omitempty"`
-	// "pending" (its record waits in the dlq lane) or "purged".
+	// "pending" (its record waits in the dlq lane), "redriven" (dlq redrive produced it again) or "purged".
 	State         string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1893,6 +1918,396 @@ func (x *ListRejectsResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ClaimRedriveRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group  string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// The run's own id: one run at a time holds a group's redrive on a stream.
+	Owner string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The lane to produce into (not dlq).
+	ToLane string `protobuf:"bytes,4,opt,name=to_lane,json=toLane,proto3" json:"to_lane,omitempty"`
+	// Rejected at or after (unix ms; 0: no bound), and before (0: no bound).
+	SinceUnixMs int64 `protobuf:"varint,5,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	UntilUnixMs int64 `protobuf:"varint,6,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	// Where the previous claim of this run ended ("": the start, or where a killed run of this window was).
+	Cursor string `protobuf:"bytes,7,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Rejects in the batch, up to 1000.
+	BatchSize     uint32 `protobuf:"varint,8,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimRedriveRequest) Reset() {
+	*x = ClaimRedriveRequest{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimRedriveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimRedriveRequest) ProtoMessage() {}
+
+func (x *ClaimRedriveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimRedriveRequest.ProtoReflect.Descriptor instead.
+func (*ClaimRedriveRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ClaimRedriveRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ClaimRedriveRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ClaimRedriveRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *ClaimRedriveRequest) GetToLane() string {
+	if x != nil {
+		return x.ToLane
+	}
+	return ""
+}
+
+func (x *ClaimRedriveRequest) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *ClaimRedriveRequest) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+func (x *ClaimRedriveRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *ClaimRedriveRequest) GetBatchSize() uint32 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+type RedriveTarget struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Stream           string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Lane             string                 `protobuf:"bytes,2,opt,name=lane,proto3" json:"lane,omitempty"`
+	Generation       uint32                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Topic            string                 `protobuf:"bytes,4,opt,name=topic,proto3" json:"topic,omitempty"`
+	BootstrapServers string                 `protobuf:"bytes,5,opt,name=bootstrap_servers,json=bootstrapServers,proto3" json:"bootstrap_servers,omitempty"`
+	// Each partition's end offset when the batch was claimed.
+	FromOffsets   []int64 `protobuf:"varint,6,rep,packed,name=from_offsets,json=fromOffsets,proto3" json:"from_offsets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveTarget) Reset() {
+	*x = RedriveTarget{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveTarget) ProtoMessage() {}
+
+func (x *RedriveTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveTarget.ProtoReflect.Descriptor instead.
+func (*RedriveTarget) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RedriveTarget) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *RedriveTarget) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *RedriveTarget) GetGeneration() uint32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *RedriveTarget) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *RedriveTarget) GetBootstrapServers() string {
+	if x != nil {
+		return x.BootstrapServers
+	}
+	return ""
+}
+
+func (x *RedriveTarget) GetFromOffsets() []int64 {
+	if x != nil {
+		return x.FromOffsets
+	}
+	return nil
+}
+
+type ClaimRedriveResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Batch  []*RejectedRecord      `protobuf:"bytes,1,rep,name=batch,proto3" json:"batch,omitempty"`
+	Target *RedriveTarget         `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	Cursor string                 `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// A killed run claimed this batch: some of it may be in the target already (see the target's offsets).
+	InDoubt bool `protobuf:"varint,4,opt,name=in_doubt,json=inDoubt,proto3" json:"in_doubt,omitempty"`
+	// Nothing is left in the window: the claim is released.
+	Done bool `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	// Over 0: another run holds the claim for this long yet (unless it makes progress); nothing was claimed.
+	WaitMs        int64 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimRedriveResponse) Reset() {
+	*x = ClaimRedriveResponse{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimRedriveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimRedriveResponse) ProtoMessage() {}
+
+func (x *ClaimRedriveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimRedriveResponse.ProtoReflect.Descriptor instead.
+func (*ClaimRedriveResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ClaimRedriveResponse) GetBatch() []*RejectedRecord {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *ClaimRedriveResponse) GetTarget() *RedriveTarget {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *ClaimRedriveResponse) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *ClaimRedriveResponse) GetInDoubt() bool {
+	if x != nil {
+		return x.InDoubt
+	}
+	return false
+}
+
+func (x *ClaimRedriveResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ClaimRedriveResponse) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type CompleteRedriveRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group  string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Owner  string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Records of the batch the run could not read (their copies and origins are gone): they stay pending.
+	Left          []*PartitionOffset `protobuf:"bytes,4,rep,name=left,proto3" json:"left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteRedriveRequest) Reset() {
+	*x = CompleteRedriveRequest{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRedriveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRedriveRequest) ProtoMessage() {}
+
+func (x *CompleteRedriveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRedriveRequest.ProtoReflect.Descriptor instead.
+func (*CompleteRedriveRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CompleteRedriveRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *CompleteRedriveRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *CompleteRedriveRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *CompleteRedriveRequest) GetLeft() []*PartitionOffset {
+	if x != nil {
+		return x.Left
+	}
+	return nil
+}
+
+type CompleteRedriveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Redriven      uint32                 `protobuf:"varint,1,opt,name=redriven,proto3" json:"redriven,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteRedriveResponse) Reset() {
+	*x = CompleteRedriveResponse{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRedriveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRedriveResponse) ProtoMessage() {}
+
+func (x *CompleteRedriveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRedriveResponse.ProtoReflect.Descriptor instead.
+func (*CompleteRedriveResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CompleteRedriveResponse) GetRedriven() uint32 {
+	if x != nil {
+		return x.Redriven
+	}
+	return 0
+}
+
 var File_streamplane_v1_commitlog_proto protoreflect.FileDescriptor
 
 const file_streamplane_v1_commitlog_proto_rawDesc = "" +
@@ -2012,14 +2427,19 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
 	"offset_lag\x18\x04 \x01(\x03R\toffsetLag\x12\x1e\n" +
 	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\x12\x14\n" +
-	"\x05group\x18\x06 \x01(\tR\x05group\"\x8a\x01\n" +
+	"\x05group\x18\x06 \x01(\tR\x05group\"\xed\x01\n" +
 	"\aLaneLag\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1d\n" +
 	"\n" +
 	"offset_lag\x18\x03 \x01(\x03R\toffsetLag\x12\x1e\n" +
 	"\vtime_lag_ms\x18\x04 \x01(\x03R\ttimeLagMs\x12\x14\n" +
-	"\x05group\x18\x05 \x01(\tR\x05group\"\xfa\x01\n" +
+	"\x05group\x18\x05 \x01(\tR\x05group\x12\x1f\n" +
+	"\vdlq_pending\x18\x06 \x01(\x03R\n" +
+	"dlqPending\x12!\n" +
+	"\fdlq_redriven\x18\a \x01(\x03R\vdlqRedriven\x12\x1d\n" +
+	"\n" +
+	"dlq_purged\x18\b \x01(\x03R\tdlqPurged\"\xfa\x01\n" +
 	"\x0eGetLagResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12<\n" +
 	"\n" +
@@ -2060,7 +2480,40 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
 	"\x13ListRejectsResponse\x128\n" +
 	"\arejects\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\arejects\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xb2\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf1\x01\n" +
+	"\x13ClaimRedriveRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x17\n" +
+	"\ato_lane\x18\x04 \x01(\tR\x06toLane\x12\"\n" +
+	"\rsince_unix_ms\x18\x05 \x01(\x03R\vsinceUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x06 \x01(\x03R\vuntilUnixMs\x12\x16\n" +
+	"\x06cursor\x18\a \x01(\tR\x06cursor\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\b \x01(\rR\tbatchSize\"\xc1\x01\n" +
+	"\rRedriveTarget\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\rR\n" +
+	"generation\x12\x14\n" +
+	"\x05topic\x18\x04 \x01(\tR\x05topic\x12+\n" +
+	"\x11bootstrap_servers\x18\x05 \x01(\tR\x10bootstrapServers\x12!\n" +
+	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\xe3\x01\n" +
+	"\x14ClaimRedriveResponse\x124\n" +
+	"\x05batch\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\x05batch\x125\n" +
+	"\x06target\x18\x02 \x01(\v2\x1d.streamplane.v1.RedriveTargetR\x06target\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\tR\x06cursor\x12\x19\n" +
+	"\bin_doubt\x18\x04 \x01(\bR\ainDoubt\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\x12\x17\n" +
+	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\"\x91\x01\n" +
+	"\x16CompleteRedriveRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x123\n" +
+	"\x04left\x18\x04 \x03(\v2\x1f.streamplane.v1.PartitionOffsetR\x04left\"5\n" +
+	"\x17CompleteRedriveResponse\x12\x1a\n" +
+	"\bredriven\x18\x01 \x01(\rR\bredriven2\xf1\x06\n" +
 	"\x10CommitLogService\x12G\n" +
 	"\x06Commit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n" +
 	"\vCommitBatch\x12\".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n" +
@@ -2070,7 +2523,9 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12V\n" +
 	"\vListRejects\x12\".streamplane.v1.ListRejectsRequest\x1a#.streamplane.v1.ListRejectsResponse\x12Y\n" +
 	"\fPurgeRejects\x12#.streamplane.v1.PurgeRejectsRequest\x1a$.streamplane.v1.PurgeRejectsResponse\x12_\n" +
-	"\x0eConfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponseb\x06proto3"
+	"\x0eConfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponse\x12Y\n" +
+	"\fClaimRedrive\x12#.streamplane.v1.ClaimRedriveRequest\x1a$.streamplane.v1.ClaimRedriveResponse\x12b\n" +
+	"\x0fCompleteRedrive\x12&.streamplane.v1.CompleteRedriveRequest\x1a'.streamplane.v1.CompleteRedriveResponseb\x06proto3"
 
 var (
 	file_streamplane_v1_commitlog_proto_rawDescOnce sync.Once
@@ -2084,35 +2539,41 @@ func file_streamplane_v1_commitlog_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_commitlog_proto_rawDescData
 }
 
-var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_streamplane_v1_commitlog_proto_goTypes = []any{
-	(*OffsetRange)(nil),            // 0: streamplane.v1.OffsetRange
-	(*RetryEntry)(nil),             // 1: streamplane.v1.RetryEntry
-	(*DlqLocation)(nil),            // 2: streamplane.v1.DlqLocation
-	(*RejectEntry)(nil),            // 3: streamplane.v1.RejectEntry
-	(*CommitRequest)(nil),          // 4: streamplane.v1.CommitRequest
-	(*DlqCopy)(nil),                // 5: streamplane.v1.DlqCopy
-	(*CommitResponse)(nil),         // 6: streamplane.v1.CommitResponse
-	(*CommitBatchRequest)(nil),     // 7: streamplane.v1.CommitBatchRequest
-	(*CommitResult)(nil),           // 8: streamplane.v1.CommitResult
-	(*CommitBatchResponse)(nil),    // 9: streamplane.v1.CommitBatchResponse
-	(*GetProgressRequest)(nil),     // 10: streamplane.v1.GetProgressRequest
-	(*RetryState)(nil),             // 11: streamplane.v1.RetryState
-	(*Progress)(nil),               // 12: streamplane.v1.Progress
-	(*DueRetriesRequest)(nil),      // 13: streamplane.v1.DueRetriesRequest
-	(*DueRetriesResponse)(nil),     // 14: streamplane.v1.DueRetriesResponse
-	(*GetLagRequest)(nil),          // 15: streamplane.v1.GetLagRequest
-	(*PartitionLag)(nil),           // 16: streamplane.v1.PartitionLag
-	(*LaneLag)(nil),                // 17: streamplane.v1.LaneLag
-	(*GetLagResponse)(nil),         // 18: streamplane.v1.GetLagResponse
-	(*ListRejectsRequest)(nil),     // 19: streamplane.v1.ListRejectsRequest
-	(*RejectedRecord)(nil),         // 20: streamplane.v1.RejectedRecord
-	(*PurgeRejectsRequest)(nil),    // 21: streamplane.v1.PurgeRejectsRequest
-	(*PurgeRejectsResponse)(nil),   // 22: streamplane.v1.PurgeRejectsResponse
-	(*ListRejectsResponse)(nil),    // 23: streamplane.v1.ListRejectsResponse
-	(*PartitionRef)(nil),           // 24: streamplane.v1.PartitionRef
-	(*ConfigureGroupRequest)(nil),  // 25: streamplane.v1.ConfigureGroupRequest
-	(*ConfigureGroupResponse)(nil), // 26: streamplane.v1.ConfigureGroupResponse
+	(*OffsetRange)(nil),             // 0: streamplane.v1.OffsetRange
+	(*RetryEntry)(nil),              // 1: streamplane.v1.RetryEntry
+	(*DlqLocation)(nil),             // 2: streamplane.v1.DlqLocation
+	(*RejectEntry)(nil),             // 3: streamplane.v1.RejectEntry
+	(*CommitRequest)(nil),           // 4: streamplane.v1.CommitRequest
+	(*DlqCopy)(nil),                 // 5: streamplane.v1.DlqCopy
+	(*CommitResponse)(nil),          // 6: streamplane.v1.CommitResponse
+	(*CommitBatchRequest)(nil),      // 7: streamplane.v1.CommitBatchRequest
+	(*CommitResult)(nil),            // 8: streamplane.v1.CommitResult
+	(*CommitBatchResponse)(nil),     // 9: streamplane.v1.CommitBatchResponse
+	(*GetProgressRequest)(nil),      // 10: streamplane.v1.GetProgressRequest
+	(*RetryState)(nil),              // 11: streamplane.v1.RetryState
+	(*Progress)(nil),                // 12: streamplane.v1.Progress
+	(*DueRetriesRequest)(nil),       // 13: streamplane.v1.DueRetriesRequest
+	(*DueRetriesResponse)(nil),      // 14: streamplane.v1.DueRetriesResponse
+	(*GetLagRequest)(nil),           // 15: streamplane.v1.GetLagRequest
+	(*PartitionLag)(nil),            // 16: streamplane.v1.PartitionLag
+	(*LaneLag)(nil),                 // 17: streamplane.v1.LaneLag
+	(*GetLagResponse)(nil),          // 18: streamplane.v1.GetLagResponse
+	(*ListRejectsRequest)(nil),      // 19: streamplane.v1.ListRejectsRequest
+	(*RejectedRecord)(nil),          // 20: streamplane.v1.RejectedRecord
+	(*PurgeRejectsRequest)(nil),     // 21: streamplane.v1.PurgeRejectsRequest
+	(*PurgeRejectsResponse)(nil),    // 22: streamplane.v1.PurgeRejectsResponse
+	(*ListRejectsResponse)(nil),     // 23: streamplane.v1.ListRejectsResponse
+	(*ClaimRedriveRequest)(nil),     // 24: streamplane.v1.ClaimRedriveRequest
+	(*RedriveTarget)(nil),           // 25: streamplane.v1.RedriveTarget
+	(*ClaimRedriveResponse)(nil),    // 26: streamplane.v1.ClaimRedriveResponse
+	(*CompleteRedriveRequest)(nil),  // 27: streamplane.v1.CompleteRedriveRequest
+	(*CompleteRedriveResponse)(nil), // 28: streamplane.v1.CompleteRedriveResponse
+	(*PartitionRef)(nil),            // 29: streamplane.v1.PartitionRef
+	(*PartitionOffset)(nil),         // 30: streamplane.v1.PartitionOffset
+	(*ConfigureGroupRequest)(nil),   // 31: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil),  // 32: streamplane.v1.ConfigureGroupResponse
 }
 var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	2,  // 0: streamplane.v1.RejectEntry.dlq:type_name -> streamplane.v1.DlqLocation
@@ -2128,30 +2589,37 @@ var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	11, // 10: streamplane.v1.DueRetriesResponse.due:type_name -> streamplane.v1.RetryState
 	16, // 11: streamplane.v1.GetLagResponse.partitions:type_name -> streamplane.v1.PartitionLag
 	17, // 12: streamplane.v1.GetLagResponse.lanes:type_name -> streamplane.v1.LaneLag
-	24, // 13: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
+	29, // 13: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
 	2,  // 14: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
 	20, // 15: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
-	4,  // 16: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
-	7,  // 17: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
-	10, // 18: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
-	13, // 19: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
-	15, // 20: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
-	19, // 21: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
-	21, // 22: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
-	25, // 23: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	6,  // 24: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
-	9,  // 25: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
-	12, // 26: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
-	14, // 27: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
-	18, // 28: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
-	23, // 29: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
-	22, // 30: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
-	26, // 31: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	24, // [24:32] is the sub-list for method output_type
-	16, // [16:24] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	20, // 16: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
+	25, // 17: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
+	30, // 18: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
+	4,  // 19: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
+	7,  // 20: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
+	10, // 21: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
+	13, // 22: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
+	15, // 23: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
+	19, // 24: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
+	21, // 25: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
+	31, // 26: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	24, // 27: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
+	27, // 28: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
+	6,  // 29: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
+	9,  // 30: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
+	12, // 31: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
+	14, // 32: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
+	18, // 33: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
+	23, // 34: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
+	22, // 35: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
+	32, // 36: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	26, // 37: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
+	28, // 38: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_commitlog_proto_init() }
@@ -2166,7 +2634,7 @@ func file_streamplane_v1_commitlog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_commitlog_proto_rawDesc), len(file_streamplane_v1_commitlog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,14 +21,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CommitLogService_Commit_FullMethodName         = "/streamplane.v1.CommitLogService/Commit"
-	CommitLogService_CommitBatch_FullMethodName    = "/streamplane.v1.CommitLogService/CommitBatch"
-	CommitLogService_GetProgress_FullMethodName    = "/streamplane.v1.CommitLogService/GetProgress"
-	CommitLogService_DueRetries_FullMethodName     = "/streamplane.v1.CommitLogService/DueRetries"
-	CommitLogService_GetLag_FullMethodName         = "/streamplane.v1.CommitLogService/GetLag"
-	CommitLogService_ListRejects_FullMethodName    = "/streamplane.v1.CommitLogService/ListRejects"
-	CommitLogService_PurgeRejects_FullMethodName   = "/streamplane.v1.CommitLogService/PurgeRejects"
-	CommitLogService_ConfigureGroup_FullMethodName = "/streamplane.v1.CommitLogService/ConfigureGroup"
+	CommitLogService_Commit_FullMethodName          = "/streamplane.v1.CommitLogService/Commit"
+	CommitLogService_CommitBatch_FullMethodName     = "/streamplane.v1.CommitLogService/CommitBatch"
+	CommitLogService_GetProgress_FullMethodName     = "/streamplane.v1.CommitLogService/GetProgress"
+	CommitLogService_DueRetries_FullMethodName      = "/streamplane.v1.CommitLogService/DueRetries"
+	CommitLogService_GetLag_FullMethodName          = "/streamplane.v1.CommitLogService/GetLag"
+	CommitLogService_ListRejects_FullMethodName     = "/streamplane.v1.CommitLogService/ListRejects"
+	CommitLogService_PurgeRejects_FullMethodName    = "/streamplane.v1.CommitLogService/PurgeRejects"
+	CommitLogService_ConfigureGroup_FullMethodName  = "/streamplane.v1.CommitLogService/ConfigureGroup"
+	CommitLogService_ClaimRedrive_FullMethodName    = "/streamplane.v1.CommitLogService/ClaimRedrive"
+	CommitLogService_CompleteRedrive_FullMethodName = "/streamplane.v1.CommitLogService/CompleteRedrive"
 )
 
 // CommitLogServiceClient is the client API for CommitLogService service.
@@ -52,6 +54,10 @@ type CommitLogServiceClient interface {
 	PurgeRejects(ctx context.Context, in *PurgeRejectsRequest, opts ...grpc.CallOption) (*PurgeRejectsResponse, error)
 	// Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
 	ConfigureGroup(ctx context.Context, in *ConfigureGroupRequest, opts ...grpc.CallOption) (*ConfigureGroupResponse, error)
+	// A dlq redrive's next batch for one run (or how long another run's claim holds yet); the run
+	// produces the batch into the target lane, then completes it, which marks its rejects redriven.
+	ClaimRedrive(ctx context.Context, in *ClaimRedriveRequest, opts ...grpc.CallOption) (*ClaimRedriveResponse, error)
+	CompleteRedrive(ctx context.Context, in *CompleteRedriveRequest, opts ...grpc.CallOption) (*CompleteRedriveResponse, error)
 }
 
 type commitLogServiceClient struct {
@@ -142,6 +148,26 @@ func (c *commitLogServiceClient) ConfigureGroup(ctx context.Context, in *Configu
 	return out, nil
 }
 
+func (c *commitLogServiceClient) ClaimRedrive(ctx context.Context, in *ClaimRedriveRequest, opts ...grpc.CallOption) (*ClaimRedriveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClaimRedriveResponse)
+	err := c.cc.Invoke(ctx, CommitLogService_ClaimRedrive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *commitLogServiceClient) CompleteRedrive(ctx context.Context, in *CompleteRedriveRequest, opts ...grpc.CallOption) (*CompleteRedriveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteRedriveResponse)
+	err := c.cc.Invoke(ctx, CommitLogService_CompleteRedrive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CommitLogServiceServer is the server API for CommitLogService service.
 // All implementations must embed UnimplementedCommitLogServiceServer
 // for forward compatibility.
@@ -163,6 +189,10 @@ type CommitLogServiceServer interface {
 	PurgeRejects(context.Context, *PurgeRejectsRequest) (*PurgeRejectsResponse, error)
 	// Deprecated: served by AssignerService.ConfigureGroup (kept so that older clients keep working).
 	ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error)
+	// A dlq redrive's next batch for one run (or how long another run's claim holds yet); the run
+	// produces the batch into the target lane, then completes it, which marks its rejects redriven.
+	ClaimRedrive(context.Context, *ClaimRedriveRequest) (*ClaimRedriveResponse, error)
+	CompleteRedrive(context.Context, *CompleteRedriveRequest) (*CompleteRedriveResponse, error)
 	mustEmbedUnimplementedCommitLogServiceServer()
 }
 
@@ -196,6 +226,12 @@ func (UnimplementedCommitLogServiceServer) PurgeRejects(context.Context, *PurgeR
 }
 func (UnimplementedCommitLogServiceServer) ConfigureGroup(context.Context, *ConfigureGroupRequest) (*ConfigureGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ConfigureGroup not implemented")
+}
+func (UnimplementedCommitLogServiceServer) ClaimRedrive(context.Context, *ClaimRedriveRequest) (*ClaimRedriveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClaimRedrive not implemented")
+}
+func (UnimplementedCommitLogServiceServer) CompleteRedrive(context.Context, *CompleteRedriveRequest) (*CompleteRedriveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteRedrive not implemented")
 }
 func (UnimplementedCommitLogServiceServer) mustEmbedUnimplementedCommitLogServiceServer() {}
 func (UnimplementedCommitLogServiceServer) testEmbeddedByValue()                          {}
@@ -362,6 +398,42 @@ func _CommitLogService_ConfigureGroup_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CommitLogService_ClaimRedrive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClaimRedriveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommitLogServiceServer).ClaimRedrive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommitLogService_ClaimRedrive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommitLogServiceServer).ClaimRedrive(ctx, req.(*ClaimRedriveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CommitLogService_CompleteRedrive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteRedriveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommitLogServiceServer).CompleteRedrive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommitLogService_CompleteRedrive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommitLogServiceServer).CompleteRedrive(ctx, req.(*CompleteRedriveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CommitLogService_ServiceDesc is the grpc.ServiceDesc for CommitLogService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -400,6 +472,14 @@ var CommitLogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ConfigureGroup",
 			Handler:    _CommitLogService_ConfigureGroup_Handler,
+		},
+		{
+			MethodName: "ClaimRedrive",
+			Handler:    _CommitLogService_ClaimRedrive_Handler,
+		},
+		{
+			MethodName: "CompleteRedrive",
+			Handler:    _CommitLogService_CompleteRedrive_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

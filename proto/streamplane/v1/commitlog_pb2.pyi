@@ -242,18 +242,24 @@ class PartitionLag(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class LaneLag(_message.Message):
-    __slots__ = ("stream", "lane", "offset_lag", "time_lag_ms", "group")
+    __slots__ = ("stream", "lane", "offset_lag", "time_lag_ms", "group", "dlq_pending", "dlq_redriven", "dlq_purged")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
     TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    DLQ_PENDING_FIELD_NUMBER: _ClassVar[int]
+    DLQ_REDRIVEN_FIELD_NUMBER: _ClassVar[int]
+    DLQ_PURGED_FIELD_NUMBER: _ClassVar[int]
     stream: str
     lane: str
     offset_lag: int
     time_lag_ms: int
     group: str
-    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
+    dlq_pending: int
+    dlq_redriven: int
+    dlq_purged: int
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ..., dlq_pending: _Optional[int] = ..., dlq_redriven: _Optional[int] = ..., dlq_purged: _Optional[int] = ...) -> None: ...
 
 class GetLagResponse(_message.Message):
     __slots__ = ("group", "partitions", "lanes", "offset_lag", "time_lag_ms", "next_page_token")
@@ -338,3 +344,73 @@ class ListRejectsResponse(_message.Message):
     rejects: _containers.RepeatedCompositeFieldContainer[RejectedRecord]
     next_page_token: str
     def __init__(self, rejects: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ClaimRedriveRequest(_message.Message):
+    __slots__ = ("stream", "group", "owner", "to_lane", "since_unix_ms", "until_unix_ms", "cursor", "batch_size")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TO_LANE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    group: str
+    owner: str
+    to_lane: str
+    since_unix_ms: int
+    until_unix_ms: int
+    cursor: str
+    batch_size: int
+    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., to_lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ..., cursor: _Optional[str] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class RedriveTarget(_message.Message):
+    __slots__ = ("stream", "lane", "generation", "topic", "bootstrap_servers", "from_offsets")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    lane: str
+    generation: int
+    topic: str
+    bootstrap_servers: str
+    from_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., topic: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., from_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ClaimRedriveResponse(_message.Message):
+    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms")
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    IN_DOUBT_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    batch: _containers.RepeatedCompositeFieldContainer[RejectedRecord]
+    target: RedriveTarget
+    cursor: str
+    in_doubt: bool
+    done: bool
+    wait_ms: int
+    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class CompleteRedriveRequest(_message.Message):
+    __slots__ = ("stream", "group", "owner", "left")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    group: str
+    owner: str
+    left: _containers.RepeatedCompositeFieldContainer[_assigner_pb2.PartitionOffset]
+    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., left: _Optional[_Iterable[_Union[_assigner_pb2.PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class CompleteRedriveResponse(_message.Message):
+    __slots__ = ("redriven",)
+    REDRIVEN_FIELD_NUMBER: _ClassVar[int]
+    redriven: int
+    def __init__(self, redriven: _Optional[int] = ...) -> None: ...

@@ -75,6 +75,16 @@ class CommitLogServiceStub:
                 request_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.FromString,
                 _registered_method=True)
+        self.ClaimRedrive = channel.unary_unary(
+                '/streamplane.v1.CommitLogService/ClaimRedrive',
+                request_serializer=streamplane_dot_v1_dot_commitlog__pb2.ClaimRedriveRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.ClaimRedriveResponse.FromString,
+                _registered_method=True)
+        self.CompleteRedrive = channel.unary_unary(
+                '/streamplane.v1.CommitLogService/CompleteRedrive',
+                request_serializer=streamplane_dot_v1_dot_commitlog__pb2.CompleteRedriveRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.CompleteRedriveResponse.FromString,
+                _registered_method=True)
 
 
 class CommitLogServiceServicer:
@@ -137,6 +147,20 @@ class CommitLogServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClaimRedrive(self, request, context):
+        """A dlq redrive's next batch for one run (or how long another run's claim holds yet); the run
+        produces the batch into the target lane, then completes it, which marks its rejects redriven.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteRedrive(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CommitLogServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -179,6 +203,16 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.ConfigureGroup,
                     request_deserializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.SerializeToString,
+            ),
+            'ClaimRedrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimRedrive,
+                    request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.ClaimRedriveRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_commitlog__pb2.ClaimRedriveResponse.SerializeToString,
+            ),
+            'CompleteRedrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteRedrive,
+                    request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.CompleteRedriveRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_commitlog__pb2.CompleteRedriveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -397,6 +431,60 @@ class CommitLogService:
             '/streamplane.v1.CommitLogService/ConfigureGroup',
             streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupRequest.SerializeToString,
             streamplane_dot_v1_dot_assigner__pb2.ConfigureGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimRedrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.CommitLogService/ClaimRedrive',
+            streamplane_dot_v1_dot_commitlog__pb2.ClaimRedriveRequest.SerializeToString,
+            streamplane_dot_v1_dot_commitlog__pb2.ClaimRedriveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteRedrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.CommitLogService/CompleteRedrive',
+            streamplane_dot_v1_dot_commitlog__pb2.CompleteRedriveRequest.SerializeToString,
+            streamplane_dot_v1_dot_commitlog__pb2.CompleteRedriveResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -668,40 +668,65 @@ def _reject_from_pb(x: cpb.RejectEntry) -> m.Reject:
     return m.Reject(x.offset, x.reason, _dlq_from_pb(x.dlq) if x.HasField("dlq") else None, x.copy)
 
 
+def _rejected_to_pb(r: m.RejectedRecord, out: cpb.RejectedRecord) -> None:
+    out.group, out.offset, out.reason, out.attempts = r.group, r.offset, r.reason, r.attempts
+    out.partition.CopyFrom(partition_to_pb(r.partition))
+    out.rejected_unix_ms, out.state = r.rejected_ms, r.state
+    if r.dlq is not None:
+        out.dlq.CopyFrom(_dlq_to_pb(r.dlq))
+
+
+def _rejected_from_pb(y: cpb.RejectedRecord) -> m.RejectedRecord:
+    return m.RejectedRecord(
+        partition=partition_from_pb(y.partition),
+        offset=y.offset,
+        reason=y.reason,
+        attempts=y.attempts,
+        rejected_ms=y.rejected_unix_ms,
+        dlq=_dlq_from_pb(y.dlq) if y.HasField("dlq") else None,
+        group=y.group,
+        state=y.state,
+    )
+
+
 def reject_page_to_pb(page: m.RejectPage) -> cpb.ListRejectsResponse:
     out = cpb.ListRejectsResponse(next_page_token=page.next_page_token)
     for r in page.rejects:
-        entry = out.rejects.add(
-            group=r.group,
-            partition=partition_to_pb(r.partition),
-            offset=r.offset,
-            reason=r.reason,
-            attempts=r.attempts,
-            rejected_unix_ms=r.rejected_ms,
-            state=r.state,
-        )
-        if r.dlq is not None:
-            entry.dlq.CopyFrom(_dlq_to_pb(r.dlq))
+        _rejected_to_pb(r, out.rejects.add())
     return out
 
 
 def reject_page_from_pb(x: cpb.ListRejectsResponse) -> m.RejectPage:
-    return m.RejectPage(
-        [
-            m.RejectedRecord(
-                partition=partition_from_pb(y.partition),
-                offset=y.offset,
-                reason=y.reason,
-                attempts=y.attempts,
-                rejected_ms=y.rejected_unix_ms,
-                dlq=_dlq_from_pb(y.dlq) if y.HasField("dlq") else None,
-                group=y.group,
-                state=y.state,
+    return m.RejectPage([_rejected_from_pb(y) for y in x.rejects], x.next_page_token)
+
+
+def redrive_claim_to_pb(c: m.RedriveClaim) -> cpb.ClaimRedriveResponse:
+    out = cpb.ClaimRedriveResponse(cursor=c.cursor, in_doubt=c.in_doubt, done=c.done, wait_ms=c.wait_ms)
+    for r in c.batch:
+        _rejected_to_pb(r, out.batch.add())
+    if c.target is not None:
+        t = c.target
+        out.target.CopyFrom(
+            cpb.RedriveTarget(
+                stream=t.stream,
+                lane=t.lane,
+                generation=t.generation,
+                topic=t.topic,
+                bootstrap_servers=t.bootstrap_servers,
+                from_offsets=list(t.from_offsets),
             )
-            for y in x.rejects
-        ],
-        x.next_page_token,
+        )
+    return out
+
+
+def redrive_claim_from_pb(x: cpb.ClaimRedriveResponse) -> m.RedriveClaim:
+    t = x.target
+    target = (
+        m.RedriveTarget(t.stream, t.lane, t.generation, t.topic, t.bootstrap_servers, tuple(t.from_offsets))
+        if x.HasField("target")
+        else None
     )
+    return m.RedriveClaim(tuple(_rejected_from_pb(y) for y in x.batch), target, x.cursor, x.in_doubt, x.done, x.wait_ms)
 
 
 def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
@@ -843,7 +868,16 @@ def lag_to_pb(lag: m.Lag) -> cpb.GetLagResponse:
             for x in lag.partitions
         ],
         lanes=[
-            cpb.LaneLag(group=x.group, stream=x.stream, lane=x.lane, offset_lag=x.offset_lag, time_lag_ms=x.time_lag_ms)
+            cpb.LaneLag(
+                group=x.group,
+                stream=x.stream,
+                lane=x.lane,
+                offset_lag=x.offset_lag,
+                time_lag_ms=x.time_lag_ms,
+                dlq_pending=x.dlq_pending,
+                dlq_redriven=x.dlq_redriven,
+                dlq_purged=x.dlq_purged,
+            )
             for x in lag.lanes
         ],
         offset_lag=lag.offset_lag,
@@ -858,7 +892,12 @@ def lag_from_pb(x: cpb.GetLagResponse) -> m.Lag:
             m.PartitionLag(y.group, y.lease_id, y.low_watermark, y.high_watermark, y.offset_lag, y.time_lag_ms)
             for y in x.partitions
         ),
-        lanes=tuple(m.LaneLag(y.group, y.stream, y.lane, y.offset_lag, y.time_lag_ms) for y in x.lanes),
+        lanes=tuple(
+            m.LaneLag(
+                y.group, y.stream, y.lane, y.offset_lag, y.time_lag_ms, y.dlq_pending, y.dlq_redriven, y.dlq_purged
+            )
+            for y in x.lanes
+        ),
         next_page_token=x.next_page_token,
     )
 

@@ -1,0 +1,278 @@
+"""Running a dlq redrive: a group's rejected records produced again into a lane, each exactly once.
+
+The commit log hands the run one batch at a time (`CoordinatorClient.claim_redrive`); the run reads each
+record's dlq copy straight from Kafka (or, when no copy was recorded, the record itself at its origin), and
+produces it into the target lane with its provenance: `sp-redrive-of` (the group and the record's original
+position) and `sp-redrive-dlq` (where its dlq copy was). Once the batch is acknowledged by Kafka, completing
+it marks its rejects redriven. A run killed in between leaves its batch in doubt: the next run looks in the
+target lane, from the offsets the lane had before that batch, for those provenance headers, and produces only
+the records it does not find. So a redrive killed half way and run again produces every record once.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from streamplane.client.coordinator import CoordinatorClient
+from streamplane.client.partition_fetcher import PartitionFetcher
+from streamplane.client.producer import Producer
+from streamplane.clock import SYSTEM, Clock
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError, UnavailableError
+from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord
+
+log = structlog.get_logger(__name__)
+
+PROVENANCE_HEADER = "sp-redrive-of"
+"""'<group> <stream>/<lane>/g<generation>/p<partition>@<offset>': the rejected record a redriven one is."""
+DLQ_HEADER = "sp-redrive-dlq"
+"""'<stream>/dlq/g<generation>/p<partition>@<offset>': where its dlq copy was ('' when none was recorded)."""
+DROPPED_HEADERS = ("sp-origin-", "sp-dlq-", "sp-reject-", "sp-redrive-")
+"""Headers the dlq copy carries about its rejection, left out of the redriven record (its provenance says it)."""
+
+
+def provenance(r: RejectedRecord) -> str:
+    return f"{r.group} {r.partition.lease_id}@{r.offset}"
+
+
+@dataclass
+class RedriveReport:
+    """What a run did: records produced, records an earlier killed run had produced already (found in the
+    target, not produced again), records that could not be read (left pending), and batches."""
+
+    produced: int = 0
+    found_landed: int = 0
+    unreadable: int = 0
+    batches: int = 0
+    waiting_ms: int = 0
+    """Over 0 while another run holds the claim (this one waits for it, at most MAX_WAIT_S)."""
+
+
+MAX_WAIT_S = 300.0
+"""How long a run waits for another run's claim before it gives up."""
+
+
+class _Reader:
+    """Reads single records by offset, one fetcher per partition, keeping the last fetch's records (a batch's
+    offsets mostly follow each other, so one fetch serves many)."""
+
+    def __init__(self) -> None:
+        self._fetchers: dict[tuple[str, str, int], PartitionFetcher] = {}
+        self._window: dict[tuple[str, str, int], dict[int, Any]] = {}
+
+    def read(self, bootstrap: str, topic: str, partition: int, offset: int) -> Any | None:
+        where = (bootstrap, topic, partition)
+        window = self._window.get(where, {})
+        if offset in window:
+            return window[offset]
+        fetcher = self._fetchers.get(where)
+        if fetcher is None:
+            fetcher = self._fetchers[where] = PartitionFetcher(bootstrap, topic, partition, max_wait_ms=10)
+        fetcher.position = offset
+        got = fetcher.fetch()
+        if got.batch is None or not len(got.batch):
+            return None
+        window = {r.offset: r for r in got.batch.records()}
+        self._window[where] = window
+        return window.get(offset)
+
+    def scan(self, bootstrap: str, topic: str, partition: int, start: int) -> list[Any]:
+        """Every record of one partition from `start` to its end now."""
+        fetcher = PartitionFetcher(bootstrap, topic, partition, start_offset=start, max_wait_ms=10)
+        out: list[Any] = []
+        try:
+            while True:
+                got = fetcher.fetch()
+                if got.batch is not None:
+                    out += list(got.batch.records())
+                if fetcher.position >= got.high_watermark >= 0:
+                    return out
+        finally:
+            fetcher.close()
+
+    def close(self) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.close()
+        self._fetchers.clear()
+        self._window.clear()
+
+
+class Redrive:
+    """One run of a dlq redrive of `group`'s rejects on `stream` into `to_lane`.
+
+    Args:
+        client: a connected coordinator client (its credentials produce the records, so they need the
+            producer's rights on the stream as well as the operator's on the group).
+        since_ms, until_ms: only records rejected in [since_ms, until_ms) (0: no bound).
+        rate: records a second at most (0: as fast as Kafka takes them).
+        batch_size: rejects a claim hands out (up to 1000).
+        kafka_config: librdkafka settings for the producer.
+    """
+
+    def __init__(
+        self,
+        client: CoordinatorClient,
+        stream: str,
+        group: str,
+        *,
+        to_lane: str = "realtime",
+        since_ms: int = 0,
+        until_ms: int = 0,
+        rate: float = 0.0,
+        batch_size: int = 500,
+        clock: Clock = SYSTEM,
+        **kafka_config: Any,
+    ) -> None:
+        if not group:
+            raise InvalidArgumentError("a redrive needs the group whose rejects it produces again")
+        if rate < 0:
+            raise InvalidArgumentError(f"rate must not be negative, not {rate}")
+        self.client, self.stream, self.group, self.to_lane = client, stream, group, to_lane
+        self.since_ms, self.until_ms, self.rate, self.batch_size = since_ms, until_ms, rate, batch_size
+        self.clock = clock
+        self.owner = f"redrive-{uuid.uuid4().hex[:12]}"
+        self._kafka_config = kafka_config
+        self._places: dict[tuple[str, int], tuple[str, str]] = {}
+        self._reader = _Reader()
+
+    def run(self, progress: Callable[[RedriveReport], None] | None = None) -> RedriveReport:
+        """Claim, produce and complete batch after batch until none is left; `progress` after each batch."""
+        report = RedriveReport()
+        producer = Producer(
+            self.client.target, token=self.client.credentials, tls=self.client.tls, **self._kafka_config
+        )
+        try:
+            cursor = ""
+            started = self.clock.monotonic()
+            while True:
+                claim = self.client.claim_redrive(
+                    self.stream,
+                    self.group,
+                    self.owner,
+                    to_lane=self.to_lane,
+                    since_ms=self.since_ms,
+                    until_ms=self.until_ms,
+                    cursor=cursor,
+                    batch_size=self.batch_size,
+                )
+                if claim.done:
+                    return report
+                if claim.wait_ms:
+                    report.waiting_ms = claim.wait_ms
+                    if progress is not None:
+                        progress(report)
+                    if self.clock.monotonic() - started > MAX_WAIT_S:
+                        raise FailedPreconditionError(
+                            f"another redrive of group {self.group!r} on {self.stream} has held its claim for "
+                            f"over {MAX_WAIT_S:.0f} s: let it end first"
+                        )
+                    time.sleep(min(claim.wait_ms / 1000, 1.0))
+                    continue
+                report.waiting_ms = 0
+                left = self._run_batch(producer, claim, report, started)
+                self.client.complete_redrive(self.stream, self.group, self.owner, left)
+                report.batches += 1
+                cursor = claim.cursor
+                if progress is not None:
+                    progress(report)
+        finally:
+            producer.close()
+            self._reader.close()
+
+    def _run_batch(
+        self, producer: Producer, claim: RedriveClaim, report: RedriveReport, started: float
+    ) -> list[tuple[PartitionRef, int]]:
+        """Produce a claimed batch (what an in-doubt one has in the target already is not produced again);
+        returns the records that could not be read."""
+        landed = self._landed(claim) if claim.in_doubt else set()
+        failures: list[str] = []
+        left: list[tuple[PartitionRef, int]] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        sent = 0
+        for r in claim.batch:
+            if provenance(r) in landed:
+                report.found_landed += 1
+                continue
+            found = self._read(r)
+            if found is None:
+                report.unreadable += 1
+                left.append((r.partition, r.offset))
+                log.warning("redrive.unreadable", record=provenance(r))
+                continue
+            record, dlq_where = found
+            headers = [(k, v) for k, v in record.headers if not k.startswith(DROPPED_HEADERS)]
+            headers += [(PROVENANCE_HEADER, provenance(r).encode()), (DLQ_HEADER, dlq_where.encode())]
+            self._pace(report.produced + sent, started)
+            producer.produce(
+                self.stream, record.value, key=record.key, lane=self.to_lane, headers=headers, on_delivery=delivered
+            )
+            sent += 1
+        if producer.flush(60) != 0 or failures:
+            raise UnavailableError(
+                f"the redrive's batch did not all reach lane {self.to_lane} of {self.stream} "
+                f"({failures[0] if failures else 'flush timed out'}); run it again: it goes on from this batch"
+            )
+        report.produced += sent
+        return left
+
+    def _pace(self, produced: int, started: float) -> None:
+        """Hold to the rate: the n-th record goes no earlier than n / rate seconds after the start."""
+        if self.rate <= 0:
+            return
+        wait = started + produced / self.rate - self.clock.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+    def _place(self, lane: str, generation: int) -> tuple[str, str]:
+        """(bootstrap servers, topic) of one generation of the stream."""
+        key = (lane, generation)
+        if key not in self._places:
+            stream = self.client.describe_stream(self.stream)
+            where = {c.name: c.bootstrap_servers for c in self.client.list_clusters()}
+            for each in stream.lanes:
+                for gen in each.generations:
+                    self._places[(each.name, gen.number)] = (where.get(gen.cluster, ""), gen.topic)
+        return self._places.get(key, ("", ""))
+
+    def _read(self, r: RejectedRecord) -> tuple[Any, str] | None:
+        """The record to produce again, and where its dlq copy was: the copy, or (none recorded, or gone) the
+        rejected record at its origin; None when neither can be read."""
+        if r.dlq is not None and r.dlq.generation > 0:
+            bootstrap, topic = self._place(r.dlq.lane, r.dlq.generation)
+            where = f"{self.stream}/{r.dlq.lane}/g{r.dlq.generation}/p{r.dlq.partition}@{r.dlq.offset}"
+            if bootstrap and (copy := self._safe_read(bootstrap, topic, r.dlq.partition, r.dlq.offset)) is not None:
+                return copy, where
+        bootstrap, topic = self._place(r.partition.lane, r.partition.generation)
+        if bootstrap and (origin := self._safe_read(bootstrap, topic, r.partition.partition, r.offset)) is not None:
+            return origin, ""
+        return None
+
+    def _safe_read(self, bootstrap: str, topic: str, partition: int, offset: int) -> Any | None:
+        try:
+            return self._reader.read(bootstrap, topic, partition, offset)
+        except StreamplaneError as err:
+            log.warning("redrive.read_failed", topic=topic, partition=partition, offset=offset, error=err.message)
+            return None
+
+    def _landed(self, claim: RedriveClaim) -> set[str]:
+        """The provenance of every redriven record in the target lane after the offsets it had when this batch
+        was claimed (what a killed run produced before it could complete the batch)."""
+        target: RedriveTarget | None = claim.target
+        if target is None:
+            return set()
+        found = set()
+        for p, start in enumerate(target.from_offsets):
+            for record in self._reader.scan(target.bootstrap_servers, target.topic, p, start):
+                for k, v in record.headers:
+                    if k == PROVENANCE_HEADER and v is not None:
+                        found.add(v.decode(errors="replace"))
+        return found

@@ -1,0 +1,186 @@
+"""Redrives: a group's rejected records produced again into a lane, once each, however often the run is killed.
+
+The records travel client-side (the dlq copies are read from Kafka and produced straight back; nothing passes
+through the coordinator); the commit log keeps what makes the run exact. A run claims one batch at a time
+(`claim`): the batch, where the next one starts, and the target lane's end offsets at that moment, under a
+claim that lasts CLAIM_MS and is renewed by every step. Once the batch is produced, `complete` marks its
+rejects redriven. A run killed between the two leaves its batch *in doubt*: the next run's claim hands it
+back with the offsets the target had before it, and the run looks there for the records' provenance headers
+to produce only those that did not land. A second run on the same group and stream waits while the first
+one's claim holds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.store import Database, Transaction, transactional
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
+from streamplane.coordinator.topology.records import get_cluster, get_stream
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError
+from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord
+from streamplane.names import check_lane_name, check_object_name
+
+CLAIM_MS = 10_000
+"""How long a run's claim holds without a step: a killed run's batch can be taken over after this."""
+MAX_BATCH = 1000
+"""Rejects one claim hands out at most."""
+
+
+def _read(tr: Transaction, group: str, stream: str) -> dict[str, Any] | None:
+    raw = tr.get(keys.redrive_key(group, stream))
+    if raw is None:
+        return None
+    try:
+        intent = json.loads(raw)
+        return intent if isinstance(intent, dict) else None
+    except ValueError:
+        return None  # a claim that does not decode is nobody's: taken over
+
+
+def _write(tr: Transaction, group: str, stream: str, intent: dict[str, Any]) -> None:
+    tr.set(keys.redrive_key(group, stream), json.dumps(intent, sort_keys=True).encode())
+
+
+def _held_by_another(intent: dict[str, Any] | None, owner: str, now_ms: int) -> int:
+    """How long (ms) another run's claim holds yet; 0 when none does."""
+    if intent is not None and intent.get("owner") != owner:
+        return max(0, int(intent.get("until_ms", 0)) - now_ms)
+    return 0
+
+
+def _records(tr: Transaction, group: str, refs: list[list[Any]]) -> list[RejectedRecord]:
+    """The reject marks a batch names, still pending (one purged meanwhile is left out)."""
+    out = []
+    for lane_ref in refs:
+        stream, lane, gen, p, offset = lane_ref
+        ref = PartitionRef(stream, lane, int(gen), int(p))
+        key = keys.reject_key(group, ref, int(offset))
+        raw = tr.get(key)
+        decoded = commitlog.decoded_reject(group, key, raw) if raw is not None else None
+        if decoded is not None and decoded.state == commitlog.PENDING_REJECT:
+            out.append(decoded)
+    return out
+
+
+def check_window(since_ms: int, until_ms: int, lane: str) -> None:
+    if since_ms < 0 or until_ms < 0:
+        raise InvalidArgumentError("since and until must be times in unix ms (0: no bound)")
+    if until_ms and since_ms >= until_ms:
+        raise InvalidArgumentError("since must be before until: the window would be empty")
+    check_lane_name("to_lane", lane)
+    if lane == "dlq":
+        raise InvalidArgumentError("a redrive produces into a lane its group reads: not the dlq lane")
+
+
+@transactional
+def claim(
+    tr: Transaction,
+    stream: str,
+    group: str,
+    owner: str,
+    *,
+    target: RedriveTarget,
+    since_ms: int = 0,
+    until_ms: int = 0,
+    cursor: str = "",
+    batch_size: int = MAX_BATCH,
+    now_ms: int,
+) -> RedriveClaim:
+    """The next batch of the group's pending rejects on `stream`, rejected in [since_ms, until_ms) (0: no
+    bound), for run `owner`, after `cursor`; or the batch a killed run left in doubt; or, while another run's
+    claim holds, nothing but how long it holds yet. `target` is the lane to produce into, as it is now (its end
+    offsets read before this transaction)."""
+    check_object_name("group", group)
+    check_window(since_ms, until_ms, target.lane)
+    if not owner:
+        raise InvalidArgumentError("a redrive run needs an owner id")
+    intent = _read(tr, group, stream)
+    if wait_ms := _held_by_another(intent, owner, now_ms):
+        return RedriveClaim((), None, "", wait_ms=wait_ms)
+    if intent is not None and intent.get("batch"):
+        records = _records(tr, group, intent["batch"])
+        _write(tr, group, stream, {**intent, "owner": owner, "until_ms": now_ms + CLAIM_MS})
+        left = RedriveTarget(**{**intent["target"], "from_offsets": tuple(intent["target"]["from_offsets"])})
+        return RedriveClaim(tuple(records), left, str(intent.get("cursor", "")), in_doubt=True)
+    window = [since_ms, until_ms]
+    if not cursor and intent is not None and intent.get("window") == window:
+        cursor = str(intent.get("cursor", ""))  # a run killed between batches: go on from where it was
+    size = max(1, min(batch_size, MAX_BATCH))
+    found, token = commitlog.walk_rejects(
+        tr,
+        stream,
+        group=group,
+        size=size,
+        budget=size * commitlog.REJECT_SCAN_PAGES,
+        page_token=cursor,
+        keep=lambda r: (
+            r.state == commitlog.PENDING_REJECT
+            and r.rejected_ms >= since_ms
+            and (not until_ms or r.rejected_ms < until_ms)
+        ),
+    )
+    records = [r for _, _, r in found]
+    if not records and not token:
+        tr.clear(keys.redrive_key(group, stream))
+        return RedriveClaim((), target, "", done=True)
+    _write(
+        tr,
+        group,
+        stream,
+        {
+            "owner": owner,
+            "until_ms": now_ms + CLAIM_MS,
+            "window": window,
+            "cursor": token,
+            "batch": [[*r.partition, r.offset] for r in records],
+            "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},
+        },
+    )
+    return RedriveClaim(tuple(records), target, token)
+
+
+@transactional
+def complete(
+    tr: Transaction,
+    stream: str,
+    group: str,
+    owner: str,
+    *,
+    left: frozenset[tuple[PartitionRef, int]] = frozenset(),
+    now_ms: int,
+) -> int:
+    """The run's batch is in the target lane: mark its rejects redriven (one purged meanwhile stays purged,
+    and those `left`, which the run could not read, stay pending), keep the claim for the next batch. Returns
+    how many were marked."""
+    check_object_name("group", group)
+    intent = _read(tr, group, stream)
+    if intent is None or intent.get("owner") != owner:
+        raise FailedPreconditionError(
+            f"this run's claim on the redrive of group {group!r} on {stream} was taken over by another run: stop"
+        )
+    records = [r for r in _records(tr, group, intent.get("batch") or []) if (r.partition, r.offset) not in left]
+    for r in records:
+        key = keys.reject_key(group, r.partition, r.offset)
+        raw = tr.get(key)
+        assert raw is not None  # just read
+        mark = json.loads(raw)
+        tr.set(key, json.dumps({**mark, "state": commitlog.REDRIVEN, "redriven_ms": now_ms}, sort_keys=True).encode())
+    commitlog.count_state_changes(
+        tr, group, [(r.partition, commitlog.PENDING_REJECT, commitlog.REDRIVEN) for r in records]
+    )
+    _write(tr, group, stream, {**intent, "batch": [], "until_ms": now_ms + CLAIM_MS})
+    return len(records)
+
+
+def target_of(db: Database, admin: ClusterAdmin, stream: str, lane: str) -> RedriveTarget:
+    """The lane a redrive produces into, as it is now: its active generation and each partition's end offset
+    (UnavailableError when its cluster does not answer)."""
+    check_lane_name("to_lane", lane)
+    gen = get_stream(db, stream).require_lane(lane).active
+    cluster = get_cluster(db, gen.cluster)
+    ends = tuple(b.end for b in admin.bounds(cluster, gen.topic, gen.partitions))
+    return RedriveTarget(stream, lane, gen.number, gen.topic, cluster.bootstrap_servers, ends)
