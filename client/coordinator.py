@@ -355,6 +355,31 @@ class CoordinatorClient:
         answer = self._call(self.assigner.RewindGroup, request, idempotent=dry_run)
         return convert.rewind_plan_from_pb(answer, group, stream, target)
 
+    def create_window_group(
+        self,
+        group: str,
+        stream: str,
+        *,
+        from_ms: int,
+        until_ms: int = 0,
+        lane: str = "",
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> m.Window:
+        """Make a side group that reads [from_ms, until_ms) of `stream` (until_ms 0: now) beside the live
+        groups; its consumers' `run()` returns once the window is processed. `dry_run` only plans."""
+        request = apb.CreateWindowGroupRequest(
+            group=group,
+            stream=stream,
+            lane=lane,
+            from_unix_ms=from_ms,
+            until_unix_ms=until_ms,
+            force=force,
+            dry_run=dry_run,
+        )
+        answer = self._call(self.assigner.CreateWindowGroup, request, idempotent=dry_run)
+        return convert.window_from_pb(answer, group, stream)
+
     def check_lease(self, group: str, lease_id: str, epoch: int) -> None:
         """Raise FencedError unless the lease is still held at `epoch`."""
         request = apb.CheckLeaseRequest(group=group, lease_id=lease_id, epoch=epoch)

@@ -176,6 +176,10 @@ STREAM_TOMBSTONES = ROOT["stream_tombstone"]
 STREAM_COUNT = ROOT.pack(("stream_count",))
 REDRIVES = ROOT["redrive"]
 """(group, stream) -> a running redrive's claim: its owner, until when, its cursor and the batch in flight."""
+WINDOWS = ROOT["window"]
+"""(group,) -> a side group's replay window: its stream, start and end times, and whether it is finished."""
+WINDOW_ENDS = ROOT["window_end"]
+"""(group, stream, lane, generation, partition) -> where that partition of the group's window ends."""
 REOPENED = ROOT["reopened"]
 """(group, stream, lane, generation) -> b"": a drained generation a rewind reopened for that group alone."""
 
@@ -315,6 +319,14 @@ def reject_key(group: str, ref: PartitionRef, offset: int) -> bytes:
 
 def redrive_key(group: str, stream: str) -> bytes:
     return REDRIVES.pack((group, stream))
+
+
+def window_key(group: str) -> bytes:
+    return WINDOWS.pack((group,))
+
+
+def window_end_key(group: str, ref: PartitionRef) -> bytes:
+    return WINDOW_ENDS.pack((group, *ref))
 
 
 def reopened_key(group: str, stream: str, lane: str, generation: int) -> bytes:

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import time as _time
 from typing import Any
 
 from streamplane import errors, model
@@ -16,8 +17,6 @@ from streamplane.client.coordinator import CoordinatorClient
 
 
 def cmd_group_describe(args: argparse.Namespace) -> None:
-    import time as _time
-
     with connect(args) as client:
         desc = client.describe_group(args.group)
     if json_shown(args, desc):
@@ -65,8 +64,6 @@ def _seconds(ms: int) -> str:
 
 
 def cmd_lag(args: argparse.Namespace) -> None:
-    import time as _time
-
     if args.watch is not None and args.watch <= 0:
         raise errors.InvalidArgumentError(f"--watch takes a positive number of seconds, not {args.watch}")
     with connect(args) as client:
@@ -255,6 +252,37 @@ def cmd_group_rewind(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_group_create(args: argparse.Namespace) -> None:
+    with connect(args) as client:
+        made = client.create_window_group(
+            args.group,
+            args.stream,
+            from_ms=args.from_time,
+            until_ms=args.until or 0,
+            lane=args.lane,
+            force=args.force,
+            dry_run=args.dry_run,
+        )
+    if json_shown(args, made):
+        return
+    rows = [
+        [p.partition.lane, p.partition.generation, p.generation_state, p.partition.partition, p.offset, p.again]
+        for p in made.positions
+    ]
+    print_table(["LANE", "GEN", "STATE", "PARTITION", "FROM OFFSET", "RECORDS"], rows)
+    for line in made.lost:
+        print(f"cannot be read: {line}")
+    what = "made" if made.applied else "would make"
+    print(
+        f"{what} group {made.group}: it replays {made.stream} from {_iso(made.from_ms)} until {_iso(made.until_ms)}, "
+        f"{len(made.positions)} partition(s), {made.records:,} record(s); its consumers' run() returns when done"
+    )
+
+
+def _iso(ms: int) -> str:
+    return _time.strftime("%Y-%m-%dT%H:%M:%S", _time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
 def cmd_group_events(args: argparse.Namespace) -> None:
     with connect(args) as client:
         idle = None if args.follow else args.idle_timeout
@@ -300,6 +328,19 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("--force", action="store_true", help="even with live members: their sessions end")
     p.add_argument("--reason", default="", help="why, kept with the event")
 
+    p = add(
+        group,
+        "create",
+        cmd_group_create,
+        "make a side group that replays a window of a stream beside the live groups, and stops at its end",
+    )
+    p.add_argument("group")
+    p.add_argument("--stream", required=True)
+    p.add_argument("--from", dest="from_time", type=since_ms, required=True, metavar="TIME", help="ISO, or 3h back")
+    p.add_argument("--until", type=since_ms, default=None, metavar="TIME", help="ISO, or 1h back (default: now)")
+    p.add_argument("--lane", default="", help="one lane (default: every lane but dlq)")
+    p.add_argument("--dry-run", action="store_true", help="show each partition's records in the window")
+    p.add_argument("--force", action="store_true", help="make it although part of the window cannot be read")
     p = add(
         group,
         "rewind",

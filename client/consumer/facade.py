@@ -148,13 +148,19 @@ class Consumer:
         self.dispatch.stop(error)
         threading.Thread(target=self.close, name="consumer-end", daemon=True).start()
 
+    @property
+    def finished(self) -> bool:
+        """Whether the group's replay window is processed to its end (then `run()` returned by itself)."""
+        return self.membership.finished
+
     # -- the three APIs
     def __iter__(self) -> Iterator[Message]:
         """Records as they arrive, until `close()`; end each with ack(), retry() or reject()."""
         return self.dispatch.records()
 
     def run(self, handler: Callable[[Message], Any], *, stop: threading.Event | None = None) -> None:
-        """Call `handler(msg)` for every record on `concurrency` threads until `close()` (or `stop` is set).
+        """Call `handler(msg)` for every record on `concurrency` threads until `close()` (or `stop` is set, or the
+        group's replay window is processed to its end: a side group made with `group create --from`).
 
         Returning acks the record unless the handler ended it itself; raising retries it (after
         retry_backoff_s), and after the group's max attempts rejects it to the dlq lane.

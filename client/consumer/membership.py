@@ -31,7 +31,7 @@ from streamplane.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from streamplane.model import Grant, Revoke, Sealed, SessionEvent
+from streamplane.model import Finished, Grant, Revoke, Sealed, SessionEvent
 
 log = structlog.get_logger(__name__)
 
@@ -111,6 +111,8 @@ class Membership:
         self.client, self.group, self.stream, self.lanes, self.worker_id = client, group, stream, lanes, worker_id
         self._tls, self._fetch, self.dispatch, self._new_ledger = tls, fetch, dispatch, new_ledger
         self._start_from_latest = start_from_latest
+        self.finished = False
+        """The group's replay window is processed to its end (the coordinator said so): the consumer stops."""
         self.connected, self._closed, self._end = connected, closed, end
         self._ledgers: dict[str, LeaseLedger] = {}
         self._lock = threading.Lock()
@@ -195,6 +197,10 @@ class Membership:
                 if ledger is not None:
                     ledger.seal(event.end_offset)
                     self._fetch.touch()
+            case Finished():
+                log.info("consumer.window_finished", group=self.group, reason=event.reason)
+                self.finished = True
+                self.dispatch.stop()  # run() returns, the iterator ends: everything was committed
 
     def _revoke(self, event: Revoke) -> None:
         with self._lock:

@@ -52,6 +52,7 @@ _GROUP_SPACES = (
     keys.REJECTS,
     keys.REOPENED,
     keys.REDRIVES,
+    keys.WINDOW_ENDS,
     keys.GROUP_EVENTS,
 )
 """Every subspace whose keys begin with the group: what a deletion clears, one range each."""
@@ -122,6 +123,7 @@ def delete_group(
         keys.group_owner_key(group),
         keys.group_config_key(group),
         keys.group_seen_key(group),
+        keys.window_key(group),
     ):
         tr.clear(key)
     # the counters stay, and move on: a group of the same name created later is never taken for this one

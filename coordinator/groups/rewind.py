@@ -53,7 +53,7 @@ REWOUND = "group_rewound"
 FINISHED = "rewind_finished"
 
 
-def _lanes(stream: Stream, lane: str) -> list[Lane]:
+def lanes_of(stream: Stream, lane: str) -> list[Lane]:
     if lane:
         check_lane_name("lane", lane)
         return [stream.require_lane(lane)]
@@ -76,7 +76,7 @@ def _check_target(target: RewindTarget, now_ms: int) -> None:
                 raise InvalidArgumentError(f"the offset for {ref.lease_id} must not be negative, not {offset}")
 
 
-def _chosen(stream: Stream, lanes: list[Lane], target: RewindTarget) -> list[tuple[str, Generation, list[int]]]:
+def partitions_of(stream: Stream, lanes: list[Lane], target: RewindTarget) -> list[tuple[str, Generation, list[int]]]:
     """(lane, generation, partitions) the rewind looks at: every partition of every generation that is not
     abandoned (its records were given up on purpose), or the ones given offsets."""
     if target.to != RewindTo.OFFSETS:
@@ -116,6 +116,29 @@ def _has_read(tr: Transaction, group: str, stream: str) -> bool:
     return False
 
 
+def lookup(
+    db: Database, admin: ClusterAdmin, stream: str, chosen: list[tuple[str, Generation, list[int]]], at_ms: int | None
+) -> tuple[list[tuple[PartitionRef, PartitionBounds, str]], list[str]]:
+    """What each generation's own cluster keeps of the chosen partitions, and where `at_ms` falls in them (one
+    lookup per generation): (partition, bounds, the generation's state) each, and a sentence per generation
+    that cannot be read (its cluster gone or silent, its topic gone)."""
+    found: list[tuple[PartitionRef, PartitionBounds, str]] = []
+    lost: list[str] = []
+    for lane_name, gen, parts in chosen:
+        where = f"{lane_name} g{gen.number} on cluster {gen.cluster}"
+        try:
+            cluster = get_cluster(db, gen.cluster)
+            bounds = admin.bounds(cluster, gen.topic, gen.partitions, at_ms)
+        except NotFoundError as err:
+            lost.append(f"{where}: {err.message}")
+            continue
+        except StreamplaneError as err:
+            lost.append(f"{where} cannot be read: {err.message}")
+            continue
+        found += [(PartitionRef(stream, lane_name, gen.number, p), bounds[p], str(gen.state)) for p in parts]
+    return found, lost
+
+
 def _position(target: RewindTarget, ref: PartitionRef, b: PartitionBounds) -> tuple[int, str]:
     """Where the partition starts again, and why part of it cannot be read again ("" when all can)."""
     if target.to == RewindTo.EARLIEST:
@@ -151,7 +174,7 @@ def plan(
         raise NotFoundError(
             f"group {group!r} has never read stream {stream.name}: there is nothing to rewind", kind="group", name=group
         )
-    chosen = _chosen(stream, _lanes(stream, lane), target)
+    chosen = partitions_of(stream, lanes_of(stream, lane), target)
     count = sum(len(parts) for _, _, parts in chosen)
     if count > MAX_PARTITIONS:
         raise LimitExceededError(
@@ -159,30 +182,18 @@ def plan(
             "(--lane) or name offsets"
         )
     at_ms = target.time_ms if target.to == RewindTo.TIME else None
+    looked, lost = lookup(db, admin, stream.name, chosen, at_ms)
     found: list[tuple[PartitionRef, int, str]] = []
-    lost: list[str] = []
-    for lane_name, gen, parts in chosen:
-        where = f"{lane_name} g{gen.number} on cluster {gen.cluster}"
-        try:
-            cluster = get_cluster(db, gen.cluster)
-            bounds = admin.bounds(cluster, gen.topic, gen.partitions, at_ms)
-        except NotFoundError as err:
-            lost.append(f"{where}: {err.message}")
-            continue
-        except StreamplaneError as err:
-            lost.append(f"{where} cannot be read: {err.message}")
-            continue
-        removed = []
-        for p in parts:
-            ref = PartitionRef(stream.name, lane_name, gen.number, p)
-            offset, why = _position(target, ref, bounds[p])
-            if why:
-                removed.append(f"p{p} {why}")
-            found.append((ref, offset, gen.state))
-        if removed:
-            lost.append(
-                f"{where}: " + "; ".join(removed[:3]) + (f"; and {len(removed) - 3} more" if removed[3:] else "")
-            )
+    removed: dict[tuple[str, int], list[str]] = {}
+    for ref, bounds, state in looked:
+        offset, why = _position(target, ref, bounds)
+        if why:
+            removed.setdefault((ref.lane, ref.generation), []).append(f"p{ref.partition} {why}")
+        found.append((ref, offset, state))
+    for (lane_name, number), whys in removed.items():
+        gen = stream.require_lane(lane_name).generation(number)
+        where = f"{lane_name} g{number} on cluster {gen.cluster if gen else '?'}"
+        lost.append(f"{where}: " + "; ".join(whys[:3]) + (f"; and {len(whys) - 3} more" if whys[3:] else ""))
 
     @transactional
     def count_again(tr: Transaction) -> list[RewindPosition]:
@@ -249,6 +260,11 @@ def reopened(tr: Transaction, group: str) -> list[tuple[str, str, int]]:
     return [keys.REOPENED.unpack(k)[1:] for k, _ in tr.get_range(r.start, r.stop, snapshot=True)]
 
 
+def _window_end(tr: Transaction, group: str, ref: PartitionRef, end: int) -> int:
+    raw = tr.get(keys.window_end_key(group, ref))
+    return min(end, int(raw)) if raw is not None else end
+
+
 def finish_rewinds(tr: Transaction, now_ms: int) -> bool:
     """Close the reopened generations their group has processed to their end offsets again (a
     `rewind_finished` event each; the group's owner then lets their leases go). Returns whether any stays
@@ -260,11 +276,9 @@ def finish_rewinds(tr: Transaction, now_ms: int) -> bool:
         raw = tr.get(keys.generation_key(stream, lane, number))
         gen = Generation.from_json(raw) if raw is not None else None
         if gen is not None and gen.state == DRAINED:
-            ends = gen.end_offsets
-            if any(
-                commitlog.read_header(tr, group, PartitionRef(stream, lane, number, p)).low < end
-                for p, end in enumerate(ends)
-            ):
+            ends = [(PartitionRef(stream, lane, number, p), end) for p, end in enumerate(gen.end_offsets)]
+            capped = [(ref, _window_end(tr, group, ref, end)) for ref, end in ends]  # a replay window ends sooner
+            if any(commitlog.read_header(tr, group, ref).low < end for ref, end in capped):
                 still = True
                 continue
         tr.clear(key)

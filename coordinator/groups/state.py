@@ -21,7 +21,7 @@ from typing import Any
 
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.groups import config as group_config
-from streamplane.coordinator.groups import rewind
+from streamplane.coordinator.groups import rewind, window
 from streamplane.coordinator.groups.assignment import Balancer, PartitionSpec, WorkerSpec
 from streamplane.coordinator.groups.leases import (
     FREE,
@@ -56,7 +56,7 @@ MAX_OWN_TAIL = 200_000
 """Group events a pass skips at most as the owner's own (a first assignment of a large group writes one each)."""
 _LEASE_EVENTS = ("lease_released", "lease_revoked")
 """Group events that change a lease outside the owner's passes (a worker's release, a session's end)."""
-_REWIND_EVENTS = (rewind.REWOUND, rewind.FINISHED)
+_REWIND_EVENTS = (rewind.REWOUND, rewind.FINISHED, window.CREATED, window.FINISHED)
 """Group events after which the group's partitions are read again (a rewind reopens drained generations)."""
 ASSIGNER = "assigner"
 """The actor of the owner's own group events. Others that write as it end a member's session (a session closed
@@ -97,6 +97,11 @@ def group_partitions(tr: Transaction, members: Iterable[Member], group: str = ""
     rewind reopened for `group` is read again by it until it is processed again. Members mostly share their
     subscriptions: each distinct one is expanded once.
     """
+    members = list(members)
+    if group:
+        side = window.wanted(tr, group, {s.stream for m in members for s in m.subscriptions})
+        if side is not None:
+            return side  # a replay window's group reads its window only
     again = {(s, la, g) for s, la, g in rewind.reopened(tr, group)} if group else set()
     wanted: dict[PartitionRef, int] = {}
     streams: dict[str, Any] = {}

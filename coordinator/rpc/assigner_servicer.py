@@ -13,7 +13,7 @@ import grpc
 import structlog
 
 from streamplane.coordinator.groups import config as group_config
-from streamplane.coordinator.groups import rewind
+from streamplane.coordinator.groups import rewind, window
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.sessions.hub import Renewer, SessionHub, SessionStream
 from streamplane.coordinator.rpc import auth
@@ -170,6 +170,28 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         if done.applied:
             log.info("group.rewound", group=done.group, stream=done.stream, partitions=len(done.positions), actor=actor)
         return convert.rewind_plan_to_pb(done)
+
+    @grpc_errors
+    def CreateWindowGroup(
+        self, request: apb.CreateWindowGroupRequest, context: grpc.ServicerContext
+    ) -> apb.CreateWindowGroupResponse:
+        actor = self._guard.change(context, auth.CONFIGURE_GROUPS, stream=request.stream, group=request.group)
+        made = window.create(
+            self._assigner.db,
+            self._admin,
+            request.group,
+            request.stream,
+            from_ms=request.from_unix_ms,
+            until_ms=request.until_unix_ms,
+            lane=request.lane,
+            force=request.force,
+            dry_run=request.dry_run,
+            actor=actor,
+            now_ms=self._assigner.clock.now_ms(),
+        )
+        if made.applied:
+            log.info("group.window_created", group=made.group, stream=made.stream, partitions=len(made.positions))
+        return convert.window_to_pb(made)
 
     @grpc_errors
     def DescribeGroup(self, request: apb.DescribeGroupRequest, context: grpc.ServicerContext) -> apb.GroupDescription:

@@ -33,7 +33,16 @@ log = structlog.get_logger(__name__)
 
 _STREAM_SPACES = (keys.LANES, keys.GENERATIONS, keys.UNSETTLED, keys.SEAL_WAITS, keys.RETIRED_READERS)
 """The topology's subspaces keyed by stream first: what a deletion clears, one range each."""
-_GROUP_SPACES = (keys.PROGRESS, keys.DONE, keys.RETRIES, keys.REJECTS, keys.LOAD_REPORTS, keys.REOPENED, keys.REDRIVES)
+_GROUP_SPACES = (
+    keys.PROGRESS,
+    keys.DONE,
+    keys.RETRIES,
+    keys.REJECTS,
+    keys.LOAD_REPORTS,
+    keys.REOPENED,
+    keys.REDRIVES,
+    keys.WINDOW_ENDS,
+)
 """Each group's subspaces keyed by (group, stream): its progress on the stream, cleared per group. Lease
 records stay: the group's owner frees them, as for a drained generation (a group deletion removes them)."""
 

@@ -24,7 +24,7 @@ import structlog
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.coordinator.groups import leases, rewind
+from streamplane.coordinator.groups import leases, rewind, window
 from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import events, health
@@ -322,12 +322,13 @@ def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generatio
 
 @transactional
 def _drain(tr: Transaction, now_ms: int) -> tuple[list[tuple[str, str, Generation, list[str]]], bool]:
-    """`mark_drained` and `finish_rewinds`, and whether every generation is settled after them (active or
-    drained, and reopened by no rewind)."""
+    """`mark_drained`, `finish_rewinds` and `finish_windows`, and whether every generation is settled after
+    them (active or drained, reopened by no rewind, read by no running replay window)."""
     done = mark_drained(tr, now_ms)
     reopened = rewind.finish_rewinds(tr, now_ms)
+    replaying = window.finish_windows(tr, now_ms)
     r = keys.UNSETTLED.range()
-    return done, not reopened and not tr.get_range(r.start, r.stop, limit=1)
+    return done, not reopened and not replaying and not tr.get_range(r.start, r.stop, limit=1)
 
 
 class Sealer:

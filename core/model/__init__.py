@@ -74,6 +74,7 @@ from streamplane.model.events import (
     event_stream,
 )
 from streamplane.model.leases import (
+    Finished,
     Grant,
     GroupDescription,
     Heartbeat,
@@ -91,7 +92,7 @@ from streamplane.model.leases import (
     Welcome,
     WorkerMessage,
 )
-from streamplane.model.rewind import PartitionBounds, RewindPlan, RewindPosition, RewindTarget, RewindTo
+from streamplane.model.rewind import PartitionBounds, RewindPlan, RewindPosition, RewindTarget, RewindTo, Window
 from streamplane.model.topology import (
     FAILOVER_MODES,
     MIN_SEGMENT_BYTES,
@@ -148,6 +149,7 @@ __all__ = [
     "FailedOver",
     "FailoverPolicy",
     "FailoverResult",
+    "Finished",
     "FleetPolicy",
     "Generation",
     "GenerationAbandoned",
@@ -205,6 +207,7 @@ __all__ = [
     "TopologyEvent",
     "Versioned",
     "Welcome",
+    "Window",
     "WorkerMessage",
     "describe_event",
     "event_kind",

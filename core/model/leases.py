@@ -82,7 +82,14 @@ class Sealed:
     end_offset: int
 
 
-SessionEvent = Grant | Revoke | Sealed
+@dataclass(frozen=True)
+class Finished:
+    """The group's replay window is processed to its end: the worker's `run()` returns."""
+
+    reason: str
+
+
+SessionEvent = Grant | Revoke | Sealed | Finished
 
 
 @dataclass(frozen=True)

@@ -71,3 +71,21 @@ class RewindPlan:
     @property
     def again(self) -> int:
         return sum(p.again for p in self.positions)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A side group's replay window: [from_ms, until_ms) of a stream, each partition from `offset` to the
+    window's end (`again`: its records in the window), and what cannot be read."""
+
+    group: str
+    stream: str
+    from_ms: int
+    until_ms: int
+    positions: tuple[RewindPosition, ...]
+    lost: tuple[str, ...] = ()
+    applied: bool = False
+
+    @property
+    def records(self) -> int:
+        return sum(p.again for p in self.positions)

@@ -693,6 +693,12 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("assigner", "DeleteGroup", apb.DeleteGroupRequest(group="no-such-group"), {"admin", "operator"}),
     (
         "assigner",
+        "CreateWindowGroup",
+        apb.CreateWindowGroupRequest(group="mx-side", stream="sec-logs", from_unix_ms=1, dry_run=True),
+        {"admin", "operator"},
+    ),
+    (
+        "assigner",
         "RewindGroup",
         apb.RewindGroupRequest(group="mx", stream="sec-logs", earliest=True, dry_run=True),
         {"admin", "operator"},

@@ -895,6 +895,51 @@ func (x *GenerationChange) GetEndOffset() int64 {
 	return 0
 }
 
+// The group's replay window is processed to its end: the worker stops.
+type GroupFinished struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupFinished) Reset() {
+	*x = GroupFinished{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupFinished) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupFinished) ProtoMessage() {}
+
+func (x *GroupFinished) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupFinished.ProtoReflect.Descriptor instead.
+func (*GroupFinished) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GroupFinished) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type AssignerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -903,6 +948,7 @@ type AssignerMessage struct {
 	//	*AssignerMessage_Grant
 	//	*AssignerMessage_Revoke
 	//	*AssignerMessage_GenerationChange
+	//	*AssignerMessage_Finished
 	Kind          isAssignerMessage_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -910,7 +956,7 @@ type AssignerMessage struct {
 
 func (x *AssignerMessage) Reset() {
 	*x = AssignerMessage{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[12]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -922,7 +968,7 @@ func (x *AssignerMessage) String() string {
 func (*AssignerMessage) ProtoMessage() {}
 
 func (x *AssignerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[12]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -935,7 +981,7 @@ func (x *AssignerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignerMessage.ProtoReflect.Descriptor instead.
 func (*AssignerMessage) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{12}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AssignerMessage) GetKind() isAssignerMessage_Kind {
@@ -981,6 +1027,15 @@ func (x *AssignerMessage) GetGenerationChange() *GenerationChange {
 	return nil
 }
 
+func (x *AssignerMessage) GetFinished() *GroupFinished {
+	if x != nil {
+		if x, ok := x.Kind.(*AssignerMessage_Finished); ok {
+			return x.Finished
+		}
+	}
+	return nil
+}
+
 type isAssignerMessage_Kind interface {
 	isAssignerMessage_Kind()
 }
@@ -1001,6 +1056,10 @@ type AssignerMessage_GenerationChange struct {
 	GenerationChange *GenerationChange `protobuf:"bytes,4,opt,name=generation_change,json=generationChange,proto3,oneof"`
 }
 
+type AssignerMessage_Finished struct {
+	Finished *GroupFinished `protobuf:"bytes,5,opt,name=finished,proto3,oneof"`
+}
+
 func (*AssignerMessage_Welcome) isAssignerMessage_Kind() {}
 
 func (*AssignerMessage_Grant) isAssignerMessage_Kind() {}
@@ -1008,6 +1067,8 @@ func (*AssignerMessage_Grant) isAssignerMessage_Kind() {}
 func (*AssignerMessage_Revoke) isAssignerMessage_Kind() {}
 
 func (*AssignerMessage_GenerationChange) isAssignerMessage_Kind() {}
+
+func (*AssignerMessage_Finished) isAssignerMessage_Kind() {}
 
 type CheckLeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1020,7 +1081,7 @@ type CheckLeaseRequest struct {
 
 func (x *CheckLeaseRequest) Reset() {
 	*x = CheckLeaseRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[13]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1093,7 @@ func (x *CheckLeaseRequest) String() string {
 func (*CheckLeaseRequest) ProtoMessage() {}
 
 func (x *CheckLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[13]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1106,7 @@ func (x *CheckLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CheckLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{13}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckLeaseRequest) GetGroup() string {
@@ -1079,7 +1140,7 @@ type CheckLeaseResponse struct {
 
 func (x *CheckLeaseResponse) Reset() {
 	*x = CheckLeaseResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1152,7 @@ func (x *CheckLeaseResponse) String() string {
 func (*CheckLeaseResponse) ProtoMessage() {}
 
 func (x *CheckLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1165,7 @@ func (x *CheckLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckLeaseResponse.ProtoReflect.Descriptor instead.
 func (*CheckLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{14}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckLeaseResponse) GetWorkerId() string {
@@ -1130,7 +1191,7 @@ type DescribeGroupRequest struct {
 
 func (x *DescribeGroupRequest) Reset() {
 	*x = DescribeGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1203,7 @@ func (x *DescribeGroupRequest) String() string {
 func (*DescribeGroupRequest) ProtoMessage() {}
 
 func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1216,7 @@ func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{15}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DescribeGroupRequest) GetGroup() string {
@@ -1182,7 +1243,7 @@ type LeaseInfo struct {
 
 func (x *LeaseInfo) Reset() {
 	*x = LeaseInfo{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1255,7 @@ func (x *LeaseInfo) String() string {
 func (*LeaseInfo) ProtoMessage() {}
 
 func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1268,7 @@ func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseInfo.ProtoReflect.Descriptor instead.
 func (*LeaseInfo) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{16}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaseInfo) GetLeaseId() string {
@@ -1282,7 +1343,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1355,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1368,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{17}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MemberInfo) GetWorkerId() string {
@@ -1378,7 +1439,7 @@ type GroupDescription struct {
 
 func (x *GroupDescription) Reset() {
 	*x = GroupDescription{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1451,7 @@ func (x *GroupDescription) String() string {
 func (*GroupDescription) ProtoMessage() {}
 
 func (x *GroupDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1464,7 @@ func (x *GroupDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDescription.ProtoReflect.Descriptor instead.
 func (*GroupDescription) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{18}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GroupDescription) GetGroup() string {
@@ -1445,7 +1506,7 @@ type WatchGroupRequest struct {
 
 func (x *WatchGroupRequest) Reset() {
 	*x = WatchGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1518,7 @@ func (x *WatchGroupRequest) String() string {
 func (*WatchGroupRequest) ProtoMessage() {}
 
 func (x *WatchGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1531,7 @@ func (x *WatchGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGroupRequest.ProtoReflect.Descriptor instead.
 func (*WatchGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{19}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchGroupRequest) GetGroup() string {
@@ -1500,7 +1561,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1573,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1586,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{20}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteGroupRequest) GetGroup() string {
@@ -1569,7 +1630,7 @@ type ConfigureGroupRequest struct {
 
 func (x *ConfigureGroupRequest) Reset() {
 	*x = ConfigureGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1642,7 @@ func (x *ConfigureGroupRequest) String() string {
 func (*ConfigureGroupRequest) ProtoMessage() {}
 
 func (x *ConfigureGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1655,7 @@ func (x *ConfigureGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureGroupRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{21}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ConfigureGroupRequest) GetGroup() string {
@@ -1640,7 +1701,7 @@ type ConfigureGroupResponse struct {
 
 func (x *ConfigureGroupResponse) Reset() {
 	*x = ConfigureGroupResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1713,7 @@ func (x *ConfigureGroupResponse) String() string {
 func (*ConfigureGroupResponse) ProtoMessage() {}
 
 func (x *ConfigureGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1726,7 @@ func (x *ConfigureGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureGroupResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{22}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{23}
 }
 
 type PartitionOffset struct {
@@ -1678,7 +1739,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1751,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1764,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{23}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PartitionOffset) GetPartition() *PartitionRef {
@@ -1729,7 +1790,7 @@ type PartitionOffsets struct {
 
 func (x *PartitionOffsets) Reset() {
 	*x = PartitionOffsets{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1802,7 @@ func (x *PartitionOffsets) String() string {
 func (*PartitionOffsets) ProtoMessage() {}
 
 func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1815,7 @@ func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffsets.ProtoReflect.Descriptor instead.
 func (*PartitionOffsets) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{24}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PartitionOffsets) GetOffsets() []*PartitionOffset {
@@ -1786,7 +1847,7 @@ type RewindGroupRequest struct {
 
 func (x *RewindGroupRequest) Reset() {
 	*x = RewindGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1859,7 @@ func (x *RewindGroupRequest) String() string {
 func (*RewindGroupRequest) ProtoMessage() {}
 
 func (x *RewindGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1872,7 @@ func (x *RewindGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindGroupRequest.ProtoReflect.Descriptor instead.
 func (*RewindGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{25}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RewindGroupRequest) GetGroup() string {
@@ -1922,7 +1983,7 @@ type RewindPosition struct {
 
 func (x *RewindPosition) Reset() {
 	*x = RewindPosition{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +1995,7 @@ func (x *RewindPosition) String() string {
 func (*RewindPosition) ProtoMessage() {}
 
 func (x *RewindPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2008,7 @@ func (x *RewindPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindPosition.ProtoReflect.Descriptor instead.
 func (*RewindPosition) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{26}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RewindPosition) GetPartition() *PartitionRef {
@@ -1978,6 +2039,178 @@ func (x *RewindPosition) GetGenerationState() string {
 	return ""
 }
 
+type CreateWindowGroupRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Group  string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Stream string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// One lane; empty: every lane but dlq.
+	Lane string `protobuf:"bytes,3,opt,name=lane,proto3" json:"lane,omitempty"`
+	// The window: records from this time (unix ms) ...
+	FromUnixMs int64 `protobuf:"varint,4,opt,name=from_unix_ms,json=fromUnixMs,proto3" json:"from_unix_ms,omitempty"`
+	// ... to before this one (0: now; at the latest now).
+	UntilUnixMs   int64 `protobuf:"varint,5,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	Force         bool  `protobuf:"varint,6,opt,name=force,proto3" json:"force,omitempty"`
+	DryRun        bool  `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWindowGroupRequest) Reset() {
+	*x = CreateWindowGroupRequest{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWindowGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWindowGroupRequest) ProtoMessage() {}
+
+func (x *CreateWindowGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWindowGroupRequest.ProtoReflect.Descriptor instead.
+func (*CreateWindowGroupRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CreateWindowGroupRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *CreateWindowGroupRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *CreateWindowGroupRequest) GetLane() string {
+	if x != nil {
+		return x.Lane
+	}
+	return ""
+}
+
+func (x *CreateWindowGroupRequest) GetFromUnixMs() int64 {
+	if x != nil {
+		return x.FromUnixMs
+	}
+	return 0
+}
+
+func (x *CreateWindowGroupRequest) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
+func (x *CreateWindowGroupRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *CreateWindowGroupRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type CreateWindowGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each partition from where the group starts; `again` is its records in the window.
+	Positions     []*RewindPosition `protobuf:"bytes,1,rep,name=positions,proto3" json:"positions,omitempty"`
+	Lost          []string          `protobuf:"bytes,2,rep,name=lost,proto3" json:"lost,omitempty"`
+	Applied       bool              `protobuf:"varint,3,opt,name=applied,proto3" json:"applied,omitempty"`
+	FromUnixMs    int64             `protobuf:"varint,4,opt,name=from_unix_ms,json=fromUnixMs,proto3" json:"from_unix_ms,omitempty"`
+	UntilUnixMs   int64             `protobuf:"varint,5,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWindowGroupResponse) Reset() {
+	*x = CreateWindowGroupResponse{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWindowGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWindowGroupResponse) ProtoMessage() {}
+
+func (x *CreateWindowGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWindowGroupResponse.ProtoReflect.Descriptor instead.
+func (*CreateWindowGroupResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CreateWindowGroupResponse) GetPositions() []*RewindPosition {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *CreateWindowGroupResponse) GetLost() []string {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *CreateWindowGroupResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *CreateWindowGroupResponse) GetFromUnixMs() int64 {
+	if x != nil {
+		return x.FromUnixMs
+	}
+	return 0
+}
+
+func (x *CreateWindowGroupResponse) GetUntilUnixMs() int64 {
+	if x != nil {
+		return x.UntilUnixMs
+	}
+	return 0
+}
+
 type RewindGroupResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Positions []*RewindPosition      `protobuf:"bytes,1,rep,name=positions,proto3" json:"positions,omitempty"`
@@ -1991,7 +2224,7 @@ type RewindGroupResponse struct {
 
 func (x *RewindGroupResponse) Reset() {
 	*x = RewindGroupResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2236,7 @@ func (x *RewindGroupResponse) String() string {
 func (*RewindGroupResponse) ProtoMessage() {}
 
 func (x *RewindGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2249,7 @@ func (x *RewindGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindGroupResponse.ProtoReflect.Descriptor instead.
 func (*RewindGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{27}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RewindGroupResponse) GetPositions() []*RewindPosition {
@@ -2117,12 +2350,15 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x125\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x1f.streamplane.v1.GenerationStateR\x05state\x12\x1d\n" +
 	"\n" +
-	"end_offset\x18\x04 \x01(\x03R\tendOffset\"\x80\x02\n" +
+	"end_offset\x18\x04 \x01(\x03R\tendOffset\"'\n" +
+	"\rGroupFinished\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xbd\x02\n" +
 	"\x0fAssignerMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.streamplane.v1.WelcomeH\x00R\awelcome\x12-\n" +
 	"\x05grant\x18\x02 \x01(\v2\x15.streamplane.v1.GrantH\x00R\x05grant\x120\n" +
 	"\x06revoke\x18\x03 \x01(\v2\x16.streamplane.v1.RevokeH\x00R\x06revoke\x12O\n" +
-	"\x11generation_change\x18\x04 \x01(\v2 .streamplane.v1.GenerationChangeH\x00R\x10generationChangeB\x06\n" +
+	"\x11generation_change\x18\x04 \x01(\v2 .streamplane.v1.GenerationChangeH\x00R\x10generationChange\x12;\n" +
+	"\bfinished\x18\x05 \x01(\v2\x1d.streamplane.v1.GroupFinishedH\x00R\bfinishedB\x06\n" +
 	"\x04kind\"Z\n" +
 	"\x11CheckLeaseRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x19\n" +
@@ -2192,12 +2428,28 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x01 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
 	"\x05again\x18\x03 \x01(\x03R\x05again\x12)\n" +
-	"\x10generation_state\x18\x04 \x01(\tR\x0fgenerationState\"\xac\x01\n" +
+	"\x10generation_state\x18\x04 \x01(\tR\x0fgenerationState\"\xd1\x01\n" +
+	"\x18CreateWindowGroupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04lane\x18\x03 \x01(\tR\x04lane\x12 \n" +
+	"\ffrom_unix_ms\x18\x04 \x01(\x03R\n" +
+	"fromUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x05 \x01(\x03R\vuntilUnixMs\x12\x14\n" +
+	"\x05force\x18\x06 \x01(\bR\x05force\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"\xcd\x01\n" +
+	"\x19CreateWindowGroupResponse\x12<\n" +
+	"\tpositions\x18\x01 \x03(\v2\x1e.streamplane.v1.RewindPositionR\tpositions\x12\x12\n" +
+	"\x04lost\x18\x02 \x03(\tR\x04lost\x12\x18\n" +
+	"\aapplied\x18\x03 \x01(\bR\aapplied\x12 \n" +
+	"\ffrom_unix_ms\x18\x04 \x01(\x03R\n" +
+	"fromUnixMs\x12\"\n" +
+	"\runtil_unix_ms\x18\x05 \x01(\x03R\vuntilUnixMs\"\xac\x01\n" +
 	"\x13RewindGroupResponse\x12<\n" +
 	"\tpositions\x18\x01 \x03(\v2\x1e.streamplane.v1.RewindPositionR\tpositions\x12\x12\n" +
 	"\x04lost\x18\x02 \x03(\tR\x04lost\x12\x18\n" +
 	"\aapplied\x18\x03 \x01(\bR\aapplied\x12)\n" +
-	"\x10leases_regranted\x18\x04 \x01(\rR\x0fleasesRegranted2\xe7\x04\n" +
+	"\x10leases_regranted\x18\x04 \x01(\rR\x0fleasesRegranted2\xd1\x05\n" +
 	"\x0fAssignerService\x12M\n" +
 	"\aSession\x12\x1d.streamplane.v1.WorkerMessage\x1a\x1f.streamplane.v1.AssignerMessage(\x010\x01\x12S\n" +
 	"\n" +
@@ -2207,7 +2459,8 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"WatchGroup\x12!.streamplane.v1.WatchGroupRequest\x1a\x1a.streamplane.v1.GroupEvent0\x01\x12O\n" +
 	"\vDeleteGroup\x12\".streamplane.v1.DeleteGroupRequest\x1a\x1c.streamplane.v1.GroupDeleted\x12_\n" +
 	"\x0eConfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponse\x12V\n" +
-	"\vRewindGroup\x12\".streamplane.v1.RewindGroupRequest\x1a#.streamplane.v1.RewindGroupResponseb\x06proto3"
+	"\vRewindGroup\x12\".streamplane.v1.RewindGroupRequest\x1a#.streamplane.v1.RewindGroupResponse\x12h\n" +
+	"\x11CreateWindowGroup\x12(.streamplane.v1.CreateWindowGroupRequest\x1a).streamplane.v1.CreateWindowGroupResponseb\x06proto3"
 
 var (
 	file_streamplane_v1_assigner_proto_rawDescOnce sync.Once
@@ -2221,85 +2474,92 @@ func file_streamplane_v1_assigner_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_assigner_proto_rawDescData
 }
 
-var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_streamplane_v1_assigner_proto_goTypes = []any{
-	(*PartitionRef)(nil),           // 0: streamplane.v1.PartitionRef
-	(*Subscription)(nil),           // 1: streamplane.v1.Subscription
-	(*Hello)(nil),                  // 2: streamplane.v1.Hello
-	(*LeaseLoad)(nil),              // 3: streamplane.v1.LeaseLoad
-	(*Heartbeat)(nil),              // 4: streamplane.v1.Heartbeat
-	(*Release)(nil),                // 5: streamplane.v1.Release
-	(*Renew)(nil),                  // 6: streamplane.v1.Renew
-	(*WorkerMessage)(nil),          // 7: streamplane.v1.WorkerMessage
-	(*Welcome)(nil),                // 8: streamplane.v1.Welcome
-	(*Grant)(nil),                  // 9: streamplane.v1.Grant
-	(*Revoke)(nil),                 // 10: streamplane.v1.Revoke
-	(*GenerationChange)(nil),       // 11: streamplane.v1.GenerationChange
-	(*AssignerMessage)(nil),        // 12: streamplane.v1.AssignerMessage
-	(*CheckLeaseRequest)(nil),      // 13: streamplane.v1.CheckLeaseRequest
-	(*CheckLeaseResponse)(nil),     // 14: streamplane.v1.CheckLeaseResponse
-	(*DescribeGroupRequest)(nil),   // 15: streamplane.v1.DescribeGroupRequest
-	(*LeaseInfo)(nil),              // 16: streamplane.v1.LeaseInfo
-	(*MemberInfo)(nil),             // 17: streamplane.v1.MemberInfo
-	(*GroupDescription)(nil),       // 18: streamplane.v1.GroupDescription
-	(*WatchGroupRequest)(nil),      // 19: streamplane.v1.WatchGroupRequest
-	(*DeleteGroupRequest)(nil),     // 20: streamplane.v1.DeleteGroupRequest
-	(*ConfigureGroupRequest)(nil),  // 21: streamplane.v1.ConfigureGroupRequest
-	(*ConfigureGroupResponse)(nil), // 22: streamplane.v1.ConfigureGroupResponse
-	(*PartitionOffset)(nil),        // 23: streamplane.v1.PartitionOffset
-	(*PartitionOffsets)(nil),       // 24: streamplane.v1.PartitionOffsets
-	(*RewindGroupRequest)(nil),     // 25: streamplane.v1.RewindGroupRequest
-	(*RewindPosition)(nil),         // 26: streamplane.v1.RewindPosition
-	(*RewindGroupResponse)(nil),    // 27: streamplane.v1.RewindGroupResponse
-	(*ClusterErrors)(nil),          // 28: streamplane.v1.ClusterErrors
-	(GenerationState)(0),           // 29: streamplane.v1.GenerationState
-	(*GroupEvent)(nil),             // 30: streamplane.v1.GroupEvent
-	(*GroupDeleted)(nil),           // 31: streamplane.v1.GroupDeleted
+	(*PartitionRef)(nil),              // 0: streamplane.v1.PartitionRef
+	(*Subscription)(nil),              // 1: streamplane.v1.Subscription
+	(*Hello)(nil),                     // 2: streamplane.v1.Hello
+	(*LeaseLoad)(nil),                 // 3: streamplane.v1.LeaseLoad
+	(*Heartbeat)(nil),                 // 4: streamplane.v1.Heartbeat
+	(*Release)(nil),                   // 5: streamplane.v1.Release
+	(*Renew)(nil),                     // 6: streamplane.v1.Renew
+	(*WorkerMessage)(nil),             // 7: streamplane.v1.WorkerMessage
+	(*Welcome)(nil),                   // 8: streamplane.v1.Welcome
+	(*Grant)(nil),                     // 9: streamplane.v1.Grant
+	(*Revoke)(nil),                    // 10: streamplane.v1.Revoke
+	(*GenerationChange)(nil),          // 11: streamplane.v1.GenerationChange
+	(*GroupFinished)(nil),             // 12: streamplane.v1.GroupFinished
+	(*AssignerMessage)(nil),           // 13: streamplane.v1.AssignerMessage
+	(*CheckLeaseRequest)(nil),         // 14: streamplane.v1.CheckLeaseRequest
+	(*CheckLeaseResponse)(nil),        // 15: streamplane.v1.CheckLeaseResponse
+	(*DescribeGroupRequest)(nil),      // 16: streamplane.v1.DescribeGroupRequest
+	(*LeaseInfo)(nil),                 // 17: streamplane.v1.LeaseInfo
+	(*MemberInfo)(nil),                // 18: streamplane.v1.MemberInfo
+	(*GroupDescription)(nil),          // 19: streamplane.v1.GroupDescription
+	(*WatchGroupRequest)(nil),         // 20: streamplane.v1.WatchGroupRequest
+	(*DeleteGroupRequest)(nil),        // 21: streamplane.v1.DeleteGroupRequest
+	(*ConfigureGroupRequest)(nil),     // 22: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil),    // 23: streamplane.v1.ConfigureGroupResponse
+	(*PartitionOffset)(nil),           // 24: streamplane.v1.PartitionOffset
+	(*PartitionOffsets)(nil),          // 25: streamplane.v1.PartitionOffsets
+	(*RewindGroupRequest)(nil),        // 26: streamplane.v1.RewindGroupRequest
+	(*RewindPosition)(nil),            // 27: streamplane.v1.RewindPosition
+	(*CreateWindowGroupRequest)(nil),  // 28: streamplane.v1.CreateWindowGroupRequest
+	(*CreateWindowGroupResponse)(nil), // 29: streamplane.v1.CreateWindowGroupResponse
+	(*RewindGroupResponse)(nil),       // 30: streamplane.v1.RewindGroupResponse
+	(*ClusterErrors)(nil),             // 31: streamplane.v1.ClusterErrors
+	(GenerationState)(0),              // 32: streamplane.v1.GenerationState
+	(*GroupEvent)(nil),                // 33: streamplane.v1.GroupEvent
+	(*GroupDeleted)(nil),              // 34: streamplane.v1.GroupDeleted
 }
 var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: streamplane.v1.Hello.subscriptions:type_name -> streamplane.v1.Subscription
 	3,  // 1: streamplane.v1.Heartbeat.leases:type_name -> streamplane.v1.LeaseLoad
-	28, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
+	31, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
 	2,  // 3: streamplane.v1.WorkerMessage.hello:type_name -> streamplane.v1.Hello
 	4,  // 4: streamplane.v1.WorkerMessage.heartbeat:type_name -> streamplane.v1.Heartbeat
 	5,  // 5: streamplane.v1.WorkerMessage.release:type_name -> streamplane.v1.Release
 	6,  // 6: streamplane.v1.WorkerMessage.renew:type_name -> streamplane.v1.Renew
 	0,  // 7: streamplane.v1.Grant.partition:type_name -> streamplane.v1.PartitionRef
-	29, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
+	32, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
 	0,  // 9: streamplane.v1.GenerationChange.partition:type_name -> streamplane.v1.PartitionRef
-	29, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
+	32, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
 	8,  // 11: streamplane.v1.AssignerMessage.welcome:type_name -> streamplane.v1.Welcome
 	9,  // 12: streamplane.v1.AssignerMessage.grant:type_name -> streamplane.v1.Grant
 	10, // 13: streamplane.v1.AssignerMessage.revoke:type_name -> streamplane.v1.Revoke
 	11, // 14: streamplane.v1.AssignerMessage.generation_change:type_name -> streamplane.v1.GenerationChange
-	0,  // 15: streamplane.v1.LeaseInfo.partition:type_name -> streamplane.v1.PartitionRef
-	1,  // 16: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
-	17, // 17: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
-	16, // 18: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
-	0,  // 19: streamplane.v1.PartitionOffset.partition:type_name -> streamplane.v1.PartitionRef
-	23, // 20: streamplane.v1.PartitionOffsets.offsets:type_name -> streamplane.v1.PartitionOffset
-	24, // 21: streamplane.v1.RewindGroupRequest.offsets:type_name -> streamplane.v1.PartitionOffsets
-	0,  // 22: streamplane.v1.RewindPosition.partition:type_name -> streamplane.v1.PartitionRef
-	26, // 23: streamplane.v1.RewindGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
-	7,  // 24: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
-	13, // 25: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
-	15, // 26: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
-	19, // 27: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
-	20, // 28: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
-	21, // 29: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	25, // 30: streamplane.v1.AssignerService.RewindGroup:input_type -> streamplane.v1.RewindGroupRequest
-	12, // 31: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
-	14, // 32: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
-	18, // 33: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
-	30, // 34: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
-	31, // 35: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
-	22, // 36: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	27, // 37: streamplane.v1.AssignerService.RewindGroup:output_type -> streamplane.v1.RewindGroupResponse
-	31, // [31:38] is the sub-list for method output_type
-	24, // [24:31] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	12, // 15: streamplane.v1.AssignerMessage.finished:type_name -> streamplane.v1.GroupFinished
+	0,  // 16: streamplane.v1.LeaseInfo.partition:type_name -> streamplane.v1.PartitionRef
+	1,  // 17: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
+	18, // 18: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
+	17, // 19: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
+	0,  // 20: streamplane.v1.PartitionOffset.partition:type_name -> streamplane.v1.PartitionRef
+	24, // 21: streamplane.v1.PartitionOffsets.offsets:type_name -> streamplane.v1.PartitionOffset
+	25, // 22: streamplane.v1.RewindGroupRequest.offsets:type_name -> streamplane.v1.PartitionOffsets
+	0,  // 23: streamplane.v1.RewindPosition.partition:type_name -> streamplane.v1.PartitionRef
+	27, // 24: streamplane.v1.CreateWindowGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
+	27, // 25: streamplane.v1.RewindGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
+	7,  // 26: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
+	14, // 27: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
+	16, // 28: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
+	20, // 29: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
+	21, // 30: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
+	22, // 31: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	26, // 32: streamplane.v1.AssignerService.RewindGroup:input_type -> streamplane.v1.RewindGroupRequest
+	28, // 33: streamplane.v1.AssignerService.CreateWindowGroup:input_type -> streamplane.v1.CreateWindowGroupRequest
+	13, // 34: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
+	15, // 35: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
+	19, // 36: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
+	33, // 37: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
+	34, // 38: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
+	23, // 39: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	30, // 40: streamplane.v1.AssignerService.RewindGroup:output_type -> streamplane.v1.RewindGroupResponse
+	29, // 41: streamplane.v1.AssignerService.CreateWindowGroup:output_type -> streamplane.v1.CreateWindowGroupResponse
+	34, // [34:42] is the sub-list for method output_type
+	26, // [26:34] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_assigner_proto_init() }
@@ -2314,13 +2574,14 @@ func file_streamplane_v1_assigner_proto_init() {
 		(*WorkerMessage_Release)(nil),
 		(*WorkerMessage_Renew)(nil),
 	}
-	file_streamplane_v1_assigner_proto_msgTypes[12].OneofWrappers = []any{
+	file_streamplane_v1_assigner_proto_msgTypes[13].OneofWrappers = []any{
 		(*AssignerMessage_Welcome)(nil),
 		(*AssignerMessage_Grant)(nil),
 		(*AssignerMessage_Revoke)(nil),
 		(*AssignerMessage_GenerationChange)(nil),
+		(*AssignerMessage_Finished)(nil),
 	}
-	file_streamplane_v1_assigner_proto_msgTypes[25].OneofWrappers = []any{
+	file_streamplane_v1_assigner_proto_msgTypes[26].OneofWrappers = []any{
 		(*RewindGroupRequest_TimeMs)(nil),
 		(*RewindGroupRequest_Earliest)(nil),
 		(*RewindGroupRequest_Offsets)(nil),
@@ -2331,7 +2592,7 @@ func file_streamplane_v1_assigner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_assigner_proto_rawDesc), len(file_streamplane_v1_assigner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,13 +21,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AssignerService_Session_FullMethodName        = "/streamplane.v1.AssignerService/Session"
-	AssignerService_CheckLease_FullMethodName     = "/streamplane.v1.AssignerService/CheckLease"
-	AssignerService_DescribeGroup_FullMethodName  = "/streamplane.v1.AssignerService/DescribeGroup"
-	AssignerService_WatchGroup_FullMethodName     = "/streamplane.v1.AssignerService/WatchGroup"
-	AssignerService_DeleteGroup_FullMethodName    = "/streamplane.v1.AssignerService/DeleteGroup"
-	AssignerService_ConfigureGroup_FullMethodName = "/streamplane.v1.AssignerService/ConfigureGroup"
-	AssignerService_RewindGroup_FullMethodName    = "/streamplane.v1.AssignerService/RewindGroup"
+	AssignerService_Session_FullMethodName           = "/streamplane.v1.AssignerService/Session"
+	AssignerService_CheckLease_FullMethodName        = "/streamplane.v1.AssignerService/CheckLease"
+	AssignerService_DescribeGroup_FullMethodName     = "/streamplane.v1.AssignerService/DescribeGroup"
+	AssignerService_WatchGroup_FullMethodName        = "/streamplane.v1.AssignerService/WatchGroup"
+	AssignerService_DeleteGroup_FullMethodName       = "/streamplane.v1.AssignerService/DeleteGroup"
+	AssignerService_ConfigureGroup_FullMethodName    = "/streamplane.v1.AssignerService/ConfigureGroup"
+	AssignerService_RewindGroup_FullMethodName       = "/streamplane.v1.AssignerService/RewindGroup"
+	AssignerService_CreateWindowGroup_FullMethodName = "/streamplane.v1.AssignerService/CreateWindowGroup"
 )
 
 // AssignerServiceClient is the client API for AssignerService service.
@@ -53,6 +54,9 @@ type AssignerServiceClient interface {
 	// stream (one transaction, a group_rewound event; the group's leases are granted again at a new epoch).
 	// FAILED_PRECONDITION when some generation cannot be reprocessed, unless force; dry_run only plans.
 	RewindGroup(ctx context.Context, in *RewindGroupRequest, opts ...grpc.CallOption) (*RewindGroupResponse, error)
+	// Make a side group that reads [from, until) of a stream and ends there: its workers' run() returns once
+	// it is processed (a group_finished message). ALREADY_EXISTS for a group that exists.
+	CreateWindowGroup(ctx context.Context, in *CreateWindowGroupRequest, opts ...grpc.CallOption) (*CreateWindowGroupResponse, error)
 }
 
 type assignerServiceClient struct {
@@ -145,6 +149,16 @@ func (c *assignerServiceClient) RewindGroup(ctx context.Context, in *RewindGroup
 	return out, nil
 }
 
+func (c *assignerServiceClient) CreateWindowGroup(ctx context.Context, in *CreateWindowGroupRequest, opts ...grpc.CallOption) (*CreateWindowGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateWindowGroupResponse)
+	err := c.cc.Invoke(ctx, AssignerService_CreateWindowGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AssignerServiceServer is the server API for AssignerService service.
 // All implementations must embed UnimplementedAssignerServiceServer
 // for forward compatibility.
@@ -168,6 +182,9 @@ type AssignerServiceServer interface {
 	// stream (one transaction, a group_rewound event; the group's leases are granted again at a new epoch).
 	// FAILED_PRECONDITION when some generation cannot be reprocessed, unless force; dry_run only plans.
 	RewindGroup(context.Context, *RewindGroupRequest) (*RewindGroupResponse, error)
+	// Make a side group that reads [from, until) of a stream and ends there: its workers' run() returns once
+	// it is processed (a group_finished message). ALREADY_EXISTS for a group that exists.
+	CreateWindowGroup(context.Context, *CreateWindowGroupRequest) (*CreateWindowGroupResponse, error)
 	mustEmbedUnimplementedAssignerServiceServer()
 }
 
@@ -198,6 +215,9 @@ func (UnimplementedAssignerServiceServer) ConfigureGroup(context.Context, *Confi
 }
 func (UnimplementedAssignerServiceServer) RewindGroup(context.Context, *RewindGroupRequest) (*RewindGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RewindGroup not implemented")
+}
+func (UnimplementedAssignerServiceServer) CreateWindowGroup(context.Context, *CreateWindowGroupRequest) (*CreateWindowGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateWindowGroup not implemented")
 }
 func (UnimplementedAssignerServiceServer) mustEmbedUnimplementedAssignerServiceServer() {}
 func (UnimplementedAssignerServiceServer) testEmbeddedByValue()                         {}
@@ -328,6 +348,24 @@ func _AssignerService_RewindGroup_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AssignerService_CreateWindowGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateWindowGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AssignerServiceServer).CreateWindowGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AssignerService_CreateWindowGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AssignerServiceServer).CreateWindowGroup(ctx, req.(*CreateWindowGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AssignerService_ServiceDesc is the grpc.ServiceDesc for AssignerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -354,6 +392,10 @@ var AssignerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RewindGroup",
 			Handler:    _AssignerService_RewindGroup_Handler,
+		},
+		{
+			MethodName: "CreateWindowGroup",
+			Handler:    _AssignerService_CreateWindowGroup_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

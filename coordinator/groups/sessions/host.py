@@ -18,7 +18,7 @@ import structlog
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import leases, window
 from streamplane.coordinator.groups.leases import REVOKING, Lease, Member
 from streamplane.coordinator.groups.sessions.reader import SessionReader
 from streamplane.coordinator.groups.sessions.writer import SessionWriter
@@ -29,6 +29,7 @@ from streamplane.coordinator.store.api import Watch, read_counter
 from streamplane.coordinator.topology import events
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import (
+    Finished,
     Grant,
     Heartbeat,
     Release,
@@ -63,6 +64,7 @@ class Session:
         self._sent_grants: set[tuple[str, int]] = set()
         self._sent_revokes: dict[tuple[str, int], int] = {}  # (lease id, epoch): the deadline the worker was told
         self._sent_ends: dict[str, int] = {}  # lease: the end offset it was told (-1: not sealed yet)
+        self._told_finished = False
         self._seen_versions: tuple[int, int] = (-1, -1)  # (member version, event head) of the last snapshot
         self._next_versions = self._seen_versions  # the versions of a look not yet told
         self._leases: leases.LeaseCache = {}  # the member's leases as last read
@@ -133,7 +135,7 @@ class Session:
 
     def look(
         self, tr: Transaction
-    ) -> tuple[tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int]] | None, Watch]:
+    ) -> tuple[tuple[Member | None, list[Lease], dict[str, Grant], dict[str, int], bool] | None, Watch]:
         """The member's leases, their end offsets and the grants not sent yet, with a watch of the member's
         version; None for the first when nothing changed since the last look."""
         member_key = keys.member_version_key(self.group, self.worker_id)
@@ -143,6 +145,7 @@ class Session:
             return None, watch
         member, held = leases.read_member_leases(tr, self.group, self.worker_id, self._leases)
         ends = leases.end_offsets(tr, held)
+        finished = window.session_view(tr, self.group, held, ends)
         grants: dict[str, Grant] = {}
         placements: dict[tuple[str, str, int], leases.Placement] = {}
         for lease in held:  # topology lookups only for new grants, once per generation
@@ -163,10 +166,10 @@ class Session:
                     end_offset=ends[lease.lease_id],
                 )
         self._next_versions = versions
-        return (member, held, grants, ends), watch
+        return (member, held, grants, ends, finished), watch
 
     def tell(
-        self, member: Member | None, held: list[Lease], grants: dict[str, Grant], ends: dict[str, int]
+        self, member: Member | None, held: list[Lease], grants: dict[str, Grant], ends: dict[str, int], finished: bool
     ) -> Iterator[SessionEvent]:
         """What changed since the last look, as the worker hears it."""
         if member is None or member.session_id != self.session_id:
@@ -202,6 +205,9 @@ class Session:
             self._sent_ends.pop(lid, None)
             yield Revoke(lid, epoch, reason="lease is gone (released, moved after its deadline, or partition removed)")
             self._sent_revokes.pop((lid, epoch), None)
+        if finished and not self._told_finished:
+            self._told_finished = True
+            yield Finished("the group's replay window is processed to its end")
 
 
 class SessionHost:

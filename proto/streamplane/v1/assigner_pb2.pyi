@@ -149,17 +149,25 @@ class GenerationChange(_message.Message):
     end_offset: int
     def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ..., end_offset: _Optional[int] = ...) -> None: ...
 
+class GroupFinished(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
 class AssignerMessage(_message.Message):
-    __slots__ = ("welcome", "grant", "revoke", "generation_change")
+    __slots__ = ("welcome", "grant", "revoke", "generation_change", "finished")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
     REVOKE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     grant: Grant
     revoke: Revoke
     generation_change: GenerationChange
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., generation_change: _Optional[_Union[GenerationChange, _Mapping]] = ...) -> None: ...
+    finished: GroupFinished
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., generation_change: _Optional[_Union[GenerationChange, _Mapping]] = ..., finished: _Optional[_Union[GroupFinished, _Mapping]] = ...) -> None: ...
 
 class CheckLeaseRequest(_message.Message):
     __slots__ = ("group", "lease_id", "epoch")
@@ -318,6 +326,38 @@ class RewindPosition(_message.Message):
     again: int
     generation_state: str
     def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., offset: _Optional[int] = ..., again: _Optional[int] = ..., generation_state: _Optional[str] = ...) -> None: ...
+
+class CreateWindowGroupRequest(_message.Message):
+    __slots__ = ("group", "stream", "lane", "from_unix_ms", "until_unix_ms", "force", "dry_run")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    FROM_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    stream: str
+    lane: str
+    from_unix_ms: int
+    until_unix_ms: int
+    force: bool
+    dry_run: bool
+    def __init__(self, group: _Optional[str] = ..., stream: _Optional[str] = ..., lane: _Optional[str] = ..., from_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ..., force: _Optional[bool] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class CreateWindowGroupResponse(_message.Message):
+    __slots__ = ("positions", "lost", "applied", "from_unix_ms", "until_unix_ms")
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    FROM_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    positions: _containers.RepeatedCompositeFieldContainer[RewindPosition]
+    lost: _containers.RepeatedScalarFieldContainer[str]
+    applied: bool
+    from_unix_ms: int
+    until_unix_ms: int
+    def __init__(self, positions: _Optional[_Iterable[_Union[RewindPosition, _Mapping]]] = ..., lost: _Optional[_Iterable[str]] = ..., applied: _Optional[bool] = ..., from_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ...) -> None: ...
 
 class RewindGroupResponse(_message.Message):
     __slots__ = ("positions", "lost", "applied", "leases_regranted")

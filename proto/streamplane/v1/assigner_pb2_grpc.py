@@ -70,6 +70,11 @@ class AssignerServiceStub:
                 request_serializer=streamplane_dot_v1_dot_assigner__pb2.RewindGroupRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_assigner__pb2.RewindGroupResponse.FromString,
                 _registered_method=True)
+        self.CreateWindowGroup = channel.unary_unary(
+                '/streamplane.v1.AssignerService/CreateWindowGroup',
+                request_serializer=streamplane_dot_v1_dot_assigner__pb2.CreateWindowGroupRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_assigner__pb2.CreateWindowGroupResponse.FromString,
+                _registered_method=True)
 
 
 class AssignerServiceServicer:
@@ -129,6 +134,14 @@ class AssignerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateWindowGroup(self, request, context):
+        """Make a side group that reads [from, until) of a stream and ends there: its workers' run() returns once
+        it is processed (a group_finished message). ALREADY_EXISTS for a group that exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AssignerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +179,11 @@ def add_AssignerServiceServicer_to_server(servicer, server):
                     servicer.RewindGroup,
                     request_deserializer=streamplane_dot_v1_dot_assigner__pb2.RewindGroupRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_assigner__pb2.RewindGroupResponse.SerializeToString,
+            ),
+            'CreateWindowGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateWindowGroup,
+                    request_deserializer=streamplane_dot_v1_dot_assigner__pb2.CreateWindowGroupRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_assigner__pb2.CreateWindowGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +375,33 @@ class AssignerService:
             '/streamplane.v1.AssignerService/RewindGroup',
             streamplane_dot_v1_dot_assigner__pb2.RewindGroupRequest.SerializeToString,
             streamplane_dot_v1_dot_assigner__pb2.RewindGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateWindowGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.AssignerService/CreateWindowGroup',
+            streamplane_dot_v1_dot_assigner__pb2.CreateWindowGroupRequest.SerializeToString,
+            streamplane_dot_v1_dot_assigner__pb2.CreateWindowGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

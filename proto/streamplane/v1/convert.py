@@ -555,6 +555,8 @@ def session_event_to_pb(event: m.SessionEvent) -> apb.AssignerMessage:
                     end_offset=event.end_offset,
                 )
             )
+        case m.Finished():
+            return apb.AssignerMessage(finished=apb.GroupFinished(reason=event.reason))
 
 
 def session_event_from_pb(x: apb.AssignerMessage) -> m.SessionEvent | None:
@@ -578,6 +580,8 @@ def session_event_from_pb(x: apb.AssignerMessage) -> m.SessionEvent | None:
         case "generation_change" if x.generation_change.state == pb.GENERATION_STATE_SEALED:
             c = x.generation_change
             return m.Sealed(lease_id=c.lease_id, partition=partition_from_pb(c.partition), end_offset=c.end_offset)
+        case "finished":
+            return m.Finished(x.finished.reason)
     return None
 
 
@@ -928,6 +932,24 @@ def rewind_target_from_pb(x: apb.RewindGroupRequest) -> m.RewindTarget:
             m.RewindTo.OFFSETS, offsets={partition_from_pb(y.partition): y.offset for y in x.offsets.offsets}
         )
     raise InvalidArgumentError("a rewind needs where to: time_ms, earliest or offsets")
+
+
+def window_to_pb(w: m.Window) -> apb.CreateWindowGroupResponse:
+    out = apb.CreateWindowGroupResponse(
+        lost=list(w.lost), applied=w.applied, from_unix_ms=w.from_ms, until_unix_ms=w.until_ms
+    )
+    for p in w.positions:
+        out.positions.add(
+            partition=partition_to_pb(p.partition), offset=p.offset, again=p.again, generation_state=p.generation_state
+        )
+    return out
+
+
+def window_from_pb(x: apb.CreateWindowGroupResponse, group: str, stream: str) -> m.Window:
+    positions = tuple(
+        m.RewindPosition(partition_from_pb(p.partition), p.offset, p.again, p.generation_state) for p in x.positions
+    )
+    return m.Window(group, stream, x.from_unix_ms, x.until_unix_ms, positions, tuple(x.lost), x.applied)
 
 
 def rewind_plan_to_pb(plan: m.RewindPlan) -> apb.RewindGroupResponse:
