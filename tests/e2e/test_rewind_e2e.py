@@ -143,3 +143,61 @@ def test_a_rewind_past_retention_is_refused_and_changes_nothing(
         assert client.progress("audit", lid).low_watermark == 80, "nothing changed"
         events = list(client.watch_group("audit", idle_timeout_s=1.0))
     assert not any(e.change == "group_rewound" for e in events)
+
+
+def test_a_replay_window_on_a_side_group_processes_exactly_that_window_while_the_live_group_runs(
+    secured_engine: str,
+) -> None:
+    address = secured_engine
+    admin = issue_token("admin", "ops")
+    stream = f"rpw-{uuid.uuid4().hex[:8]}"
+    with CoordinatorClient(address, token=admin) as client:
+        client.create_stream(stream, 2, cluster="east")
+    live = RunningConsumer(address, "live", stream, token=issue_token("consumer", "live"))
+    side = None
+    try:
+
+        def cut() -> int:
+            at = int(time.time() * 1000) + 1
+            wait_until(lambda: time.time() * 1000 > at + 5, what=lambda: "the clock to pass the cut")
+            return at
+
+        before = [b"before-%d" % i for i in range(2_000)]
+        window = [b"window-%d" % i for i in range(3_000)]
+        after = [b"after-%d" % i for i in range(2_000)]
+        _produce(address, stream, before)
+        t1 = cut()
+        _produce(address, stream, window[:1_500])
+        with CoordinatorClient(address, token=admin) as client:  # the window spans a failover
+            client.failover(stream, "realtime", "west", reason="drill")
+        _produce(address, stream, window[1_500:])
+        t2 = cut()
+        _produce(address, stream, after)
+
+        iso = [datetime.fromtimestamp(t / 1000, UTC).isoformat().replace("+00:00", "Z") for t in (t1, t2)]
+        made = cli(
+            "group",
+            "create",
+            "backfill",
+            "--stream",
+            stream,
+            "--from",
+            iso[0],
+            "--until",
+            iso[1],
+            coordinator=address,
+            env={"STREAMPLANE_TOKEN": issue_token("operator", "oncall")},
+        )
+        assert made.returncode == 0, made.stderr
+        assert f"{len(window):,} record(s)" in made.stdout, made.stdout
+        side = RunningConsumer(address, "backfill", stream, token=issue_token("consumer", "backfill"))
+        side.thread.join(60)
+        assert not side.thread.is_alive(), f"run() returns once the window is processed ({len(side.seen)} seen)"
+        assert side.raised is None and side.consumer.finished
+        assert set(side.seen) == set(window) and max(side.seen.values()) == 1, "exactly the window, once"
+        wait_until(lambda: len(live.seen) == 7_000, timeout=60, what=lambda: f"the live group: {len(live.seen)}")
+        assert max(live.seen.values()) == 1, "the live group ran beside it, untouched"
+    finally:
+        live.stop()
+        if side is not None:
+            side.stop()
