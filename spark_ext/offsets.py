@@ -160,6 +160,15 @@ def parse_starting_timestamps(by_partition: str, everywhere: str) -> int | dict[
     return None
 
 
+def parse_ending_timestamp(text: str) -> int | None:
+    """endingTimestamp: unix ms; every partition ends before its first record at or after it."""
+    if not text.strip():
+        return None
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise InvalidArgumentError(f"endingTimestamp must be a unix time in ms, not {text!r}")
+    return int(text)
+
+
 def initial_offset(source: Mapping[str, str], states: Iterable[PartState], starting: str | dict[str, int]) -> Offset:
     """Where a new query starts: every partition of the generations not settled yet, at its starting position.
 

@@ -14,7 +14,7 @@ from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls
 from streamplane.errors import InvalidArgumentError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED
-from streamplane.spark.offsets import parse_starting_offsets, parse_starting_timestamps
+from streamplane.spark.offsets import parse_ending_timestamp, parse_starting_offsets, parse_starting_timestamps
 
 
 def _get(options: Any, name: str, default: str | None = None) -> str | None:
@@ -90,6 +90,8 @@ class SourceOptions:
     starting: str | dict[str, int]
     starting_timestamps: int | dict[str, int] | None
     """startingTimestamp or startingOffsetsByTimestamp: they take precedence over startingOffsets where given."""
+    ending_timestamp: int | None
+    """endingTimestamp: each partition ends before its first record at or after it (None: no end)."""
     max_rows: int | None
     min_partitions: int | None
     fail_on_data_loss: bool
@@ -113,6 +115,7 @@ class SourceOptions:
             starting_timestamps=parse_starting_timestamps(
                 _get(options, "startingOffsetsByTimestamp", "") or "", _get(options, "startingTimestamp", "") or ""
             ),
+            ending_timestamp=parse_ending_timestamp(_get(options, "endingTimestamp", "") or ""),
             max_rows=max_rows,
             min_partitions=_int(options, "minPartitions", None, minimum=1),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),

@@ -52,6 +52,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._watermarks: Watermarks | None = None
         self.source = {"coordinator": self.client.target, "stream": opts.stream, "group": opts.group}
         self.target: dict[str, int] | None = None
+        self._ending: dict[str, dict[int, int]] = {}
+        """{generation key: {partition: its end by endingTimestamp}}, kept once found."""
 
     # Spark pickles the reader to ship read() to executors: connections stay behind, made again when needed.
     def __getstate__(self) -> dict[str, Any]:
@@ -88,11 +90,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             sealed = len(gen.end_offsets) == gen.partitions
             state = SEALED if sealed and gen.state not in SETTLED else gen.state
+            caps = self._ends(lane, gen, bootstrap)
             for p in range(gen.partitions):
                 part = PartitionRef(self.opts.stream, lane, gen.number, p)
                 if gen.state in SETTLED:
                     end = gen.end_offsets[p] if sealed else 0
-                    out.append(off.PartState(part, gen.topic, bootstrap, 0, end, state))
+                    out.append(off.PartState(part, gen.topic, bootstrap, 0, min(end, caps.get(p, end)), state))
                     continue
                 try:
                     low, high = self.watermarks.get(bootstrap, gen.topic, p)
@@ -102,8 +105,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         continue  # no news from it this time; its position is kept
                     low, high = 0, gen.end_offsets[p]
                 end = gen.end_offsets[p] if sealed else high
+                end = min(end, caps.get(p, end))
                 out.append(off.PartState(part, gen.topic, bootstrap, min(low, end), end, state))
         return out
+
+    def _ends(self, lane: str, gen: Generation, bootstrap: str) -> dict[int, int]:
+        """{partition: where endingTimestamp ends it} for one generation: its first record at or after the time,
+        looked up once (a partition with no record that late yet has no end yet; asked again next time)."""
+        at = self.opts.ending_timestamp
+        if at is None:
+            return {}
+        key = off.generation_key(lane, gen.number)
+        known = self._ending.setdefault(key, {})
+        missing = {p: at for p in range(gen.partitions) if p not in known}
+        if missing:
+            try:
+                found = self.watermarks.at_time(bootstrap, gen.topic, missing)
+            except UnavailableError as err:
+                log.warning("spark.ending_unavailable", generation=key, error=err.message)
+                found = {}
+            known.update({p: offset for p, offset in found.items() if offset >= 0})
+        return known
 
     def initialOffset(self) -> dict[str, Any]:
         states = self.states()

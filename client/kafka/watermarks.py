@@ -43,7 +43,9 @@ class Watermarks:
 
     def at_time(self, bootstrap: str, topic: str, partitions: dict[int, int]) -> dict[int, int]:
         """{partition: the offset of its first record at or after the time (ms)}; -1 where there is none. One
-        request per leader for all the partitions."""
+        request per leader for all the partitions; where the cluster answers none while the partition's last
+        record is that late (librdkafka's mock cluster never looks up by time), the records' own timestamps
+        are searched."""
         from confluent_kafka import KafkaException, TopicPartition
 
         consumer = self._consumer(bootstrap)
@@ -55,7 +57,14 @@ class Watermarks:
         for tp in got:
             if tp.error is not None:
                 raise UnavailableError(f"cannot look up offsets by time in {topic}/{tp.partition}: {tp.error.str()}")
-        return {tp.partition: tp.offset for tp in got}
+        found = {tp.partition: tp.offset for tp in got}
+        for p, offset in found.items():
+            if offset < 0:
+                low, high = self.get(bootstrap, topic, p)
+                if high > low:
+                    at = self._search(bootstrap, topic, p, partitions[p], low, high)
+                    found[p] = at if at < high else -1
+        return found
 
     def exists(self, bootstrap: str, topic: str) -> bool:
         """Whether the cluster has `topic` (UnavailableError if it does not answer)."""
@@ -77,13 +86,10 @@ class Watermarks:
         if at_ms is None:
             return [PartitionBounds(low, high) for low, high in marks]
         found = self.at_time(bootstrap, topic, dict.fromkeys(range(partitions), at_ms))
-        out = []
-        for p, (low, high) in enumerate(marks):
-            at = found.get(p, -1)
-            if at < 0 and high > low:  # none that late, or a cluster that cannot say (the mock): read and see
-                at = self._search(bootstrap, topic, p, at_ms, low, high)
-            out.append(PartitionBounds(low, high, at if at >= 0 else high))
-        return out
+        return [
+            PartitionBounds(low, high, at if (at := found.get(p, -1)) >= 0 else high)
+            for p, (low, high) in enumerate(marks)
+        ]
 
     def _search(self, bootstrap: str, topic: str, partition: int, at_ms: int, low: int, high: int) -> int:
         """The first offset at or after `at_ms` by the records' own timestamps (see PartitionFetcher): when
