@@ -57,29 +57,40 @@ MAX_WAIT_S = 300.0
 """How long a run waits for another run's claim before it gives up."""
 
 
+Where = tuple[str, str, int]
+"""(bootstrap servers, topic, partition)."""
+
+
 class _Reader:
-    """Reads single records by offset, one fetcher per partition, keeping the last fetch's records (a batch's
-    offsets mostly follow each other, so one fetch serves many)."""
+    """Reads records by offset, a batch at a time: per partition, the offsets wanted in order, each fetch
+    serving every wanted offset it holds (a batch's dlq copies mostly follow each other in their partitions)."""
 
     def __init__(self) -> None:
-        self._fetchers: dict[tuple[str, str, int], PartitionFetcher] = {}
-        self._window: dict[tuple[str, str, int], dict[int, Any]] = {}
+        self._fetchers: dict[Where, PartitionFetcher] = {}
 
-    def read(self, bootstrap: str, topic: str, partition: int, offset: int) -> Any | None:
-        where = (bootstrap, topic, partition)
-        window = self._window.get(where, {})
-        if offset in window:
-            return window[offset]
-        fetcher = self._fetchers.get(where)
-        if fetcher is None:
-            fetcher = self._fetchers[where] = PartitionFetcher(bootstrap, topic, partition, max_wait_ms=10)
-        fetcher.position = offset
-        got = fetcher.fetch()
-        if got.batch is None or not len(got.batch):
-            return None
-        window = {r.offset: r for r in got.batch.records()}
-        self._window[where] = window
-        return window.get(offset)
+    def read_many(self, wanted: dict[Where, set[int]]) -> dict[tuple[Where, int], Any]:
+        """{(partition, offset): record} of the wanted ones found (a missing one is gone, or never was)."""
+        found: dict[tuple[Where, int], Any] = {}
+        for where, offsets in wanted.items():
+            fetcher = self._fetchers.get(where)
+            if fetcher is None:
+                fetcher = self._fetchers[where] = PartitionFetcher(*where, max_wait_ms=10)
+            todo = sorted(offsets)
+            i = 0
+            while i < len(todo):
+                fetcher.position = todo[i]
+                got = fetcher.fetch()
+                if got.batch is None or not len(got.batch):
+                    if fetcher.position <= todo[i]:
+                        i += 1  # nothing at or after it: gone (retention), or past the end
+                    continue
+                records = {r.offset: r for r in got.batch.records()}
+                last = max(records)
+                while i < len(todo) and todo[i] <= last:
+                    if todo[i] in records:
+                        found[(where, todo[i])] = records[todo[i]]
+                    i += 1
+        return found
 
     def scan(self, bootstrap: str, topic: str, partition: int, start: int) -> list[Any]:
         """Every record of one partition from `start` to its end now."""
@@ -99,7 +110,6 @@ class _Reader:
         for fetcher in self._fetchers.values():
             fetcher.close()
         self._fetchers.clear()
-        self._window.clear()
 
 
 class Redrive:
@@ -197,18 +207,17 @@ class Redrive:
             if err is not None:
                 failures.append(str(err))
 
+        todo = [r for r in claim.batch if provenance(r) not in landed]
+        report.found_landed += len(claim.batch) - len(todo)
+        found = self._read(todo)
         sent = 0
-        for r in claim.batch:
-            if provenance(r) in landed:
-                report.found_landed += 1
-                continue
-            found = self._read(r)
-            if found is None:
+        for r in todo:
+            if r not in found:
                 report.unreadable += 1
                 left.append((r.partition, r.offset))
                 log.warning("redrive.unreadable", record=provenance(r))
                 continue
-            record, dlq_where = found
+            record, dlq_where = found[r]
             headers = [(k, v) for k, v in record.headers if not k.startswith(DROPPED_HEADERS)]
             headers += [(PROVENANCE_HEADER, provenance(r).encode()), (DLQ_HEADER, dlq_where.encode())]
             self._pace(report.produced + sent, started)
@@ -243,25 +252,36 @@ class Redrive:
                     self._places[(each.name, gen.number)] = (where.get(gen.cluster, ""), gen.topic)
         return self._places.get(key, ("", ""))
 
-    def _read(self, r: RejectedRecord) -> tuple[Any, str] | None:
-        """The record to produce again, and where its dlq copy was: the copy, or (none recorded, or gone) the
-        rejected record at its origin; None when neither can be read."""
-        if r.dlq is not None and r.dlq.generation > 0:
-            bootstrap, topic = self._place(r.dlq.lane, r.dlq.generation)
-            where = f"{self.stream}/{r.dlq.lane}/g{r.dlq.generation}/p{r.dlq.partition}@{r.dlq.offset}"
-            if bootstrap and (copy := self._safe_read(bootstrap, topic, r.dlq.partition, r.dlq.offset)) is not None:
-                return copy, where
-        bootstrap, topic = self._place(r.partition.lane, r.partition.generation)
-        if bootstrap and (origin := self._safe_read(bootstrap, topic, r.partition.partition, r.offset)) is not None:
-            return origin, ""
-        return None
-
-    def _safe_read(self, bootstrap: str, topic: str, partition: int, offset: int) -> Any | None:
-        try:
-            return self._reader.read(bootstrap, topic, partition, offset)
-        except StreamplaneError as err:
-            log.warning("redrive.read_failed", topic=topic, partition=partition, offset=offset, error=err.message)
-            return None
+    def _read(self, records: list[RejectedRecord]) -> dict[RejectedRecord, tuple[Any, str]]:
+        """{reject: (the record to produce again, where its dlq copy was)}: the dlq copy, or (none recorded, or
+        gone) the rejected record at its origin; a reject neither can be read for is left out."""
+        out: dict[RejectedRecord, tuple[Any, str]] = {}
+        for use_copy in (True, False):
+            asked: dict[Where, set[int]] = {}
+            places: dict[RejectedRecord, tuple[Where, int, str]] = {}
+            for r in records:
+                if r in out:
+                    continue
+                if use_copy and r.dlq is not None and r.dlq.generation > 0:
+                    bootstrap, topic = self._place(r.dlq.lane, r.dlq.generation)
+                    where = (bootstrap, topic, r.dlq.partition)
+                    label = f"{self.stream}/{r.dlq.lane}/g{r.dlq.generation}/p{r.dlq.partition}@{r.dlq.offset}"
+                    places[r] = (where, r.dlq.offset, label)
+                elif not use_copy:
+                    bootstrap, topic = self._place(r.partition.lane, r.partition.generation)
+                    places[r] = ((bootstrap, topic, r.partition.partition), r.offset, "")
+            for where, offset, _ in places.values():
+                if where[0]:
+                    asked.setdefault(where, set()).add(offset)
+            try:
+                found = self._reader.read_many(asked)
+            except StreamplaneError as err:
+                log.warning("redrive.read_failed", error=err.message)
+                found = {}
+            for r, (where, offset, label) in places.items():
+                if (where, offset) in found:
+                    out[r] = (found[(where, offset)], label)
+        return out
 
     def _landed(self, claim: RedriveClaim) -> set[str]:
         """The provenance of every redriven record in the target lane after the offsets it had when this batch

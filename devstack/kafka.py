@@ -46,6 +46,18 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     return lib
 
 
+TOOLS_POM = Path(__file__).resolve().parent / "kafka" / "tools-pom.xml"
+
+
+def tools_jars(version: str = KAFKA_VERSION) -> Path:
+    """The directory of Kafka's command-line tools' jars (kafka-consumer-groups.sh is ConsumerGroupCommand),
+    fetched with Maven the first time into `.cache/kafka-tools/<version>/lib`."""
+    lib = ROOT / ".cache" / "kafka-tools" / version / "lib"
+    if not (lib / f"kafka-tools-{version}.jar").exists():
+        _maven_copy(TOOLS_POM, {"kafka.version": version}, lib, f"Apache Kafka's tools {version}")
+    return lib
+
+
 def spark_kafka_jars(spark_version: str) -> list[Path]:
     """The jars Spark's own Kafka source (spark-sql-kafka-0-10) needs beyond those PySpark ships, for
     `spark_version` (which must be the installed PySpark's), fetched with Maven the first time into

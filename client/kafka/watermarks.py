@@ -11,6 +11,9 @@ from typing import Any
 from streamplane.errors import NotFoundError, UnavailableError
 from streamplane.model import PartitionBounds
 
+EARLIEST, LATEST = -2, -1
+"""ListOffsets' special timestamps: a partition's first offset kept, and the offset after its last record."""
+
 
 class Watermarks:
     """Low and high watermarks of partitions, and offsets by time, through librdkafka (one client per cluster)."""
@@ -66,6 +69,21 @@ class Watermarks:
                     found[p] = at if at < high else -1
         return found
 
+    def _special(self, bootstrap: str, topic: str, partitions: int, which: int) -> dict[int, int]:
+        """{partition: its earliest or latest offset} (`which` EARLIEST or LATEST), one request per leader."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        asked = [TopicPartition(topic, p, which) for p in range(partitions)]
+        try:
+            got = self._consumer(bootstrap).offsets_for_times(asked, timeout=self._timeout_s)
+        except KafkaException as err:
+            raise UnavailableError(f"cannot read the offsets of {topic} at {bootstrap}: {err}") from err
+        for tp in got:
+            if tp.error is not None or tp.offset < 0:
+                why = tp.error.str() if tp.error is not None else "no offset"
+                raise UnavailableError(f"cannot read the offsets of {topic}/{tp.partition} at {bootstrap}: {why}")
+        return {tp.partition: tp.offset for tp in got}
+
     def exists(self, bootstrap: str, topic: str) -> bool:
         """Whether the cluster has `topic` (UnavailableError if it does not answer)."""
         from confluent_kafka import KafkaException
@@ -82,7 +100,9 @@ class Watermarks:
         NotFoundError when the topic is gone, UnavailableError when the cluster does not answer."""
         if not self.exists(bootstrap, topic):
             raise NotFoundError(f"topic {topic} is not on {bootstrap} any more", kind="topic", name=topic)
-        marks = [self.get(bootstrap, topic, p) for p in range(partitions)]
+        ends = self._special(bootstrap, topic, partitions, LATEST)
+        starts = self._special(bootstrap, topic, partitions, EARLIEST)
+        marks = [(starts[p], ends[p]) for p in range(partitions)]
         if at_ms is None:
             return [PartitionBounds(low, high) for low, high in marks]
         found = self.at_time(bootstrap, topic, dict.fromkeys(range(partitions), at_ms))
