@@ -134,7 +134,7 @@ class Redrive:
         since_ms: int = 0,
         until_ms: int = 0,
         rate: float = 0.0,
-        batch_size: int = 500,
+        batch_size: int = 2000,
         clock: Clock = SYSTEM,
         **kafka_config: Any,
     ) -> None:
@@ -212,12 +212,12 @@ class Redrive:
         found = self._read(todo)
         sent = 0
         for r in todo:
-            if r not in found:
+            if (r.partition, r.offset) not in found:
                 report.unreadable += 1
                 left.append((r.partition, r.offset))
                 log.warning("redrive.unreadable", record=provenance(r))
                 continue
-            record, dlq_where = found[r]
+            record, dlq_where = found[(r.partition, r.offset)]
             headers = [(k, v) for k, v in record.headers if not k.startswith(DROPPED_HEADERS)]
             headers += [(PROVENANCE_HEADER, provenance(r).encode()), (DLQ_HEADER, dlq_where.encode())]
             self._pace(report.produced + sent, started)
@@ -252,24 +252,25 @@ class Redrive:
                     self._places[(each.name, gen.number)] = (where.get(gen.cluster, ""), gen.topic)
         return self._places.get(key, ("", ""))
 
-    def _read(self, records: list[RejectedRecord]) -> dict[RejectedRecord, tuple[Any, str]]:
-        """{reject: (the record to produce again, where its dlq copy was)}: the dlq copy, or (none recorded, or
-        gone) the rejected record at its origin; a reject neither can be read for is left out."""
-        out: dict[RejectedRecord, tuple[Any, str]] = {}
+    def _read(self, records: list[RejectedRecord]) -> dict[tuple[PartitionRef, int], tuple[Any, str]]:
+        """{(partition, offset) of a reject: (the record to produce again, where its dlq copy was)}: the dlq copy,
+        or (none recorded, or gone) the rejected record at its origin; a reject neither can be read for is left
+        out."""
+        out: dict[tuple[PartitionRef, int], tuple[Any, str]] = {}
         for use_copy in (True, False):
             asked: dict[Where, set[int]] = {}
-            places: dict[RejectedRecord, tuple[Where, int, str]] = {}
+            places: dict[tuple[PartitionRef, int], tuple[Where, int, str]] = {}
             for r in records:
-                if r in out:
+                if (r.partition, r.offset) in out:
                     continue
                 if use_copy and r.dlq is not None and r.dlq.generation > 0:
                     bootstrap, topic = self._place(r.dlq.lane, r.dlq.generation)
                     where = (bootstrap, topic, r.dlq.partition)
                     label = f"{self.stream}/{r.dlq.lane}/g{r.dlq.generation}/p{r.dlq.partition}@{r.dlq.offset}"
-                    places[r] = (where, r.dlq.offset, label)
+                    places[(r.partition, r.offset)] = (where, r.dlq.offset, label)
                 elif not use_copy:
                     bootstrap, topic = self._place(r.partition.lane, r.partition.generation)
-                    places[r] = ((bootstrap, topic, r.partition.partition), r.offset, "")
+                    places[(r.partition, r.offset)] = ((bootstrap, topic, r.partition.partition), r.offset, "")
             for where, offset, _ in places.values():
                 if where[0]:
                     asked.setdefault(where, set()).add(offset)
@@ -278,9 +279,9 @@ class Redrive:
             except StreamplaneError as err:
                 log.warning("redrive.read_failed", error=err.message)
                 found = {}
-            for r, (where, offset, label) in places.items():
+            for at, (where, offset, label) in places.items():
                 if (where, offset) in found:
-                    out[r] = (found[(where, offset)], label)
+                    out[at] = (found[(where, offset)], label)
         return out
 
     def _landed(self, claim: RedriveClaim) -> set[str]:

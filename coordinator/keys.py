@@ -39,7 +39,13 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "retry", group, stream, lane, generation, partition, offset)
                                                         -> {attempts, next_ms, error, exhausted, copies, copy_ms}
     ("streamplane", "reject", group, stream, lane, generation, partition, offset)
-                                                        -> {reason, dlq, attempts}
+                                                        -> {reason, dlq, attempts, time_ms, state}
+    ("streamplane", "redrive", group, stream)           -> a running dlq redrive's claim and its batch in flight
+    ("streamplane", "reopened", group, stream, lane, generation)
+                                                        -> b"": a drained generation reopened for that group
+    ("streamplane", "window", group)                    -> {stream, from_ms, until_ms, finished}: a replay window
+    ("streamplane", "window_end", group, stream, lane, generation, partition)
+                                                        -> where that partition of the group's window ends
     ("streamplane", "producer", producer_id)           -> ProducerSession {topology_version, in_flight, alive_until_ms}
     ("streamplane", "revoked", token_id)               -> {revoked_ms, by, reason}: a bearer token taken back
     ("streamplane", "seal_wait", stream, lane, generation)
@@ -315,6 +321,17 @@ def retry_key(group: str, ref: PartitionRef, offset: int) -> bytes:
 
 def reject_key(group: str, ref: PartitionRef, offset: int) -> bytes:
     return REJECTS.pack((group, *ref, offset))
+
+
+def reject_prefix(group: str, ref: PartitionRef) -> bytes:
+    """What every reject key of one partition of a group begins with (followed by the packed offset)."""
+    return REJECTS.pack((group, *ref))
+
+
+def offset_in(key: bytes, prefix: bytes) -> int:
+    """The offset a key holds after its partition's `prefix` (a reject's, a retry's): decoded from the suffix
+    alone, for walks that read thousands of a partition's keys."""
+    return int(fdb.tuple.unpack(key[len(prefix) :])[0])
 
 
 def redrive_key(group: str, stream: str) -> bytes:

@@ -158,4 +158,4 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("--until", type=since_ms, default=None, metavar="TIME", help="rejected before (ISO or 10m)")
     p.add_argument("--to-lane", default="realtime", help="the lane to produce into (default realtime)")
     p.add_argument("--rate", type=float, default=None, help="records a second at most (default: no limit)")
-    p.add_argument("--batch-size", type=positive, default=500, help="rejects claimed at a time (at most 1000)")
+    p.add_argument("--batch-size", type=positive, default=2000, help="rejects claimed at a time (at most 5000)")

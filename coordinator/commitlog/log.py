@@ -11,7 +11,7 @@ watermark advances, the chunks below it are deleted, so a fully done partition i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -725,10 +725,9 @@ def _rejected(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], Rejec
         return None
 
 
-def decoded_reject(group: str, key: bytes, raw: bytes) -> RejectedRecord | None:
-    """A stored reject mark as the model's record; None for one that does not decode."""
-    decoded = _rejected(group, key, raw)
-    return decoded[1] if decoded is not None else None
+def decoded_reject_mark(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:
+    """A stored reject mark, and it as the model's record; None for one that does not decode."""
+    return _rejected(group, key, raw)
 
 
 @transactional
@@ -782,9 +781,12 @@ def walk_rejects(
         groups += 1
         r = keys.REJECTS.range((current, stream, lane) if lane else (current, stream))
         start = after if current == after_group and after else r.start
-        room = budget - looked
-        rows = tr.get_range(start, r.stop, limit=room + 1, snapshot=True)
-        for i, (key, raw) in enumerate(rows[:room]):
+        rows = _chunked(tr, start, r.stop, budget - looked, size + 1)
+        for row in rows:
+            if row is None:
+                left = True  # the scan's budget ran out inside this group
+                break
+            key, raw = row
             looked += 1
             _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
             last = f"{current} {PartitionRef(s, la, gen, p).lease_id} {offset}"
@@ -794,16 +796,35 @@ def walk_rejects(
             if keep(decoded[1]):
                 out.append((key, decoded[0], decoded[1]))
             if len(out) == size:
-                left = i + 1 < len(rows) or bool(not group and _group_after(tr, keys.REJECTS, current))
+                more = next(rows, _END) is not _END
+                left = more or bool(not group and _group_after(tr, keys.REJECTS, current))
                 break
         else:
-            if len(rows) > room:
-                left = True  # the scan's budget ran out inside this group
-            elif not group:
+            if not group:
                 current = _group_after(tr, keys.REJECTS, current)
                 continue
         break
     return out, last if left else ""
+
+
+_END = object()
+
+
+def _chunked(
+    tr: Transaction, start: bytes, stop: bytes, limit: int, chunk: int
+) -> Iterator[tuple[bytes, bytes] | None]:
+    """The rows of [start, stop) in key order, at most `limit`, read `chunk` at a time (a walk that finds what
+    it wants early reads no further), then None when rows remain past `limit`."""
+    given = 0
+    while given < limit:
+        n = min(chunk, limit - given)
+        rows = tr.get_range(start, stop, limit=n + 1, snapshot=True)
+        yield from rows[:n]
+        if len(rows) <= n:
+            return
+        given += n
+        start = rows[n - 1][0] + b"\x00"
+    yield None
 
 
 def _page_size(page_size: int) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups.leases import parse_lease_id
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
 from streamplane.coordinator.topology.records import get_cluster, get_stream
@@ -26,8 +27,9 @@ from streamplane.names import check_lane_name, check_object_name
 
 CLAIM_MS = 10_000
 """How long a run's claim holds without a step: a killed run's batch can be taken over after this."""
-MAX_BATCH = 1000
-"""Rejects one claim hands out at most."""
+MAX_BATCH = 5000
+"""Rejects one claim hands out at most (its claim value stays under 50 KB; its completion writes 5,000 marks,
+about 1 MB, in one transaction)."""
 
 
 def _read(tr: Transaction, group: str, stream: str) -> dict[str, Any] | None:
@@ -52,17 +54,45 @@ def _held_by_another(intent: dict[str, Any] | None, owner: str, now_ms: int) -> 
     return 0
 
 
-def _records(tr: Transaction, group: str, refs: list[list[Any]]) -> list[RejectedRecord]:
-    """The reject marks a batch names, still pending (one purged meanwhile is left out)."""
+def _packed(records: list[RejectedRecord]) -> dict[str, list[int]]:
+    """A batch as stored in the claim: {lease id: offsets} (a few bytes a record: 5,000 fit in a value)."""
+    out: dict[str, list[int]] = {}
+    for r in records:
+        out.setdefault(r.partition.lease_id, []).append(r.offset)
+    return out
+
+
+def _marks(tr: Transaction, group: str, batch: Any) -> list[tuple[bytes, dict[str, Any], PartitionRef, int]]:
+    """The reject marks a stored batch names that are still pending (one purged meanwhile is left out): (key,
+    stored mark, partition, offset) each, one range read per partition."""
     out = []
-    for lane_ref in refs:
-        stream, lane, gen, p, offset = lane_ref
-        ref = PartitionRef(stream, lane, int(gen), int(p))
-        key = keys.reject_key(group, ref, int(offset))
+    for lease_id, offsets in (batch or {}).items() if isinstance(batch, dict) else ():
+        ref, wanted = parse_lease_id(lease_id), {int(o) for o in offsets}
+        if not wanted:
+            continue
+        prefix = keys.reject_prefix(group, ref)
+        first, last = keys.reject_key(group, ref, min(wanted)), keys.reject_key(group, ref, max(wanted))
+        for key, raw in tr.get_range(first, last + b"\x00"):
+            offset = keys.offset_in(key, prefix)
+            if offset not in wanted:
+                continue
+            try:
+                mark = json.loads(raw)
+            except ValueError:
+                continue  # a mark that does not decode is left as it is
+            if isinstance(mark, dict) and mark.get("state", commitlog.PENDING_REJECT) == commitlog.PENDING_REJECT:
+                out.append((key, mark, ref, offset))
+    return out
+
+
+def _records(tr: Transaction, group: str, batch: Any) -> list[RejectedRecord]:
+    """The pending rejects a stored batch names, as the model's records."""
+    out = []
+    for key, _, _, _ in _marks(tr, group, batch):
         raw = tr.get(key)
-        decoded = commitlog.decoded_reject(group, key, raw) if raw is not None else None
-        if decoded is not None and decoded.state == commitlog.PENDING_REJECT:
-            out.append(decoded)
+        decoded = commitlog.decoded_reject_mark(group, key, raw) if raw is not None else None
+        if decoded is not None:
+            out.append(decoded[1])
     return out
 
 
@@ -136,7 +166,7 @@ def claim(
             "until_ms": now_ms + CLAIM_MS,
             "window": window,
             "cursor": token,
-            "batch": [[*r.partition, r.offset] for r in records],
+            "batch": _packed(records),
             "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},
         },
     )
@@ -162,18 +192,14 @@ def complete(
         raise FailedPreconditionError(
             f"this run's claim on the redrive of group {group!r} on {stream} was taken over by another run: stop"
         )
-    records = [r for r in _records(tr, group, intent.get("batch") or []) if (r.partition, r.offset) not in left]
-    for r in records:
-        key = keys.reject_key(group, r.partition, r.offset)
-        raw = tr.get(key)
-        assert raw is not None  # just read
-        mark = json.loads(raw)
+    marks = [m for m in _marks(tr, group, intent.get("batch")) if (m[2], m[3]) not in left]
+    for key, mark, _, _ in marks:
         tr.set(key, json.dumps({**mark, "state": commitlog.REDRIVEN, "redriven_ms": now_ms}, sort_keys=True).encode())
     commitlog.count_state_changes(
-        tr, group, [(r.partition, commitlog.PENDING_REJECT, commitlog.REDRIVEN) for r in records]
+        tr, group, [(ref, commitlog.PENDING_REJECT, commitlog.REDRIVEN) for _, _, ref, _ in marks]
     )
-    _write(tr, group, stream, {**intent, "batch": [], "until_ms": now_ms + CLAIM_MS})
-    return len(records)
+    _write(tr, group, stream, {**intent, "batch": {}, "until_ms": now_ms + CLAIM_MS})
+    return len(marks)
 
 
 def target_of(db: Database, admin: ClusterAdmin, stream: str, lane: str) -> RedriveTarget:

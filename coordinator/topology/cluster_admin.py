@@ -8,6 +8,7 @@ Failover or CreateStream never fails on its own earlier attempt.
 
 from __future__ import annotations
 
+import threading
 from typing import Protocol
 
 from streamplane.client.kafka.watermarks import Watermarks
@@ -40,15 +41,17 @@ class ClusterAdmin(Protocol):
         ...
 
 
-def kafka_bounds(
-    cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None, timeout_s: float = 10.0
-) -> list[PartitionBounds]:
-    """`ClusterAdmin.bounds` through librdkafka's ListOffsets; any Kafka-protocol cluster, real or local."""
-    marks = Watermarks(timeout_s)
-    try:
-        return marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
-    finally:
-        marks.close()
+class _Bounds:
+    """`ClusterAdmin.bounds` through librdkafka's ListOffsets on any Kafka-protocol cluster, real or local, with
+    one client per cluster kept (a rewind or a redrive asks again and again; a new client costs a connection)."""
+
+    def __init__(self, timeout_s: float = 10.0) -> None:
+        self._marks = Watermarks(timeout_s)
+        self._lock = threading.Lock()
+
+    def __call__(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None) -> list[PartitionBounds]:
+        with self._lock:
+            return self._marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
 
 
 def kafka_end_offsets(
@@ -80,6 +83,7 @@ class KafkaAdmin:
 
     def __init__(self, timeout_s: float = 15.0) -> None:
         self._timeout_s = timeout_s
+        self._bounds = _Bounds(timeout_s)
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         from confluent_kafka import KafkaError, KafkaException
@@ -119,7 +123,7 @@ class KafkaAdmin:
         return kafka_end_offsets(cluster, topic, partitions, self._timeout_s)
 
     def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
-        return kafka_bounds(cluster, topic, partitions, at_ms, self._timeout_s)
+        return self._bounds(cluster, topic, partitions, at_ms)
 
     def delete_topic(self, cluster: Cluster, topic: str) -> None:
         from confluent_kafka import KafkaError, KafkaException
@@ -144,6 +148,9 @@ class KafkaAdmin:
 class LocalAdmin:
     """Topics on local Kafka-protocol clusters started by `streamplane dev`, through their control channel."""
 
+    def __init__(self) -> None:
+        self._bounds = _Bounds()
+
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         """Local engines keep no topic settings (the mock cluster has one replica and keeps what fits)."""
         from streamplane.devstack.cluster_control import LocalClusterControl
@@ -154,7 +161,7 @@ class LocalAdmin:
         return kafka_end_offsets(cluster, topic, partitions)
 
     def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
-        return kafka_bounds(cluster, topic, partitions, at_ms)
+        return self._bounds(cluster, topic, partitions, at_ms)
 
     def delete_topic(self, cluster: Cluster, topic: str) -> None:
         """librdkafka's mock cluster has no DeleteTopics (its admin requests wait for a controller it lacks):
