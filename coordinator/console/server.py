@@ -298,6 +298,16 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                     return views.freeze_preview(frozen)
                 console.guard.charge(principal)
                 return views.freeze(frozen, principal.name)
+            if what == "redrive":
+                group, stream = require_text(body, "group"), require_text(body, "stream")
+                auth.check(principal, auth.CONFIGURE_GROUPS, stream=stream, group=group)
+                preview = views.redrive_preview(group, stream)
+                if confirm:
+                    raise errors.FailedPreconditionError(
+                        "a redrive's records go from Kafka to Kafka, never through the coordinator: run "
+                        f"`{preview['command']}` where your workers run (it shows its progress, and goes on if stopped)"
+                    )
+                return preview
             raise errors.NotFoundError(f"no action {what[:64]!r}", kind="action", name=what[:64])
 
         def _live(self) -> None:

@@ -7,6 +7,7 @@ through the same domain calls as the CLI's.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,8 @@ ATTENTION_HELD = 10
 """Of those, how many show the generations they hold (each reads a page of streams; the rest say "—")."""
 CLUSTER_PAGE = 100
 """Clusters a page of the fleet's table holds."""
+DLQ_SAMPLE = 1000
+"""Rejects the group page reads to count them by error (the first ones, in key order)."""
 STREAM_PAGE = 100
 GROUP_PAGE = 100
 """Streams a page of the streams table holds."""
@@ -254,10 +257,20 @@ class Views:
             for ref, h in headers
             if h.retries > 0
         ]
+        sample = commitlog.read_rejects(self.db, name, limit=DLQ_SAMPLE)
         rejects = [
-            {"lease_id": r.partition.lease_id, "offset": r.offset, "reason": r.reason, "dlq": to_jsonable(r.dlq or {})}
-            for r in commitlog.read_rejects(self.db, name, limit=50)
+            {
+                "lease_id": r.partition.lease_id,
+                "offset": r.offset,
+                "reason": r.reason,
+                "attempts": r.attempts,
+                "state": r.state,
+                "rejected_ms": r.rejected_ms,
+                "dlq": to_jsonable(r.dlq or {}),
+            }
+            for r in sample[:50]
         ]
+        errors_seen = Counter(r.reason.splitlines()[0][:120] if r.reason else "" for r in sample if r.state != "purged")
         return {
             "name": name,
             "leader_replica": desc.leader_replica,
@@ -268,6 +281,14 @@ class Views:
             "sample_ms": self.history.sample_ms,
             "retry_backlog": {"offsets": sum(r["retries"] for r in retries), "partitions": retries[:100]},
             "rejects": {"total": sum(h.rejects for _, h in headers), "first": rejects},
+            "dlq": {
+                "pending": sum(x.dlq_pending for x in lag.lanes),
+                "redriven": sum(x.dlq_redriven for x in lag.lanes),
+                "purged": sum(x.dlq_purged for x in lag.lanes),
+                "by_error": [{"reason": r, "count": n} for r, n in errors_seen.most_common(10)],
+                "sampled": len(sample),
+                "streams": sorted({x.stream for x in lag.lanes if x.dlq_pending}),
+            },
             "events": [event_row(e) for e in events.read_recent_group_events(self.db, name, limit=50)],
         }
 
@@ -350,6 +371,26 @@ class Views:
             "moves": [f"{x['stream']}/{x['lane']} -> {x['to'] or '(no target)'}" for x in lanes]
             + [f"stream {name!r} stays: its stored records do not decode" for name in held.unreadable]
             + [f"{cluster} is cordoned: no new generation lands on it"],
+        }
+
+    def redrive_preview(self, group: str, stream: str) -> dict[str, Any]:
+        """What `dlq redrive` would produce again. The console previews it; the redrive itself runs where the
+        command is run, as its records go from Kafka to Kafka and never through the coordinator."""
+        check_object_name("group", group)
+        lanes = commitlog.lag(self.db, group, stream=stream, now_ms=self.clock.now_ms(), partitions=False).lanes
+        pending = sum(x.dlq_pending for x in lanes)
+        if not pending:
+            raise FailedPreconditionError(f"group {group!r} has no pending rejects on {stream}: nothing to redrive")
+        command = f"streamplane dlq redrive {stream} --group {group}"
+        return {
+            "action": "redrive",
+            "pending": pending,
+            "command": command,
+            "moves": [
+                f"{pending:,} rejected record(s) of group {group} on {stream} are produced again into "
+                f"{stream}/realtime, each once, with their provenance",
+                f"run it where your workers run: {command}",
+            ],
         }
 
     def freeze_preview(self, frozen: bool) -> dict[str, Any]:

@@ -315,6 +315,22 @@ def test_the_group_page_shows_workers_lag_history_retries_and_rejects(console: C
     (reject,) = page["rejects"]["first"]
     assert "not a log line" in reject["reason"]
     assert (reject["dlq"]["stream"], reject["dlq"]["lane"], reject["dlq"]["generation"]) == ("web", "dlq", 1)
+    assert (reject["attempts"], reject["state"]) == (2, "pending")
+    dlq = page["dlq"]
+    assert (dlq["pending"], dlq["redriven"], dlq["purged"], dlq["streams"]) == (1, 0, 0, ["web"])
+    assert dlq["by_error"] == [{"reason": reject["reason"].splitlines()[0][:120], "count": 1}]
+
+    # the dlq panel's redrive: previewed for an operator; the redrive itself runs where its command is run
+    ask = {"group": "web-g", "stream": "web"}
+    status, body = console.call("api/actions/redrive", role="viewer", body=ask)
+    assert status == 403
+    status, preview = console.call("api/actions/redrive", role="operator", body=ask)
+    assert status == 200 and preview["pending"] == 1
+    assert preview["command"] == "streamplane dlq redrive web --group web-g"
+    status, body = console.call("api/actions/redrive", role="operator", body={**ask, "confirm": True})
+    assert status == 409 and "never through the coordinator" in body["message"]
+    status, body = console.call("api/actions/redrive", role="operator", body={"group": "web-g", "stream": "nope"})
+    assert status in (404, 409) and body["message"]
     assert page["history"], "the lag sampler keeps the last hour per group"
     assert {e["kind"] for e in page["events"]} >= {"member_joined", "lease_granted"}
 

@@ -213,8 +213,25 @@ function renderGroup() {
     <h3>Workers</h3>${table(["worker", "capacity", "max load", "cpu", "records/s", "leases", "lag records", "session ttl left"], workers)}
     <h3>Leases</h3>${table(["worker", "lease", "epoch", "state", "records/s", "lag records"], leases)}
     <h3>Retry backlog</h3>${table(["partition", "offsets in retry", "low watermark"], g.retry_backlog.partitions.map((r) => `<tr><td>${esc(r.lease_id)}</td><td>${r.retries}</td><td>${r.low_watermark}</td></tr>`))}
-    <h3>Rejects (first 50) and where they went</h3>${table(["partition", "offset", "reason", "dlq copy"], g.rejects.first.map((r) => `<tr><td>${esc(r.lease_id)}</td><td>${r.offset}</td><td>${esc(r.reason)}</td><td>${r.dlq && r.dlq.lane ? `${esc(r.dlq.stream)}/${esc(r.dlq.lane)}/g${r.dlq.generation}/p${r.dlq.partition} @ ${r.dlq.offset}` : "—"}</td></tr>`))}
+    <h3 id="dlq">Dead-letter queue</h3>
+    <div class="cards"><div class="card" data-dlq="pending">pending: ${g.dlq.pending}</div><div class="card" data-dlq="redriven">redriven: ${g.dlq.redriven}</div><div class="card" data-dlq="purged">purged: ${g.dlq.purged}</div>
+      ${canAct() ? g.dlq.streams.map((s) => `<button data-redrive="${esc(s)}">Redrive ${esc(s)}…</button>`).join("") : ""}</div>
+    <h4>By error (of the first ${g.dlq.sampled})</h4>${table(["error", "records"], g.dlq.by_error.map((e) => `<tr><td>${esc(e.reason)}</td><td>${e.count}</td></tr>`))}
+    <h4>Rejects (first 50) and where they went</h4>${table(["partition", "offset", "attempts", "state", "reason", "dlq copy"], g.rejects.first.map((r) => `<tr><td>${esc(r.lease_id)}</td><td>${r.offset}</td><td>${r.attempts || "—"}</td><td>${esc(r.state)}</td><td>${esc(r.reason)}</td><td>${r.dlq && r.dlq.lane ? `${esc(r.dlq.stream)}/${esc(r.dlq.lane)}/g${r.dlq.generation}/p${r.dlq.partition} @ ${r.dlq.offset}` : "—"}</td></tr>`))}
     <h3>Recent group events</h3>${table(["time", "change", "what"], g.events.map((e) => `<tr><td>${when(e.time_ms)}</td><td>${esc(e.kind)}</td><td>${esc(e.text)}</td></tr>`))}`;
+  page.querySelectorAll("[data-redrive]").forEach((b) => b.addEventListener("click", () => previewRedrive(g.name, b.dataset.redrive)));
+}
+
+async function previewRedrive(group, stream) {
+  try {
+    const preview = await api("actions/redrive", { group, stream, confirm: false });
+    document.getElementById("confirm-title").textContent = "redrive: what it produces again";
+    document.getElementById("confirm-moves").innerHTML = preview.moves.map((m) => `<li>${esc(m)}</li>`).join("");
+    document.getElementById("confirm-error").textContent = "";
+    document.getElementById("confirm").showModal();
+  } catch (e) {
+    alert(e.message);
+  }
 }
 
 // -- actions ---------------------------------------------------------------------------------------------------
