@@ -128,7 +128,15 @@ def observe(
                     )
                 )
     sealed = _sealed_waits(client, stream)
-    return Observation(stream.name, group, tuple(looks), clusters, members, elapsed, target_ms, sealed)
+    dlq: dict[str, int] = {}
+    if group:
+        lanes = client.lag(group, stream.name, partitions=False).lanes
+        dlq = {
+            "pending": sum(x.dlq_pending for x in lanes),
+            "redriven": sum(x.dlq_redriven for x in lanes),
+            "purged": sum(x.dlq_purged for x in lanes),
+        }
+    return Observation(stream.name, group, tuple(looks), clusters, members, elapsed, target_ms, sealed, dlq)
 
 
 def _clusters_of(client: CoordinatorClient, stream: model.Stream) -> dict[str, model.Cluster]:
@@ -174,6 +182,17 @@ def render(diagnosis: Diagnosis, interval_s: float) -> str:
         lines.append(
             f"  {lane}: {int(row['offset_lag']):,} records behind, time lag {row['time_lag_ms'] / 1000:.1f} s, "
             f"input {row['input_per_s']:,.0f}/s, processed {row['processed_per_s']:,.0f}/s"
+        )
+    if any(diagnosis.dlq.values()):
+        d = diagnosis.dlq
+        lines.append(
+            f"  dlq: {d['pending']:,} rejected records pending, {d['redriven']:,} redriven, {d['purged']:,} purged"
+            + (
+                f" (see `streamplane dlq list {diagnosis.stream} --group {diagnosis.group}`; once the handler is "
+                f"fixed, `streamplane dlq redrive {diagnosis.stream} --group {diagnosis.group}`)"
+                if d["pending"]
+                else ""
+            )
         )
     if diagnosis.healthy:
         lines.append("no cause of lateness found: every lane is on time")

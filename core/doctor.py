@@ -108,6 +108,8 @@ class Observation:
     """The time lag a lane should stay under."""
     sealed: tuple[SealedWait, ...] = ()
     """The stream's sealed generations that have not drained, with the groups each waits for."""
+    dlq: dict[str, int] = field(default_factory=dict)
+    """The group's rejects on the stream: pending, redriven and purged."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ class Diagnosis:
     findings: tuple[Finding, ...] = field(default_factory=tuple)
     lanes: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per lane: offset_lag, time_lag_ms, input_per_s, processed_per_s (the figures the findings rest on)."""
+    dlq: dict[str, int] = field(default_factory=dict)
+    """The group's rejects on the stream: pending, redriven and purged (not a cause of lateness: shown)."""
 
     @property
     def healthy(self) -> bool:
@@ -190,7 +194,7 @@ def diagnose(obs: Observation) -> Diagnosis:
     if not g:  # nobody reads the stream: what is written, and where, is the rest of the story
         lanes = _lane_figures(obs)
         findings.append(_no_reader(obs, lanes))
-        return Diagnosis(s, g, tuple(findings), lanes)
+        return Diagnosis(s, g, tuple(findings), lanes, obs.dlq)
 
     # 2. one offset in retries holds a partition's low watermark while work after it is done
     for p in obs.partitions:
@@ -299,7 +303,7 @@ def diagnose(obs: Observation) -> Diagnosis:
         )
     order = {c: i for i, c in enumerate(CAUSES)}
     findings.sort(key=lambda f: (order[f.cause], f.lane))
-    return Diagnosis(s, g, tuple(findings), lanes)
+    return Diagnosis(s, g, tuple(findings), lanes, obs.dlq)
 
 
 def _lane_figures(obs: Observation) -> dict[str, dict[str, float]]:

@@ -299,3 +299,23 @@ def test_doctor_on_a_stream_no_group_reads_still_says_what_is_written_and_where(
     assert "no group has committed progress on it" in finding["evidence"]
     shown = cli("doctor", "d-noreader", "--interval", "0.2", coordinator=address)
     assert shown.returncode == 0 and "doctor: stream d-noreader, no group" in shown.stdout, shown.stderr
+
+
+def test_doctor_and_lag_show_a_groups_rejects_as_pending_redriven_and_purged(address: str) -> None:
+    """Rejects are not a cause of lateness: doctor and lag show them (issue 38), and say what to run."""
+    with CoordinatorClient(address) as client:
+        client.create_stream("d-dlq", 1, cluster="east")
+        rejects = [model.Reject(o, f"bad {o}") for o in range(5)]
+        client.commit("d-g-dlq", model.LeaseCommit("d-dlq/realtime/g1/p0", 0, model.Commit(rejects=rejects)))
+        assert list(client.purge_rejects("d-dlq", before_ms=int(time.time() * 1000), group="d-g-dlq")) == [5]
+        late = model.Commit(rejects=[model.Reject(7, "x")], high_watermark=8)
+        client.commit("d-g-dlq", model.LeaseCommit("d-dlq/realtime/g1/p0", 0, late))
+    shown = cli("doctor", "d-dlq", "--group", "d-g-dlq", "--interval", "0.2", coordinator=address)
+    assert shown.returncode == 0, shown.stderr
+    assert "dlq: 1 rejected records pending, 0 redriven, 5 purged" in shown.stdout
+    assert "streamplane dlq redrive d-dlq --group d-g-dlq" in shown.stdout
+    found = cli("-o", "json", "doctor", "d-dlq", "--group", "d-g-dlq", "--interval", "0.2", coordinator=address)
+    assert json.loads(found.stdout)[0]["dlq"] == {"pending": 1, "redriven": 0, "purged": 5}
+    lag = cli("lag", "d-g-dlq", "--stream", "d-dlq", coordinator=address)
+    assert lag.stdout.splitlines()[1].split()[:3] == ["STREAM", "LANE", "OFFSET"]
+    assert lag.stdout.splitlines()[2].split()[-3:] == ["1", "0", "5"]
