@@ -236,7 +236,7 @@ class Membership:
                 end_offset=grant.end_offset,
             )
         )
-        if grant.start_offset >= 0:  # progress exists: skip what a previous holder finished above it
+        if grant.start_offset >= 0 and not grant.clean:  # skip what a previous holder finished above it
             try:
                 progress = self.client.progress(self.group, grant.lease_id, max_ranges=100_000)
                 ledger.skip_done(list(progress.done), progress.retrying)

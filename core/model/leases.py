@@ -57,6 +57,9 @@ class Grant:
     """Where the group's progress resumes; -1 when the group never committed on this partition."""
     end_offset: int = -1
     """The offset after the partition's last record once its generation is sealed; -1 before."""
+    clean: bool = False
+    """Nothing above `start_offset` is done or retrying yet: the worker need not read the progress (a handoff
+    after a clean revoke, a rewind). False when unknown: it reads it."""
 
     @property
     def sealed(self) -> bool:

@@ -658,7 +658,10 @@ type Grant struct {
 	StartOffset     int64           `protobuf:"varint,7,opt,name=start_offset,json=startOffset,proto3" json:"start_offset,omitempty"`
 	GenerationState GenerationState `protobuf:"varint,8,opt,name=generation_state,json=generationState,proto3,enum=streamplane.v1.GenerationState" json:"generation_state,omitempty"`
 	// The partition's end offset once its generation is sealed; -1 while producers may still write to it.
-	EndOffset     int64 `protobuf:"varint,9,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	EndOffset int64 `protobuf:"varint,9,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	// Nothing above start_offset is done or retrying yet: the worker need not read the progress (GetProgress).
+	// False when unknown (an older coordinator): the worker reads it.
+	Clean         bool `protobuf:"varint,10,opt,name=clean,proto3" json:"clean,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -754,6 +757,13 @@ func (x *Grant) GetEndOffset() int64 {
 		return x.EndOffset
 	}
 	return 0
+}
+
+func (x *Grant) GetClean() bool {
+	if x != nil {
+		return x.Clean
+	}
+	return false
 }
 
 type Revoke struct {
@@ -2328,7 +2338,7 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\"\xdf\x02\n" +
+	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\"\xf5\x02\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12:\n" +
 	"\tpartition\x18\x02 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x14\n" +
@@ -2339,7 +2349,9 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\fstart_offset\x18\a \x01(\x03R\vstartOffset\x12J\n" +
 	"\x10generation_state\x18\b \x01(\x0e2\x1f.streamplane.v1.GenerationStateR\x0fgenerationState\x12\x1d\n" +
 	"\n" +
-	"end_offset\x18\t \x01(\x03R\tendOffset\"{\n" +
+	"end_offset\x18\t \x01(\x03R\tendOffset\x12\x14\n" +
+	"\x05clean\x18\n" +
+	" \x01(\bR\x05clean\"{\n" +
 	"\x06Revoke\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12(\n" +

@@ -164,6 +164,7 @@ class Session:
                     bootstrap_servers=where.bootstrap_servers,
                     start_offset=header.low if header.updated_ms else -1,
                     end_offset=ends[lease.lease_id],
+                    clean=bool(header.updated_ms) and header.done_above == 0 and header.retries == 0,
                 )
         self._next_versions = versions
         return (member, held, grants, ends, finished), watch

@@ -104,7 +104,7 @@ class Welcome(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
 
 class Grant(_message.Message):
-    __slots__ = ("lease_id", "partition", "epoch", "topic", "cluster", "bootstrap_servers", "start_offset", "generation_state", "end_offset")
+    __slots__ = ("lease_id", "partition", "epoch", "topic", "cluster", "bootstrap_servers", "start_offset", "generation_state", "end_offset", "clean")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +114,7 @@ class Grant(_message.Message):
     START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     GENERATION_STATE_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     partition: PartitionRef
     epoch: int
@@ -123,7 +124,8 @@ class Grant(_message.Message):
     start_offset: int
     generation_state: _topology_pb2.GenerationState
     end_offset: int
-    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., topic: _Optional[str] = ..., cluster: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., start_offset: _Optional[int] = ..., generation_state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ..., end_offset: _Optional[int] = ...) -> None: ...
+    clean: bool
+    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., topic: _Optional[str] = ..., cluster: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., start_offset: _Optional[int] = ..., generation_state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ..., end_offset: _Optional[int] = ..., clean: _Optional[bool] = ...) -> None: ...
 
 class Revoke(_message.Message):
     __slots__ = ("lease_id", "epoch", "deadline_unix_ms", "reason")

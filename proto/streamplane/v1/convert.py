@@ -535,6 +535,7 @@ def session_event_to_pb(event: m.SessionEvent) -> apb.AssignerMessage:
                     start_offset=event.start_offset,
                     generation_state=state_to_pb(m.SEALED if sealed else m.ACTIVE),
                     end_offset=event.end_offset,
+                    clean=event.clean,
                 )
             )
         case m.Revoke():
@@ -573,6 +574,7 @@ def session_event_from_pb(x: apb.AssignerMessage) -> m.SessionEvent | None:
                 bootstrap_servers=g.bootstrap_servers,
                 start_offset=g.start_offset,
                 end_offset=g.end_offset if g.generation_state == pb.GENERATION_STATE_SEALED else -1,
+                clean=g.clean,
             )
         case "revoke":
             r = x.revoke
