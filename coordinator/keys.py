@@ -43,6 +43,7 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "redrive", group, stream)           -> a running dlq redrive's claim and its batch in flight
     ("streamplane", "reopened", group, stream, lane, generation)
                                                         -> b"": a drained generation reopened for that group
+    ("streamplane", "rewind", stream, time_ms, group)   -> {actor, reason}: a rewind, for the stream's timeline
     ("streamplane", "window", group)                    -> {stream, from_ms, until_ms, finished}: a replay window
     ("streamplane", "window_end", group, stream, lane, generation, partition)
                                                         -> where that partition of the group's window ends
@@ -186,6 +187,8 @@ WINDOWS = ROOT["window"]
 """(group,) -> a side group's replay window: its stream, start and end times, and whether it is finished."""
 WINDOW_ENDS = ROOT["window_end"]
 """(group, stream, lane, generation, partition) -> where that partition of the group's window ends."""
+REWINDS = ROOT["rewind"]
+"""(stream, time_ms, group) -> {actor, reason}: the rewinds of a stream's groups, for its page's timeline."""
 REOPENED = ROOT["reopened"]
 """(group, stream, lane, generation) -> b"": a drained generation a rewind reopened for that group alone."""
 
@@ -344,6 +347,10 @@ def window_key(group: str) -> bytes:
 
 def window_end_key(group: str, ref: PartitionRef) -> bytes:
     return WINDOW_ENDS.pack((group, *ref))
+
+
+def rewind_key(stream: str, time_ms: int, group: str) -> bytes:
+    return REWINDS.pack((stream, time_ms, group))
 
 
 def reopened_key(group: str, stream: str, lane: str, generation: int) -> bytes:

@@ -39,6 +39,8 @@ LOAD_REPORT_S = 1.0
 """How often lease loads that changed are reported to the Assigner."""
 MAX_COMMIT_LEASES = 1024
 """Leases in one CommitBatch call (one store transaction each)."""
+BATCH_BYTES = 4_000_000
+"""About what one CommitBatch call writes at most (a store transaction holds 10 MB)."""
 
 
 def load_changed(last: LeaseLoad, now: LeaseLoad) -> bool:
@@ -144,8 +146,17 @@ class Committer:
             if taken is not None:
                 out, oldest = taken
                 pending.append((ledger, out, _request(ledger, out, oldest)))
-        for i in range(0, len(pending), MAX_COMMIT_LEASES):
-            self._commit_batch(pending[i : i + MAX_COMMIT_LEASES])
+        batch: list[tuple[LeaseLedger, Outcomes, LeaseCommit]] = []
+        size = 0
+        for item in pending:  # calls of at most MAX_COMMIT_LEASES leases and about BATCH_BYTES
+            cost = item[1].cost()
+            if batch and (len(batch) >= MAX_COMMIT_LEASES or size + cost > BATCH_BYTES):
+                self._commit_batch(batch)
+                batch, size = [], 0
+            batch.append(item)
+            size += cost
+        if batch:
+            self._commit_batch(batch)
 
     def _commit_batch(self, batch: list[tuple[LeaseLedger, Outcomes, LeaseCommit]]) -> None:
         session_id = self.membership.session_id

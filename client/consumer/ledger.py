@@ -70,6 +70,10 @@ class ToCopy:
     copy: int
 
 
+COMMIT_BYTES = 2_000_000
+"""About what one lease's commit carries at most; the rest goes in the next one."""
+
+
 @dataclass
 class Outcomes:
     """What ended since the last commit."""
@@ -85,6 +89,33 @@ class Outcomes:
 
     def __bool__(self) -> bool:
         return bool(self.acked or self.ranges or self.retries or self.rejects or self.copying)
+
+    def cost(self) -> int:
+        """About how many bytes the commit log writes for these outcomes (rejects and retries carry texts)."""
+        texts = sum(80 + len(r.error) for r in self.retries)
+        return (
+            16 * (len(self.acked) + len(self.ranges))
+            + texts
+            + sum(160 + len(r.reason) for r in self.rejects + self.copying)
+        )
+
+    def split(self, budget: int) -> Outcomes:
+        """Keep the first retries, rejects and copies that fit in `budget` bytes (acks always: they cost little),
+        and return the rest, for a later commit."""
+        rest = Outcomes()
+        used = 16 * (len(self.acked) + len(self.ranges))
+        for name, fixed, text in (("retries", 80, "error"), ("rejects", 160, "reason"), ("copying", 160, "reason")):
+            items: list[Any] = getattr(self, name)
+            keep = 0
+            while keep < len(items) and used + fixed + len(getattr(items[keep], text)) <= budget:
+                used += fixed + len(getattr(items[keep], text))
+                keep += 1
+            if keep == 0 and items and used == 16 * (len(self.acked) + len(self.ranges)):
+                used += fixed + len(getattr(items[0], text))
+                keep = 1  # one always goes, however long: progress
+            setattr(rest, name, items[keep:])
+            setattr(self, name, items[:keep])
+        return rest
 
 
 @dataclass(frozen=True)
@@ -527,8 +558,10 @@ class LeaseLedger:
                 held.release(k)
 
     # -- commits, from the committer
-    def take_outcomes(self) -> tuple[Outcomes, int] | None:
-        """What to commit now, with the oldest pending record's time; None when nothing changed."""
+    def take_outcomes(self, budget: int = COMMIT_BYTES) -> tuple[Outcomes, int] | None:
+        """What to commit now, with the oldest pending record's time; None when nothing changed. At most about
+        `budget` bytes of it: a burst of rejects beyond that waits for the next commit (a store transaction
+        holds 10 MB, and a refused commit would only grow)."""
         if not self.dirty and not self.in_hand:
             return None
         self.dirty = False
@@ -538,6 +571,11 @@ class LeaseLedger:
                 return None
             out, self._out = self._out, Outcomes()
             self._reported = (oldest, self.high_watermark)
+            if out.cost() > budget:
+                rest = out.split(budget)
+                self._out = rest
+                self._reported = (-1, -1)
+                self.dirty = True
         return out, oldest
 
     def put_back(self, out: Outcomes) -> None:

@@ -16,20 +16,26 @@ EARLIEST, LATEST = -2, -1
 
 
 class Watermarks:
-    """Low and high watermarks of partitions, and offsets by time, through librdkafka (one client per cluster)."""
+    """Low and high watermarks of partitions, and offsets by time, through librdkafka: one client per cluster,
+    the `max_clients` used last kept (each is a librdkafka instance with its threads and connections, so a
+    coordinator that looked at many clusters once keeps only a few). Their errors come back as exceptions; their
+    logs are off, so a cluster that dies while its client is kept does not fill stderr."""
 
-    def __init__(self, timeout_s: float = 10.0) -> None:
+    def __init__(self, timeout_s: float = 10.0, *, max_clients: int = 8) -> None:
         self._consumers: dict[str, Any] = {}
         self._timeout_s = timeout_s
+        self._max_clients = max_clients
 
     def _consumer(self, bootstrap: str) -> Any:
         from confluent_kafka import Consumer
 
-        consumer = self._consumers.get(bootstrap)
+        consumer = self._consumers.pop(bootstrap, None)
         if consumer is None:
-            consumer = self._consumers[bootstrap] = Consumer(
-                {"bootstrap.servers": bootstrap, "group.id": "streamplane-watermarks", "log_level": 3}
-            )
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamplane-watermarks", "log_level": 0})
+            while len(self._consumers) >= self._max_clients:
+                oldest = next(iter(self._consumers))
+                self._consumers.pop(oldest).close()
+        self._consumers[bootstrap] = consumer  # the newest last: the first is the one used longest ago
         return consumer
 
     def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from streamplane import model
 from streamplane.clock import Clock
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.console.history import LagHistory
-from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import leases, rewind
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.topology import events
 from streamplane.coordinator.topology.health import choose_target
@@ -208,6 +208,7 @@ class Views:
             "failover": to_jsonable(stream.failover),
             "now_ms": self.clock.now_ms(),
             "history_from_ms": oldest,
+            "rewinds": self.db.transact(lambda tr: rewind.recent(tr, name)),
         }
 
     def groups(self, prefix: str = "", after: str = "") -> dict[str, Any]:

@@ -16,7 +16,9 @@ group is back at its end offsets (`finish_rewinds`, with a `rewind_finished` eve
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from typing import Any
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
@@ -250,8 +252,28 @@ def apply(tr: Transaction, plan: RewindPlan, *, actor: str, now_ms: int) -> Rewi
             holders.add(lease.worker_id)
             freed += 1
     ev.group(plan.group, REWOUND, reason=_describe(plan))
+    tr.set(
+        keys.rewind_key(plan.stream, now_ms, plan.group),
+        json.dumps({"actor": actor, "reason": _describe(plan)[:1000]}).encode(),
+    )
     bump_versions(tr, plan.group, *sorted(holders))
     return replace(plan, applied=True, leases_regranted=freed)
+
+
+def recent(tr: Transaction, stream: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The newest rewinds of a stream's groups, newest first: {time_ms, group, actor, reason}."""
+    r = keys.REWINDS.range((stream,))
+    out = []
+    for key, raw in tr.get_range(r.start, r.stop, limit=limit, reverse=True, snapshot=True):
+        _, time_ms, group = keys.REWINDS.unpack(key)
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        out.append(
+            {"time_ms": time_ms, "group": group, "actor": value.get("actor", ""), "reason": value.get("reason", "")}
+        )
+    return out
 
 
 def reopened(tr: Transaction, group: str) -> list[tuple[str, str, int]]:

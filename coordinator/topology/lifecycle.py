@@ -106,6 +106,8 @@ def delete_stream(
                 r = space.range((group, stream))
                 tr.clear_range(r.start, r.stop)
             leases.bump_versions(tr, group)  # its owner looks again now: the stream's partitions are gone
+        r = keys.REWINDS.range((stream,))
+        tr.clear_range(r.start, r.stop)
         raw = tr.get(keys.stream_tombstone_key(stream))
         known = int(json.loads(raw)["next_generation"]) if raw else 1
         following = max([known, *(g.number + 1 for _, g in generations)])

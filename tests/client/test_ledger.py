@@ -212,3 +212,25 @@ def test_a_leases_rate_is_measured_on_the_consumers_clock() -> None:
     assert x.take_rate(clock.monotonic()) == 20.0
     clock.advance(1_000)
     assert x.take_rate(clock.monotonic()) == 0.0
+
+
+def test_a_burst_of_rejects_is_committed_over_several_commits_each_within_the_store_limit() -> None:
+    """A handler that rejects everything quickly leaves tens of thousands of rejects with long reasons: one
+    commit of them all would pass the store's 10 MB transaction limit and be refused again and again (it only
+    grows). Each commit takes what fits, the rest waits for the next, and every reject is committed once."""
+    from streamplane.client.consumer.ledger import COMMIT_BYTES
+
+    x = ledger(Budget(1 << 30, 1 << 30), Owner())
+    reason = "a long error text " * 40
+    x._out.rejects.extend(Reject(o, reason) for o in range(30_000))
+    x._out.acked.extend(range(30_000, 30_100))
+    x.dirty = True
+    seen: list[int] = []
+    takes = 0
+    while (taken := x.take_outcomes()) is not None and (taken[0].rejects or taken[0].acked):
+        out = taken[0]
+        takes += 1
+        assert out.cost() <= COMMIT_BYTES
+        seen += [r.offset for r in out.rejects]
+        assert takes < 100, "the rejects must drain"
+    assert sorted(seen) == list(range(30_000)) and takes >= 2

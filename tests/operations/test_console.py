@@ -508,3 +508,14 @@ def test_the_groups_page_pages_with_a_prefix_and_a_count_and_reads_lag_from_the_
             views.groups(prefix="g2", after="h000")
     finally:
         db.close()
+
+
+def test_the_stream_page_marks_the_rewinds_of_its_groups(console: Console) -> None:
+    token = console.tokens["admin"]
+    with CoordinatorClient(console.address, token=token) as client:
+        client.commit("web-r", model.LeaseCommit("web/realtime/g1/p0", 0, model.Commit(acked=[(0, 3)])))
+        client.rewind_group("web-r", "web", model.RewindTarget(model.RewindTo.EARLIEST), force=True)
+    status, page = console.call("api/stream?name=web", role="viewer")
+    assert status == 200
+    (rewound,) = page["rewinds"]
+    assert rewound["group"] == "web-r" and rewound["actor"] and "2 partition(s), 3 record(s) again" in rewound["reason"]

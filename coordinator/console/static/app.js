@@ -138,7 +138,8 @@ const pages = {
           <td>g${g.number}</td><td>${esc(g.cluster)}</td><td>${esc(g.topic)}</td><td>${g.partitions}</td><td>${badge(g.state)}</td>
           <td>${when(g.opened?.time_ms)}</td><td>${esc(g.opened?.actor || "")}</td><td>${esc(g.opened?.why || "")}</td>
           <td>${when(g.sealed_ms)}</td><td>${when(g.drained_ms || g.abandoned_ms)}</td>
-          <td data-waits="${esc(l.name)}/${g.number}">${g.waiting_for?.length ? `group(s) ${g.waiting_for.map(esc).join(", ")}` : g.unread ? "a first reader: no group has read it" : ""}</td></tr>`))}`).join("")}`;
+          <td data-waits="${esc(l.name)}/${g.number}">${g.waiting_for?.length ? `group(s) ${g.waiting_for.map(esc).join(", ")}` : g.unread ? "a first reader: no group has read it" : ""}</td></tr>`))}`).join("")}
+      <h3>Rewinds of its groups</h3>${table(["time", "group", "by", "what"], s.rewinds.map((r) => `<tr data-rewind="${esc(r.group)}"><td>${when(r.time_ms)}</td><td><a href="#/group/${encodeURIComponent(r.group)}">${esc(r.group)}</a></td><td>${esc(r.actor)}</td><td>${esc(r.reason)}</td></tr>`))}`;
     page.querySelectorAll("[data-failover]").forEach((b) => b.addEventListener("click", () => confirmAction("failover", { stream: s.name, lane: b.dataset.failover, to: "", reason: "console" })));
   },
 
