@@ -72,6 +72,8 @@ class ToCopy:
 
 COMMIT_BYTES = 2_000_000
 """About what one lease's commit carries at most; the rest goes in the next one."""
+RETRY_BYTES, REJECT_BYTES = 150, 300
+"""What the commit log writes for a retry or a reject besides its text (its key, its mark, a dlq location)."""
 
 
 @dataclass
@@ -104,7 +106,12 @@ class Outcomes:
         and return the rest, for a later commit."""
         rest = Outcomes()
         used = 16 * (len(self.acked) + len(self.ranges))
-        for name, fixed, text in (("retries", 80, "error"), ("rejects", 160, "reason"), ("copying", 160, "reason")):
+        parts = (
+            ("retries", RETRY_BYTES, "error"),
+            ("rejects", REJECT_BYTES, "reason"),
+            ("copying", REJECT_BYTES, "reason"),
+        )
+        for name, fixed, text in parts:
             items: list[Any] = getattr(self, name)
             keep = 0
             while keep < len(items) and used + fixed + len(getattr(items[keep], text)) <= budget:
