@@ -48,9 +48,9 @@ from streamplane.model import (
 )
 from streamplane.names import check_lane_name, check_object_name
 
-MAX_PARTITIONS = 10_000
-"""Partitions one rewind moves at most (one transaction writes a header, clears three ranges and may free a
-lease for each: about 1 KB apiece, well under FoundationDB's 10 MB)."""
+MAX_PARTITIONS = 5_000
+"""Partitions one rewind moves at most: its one transaction writes a header, clears three ranges and may free
+a lease with its event for each, about 1.2 KB apiece: 6 MB, under FoundationDB's 10 MB."""
 REWOUND = "group_rewound"
 FINISHED = "rewind_finished"
 

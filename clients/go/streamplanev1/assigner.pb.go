@@ -1969,7 +1969,7 @@ type RewindGroupRequest_Earliest struct {
 }
 
 type RewindGroupRequest_Offsets struct {
-	// Offsets per partition (at most 10,000).
+	// Offsets per partition (at most 5,000).
 	Offsets *PartitionOffsets `protobuf:"bytes,6,opt,name=offsets,proto3,oneof"`
 }
 
