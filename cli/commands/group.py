@@ -229,6 +229,15 @@ def _rewind_target(args: argparse.Namespace) -> model.RewindTarget:
     return model.RewindTarget(model.RewindTo.OFFSETS, offsets=offsets)
 
 
+def _positions(positions: tuple[model.RewindPosition, ...], count: str) -> None:
+    """Where each partition of a rewind or a window starts, and how many records it processes (`count`)."""
+    rows = [
+        [p.partition.lane, p.partition.generation, p.generation_state, p.partition.partition, p.offset, p.again]
+        for p in positions
+    ]
+    print_table(["LANE", "GEN", "STATE", "PARTITION", "FROM OFFSET", count], rows)
+
+
 def cmd_group_rewind(args: argparse.Namespace) -> None:
     target = _rewind_target(args)
     with connect(args) as client:
@@ -237,11 +246,7 @@ def cmd_group_rewind(args: argparse.Namespace) -> None:
         )
     if json_shown(args, done):
         return
-    rows = [
-        [p.partition.lane, p.partition.generation, p.generation_state, p.partition.partition, p.offset, p.again]
-        for p in done.positions
-    ]
-    print_table(["LANE", "GEN", "STATE", "PARTITION", "FROM OFFSET", "AGAIN"], rows)
+    _positions(done.positions, "AGAIN")
     for line in done.lost:
         print(f"cannot be reprocessed: {line}")
     what = "rewound" if done.applied else "would rewind"
@@ -265,11 +270,7 @@ def cmd_group_create(args: argparse.Namespace) -> None:
         )
     if json_shown(args, made):
         return
-    rows = [
-        [p.partition.lane, p.partition.generation, p.generation_state, p.partition.partition, p.offset, p.again]
-        for p in made.positions
-    ]
-    print_table(["LANE", "GEN", "STATE", "PARTITION", "FROM OFFSET", "RECORDS"], rows)
+    _positions(made.positions, "RECORDS")
     for line in made.lost:
         print(f"cannot be read: {line}")
     what = "made" if made.applied else "would make"

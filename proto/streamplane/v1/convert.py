@@ -940,31 +940,34 @@ def window_to_pb(w: m.Window) -> apb.CreateWindowGroupResponse:
     out = apb.CreateWindowGroupResponse(
         lost=list(w.lost), applied=w.applied, from_unix_ms=w.from_ms, until_unix_ms=w.until_ms
     )
-    for p in w.positions:
-        out.positions.add(
-            partition=partition_to_pb(p.partition), offset=p.offset, again=p.again, generation_state=p.generation_state
-        )
+    _positions_to_pb(w.positions, out.positions)
     return out
 
 
 def window_from_pb(x: apb.CreateWindowGroupResponse, group: str, stream: str) -> m.Window:
-    positions = tuple(
-        m.RewindPosition(partition_from_pb(p.partition), p.offset, p.again, p.generation_state) for p in x.positions
-    )
+    positions = _positions_from_pb(x.positions)
     return m.Window(group, stream, x.from_unix_ms, x.until_unix_ms, positions, tuple(x.lost), x.applied)
+
+
+def _positions_to_pb(positions: Iterable[m.RewindPosition], out: Any) -> None:
+    for p in positions:
+        out.add(
+            partition=partition_to_pb(p.partition), offset=p.offset, again=p.again, generation_state=p.generation_state
+        )
+
+
+def _positions_from_pb(positions: Iterable[apb.RewindPosition]) -> tuple[m.RewindPosition, ...]:
+    return tuple(
+        m.RewindPosition(partition_from_pb(p.partition), p.offset, p.again, p.generation_state) for p in positions
+    )
 
 
 def rewind_plan_to_pb(plan: m.RewindPlan) -> apb.RewindGroupResponse:
     out = apb.RewindGroupResponse(lost=list(plan.lost), applied=plan.applied, leases_regranted=plan.leases_regranted)
-    for p in plan.positions:
-        out.positions.add(
-            partition=partition_to_pb(p.partition), offset=p.offset, again=p.again, generation_state=p.generation_state
-        )
+    _positions_to_pb(plan.positions, out.positions)
     return out
 
 
 def rewind_plan_from_pb(x: apb.RewindGroupResponse, group: str, stream: str, target: m.RewindTarget) -> m.RewindPlan:
-    positions = tuple(
-        m.RewindPosition(partition_from_pb(p.partition), p.offset, p.again, p.generation_state) for p in x.positions
-    )
+    positions = _positions_from_pb(x.positions)
     return m.RewindPlan(group, stream, target, positions, tuple(x.lost), x.applied, x.leases_regranted)
