@@ -145,7 +145,7 @@ def redrive_rate(address: str, records: int) -> float:
 
         _wait(lambda: pending() == records, 600, f"{records} rejects recorded")
         worker.close()
-        run = Redrive(client, stream, group, batch_size=1000)
+        run = Redrive(client, stream, group)
         began = time.perf_counter()
         report = run.run()
         took = time.perf_counter() - began
