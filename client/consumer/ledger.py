@@ -70,6 +70,25 @@ class ToCopy:
     copy: int
 
 
+REDRIVE_HEADER = b"sp-redrive-of"
+"""The header `dlq redrive` gives each record it produces again: '<group> <origin>'. Other groups reading
+the lane step over such a record (it is done for them), so a redrive concerns its own group only."""
+
+
+def _may_hold_redrives(columns: dict[str, Any]) -> bool:
+    """Whether a decoded batch may hold redriven records: one search of its header names (none: no cost)."""
+    if not columns["header_count"]:
+        return False
+    return REDRIVE_HEADER in bytes(columns["hkeys"])
+
+
+def _redriven_for_another(headers: Any, group: str) -> bool:
+    for key, value in headers:
+        if key == "sp-redrive-of" and isinstance(value, bytes):
+            return value.split(b" ", 1)[0] != group.encode()
+    return False
+
+
 COMMIT_BYTES = 2_000_000
 """About what one lease's commit carries at most; the rest goes in the next one."""
 RETRY_BYTES, REJECT_BYTES = 150, 300
@@ -346,7 +365,9 @@ class LeaseLedger:
         offsets = decoded.offsets.tolist()
         c = decoded.columns
         data = sum(len(c[k]) for k in ("keys", "values", "hkeys", "hvalues"))
-        if (self.end_offset < 0 or offsets[-1] < self.end_offset) and not self._done_above and not self._retry_above:
+        foreign = _may_hold_redrives(c)
+        whole = not self._done_above and not self._retry_above and not foreign
+        if (self.end_offset < 0 or offsets[-1] < self.end_offset) and whole:
             # the common case: every record, built in bulk
             used = data + RECORD_OVERHEAD * len(offsets)
             held = Held(self.budget, used, len(offsets))
@@ -357,6 +378,8 @@ class LeaseLedger:
             records = [r for r in records if r.offset < self.end_offset]
         if self._done_above or self._retry_above:
             records = self._not_done(records)
+        if foreign:  # another group's redriven records: done here by being stepped over (see _gaps)
+            records = [r for r in records if not _redriven_for_another(r.headers, self.labels[0])]
         if not records:
             return [], [], 0
         used = data + RECORD_OVERHEAD * len(records)
@@ -373,6 +396,9 @@ class LeaseLedger:
         offsets = offsets[lo:hi]
         if (self._done_above or self._retry_above) and offsets:
             offsets = [r.offset for r in self._not_done([_Off(o) for o in offsets])]
+        if offsets and _may_hold_redrives(decoded.columns):  # another group's redriven records are stepped over
+            theirs = {r.offset for r in decoded.records() if _redriven_for_another(r.headers, self.labels[0])}
+            offsets = [o for o in offsets if o not in theirs]
         if not offsets:
             return [], [], 0
         c = decoded.columns

@@ -234,3 +234,27 @@ def test_a_burst_of_rejects_is_committed_over_several_commits_each_within_the_st
         seen += [r.offset for r in out.rejects]
         assert takes < 100, "the rejects must drain"
     assert sorted(seen) == list(range(30_000)) and takes >= 2
+
+
+def test_another_groups_redriven_records_are_stepped_over_and_done_for_this_group() -> None:
+    """`dlq redrive` concerns its own group: a record whose sp-redrive-of names another group is never handed
+    out here, by either API, and counts as done (its offset is committed)."""
+    recs = [
+        Rec(value=b"plain", headers=[(b"trace", b"1")]),
+        Rec(value=b"theirs", headers=[(b"sp-redrive-of", b"billing logs/realtime/g1/p0@7")]),
+        Rec(value=b"ours", headers=[(b"sp-redrive-of", b"g logs/realtime/g1/p0@8")]),
+    ]
+    raw = build_batch(recs, base_offset=0)
+    for batches in (False, True):
+        x = ledger(Budget(10_000, 1 << 30), Owner())  # group "g"
+        got = decode_records(memoryview(raw), 0, 3, max_decompressed=DEFAULT_MAX_DECOMPRESSED, aborted=None)
+        items, used, n = x.accept(got, batches=batches)
+        x.budget.settle(0, used, n)
+        if batches:
+            (batch,) = items
+            assert batch.offsets == [0, 2]
+            assert batch.to_arrow().column("value").to_pylist() == [b"plain", b"ours"]
+        else:
+            assert [m.value for m in items] == [b"plain", b"ours"]
+        out, _ = x.take_outcomes() or (Outcomes(), 0)
+        assert (1, 2) in out.ranges, "their record is done here by being stepped over"

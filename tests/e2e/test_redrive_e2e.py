@@ -40,6 +40,8 @@ def test_a_redrive_killed_half_way_and_run_again_gives_every_rejected_record_to_
             producer.produce(stream, v, key=b"tenant-x" if v in bad else v)
         assert producer.flush(60) == 0
 
+    # another group reads the same lane all along: the redrive is billing's, so audit never sees its records
+    audit = RunningConsumer(address, "audit", stream, token=issue_token("consumer", "audit"))
     buggy = RunningConsumer(address, "billing", stream, reject=b"bad-", token=issue_token("consumer", "v1"))
     try:
         wait_until(
@@ -75,6 +77,10 @@ def test_a_redrive_killed_half_way_and_run_again_gives_every_rejected_record_to_
         wait_until(lambda: _lane(address, admin, stream) == (0, 0, len(bad)), timeout=30)
         assert max(fixed.seen.values()) == 1, [v for v, n in fixed.seen.items() if n > 1][:5]
         assert fixed.raised is None
+        with CoordinatorClient(address, token=admin) as client:
+            wait_until(lambda: client.lag("audit", stream, partitions=False).offset_lag == 0, timeout=60)
     finally:
         fixed.stop()
+        audit.stop()
     assert set(fixed.seen) == bad, "nothing but the rejected records reached the fixed handler"
+    assert set(audit.seen) == set(values) and max(audit.seen.values()) == 1, "another group stepped over the redrive"
