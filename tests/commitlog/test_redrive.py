@@ -6,11 +6,14 @@ rejects."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog import redrive
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError
-from streamplane.model import Commit, PartitionRef, RedriveTarget, Reject
+from streamplane.model import Commit, PartitionRef, RedriveTarget, Reject, RejectedRecord
 from tests.helpers import Domain
 
 TARGET = RedriveTarget("orders", "realtime", 1, "sp.orders.realtime.g1", "c:9092", (5, 7))
@@ -109,3 +112,130 @@ def test_a_rewind_recounts_the_states_of_the_rejects_it_keeps() -> None:
     assert _lane(d) == (4, 4, 2)
     d.db.transact(lambda tr: commitlog.rewind(tr, "billing", REF, 5, now_ms=100_003))
     assert _lane(d) == (0, 3, 2), "offsets 5 on are forgotten: 0-1 purged and 2-4 redriven stay"
+
+
+# -- histories: runs killed anywhere, takeovers, purges and new rejects, in any order -------------------------------
+
+
+class RedriveHistory(RuleBasedStateMachine):
+    """Runs of a redrive follow the client's protocol (claim, produce the batch record by record, complete; an
+    in-doubt batch is looked up in the target first) against the commit log, with a set standing for the
+    target lane. Runs are killed at any point (a claim taken, some records produced, not completed), the
+    claim lapses, new rejects arrive, old ones are purged. However the history goes, no reject is produced
+    twice, and once a run finishes every reject pending at its end was produced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = Domain().cluster("c").stream("orders", 2)
+        self.now = 1_000
+        self.produced: list[tuple[PartitionRef, int]] = []  # the target lane, in order
+        self.run: dict[str, object] | None = None  # the live run: owner, its claim, produced of its batch
+        self.runs = 0
+        self.next_offset = {0: 0, 1: 0}
+        self.purged: set[tuple[PartitionRef, int]] = set()
+
+    def _reject(self, p: int, n: int) -> None:
+        ref = PartitionRef("orders", "realtime", 1, p)
+        start = self.next_offset[p]
+        body = Commit(rejects=[Reject(o, "bad") for o in range(start, start + n)], high_watermark=start + n)
+        commitlog.commit(self.d.db, "billing", ref.lease_id, 0, body, now_ms=self.now)
+        self.next_offset[p] += n
+
+    @rule(p=st.integers(0, 1), n=st.integers(1, 7))
+    def rejects_arrive(self, p: int, n: int) -> None:
+        self.now += 10
+        self._reject(p, n)
+
+    @rule()
+    def purge_old(self) -> None:
+        self.now += 10
+        before = {(r.partition, r.offset) for r in self._pending()}
+        commitlog.purge_rejects(self.d.db, "orders", before_ms=self.now - 50, now_ms=self.now)
+        self.purged |= before - {(r.partition, r.offset) for r in self._pending()}
+
+    def _pending(self) -> list[RejectedRecord]:
+        rows = commitlog.reject_page(self.d.db, "orders", group="billing", page_size=1000).rejects
+        return [r for r in rows if r.state == "pending"]
+
+    @rule(size=st.integers(1, 6))
+    def start_or_step(self, size: int) -> None:
+        """The live run (or a new one) claims its next batch; an in-doubt batch is looked up in the target."""
+        if self.run is None:
+            self.runs += 1
+            self.run = {"owner": f"run-{self.runs}", "cursor": "", "claim": None, "done_of_batch": 0}
+        run = self.run
+        if run["claim"] is not None:
+            return  # it has a batch to produce first
+        claim = redrive.claim(
+            self.d.db, "orders", "billing", run["owner"], target=TARGET, cursor=run["cursor"], batch_size=size,
+            now_ms=self.now,
+        )  # fmt: skip
+        if claim.wait_ms:
+            self.now += claim.wait_ms  # another (killed) run's claim: wait it out
+            return
+        if claim.done:
+            self.run = None
+            return
+        landed = set(self.produced) if claim.in_doubt else set()
+        run["claim"], run["todo"] = (
+            claim,
+            [(r.partition, r.offset) for r in claim.batch if (r.partition, r.offset) not in landed],
+        )
+
+    @rule(k=st.integers(0, 6))
+    def produce_some(self, k: int) -> None:
+        if self.run is None or self.run["claim"] is None:
+            return
+        todo = self.run["todo"]
+        self.produced += todo[:k]
+        del todo[:k]
+
+    @rule()
+    def complete(self) -> None:
+        run = self.run
+        if run is None or run["claim"] is None or run["todo"]:
+            return
+        self.now += 1
+        try:
+            redrive.complete(self.d.db, "orders", "billing", run["owner"], now_ms=self.now)
+        except FailedPreconditionError:
+            self.run = None  # taken over meanwhile: this run stops
+            return
+        run["cursor"], run["claim"] = run["claim"].cursor, None
+
+    @rule()
+    def kill(self) -> None:
+        self.run = None  # whatever it claimed or produced stays as it is
+        self.now += redrive.CLAIM_MS
+
+    @rule(size=st.integers(1, 6), k=st.integers(0, 6))
+    def crash_mid_batch(self, size: int, k: int) -> None:
+        """A run claims a batch, produces part of it, and is killed before it completes it."""
+        self.start_or_step(size)
+        self.produce_some(k)
+        self.kill()
+
+    @invariant()
+    def nothing_is_produced_twice(self) -> None:
+        assert len(self.produced) == len(set(self.produced)), "a reject was produced twice"
+
+    def teardown(self) -> None:
+        # a last run goes to the end: every reject still pending was produced by then, or by an earlier run
+        self.kill()
+        for _ in range(1000):
+            self.start_or_step(6)
+            self.produce_some(6)
+            self.complete()
+            if self.run is None:
+                break
+        pending = {(r.partition, r.offset) for r in self._pending()}
+        assert pending == set(), f"left pending after a run to the end: {sorted(pending)[:5]}"
+        every = {(PartitionRef("orders", "realtime", 1, p), o) for p in (0, 1) for o in range(self.next_offset[p])}
+        assert set(self.produced) | self.purged == every, "each reject was produced, or purged before its turn"
+        self.d.close()
+
+
+RedriveHistory.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_redrive_histories = RedriveHistory.TestCase
