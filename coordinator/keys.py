@@ -29,6 +29,7 @@ documented for operators in fdb/KEYS.md:
     ("streamplane", "group_owner", group)               -> {replica, expires_ms}: the replica running the group's
                                                            assignment (groups spread over the live replicas)
     ("streamplane", "replica", replica)                 -> {expires_ms}: a live coordinator replica
+    ("streamplane", "sealer_wake")                     -> counter bumped by topology events, rewinds and windows
     ("streamplane", "assigner_wake")                    -> counter bumped by every group change (the loop's watch)
     ("streamplane", "group_config", group)              -> {max_attempts: {lane: n}}
     ("streamplane", "progress", group, stream, lane, generation, partition)
@@ -164,6 +165,8 @@ LEADER = ROOT.pack(("leader",))
 GROUP_OWNERS = ROOT["group_owner"]
 REPLICAS = ROOT["replica"]
 ASSIGNER_WAKE = ROOT.pack(("assigner_wake",))
+SEALER_WAKE = ROOT.pack(("sealer_wake",))
+"""A counter bumped with every topology event and by rewinds and replay windows: the sealer watches it."""
 GROUP_CONFIGS = ROOT["group_config"]
 PROGRESS = ROOT["progress"]
 DONE = ROOT["done"]

@@ -252,6 +252,7 @@ def apply(tr: Transaction, plan: RewindPlan, *, actor: str, now_ms: int) -> Rewi
             holders.add(lease.worker_id)
             freed += 1
     ev.group(plan.group, REWOUND, reason=_describe(plan))
+    tr.add(keys.SEALER_WAKE, 1)  # it closes what this reopened once processed: it looks from now on
     tr.set(
         keys.rewind_key(plan.stream, now_ms, plan.group),
         json.dumps({"actor": actor, "reason": _describe(plan)[:1000]}).encode(),

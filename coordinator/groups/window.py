@@ -118,6 +118,7 @@ def _apply(tr: Transaction, window: Window, ends: dict[PartitionRef, int], *, ac
         f"partition(s), {window.records} record(s)",
     )
     bump_versions(tr, window.group)
+    tr.add(keys.SEALER_WAKE, 1)  # the sealer marks the window finished: it looks from now on
     return Window(window.group, window.stream, window.from_ms, window.until_ms, window.positions, window.lost, True)
 
 

@@ -118,6 +118,7 @@ def append_event(tr: Transaction, event: TopologyEvent, *, actor: str, time_ms: 
     `time_ms` is the caller's clock, read outside the transaction body (a retried body keeps its time)."""
     tr.set_versionstamped_key(keys.event_key_incomplete(user_version), _body(event, actor, time_ms))
     tr.add(keys.EVENT_HEAD, 1)
+    tr.add(keys.SEALER_WAKE, 1)
 
 
 def append_group_event(

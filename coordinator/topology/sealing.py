@@ -355,7 +355,7 @@ class Sealer:
             interval_ms=self.config.loop_ms,
             clock=clock,
             is_leader=is_leader,
-            wake=lambda: db.transact(lambda tr: tr.watch(keys.EVENT_HEAD)),
+            wake=lambda: db.transact(lambda tr: tr.watch(keys.SEALER_WAKE)),
         )
 
     @property

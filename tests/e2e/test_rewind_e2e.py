@@ -201,3 +201,25 @@ def test_a_replay_window_on_a_side_group_processes_exactly_that_window_while_the
         live.stop()
         if side is not None:
             side.stop()
+
+
+def test_a_window_on_a_quiet_stream_ends_run_soon_after_it_is_processed(secured_engine: str) -> None:
+    """No failover, no topology event after the window is made: the sealer is woken by the window itself, so
+    run() returns about as soon as the window is processed, not at the sealer's next idle look (10 s)."""
+    address = secured_engine
+    admin = issue_token("admin", "ops")
+    stream = f"qw-{uuid.uuid4().hex[:8]}"
+    with CoordinatorClient(address, token=admin) as client:
+        client.create_stream(stream, 2, cluster="east")
+    _produce(address, stream, [b"w-%d" % i for i in range(200)])
+    with CoordinatorClient(address, token=admin) as client:
+        made = client.create_window_group("quiet", stream, from_ms=1, until_ms=int(time.time() * 1000))
+    assert made.records == 200
+    began = time.monotonic()
+    side = RunningConsumer(address, "quiet", stream, token=issue_token("consumer", "quiet"))
+    try:
+        side.thread.join(8)
+        assert not side.thread.is_alive(), f"run() still running {time.monotonic() - began:.1f} s on"
+        assert len(side.seen) == 200 and side.raised is None
+    finally:
+        side.stop()
