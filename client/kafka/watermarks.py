@@ -132,6 +132,23 @@ class Watermarks:
         finally:
             fetcher.close()
 
+    @staticmethod
+    def timestamps(bootstrap: str, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """{partition: the timestamp of its first record at or after the offset}, one fetch each (a partition
+        with no record there is left out)."""
+        from streamplane.client.partition_fetcher import PartitionFetcher
+
+        out = {}
+        for partition, offset in offsets.items():
+            fetcher = PartitionFetcher(bootstrap, topic, partition, start_offset=offset, max_wait_ms=10)
+            try:
+                batch = fetcher.fetch().batch
+                if batch is not None and len(batch):
+                    out[partition] = int(batch.timestamps[0])
+            finally:
+                fetcher.close()
+        return out
+
     def close(self) -> None:
         for consumer in self._consumers.values():
             consumer.close()

@@ -208,7 +208,33 @@ def plan(
             out.append(RewindPosition(ref, offset, again, str(state)))
         return out
 
-    return RewindPlan(group, stream.name, target, tuple(count_again(db)), tuple(lost))
+    positions = count_again(db)
+    if target.to == RewindTo.TIME:  # no record the group reads again is older than the time
+        positions = [replace(p, pending_ts_ms=target.time_ms) for p in positions]
+    else:
+        positions = _with_timestamps(db, admin, stream, positions)
+    return RewindPlan(group, stream.name, target, tuple(positions), tuple(lost))
+
+
+def _with_timestamps(
+    db: Database, admin: ClusterAdmin, stream: Stream, positions: list[RewindPosition]
+) -> list[RewindPosition]:
+    """The positions with the timestamp of the record each starts at, one fetch per partition, so the time lag
+    counts from it until the group's next commit (a generation that does not answer keeps 0: not known)."""
+    by_gen: dict[tuple[str, int], dict[int, int]] = {}
+    for p in positions:
+        by_gen.setdefault((p.partition.lane, p.partition.generation), {})[p.partition.partition] = p.offset
+    stamps: dict[PartitionRef, int] = {}
+    for (lane, number), offsets in by_gen.items():
+        gen = stream.require_lane(lane).generation(number)
+        if gen is None:
+            continue
+        try:
+            found = admin.timestamps(get_cluster(db, gen.cluster), gen.topic, offsets)
+        except StreamplaneError:
+            continue
+        stamps.update({PartitionRef(stream.name, lane, number, p): ts for p, ts in found.items()})
+    return [replace(p, pending_ts_ms=stamps.get(p.partition, 0)) for p in positions]
 
 
 def _describe(plan: RewindPlan) -> str:
@@ -232,7 +258,6 @@ def apply(tr: Transaction, plan: RewindPlan, *, actor: str, now_ms: int) -> Rewi
     ev = GroupEvents(tr, actor, now_ms)
     holders: set[str] = set()
     freed = 0
-    pending_ts = plan.target.time_ms if plan.target.to == RewindTo.TIME else 0
     for pos in plan.positions:
         ref = pos.partition
         lane = stream.lane(ref.lane)
@@ -242,7 +267,7 @@ def apply(tr: Transaction, plan: RewindPlan, *, actor: str, now_ms: int) -> Rewi
             raise FailedPreconditionError(
                 f"{ref.lane} g{ref.generation} of {plan.stream} {now}: nothing was rewound; plan the rewind again"
             )
-        commitlog.rewind(tr, plan.group, ref, pos.offset, now_ms=now_ms, pending_ts_ms=pending_ts)
+        commitlog.rewind(tr, plan.group, ref, pos.offset, now_ms=now_ms, pending_ts_ms=pos.pending_ts_ms)
         if gen.state == DRAINED:
             tr.set(keys.reopened_key(plan.group, ref.stream, ref.lane, ref.generation), b"")
         lease = read_lease(tr, plan.group, ref)

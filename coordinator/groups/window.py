@@ -105,7 +105,8 @@ def _apply(tr: Transaction, window: Window, ends: dict[PartitionRef, int], *, ac
         raise AlreadyExistsError(f"group {window.group!r} exists", kind="group", name=window.group)
     for pos in window.positions:
         ref = pos.partition
-        commitlog.rewind(tr, window.group, ref, min(pos.offset, ends[ref]), now_ms=now_ms)
+        start = min(pos.offset, ends[ref])
+        commitlog.rewind(tr, window.group, ref, start, now_ms=now_ms, pending_ts_ms=window.from_ms)
         tr.set(keys.window_end_key(window.group, ref), str(ends[ref]).encode())
         if pos.generation_state == DRAINED and pos.offset < ends[ref]:
             tr.set(keys.reopened_key(window.group, *ref[:3]), b"")

@@ -40,6 +40,11 @@ class ClusterAdmin(Protocol):
         NotFoundError when the topic is gone, UnavailableError when the cluster does not answer."""
         ...
 
+    def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """{partition: the timestamp of its first record at or after the offset} (a partition with none is left
+        out); UnavailableError when the cluster does not answer."""
+        ...
+
 
 class _Bounds:
     """`ClusterAdmin.bounds` through librdkafka's ListOffsets on any Kafka-protocol cluster, real or local, with
@@ -52,6 +57,9 @@ class _Bounds:
     def __call__(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None) -> list[PartitionBounds]:
         with self._lock:
             return self._marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
+
+    def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        return Watermarks.timestamps(cluster.bootstrap_servers, topic, offsets)
 
 
 def kafka_end_offsets(
@@ -125,6 +133,9 @@ class KafkaAdmin:
     def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         return self._bounds(cluster, topic, partitions, at_ms)
 
+    def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        return self._bounds.timestamps(cluster, topic, offsets)
+
     def delete_topic(self, cluster: Cluster, topic: str) -> None:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient
@@ -163,6 +174,9 @@ class LocalAdmin:
     def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         return self._bounds(cluster, topic, partitions, at_ms)
 
+    def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        return self._bounds.timestamps(cluster, topic, offsets)
+
     def delete_topic(self, cluster: Cluster, topic: str) -> None:
         """librdkafka's mock cluster has no DeleteTopics (its admin requests wait for a controller it lacks):
         the topic stays, and the caller says so."""
@@ -189,6 +203,9 @@ class RoutingAdmin:
 
     def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         return self._admin(cluster).bounds(cluster, topic, partitions, at_ms)
+
+    def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        return self._admin(cluster).timestamps(cluster, topic, offsets)
 
     def _admin(self, cluster: Cluster) -> ClusterAdmin:
         return self._local if cluster.admin == ADMIN_LOCAL else self._kafka

@@ -52,6 +52,9 @@ class RewindPosition:
     again: int
     generation_state: str
     """The generation's state when planned (a drained one is read again by this group only)."""
+    pending_ts_ms: int = 0
+    """The timestamp of the record at `offset` (or a bound below it): the time lag counts from it until the
+    group's next commit says better (0: not known)."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,19 @@ class MemoryClusterAdmin:
             out.append(PartitionBounds(earliest, end, at))
         return out
 
+    def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        self._reach(cluster)
+        ends = self.topics.get((cluster.name, topic))
+        if ends is None:
+            raise UnavailableError(f"topic {topic} does not exist on cluster {cluster.name}")
+        out = {}
+        for p, offset in offsets.items():
+            offset = max(offset, self.earliest.get((cluster.name, topic, p), 0))
+            if offset < ends[p]:
+                runs = self.times.get((cluster.name, topic, p), [(0, 0)])
+                out[p] = next(ts for first, ts in reversed(runs) if first <= offset)
+        return out
+
     def append(self, cluster: str, topic: str, partition: int, records: int = 1, ts_ms: int = 0) -> None:
         """`records` more records written to one partition (at `ts_ms`, a record's timestamp)."""
         ends = self.topics[(cluster, topic)]

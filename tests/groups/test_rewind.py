@@ -422,3 +422,17 @@ RewindHistory.TestCase.settings = settings(
     max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_rewind_histories = RewindHistory.TestCase
+
+
+def test_the_time_lag_after_a_rewind_counts_from_the_oldest_record_to_do_again(world: World) -> None:
+    """Until the group's next commit says better, the commit log's time lag counts from the record each
+    partition starts at: its own timestamp (looked up) for earliest and offsets, the time for a time."""
+    d = world.d
+    now = world.clock.now_ms()
+    at = world.plan(RewindTarget(RewindTo.TIME, time_ms=T0 + HOUR))
+    assert at.positions and {p.pending_ts_ms for p in at.positions} == {T0 + HOUR}
+    plan = world.plan(RewindTarget(RewindTo.EARLIEST))
+    assert {(p.partition.generation, p.pending_ts_ms) for p in plan.positions} == {(1, T0), (2, T0 + 2 * HOUR)}
+    world.apply(plan)
+    lag = commitlog.lag(d.db, "billing", now_ms=now)
+    assert lag.time_lag_ms == now - T0, "the oldest record to do again is g1's first"

@@ -1987,8 +1987,10 @@ type RewindPosition struct {
 	// Records done before that the group processes again.
 	Again           int64  `protobuf:"varint,3,opt,name=again,proto3" json:"again,omitempty"`
 	GenerationState string `protobuf:"bytes,4,opt,name=generation_state,json=generationState,proto3" json:"generation_state,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The timestamp of the record at offset (or a bound below it); 0: not known.
+	PendingUnixMs int64 `protobuf:"varint,5,opt,name=pending_unix_ms,json=pendingUnixMs,proto3" json:"pending_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RewindPosition) Reset() {
@@ -2047,6 +2049,13 @@ func (x *RewindPosition) GetGenerationState() string {
 		return x.GenerationState
 	}
 	return ""
+}
+
+func (x *RewindPosition) GetPendingUnixMs() int64 {
+	if x != nil {
+		return x.PendingUnixMs
+	}
+	return 0
 }
 
 type CreateWindowGroupRequest struct {
@@ -2435,12 +2444,13 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\aoffsets\x18\x06 \x01(\v2 .streamplane.v1.PartitionOffsetsH\x00R\aoffsets\x12\x17\n" +
 	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x14\n" +
 	"\x05force\x18\b \x01(\bR\x05forceB\x04\n" +
-	"\x02to\"\xa5\x01\n" +
+	"\x02to\"\xcd\x01\n" +
 	"\x0eRewindPosition\x12:\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
 	"\x05again\x18\x03 \x01(\x03R\x05again\x12)\n" +
-	"\x10generation_state\x18\x04 \x01(\tR\x0fgenerationState\"\xd1\x01\n" +
+	"\x10generation_state\x18\x04 \x01(\tR\x0fgenerationState\x12&\n" +
+	"\x0fpending_unix_ms\x18\x05 \x01(\x03R\rpendingUnixMs\"\xd1\x01\n" +
 	"\x18CreateWindowGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +

@@ -318,16 +318,18 @@ class RewindGroupRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., stream: _Optional[str] = ..., lane: _Optional[str] = ..., time_ms: _Optional[int] = ..., earliest: _Optional[bool] = ..., offsets: _Optional[_Union[PartitionOffsets, _Mapping]] = ..., dry_run: _Optional[bool] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class RewindPosition(_message.Message):
-    __slots__ = ("partition", "offset", "again", "generation_state")
+    __slots__ = ("partition", "offset", "again", "generation_state", "pending_unix_ms")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     AGAIN_FIELD_NUMBER: _ClassVar[int]
     GENERATION_STATE_FIELD_NUMBER: _ClassVar[int]
+    PENDING_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     partition: PartitionRef
     offset: int
     again: int
     generation_state: str
-    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., offset: _Optional[int] = ..., again: _Optional[int] = ..., generation_state: _Optional[str] = ...) -> None: ...
+    pending_unix_ms: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., offset: _Optional[int] = ..., again: _Optional[int] = ..., generation_state: _Optional[str] = ..., pending_unix_ms: _Optional[int] = ...) -> None: ...
 
 class CreateWindowGroupRequest(_message.Message):
     __slots__ = ("group", "stream", "lane", "from_unix_ms", "until_unix_ms", "force", "dry_run")

@@ -952,13 +952,18 @@ def window_from_pb(x: apb.CreateWindowGroupResponse, group: str, stream: str) ->
 def _positions_to_pb(positions: Iterable[m.RewindPosition], out: Any) -> None:
     for p in positions:
         out.add(
-            partition=partition_to_pb(p.partition), offset=p.offset, again=p.again, generation_state=p.generation_state
+            partition=partition_to_pb(p.partition),
+            offset=p.offset,
+            again=p.again,
+            generation_state=p.generation_state,
+            pending_unix_ms=p.pending_ts_ms,
         )
 
 
 def _positions_from_pb(positions: Iterable[apb.RewindPosition]) -> tuple[m.RewindPosition, ...]:
     return tuple(
-        m.RewindPosition(partition_from_pb(p.partition), p.offset, p.again, p.generation_state) for p in positions
+        m.RewindPosition(partition_from_pb(p.partition), p.offset, p.again, p.generation_state, p.pending_unix_ms)
+        for p in positions
     )
 
 
