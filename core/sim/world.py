@@ -17,7 +17,7 @@ from streamplane.clock import ManualClock
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog.service import CommitLog
-from streamplane.coordinator.groups import leases
+from streamplane.coordinator.groups import leases, rewind
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.sessions.host import Session, SessionHost
 from streamplane.coordinator.groups.timing import AssignerConfig
@@ -46,6 +46,8 @@ from streamplane.model import (
     PartitionRef,
     Reject,
     Retry,
+    RewindTarget,
+    RewindTo,
     Stream,
     StreamCreated,
     Subscription,
@@ -70,6 +72,7 @@ FAULT_RATES = {  # per 100 ms step while faults run
     "coordinator_restart": 0.001,
     "heartbeat_lost": 0.003,
     "producer_restart": 0.002,
+    "rewind": 0.002,
 }
 
 
@@ -230,6 +233,8 @@ class World:
         """The dlq copies written: per (lease id, offset), copy number: the session that wrote it."""
         self.prefix: dict[str, int] = {}
         """Per lease id, offsets below this are all done (see `_done_below`)."""
+        self.reopened: set[tuple[str, int]] = set()
+        """(lane, generation) a rewind sent the group back into: its workers read them, drained or not."""
         self.faults_until = 0
         self.stream, self.stream_watch = self._read_stream()
         self.appended: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
@@ -336,6 +341,32 @@ class World:
                 pick.choice(self.workers).beat_at = self.now + 500
             case "producer_restart":  # a new session (holding seals back) before its route
                 self._start_producer(pick.choice(self.producers))
+            case "rewind":  # an operator sends the group back on one partition, to an offset it had done
+                self._rewind(pick)
+
+    def _rewind(self, pick: random.Random) -> None:
+        """`group rewind --to-offsets` on one partition with progress, applied on the store itself (an operator's
+        call, not a worker's); the reference model forgets what the commit log forgets."""
+        started = sorted(lid for lid, done in self.done.items() if done)
+        if not started:
+            return
+        lid = pick.choice(started)
+        ref = leases.parse_lease_id(lid)
+        to = pick.randrange(0, self._done_below(lid) + 1)
+        target = RewindTarget(RewindTo.OFFSETS, offsets={ref: to})
+        try:
+            planned = rewind.plan(self.inner, self.admin, GROUP, STREAM, target, now_ms=self.now)
+            if planned.lost:
+                return  # its cluster is down: an operator would not force it
+            rewind.apply(self.inner, planned, actor="sim", now_ms=self.now)
+        except StreamplaneError:
+            return
+        self.reopened.update((p.partition.lane, p.partition.generation) for p in planned.positions)
+        for model in (self.done, self.rejected, self.retried):
+            model[lid] = {o for o in model.get(lid, set()) if o < to}
+        self.prefix[lid] = min(self.prefix.get(lid, 0), to)
+        for key in [k for k in self.dlq if k[0] == lid and k[1] >= to]:
+            del self.dlq[key]  # their copies stay in the dlq lane; copies of what is rejected again are new
 
     def _active(self) -> Generation:
         return get_stream(self.inner, STREAM).require_lane(LANE).active
@@ -365,7 +396,7 @@ class World:
                 continue  # the last 20 s are quiet: everything written is in; a down cluster takes nothing
             topic = f"sp.{STREAM}.{LANE}.g{p.generation}"
             partition = self.rng.randrange(p.partitions)
-            self.admin.append(p.cluster, topic, partition, self.rng.randrange(1, 6))
+            self.admin.append(p.cluster, topic, partition, self.rng.randrange(1, 6), ts_ms=self.now)
             end = self.admin.topics[(p.cluster, topic)][partition]
             self.appended.setdefault((p.cluster, topic, partition), []).append((end, self.now))
 
@@ -568,8 +599,8 @@ class World:
         topic = f"sp.{stream}.{lane}.g{number}"
         found = self.stream.lane(lane)
         gen = found.generation(number) if found else None
-        if gen is None or gen.state == DRAINED:
-            return None
+        if gen is None or (gen.state == DRAINED and (lane, number) not in self.reopened):
+            return None  # a drained generation is read only when a rewind reopened it for the group
         cluster_ends = self.admin.topics.get((gen.cluster, topic))
         if gen.cluster in self.admin.down or cluster_ends is None:
             return None
