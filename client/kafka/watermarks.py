@@ -134,19 +134,41 @@ class Watermarks:
 
     @staticmethod
     def timestamps(bootstrap: str, topic: str, offsets: dict[int, int]) -> dict[int, int]:
-        """{partition: the timestamp of its first record at or after the offset}, one fetch each (a partition
-        with no record there is left out)."""
-        from streamplane.client.partition_fetcher import PartitionFetcher
+        """{partition: the timestamp of its first record at or after the offset}: one Fetch per leader for all
+        its partitions (a partition with no record there, or whose leader does not answer, is left out)."""
+        from streamplane.client.kafka import ConnectionConfig, KafkaConnection, KafkaProtocolError
+        from streamplane.client.records import decode_records
+        from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
-        out = {}
+        config = ConnectionConfig(timeout_s=10.0)
+        try:
+            with KafkaConnection.connect_any(bootstrap, config) as boot:
+                md = boot.metadata([topic])
+        except (UnavailableError, KafkaProtocolError) as err:
+            raise UnavailableError(f"cannot read the metadata of {topic} at {bootstrap}: {err}") from err
+        leaders = {p.partition: p.leader for p in md.topics.get(topic, [])}
+        by_leader: dict[int, dict[int, int]] = {}
         for partition, offset in offsets.items():
-            fetcher = PartitionFetcher(bootstrap, topic, partition, start_offset=offset, max_wait_ms=10)
+            leader = leaders.get(partition, -1)
+            if leader in md.brokers:
+                by_leader.setdefault(leader, {})[partition] = offset
+        out = {}
+        for leader, asked in by_leader.items():
+            broker = md.brokers[leader]
             try:
-                batch = fetcher.fetch().batch
-                if batch is not None and len(batch):
-                    out[partition] = int(batch.timestamps[0])
-            finally:
-                fetcher.close()
+                with KafkaConnection(broker.host, broker.port, config) as conn:
+                    parts = conn.fetch(topic, asked, max_wait_ms=10, partition_max_bytes=64 << 10)
+            except (UnavailableError, KafkaProtocolError):
+                continue
+            for part in parts:
+                if part.error_code or part.partition not in asked:
+                    continue
+                start = asked[part.partition]
+                got = decode_records(
+                    part.records, start, part.high_watermark, max_decompressed=DEFAULT_MAX_DECOMPRESSED, aborted=None
+                )
+                if got.batch is not None and len(got.batch):
+                    out[part.partition] = int(got.batch.timestamps[0])
         return out
 
     def close(self) -> None:

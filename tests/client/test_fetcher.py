@@ -116,3 +116,20 @@ def test_the_first_offset_at_a_time_is_found_by_the_records_own_timestamps(local
     finally:
         fetcher.close()
         marks.close()
+
+
+def test_the_timestamps_of_records_at_offsets_come_in_one_fetch_per_leader(local_cluster) -> None:
+    """Where a rewind to offsets starts each partition, and when that record was written: its time lag counts
+    from it. A partition with no record at or after its offset is left out."""
+    from streamplane.client.kafka.watermarks import Watermarks
+
+    bootstrap, control = local_cluster
+    topic = f"ts-{uuid.uuid4().hex[:8]}"
+    control.create_topic(topic, 3)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for p in range(3):
+        for i in range(10):
+            producer.produce(topic, b"v", partition=p, timestamp=1_700_000_000_000 + 1000 * p + i)
+    assert producer.flush(10) == 0
+    got = Watermarks.timestamps(bootstrap, topic, {0: 0, 1: 7, 2: 10})
+    assert got == {0: 1_700_000_000_000, 1: 1_700_000_001_007}
