@@ -115,6 +115,15 @@ def read_header(tr: Transaction, group: str, ref: PartitionRef) -> Header:
     return Header(**json.loads(raw)) if raw else Header()
 
 
+def low_or_none(tr: Transaction, group: str, ref: PartitionRef) -> int | None:
+    """The group's low watermark on a partition; None when its header does not decode. For the passes over
+    every group (the sealer's): one torn header holds back that partition, never the pass."""
+    try:
+        return read_header(tr, group, ref).low
+    except (ValueError, TypeError):
+        return None
+
+
 def _chunk_key(group: str, ref: PartitionRef, chunk: int) -> bytes:
     return keys.done_key(group, ref, chunk)
 

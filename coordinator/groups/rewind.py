@@ -310,7 +310,7 @@ def reopened(tr: Transaction, group: str) -> list[tuple[str, str, int]]:
 
 def _window_end(tr: Transaction, group: str, ref: PartitionRef, end: int) -> int:
     raw = tr.get(keys.window_end_key(group, ref))
-    return min(end, int(raw)) if raw is not None else end
+    return min(end, int(raw)) if raw is not None and raw.isdigit() else end
 
 
 def finish_rewinds(tr: Transaction, now_ms: int) -> bool:
@@ -322,11 +322,15 @@ def finish_rewinds(tr: Transaction, now_ms: int) -> bool:
     for key, _ in tr.get_range(r.start, r.stop):
         group, stream, lane, number = keys.REOPENED.unpack(key)
         raw = tr.get(keys.generation_key(stream, lane, number))
-        gen = Generation.from_json(raw) if raw is not None else None
+        try:
+            gen = Generation.from_json(raw) if raw is not None else None
+        except (ValueError, TypeError, KeyError):
+            gen = None  # a record that does not decode: nothing to read again there; the pass goes on
         if gen is not None and gen.state == DRAINED:
             ends = [(PartitionRef(stream, lane, number, p), end) for p, end in enumerate(gen.end_offsets)]
             capped = [(ref, _window_end(tr, group, ref, end)) for ref, end in ends]  # a replay window ends sooner
-            if any(commitlog.read_header(tr, group, ref).low < end for ref, end in capped):
+            lows = [(commitlog.low_or_none(tr, group, ref), end) for ref, end in capped]
+            if any(low is None or low < end for low, end in lows):  # a torn header keeps it open, alone
                 still = True
                 continue
         tr.clear(key)

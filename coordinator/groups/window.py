@@ -139,9 +139,9 @@ def ends_of(tr: Transaction, group: str) -> dict[PartitionRef, int] | None:
     if _stored(tr, group) is None:
         return None
     r = keys.WINDOW_ENDS.range((group,))
-    return {
-        PartitionRef(*keys.WINDOW_ENDS.unpack(k)[1:]): int(v) for k, v in tr.get_range(r.start, r.stop, snapshot=True)
-    }
+    rows = tr.get_range(r.start, r.stop, snapshot=True)
+    # a value that does not decode is left out (its partition is not read), never the end of the window's pass
+    return {PartitionRef(*keys.WINDOW_ENDS.unpack(k)[1:]): int(v) for k, v in rows if v.isdigit()}
 
 
 def wanted(tr: Transaction, group: str, streams: set[str]) -> dict[PartitionRef, int] | None:
@@ -150,9 +150,8 @@ def wanted(tr: Transaction, group: str, streams: set[str]) -> dict[PartitionRef,
     ends = ends_of(tr, group)
     if ends is None:
         return None
-    return {
-        ref: 1 for ref, end in ends.items() if ref.stream in streams and commitlog.read_header(tr, group, ref).low < end
-    }
+    lows = {ref: commitlog.low_or_none(tr, group, ref) for ref in ends if ref.stream in streams}
+    return {ref: 1 for ref, low in lows.items() if low is not None and low < ends[ref]}
 
 
 def session_view(tr: Transaction, group: str, held: Sequence[Lease], ends: dict[str, int]) -> bool:
@@ -182,7 +181,8 @@ def finish_windows(tr: Transaction, now_ms: int) -> bool:
         if stored is None or stored.get("finished"):
             continue
         ends = ends_of(tr, group) or {}
-        if any(commitlog.read_header(tr, group, ref).low < end for ref, end in ends.items()):
+        lows = [(commitlog.low_or_none(tr, group, ref), end) for ref, end in ends.items()]
+        if any(low is None or low < end for low, end in lows):  # a torn header keeps its own window running
             running = True
             continue
         tr.set(key, json.dumps({**stored, "finished": True, "finished_ms": now_ms}).encode())

@@ -93,3 +93,32 @@ def test_a_window_part_of_which_cannot_be_read_is_refused_unless_forced(world: W
     assert _in(world.d, lambda tr: window.ends_of(tr, "backfill")) is None, "no group was made"
     made = _create(world, from_ms=T0, force=True)
     assert {p.partition.generation for p in made.positions} == {2}
+
+
+def test_one_torn_entry_holds_back_only_its_own_window_or_rewind_never_the_sealers_pass(world: World) -> None:
+    """The sealer closes every group's reopened generations and windows in one pass: a torn progress header,
+    a window end that does not decode or a generation record that does not decode concern their own entry."""
+    from streamplane.coordinator import keys
+
+    d = world.d
+    _create(world, from_ms=T0 + HOUR, until_ms=T0 + 2 * HOUR + 1)  # "backfill"
+    window.create(d.db, d.admin, "torn", "logs", from_ms=T0, now_ms=world.clock.now_ms())
+    world.apply(world.plan(rewind.RewindTarget(rewind.RewindTo.EARLIEST)))  # billing reopens g1
+    ref = PartitionRef("logs", "realtime", 1, 0)
+
+    def poison(tr: object) -> None:
+        tr.set(keys.progress_key("billing", ref), b"{torn")  # type: ignore[attr-defined]
+        tr.set(keys.window_end_key("torn", ref), b"not a number")  # type: ignore[attr-defined]
+        tr.set(keys.progress_key("torn", PartitionRef("logs", "realtime", 2, 0)), b"[1")  # type: ignore[attr-defined]
+
+    _in(d, poison)
+    for gen, start, end in ((1, 10, 20), (2, 0, 10)):
+        for p in range(2):
+            lid = f"logs/realtime/g{gen}/p{p}"
+            commitlog.commit(d.db, "backfill", lid, 0, Commit(acked=[(start, end)], high_watermark=end), now_ms=9)
+    world.sealer.run_once()  # raises nothing
+    assert _in(d, lambda tr: window.session_view(tr, "backfill", [], {})) is True, "the healthy window finished"
+    assert _in(d, lambda tr: window.session_view(tr, "torn", [], {})) is False, "the torn one waits, alone"
+    assert ("logs", "realtime", 1) in _in(d, lambda tr: rewind.reopened(tr, "billing")), "kept open, not lost"
+    member = Member("w1", "s1", subscriptions=(Subscription("logs"),))
+    assert ref not in _in(d, lambda tr: state.group_partitions(tr, [member], "torn")), "its torn end is not read"
