@@ -135,10 +135,10 @@ def claim(
         records = _records(tr, group, intent["batch"])
         _write(tr, group, stream, {**intent, "owner": owner, "until_ms": now_ms + CLAIM_MS})
         left = RedriveTarget(**{**intent["target"], "from_offsets": tuple(intent["target"]["from_offsets"])})
-        return RedriveClaim(tuple(records), left, str(intent.get("cursor", "")), in_doubt=True)
-    window = [since_ms, until_ms]
-    if not cursor and intent is not None and intent.get("window") == window:
-        cursor = str(intent.get("cursor", ""))  # a run killed between batches: go on from where it was
+        # the run that left it goes on from its cursor; another one walks from the start once it is done (what
+        # was redriven is passed over; a reject recorded meanwhile before the cursor is not)
+        resume = str(intent.get("cursor", "")) if intent.get("owner") == owner else ""
+        return RedriveClaim(tuple(records), left, resume, in_doubt=True)
     size = max(1, min(batch_size, MAX_BATCH))
     found, token = commitlog.walk_rejects(
         tr,
@@ -164,7 +164,6 @@ def claim(
         {
             "owner": owner,
             "until_ms": now_ms + CLAIM_MS,
-            "window": window,
             "cursor": token,
             "batch": _packed(records),
             "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},

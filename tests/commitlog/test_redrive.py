@@ -66,7 +66,7 @@ def test_a_second_run_waits_while_the_first_holds_its_claim_then_takes_its_batch
     with pytest.raises(FailedPreconditionError, match="taken over by another run: stop"):
         redrive.complete(d.db, "orders", "billing", "run-a", now_ms=100_000 + redrive.CLAIM_MS + 1)
     assert redrive.complete(d.db, "orders", "billing", "run-b", now_ms=100_000 + redrive.CLAIM_MS + 1) == 10
-    # run-b was killed between batches: a run of the same window goes on from where it was
+    # run-b was killed between batches: a new run walks from the start, passing over what was redriven
     later = _claim(d, "run-c", now_ms=100_000 + 3 * redrive.CLAIM_MS)
     assert [r.offset for r in later.batch][:1] == [10] and not later.in_doubt
 
