@@ -262,11 +262,16 @@ class Membership:
         self._fetch.remove(ledger.lease_id)
 
     def lose(self, ledger: LeaseLedger) -> None:
-        """Forget a lease that is no longer ours (fenced): nothing is handed back."""
+        """Forget a lease that is no longer ours (fenced): nothing is handed back. A ledger that a newer grant
+        of the same lease replaced stops alone: the partition goes on being read for the new one."""
         with self._lock:
-            if self._ledgers.get(ledger.lease_id) is ledger:
+            current = self._ledgers.get(ledger.lease_id) is ledger
+            if current:
                 del self._ledgers[ledger.lease_id]
-        self._stop_reading(ledger)
+        if current:
+            self._stop_reading(ledger)
+        else:
+            ledger.drop()
 
     def lose_all(self) -> None:
         with self._lock:

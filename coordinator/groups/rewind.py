@@ -8,8 +8,9 @@ caller refuses such a rewind unless forced.
 
 Applying it is one transaction, with one `group_rewound` event and its actor: for each partition, the commit
 log forgets what the group finished at or after its new position (its done offsets, retries and rejects,
-for this group only); the group's lease on it is freed, so its holder is fenced and the owner's next pass
-grants it again at a new epoch, from the new position. A drained generation is *reopened* for this group only
+for this group only); the group's lease on it is granted again to its holder at a new epoch, from the new
+position, so what the holder still handles of the old epoch is fenced (a lease being moved is freed, and the
+owner's next pass grants it to where it was going). A drained generation is *reopened* for this group only
 (a reopened key): the group reads it again while nobody else does, and the sealer closes it again once the
 group is back at its end offsets (`finish_rewinds`, with a `rewind_finished` event).
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.coordinator.groups.leases import FREE, GroupEvents, bump_versions, read_lease, write_lease
+from streamplane.coordinator.groups.leases import FREE, GRANTED, GroupEvents, bump_versions, read_lease, write_lease
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
 from streamplane.coordinator.topology.records import get_cluster, get_stream
@@ -271,7 +272,15 @@ def apply(tr: Transaction, plan: RewindPlan, *, actor: str, now_ms: int) -> Rewi
         if gen.state == DRAINED:
             tr.set(keys.reopened_key(plan.group, ref.stream, ref.lane, ref.generation), b"")
         lease = read_lease(tr, plan.group, ref)
-        if lease is not None and lease.state != FREE:
+        if lease is not None and lease.state == GRANTED:
+            # granted again to its holder at a new epoch, here: the holder starts over at once (no pass of the
+            # owner in between, no move), and whatever it still handles of the old epoch is fenced
+            again = replace(lease, epoch=lease.epoch + 1, lag_records=0, lag_ms=0)
+            write_lease(tr, plan.group, lease, again)
+            ev.group(plan.group, "lease_granted", lease.worker_id, again, "the group was rewound: a new epoch")
+            holders.add(lease.worker_id)
+            freed += 1
+        elif lease is not None and lease.state != FREE:  # moving: freed, and the owner grants it to its target
             write_lease(tr, plan.group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
             ev.group(plan.group, "lease_revoked", lease.worker_id, lease, "the group was rewound")
             holders.add(lease.worker_id)

@@ -317,3 +317,43 @@ def test_poison_records_reach_the_dlq_once_while_its_broker_is_down(address: str
     assert sorted(r.value for r in dlq) == [b"poison1", b"poison2"], "each poison record is copied once"
     assert {dict(r.headers)[COPY_HEADER] for r in dlq} == {b"1"}
     assert attempts[b"poison1"] == attempts[b"poison2"] == 2, "no attempt beyond the limit"
+
+
+def test_a_worker_rewound_while_it_handles_records_reads_every_partition_again(address: str) -> None:
+    """A rewind grants each lease again to its holder at a new epoch while the holder still handles and
+    commits records of the old one: the old epoch's commits are fenced, and that must stop only the old
+    epoch, not the partition's reads for the new one."""
+    stream, group = "rewound-live", "slow"
+    with CoordinatorClient(address) as client:
+        client.create_stream(stream, 4, cluster="east")
+    values = [b"r-%d" % i for i in range(400)]
+    produce(address, stream, values)
+    epochs: dict[str, int] = {}
+    again: Counter[bytes] = Counter()
+    lock = threading.Lock()
+
+    def handle(msg: Message) -> None:
+        with lock:
+            first = epochs.setdefault(msg.lease_id, msg.epoch)
+            if msg.epoch > first:
+                again[msg.value] += 1
+        time.sleep(0.002)  # slower than the reads: old-epoch records are still in hand at the rewind
+
+    consumer = Consumer(address, group=group, stream=stream)
+    thread = threading.Thread(target=consumer.run, args=(handle,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(epochs) == 4, timeout=30, what=lambda: f"every partition read, {len(epochs)} are")
+        with CoordinatorClient(address) as client:
+            wait_until(lambda: client.lag(group, stream=stream).offset_lag < len(values), timeout=30)
+            client.rewind_group(group, stream, model.RewindTarget(model.RewindTo.EARLIEST))
+        wait_until(
+            lambda: len(again) == len(values),
+            timeout=60,
+            what=lambda: f"{len(again)} of {len(values)} records read again at the new epochs",
+        )
+        with CoordinatorClient(address) as client:
+            wait_until(lambda: client.lag(group, stream=stream).offset_lag == 0, timeout=30)
+    finally:
+        consumer.close()
+        thread.join(10)

@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.groups import rewind, state
-from streamplane.coordinator.groups.leases import FREE, GRANTED, Lease, Member, read_lease, write_lease
+from streamplane.coordinator.groups.leases import FREE, GRANTED, REVOKING, Lease, Member, read_lease, write_lease
 from streamplane.coordinator.topology import events
 from streamplane.coordinator.topology.records import get_cluster, get_stream
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
@@ -218,7 +218,7 @@ def test_applying_reopens_the_drained_generation_for_that_group_alone_until_it_i
     assert len(finished) == 1 and "g1 processed again" in finished[0].reason
 
 
-def test_the_groups_leases_are_freed_so_a_holder_still_at_the_old_epoch_is_fenced(world: World) -> None:
+def test_a_held_lease_is_granted_again_to_its_holder_at_a_new_epoch_so_the_old_epoch_is_fenced(world: World) -> None:
     d = world.d
     ref = PartitionRef("logs", "realtime", 2, 0)
     held = Lease(*ref, worker_id="w1", epoch=3, state=GRANTED)
@@ -226,10 +226,24 @@ def test_the_groups_leases_are_freed_so_a_holder_still_at_the_old_epoch_is_fence
     applied = world.apply(world.plan(RewindTarget(RewindTo.EARLIEST)))
     assert applied.leases_regranted == 1
     lease = _in(d, lambda tr: read_lease(tr, "billing", ref))
-    assert lease is not None and lease.state == FREE and lease.epoch == 3, "the next grant is at epoch 4"
+    assert lease is not None and (lease.state, lease.worker_id, lease.epoch) == (GRANTED, "w1", 4), (
+        "its holder starts over at once, at a new epoch, without waiting for the owner's pass"
+    )
     with pytest.raises(FencedError):
         commitlog.commit(d.db, "billing", ref.lease_id, 3, Commit(acked=[(0, 10)]), now_ms=5)
     assert world.low(2, 0) == 0, "the old holder's late commit did not undo the rewind"
+
+
+def test_a_lease_being_moved_is_freed_for_the_owner_to_grant_where_it_was_going(world: World) -> None:
+    d = world.d
+    ref = PartitionRef("logs", "realtime", 2, 1)
+    moving = Lease(*ref, worker_id="w1", epoch=3, state=REVOKING, target="w2", deadline_ms=10_000)
+    _in(d, lambda tr: write_lease(tr, "billing", None, moving))
+    world.apply(world.plan(RewindTarget(RewindTo.EARLIEST)))
+    lease = _in(d, lambda tr: read_lease(tr, "billing", ref))
+    assert lease is not None and (lease.state, lease.worker_id, lease.epoch) == (FREE, "", 3)
+    with pytest.raises(FencedError):
+        commitlog.commit(d.db, "billing", ref.lease_id, 3, Commit(acked=[(0, 10)]), now_ms=5)
 
 
 def test_what_cannot_be_reprocessed_is_listed_per_generation(world: World) -> None:
