@@ -12,6 +12,7 @@ setup(
                 "native/src/codecs.c",
                 "native/src/crc32c.c",
                 "native/src/lanes.c",
+                "native/src/where.c",
             ],
             depends=["native/src/spdecode.h", "native/src/lanes.h"],
             libraries=["zstd", "z", "lz4", "snappy"],

@@ -33,6 +33,8 @@ MAX_TERMS = 64
 """Tests one predicate may hold (each costs every record a comparison)."""
 MAX_IN = 256
 """Values one `in (...)` may list."""
+MAX_DEPTH = 32
+"""How deep parentheses and `not`s may nest (the native evaluator recurses that deep per record)."""
 
 
 class Subject(StrEnum):
@@ -144,7 +146,10 @@ def _string(tok: _Tok, text: str) -> bytes:
             out.append(int(digits, 16))
             i += 4
         else:
-            out += body[i].encode()
+            try:
+                out += body[i].encode()
+            except UnicodeEncodeError:
+                raise _refuse(text, tok.column + 1 + i, "a string holds a character that is not text") from None
             i += 1
     return bytes(out)
 
@@ -155,6 +160,7 @@ class _Parser:
         self.toks = _tokens(text)
         self.i = 0
         self.terms = 0
+        self.depth = 0
 
     def peek(self) -> _Tok:
         return self.toks[self.i]
@@ -199,13 +205,20 @@ class _Parser:
         return terms[0] if len(terms) == 1 else AllOf(tuple(terms))
 
     def unary(self) -> Predicate:
-        if self.word("not"):
-            return Not(self.unary())
-        if self.peek().text == "(":
-            self.take()
-            inner = self.or_()
-            self.expect(")", "')' to close '('")
-            return inner
+        tok = self.peek()
+        if tok.text.lower() == "not" or tok.text == "(":
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise _refuse(self.text, tok.column, f"parentheses and not nest at most {MAX_DEPTH} deep")
+            try:
+                if self.word("not"):
+                    return Not(self.unary())
+                self.take()
+                inner = self.or_()
+                self.expect(")", "')' to close '('")
+                return inner
+            finally:
+                self.depth -= 1
         return self.test()
 
     def test(self) -> Predicate:

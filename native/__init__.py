@@ -13,6 +13,7 @@ from streamplane.errors import DecodeError, DecodeLimitExceeded, InvalidArgument
 from streamplane.native import reference
 from streamplane.native._loaded import USE_NATIVE, _native
 from streamplane.native.batch import BatchInfo, DecodedBatch, PyRecord, Record, error_from_tuple
+from streamplane.native.where import Where, compile_where
 
 DEFAULT_MAX_DECOMPRESSED = 64 * 1024 * 1024
 
@@ -34,6 +35,8 @@ def decode(
     verify_crc: bool = True,
     aborted: Sequence[tuple[int, int]] | None = None,
     min_offset: int | None = None,
+    where: Where | None = None,
+    partition: int = -1,
     impl: str | None = None,
 ) -> DecodedBatch:
     """Decode a Fetch response's records for one partition into a columnar batch.
@@ -48,6 +51,9 @@ def decode(
             records (read committed); None returns every record (read uncommitted).
         min_offset: leave out records below it (Kafka returns whole batches, so a fetch from the middle of
             one starts earlier than asked).
+        where: a compiled record predicate (`compile_where`): records it does not match are left out before
+            anything is built for them, and counted in `DecodedBatch.filtered`.
+        partition: the partition the record set is of (what a predicate's `partition` tests compare).
         impl: 'native' or 'python' to force an implementation (tests and benchmarks).
 
     Raises:
@@ -59,12 +65,17 @@ def decode(
     fn = IMPLEMENTATIONS.get(impl or implementation)
     if fn is None:
         raise InvalidArgumentError(f"impl must be one of {sorted(IMPLEMENTATIONS)}, not {impl!r}")
+    chosen = impl or implementation
+    if where is not None and chosen == "native" and where.native is None:
+        raise InvalidArgumentError("this where predicate was compiled without the native extension")
     columns = fn(
         record_set,
         max_decompressed,
         verify_crc,
         None if aborted is None else list(aborted),
         -(1 << 63) if min_offset is None else min_offset,
+        None if where is None else where.native if chosen == "native" else where.tree,
+        partition,
     )
     if columns["error"] and not columns["batches"]:
         raise error_from_tuple(columns["error"])
@@ -80,6 +91,8 @@ __all__ = [
     "DecodedBatch",
     "PyRecord",
     "Record",
+    "Where",
+    "compile_where",
     "crc32c",
     "decode",
     "implementation",

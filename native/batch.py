@@ -130,7 +130,8 @@ class DecodedBatch:
     """The records decoded from one record set, as columns.
 
     Attributes:
-        count: records in the batch (control and aborted records are not included).
+        count: records in the batch (control and aborted records, and those a `where` predicate left out, are
+            not included).
         next_offset: the offset to fetch next (after the last decoded batch), -1 if none was decoded.
         consumed: input bytes taken by the decoded batches.
         incomplete: the input ended in a truncated batch, as Kafka returns at the end of a fetch.
@@ -142,6 +143,8 @@ class DecodedBatch:
     def __init__(self, columns: dict[str, Any]) -> None:
         self._c = columns
         self.count: int = columns["count"]
+        self.filtered: int = columns.get("filtered", 0)
+        """Records a `where` predicate left out (not in `count`)."""
         self.next_offset: int = columns["next_offset"]
         self.consumed: int = columns["consumed"]
         stop = columns["stop"]

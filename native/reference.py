@@ -15,6 +15,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from streamplane.predicate import Predicate, matches
+
 # Error kinds and stop reasons, as in native/src/spdecode.h.
 OK, CORRUPT, CRC, MAGIC, CODEC, DECOMPRESS, LIMIT, NOMEM = range(8)
 STOP_END, STOP_INCOMPLETE, STOP_BUDGET, STOP_ERROR = range(4)
@@ -237,6 +239,7 @@ def _field(data: bytes, p: int, end: int, what: str, bad: Callable[[str, int], E
 class _Columns:
     def __init__(self) -> None:
         self.count = 0
+        self.filtered = 0
         self.offsets = array("q")
         self.timestamps = array("q")
         self.key_offsets = array("i", [0])
@@ -270,11 +273,11 @@ class _Columns:
             self.hvalue_valid,
         ]
 
-    def mark(self) -> tuple[int, list[int]]:
-        return self.count, [len(c) for c in self._columns()]
+    def mark(self) -> tuple[int, int, list[int]]:
+        return self.count, self.filtered, [len(c) for c in self._columns()]
 
-    def roll_back(self, mark: tuple[int, list[int]]) -> None:
-        self.count, lens = mark
+    def roll_back(self, mark: tuple[int, int, list[int]]) -> None:
+        self.count, self.filtered, lens = mark
         for column, length in zip(self._columns(), lens, strict=True):
             del column[length:]
 
@@ -295,8 +298,11 @@ def _parse_records(
     records_pos: int,
     compressed: bool,
     min_offset: int,
+    where: Predicate | None = None,
+    partition: int = -1,
 ) -> int:
-    """Parse a batch's records; append them to `cols` when `emit`. Returns the control type (-1 if none)."""
+    """Parse a batch's records; append them to `cols` when `emit` (and, with `where`, the record matches it;
+    one it does not is counted in `cols.filtered`). Returns the control type (-1 if none)."""
     n, end, pos = info["record_count"], len(data), 0
     bpos, base = info["position"], info["base_offset"]
     if n < 0 or n > end // MIN_RECORD_BYTES + (1 if end else 0):
@@ -366,9 +372,15 @@ def _parse_records(
             headers.append((hk, hv))
         if p != rec_end:
             raise bad("record length disagrees with its fields", p)
-        if emit and _wrap(base + off_delta) >= min_offset:
+        ts = info["max_timestamp"] if info["log_append_time"] else _wrap(info["first_timestamp"] + ts_delta)
+        wanted = emit and _wrap(base + off_delta) >= min_offset
+        if wanted and where is not None:
+            named = [(hk.decode("utf-8", "surrogateescape"), hv) for hk, hv in headers]
+            if not matches(where, key=key, value=value, timestamp=ts, partition=partition, headers=named):
+                wanted = False
+                cols.filtered += 1
+        if wanted:
             cols.offsets.append(_wrap(base + off_delta))
-            ts = info["max_timestamp"] if info["log_append_time"] else _wrap(info["first_timestamp"] + ts_delta)
             cols.timestamps.append(ts)
             cols.keys += key or b""
             cols.values += value or b""
@@ -403,8 +415,11 @@ def decode_columns(
     verify_crc: bool = True,
     aborted: list[tuple[int, int]] | None = None,
     min_offset: int = -(1 << 63),
+    where: Predicate | None = None,
+    partition: int = -1,
 ) -> dict[str, Any]:
-    """Decode a record set into the column dict of the C core's `decode_columns`."""
+    """Decode a record set into the column dict of the C core's `decode_columns` (`where` is the predicate's
+    tree here, where the C core takes its compiled program)."""
     if max_decompressed <= 0:
         raise ValueError("max_decompressed must be a positive number of bytes")
     data = bytes(data)
@@ -506,10 +521,18 @@ def decode_columns(
                     if kind == LIMIT and batches and budget < max_decompressed:
                         stop = STOP_BUDGET
                         break
-                    where = (
+                    batch_at = (
                         f"batch at byte {pos} (base offset {base_offset}, {CODECS[codec]}, {size - HEADER_SIZE} bytes)"
                     )
-                    error = (kind, f"{where}: {err}", pos, base_offset, info["last_offset"], size - HEADER_SIZE, budget)
+                    error = (
+                        kind,
+                        f"{batch_at}: {err}",
+                        pos,
+                        base_offset,
+                        info["last_offset"],
+                        size - HEADER_SIZE,
+                        budget,
+                    )
                     stop = STOP_ERROR
                     break
             elif len(records) > budget:
@@ -541,7 +564,9 @@ def decode_columns(
                 emit = False
             before = cols.mark()
             try:
-                control_type = _parse_records(cols, info, records, emit, pos + HEADER_SIZE, codec != 0, min_offset)
+                control_type = _parse_records(
+                    cols, info, records, emit, pos + HEADER_SIZE, codec != 0, min_offset, where, partition
+                )
             except _StopError:
                 cols.roll_back(before)  # a batch that fails half way contributes nothing
                 raise
@@ -585,6 +610,7 @@ def decode_columns(
         error = (*error[:4], last, *error[5:])
     return {
         "count": cols.count,
+        "filtered": cols.filtered,
         "offsets": cols.offsets.tobytes(),
         "timestamps": cols.timestamps.tobytes(),
         "key_offsets": cols.key_offsets.tobytes(),

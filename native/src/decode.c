@@ -118,6 +118,11 @@ static int read_varlong(cursor *c, int64_t *out, int maxbytes) {
 /* -- records ---------------------------------------------------------------------------------------------- */
 
 typedef struct {
+    sp_header_view *items; /* one record's headers, parsed before the record is matched and emitted */
+    size_t cap;
+} header_views;
+
+typedef struct {
     sp_result *r;
     const sp_batch_info *batch;
     int emit;            /* append to the columns (0 for control and aborted batches) */
@@ -125,6 +130,9 @@ typedef struct {
     int64_t records_pos; /* input position of the records section, when uncompressed */
     int compressed;
     int control_type;    /* for control batches: 0 abort, 1 commit, -1 unknown */
+    const sp_where *where; /* records it does not match are parsed but not emitted (NULL: none) */
+    int64_t partition;
+    header_views *headers;
 } batch_ctx;
 
 static int bad_record(batch_ctx *ctx, cursor *c, int32_t index, const char *what) {
@@ -200,7 +208,37 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
         if (ctx->control_type == -2 && i == 0) { /* control record key: version int16, type int16 */
             ctx->control_type = (key && klen >= 4) ? be16(key + 2) : -1;
         }
-        int emit = ctx->emit && wrap_add(b->base_offset, off_delta) >= ctx->min_offset;
+        header_views *hv = ctx->headers;
+        if ((size_t)hcount > hv->cap) {
+            size_t cap = hv->cap ? hv->cap : 8;
+            while (cap < (size_t)hcount) cap *= 2;
+            sp_header_view *items = realloc(hv->items, cap * sizeof *items);
+            if (!items) return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
+            hv->items = items;
+            hv->cap = cap;
+        }
+        for (int64_t h = 0; h < hcount; h++) {
+            const uint8_t *hk, *hvalue;
+            int64_t hklen, hvlen;
+            at = rc.p;
+            if (read_field(&rc, &hk, &hklen) || hklen < 0) {
+                rc.p = at;
+                return bad_record(ctx, &rc, i, "bad header key");
+            }
+            if (read_field(&rc, &hvalue, &hvlen)) return bad_record(ctx, &rc, i, "bad header value");
+            hv->items[h] = (sp_header_view){{hk, hklen}, {hvalue, hvlen}};
+        }
+        if (rc.p != rc.end) return bad_record(ctx, &rc, i, "record length disagrees with its fields");
+        int64_t offset = wrap_add(b->base_offset, off_delta);
+        int64_t timestamp = b->log_append_time ? b->max_timestamp : wrap_add(b->first_timestamp, ts_delta);
+        int emit = ctx->emit && offset >= ctx->min_offset;
+        if (emit && ctx->where) {
+            sp_record_view view = {{key, klen}, {value, vlen}, timestamp, ctx->partition, hv->items, (size_t)hcount};
+            if (!sp_where_match(ctx->where, &view)) {
+                emit = 0;
+                r->filtered++;
+            }
+        }
         if (emit) {
             size_t idx = r->count;
             if (idx == 0 && r->key_offsets.len == 0) {
@@ -217,8 +255,8 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
             }
             if (r->keys.len + (klen > 0 ? klen : 0) > INT32_MAX || r->values.len + (vlen > 0 ? vlen : 0) > INT32_MAX)
                 return fail(r, SP_ERR_LIMIT, b->position, b->base_offset, "more than 2 GiB of keys or values");
-            put_i64(&r->offsets, wrap_add(b->base_offset, off_delta));
-            put_i64(&r->timestamps, b->log_append_time ? b->max_timestamp : wrap_add(b->first_timestamp, ts_delta));
+            put_i64(&r->offsets, offset);
+            put_i64(&r->timestamps, timestamp);
             if (klen > 0) { memcpy(r->keys.data + r->keys.len, key, (size_t)klen); r->keys.len += (size_t)klen; }
             if (vlen > 0) { memcpy(r->values.data + r->values.len, value, (size_t)vlen); r->values.len += (size_t)vlen; }
             put_i32(&r->key_offsets, (int32_t)r->keys.len);
@@ -226,30 +264,22 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
             if (bit_append(&r->key_valid, idx, klen >= 0) || bit_append(&r->value_valid, idx, vlen >= 0))
                 return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
         }
-        for (int64_t h = 0; h < hcount; h++) {
-            const uint8_t *hk, *hv;
-            int64_t hklen, hvlen;
-            at = rc.p;
-            if (read_field(&rc, &hk, &hklen) || hklen < 0) {
-                rc.p = at;
-                return bad_record(ctx, &rc, i, "bad header key");
-            }
-            if (read_field(&rc, &hv, &hvlen)) return bad_record(ctx, &rc, i, "bad header value");
-            if (!emit) continue;
+        for (int64_t h = 0; h < hcount && emit; h++) {
+            const uint8_t *hk = hv->items[h].key.data, *hvd = hv->items[h].value.data;
+            int64_t hklen = hv->items[h].key.len, hvlen = hv->items[h].value.len;
             if (buf_reserve(&r->hkeys, (size_t)hklen) || buf_reserve(&r->hvalues, hvlen > 0 ? (size_t)hvlen : 0) ||
                 buf_reserve(&r->hkey_offsets, 4) || buf_reserve(&r->hvalue_offsets, 4))
                 return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
             if (r->hkeys.len + hklen > INT32_MAX || r->hvalues.len + (hvlen > 0 ? hvlen : 0) > INT32_MAX)
                 return fail(r, SP_ERR_LIMIT, b->position, b->base_offset, "more than 2 GiB of headers");
             if (hklen > 0) { memcpy(r->hkeys.data + r->hkeys.len, hk, (size_t)hklen); r->hkeys.len += (size_t)hklen; }
-            if (hvlen > 0) { memcpy(r->hvalues.data + r->hvalues.len, hv, (size_t)hvlen); r->hvalues.len += (size_t)hvlen; }
+            if (hvlen > 0) { memcpy(r->hvalues.data + r->hvalues.len, hvd, (size_t)hvlen); r->hvalues.len += (size_t)hvlen; }
             put_i32(&r->hkey_offsets, (int32_t)r->hkeys.len);
             put_i32(&r->hvalue_offsets, (int32_t)r->hvalues.len);
             if (bit_append(&r->hvalue_valid, r->header_count, hvlen >= 0))
                 return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
             r->header_count++;
         }
-        if (rc.p != rc.end) return bad_record(ctx, &rc, i, "record length disagrees with its fields");
         if (emit) {
             put_i32(&r->header_offsets, (int32_t)r->header_count);
             r->count++;
@@ -266,7 +296,7 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
 
 /* Column lengths before a batch, so a batch that fails half way contributes nothing. */
 typedef struct {
-    size_t count, header_count, lens[14];
+    size_t count, header_count, filtered, lens[14];
 } mark;
 
 #define COLUMNS(r)                                                                                            \
@@ -275,7 +305,7 @@ typedef struct {
      &(r)->hvalue_offsets, &(r)->hvalues, &(r)->hvalue_valid}
 
 static mark take_mark(sp_result *r) {
-    mark m = {r->count, r->header_count, {0}};
+    mark m = {r->count, r->header_count, r->filtered, {0}};
     sp_buf *cols[] = COLUMNS(r);
     for (size_t i = 0; i < 14; i++) m.lens[i] = cols[i]->len;
     return m;
@@ -286,6 +316,7 @@ static void roll_back(sp_result *r, const mark *m) {
     for (size_t i = 0; i < 14; i++) cols[i]->len = m->lens[i];
     r->count = m->count;
     r->header_count = m->header_count;
+    r->filtered = m->filtered;
     /* validity bitmaps: clear the bits past the kept ones in their last byte */
     if (r->count & 7) {
         uint8_t keep = (uint8_t)((1u << (r->count & 7)) - 1);
@@ -333,7 +364,14 @@ static int cmp_aborted(const void *a, const void *b) {
 
 int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
               const sp_aborted_txn *aborted_in, size_t naborted, int64_t min_offset, sp_result *r) {
+    return sp_decode_where(in, len, max_decompressed, verify_crc, aborted_in, naborted, min_offset, NULL, -1, r);
+}
+
+int sp_decode_where(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
+                    const sp_aborted_txn *aborted_in, size_t naborted, int64_t min_offset, const sp_where *where,
+                    int64_t partition, sp_result *r) {
     size_t pos = 0;
+    header_views headers = {NULL, 0};
     pid_set active = {0};
     sp_aborted_txn *aborted = NULL;
     size_t next_aborted = 0;
@@ -437,7 +475,7 @@ int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify
         }
         b.decompressed_size = (int64_t)records_len;
 
-        batch_ctx ctx = {r, &b, 1, min_offset, (int64_t)pos + HEADER_SIZE, b.codec != 0, -1};
+        batch_ctx ctx = {r, &b, 1, min_offset, (int64_t)pos + HEADER_SIZE, b.codec != 0, -1, where, partition, &headers};
         if (aborted && b.producer_id >= 0) {
             while (next_aborted < naborted && aborted[next_aborted].first_offset <= b.last_offset)
                 if (pid_add(&active, aborted[next_aborted++].producer_id)) {
@@ -478,6 +516,7 @@ done:
         r->err_last_offset = len - pos >= 27 ? wrap_add(be64(in + pos), be32(in + pos + 23)) : -1;
     free(aborted);
     free(active.pids);
+    free(headers.items);
     if (r->count == 0 && r->key_offsets.len == 0) {
         /* no record emitted: the offset columns still hold their single leading zero */
         sp_buf *zeros[] = {&r->key_offsets, &r->value_offsets, &r->header_offsets, &r->hkey_offsets, &r->hvalue_offsets};

@@ -82,23 +82,56 @@ static int set_item(PyObject *d, const char *key, PyObject *value) {
     return rc;
 }
 
+/* -- record predicates: a compiled `where` program, held by a capsule ----------------------------------------- */
+
+#define WHERE_CAPSULE "streamplane._native.where"
+
+static void where_destroy(PyObject *capsule) { sp_where_free(PyCapsule_GetPointer(capsule, WHERE_CAPSULE)); }
+
+static PyObject *compile_where(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer program;
+    if (!PyArg_ParseTuple(args, "y*", &program)) return NULL;
+    sp_where *w = NULL;
+    char msg[200];
+    int rc = sp_where_compile(program.buf, (size_t)program.len, &w, msg, sizeof msg);
+    PyBuffer_Release(&program);
+    if (rc == SP_ERR_NOMEM) return PyErr_NoMemory();
+    if (rc != SP_OK) {
+        PyErr_SetString(PyExc_ValueError, msg);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(w, WHERE_CAPSULE, where_destroy);
+    if (!capsule) sp_where_free(w);
+    return capsule;
+}
+
 static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
-    static char *kwlist[] = {"data", "max_decompressed", "verify_crc", "aborted", "min_offset", NULL};
+    static char *kwlist[] = {"data", "max_decompressed", "verify_crc", "aborted", "min_offset", "where", "partition",
+                             NULL};
     Py_buffer in;
     Py_ssize_t max_decompressed;
     int verify_crc = 1;
-    PyObject *aborted_obj = Py_None;
-    long long min_offset = INT64_MIN;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*n|pOL", kwlist, &in, &max_decompressed, &verify_crc,
-                                     &aborted_obj, &min_offset))
+    PyObject *aborted_obj = Py_None, *where_obj = Py_None;
+    long long min_offset = INT64_MIN, partition = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*n|pOLOL", kwlist, &in, &max_decompressed, &verify_crc,
+                                     &aborted_obj, &min_offset, &where_obj, &partition))
         return NULL;
     sp_aborted_txn *aborted = NULL;
     Py_ssize_t naborted = 0;
     PyObject *result = NULL;
+    const sp_where *where = NULL;
     if (max_decompressed <= 0) {
         PyErr_SetString(PyExc_ValueError, "max_decompressed must be a positive number of bytes");
         goto out;
+    }
+    if (where_obj != Py_None) {
+        if (!PyCapsule_IsValid(where_obj, WHERE_CAPSULE)) {
+            PyErr_SetString(PyExc_TypeError, "where must be a predicate compiled by compile_where");
+            goto out;
+        }
+        where = PyCapsule_GetPointer(where_obj, WHERE_CAPSULE);
     }
     if (aborted_obj != Py_None) {
         PyObject *seq = PySequence_Fast(aborted_obj, "aborted must be a sequence of (producer_id, first_offset)");
@@ -126,12 +159,14 @@ static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs
        that: a worker decodes one small set per partition, thousands per second. */
     if (in.len >= RELEASE_GIL_FROM) {
         Py_BEGIN_ALLOW_THREADS
-        sp_decode(in.buf, (size_t)in.len, (size_t)max_decompressed, verify_crc,
-                  aborted_obj == Py_None ? NULL : aborted, (size_t)naborted, (int64_t)min_offset, &r);
+        sp_decode_where(in.buf, (size_t)in.len, (size_t)max_decompressed, verify_crc,
+                        aborted_obj == Py_None ? NULL : aborted, (size_t)naborted, (int64_t)min_offset, where,
+                        (int64_t)partition, &r);
         Py_END_ALLOW_THREADS
     } else {
-        sp_decode(in.buf, (size_t)in.len, (size_t)max_decompressed, verify_crc,
-                  aborted_obj == Py_None ? NULL : aborted, (size_t)naborted, (int64_t)min_offset, &r);
+        sp_decode_where(in.buf, (size_t)in.len, (size_t)max_decompressed, verify_crc,
+                        aborted_obj == Py_None ? NULL : aborted, (size_t)naborted, (int64_t)min_offset, where,
+                        (int64_t)partition, &r);
     }
 
     result = PyDict_New();
@@ -150,7 +185,8 @@ static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs
                               (long long)r.err_base_offset, (long long)r.err_last_offset, (long long)r.err_size,
                               (long long)r.err_limit);
     }
-    if (set_item(result, "count", PyLong_FromSize_t(r.count)) || set_item(result, "offsets", take(&r.offsets)) ||
+    if (set_item(result, "count", PyLong_FromSize_t(r.count)) ||
+        set_item(result, "filtered", PyLong_FromSize_t(r.filtered)) || set_item(result, "offsets", take(&r.offsets)) ||
         set_item(result, "timestamps", take(&r.timestamps)) || set_item(result, "key_offsets", take(&r.key_offsets)) ||
         set_item(result, "keys", take(&r.keys)) || set_item(result, "key_valid", take(&r.key_valid)) ||
         set_item(result, "value_offsets", take(&r.value_offsets)) || set_item(result, "values", take(&r.values)) ||
@@ -573,7 +609,10 @@ static PyObject *crc32c_hw_available(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_VARARGS | METH_KEYWORDS,
-     "decode_columns(data, max_decompressed, verify_crc=True, aborted=None) -> dict of columns"},
+     "decode_columns(data, max_decompressed, verify_crc=True, aborted=None, min_offset=MIN, where=None, "
+     "partition=-1) -> dict of columns"},
+    {"compile_where", (PyCFunction)compile_where, METH_VARARGS,
+     "compile_where(program: bytes) -> a compiled record predicate for decode_columns(where=); ValueError if bad"},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, software=False) -> int (CRC32C; software=True forces the table path)"},
     {"crc32c_hw_available", crc32c_hw_available, METH_NOARGS, "True when SSE4.2's crc32 instruction is used"},

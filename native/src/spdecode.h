@@ -73,6 +73,7 @@ typedef struct {
     size_t consumed;                    /* input bytes of the decoded batches */
     int stop;                           /* enum sp_stop_reason */
     size_t decompressed_total;
+    size_t filtered;                    /* records a `where` predicate left out (not emitted) */
     /* error (stop == SP_STOP_ERROR) */
     int err_kind;
     char err_msg[320];
@@ -90,6 +91,44 @@ void sp_result_free(sp_result *r);
  * (Kafka returns whole batches, so a fetch from the middle of one starts earlier than asked). */
 int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
               const sp_aborted_txn *aborted, size_t naborted, int64_t min_offset, sp_result *r);
+
+/* -- record predicates (`where`) -----------------------------------------------------------------------------
+ * A predicate arrives as a program (streamplane/native/where.py writes it; the grammar is core/predicate.py)
+ * and is checked and compiled once; the decoder then leaves out, uncounted in `count` but counted in
+ * `filtered`, every record it does not match, before any column is written for it. Program, little-endian:
+ *   node := kind u8 (1 and, 2 or: n u16 then n nodes; 3 not: one node; 4 test: see below)
+ *   test := subject u8 (1 key, 2 value, 3 timestamp, 4 partition, 5 header) | op u8 (1 =, 2 !=, 3 ^=, 4 in,
+ *           5 contains, 6 exists, 7 <, 8 <=, 9 >, 10 >=) | [header: name length u16 | name] | count u16 |
+ *           values (bytes subjects: length u32 | bytes; timestamp and partition: int64)
+ * Nothing in the program is trusted: a bad one is refused with a sentence, never read past. */
+typedef struct sp_where sp_where;
+
+typedef struct {
+    const uint8_t *data;
+    int64_t len; /* -1: null */
+} sp_span;
+
+typedef struct {
+    sp_span key, value;
+} sp_header_view;
+
+typedef struct {
+    sp_span key, value;
+    int64_t timestamp, partition;
+    const sp_header_view *headers;
+    size_t nheaders;
+} sp_record_view;
+
+/* Compile a program; SP_OK and *out (sp_where_free it), or SP_ERR_CORRUPT / SP_ERR_NOMEM with `msg`. */
+int sp_where_compile(const uint8_t *program, size_t len, sp_where **out, char *msg, size_t msglen);
+void sp_where_free(sp_where *w);
+int sp_where_match(const sp_where *w, const sp_record_view *record);
+
+/* sp_decode with a predicate (NULL: every record) and the partition the record set is of (what `partition`
+ * tests compare). */
+int sp_decode_where(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
+                    const sp_aborted_txn *aborted, size_t naborted, int64_t min_offset, const sp_where *where,
+                    int64_t partition, sp_result *r);
 
 uint32_t sp_crc32c(uint32_t crc, const uint8_t *data, size_t len);
 uint32_t sp_crc32c_sw(uint32_t crc, const uint8_t *data, size_t len);

@@ -1,4 +1,5 @@
-"""Fuzzing the decoder: libFuzzer over the C core, and the extension itself built with ASan and UBSan.
+"""Fuzzing the decoder: libFuzzer over the C core (any record set; a `where` program with a record set), and the
+extension itself built with ASan and UBSan.
 
 Both start from native/fuzz/corpus (real librdkafka batches of every codec, edge cases, and inputs the
 fuzzer found that reach new code). STREAMPLANE_FUZZ_SECONDS bounds the libFuzzer run (default 60, as CI
@@ -30,17 +31,43 @@ def _need(tool: str) -> str:
     return path
 
 
+WHERE_SEEDS = [
+    "header(service) = 'api'",
+    "key ^= 'us-' or not value contains 'x'",
+    "timestamp >= 5 and partition in (1, 3)",
+    "header(h) exists and key in ('a', 'b')",
+    "key != 'k0' and not (header(trace) ^= 'ab' or value ^= '')",
+]
+
+
+def _where_corpus(into: Path) -> None:
+    """Seeds for fuzz_where: a predicate's program (its length first) before each record set of the corpus."""
+    from streamplane.native.where import program
+    from streamplane.predicate import parse
+
+    programs = [program(parse(text)) for text in WHERE_SEEDS]
+    into.mkdir()
+    for i, path in enumerate(sorted(CORPUS.iterdir())):
+        p = programs[i % len(programs)]
+        (into / path.name).write_bytes(bytes([len(p)]) + p + path.read_bytes()[1:])
+
+
 @pytest.mark.slow
-def test_libfuzzer_finds_nothing_in_a_bounded_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["fuzz_decode", "fuzz_where"])
+def test_libfuzzer_finds_nothing_in_a_bounded_run(tmp_path: Path, target: str) -> None:
     _need("clang")
     build = subprocess.run([str(REPO / "native" / "fuzz" / "build.sh"), str(tmp_path)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
     work = tmp_path / "corpus"
-    shutil.copytree(CORPUS, work)
+    if target == "fuzz_where":
+        _where_corpus(work)
+    else:
+        shutil.copytree(CORPUS, work)
+    seconds = FUZZ_SECONDS * 2 // 3 if target == "fuzz_decode" else FUZZ_SECONDS // 3  # the bound, shared
     run = subprocess.run(
         [
-            str(tmp_path / "fuzz_decode"),
-            f"-max_total_time={FUZZ_SECONDS}",
+            str(tmp_path / target),
+            f"-max_total_time={seconds}",
             "-timeout=10",
             "-rss_limit_mb=2048",
             "-print_final_stats=1",
@@ -49,10 +76,10 @@ def test_libfuzzer_finds_nothing_in_a_bounded_run(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=FUZZ_SECONDS + 120,
+        timeout=seconds + 120,
     )
     executed = [line for line in run.stderr.splitlines() if "number_of_executed_units" in line]
-    print(f"libFuzzer, {FUZZ_SECONDS} s: {executed}")
+    print(f"libFuzzer {target}, {seconds} s: {executed}")
     assert run.returncode == 0, run.stderr[-4000:]
     assert not list(tmp_path.glob("crash-*")) and not list(tmp_path.glob("timeout-*"))
 
@@ -78,16 +105,32 @@ for path in sorted(Path(sys.argv[2]).iterdir()):
             if data:
                 data[rng.randrange(len(data))] = rng.randrange(256)
         variants.append(bytes(data))
+    where = native.compile_where(rng.choice(["header(service) = 'api' or key ^= 'a'", "not value contains 'x'",
+                                             "timestamp > 0 and partition in (0, 2)"]))
     for data in variants:
         for crc in (True, False):
             try:
                 batch = native.decode(data, verify_crc=crc, max_decompressed=rng.choice([64, 1 << 20]),
-                                      aborted=[(3, 0)] if crc else None)
+                                      aborted=[(3, 0)] if crc else None, where=where if crc else None,
+                                      partition=2)
                 batch.to_arrow().validate(full=True)
                 list(batch.records())
             except DecodeError:
                 pass
             runs += 1
+# where programs: random bytes and mutated good ones are refused with a sentence, or compile
+from streamplane.native.where import program
+from streamplane.predicate import parse
+good = program(parse("header(h) in ('a', 'b') and not (key exists or timestamp <= 3)"))
+for i in range(3000):
+    blob = bytearray(good if i % 2 else rng.randbytes(rng.randrange(40)))
+    for _ in range(rng.randrange(0, 4)):
+        if blob:
+            blob[rng.randrange(len(blob))] = rng.randrange(256)
+    try:
+        module.compile_where(bytes(blob))
+    except ValueError as err:
+        assert str(err).startswith("where program, byte ")
 # the producer's fast path: routed, unrouted, dropped, a full queue, a raising producer, polls
 import gc, threading
 sent = []

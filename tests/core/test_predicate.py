@@ -87,6 +87,9 @@ def test_a_null_key_does_not_exist_and_matches_no_value() -> None:
         ("key in ('a' 'b')", 13, "expected ')' to close the list"),
         ("key = 'a' and", 14, "expected a test on"),
         ("partition = 99999999999999999999", 13, "does not fit in 64 bits"),
+        ("key = 'a\ud800'", 9, "a string holds a character that is not text"),
+        ("not " * 33 + "key exists", 129, "parentheses and not nest at most 32 deep"),
+        ("(" * 33 + "key exists" + ")" * 33, 33, "parentheses and not nest at most 32 deep"),
     ],
 )
 def test_every_error_is_one_sentence_naming_its_column(text: str, column: int, sentence: str) -> None:
