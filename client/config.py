@@ -57,9 +57,14 @@ class ConsumerConfig:
     """The coordinator credential (default: found as `streamplane.client.credentials` says)."""
     tls: ClientTls | None = None
     """TLS to the coordinator (default: from the environment)."""
+    where: str = ""
+    """A record predicate (see `streamplane.predicate`): records it does not match are left out in the decoder,
+    never handed to the handler, iterator or batches, and committed as done. "" reads every record."""
 
     def __post_init__(self) -> None:
         _positive("concurrency", self.concurrency)
+        if not isinstance(self.where, str):
+            raise InvalidArgumentError(f"where must be a string, not {type(self.where).__name__}")
         if self.ordering not in ("none", "key"):
             raise InvalidArgumentError(f"ordering must be 'none' or 'key', not {self.ordering!r}")
         _positive("max_decompressed", self.max_decompressed)

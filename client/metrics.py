@@ -23,6 +23,12 @@ REJECTS = Counter(
     ["group", "stream", "lane"],
     registry=REGISTRY,
 )
+FILTERED = Counter(
+    "streamplane_client_filtered_records",
+    "Records a consumer's where predicate left out in the decoder (done without reaching the handler)",
+    ["group", "stream", "lane"],
+    registry=REGISTRY,
+)
 FETCH_BYTES = Counter(
     "streamplane_client_fetch_bytes",
     "Record-set bytes fetched from Kafka",

@@ -2,7 +2,8 @@
 reader) and the consumer's fetch loop and ledgers share.
 
 A bad batch never stalls a partition: `decode_records` steps over it as a `Skipped` range, and the caller
-reports it as rejected.
+reports it as rejected. With a `where` predicate, records it does not match are left out by the decoder (the
+batch's `filtered`); the offsets they leave are gaps, done by being stepped over.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamplane.errors import DecodeError
-from streamplane.native import DecodedBatch, decode
+from streamplane.native import DecodedBatch, Where, decode
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,14 @@ class Fetched:
 
 
 def decode_records(
-    records: memoryview, position: int, high_watermark: int, *, max_decompressed: int, aborted: list[Any] | None
+    records: memoryview,
+    position: int,
+    high_watermark: int,
+    *,
+    max_decompressed: int,
+    aborted: list[Any] | None,
+    where: Where | None = None,
+    partition: int = -1,
 ) -> Fetched:
     """Decode one partition's fetched record set read from `position`. Fetch v3+ always carries the first
     batch whole (KIP-74); a bad batch after good ones ends the result early and comes first in the next
@@ -44,7 +52,14 @@ def decode_records(
     if not len(records):
         return Fetched(None, high_watermark=high_watermark, position=position, next_position=position)
     try:
-        batch = decode(records, max_decompressed=max_decompressed, aborted=aborted, min_offset=position)
+        batch = decode(
+            records,
+            max_decompressed=max_decompressed,
+            aborted=aborted,
+            min_offset=position,
+            where=where,
+            partition=partition,
+        )
     except DecodeError as err:
         # past the bad batch; when its header is unreadable, record by record
         after = err.last_offset + 1 if err.last_offset >= position else position + 1

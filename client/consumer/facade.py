@@ -34,6 +34,7 @@ from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import StreamplaneError
+from streamplane.native import compile_where
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +47,9 @@ class Consumer:
         group: the consumer group.
         stream: the stream to read.
         lanes: lanes to read; default every lane but dlq.
-        config: the consumer's settings (ConsumerConfig); its fields may also be given as keywords.
+        config: the consumer's settings (ConsumerConfig); its fields may also be given as keywords, as
+            `where="header(service) = 'api' and key ^= 'us-'"`: records the predicate does not match are left out
+            in the decoder, never reach the handler, the iterator or a batch, and are committed as done.
         clock: its time: revoke deadlines, retry due times, rates and commit pacing (a ManualClock in tests).
 
     Raises NotFoundError for an unknown stream or lane, UnavailableError if the coordinator cannot be reached,
@@ -66,6 +69,7 @@ class Consumer:
     ) -> None:
         self.clock = clock
         cfg = self.config = ConsumerConfig.build(config, settings)
+        where = compile_where(cfg.where) if cfg.where else None  # a bad one is refused before anything starts
         self.group, self.stream = group, stream
         self.worker_id = cfg.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.budget = Budget(cfg.max_in_flight, cfg.max_buffered_bytes)
@@ -83,6 +87,7 @@ class Consumer:
             max_decompressed=cfg.max_decompressed,
             partition_max_bytes=cfg.partition_max_bytes,
             read_committed=cfg.isolation_level == "read_committed",
+            where=where,
             default_config=ConnectionConfig.from_settings(kafka_config),
             on_crash=self._end,
             clock=clock,

@@ -37,6 +37,7 @@ from streamplane.client.kafka.codec import KafkaAuthenticationError
 from streamplane.client.records import Fetched, decode_records
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import StreamplaneError, ThreadCrashedError, UnavailableError
+from streamplane.native import Where
 
 log = structlog.get_logger(__name__)
 
@@ -160,6 +161,7 @@ class FetchLoop:
         partition_max_bytes: int = 1 << 20,
         max_bytes: int = 16 << 20,
         read_committed: bool = False,
+        where: Where | None = None,
         default_config: ConnectionConfig | None = None,
         max_wait_ms: int = MAX_WAIT_MS,
         on_crash: Callable[[StreamplaneError], None] | None = None,
@@ -172,6 +174,7 @@ class FetchLoop:
         self.partition_max_bytes = partition_max_bytes
         self.max_bytes = max_bytes
         self.read_committed = read_committed
+        self.where = where  # records it does not match are left out in the decoder
         self.default_config = default_config or ConnectionConfig()
         self.max_wait_ms = max_wait_ms
         self._parts: dict[str, _Partition] = {}
@@ -692,7 +695,7 @@ class FetchLoop:
             return False
         used = count = 0
         try:
-            fetched = self._decode(got, position)
+            fetched = self._decode(p, got, position)
             if fetched.batch is not None:
                 p.read_epoch = max(p.read_epoch, fetched.batch.last_leader_epoch)
             if fetched.next_position != p.position:
@@ -704,13 +707,15 @@ class FetchLoop:
                 self.budget.settle(reserve, used, count)
         return True
 
-    def _decode(self, got: fetch.FetchedPartition, position: int) -> Fetched:
+    def _decode(self, p: _Partition, got: fetch.FetchedPartition, position: int) -> Fetched:
         return decode_records(
             got.records,
             position,
             got.high_watermark,
             max_decompressed=self.max_decompressed,
             aborted=got.aborted if self.read_committed else None,
+            where=self.where,
+            partition=p.partition,
         )
 
     def _deliver_oneoff(self, p: _Partition, got: fetch.FetchedPartition, offset: int) -> None:
@@ -724,6 +729,6 @@ class FetchLoop:
             for _, cb in now_due:
                 cb(None, err)
             return
-        fetched = self._decode(got, offset)
+        fetched = self._decode(p, got, offset)
         for _, cb in now_due:
             cb(fetched, None)

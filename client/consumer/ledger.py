@@ -474,6 +474,17 @@ class LeaseLedger:
             after = min(after, self.end_offset)
         if len(offsets) + sum(s.next_offset - s.first_offset for s in skipped) >= after - before:
             return []  # every offset read: no gap (the usual case, checked without a set)
+        if not skipped and not self._retry_above:  # records left out (a where predicate): between the offsets
+            gaps, at = [], before
+            for o in offsets:  # in order, as decoded
+                if o >= after:
+                    break
+                if o > at:
+                    gaps.append((at, o))
+                at = max(at, o + 1)
+            if at < after:
+                gaps.append((at, after))
+            return gaps
         covered = set(offsets) | self._retry_above  # retried records are not done by being stepped over
         for s in skipped:
             covered.update(range(s.first_offset, s.next_offset))

@@ -64,10 +64,12 @@ class _Receiver:
                 reason=s.error.message,
             )
         delivered, used, count = ledger.accept(fetched, batches=self.dispatch.mode == "batches")
+        if fetched.batch is not None:
+            metrics.FETCH_BYTES.labels(*ledger.labels).inc(fetched.batch.consumed)
+            if fetched.batch.filtered:
+                metrics.FILTERED.labels(*ledger.labels).inc(fetched.batch.filtered)
         if delivered:
             metrics.RECORDS_IN.labels(*ledger.labels).inc(count)
-            if fetched.batch is not None:
-                metrics.FETCH_BYTES.labels(*ledger.labels).inc(fetched.batch.consumed)
             self.dispatch.deliver(delivered)
         return used, count
 

@@ -258,3 +258,33 @@ def test_another_groups_redriven_records_are_stepped_over_and_done_for_this_grou
             assert [m.value for m in items] == [b"plain", b"ours"]
         out, _ = x.take_outcomes() or (Outcomes(), 0)
         assert (1, 2) in out.ranges, "their record is done here by being stepped over"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    kept=st.lists(st.booleans(), min_size=1, max_size=40),
+    start=st.integers(0, 5),
+    end=st.one_of(st.just(-1), st.integers(0, 50)),
+    batches=st.booleans(),
+)
+def test_records_a_where_predicate_left_out_are_committed_done_and_only_they(
+    kept: list[bool], start: int, end: int, batches: bool
+) -> None:
+    """A where predicate leaves holes between the records handed out: each hole is committed as done by being
+    stepped over, up to the lease's end; every record handed out is left to its outcome."""
+    from streamplane.native import compile_where
+
+    recs = [Rec(key=b"k" if k else b"x", value=b"v%d" % i) for i, k in enumerate(kept)]
+    raw = build_batch(recs, base_offset=0)
+    where = compile_where("key = 'k'")
+    got = decode_records(
+        memoryview(raw), start, len(recs), max_decompressed=DEFAULT_MAX_DECOMPRESSED, aborted=None, where=where
+    )
+    x = ledger(Budget(10_000, 1 << 30), Owner(), end_offset=end)
+    items, used, n = x.accept(got, batches=batches)
+    x.budget.settle(0, used, n)
+    stop = len(recs) if end < 0 else min(end, len(recs))
+    handed = {i for i in range(start, stop) if kept[i]}
+    acked, _, _ = committed(x)
+    assert acked == {i for i in range(start, stop) if not kept[i]}, "the holes, and nothing handed out"
+    assert n == len(handed)
