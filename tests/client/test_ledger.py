@@ -281,7 +281,7 @@ def test_records_a_where_predicate_left_out_are_committed_done_and_only_they(
         memoryview(raw), start, len(recs), max_decompressed=DEFAULT_MAX_DECOMPRESSED, aborted=None, where=where
     )
     x = ledger(Budget(10_000, 1 << 30), Owner(), end_offset=end)
-    items, used, n = x.accept(got, batches=batches)
+    _, used, n = x.accept(got, batches=batches)
     x.budget.settle(0, used, n)
     stop = len(recs) if end < 0 else min(end, len(recs))
     handed = {i for i in range(start, stop) if kept[i]}
