@@ -17,7 +17,7 @@ from streamplane.client.kafka import EARLIEST, LATEST, ConnectionConfig, KafkaCo
 from streamplane.client.kafka.codec import RELOOKUP, ErrorCode
 from streamplane.client.records import Fetched, decode_records
 from streamplane.errors import UnavailableError
-from streamplane.native import DEFAULT_MAX_DECOMPRESSED
+from streamplane.native import DEFAULT_MAX_DECOMPRESSED, Where
 
 log = structlog.get_logger(__name__)
 R = TypeVar("R")
@@ -49,6 +49,7 @@ class PartitionFetcher:
         retry_backoff_s: float = 0.1,
         max_backoff_s: float = 2.0,
         connection: ConnectionConfig | None = None,
+        where: Where | None = None,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must not be negative, not {partition}")
@@ -62,6 +63,7 @@ class PartitionFetcher:
         self._backoff = (retry_backoff_s, max_backoff_s)
         self._leader: KafkaConnection | None = None
         self._connection = connection
+        self.where = where  # records it does not match are left out in the decoder
 
     def close(self) -> None:
         if self._leader is not None:
@@ -176,7 +178,13 @@ class PartitionFetcher:
 
     def _decode(self, records: memoryview, high_watermark: int, aborted: list[Any] | None) -> Fetched:
         got = decode_records(
-            records, self.position, high_watermark, max_decompressed=self.max_decompressed, aborted=aborted
+            records,
+            self.position,
+            high_watermark,
+            max_decompressed=self.max_decompressed,
+            aborted=aborted,
+            where=self.where,
+            partition=self.partition,
         )
         if got.skipped:
             log.warning(

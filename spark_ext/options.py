@@ -2,7 +2,7 @@
 
 Names follow Spark's own Kafka source where they mean the same (startingOffsets, maxOffsetsPerTrigger,
 minPartitions, failOnDataLoss, includeHeaders); `maxRecordsPerTrigger` is accepted as another name for
-maxOffsetsPerTrigger.
+maxOffsetsPerTrigger. `where` takes a record predicate (streamplane.predicate) evaluated in the decoder.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls
 from streamplane.errors import InvalidArgumentError
-from streamplane.native import DEFAULT_MAX_DECOMPRESSED
+from streamplane.native import DEFAULT_MAX_DECOMPRESSED, compile_where
 from streamplane.spark.offsets import parse_ending_timestamp, parse_starting_offsets, parse_starting_timestamps
 
 
@@ -98,6 +98,9 @@ class SourceOptions:
     include_headers: bool
     max_decompressed: int
     access: Access = Access()
+    where: str = ""
+    """A record predicate (streamplane.predicate's grammar): rows it does not match are left out in the decoder,
+    before any Arrow row is built ("" reads every record)."""
 
     @staticmethod
     def parse(options: Any) -> SourceOptions:
@@ -122,7 +125,16 @@ class SourceOptions:
             include_headers=_bool(options, "includeHeaders", False),
             max_decompressed=_max_decompressed(options),
             access=Access.parse(options),
+            where=_where(options),
         )
+
+
+def _where(options: Any) -> str:
+    """The where option, checked now (a bad predicate fails the query's load with the column of its error)."""
+    text = _get(options, "where", "") or ""
+    if text:
+        compile_where(text)
+    return text
 
 
 @dataclass(frozen=True)

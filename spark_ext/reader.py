@@ -18,6 +18,7 @@ from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import SEALED, SETTLED, Generation, Lane, PartitionRef, Stream
+from streamplane.native import compile_where
 from streamplane.native.batch import with_origin
 from streamplane.spark import offsets as off
 from streamplane.spark.options import SourceOptions
@@ -211,7 +212,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def read_slice(s: Slice, opts: SourceOptions) -> Iterator[Any]:
     """The records of [s.begin, s.end) as pyarrow.RecordBatches built from the decoder's columns."""
     fetcher = PartitionFetcher(
-        s.bootstrap_servers, s.topic, s.partition, start_offset=s.begin, max_decompressed=opts.max_decompressed
+        s.bootstrap_servers,
+        s.topic,
+        s.partition,
+        start_offset=s.begin,
+        max_decompressed=opts.max_decompressed,
+        where=compile_where(opts.where) if opts.where else None,
     )
     try:
         earliest, _ = fetcher.offsets()
@@ -235,7 +241,13 @@ def read_slice(s: Slice, opts: SourceOptions) -> Iterator[Any]:
                     reason=skipped.error.message,
                 )
             if got.batch is None or not got.batch.count:
-                if not got.skipped and fetcher.position < s.end and got.high_watermark <= fetcher.position:
+                filtered = got.batch is not None and got.batch.filtered > 0  # read, and every record left out
+                if (
+                    not got.skipped
+                    and not filtered
+                    and fetcher.position < s.end
+                    and got.high_watermark <= fetcher.position
+                ):
                     raise UnavailableError(f"{s.topic}/{s.partition} ends at {got.high_watermark}, before {s.end}")
                 continue
             offsets = got.batch.offsets  # ascending

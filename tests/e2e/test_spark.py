@@ -190,6 +190,7 @@ def test_bad_options_fail_at_load_or_start_with_a_clear_message(spark, address: 
         ({"stream": "sp-bad", "startingTimestamp": "yesterday"}, "startingTimestamp must be a unix time in ms"),
         ({"stream": "sp-bad", "endingTimestamp": "tomorrow"}, "endingTimestamp must be a unix time in ms"),
         ({"stream": "sp-bad", "startingOffsetsByTimestamp": '{"realtime/1": {"0": -4}}'}, "unix time in ms >= 0"),
+        ({"stream": "sp-bad", "where": "key ^ 'us'"}, "where, column 5: unexpected '\\^'"),
     ]
     for options, message in cases:
         reader = spark.readStream.format("streamplane").option("coordinator", address)
@@ -200,6 +201,10 @@ def test_bad_options_fail_at_load_or_start_with_a_clear_message(spark, address: 
     reader = spark.readStream.format("streamplane").option("coordinator", "127.0.0.1:1").option("stream", "sp-bad")
     with pytest.raises(PySparkException, match=r"127\.0\.0\.1:1"):
         reader.load()
+    from pyspark.errors import AnalysisException
+
+    with pytest.raises(AnalysisException, match="where, column 7: expected a quoted string"):
+        spark.readStream.format("streamplane").option("stream", "sp-bad").option("where", "key = 5").load()
 
 
 def test_starting_offsets_json_picks_positions_per_generation_and_partition(
@@ -400,3 +405,29 @@ def test_the_source_reads_a_time_window_across_a_failover_with_starting_and_endi
     run_available_now(df, tmp_path / "w", "window")
     got = values(spark, tmp_path / "w")
     assert sorted(got) == sorted(b"id-%d" % i for i in range(500, 1_100)), "exactly the window, once"
+
+
+def test_the_source_leaves_out_in_the_decoder_what_its_where_option_does_not_match(
+    spark, on_engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`.option("where", ...)` (issue 39): exactly the matching records, once, across a failover."""
+    address = on_engine
+    with CoordinatorClient(address, token=ADMIN) as client:
+        client.create_stream("sp-where", 2, cluster="east")
+
+    def write(ids: range) -> None:
+        with Producer(address, token=token("producer", "ingest", streams=("sp-where",))) as producer:
+            for i in ids:
+                producer.produce(
+                    "sp-where", b"id-%d" % i, key=b"%d" % i, headers=[("service", b"api" if i % 10 == 0 else b"web")]
+                )
+            assert producer.flush(60) == 0
+
+    write(range(0, 600))
+    with CoordinatorClient(address, token=ADMIN) as client:
+        client.failover("sp-where", "realtime", "west", reason="drill")
+    write(range(600, 1_000))
+    job = run_as(monkeypatch, "sp-where", "spark-where")
+    df = source(spark, address, "sp-where", where="header(service) = 'api'", token=job)
+    run_available_now(df, tmp_path / "w", "where")
+    assert sorted(values(spark, tmp_path / "w")) == sorted(b"id-%d" % i for i in range(0, 1_000, 10))
