@@ -82,6 +82,10 @@ class Where:
 
 def compile_where(text: str) -> Where:
     """Parse and compile a predicate once; InvalidArgumentError naming the column of a bad one."""
-    tree = parse(text)
+    return compile_tree(parse(text))
+
+
+def compile_tree(tree: Predicate) -> Where:
+    """Compile a predicate built as a tree (Spark's pushed filters), not parsed from text."""
     native = _native.compile_where(program(tree)) if _native is not None else None
     return Where(render(tree), tree, native)

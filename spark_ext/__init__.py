@@ -67,6 +67,7 @@ def register(spark: Any) -> None:
 
     Raises InvalidArgumentError when the executors' Python, on this machine, cannot import streamplane."""
     _check_executor_python(spark)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")  # the batch reader's pushFilters
     spark.dataSource.register(StreamplaneDataSource)
     if id(spark) not in _listening:
         spark.streams.addListener(ProgressListener())

@@ -101,6 +101,9 @@ class SourceOptions:
     where: str = ""
     """A record predicate (streamplane.predicate's grammar): rows it does not match are left out in the decoder,
     before any Arrow row is built ("" reads every record)."""
+    pushdown: bool = True
+    """The batch reader takes Spark's filters on key, timestamp and partition into the decoder (false: Spark
+    filters every row itself)."""
 
     @staticmethod
     def parse(options: Any) -> SourceOptions:
@@ -126,6 +129,7 @@ class SourceOptions:
             max_decompressed=_max_decompressed(options),
             access=Access.parse(options),
             where=_where(options),
+            pushdown=_bool(options, "pushdown", True),
         )
 
 

@@ -18,7 +18,7 @@ from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import SEALED, SETTLED, Generation, Lane, PartitionRef, Stream
-from streamplane.native import compile_where
+from streamplane.native import Where, compile_where
 from streamplane.native.batch import with_origin
 from streamplane.spark import offsets as off
 from streamplane.spark.options import SourceOptions
@@ -209,15 +209,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_slice(partition, self.opts)
 
 
-def read_slice(s: Slice, opts: SourceOptions) -> Iterator[Any]:
-    """The records of [s.begin, s.end) as pyarrow.RecordBatches built from the decoder's columns."""
+def read_slice(s: Slice, opts: SourceOptions, where: Where | None = None) -> Iterator[Any]:
+    """The records of [s.begin, s.end) as pyarrow.RecordBatches built from the decoder's columns; only those
+    `where` (default: the where option) matches."""
+    if where is None and opts.where:
+        where = compile_where(opts.where)
     fetcher = PartitionFetcher(
         s.bootstrap_servers,
         s.topic,
         s.partition,
         start_offset=s.begin,
         max_decompressed=opts.max_decompressed,
-        where=compile_where(opts.where) if opts.where else None,
+        where=where,
     )
     try:
         earliest, _ = fetcher.offsets()

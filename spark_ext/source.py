@@ -1,5 +1,6 @@
-"""The `streamplane` data source: `spark.readStream.format("streamplane")` and
-`df.writeStream.format("streamplane")` (register it first with `streamplane.spark.register(spark)`)."""
+"""The `streamplane` data source: `spark.readStream.format("streamplane")`, `spark.read.format("streamplane")`
+(a window of a stream as one batch) and `df.writeStream.format("streamplane")` (register it first with
+`streamplane.spark.register(spark)`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from streamplane.errors import InvalidArgumentError, NotFoundError
+from streamplane.spark.batch import BatchReader, PushdownBatchReader
 from streamplane.spark.options import Access, SinkOptions, SourceOptions
 from streamplane.spark.reader import StreamReader, lanes_of
 from streamplane.spark.writer import BatchWriter, StreamWriter
@@ -32,6 +34,10 @@ class StreamplaneDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> StreamReader:
         return StreamReader(SourceOptions.parse(self.options))
+
+    def reader(self, schema: StructType) -> BatchReader:
+        opts = SourceOptions.parse(self.options)
+        return PushdownBatchReader(opts) if opts.pushdown else BatchReader(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         return StreamWriter(*self._sink(schema))
