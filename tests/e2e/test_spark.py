@@ -441,7 +441,7 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
     import time
     from datetime import UTC, datetime
 
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as sf
 
     address = on_engine
     with CoordinatorClient(address, token=ADMIN) as client:
@@ -482,10 +482,10 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
 
     def query(df):
         return df.filter(
-            F.col("key").isin(keys)
-            & (F.col("partition") == 1)
-            & (F.col("timestamp") >= F.lit(since))
-            & (F.col("generation") == 2)
+            sf.col("key").isin(keys)
+            & (sf.col("partition") == 1)
+            & (sf.col("timestamp") >= sf.lit(since))
+            & (sf.col("generation") == 2)
         ).select("generation", "partition", "offset", "key", "value")
 
     pushed, plain = query(window("true")), query(window("false"))
