@@ -184,27 +184,31 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("warning")
     records, partitions = (200_000, 16) if args.quick else (2_000_000, 64)
-    with engine("kafka", heap_mb=1024) as broker, tempfile.TemporaryDirectory() as tmp:
-        with coordinator_process(tmp, None) as address, CoordinatorClient(address) as client:
-            broker.register(client)
-            stream = "filtered"
-            client.create_stream(stream, partitions, cluster="local")
-            topic = client.describe_stream(stream).require_lane("realtime").active.topic
-            began = time.perf_counter()
-            want = write(address, stream, records)
-            print(f"wrote {records:,} records on {partitions} partitions in {time.perf_counter() - began:.1f} s")
-            print(f"{want:,} carry service=api")
-            rates: dict[str, list[float]] = {"ours": [], "confluent": [], "unfiltered": []}
-            for _ in range(2):  # alternated, the best of each kept: the machine is noisy
-                rates["ours"].append(ours(address, stream, want, filtered=True))
-                rates["confluent"].append(confluent(broker.bootstrap, topic, want))
-                rates["unfiltered"].append(ours(address, stream, want, filtered=False))
-            best = {k: max(v) for k, v in rates.items()}
-            print(f"ours, where in the decoder:          {best['ours']:>10,.0f} matched/s")
-            print(f"confluent consume(1000) + Python:    {best['confluent']:>10,.0f} matched/s")
-            print(f"ours run_batches() + pyarrow filter: {best['unfiltered']:>10,.0f} matched/s")
-            pushed_s, evaluated_s = spark_counts(address, stream, want)
-            print(f"spark: pushed into the source {pushed_s:.1f} s, evaluated by Spark {evaluated_s:.1f} s")
+    with (
+        engine("kafka", heap_mb=1024) as broker,
+        tempfile.TemporaryDirectory() as tmp,
+        coordinator_process(tmp, None) as address,
+        CoordinatorClient(address) as client,
+    ):
+        broker.register(client)
+        stream = "filtered"
+        client.create_stream(stream, partitions, cluster="local")
+        topic = client.describe_stream(stream).require_lane("realtime").active.topic
+        began = time.perf_counter()
+        want = write(address, stream, records)
+        print(f"wrote {records:,} records on {partitions} partitions in {time.perf_counter() - began:.1f} s")
+        print(f"{want:,} carry service=api")
+        rates: dict[str, list[float]] = {"ours": [], "confluent": [], "unfiltered": []}
+        for _ in range(2):  # alternated, the best of each kept: the machine is noisy
+            rates["ours"].append(ours(address, stream, want, filtered=True))
+            rates["confluent"].append(confluent(broker.bootstrap, topic, want))
+            rates["unfiltered"].append(ours(address, stream, want, filtered=False))
+        best = {k: max(v) for k, v in rates.items()}
+        print(f"ours, where in the decoder:          {best['ours']:>10,.0f} matched/s")
+        print(f"confluent consume(1000) + Python:    {best['confluent']:>10,.0f} matched/s")
+        print(f"ours run_batches() + pyarrow filter: {best['unfiltered']:>10,.0f} matched/s")
+        pushed_s, evaluated_s = spark_counts(address, stream, want)
+        print(f"spark: pushed into the source {pushed_s:.1f} s, evaluated by Spark {evaluated_s:.1f} s")
     print(
         f"filtered_vs_confluent={best['ours'] / best['confluent']:.1f} "
         f"filtered_vs_unfiltered_batches={best['ours'] / best['unfiltered']:.1f} "

@@ -508,16 +508,25 @@ class CoordinatorClient:
         return int(self._call(self.commitlog.CompleteRedrive, request, idempotent=True).redriven)
 
     def configure_group(
-        self, group: str, lane: str = "", max_attempts: int = 0, lag_target_ms: int = 0, expire_after_ms: int = 0
+        self,
+        group: str,
+        lane: str = "",
+        max_attempts: int = 0,
+        lag_target_ms: int = 0,
+        expire_after_ms: int = 0,
+        *,
+        where: str | None = None,
     ) -> None:
         """A lane's max attempts and/or time-lag target for the group (0 leaves a setting; lag_target_ms -1:
-        no target), and/or how long the group may stay inactive before it expires (expire_after_ms -1: never)."""
+        no target), and/or how long the group may stay inactive before it expires (expire_after_ms -1: never),
+        and/or the record predicate every member must filter with (None leaves it; "" removes it)."""
         request = apb.ConfigureGroupRequest(
             group=group,
             lane=lane,
             max_attempts=max_attempts,
             lag_target_ms=lag_target_ms,
             expire_after_ms=expire_after_ms,
+            where=where,
         )
         self._call(self.assigner.ConfigureGroup, request)
 

@@ -65,6 +65,7 @@ class WorkerSession:
         capacity: relative processing power (twice the capacity, twice the load).
         max_load: records/s it takes beyond the top-priority lanes; 0 = no limit.
         token, tls: the coordinator credential and TLS (default: found as `streamplane.client.credentials` says).
+        where: the record predicate it filters with, as rendered (a group configured with one refuses another).
     """
 
     def __init__(
@@ -78,6 +79,7 @@ class WorkerSession:
         max_load: float = 0.0,
         token: TokenSource = None,
         tls: ClientTls | None = None,
+        where: str = "",
     ) -> None:
         self._client = CoordinatorClient(coordinator, token=token, tls=tls)
         self.group, self.worker_id = group, worker_id
@@ -87,6 +89,7 @@ class WorkerSession:
             tuple(Subscription(s, tuple(lanes)) for s, lanes in subscriptions.items()),
             capacity=capacity,
             max_load=max_load,
+            where=where,
         )
         self._outbox: queue.Queue[object] = queue.Queue()
         self._load = Heartbeat()

@@ -14,6 +14,7 @@ from streamplane.cli.commands.events import print_events
 from streamplane.cli.common import Add, Subparsers, connect, duration, event_log_arguments, since_ms
 from streamplane.cli.output import json_shown, print_table
 from streamplane.client.coordinator import CoordinatorClient
+from streamplane.predicate import parse, render
 
 
 def cmd_group_describe(args: argparse.Namespace) -> None:
@@ -175,16 +176,22 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
     if args.never_expire and args.expire_after is not None:
         raise errors.InvalidArgumentError("give --expire-after or --never-expire, not both")
     per_lane = args.max_attempts is not None or args.lag_target_ms is not None or args.no_lag_target
-    if not per_lane and args.expire_after is None and not args.never_expire:
+    if args.where is not None and args.no_where:
+        raise errors.InvalidArgumentError("give --where or --no-where, not both")
+    where = "" if args.no_where else args.where
+    if where:
+        where = render(parse(where))  # a bad predicate is refused here, naming the column of its error
+    if not per_lane and args.expire_after is None and not args.never_expire and where is None:
         raise errors.InvalidArgumentError(
-            "give --max-attempts, --lag-target-ms, --no-lag-target, --expire-after or --never-expire"
+            "give --max-attempts, --lag-target-ms, --no-lag-target, --expire-after, --never-expire, --where or "
+            "--no-where"
         )
     if per_lane and not args.lane:
         raise errors.InvalidArgumentError("--lane is required with --max-attempts, --lag-target-ms or --no-lag-target")
     expire_ms = -1 if args.never_expire else (args.expire_after or 0) * 1000
     with connect(args) as client:
         target = -1 if args.no_lag_target else args.lag_target_ms or 0
-        client.configure_group(args.group, args.lane, args.max_attempts or 0, target, expire_ms)
+        client.configure_group(args.group, args.lane, args.max_attempts or 0, target, expire_ms, where=where)
     if args.max_attempts:
         print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
     if target > 0:
@@ -198,6 +205,10 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
         print(f"group {args.group}: deleted after {args.expire_after:,} s with no live member and no commit")
     elif expire_ms < 0:
         print(f"group {args.group}: never expires (delete it with `streamplane group delete`)")
+    if where:
+        print(f"group {args.group}: every member filters with where {where!r}")
+    elif where == "":
+        print(f"group {args.group}: no record predicate; members read every record")
 
 
 def cmd_group_delete(args: argparse.Namespace) -> None:
@@ -319,6 +330,14 @@ def register(sub: Subparsers, add: Add) -> None:
         help="delete the group after this long with no live member and no commit (90m, 12h, 30d; default 7d)",
     )
     p.add_argument("--never-expire", action="store_true", help="keep the group until `group delete`")
+    p.add_argument(
+        "--where",
+        default=None,
+        metavar="PREDICATE",
+        help="the record predicate every member filters with, as header(service) = 'api' (a worker with another "
+        "is refused at join)",
+    )
+    p.add_argument("--no-where", action="store_true", help="remove the group's record predicate")
     p = add(
         group,
         "delete",

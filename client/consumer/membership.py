@@ -133,6 +133,7 @@ class Membership:
             subscriptions={self.stream: self.lanes},
             token=self.client.credentials,
             tls=self._tls,
+            where=self._fetch.where.text if self._fetch.where is not None else "",
         )
         session.join(resume=resume)
         self.session, self.session_id = session, session.session_id

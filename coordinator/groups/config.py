@@ -1,6 +1,7 @@
 """A group's settings per lane: attempts before a record is rejected, and the time lag the lane should stay
 under (past it, the Assigner gives the lane's partitions the first claim on the group's workers); and the
-group's own: how long it may stay inactive before it expires (see groups/lifecycle.py).
+group's own: how long it may stay inactive before it expires (see groups/lifecycle.py), and the record
+predicate every member filters with (a worker whose own differs is refused at join).
 
 Kept in one small value per group (`keys.group_config_key`), read by the commit log and the Assigner.
 """
@@ -11,8 +12,9 @@ import json
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.errors import InvalidArgumentError
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError
 from streamplane.names import check_lane_name, check_object_name
+from streamplane.predicate import parse, render
 
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_LAG_TARGET_MS = 5_000
@@ -58,14 +60,39 @@ def lag_targets(tr: Transaction, group: str) -> dict[str, int]:
 
 
 @transactional
+def group_where(tr: Transaction, group: str) -> str:
+    """The record predicate the group's members must filter with, as rendered ("" for none)."""
+    raw = tr.get(keys.group_config_key(group))
+    return str(json.loads(raw).get("where", "")) if raw else ""
+
+
+def check_where(group: str, configured: str, worker_id: str, where: str) -> None:
+    """FailedPreconditionError when a worker's predicate is not the one its group is configured with."""
+    if configured and where != configured:
+        own = f"filters with {where!r}" if where else "has no where predicate"
+        raise FailedPreconditionError(
+            f"worker {worker_id!r} {own}, but group {group!r} filters with {configured!r}: every member filters "
+            f"alike; give the consumer where={configured!r}, or change the group's with group configure --where"
+        )
+
+
+@transactional
 def configure(
-    tr: Transaction, group: str, lane: str = "", attempts: int = 0, lag_target_ms: int = 0, expire_after: int = 0
+    tr: Transaction,
+    group: str,
+    lane: str = "",
+    attempts: int = 0,
+    lag_target_ms: int = 0,
+    expire_after: int = 0,
+    where: str | None = None,
 ) -> None:
     """Set a lane's max attempts and/or time-lag target, and/or the group's expiry (0 leaves a setting as it
-    is; the lane is needed only for the first two)."""
+    is; the lane is needed only for the first two), and/or its record predicate (None leaves it, "" removes
+    it; a bad one is refused naming the column of its error)."""
     check_object_name("group", group)
-    if not attempts and not lag_target_ms and not expire_after:
-        raise InvalidArgumentError("give max_attempts, lag_target_ms or expire_after_ms")
+    if not attempts and not lag_target_ms and not expire_after and where is None:
+        raise InvalidArgumentError("give max_attempts, lag_target_ms, expire_after_ms or where")
+    rendered = render(parse(where)) if where else ""
     if (attempts or lag_target_ms) and not lane:
         raise InvalidArgumentError("lane is required with max_attempts or lag_target_ms: they are set per lane")
     if lane:
@@ -86,6 +113,8 @@ def configure(
         config.setdefault("lag_target_ms", {})[lane] = lag_target_ms
     if expire_after:
         config["expire_after_ms"] = expire_after
+    if where is not None:
+        config["where"] = rendered
     tr.set(key, json.dumps(config, sort_keys=True).encode())
     tr.add(keys.group_version_key(group), 1)  # the Assigner looks at the group again
     tr.add(keys.ASSIGNER_WAKE, 1)

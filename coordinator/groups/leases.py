@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from streamplane.coordinator import keys, planted
+from streamplane.coordinator.groups import config as group_config
 from streamplane.coordinator.groups import leadership
 from streamplane.coordinator.groups.assignment import smooth
 from streamplane.coordinator.store import Transaction, transactional
@@ -344,17 +345,20 @@ def join(
     resume_session: str = "",
     principal: str = "",
     replica: str = "",
+    where: str = "",
 ) -> Member | None:
     """Register a worker's new session, served by `replica`; refuse a worker id that another live session
-    holds. With `resume_session`, the worker's live session of that id is resumed instead: same session, same
-    leases and epochs (its stream broke, say because the coordinator restarted; nothing the worker did is
-    undone), now served by `replica`. None when the worker's expired session holds more leases than one
+    holds, and a worker whose `where` predicate is not the one its group is configured with. With
+    `resume_session`, the worker's live session of that id is resumed instead: same session, same leases and
+    epochs (its stream broke, say because the coordinator restarted; nothing the worker did is undone), now
+    served by `replica`. None when the worker's expired session holds more leases than one
     transaction frees (see LEAVE_LEASES): this transaction freed some, and a later join succeeds."""
     check_object_name("group", group)
     check_worker_id(worker_id)
     capacity = _finite("capacity", capacity or 1.0, positive=True)
     max_load = _finite("max_load", max_load)
     subs = validate_subscriptions(tr, subscriptions)
+    group_config.check_where(group, group_config.group_where(tr, group), worker_id, where)
     raw = tr.get(keys.member_key(group, worker_id))
     if raw:
         old = Member.from_json(raw)

@@ -54,7 +54,13 @@ async def _feed(stream: SessionStream, requests: AsyncIterator[apb.WorkerMessage
 def configure_group(db: Database, request: apb.ConfigureGroupRequest) -> None:
     """A group's settings, as ConfigureGroup asks (served by groups; the commit log's old RPC calls this too)."""
     group_config.configure(
-        db, request.group, request.lane, request.max_attempts, request.lag_target_ms, request.expire_after_ms
+        db,
+        request.group,
+        request.lane,
+        request.max_attempts,
+        request.lag_target_ms,
+        request.expire_after_ms,
+        where=request.where if request.HasField("where") else None,
     )
 
 

@@ -122,6 +122,9 @@ class Hello:
     max_load: float = 0.0
     resume_session: str = ""
     """The session its stream lost: resumed with its leases while it lives (see the proto)."""
+    where: str = ""
+    """The record predicate it filters with, as rendered ("" for none): a group configured with one refuses
+    a worker whose own differs."""
 
 
 @dataclass(frozen=True)

@@ -151,3 +151,37 @@ def test_a_filtered_group_drains_a_generation_across_a_failover(secured_engine: 
 def test_a_bad_predicate_is_refused_at_construction_with_its_column() -> None:
     with pytest.raises(InvalidArgumentError, match=r"^where, column 17: expected an operator"):
         Consumer("127.0.0.1:1", group="g", stream="s", where="header(service) 'api'")
+
+
+def test_a_group_configured_with_a_predicate_refuses_a_worker_that_filters_otherwise(secured_engine: str) -> None:
+    """`group configure --where` (issue 39): every member filters alike; a worker with another predicate, or
+    with none, is refused at join with a sentence, and the same predicate written otherwise is the same."""
+    from streamplane.errors import FailedPreconditionError
+    from tests.helpers import cli
+
+    address = secured_engine
+    stream, group = _stream(address)
+    operator = {"STREAMPLANE_TOKEN": issue_token("operator", "oncall")}
+    bad = cli("group", "configure", group, "--where", "header(service) = ", coordinator=address, env=operator)
+    assert bad.returncode == 2 and "where, column 19: expected a quoted string" in bad.stderr, bad.stderr
+    done = cli("group", "configure", group, "--where", WHERE, coordinator=address, env=operator)
+    assert done.returncode == 0, done.stderr
+    assert "every member filters with where" in done.stdout
+    token = issue_token("consumer", "worker")
+    for other in ("key ^= 'us-'", ""):
+        with pytest.raises(FailedPreconditionError, match=f"but group '{group}' filters with"):
+            Consumer(address, group=group, stream=stream, where=other, token=token)
+    _produce(address, stream, 0, 300)
+    seen: Counter[bytes] = Counter()
+    same = "header('service')='api' AND key ^= 'us-'"  # the same predicate, written otherwise
+    consumer = Consumer(address, group=group, stream=stream, where=same, token=token)
+    thread = threading.Thread(target=consumer.run, args=(lambda msg: seen.update([msg.value]),), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: set(seen) == _wanted(0, 300), timeout=30, what=lambda: f"{len(seen)} matched")
+    finally:
+        consumer.close()
+        thread.join(10)
+    cleared = cli("group", "configure", group, "--no-where", coordinator=address, env=operator)
+    assert cleared.returncode == 0 and "members read every record" in cleared.stdout
+    Consumer(address, group=group, stream=stream, token=token).close()

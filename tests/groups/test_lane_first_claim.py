@@ -109,3 +109,31 @@ def test_the_cli_refuses_unclear_lane_settings_in_one_sentence() -> None:
     assert done.returncode == 2 and "not both" in done.stderr
     done = cli("dev", "--console-port", "70000")
     assert done.returncode == 2 and "--console-port must be a port number" in done.stderr
+
+
+def test_a_groups_where_predicate_is_kept_as_rendered_and_checked_at_join(db: Database) -> None:
+    from streamplane.errors import FailedPreconditionError
+
+    with pytest.raises(InvalidArgumentError, match="where, column 5"):
+        group_config.configure(db, GROUP, where="key 'x'")
+    assert group_config.group_where(db, GROUP) == "", "a refused predicate changes nothing"
+    group_config.configure(db, GROUP, where="header(service)='api'")
+    assert group_config.group_where(db, GROUP) == "header('service') = 'api'"
+    group_config.configure(db, GROUP, attempts=2, lane="realtime")
+    assert group_config.group_where(db, GROUP) == "header('service') = 'api'", "other settings leave it"
+    with pytest.raises(FailedPreconditionError, match="worker 'w9' has no where predicate"):
+        leases.join(db, GROUP, "w9", "s9", [Subscription("jobs")], capacity=1.0, max_load=0.0, now_ms=T0, ttl_ms=1000)
+    assert leases.join(
+        db,
+        GROUP,
+        "w9",
+        "s9",
+        [Subscription("jobs")],
+        capacity=1.0,
+        max_load=0.0,
+        now_ms=T0,
+        ttl_ms=1000,
+        where="header('service') = 'api'",
+    )
+    group_config.configure(db, GROUP, where="")
+    assert group_config.group_where(db, GROUP) == ""

@@ -159,6 +159,9 @@ type Hello struct {
 	// moved): while that session lives, it is resumed with its leases and their epochs, and the worker's
 	// records in flight and outcomes not yet committed stay valid. Empty, or a session that ended: a new one.
 	ResumeSession string `protobuf:"bytes,6,opt,name=resume_session,json=resumeSession,proto3" json:"resume_session,omitempty"`
+	// The record predicate this worker filters with (streamplane.predicate, as rendered); empty: none. A group
+	// configured with a predicate refuses a worker whose own differs (every member filters alike).
+	Where         string `protobuf:"bytes,7,opt,name=where,proto3" json:"where,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -231,6 +234,13 @@ func (x *Hello) GetSubscriptions() []*Subscription {
 func (x *Hello) GetResumeSession() string {
 	if x != nil {
 		return x.ResumeSession
+	}
+	return ""
+}
+
+func (x *Hello) GetWhere() string {
+	if x != nil {
+		return x.Where
 	}
 	return ""
 }
@@ -1634,6 +1644,9 @@ type ConfigureGroupRequest struct {
 	// deleted (1000..316224000000; -1: never). 0 leaves it as it is; default 7 days, like Kafka's offsets
 	// retention. Needs no lane.
 	ExpireAfterMs int64 `protobuf:"varint,5,opt,name=expire_after_ms,json=expireAfterMs,proto3" json:"expire_after_ms,omitempty"`
+	// The record predicate every member must filter with (streamplane.predicate's grammar); absent leaves it
+	// as it is, empty removes it.
+	Where         *string `protobuf:"bytes,6,opt,name=where,proto3,oneof" json:"where,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1701,6 +1714,13 @@ func (x *ConfigureGroupRequest) GetExpireAfterMs() int64 {
 		return x.ExpireAfterMs
 	}
 	return 0
+}
+
+func (x *ConfigureGroupRequest) GetWhere() string {
+	if x != nil && x.Where != nil {
+		return *x.Where
+	}
+	return ""
 }
 
 type ConfigureGroupResponse struct {
@@ -2313,14 +2333,15 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\rR\tpartition\"<\n" +
 	"\fSubscription\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
-	"\x05lanes\x18\x02 \x03(\tR\x05lanes\"\xdc\x01\n" +
+	"\x05lanes\x18\x02 \x03(\tR\x05lanes\"\xf2\x01\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x01R\bcapacity\x12\x19\n" +
 	"\bmax_load\x18\x04 \x01(\x01R\amaxLoad\x12B\n" +
 	"\rsubscriptions\x18\x05 \x03(\v2\x1c.streamplane.v1.SubscriptionR\rsubscriptions\x12%\n" +
-	"\x0eresume_session\x18\x06 \x01(\tR\rresumeSession\"\x82\x01\n" +
+	"\x0eresume_session\x18\x06 \x01(\tR\rresumeSession\x12\x14\n" +
+	"\x05where\x18\a \x01(\tR\x05where\"\x82\x01\n" +
 	"\tLeaseLoad\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\"\n" +
 	"\rrecords_per_s\x18\x02 \x01(\x01R\vrecordsPerS\x12\x1f\n" +
@@ -2422,13 +2443,15 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\x12DeleteGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb0\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd5\x01\n" +
 	"\x15ConfigureGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12!\n" +
 	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\"\n" +
 	"\rlag_target_ms\x18\x04 \x01(\x03R\vlagTargetMs\x12&\n" +
-	"\x0fexpire_after_ms\x18\x05 \x01(\x03R\rexpireAfterMs\"\x18\n" +
+	"\x0fexpire_after_ms\x18\x05 \x01(\x03R\rexpireAfterMs\x12\x19\n" +
+	"\x05where\x18\x06 \x01(\tH\x00R\x05where\x88\x01\x01B\b\n" +
+	"\x06_where\"\x18\n" +
 	"\x16ConfigureGroupResponse\"e\n" +
 	"\x0fPartitionOffset\x12:\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x16\n" +
@@ -2603,6 +2626,7 @@ func file_streamplane_v1_assigner_proto_init() {
 		(*AssignerMessage_GenerationChange)(nil),
 		(*AssignerMessage_Finished)(nil),
 	}
+	file_streamplane_v1_assigner_proto_msgTypes[22].OneofWrappers = []any{}
 	file_streamplane_v1_assigner_proto_msgTypes[26].OneofWrappers = []any{
 		(*RewindGroupRequest_TimeMs)(nil),
 		(*RewindGroupRequest_Earliest)(nil),

@@ -259,6 +259,7 @@ class SessionHost:
         max_load: float,
         resume_session: str = "",
         principal: str = "",
+        where: str = "",
     ) -> Session:
         """A worker's session: a new one, or with `resume_session` the worker's live session of that id (its
         leases and epochs kept: its stream broke, not the worker)."""
@@ -275,6 +276,7 @@ class SessionHost:
             resume_session=resume_session,
             principal=principal,
             replica=self.replica_id,
+            where=where,
         )
         if member is None:
             raise UnavailableError(

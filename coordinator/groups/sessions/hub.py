@@ -155,6 +155,7 @@ class SessionHub:
             max_load=hello.max_load,
             resume_session=hello.resume_session,
             principal=principal.name,
+            where=hello.where,
         )
         stream = SessionStream(self, session, principal, renew, revoked)
         self._streams.add(stream)

@@ -28,20 +28,22 @@ class Subscription(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lanes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session")
+    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session", "where")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     MAX_LOAD_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     RESUME_SESSION_FIELD_NUMBER: _ClassVar[int]
+    WHERE_FIELD_NUMBER: _ClassVar[int]
     group: str
     worker_id: str
     capacity: float
     max_load: float
     subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
     resume_session: str
-    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ...) -> None: ...
+    where: str
+    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ..., where: _Optional[str] = ...) -> None: ...
 
 class LeaseLoad(_message.Message):
     __slots__ = ("lease_id", "records_per_s", "lag_records", "lag_ms")
@@ -266,18 +268,20 @@ class DeleteGroupRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., force: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ConfigureGroupRequest(_message.Message):
-    __slots__ = ("group", "lane", "max_attempts", "lag_target_ms", "expire_after_ms")
+    __slots__ = ("group", "lane", "max_attempts", "lag_target_ms", "expire_after_ms", "where")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LAG_TARGET_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    WHERE_FIELD_NUMBER: _ClassVar[int]
     group: str
     lane: str
     max_attempts: int
     lag_target_ms: int
     expire_after_ms: int
-    def __init__(self, group: _Optional[str] = ..., lane: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lag_target_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ...) -> None: ...
+    where: str
+    def __init__(self, group: _Optional[str] = ..., lane: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lag_target_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ..., where: _Optional[str] = ...) -> None: ...
 
 class ConfigureGroupResponse(_message.Message):
     __slots__ = ()

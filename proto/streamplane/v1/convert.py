@@ -464,6 +464,7 @@ def worker_message_to_pb(x: m.WorkerMessage) -> apb.WorkerMessage:
                     max_load=x.max_load,
                     subscriptions=[subscription_to_pb(s) for s in x.subscriptions],
                     resume_session=x.resume_session,
+                    where=x.where,
                 )
             )
         case m.Heartbeat():
@@ -493,7 +494,13 @@ def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
             h = x.hello
             subs = tuple(subscription_from_pb(s) for s in h.subscriptions)
             return m.Hello(
-                h.group, h.worker_id, subs, capacity=h.capacity, max_load=h.max_load, resume_session=h.resume_session
+                h.group,
+                h.worker_id,
+                subs,
+                capacity=h.capacity,
+                max_load=h.max_load,
+                resume_session=h.resume_session,
+                where=h.where,
             )
         case "heartbeat":
             b = x.heartbeat
