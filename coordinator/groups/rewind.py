@@ -26,7 +26,7 @@ from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.groups.leases import FREE, GRANTED, GroupEvents, bump_versions, read_lease, write_lease
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
-from streamplane.coordinator.topology.records import get_cluster, get_stream
+from streamplane.coordinator.topology.records import decoded_generation, get_cluster, get_stream
 from streamplane.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -330,11 +330,8 @@ def finish_rewinds(tr: Transaction, now_ms: int) -> bool:
     still = False
     for key, _ in tr.get_range(r.start, r.stop):
         group, stream, lane, number = keys.REOPENED.unpack(key)
-        raw = tr.get(keys.generation_key(stream, lane, number))
-        try:
-            gen = Generation.from_json(raw) if raw is not None else None
-        except (ValueError, TypeError, KeyError):
-            gen = None  # a record that does not decode: nothing to read again there; the pass goes on
+        # a record that does not decode: nothing to read again there; the pass goes on
+        gen = decoded_generation(tr.get(keys.generation_key(stream, lane, number)))
         if gen is not None and gen.state == DRAINED:
             ends = [(PartitionRef(stream, lane, number, p), end) for p, end in enumerate(gen.end_offsets)]
             capped = [(ref, _window_end(tr, group, ref, end)) for ref, end in ends]  # a replay window ends sooner

@@ -110,6 +110,18 @@ def decoded_cluster(raw: bytes) -> Cluster | None:
     return cluster
 
 
+def decoded_generation(raw: bytes | None) -> Generation | None:
+    """A stored generation record, or None when there is none or it does not decode (bad data in the store):
+    for the passes over every generation, which must leave a torn one behind, never stop on it."""
+    if raw is None:
+        return None
+    try:
+        gen: Generation = Generation.from_json(raw)
+    except UNDECODABLE:
+        return None
+    return gen
+
+
 @dataclass(frozen=True)
 class Clusters:
     """Every registered cluster whose record decodes, in name order, and the names of those whose do not."""

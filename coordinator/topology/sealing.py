@@ -29,7 +29,7 @@ from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import events, health
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
-from streamplane.coordinator.topology.records import get_cluster, write_generation
+from streamplane.coordinator.topology.records import decoded_generation, get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
 from streamplane.model import (
     DRAINED,
@@ -195,20 +195,20 @@ def _index_unsettled(tr: Transaction) -> None:
         return
     r = keys.GENERATIONS.range()
     for key, raw in tr.get_range(r.start, r.stop):
-        gen = Generation.from_json(raw)
-        if gen.state in (DRAINING, SEALED):
+        gen = decoded_generation(raw)  # a torn one is left out: it never drains, and the others do
+        if gen is not None and gen.state in (DRAINING, SEALED):
             tr.set(keys.unsettled_key(*keys.GENERATIONS.unpack(key)), b"")
     tr.set(keys.UNSETTLED_INDEXED, b"1")
 
 
 def _generations_in(tr: Transaction, state: str) -> list[tuple[str, str, Generation]]:
-    """Unsettled generations in `state`, through the index: the cost is the sealer's work, not the fleet's size."""
+    """Unsettled generations in `state`, through the index: the cost is the sealer's work, not the fleet's size.
+    One whose record does not decode is left out (it stays where it is; the pass goes on for the others)."""
     r = keys.UNSETTLED.range()
     found = []
     for key, _ in tr.get_range(r.start, r.stop):
         stream, lane, number = keys.UNSETTLED.unpack(key)
-        raw = tr.get(keys.generation_key(stream, lane, number))
-        gen = Generation.from_json(raw) if raw is not None else None
+        gen = decoded_generation(tr.get(keys.generation_key(stream, lane, number)))
         if gen is not None and gen.state == state:
             found.append((stream, lane, gen))
     return found
@@ -254,7 +254,7 @@ def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms
     """Seal in one transaction with its event, if nothing changed since the plan (else None)."""
     key = keys.generation_key(plan.stream, plan.lane, plan.generation.number)
     raw = tr.get(key)
-    if raw is None or Generation.from_json(raw) != plan.generation:
+    if decoded_generation(raw) != plan.generation:
         return None
     ref = (plan.stream, plan.lane, plan.generation.number)
     wait = tr.get(keys.seal_wait_key(*ref))
@@ -297,13 +297,14 @@ def mark_drained(tr: Transaction, now_ms: int) -> list[tuple[str, str, Generatio
         groups = _groups_on(tr, stream, lane, gen.number)
         short = 1 if planted.EARLY_DRAIN in planted.active else 0
         retired = tr.get(keys.retired_reader_key(stream, lane, gen.number)) is not None  # a deleted group read it
+        lows = (
+            (commitlog.low_or_none(tr, group, PartitionRef(stream, lane, gen.number, p)), end)
+            for group in groups
+            for p, end in enumerate(gen.end_offsets)
+        )
+        # a group's torn progress header holds this generation back, alone: never the pass over the fleet
         finished = not any(gen.end_offsets) or (
-            (bool(groups) or retired)
-            and all(
-                commitlog.read_header(tr, group, PartitionRef(stream, lane, gen.number, p)).low >= end - short
-                for group in groups
-                for p, end in enumerate(gen.end_offsets)
-            )
+            (bool(groups) or retired) and all(low is not None and low >= end - short for low, end in lows)
         )
         if not finished:
             continue

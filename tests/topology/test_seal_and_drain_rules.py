@@ -288,3 +288,37 @@ def test_a_sealed_generation_that_holds_nothing_is_drained_at_once_with_no_reade
     for _ in range(3):
         world.sealer.run_once()
     assert world.state(1) == SEALED
+
+
+def test_a_torn_progress_header_or_generation_record_holds_back_only_itself_never_the_drain_pass(
+    world: World,
+) -> None:
+    """One group's progress header that does not decode, and one generation record that does not decode, in
+    the store beside healthy ones: the sealer's pass goes on (it used to raise, every pass, so that no
+    generation of the fleet drained), the healthy generation drains, and the torn ones stay as they are."""
+    world.failover()  # g1 -> g2 on west
+    world.admin.append("west", "sp.logs.realtime.g2", 0, 1)
+    world.topology.failover("logs", "realtime", "east", reason="again")  # g2 -> g3
+    world.sealer.run_once()
+    world.sealer.run_once()
+    assert (world.state(1), world.state(2)) == (SEALED, SEALED)
+    now = world.clock.now_ms()
+    for p, end in enumerate([3, 2]):
+        commitlog.commit(
+            world.db, "a", f"logs/realtime/g1/p{p}", 0, Commit(acked=[(0, end)], high_watermark=end), now_ms=now
+        )
+    for p, end in enumerate([1, 0]):
+        commit = Commit(acked=[(0, end)] if end else [], high_watermark=end)
+        commitlog.commit(world.db, "b", f"logs/realtime/g2/p{p}", 0, commit, now_ms=now)
+    commitlog.commit(world.db, "a", "logs/realtime/g2/p0", 0, Commit(acked=[(0, 1)], high_watermark=1), now_ms=now)
+    commitlog.commit(world.db, "a", "logs/realtime/g2/p1", 0, Commit(high_watermark=0), now_ms=now)
+
+    def poison(tr: Transaction) -> None:
+        tr.set(keys.progress_key("b", commitlog.PartitionRef("logs", "realtime", 2, 1)), b"{torn")
+        tr.set(keys.unsettled_key("ghost", "realtime", 9), b"")  # indexed, and its record is torn
+        tr.set(keys.generation_key("ghost", "realtime", 9), b"[not a generation")
+
+    world.db.transact(poison)
+    world.sealer.run_once()  # raises nothing
+    assert world.state(1) == DRAINED, "the healthy generation drained in the same pass"
+    assert world.state(2) == SEALED, "group b's torn header holds g2 back, alone"
