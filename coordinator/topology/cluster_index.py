@@ -15,11 +15,11 @@ from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology.records import (
     ACTIVE_STATE,
     UNDECODABLE,
+    decoded_generation,
     stream_named,
 )
 from streamplane.model import (
     ACTIVE,
-    Generation,
     Stream,
 )
 
@@ -45,7 +45,9 @@ def index_clusters(tr: Transaction) -> None:
     r = keys.GENERATIONS.range()
     for key, raw in tr.get_range(r.start, r.stop):
         stream, lane, number = keys.GENERATIONS.unpack(key)
-        gen = Generation.from_json(raw)
+        gen = decoded_generation(raw)
+        if gen is None:
+            continue  # a torn record has no cluster to index it by: the index is built for the others
         tr.set(keys.cluster_generation_key(gen.cluster, stream, lane, number), gen.state.value.encode())
         if gen.state == ACTIVE:
             active[gen.cluster] = active.get(gen.cluster, 0) + 1

@@ -15,6 +15,7 @@ from streamplane.coordinator.topology.cluster_index import (
     streams_on,
 )
 from streamplane.coordinator.topology.records import (
+    UNDECODABLE,
     decoded_cluster,
     load_lanes_of,
     stream_named,
@@ -111,11 +112,17 @@ def stream_page(
         page_token=page_token,
         filtered=bool(cluster),
     )
-    lanes = load_lanes_of(tr, window[0][0], window[-1][0]) if window else {}
+    lanes, unreadable = load_lanes_of(tr, window[0][0], window[-1][0]) if window else ({}, set())
 
     def items() -> Iterator[Stream | None]:
         for name, raw in window:
-            stream = replace(Stream.from_json(raw), lanes=lanes.get(name, []))
+            try:
+                stream = replace(Stream.from_json(raw), lanes=lanes.get(name, []))
+            except UNDECODABLE:
+                unreadable.add(name)
+            if name in unreadable:
+                yield None  # its records do not decode: left out of the page (describe says why)
+                continue
             on = not cluster or any(g.cluster == cluster for lane in stream.lanes for g in lane.generations)
             yield stream if on else None
 
@@ -123,11 +130,19 @@ def stream_page(
     return StreamPage(streams, token, 0 if page_token else count_streams(tr, prefix, snapshot=True))
 
 
+def _readable_stream(tr: Transaction, name: str) -> Stream | None:
+    """The stream, or None when it is gone or its records do not decode (left out of a page)."""
+    try:
+        return stream_named(tr, name)
+    except UNDECODABLE:
+        return None
+
+
 def _stream_page_on(tr: Transaction, cluster: str, prefix: str, page_size: int, page_token: str) -> StreamPage:
     """`stream_page` with `cluster`, through the index by cluster: a page costs its own streams."""
     size = _check_page_args(prefix, page_size, page_token)
     names, more = streams_on(tr, cluster, prefix, page_token, size)
-    streams = [s for s in map(functools.partial(stream_named, tr), names) if s is not None]
+    streams = [s for s in map(functools.partial(_readable_stream, tr), names) if s is not None]
     token = names[-1] if more and names else ""
     return StreamPage(streams, token, 0 if page_token else count_streams(tr, prefix, snapshot=True))
 

@@ -163,23 +163,35 @@ def load_lanes(tr: Transaction, stream: str) -> list[Lane]:
     return lanes
 
 
-def load_lanes_of(tr: Transaction, first: str, last: str) -> dict[str, list[Lane]]:
+def load_lanes_of(tr: Transaction, first: str, last: str) -> tuple[dict[str, list[Lane]], set[str]]:
     """{stream: its lanes} for every stream named from `first` to `last`, in two range reads (a page of
-    streams read one by one cost three reads a stream)."""
+    streams read one by one cost three reads a stream), and the names of the streams a lane or generation
+    record of which does not decode (left out of the first: one torn record never fails a page)."""
     gens: dict[tuple[str, str], list[Generation]] = {}
+    unreadable: set[str] = set()
     g0, g1 = keys.GENERATIONS.range((first,)), keys.GENERATIONS.range((last,))
     for key, raw in tr.get_range(g0.start, g1.stop, snapshot=True):
         stream, lane, _ = keys.GENERATIONS.unpack(key)
-        gens.setdefault((stream, lane), []).append(Generation.from_json(raw))
+        gen = decoded_generation(raw)
+        if gen is None:
+            unreadable.add(stream)
+            continue
+        gens.setdefault((stream, lane), []).append(gen)
     found: dict[str, list[Lane]] = {}
     l0, l1 = keys.LANES.range((first,)), keys.LANES.range((last,))
     for key, raw in tr.get_range(l0.start, l1.stop, snapshot=True):
         stream, lane_name = keys.LANES.unpack(key)
-        lane = replace(Lane.from_json(raw), generations=gens.get((stream, lane_name), []))
+        try:
+            lane = replace(Lane.from_json(raw), generations=gens.get((stream, lane_name), []))
+        except UNDECODABLE:
+            unreadable.add(stream)
+            continue
         found.setdefault(stream, []).append(lane)
     for lanes in found.values():
         lanes.sort(key=lambda lane: (-lane.priority, lane.name))
-    return found
+    for name in unreadable:
+        found.pop(name, None)
+    return found, unreadable
 
 
 @transactional
@@ -187,8 +199,14 @@ def get_stream(tr: Transaction, name: str, field: str = "stream") -> Stream:
     raw = tr.get(keys.stream_key(name))
     if raw is None:
         raise NotFoundError(f"{field} {quoted(name)} does not exist", kind="stream", name=name)
-    stream: Stream = Stream.from_json(raw)
-    return replace(stream, lanes=load_lanes(tr, name))
+    try:
+        stream: Stream = Stream.from_json(raw)
+        return replace(stream, lanes=load_lanes(tr, name))
+    except UNDECODABLE as err:  # bad data in the store: one sentence, never a crash of the caller's loop
+        raise FailedPreconditionError(
+            f"{field} {quoted(name)}: a record the store holds for it does not decode ({type(err).__name__}); "
+            "nothing can be done with it until it is repaired or the stream deleted"
+        ) from err
 
 
 @transactional

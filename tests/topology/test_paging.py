@@ -308,3 +308,34 @@ def test_bad_lag_page_tokens_say_why() -> None:
                 commitlog.lag_page(db, "ga", page_size=1, page_token=token, now_ms=0)
     finally:
         db.close()
+
+
+def test_a_stream_whose_records_do_not_decode_is_left_out_of_pages_and_described_in_one_sentence(
+    tmp_path: Path,
+) -> None:
+    """Bad data already in the store: a torn generation record of one stream and a torn lane record of
+    another. Pages go on with the rest (with and without a cluster filter), and describing either says why in
+    one sentence (FailedPreconditionError) instead of failing the call with a decode error."""
+    from streamplane.coordinator import keys
+    from streamplane.errors import FailedPreconditionError
+
+    domain = Domain(tmp_path)
+    db, t = domain.db, domain.topology
+    try:
+        t.register_cluster(Cluster("east", "east:9092"))
+        for name in ("a", "b", "c", "d"):
+            t.create_stream(name, 1, "east")
+
+        def poison(tr) -> None:  # type: ignore[no-untyped-def]
+            tr.set(keys.generation_key("b", "realtime", 1), b"{torn")
+            tr.set(keys.lane_key("c", "realtime"), b"[1, 2")
+
+        db.transact(poison)
+        for kw in ({}, {"cluster": "east"}, {"page_size": 1}):
+            names = [s.name for p in _pages(t, **kw) for s in p.streams]
+            assert names == ["a", "d"], kw
+        for name in ("b", "c"):
+            with pytest.raises(FailedPreconditionError, match=f"stream '{name}': a record the store holds for it"):
+                t.describe_stream(name)
+    finally:
+        db.close()
