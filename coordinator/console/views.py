@@ -17,6 +17,7 @@ from streamplane import model
 from streamplane.clock import Clock
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.console.history import LagHistory
+from streamplane.coordinator.groups import config as group_config
 from streamplane.coordinator.groups import leases, rewind
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.topology import events
@@ -274,6 +275,7 @@ class Views:
         errors_seen = Counter(r.reason.splitlines()[0][:120] if r.reason else "" for r in sample if r.state != "purged")
         return {
             "name": name,
+            "where": group_config.group_where(self.db, name),
             "leader_replica": desc.leader_replica,
             "members": members,
             "leases": by_worker,

@@ -319,6 +319,10 @@ def test_the_group_page_shows_workers_lag_history_retries_and_rejects(console: C
     dlq = page["dlq"]
     assert (dlq["pending"], dlq["redriven"], dlq["purged"], dlq["streams"]) == (1, 0, 0, ["web"])
     assert dlq["by_error"] == [{"reason": reject["reason"].splitlines()[0][:120], "count": 1}]
+    assert page["where"] == "", "no record predicate configured"
+    with CoordinatorClient(console.address, token=token) as client:
+        client.configure_group("web-g", where="key ^= 'k'")
+    assert console.call("api/group?name=web-g", role="viewer")[1]["where"] == "key ^= 'k'"
 
     # the dlq panel's redrive: previewed for an operator; the redrive itself runs where its command is run
     ask = {"group": "web-g", "stream": "web"}

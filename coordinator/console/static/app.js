@@ -207,6 +207,7 @@ function renderGroup() {
     <td>${m.records_per_s.toFixed(0)}</td><td>${m.leases}</td><td>${m.lag_records}</td><td>${m.ttl_left_ms} ms</td></tr>`);
   const leases = Object.entries(g.leases).flatMap(([w, ls]) => ls.map((x) => `<tr><td>${esc(w || "(free)")}</td><td>${esc(x.lease_id)}</td><td>${x.epoch}</td><td>${esc(x.state)}</td><td>${x.load.records_per_s.toFixed(0)}</td><td>${x.load.lag_records}</td></tr>`));
   page.innerHTML = `<h2>Group ${esc(g.name)}</h2><p class="muted">assignment loop on ${esc(g.leader_replica || "no leader")}</p>
+    ${g.where ? `<p data-where>every member filters with <code>where ${esc(g.where)}</code></p>` : ""}
     <div class="cards">${g.lag.lanes.map((l) => `<div class="card" data-lane-lag="${esc(l.stream)}/${esc(l.lane)}">${esc(l.stream)}/${esc(l.lane)}: ${secs(l.time_lag_ms)} · ${l.offset_lag} records</div>`).join("") || `<div class="card">no progress yet</div>`}
     <div class="card">retry backlog: ${g.retry_backlog.offsets} offsets</div><div class="card">rejected: ${g.rejects.total}</div></div>
     <h3>Time lag per lane (last hour)</h3>${lineChart("lanes", laneSeries)}
