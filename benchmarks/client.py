@@ -118,9 +118,9 @@ def consume_ours(address: str, stream: str, total: int) -> float:
     return counted.seconds()
 
 
-def consume_confluent(bootstrap: str, topic: str, total: int, *, batched: bool) -> float:
-    counted = Counted(total)
-    consumer = KafkaConsumer(
+def confluent_consumer(bootstrap: str) -> KafkaConsumer:
+    """confluent-kafka's group consumer in a new group, tuned to read fast (deep queues, big fetches)."""
+    return KafkaConsumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-{uuid.uuid4().hex[:6]}",
@@ -132,6 +132,11 @@ def consume_confluent(bootstrap: str, topic: str, total: int, *, batched: bool) 
             "queued.min.messages": 1_000_000,
         }
     )
+
+
+def consume_confluent(bootstrap: str, topic: str, total: int, *, batched: bool) -> float:
+    counted = Counted(total)
+    consumer = confluent_consumer(bootstrap)
     consumer.subscribe([topic])
     deadline = time.monotonic() + 120
     while not counted.done.is_set():

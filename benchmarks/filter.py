@@ -30,12 +30,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer as KafkaConsumer
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _local import coordinator_process, engine
 
+from client import confluent_consumer
 from streamplane.client import Consumer, CoordinatorClient, Producer
 from streamplane.log import configure_logging
 
@@ -108,18 +107,7 @@ def ours(address: str, stream: str, want: int, *, filtered: bool) -> float:
 
 def confluent(bootstrap: str, topic: str, want: int) -> float:
     until = Until(want)
-    consumer = KafkaConsumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-            "auto.offset.reset": "earliest",
-            "fetch.queue.backoff.ms": 10,
-            "fetch.max.bytes": 64 << 20,
-            "max.partition.fetch.bytes": 16 << 20,
-            "queued.max.messages.kbytes": 1 << 20,
-            "queued.min.messages": 1_000_000,
-        }
-    )
+    consumer = confluent_consumer(bootstrap)
     consumer.subscribe([topic])
     try:
         deadline = time.monotonic() + 600

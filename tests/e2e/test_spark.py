@@ -51,6 +51,15 @@ def produce(address: str, stream: str, ids: range, lane: str = "realtime") -> No
         assert producer.flush(60) == 0
 
 
+def cut() -> int:
+    """A time later than every record written so far, and earlier than every one written after it."""
+    import time
+
+    at = int(time.time() * 1000) + 1
+    wait_until(lambda: time.time() * 1000 > at + 5, what=lambda: "the clock to pass the cut")
+    return at
+
+
 def source(spark, address: str, stream: str, **options: str):
     reader = spark.readStream.format("streamplane").option("coordinator", address).option("stream", stream)
     for k, v in options.items():
@@ -380,16 +389,10 @@ def test_the_source_reads_a_time_window_across_a_failover_with_starting_and_endi
     """startingTimestamp and endingTimestamp (issue 38): exactly the records of [T1, T2), on every generation
     that holds part of it, and the availableNow query ends. The mock cluster cannot look offsets up by time:
     the source searches the records' own timestamps there."""
-    import time
 
     address = on_engine
     with CoordinatorClient(address, token=ADMIN) as client:
         client.create_stream("sp-window", 2, cluster="east")
-
-    def cut() -> int:
-        at = int(time.time() * 1000) + 1
-        wait_until(lambda: time.time() * 1000 > at + 5, what=lambda: "the clock to pass the cut")
-        return at
 
     produce(address, "sp-window", range(0, 500))
     t1 = cut()
@@ -438,7 +441,6 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
 ) -> None:
     """spark.read over a time window across a failover (issue 39): the filters Spark pushes (key, timestamp,
     partition, generation) give the rows Spark's own filtering gives, and explain() lists them."""
-    import time
     from datetime import UTC, datetime
 
     from pyspark.sql import functions as sf
@@ -446,11 +448,6 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
     address = on_engine
     with CoordinatorClient(address, token=ADMIN) as client:
         client.create_stream("sp-batch", 2, cluster="east")
-
-    def cut() -> int:
-        at = int(time.time() * 1000) + 1
-        wait_until(lambda: time.time() * 1000 > at + 5, what=lambda: "the clock to pass the cut")
-        return at
 
     produce(address, "sp-batch", range(0, 300))
     t1 = cut()
