@@ -311,7 +311,9 @@ class CoordinatorClient:
         return self._pages(
             self.topology.ListStreams,
             lambda token: pb.ListStreamsRequest(prefix=prefix, page_size=page_size, page_token=token, cluster=cluster),
-            lambda got: m.StreamPage([convert.stream_from_pb(s) for s in got.streams], got.next_page_token, got.total),
+            lambda got: m.StreamPage(
+                [convert.stream_from_pb(s) for s in got.streams], got.next_page_token, got.total, list(got.unreadable)
+            ),
         )
 
     def add_lane(self, stream: str, lane: str, priority: int, partitions: int = 0, cluster: str = "") -> m.StreamAt:

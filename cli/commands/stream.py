@@ -52,10 +52,12 @@ def cmd_stream_list(args: argparse.Namespace) -> None:
     """Page after page, each printed as it arrives (a fleet's streams never sit in memory at once, except for
     --output json, which prints one document)."""
     totals: list[int] = []
+    unreadable: list[str] = []
 
     def pages(client: CoordinatorClient) -> Iterator[tuple[list[model.Stream], bool]]:
         for page in client.stream_pages(prefix=args.prefix, cluster=args.cluster, page_size=args.page_size):
             totals.append(page.total)
+            unreadable.extend(page.unreadable)
             yield page.streams, not page.next_page_token
 
     def row(s: model.Stream) -> list[Any]:
@@ -67,6 +69,12 @@ def cmd_stream_list(args: argparse.Namespace) -> None:
         where = f" starting with {args.prefix!r}" if args.prefix else ""
         on = f" ({shown:,} on cluster {args.cluster})" if args.cluster else ""
         print(f"{shown:,} shown of {totals[0] if totals else 0:,} stream(s){where}{on}", file=sys.stderr)
+    if unreadable:
+        print(
+            f"left out: {len(unreadable):,} stream(s) whose stored records do not decode "
+            f"({', '.join(unreadable[:10])}); `streamplane stream describe NAME` says why",
+            file=sys.stderr,
+        )
 
 
 def cmd_stream_describe(args: argparse.Namespace) -> None:

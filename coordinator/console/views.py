@@ -124,6 +124,10 @@ class Views:
                 log.exception("console.holdings_unreadable", cluster=c.name)
                 row["error"] = f"what it holds could not be read: {err}"
                 return row
+            if page.unreadable:  # bad data in the store: say so, rather than count what was left out
+                names = ", ".join(page.unreadable[:5])
+                row["error"] = f"what it holds could not be read: the records of stream(s) {names} do not decode"
+                return row
             counts: dict[str, int] = {}
             for s in page.streams:
                 for lane in s.lanes:

@@ -86,6 +86,7 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
             streams=[convert.stream_to_pb(s) for s in page.streams],
             next_page_token=page.next_page_token,
             total=page.total,
+            unreadable=page.unreadable,
         )
 
     @grpc_errors

@@ -4,7 +4,6 @@ work per page (a filter looks at no more than FILTER_SCAN_PAGES pages' worth of 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -127,24 +126,25 @@ def stream_page(
             yield stream if on else None
 
     streams, token = _fill(size, window, more, items())
-    return StreamPage(streams, token, 0 if page_token else count_streams(tr, prefix, snapshot=True))
-
-
-def _readable_stream(tr: Transaction, name: str) -> Stream | None:
-    """The stream, or None when it is gone or its records do not decode (left out of a page)."""
-    try:
-        return stream_named(tr, name)
-    except UNDECODABLE:
-        return None
+    total = 0 if page_token else count_streams(tr, prefix, snapshot=True)
+    return StreamPage(streams, token, total, sorted(unreadable))
 
 
 def _stream_page_on(tr: Transaction, cluster: str, prefix: str, page_size: int, page_token: str) -> StreamPage:
     """`stream_page` with `cluster`, through the index by cluster: a page costs its own streams."""
     size = _check_page_args(prefix, page_size, page_token)
     names, more = streams_on(tr, cluster, prefix, page_token, size)
-    streams = [s for s in map(functools.partial(_readable_stream, tr), names) if s is not None]
+    streams, unreadable = [], []
+    for name in names:
+        try:
+            stream = stream_named(tr, name)
+        except UNDECODABLE:
+            unreadable.append(name)
+            continue
+        if stream is not None:
+            streams.append(stream)
     token = names[-1] if more and names else ""
-    return StreamPage(streams, token, 0 if page_token else count_streams(tr, prefix, snapshot=True))
+    return StreamPage(streams, token, 0 if page_token else count_streams(tr, prefix, snapshot=True), unreadable)
 
 
 @transactional

@@ -264,6 +264,9 @@ class StreamPage:
     streams: list[Stream]
     next_page_token: str = ""
     total: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    """Streams of this page's range whose stored records do not decode (bad data in the store): left out of
+    `streams`, named here so that nobody takes the page for the whole story."""
 
 
 @dataclass(frozen=True)

@@ -332,8 +332,9 @@ def test_a_stream_whose_records_do_not_decode_is_left_out_of_pages_and_described
 
         db.transact(poison)
         for kw in ({}, {"cluster": "east"}, {"page_size": 1}):
-            names = [s.name for p in _pages(t, **kw) for s in p.streams]
-            assert names == ["a", "d"], kw
+            pages = _pages(t, **kw)
+            assert [s.name for p in pages for s in p.streams] == ["a", "d"], kw
+            assert [n for p in pages for n in p.unreadable] == ["b", "c"], "named, not silently gone"
         for name in ("b", "c"):
             with pytest.raises(FailedPreconditionError, match=f"stream '{name}': a record the store holds for it"):
                 t.describe_stream(name)

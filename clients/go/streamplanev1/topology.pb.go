@@ -1889,7 +1889,10 @@ type ListStreamsResponse struct {
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	// On the first page: how many streams have the prefix, counted up to 100000 (the cluster filter is not counted
 	// in); 0 on later pages.
-	Total         uint32 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	Total uint32 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	// Streams of this page's range whose stored records do not decode (bad data in the store): left out of
+	// `streams`; describing one says why.
+	Unreadable    []string `protobuf:"bytes,4,rep,name=unreadable,proto3" json:"unreadable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1943,6 +1946,13 @@ func (x *ListStreamsResponse) GetTotal() uint32 {
 		return x.Total
 	}
 	return 0
+}
+
+func (x *ListStreamsResponse) GetUnreadable() []string {
+	if x != nil {
+		return x.Unreadable
+	}
+	return nil
 }
 
 type AddLaneRequest struct {
@@ -3730,11 +3740,14 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x18\n" +
-	"\acluster\x18\x04 \x01(\tR\acluster\"\x85\x01\n" +
+	"\acluster\x18\x04 \x01(\tR\acluster\"\xa5\x01\n" +
 	"\x13ListStreamsResponse\x120\n" +
 	"\astreams\x18\x01 \x03(\v2\x16.streamplane.v1.StreamR\astreams\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
-	"\x05total\x18\x03 \x01(\rR\x05total\"\x92\x01\n" +
+	"\x05total\x18\x03 \x01(\rR\x05total\x12\x1e\n" +
+	"\n" +
+	"unreadable\x18\x04 \x03(\tR\n" +
+	"unreadable\"\x92\x01\n" +
 	"\x0eAddLaneRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1a\n" +

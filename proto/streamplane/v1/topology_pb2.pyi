@@ -322,14 +322,16 @@ class ListStreamsRequest(_message.Message):
     def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., cluster: _Optional[str] = ...) -> None: ...
 
 class ListStreamsResponse(_message.Message):
-    __slots__ = ("streams", "next_page_token", "total")
+    __slots__ = ("streams", "next_page_token", "total", "unreadable")
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNREADABLE_FIELD_NUMBER: _ClassVar[int]
     streams: _containers.RepeatedCompositeFieldContainer[Stream]
     next_page_token: str
     total: int
-    def __init__(self, streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
+    unreadable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, streams: _Optional[_Iterable[_Union[Stream, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ..., unreadable: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AddLaneRequest(_message.Message):
     __slots__ = ("stream", "lane", "priority", "partitions", "cluster")
