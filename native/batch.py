@@ -156,6 +156,15 @@ class DecodedBatch:
         return self.count
 
     @property
+    def filtered_ranges(self) -> list[tuple[int, int]]:
+        """The offsets a `where` predicate left out, as [start, end) ranges in order."""
+        raw = self._c.get("filtered_ranges")
+        if not raw:
+            return []
+        flat = memoryview(raw).cast("B").cast("q").tolist()
+        return list(zip(flat[0::2], flat[1::2], strict=True))
+
+    @property
     def last_leader_epoch(self) -> int:
         """The partition leader epoch of the last batch decoded (-1 when none was)."""
         batches = self._c["batches"]

@@ -240,6 +240,7 @@ class _Columns:
     def __init__(self) -> None:
         self.count = 0
         self.filtered = 0
+        self.filtered_ranges: list[list[int]] = []
         self.offsets = array("q")
         self.timestamps = array("q")
         self.key_offsets = array("i", [0])
@@ -273,11 +274,14 @@ class _Columns:
             self.hvalue_valid,
         ]
 
-    def mark(self) -> tuple[int, int, list[int]]:
-        return self.count, self.filtered, [len(c) for c in self._columns()]
+    def mark(self) -> tuple[int, int, int, list[list[int]], list[int]]:
+        last = [list(r) for r in self.filtered_ranges[-1:]]  # the last run, which the batch may extend
+        return self.count, self.filtered, len(self.filtered_ranges), last, [len(c) for c in self._columns()]
 
-    def roll_back(self, mark: tuple[int, int, list[int]]) -> None:
-        self.count, self.filtered, lens = mark
+    def roll_back(self, mark: tuple[int, int, int, list[list[int]], list[int]]) -> None:
+        self.count, self.filtered, runs, last, lens = mark
+        del self.filtered_ranges[runs:]
+        self.filtered_ranges[-1:] = last
         for column, length in zip(self._columns(), lens, strict=True):
             del column[length:]
 
@@ -379,6 +383,11 @@ def _parse_records(
             if not matches(where, key=key, value=value, timestamp=ts, partition=partition, headers=named):
                 wanted = False
                 cols.filtered += 1
+                offset = _wrap(base + off_delta)
+                if cols.filtered_ranges and cols.filtered_ranges[-1][1] == offset:
+                    cols.filtered_ranges[-1][1] = _wrap(offset + 1)  # the run goes on
+                else:
+                    cols.filtered_ranges.append([offset, _wrap(offset + 1)])
         if wanted:
             cols.offsets.append(_wrap(base + off_delta))
             cols.timestamps.append(ts)
@@ -611,6 +620,7 @@ def decode_columns(
     return {
         "count": cols.count,
         "filtered": cols.filtered,
+        "filtered_ranges": array("q", [x for r in cols.filtered_ranges for x in r]).tobytes(),
         "offsets": cols.offsets.tobytes(),
         "timestamps": cols.timestamps.tobytes(),
         "key_offsets": cols.key_offsets.tobytes(),

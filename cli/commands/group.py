@@ -79,7 +79,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
                 title = f"group {args.group}" if args.group else "all groups"
                 print(f"{title}: offset lag {lag.offset_lag:,}, time lag {_seconds(lag.time_lag_ms)}")
                 print_table(
-                    ["STREAM", "LANE", "OFFSET LAG", "TIME LAG", "DLQ PENDING", "REDRIVEN", "PURGED"],
+                    ["STREAM", "LANE", "OFFSET LAG", "TIME LAG", "DLQ PENDING", "REDRIVEN", "PURGED", "FILTERED"],
                     [
                         [
                             x.stream,
@@ -89,6 +89,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
                             f"{x.dlq_pending:,}",
                             f"{x.dlq_redriven:,}",
                             f"{x.dlq_purged:,}",
+                            f"{x.filtered:,}",
                         ]
                         for x in lag.lanes
                     ],
@@ -106,7 +107,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
                     for page in client.lag_pages(args.group or "", args.stream, args.lane):
                         if page.partitions or (not shown and not page.next_page_token):
                             print_table(
-                                ["PARTITION", "LOW WATERMARK", "HIGH WATERMARK", "OFFSET LAG", "TIME LAG"]
+                                ["PARTITION", "LOW WATERMARK", "HIGH WATERMARK", "OFFSET LAG", "TIME LAG", "FILTERED"]
                                 + ([] if args.group else ["GROUP"]),
                                 [
                                     [
@@ -115,6 +116,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
                                         x.high_watermark,
                                         f"{x.offset_lag:,}",
                                         _seconds(x.time_lag_ms),
+                                        f"{x.filtered:,}",
                                     ]
                                     + ([] if args.group else [x.group])
                                     for x in page.partitions

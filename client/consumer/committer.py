@@ -275,5 +275,6 @@ def _request(ledger: LeaseLedger, out: Outcomes, oldest: int) -> LeaseCommit:
         acked_bitmap=bitmap,
         acked_bitmap_base=base,
         copying=out.copying,
+        filtered=out.filtered,
     )
     return LeaseCommit(ledger.lease_id, ledger.epoch, commit)

@@ -107,24 +107,25 @@ class Outcomes:
     rejects: list[Reject] = field(default_factory=list)
     copying: list[Reject] = field(default_factory=list)
     """Rejected records whose dlq copy waits for the commit log's leave (and copy number)."""
+    filtered: list[tuple[int, int]] = field(default_factory=list)
+    """Offsets the consumer's `where` predicate left out (done; also among the gaps in `ranges`)."""
 
     def __bool__(self) -> bool:
-        return bool(self.acked or self.ranges or self.retries or self.rejects or self.copying)
+        return bool(self.acked or self.ranges or self.retries or self.rejects or self.copying or self.filtered)
+
+    def _acks(self) -> int:
+        return 16 * (len(self.acked) + len(self.ranges) + len(self.filtered))
 
     def cost(self) -> int:
         """About how many bytes the commit log writes for these outcomes (rejects and retries carry texts)."""
         texts = sum(80 + len(r.error) for r in self.retries)
-        return (
-            16 * (len(self.acked) + len(self.ranges))
-            + texts
-            + sum(160 + len(r.reason) for r in self.rejects + self.copying)
-        )
+        return self._acks() + texts + sum(160 + len(r.reason) for r in self.rejects + self.copying)
 
     def split(self, budget: int) -> Outcomes:
         """Keep the first retries, rejects and copies that fit in `budget` bytes (acks always: they cost little),
         and return the rest, for a later commit."""
         rest = Outcomes()
-        used = 16 * (len(self.acked) + len(self.ranges))
+        used = self._acks()
         parts = (
             ("retries", RETRY_BYTES, "error"),
             ("rejects", REJECT_BYTES, "reason"),
@@ -136,7 +137,7 @@ class Outcomes:
             while keep < len(items) and used + fixed + len(getattr(items[keep], text)) <= budget:
                 used += fixed + len(getattr(items[keep], text))
                 keep += 1
-            if keep == 0 and items and used == 16 * (len(self.acked) + len(self.ranges)):
+            if keep == 0 and items and used == self._acks():
                 used += fixed + len(getattr(items[0], text))
                 keep = 1  # one always goes, however long: progress
             setattr(rest, name, items[keep:])
@@ -345,6 +346,7 @@ class LeaseLedger:
         if decoded is not None and decoded.count and not self.lost:
             items, offsets, used = self._batch(decoded) if batches else self._messages(decoded)
         gaps = self._gaps(before, after, offsets, fetched.skipped)
+        filtered = self._filtered(decoded, before)
         with self._lock:
             if self.lost:
                 return [], 0, 0
@@ -355,6 +357,7 @@ class LeaseLedger:
             else:
                 self.pending.update(zip(offsets, items, strict=True))
             self._out.ranges.extend(gaps)
+            self._out.filtered.extend(filtered)
             for reject in rejects:
                 self._out.rejects.extend(reject)
         self._fetched += len(offsets)
@@ -463,6 +466,19 @@ class LeaseLedger:
             if i < len(ranges) and ranges[i][0] <= r.offset:
                 continue
             out.append(r)
+        return out
+
+    def _filtered(self, decoded: Any, before: int) -> list[tuple[int, int]]:
+        """The ranges a `where` predicate left out of what was read, within this lease (from where the read
+        began, up to its end offset): done, and counted apart by the commit log."""
+        if decoded is None or not decoded.filtered:
+            return []
+        end = self.end_offset if self.end_offset >= 0 else None
+        out = []
+        for s, e in decoded.filtered_ranges:
+            s, e = max(s, before), e if end is None else min(e, end)
+            if s < e:
+                out.append((s, e))
         return out
 
     def _gaps(self, before: int, after: int, offsets: list[int], skipped: list[Any]) -> list[tuple[int, int]]:
@@ -627,6 +643,7 @@ class LeaseLedger:
         with self._lock:
             self._out.acked.extend(out.acked)
             self._out.ranges.extend(out.ranges)
+            self._out.filtered.extend(out.filtered)
             self._out.batch_acked += out.batch_acked
             self._out.retries.extend(out.retries)
             self._out.rejects.extend(out.rejects)

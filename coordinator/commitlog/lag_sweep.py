@@ -13,7 +13,7 @@ passes, and what is shown is that old at most.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.commitlog import log as commitlog
@@ -55,10 +55,7 @@ class Sweep:
 
         return Lag(
             group="",
-            partitions=tuple(
-                PartitionLag(p.group, p.lease_id, p.low_watermark, p.high_watermark, p.offset_lag, since(oldest))
-                for p, oldest in self.worst
-            ),
+            partitions=tuple(replace(p, time_lag_ms=since(oldest)) for p, oldest in self.worst),
             lanes=tuple(
                 LaneLag(x.group, x.stream, x.lane, x.offset_lag, since(x.oldest_pending_ts_ms)) for x in self.lanes
             ),

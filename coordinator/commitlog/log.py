@@ -82,6 +82,8 @@ class Header:
     """Of those, the ones `dlq redrive` produced again."""
     purged: int = 0
     """Of those, the ones `dlq purge` marked purged."""
+    filtered: int = 0
+    """Offsets the holders' `where` predicate left out, each counted once (done like acked ones)."""
     updated_ms: int = 0
 
     def offset_lag(self) -> int:
@@ -149,19 +151,22 @@ MAX_COMMIT_CHUNKS = 4096
 def prepare(c: Commit) -> Commit:
     """Bound a commit's work before any transaction starts: counts and sizes checked, acked ranges checked and
     merged (O(n log n), outside the store's lock), so the transaction walks at most MAX_ENTRIES ranges."""
-    entries = len(c.acked) + len(c.retries) + len(c.rejects) + len(c.copying)
+    entries = len(c.acked) + len(c.filtered) + len(c.retries) + len(c.rejects) + len(c.copying)
     if entries > MAX_ENTRIES:
         raise LimitExceededError(
             f"a commit holds {entries} ranges, retries, rejects and dlq copies; the limit is {MAX_ENTRIES}"
         )
     if len(c.acked_bitmap) > MAX_BITMAP_BYTES:
         raise LimitExceededError(f"acked_bitmap is {len(c.acked_bitmap)} bytes; the limit is {MAX_BITMAP_BYTES}")
-    acked = c.acked
-    if acked and (min(s for s, _ in acked) < 0 or any(s >= e for s, e in acked)):
-        for i, (start, end) in enumerate(acked):
-            if start < 0 or start >= end:
-                raise InvalidArgumentError(f"acked[{i}] [{start}, {end}) is empty, reversed or negative")
-    return replace(c, acked=offsets.normalize(acked))
+    for name, ranges in (("acked", c.acked), ("filtered", c.filtered)):
+        if ranges and (min(s for s, _ in ranges) < 0 or any(s >= e for s, e in ranges)):
+            for i, (start, end) in enumerate(ranges):
+                if start < 0 or start >= end:
+                    raise InvalidArgumentError(f"{name}[{i}] [{start}, {end}) is empty, reversed or negative")
+    filtered = offsets.normalize(c.filtered)
+    return replace(
+        c, acked=offsets.normalize(c.acked + filtered) if filtered else offsets.normalize(c.acked), filtered=filtered
+    )
 
 
 def _chunks_touched(ranges: list[offsets.Range], floor: int) -> int:
@@ -273,6 +278,20 @@ def _jump(
     return replace(header, low=jump, done_above=header.done_above - already), jump - header.low - already
 
 
+def _not_done(tr: Transaction, group: str, ref: PartitionRef, header: Header, ranges: list[offsets.Range]) -> int:
+    """How many offsets of sorted, disjoint `ranges` are not done yet: at or above the low watermark, and not
+    in their chunk's done bitmap. Reads the chunks the ranges touch (bounded with the commit's acked ranges)."""
+    count = 0
+    for start, end in ranges:
+        start = max(start, header.low)
+        for chunk in range(start // CHUNK, (end - 1) // CHUNK + 1) if start < end else ():
+            base = chunk * CHUNK
+            lo, hi = max(start, base) - base, min(end, base + CHUNK) - base
+            span = ((1 << (hi - lo)) - 1) << lo
+            count += (span & ~_read_chunk(tr, group, ref, chunk)).bit_count()
+    return count
+
+
 def commit(
     db: Database | Transaction,
     group: str,
@@ -326,6 +345,8 @@ def _apply(
             f"{jump}; the limit is {MAX_COMMIT_CHUNKS}"
         )
     chunks: dict[int, int] = {}
+    # filtered offsets are acked ones (merged into c.acked by `prepare`); those not done before count, once
+    filtered = _not_done(tr, group, ref, header, c.filtered) if c.filtered else 0
     # rejects are judged against the log before this commit (one acked and rejected at once is a reject)
     rejected = [j for j in c.rejects if not _is_done(tr, group, ref, header, j.offset, chunks)]
     jumped = 0
@@ -450,6 +471,7 @@ def _apply(
         done_above=header.done_above + added - consumed,
         retries=retries,
         rejects=rejects,
+        filtered=header.filtered + filtered,
         updated_ms=now_ms,
     )
     tr.set(keys.progress_key(group, ref), json.dumps(vars(new_header), sort_keys=True).encode())  # flat: no asdict copy
@@ -941,7 +963,7 @@ def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms
             continue
         off, t = h.offset_lag(), h.time_lag_ms(now_ms)
         if partitions:
-            each.append(PartitionLag(group, ref.lease_id, h.low, h.high, off, t))
+            each.append(PartitionLag(group, ref.lease_id, h.low, h.high, off, t, h.filtered))
         was = lanes.get((ref.stream, ref.lane)) or LaneLag(group, ref.stream, ref.lane, 0, 0)
         lanes[(ref.stream, ref.lane)] = replace(
             was,
@@ -950,6 +972,7 @@ def lag(tr: Transaction, group: str, *, stream: str = "", lane: str = "", now_ms
             dlq_pending=was.dlq_pending + max(0, h.rejects - h.redriven - h.purged),
             dlq_redriven=was.dlq_redriven + h.redriven,
             dlq_purged=was.dlq_purged + h.purged,
+            filtered=was.filtered + h.filtered,
         )
     return Lag(group=group, partitions=tuple(each), lanes=tuple(lanes[k] for k in sorted(lanes)))
 
@@ -1026,7 +1049,9 @@ def lag_page(
                 h = Header(**json.loads(raw))
             except (ValueError, TypeError):
                 continue  # a header that does not decode is left out: the page, and a sweep of every group, go on
-            out.append(PartitionLag(current, ref.lease_id, h.low, h.high, h.offset_lag(), h.time_lag_ms(now_ms)))
+            out.append(
+                PartitionLag(current, ref.lease_id, h.low, h.high, h.offset_lag(), h.time_lag_ms(now_ms), h.filtered)
+            )
         if len(rows) > room:
             left = True
             break

@@ -280,6 +280,7 @@ class Views:
         return {
             "name": name,
             "where": group_config.group_where(self.db, name),
+            "filtered": sum(x.filtered for x in lag.lanes),
             "leader_replica": desc.leader_replica,
             "members": members,
             "leases": by_worker,

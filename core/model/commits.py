@@ -55,6 +55,9 @@ class Commit:
     copying: list[Reject] = field(default_factory=list)
     """Rejects whose dlq copy the holder is about to write: recorded first, so that a copy is written once per
     reject decision (the outcome's `copies` names the ones to write)."""
+    filtered: list[OffsetRange] = field(default_factory=list)
+    """Offsets the holder's `where` predicate left out: done, as acked ones are, and counted apart (each once,
+    however often the commit is sent)."""
 
 
 GAVE_UP = "max attempts reached; last error"
@@ -134,6 +137,8 @@ class PartitionLag:
     high_watermark: int
     offset_lag: int
     time_lag_ms: int
+    filtered: int = 0
+    """Records the group's `where` predicate left out (done without reaching a handler)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,8 @@ class LaneLag:
     """Rejected records `dlq redrive` produced again."""
     dlq_purged: int = 0
     """Rejected records `dlq purge` stopped listing."""
+    filtered: int = 0
+    """Records the group's `where` predicate left out (done without reaching a handler)."""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(some.count + some.filtered == all.count);
     CHECK(some.nbatches == all.nbatches && some.consumed == all.consumed);
     CHECK(some.offsets.len == 8 * some.count);
+    /* the ranges left out add up to the count left out (hostile offsets may go back or wrap: no order) */
+    CHECK(some.filtered_ranges.len % 16 == 0);
+    uint64_t in_ranges = 0;
+    for (size_t i = 0; i < some.filtered_ranges.len; i += 16) {
+        int64_t start, end;
+        memcpy(&start, some.filtered_ranges.data + i, 8);
+        memcpy(&end, some.filtered_ranges.data + i + 8, 8);
+        CHECK((uint64_t)end - (uint64_t)start >= 1);
+        in_ranges += (uint64_t)end - (uint64_t)start;
+    }
+    CHECK(in_ranges == some.filtered);
     /* what was emitted is a subsequence of the unfiltered offsets, in order */
     size_t j = 0;
     for (size_t i = 0; i < some.count; i++) {

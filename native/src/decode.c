@@ -68,7 +68,7 @@ void sp_result_init(sp_result *r) {
 void sp_result_free(sp_result *r) {
     sp_buf *bufs[] = {&r->offsets, &r->timestamps, &r->key_offsets, &r->keys, &r->key_valid, &r->value_offsets,
                       &r->values, &r->value_valid, &r->header_offsets, &r->hkey_offsets, &r->hkeys,
-                      &r->hvalue_offsets, &r->hvalues, &r->hvalue_valid, &r->scratch};
+                      &r->hvalue_offsets, &r->hvalues, &r->hvalue_valid, &r->scratch, &r->filtered_ranges};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]->data);
     free(r->batches);
     memset(r, 0, sizeof *r);
@@ -237,6 +237,17 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
             if (!sp_where_match(ctx->where, &view)) {
                 emit = 0;
                 r->filtered++;
+                sp_buf *fr = &r->filtered_ranges;
+                int64_t last_end;
+                if (fr->len >= 16) memcpy(&last_end, fr->data + fr->len - 8, 8);
+                int64_t end = wrap_add(offset, 1);
+                if (fr->len >= 16 && last_end == offset) {
+                    memcpy(fr->data + fr->len - 8, &end, 8); /* the run goes on */
+                } else {
+                    if (buf_reserve(fr, 16)) return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
+                    put_i64(fr, offset);
+                    put_i64(fr, end);
+                }
             }
         }
         if (emit) {
@@ -296,7 +307,8 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
 
 /* Column lengths before a batch, so a batch that fails half way contributes nothing. */
 typedef struct {
-    size_t count, header_count, filtered, lens[14];
+    size_t count, header_count, filtered, filtered_len, lens[14];
+    int64_t filtered_end; /* the last filtered run's end: a failed batch may have extended it */
 } mark;
 
 #define COLUMNS(r)                                                                                            \
@@ -305,7 +317,8 @@ typedef struct {
      &(r)->hvalue_offsets, &(r)->hvalues, &(r)->hvalue_valid}
 
 static mark take_mark(sp_result *r) {
-    mark m = {r->count, r->header_count, r->filtered, {0}};
+    mark m = {r->count, r->header_count, r->filtered, r->filtered_ranges.len, {0}, 0};
+    if (m.filtered_len >= 16) memcpy(&m.filtered_end, r->filtered_ranges.data + m.filtered_len - 8, 8);
     sp_buf *cols[] = COLUMNS(r);
     for (size_t i = 0; i < 14; i++) m.lens[i] = cols[i]->len;
     return m;
@@ -317,6 +330,8 @@ static void roll_back(sp_result *r, const mark *m) {
     r->count = m->count;
     r->header_count = m->header_count;
     r->filtered = m->filtered;
+    r->filtered_ranges.len = m->filtered_len;
+    if (m->filtered_len >= 16) memcpy(r->filtered_ranges.data + m->filtered_len - 8, &m->filtered_end, 8);
     /* validity bitmaps: clear the bits past the kept ones in their last byte */
     if (r->count & 7) {
         uint8_t keep = (uint8_t)((1u << (r->count & 7)) - 1);

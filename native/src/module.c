@@ -186,7 +186,8 @@ static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs
                               (long long)r.err_limit);
     }
     if (set_item(result, "count", PyLong_FromSize_t(r.count)) ||
-        set_item(result, "filtered", PyLong_FromSize_t(r.filtered)) || set_item(result, "offsets", take(&r.offsets)) ||
+        set_item(result, "filtered", PyLong_FromSize_t(r.filtered)) ||
+        set_item(result, "filtered_ranges", take(&r.filtered_ranges)) || set_item(result, "offsets", take(&r.offsets)) ||
         set_item(result, "timestamps", take(&r.timestamps)) || set_item(result, "key_offsets", take(&r.key_offsets)) ||
         set_item(result, "keys", take(&r.keys)) || set_item(result, "key_valid", take(&r.key_valid)) ||
         set_item(result, "value_offsets", take(&r.value_offsets)) || set_item(result, "values", take(&r.values)) ||

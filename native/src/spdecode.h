@@ -74,6 +74,7 @@ typedef struct {
     int stop;                           /* enum sp_stop_reason */
     size_t decompressed_total;
     size_t filtered;                    /* records a `where` predicate left out (not emitted) */
+    sp_buf filtered_ranges;             /* their offsets, as int64 [start, end) pairs in order, runs merged */
     /* error (stop == SP_STOP_ERROR) */
     int err_kind;
     char err_msg[320];

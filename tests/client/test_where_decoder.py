@@ -80,9 +80,11 @@ def test_filtered_records_are_never_built_and_the_rest_keep_their_fields(impl: s
 @pytest.mark.parametrize("impl", IMPLS)
 def test_a_batch_that_fails_half_way_counts_nothing_it_left_out(impl: str) -> None:
     good = build_batch(RECORDS, first_timestamp=FIRST_TS)
-    bad = build_batch(RECORDS, base_offset=5, record_count=len(RECORDS) + 1)
-    batch = native.decode(good + bad, where=compile_where("key exists"), impl=impl)
-    assert (batch.count, batch.filtered) == (4, 1)
+    bad = build_batch(RECORDS[2:], base_offset=6, record_count=len(RECORDS))
+    tail = build_batch([Rec(key=None)], base_offset=5)  # its run would go on in the failed batch
+    batch = native.decode(good + tail + bad, where=compile_where("key exists"), impl=impl)
+    assert (batch.count, batch.filtered) == (4, 2)
+    assert batch.filtered_ranges == [(2, 3), (5, 6)], "the failed batch extended nothing"
     assert isinstance(batch.error, MalformedBatchError)
 
 
@@ -185,9 +187,14 @@ def test_both_decoders_keep_exactly_what_matches_says(
         )
     ]
     got = {impl: native.decode(data, where=where, partition=partition, impl=impl) for impl in IMPLS}
+    left_out = [i for i in range(len(records)) if i not in want]
     for impl, batch in got.items():
         assert [r.offset for r in batch.records()] == want, impl
         assert batch.filtered == len(records) - len(want), impl
+        assert [o for s, e in batch.filtered_ranges for o in range(s, e)] == left_out, impl
+        assert all(a[1] < b[0] for a, b in zip(batch.filtered_ranges, batch.filtered_ranges[1:], strict=False)), (
+            "runs merged"
+        )
     for column in ("offsets", "timestamps", "keys", "values", "hkeys", "hvalues", "hvalue_valid"):
         assert bytes(got["native"].columns[column]) == bytes(got["python"].columns[column]), column
     assert program(p) == program(where.tree)

@@ -317,7 +317,10 @@ type CommitRequest struct {
 	Copying []*RejectEntry `protobuf:"bytes,12,rep,name=copying,proto3" json:"copying,omitempty"`
 	// The worker session that holds the lease (Welcome.session_id): a commit from another session, even of the
 	// same principal, is fenced. Required for leases (epoch > 0) when the coordinator checks credentials.
-	SessionId     string `protobuf:"bytes,13,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,13,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Offsets the holder's where predicate left out: done, as acked ones are, and counted apart in the
+	// partition's progress (each once, however often the commit is sent).
+	Filtered      []*OffsetRange `protobuf:"bytes,14,rep,name=filtered,proto3" json:"filtered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -441,6 +444,13 @@ func (x *CommitRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *CommitRequest) GetFiltered() []*OffsetRange {
+	if x != nil {
+		return x.Filtered
+	}
+	return nil
 }
 
 // Permission to write one dlq copy: the copy number counts copies begun for that offset (2 or more only
@@ -1265,7 +1275,9 @@ type PartitionLag struct {
 	OffsetLag     int64                  `protobuf:"varint,4,opt,name=offset_lag,json=offsetLag,proto3" json:"offset_lag,omitempty"`
 	TimeLagMs     int64                  `protobuf:"varint,5,opt,name=time_lag_ms,json=timeLagMs,proto3" json:"time_lag_ms,omitempty"`
 	// The group this partition's progress belongs to (the lag of every group lists several).
-	Group         string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
+	Group string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
+	// Records the group's where predicate left out (done without reaching a handler).
+	Filtered      int64 `protobuf:"varint,7,opt,name=filtered,proto3" json:"filtered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1342,6 +1354,13 @@ func (x *PartitionLag) GetGroup() string {
 	return ""
 }
 
+func (x *PartitionLag) GetFiltered() int64 {
+	if x != nil {
+		return x.Filtered
+	}
+	return 0
+}
+
 type LaneLag struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Stream    string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
@@ -1350,9 +1369,11 @@ type LaneLag struct {
 	TimeLagMs int64                  `protobuf:"varint,4,opt,name=time_lag_ms,json=timeLagMs,proto3" json:"time_lag_ms,omitempty"`
 	Group     string                 `protobuf:"bytes,5,opt,name=group,proto3" json:"group,omitempty"`
 	// Rejected records whose dlq copies wait, were produced again by dlq redrive, or were purged.
-	DlqPending    int64 `protobuf:"varint,6,opt,name=dlq_pending,json=dlqPending,proto3" json:"dlq_pending,omitempty"`
-	DlqRedriven   int64 `protobuf:"varint,7,opt,name=dlq_redriven,json=dlqRedriven,proto3" json:"dlq_redriven,omitempty"`
-	DlqPurged     int64 `protobuf:"varint,8,opt,name=dlq_purged,json=dlqPurged,proto3" json:"dlq_purged,omitempty"`
+	DlqPending  int64 `protobuf:"varint,6,opt,name=dlq_pending,json=dlqPending,proto3" json:"dlq_pending,omitempty"`
+	DlqRedriven int64 `protobuf:"varint,7,opt,name=dlq_redriven,json=dlqRedriven,proto3" json:"dlq_redriven,omitempty"`
+	DlqPurged   int64 `protobuf:"varint,8,opt,name=dlq_purged,json=dlqPurged,proto3" json:"dlq_purged,omitempty"`
+	// Records the group's where predicate left out (done without reaching a handler).
+	Filtered      int64 `protobuf:"varint,9,opt,name=filtered,proto3" json:"filtered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1439,6 +1460,13 @@ func (x *LaneLag) GetDlqRedriven() int64 {
 func (x *LaneLag) GetDlqPurged() int64 {
 	if x != nil {
 		return x.DlqPurged
+	}
+	return 0
+}
+
+func (x *LaneLag) GetFiltered() int64 {
+	if x != nil {
+		return x.Filtered
 	}
 	return 0
 }
@@ -2335,7 +2363,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12-\n" +
 	"\x03dlq\x18\x03 \x01(\v2\x1b.streamplane.v1.DlqLocationR\x03dlq\x12\x12\n" +
-	"\x04copy\x18\x04 \x01(\rR\x04copy\"\xa4\x04\n" +
+	"\x04copy\x18\x04 \x01(\rR\x04copy\"\xdd\x04\n" +
 	"\rCommitRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
@@ -2351,7 +2379,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x11acked_bitmap_base\x18\v \x01(\x03R\x0fackedBitmapBase\x125\n" +
 	"\acopying\x18\f \x03(\v2\x1b.streamplane.v1.RejectEntryR\acopying\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\r \x01(\tR\tsessionId\"5\n" +
+	"session_id\x18\r \x01(\tR\tsessionId\x127\n" +
+	"\bfiltered\x18\x0e \x03(\v2\x1b.streamplane.v1.OffsetRangeR\bfiltered\"5\n" +
 	"\aDlqCopy\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04copy\x18\x02 \x01(\rR\x04copy\"\x84\x01\n" +
@@ -2419,7 +2448,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\x12\x1d\n" +
 	"\n" +
-	"lanes_only\x18\x06 \x01(\bR\tlanesOnly\"\xca\x01\n" +
+	"lanes_only\x18\x06 \x01(\bR\tlanesOnly\"\xe6\x01\n" +
 	"\fPartitionLag\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12#\n" +
 	"\rlow_watermark\x18\x02 \x01(\x03R\flowWatermark\x12%\n" +
@@ -2427,7 +2456,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\n" +
 	"offset_lag\x18\x04 \x01(\x03R\toffsetLag\x12\x1e\n" +
 	"\vtime_lag_ms\x18\x05 \x01(\x03R\ttimeLagMs\x12\x14\n" +
-	"\x05group\x18\x06 \x01(\tR\x05group\"\xed\x01\n" +
+	"\x05group\x18\x06 \x01(\tR\x05group\x12\x1a\n" +
+	"\bfiltered\x18\a \x01(\x03R\bfiltered\"\x89\x02\n" +
 	"\aLaneLag\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1d\n" +
@@ -2439,7 +2469,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"dlqPending\x12!\n" +
 	"\fdlq_redriven\x18\a \x01(\x03R\vdlqRedriven\x12\x1d\n" +
 	"\n" +
-	"dlq_purged\x18\b \x01(\x03R\tdlqPurged\"\xfa\x01\n" +
+	"dlq_purged\x18\b \x01(\x03R\tdlqPurged\x12\x1a\n" +
+	"\bfiltered\x18\t \x01(\x03R\bfiltered\"\xfa\x01\n" +
 	"\x0eGetLagResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12<\n" +
 	"\n" +
@@ -2581,45 +2612,46 @@ var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	1,  // 2: streamplane.v1.CommitRequest.retries:type_name -> streamplane.v1.RetryEntry
 	3,  // 3: streamplane.v1.CommitRequest.rejects:type_name -> streamplane.v1.RejectEntry
 	3,  // 4: streamplane.v1.CommitRequest.copying:type_name -> streamplane.v1.RejectEntry
-	5,  // 5: streamplane.v1.CommitResponse.copies:type_name -> streamplane.v1.DlqCopy
-	4,  // 6: streamplane.v1.CommitBatchRequest.commits:type_name -> streamplane.v1.CommitRequest
-	5,  // 7: streamplane.v1.CommitResult.copies:type_name -> streamplane.v1.DlqCopy
-	8,  // 8: streamplane.v1.CommitBatchResponse.results:type_name -> streamplane.v1.CommitResult
-	0,  // 9: streamplane.v1.Progress.done:type_name -> streamplane.v1.OffsetRange
-	11, // 10: streamplane.v1.DueRetriesResponse.due:type_name -> streamplane.v1.RetryState
-	16, // 11: streamplane.v1.GetLagResponse.partitions:type_name -> streamplane.v1.PartitionLag
-	17, // 12: streamplane.v1.GetLagResponse.lanes:type_name -> streamplane.v1.LaneLag
-	29, // 13: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
-	2,  // 14: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
-	20, // 15: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
-	20, // 16: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
-	25, // 17: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
-	30, // 18: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
-	4,  // 19: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
-	7,  // 20: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
-	10, // 21: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
-	13, // 22: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
-	15, // 23: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
-	19, // 24: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
-	21, // 25: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
-	31, // 26: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	24, // 27: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
-	27, // 28: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
-	6,  // 29: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
-	9,  // 30: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
-	12, // 31: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
-	14, // 32: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
-	18, // 33: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
-	23, // 34: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
-	22, // 35: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
-	32, // 36: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	26, // 37: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
-	28, // 38: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	0,  // 5: streamplane.v1.CommitRequest.filtered:type_name -> streamplane.v1.OffsetRange
+	5,  // 6: streamplane.v1.CommitResponse.copies:type_name -> streamplane.v1.DlqCopy
+	4,  // 7: streamplane.v1.CommitBatchRequest.commits:type_name -> streamplane.v1.CommitRequest
+	5,  // 8: streamplane.v1.CommitResult.copies:type_name -> streamplane.v1.DlqCopy
+	8,  // 9: streamplane.v1.CommitBatchResponse.results:type_name -> streamplane.v1.CommitResult
+	0,  // 10: streamplane.v1.Progress.done:type_name -> streamplane.v1.OffsetRange
+	11, // 11: streamplane.v1.DueRetriesResponse.due:type_name -> streamplane.v1.RetryState
+	16, // 12: streamplane.v1.GetLagResponse.partitions:type_name -> streamplane.v1.PartitionLag
+	17, // 13: streamplane.v1.GetLagResponse.lanes:type_name -> streamplane.v1.LaneLag
+	29, // 14: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
+	2,  // 15: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
+	20, // 16: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
+	20, // 17: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
+	25, // 18: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
+	30, // 19: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
+	4,  // 20: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
+	7,  // 21: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
+	10, // 22: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
+	13, // 23: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
+	15, // 24: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
+	19, // 25: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
+	21, // 26: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
+	31, // 27: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	24, // 28: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
+	27, // 29: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
+	6,  // 30: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
+	9,  // 31: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
+	12, // 32: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
+	14, // 33: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
+	18, // 34: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
+	23, // 35: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
+	22, // 36: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
+	32, // 37: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	26, // 38: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
+	28, // 39: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_commitlog_proto_init() }

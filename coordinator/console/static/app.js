@@ -209,7 +209,7 @@ function renderGroup() {
   page.innerHTML = `<h2>Group ${esc(g.name)}</h2><p class="muted">assignment loop on ${esc(g.leader_replica || "no leader")}</p>
     ${g.where ? `<p data-where>every member filters with <code>where ${esc(g.where)}</code></p>` : ""}
     <div class="cards">${g.lag.lanes.map((l) => `<div class="card" data-lane-lag="${esc(l.stream)}/${esc(l.lane)}">${esc(l.stream)}/${esc(l.lane)}: ${secs(l.time_lag_ms)} · ${l.offset_lag} records</div>`).join("") || `<div class="card">no progress yet</div>`}
-    <div class="card">retry backlog: ${g.retry_backlog.offsets} offsets</div><div class="card">rejected: ${g.rejects.total}</div></div>
+    <div class="card">retry backlog: ${g.retry_backlog.offsets} offsets</div><div class="card">rejected: ${g.rejects.total}</div>${g.filtered ? `<div class="card" data-filtered>left out by where: ${g.filtered}</div>` : ""}</div>
     <h3>Time lag per lane (last hour)</h3>${lineChart("lanes", laneSeries)}
     <h3>Time lag of the most lagged partitions</h3>${lineChart("partitions", partSeries)}
     <h3>Workers</h3>${table(["worker", "capacity", "max load", "cpu", "records/s", "leases", "lag records", "session ttl left"], workers)}

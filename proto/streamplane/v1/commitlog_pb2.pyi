@@ -54,7 +54,7 @@ class RejectEntry(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., reason: _Optional[str] = ..., dlq: _Optional[_Union[DlqLocation, _Mapping]] = ..., copy: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms", "acked_bitmap", "acked_bitmap_base", "copying", "session_id")
+    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms", "acked_bitmap", "acked_bitmap_base", "copying", "session_id", "filtered")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class CommitRequest(_message.Message):
     ACKED_BITMAP_BASE_FIELD_NUMBER: _ClassVar[int]
     COPYING_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FILTERED_FIELD_NUMBER: _ClassVar[int]
     group: str
     lease_id: str
     epoch: int
@@ -81,7 +82,8 @@ class CommitRequest(_message.Message):
     acked_bitmap_base: int
     copying: _containers.RepeatedCompositeFieldContainer[RejectEntry]
     session_id: str
-    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ..., acked_bitmap: _Optional[bytes] = ..., acked_bitmap_base: _Optional[int] = ..., copying: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
+    filtered: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ..., acked_bitmap: _Optional[bytes] = ..., acked_bitmap_base: _Optional[int] = ..., copying: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., session_id: _Optional[str] = ..., filtered: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
 
 class DlqCopy(_message.Message):
     __slots__ = ("offset", "copy")
@@ -226,23 +228,25 @@ class GetLagRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., stream: _Optional[str] = ..., lane: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., lanes_only: _Optional[bool] = ...) -> None: ...
 
 class PartitionLag(_message.Message):
-    __slots__ = ("lease_id", "low_watermark", "high_watermark", "offset_lag", "time_lag_ms", "group")
+    __slots__ = ("lease_id", "low_watermark", "high_watermark", "offset_lag", "time_lag_ms", "group", "filtered")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
     TIME_LAG_MS_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    FILTERED_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     low_watermark: int
     high_watermark: int
     offset_lag: int
     time_lag_ms: int
     group: str
-    def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
+    filtered: int
+    def __init__(self, lease_id: _Optional[str] = ..., low_watermark: _Optional[int] = ..., high_watermark: _Optional[int] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ..., filtered: _Optional[int] = ...) -> None: ...
 
 class LaneLag(_message.Message):
-    __slots__ = ("stream", "lane", "offset_lag", "time_lag_ms", "group", "dlq_pending", "dlq_redriven", "dlq_purged")
+    __slots__ = ("stream", "lane", "offset_lag", "time_lag_ms", "group", "dlq_pending", "dlq_redriven", "dlq_purged", "filtered")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_LAG_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +255,7 @@ class LaneLag(_message.Message):
     DLQ_PENDING_FIELD_NUMBER: _ClassVar[int]
     DLQ_REDRIVEN_FIELD_NUMBER: _ClassVar[int]
     DLQ_PURGED_FIELD_NUMBER: _ClassVar[int]
+    FILTERED_FIELD_NUMBER: _ClassVar[int]
     stream: str
     lane: str
     offset_lag: int
@@ -259,7 +264,8 @@ class LaneLag(_message.Message):
     dlq_pending: int
     dlq_redriven: int
     dlq_purged: int
-    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ..., dlq_pending: _Optional[int] = ..., dlq_redriven: _Optional[int] = ..., dlq_purged: _Optional[int] = ...) -> None: ...
+    filtered: int
+    def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., offset_lag: _Optional[int] = ..., time_lag_ms: _Optional[int] = ..., group: _Optional[str] = ..., dlq_pending: _Optional[int] = ..., dlq_redriven: _Optional[int] = ..., dlq_purged: _Optional[int] = ..., filtered: _Optional[int] = ...) -> None: ...
 
 class GetLagResponse(_message.Message):
     __slots__ = ("group", "partitions", "lanes", "offset_lag", "time_lag_ms", "next_page_token")

@@ -760,6 +760,7 @@ def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
         acked_bitmap=body.acked_bitmap,
         acked_bitmap_base=body.acked_bitmap_base,
         copying=[_reject_to_pb(r) for r in body.copying],
+        filtered=[cpb.OffsetRange(start=s, end=e) for s, e in body.filtered],
     )
 
 
@@ -774,6 +775,7 @@ def commit_from_pb(x: cpb.CommitRequest) -> m.LeaseCommit:
         acked_bitmap=x.acked_bitmap,
         acked_bitmap_base=x.acked_bitmap_base,
         copying=[_reject_from_pb(r) for r in x.copying],
+        filtered=[(r.start, r.end) for r in x.filtered],
     )
     return m.LeaseCommit(x.lease_id, x.epoch, body)
 
@@ -877,6 +879,7 @@ def lag_to_pb(lag: m.Lag) -> cpb.GetLagResponse:
                 high_watermark=x.high_watermark,
                 offset_lag=x.offset_lag,
                 time_lag_ms=x.time_lag_ms,
+                filtered=x.filtered,
             )
             for x in lag.partitions
         ],
@@ -890,6 +893,7 @@ def lag_to_pb(lag: m.Lag) -> cpb.GetLagResponse:
                 dlq_pending=x.dlq_pending,
                 dlq_redriven=x.dlq_redriven,
                 dlq_purged=x.dlq_purged,
+                filtered=x.filtered,
             )
             for x in lag.lanes
         ],
@@ -902,12 +906,22 @@ def lag_from_pb(x: cpb.GetLagResponse) -> m.Lag:
     return m.Lag(
         group=x.group,
         partitions=tuple(
-            m.PartitionLag(y.group, y.lease_id, y.low_watermark, y.high_watermark, y.offset_lag, y.time_lag_ms)
+            m.PartitionLag(
+                y.group, y.lease_id, y.low_watermark, y.high_watermark, y.offset_lag, y.time_lag_ms, y.filtered
+            )
             for y in x.partitions
         ),
         lanes=tuple(
             m.LaneLag(
-                y.group, y.stream, y.lane, y.offset_lag, y.time_lag_ms, y.dlq_pending, y.dlq_redriven, y.dlq_purged
+                y.group,
+                y.stream,
+                y.lane,
+                y.offset_lag,
+                y.time_lag_ms,
+                y.dlq_pending,
+                y.dlq_redriven,
+                y.dlq_purged,
+                y.filtered,
             )
             for y in x.lanes
         ),
