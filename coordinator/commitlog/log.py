@@ -282,13 +282,16 @@ def _not_done(tr: Transaction, group: str, ref: PartitionRef, header: Header, ra
     """How many offsets of sorted, disjoint `ranges` are not done yet: at or above the low watermark, and not
     in their chunk's done bitmap. Reads the chunks the ranges touch (bounded with the commit's acked ranges)."""
     count = 0
+    masks: dict[int, int] = {}  # many small ranges share a chunk: each is read once
     for start, end in ranges:
         start = max(start, header.low)
         for chunk in range(start // CHUNK, (end - 1) // CHUNK + 1) if start < end else ():
             base = chunk * CHUNK
             lo, hi = max(start, base) - base, min(end, base + CHUNK) - base
             span = ((1 << (hi - lo)) - 1) << lo
-            count += (span & ~_read_chunk(tr, group, ref, chunk)).bit_count()
+            if chunk not in masks:
+                masks[chunk] = _read_chunk(tr, group, ref, chunk)
+            count += (span & ~masks[chunk]).bit_count()
     return count
 
 
