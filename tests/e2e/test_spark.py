@@ -441,6 +441,7 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
 ) -> None:
     """spark.read over a time window across a failover (issue 39): the filters Spark pushes (key, timestamp,
     partition, generation) give the rows Spark's own filtering gives, and explain() lists them."""
+    import time
     from datetime import UTC, datetime
 
     from pyspark.sql import functions as sf
@@ -473,6 +474,10 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
 
     everything = sorted(bytes(r.value) for r in window("true").select("value").collect())
     assert everything == sorted(b"id-%d" % i for i in range(300, 900)), "the window [t1, t2), once"
+    later = int(time.time() * 1000) + 3_600_000
+    empty = spark.read.format("streamplane").option("coordinator", address).option("stream", "sp-batch")
+    empty = empty.option("startingTimestamp", str(later)).option("token", job).load()
+    assert empty.count() == 0, "a window that holds no record is an empty batch"
 
     keys = [b"%d" % i for i in range(0, 1_000, 7)]
     since = datetime.fromtimestamp((t1 + 1) / 1000, UTC)
