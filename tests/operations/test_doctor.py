@@ -318,4 +318,4 @@ def test_doctor_and_lag_show_a_groups_rejects_as_pending_redriven_and_purged(add
     assert json.loads(found.stdout)[0]["dlq"] == {"pending": 1, "redriven": 0, "purged": 5}
     lag = cli("lag", "d-g-dlq", "--stream", "d-dlq", coordinator=address)
     assert lag.stdout.splitlines()[1].split()[:3] == ["STREAM", "LANE", "OFFSET"]
-    assert lag.stdout.splitlines()[2].split()[-3:] == ["1", "0", "5"]
+    assert lag.stdout.splitlines()[2].split()[-4:] == ["1", "0", "5", "0"], "pending, redriven, purged, filtered"

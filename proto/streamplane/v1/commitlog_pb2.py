@@ -4,15 +4,18 @@
 # source: streamplane/v1/commitlog.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "streamplane/v1/commitlog.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'streamplane/v1/commitlog.proto'
 )
 # @@protoc_insertion_point(imports)
 
@@ -22,73 +25,71 @@ _sym_db = _symbol_database.Default()
 from streamplane.v1 import assigner_pb2 as streamplane_dot_v1_dot_assigner__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x1estreamplane/v1/commitlog.proto\x12\x0estreamplane.v1\x1a\x1dstreamplane/v1/assigner.proto")\n\x0bOffsetRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03"P\n\nRetryEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\nbackoff_ms\x18\x04 \x01(\r"b\n\x0b\x44lqLocation\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\x11\n\tpartition\x18\x04 \x01(\r\x12\x0e\n\x06offset\x18\x05 \x01(\x03"e\n\x0bRejectEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12(\n\x03\x64lq\x18\x03 \x01(\x0b\x32\x1b.streamplane.v1.DlqLocation\x12\x0c\n\x04\x63opy\x18\x04 \x01(\r"\xbc\x03\n\rCommitRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12*\n\x05\x61\x63ked\x18\x04 \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\x12+\n\x07retries\x18\x05 \x03(\x0b\x32\x1a.streamplane.v1.RetryEntry\x12,\n\x07rejects\x18\x06 \x03(\x0b\x32\x1b.streamplane.v1.RejectEntry\x12\x1c\n\x14oldest_pending_ts_ms\x18\x07 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x08 \x01(\x03\x12\x1c\n\x14high_watermark_ts_ms\x18\t \x01(\x03\x12\x14\n\x0c\x61\x63ked_bitmap\x18\n \x01(\x0c\x12\x19\n\x11\x61\x63ked_bitmap_base\x18\x0b \x01(\x03\x12,\n\x07\x63opying\x18\x0c \x03(\x0b\x32\x1b.streamplane.v1.RejectEntry\x12\x12\n\nsession_id\x18\r \x01(\t\x12-\n\x08\x66iltered\x18\x0e \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange"\'\n\x07\x44lqCopy\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x63opy\x18\x02 \x01(\r"c\n\x0e\x43ommitResponse\x12\x15\n\rlow_watermark\x18\x01 \x01(\x03\x12\x11\n\texhausted\x18\x02 \x03(\x03\x12\'\n\x06\x63opies\x18\x03 \x03(\x0b\x32\x17.streamplane.v1.DlqCopy"g\n\x12\x43ommitBatchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12.\n\x07\x63ommits\x18\x02 \x03(\x0b\x32\x1d.streamplane.v1.CommitRequest\x12\x12\n\nsession_id\x18\x03 \x01(\t"\xc2\x01\n\x0c\x43ommitResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x15\n\rlow_watermark\x18\x05 \x01(\x03\x12\x11\n\texhausted\x18\x06 \x03(\x03\x12\x0f\n\x07retries\x18\x07 \x01(\r\x12\x0f\n\x07\x64\x65tails\x18\x08 \x01(\t\x12\'\n\x06\x63opies\x18\t \x03(\x0b\x32\x17.streamplane.v1.DlqCopy"D\n\x13\x43ommitBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.streamplane.v1.CommitResult"I\n\x12GetProgressRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x12\n\nmax_ranges\x18\x03 \x01(\r"\x83\x01\n\nRetryState\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x10\n\x08\x61ttempts\x18\x02 \x01(\r\x12\x1c\n\x14next_attempt_unix_ms\x18\x03 \x01(\x03\x12\x12\n\nlast_error\x18\x04 \x01(\t\x12\x11\n\texhausted\x18\x05 \x01(\x08\x12\x0e\n\x06\x63opies\x18\x06 \x01(\r"\x93\x02\n\x08Progress\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12)\n\x04\x64one\x18\x04 \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\x12 \n\x18\x64one_above_low_watermark\x18\x05 \x01(\x03\x12\x0f\n\x07retries\x18\x06 \x01(\r\x12\x0f\n\x07rejects\x18\x07 \x01(\r\x12\x12\n\noffset_lag\x18\x08 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\t \x01(\x03\x12\x1c\n\x14oldest_pending_ts_ms\x18\n \x01(\x03\x12\x10\n\x08retrying\x18\x0b \x03(\x03"R\n\x11\x44ueRetriesRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05limit\x18\x04 \x01(\r"=\n\x12\x44ueRetriesResponse\x12\'\n\x03\x64ue\x18\x01 \x03(\x0b\x32\x1a.streamplane.v1.RetryState"w\n\rGetLagRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x0c\n\x04lane\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x12\n\nlanes_only\x18\x06 \x01(\x08"\x99\x01\n\x0cPartitionLag\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x12\n\noffset_lag\x18\x04 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x05 \x01(\x03\x12\r\n\x05group\x18\x06 \x01(\t\x12\x10\n\x08\x66iltered\x18\x07 \x01(\x03"\xb0\x01\n\x07LaneLag\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\noffset_lag\x18\x03 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x04 \x01(\x03\x12\r\n\x05group\x18\x05 \x01(\t\x12\x13\n\x0b\x64lq_pending\x18\x06 \x01(\x03\x12\x14\n\x0c\x64lq_redriven\x18\x07 \x01(\x03\x12\x12\n\ndlq_purged\x18\x08 \x01(\x03\x12\x10\n\x08\x66iltered\x18\t \x01(\x03"\xbb\x01\n\x0eGetLagResponse\x12\r\n\x05group\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.streamplane.v1.PartitionLag\x12&\n\x05lanes\x18\x03 \x03(\x0b\x32\x17.streamplane.v1.LaneLag\x12\x12\n\noffset_lag\x18\x04 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x05 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x06 \x01(\t"\x97\x01\n\x12ListRejectsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x0c\n\x04lane\x18\x03 \x01(\t\x12\x15\n\rsince_unix_ms\x18\x04 \x01(\x03\x12\x11\n\tpage_size\x18\x05 \x01(\r\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x16\n\x0einclude_purged\x18\x07 \x01(\x08"\xd5\x01\n\x0eRejectedRecord\x12\r\n\x05group\x18\x01 \x01(\t\x12/\n\tpartition\x18\x02 \x01(\x0b\x32\x1c.streamplane.v1.PartitionRef\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\r\x12\x18\n\x10rejected_unix_ms\x18\x06 \x01(\x03\x12(\n\x03\x64lq\x18\x07 \x01(\x0b\x32\x1b.streamplane.v1.DlqLocation\x12\r\n\x05state\x18\x08 \x01(\t"q\n\x13PurgeRejectsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x16\n\x0e\x62\x65\x66ore_unix_ms\x18\x03 \x01(\x03\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08"?\n\x14PurgeRejectsResponse\x12\x0e\n\x06purged\x18\x01 \x01(\r\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t"_\n\x13ListRejectsResponse\x12/\n\x07rejects\x18\x01 \x03(\x0b\x32\x1e.streamplane.v1.RejectedRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t"\xa6\x01\n\x13\x43laimRedriveRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x0f\n\x07to_lane\x18\x04 \x01(\t\x12\x15\n\rsince_unix_ms\x18\x05 \x01(\x03\x12\x15\n\runtil_unix_ms\x18\x06 \x01(\x03\x12\x0e\n\x06\x63ursor\x18\x07 \x01(\t\x12\x12\n\nbatch_size\x18\x08 \x01(\r"\x81\x01\n\rRedriveTarget\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x19\n\x11\x62ootstrap_servers\x18\x05 \x01(\t\x12\x14\n\x0c\x66rom_offsets\x18\x06 \x03(\x03"\xb5\x01\n\x14\x43laimRedriveResponse\x12-\n\x05\x62\x61tch\x18\x01 \x03(\x0b\x32\x1e.streamplane.v1.RejectedRecord\x12-\n\x06target\x18\x02 \x01(\x0b\x32\x1d.streamplane.v1.RedriveTarget\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\x10\n\x08in_doubt\x18\x04 \x01(\x08\x12\x0c\n\x04\x64one\x18\x05 \x01(\x08\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x03"u\n\x16\x43ompleteRedriveRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12-\n\x04left\x18\x04 \x03(\x0b\x32\x1f.streamplane.v1.PartitionOffset"+\n\x17\x43ompleteRedriveResponse\x12\x10\n\x08redriven\x18\x01 \x01(\r2\xf1\x06\n\x10\x43ommitLogService\x12G\n\x06\x43ommit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n\x0b\x43ommitBatch\x12".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n\x0bGetProgress\x12".streamplane.v1.GetProgressRequest\x1a\x18.streamplane.v1.Progress\x12S\n\nDueRetries\x12!.streamplane.v1.DueRetriesRequest\x1a".streamplane.v1.DueRetriesResponse\x12G\n\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12V\n\x0bListRejects\x12".streamplane.v1.ListRejectsRequest\x1a#.streamplane.v1.ListRejectsResponse\x12Y\n\x0cPurgeRejects\x12#.streamplane.v1.PurgeRejectsRequest\x1a$.streamplane.v1.PurgeRejectsResponse\x12_\n\x0e\x43onfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponse\x12Y\n\x0c\x43laimRedrive\x12#.streamplane.v1.ClaimRedriveRequest\x1a$.streamplane.v1.ClaimRedriveResponse\x12\x62\n\x0f\x43ompleteRedrive\x12&.streamplane.v1.CompleteRedriveRequest\x1a\'.streamplane.v1.CompleteRedriveResponseb\x06proto3'
-)
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estreamplane/v1/commitlog.proto\x12\x0estreamplane.v1\x1a\x1dstreamplane/v1/assigner.proto\")\n\x0bOffsetRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"P\n\nRetryEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x12\n\nbackoff_ms\x18\x04 \x01(\r\"b\n\x0b\x44lqLocation\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\x11\n\tpartition\x18\x04 \x01(\r\x12\x0e\n\x06offset\x18\x05 \x01(\x03\"e\n\x0bRejectEntry\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12(\n\x03\x64lq\x18\x03 \x01(\x0b\x32\x1b.streamplane.v1.DlqLocation\x12\x0c\n\x04\x63opy\x18\x04 \x01(\r\"\xbc\x03\n\rCommitRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12*\n\x05\x61\x63ked\x18\x04 \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\x12+\n\x07retries\x18\x05 \x03(\x0b\x32\x1a.streamplane.v1.RetryEntry\x12,\n\x07rejects\x18\x06 \x03(\x0b\x32\x1b.streamplane.v1.RejectEntry\x12\x1c\n\x14oldest_pending_ts_ms\x18\x07 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x08 \x01(\x03\x12\x1c\n\x14high_watermark_ts_ms\x18\t \x01(\x03\x12\x14\n\x0c\x61\x63ked_bitmap\x18\n \x01(\x0c\x12\x19\n\x11\x61\x63ked_bitmap_base\x18\x0b \x01(\x03\x12,\n\x07\x63opying\x18\x0c \x03(\x0b\x32\x1b.streamplane.v1.RejectEntry\x12\x12\n\nsession_id\x18\r \x01(\t\x12-\n\x08\x66iltered\x18\x0e \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\"\'\n\x07\x44lqCopy\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0c\n\x04\x63opy\x18\x02 \x01(\r\"c\n\x0e\x43ommitResponse\x12\x15\n\rlow_watermark\x18\x01 \x01(\x03\x12\x11\n\texhausted\x18\x02 \x03(\x03\x12\'\n\x06\x63opies\x18\x03 \x03(\x0b\x32\x17.streamplane.v1.DlqCopy\"g\n\x12\x43ommitBatchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12.\n\x07\x63ommits\x18\x02 \x03(\x0b\x32\x1d.streamplane.v1.CommitRequest\x12\x12\n\nsession_id\x18\x03 \x01(\t\"\xc2\x01\n\x0c\x43ommitResult\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x15\n\rlow_watermark\x18\x05 \x01(\x03\x12\x11\n\texhausted\x18\x06 \x03(\x03\x12\x0f\n\x07retries\x18\x07 \x01(\r\x12\x0f\n\x07\x64\x65tails\x18\x08 \x01(\t\x12\'\n\x06\x63opies\x18\t \x03(\x0b\x32\x17.streamplane.v1.DlqCopy\"D\n\x13\x43ommitBatchResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.streamplane.v1.CommitResult\"I\n\x12GetProgressRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\x12\n\nmax_ranges\x18\x03 \x01(\r\"\x83\x01\n\nRetryState\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x10\n\x08\x61ttempts\x18\x02 \x01(\r\x12\x1c\n\x14next_attempt_unix_ms\x18\x03 \x01(\x03\x12\x12\n\nlast_error\x18\x04 \x01(\t\x12\x11\n\texhausted\x18\x05 \x01(\x08\x12\x0e\n\x06\x63opies\x18\x06 \x01(\r\"\x93\x02\n\x08Progress\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12)\n\x04\x64one\x18\x04 \x03(\x0b\x32\x1b.streamplane.v1.OffsetRange\x12 \n\x18\x64one_above_low_watermark\x18\x05 \x01(\x03\x12\x0f\n\x07retries\x18\x06 \x01(\r\x12\x0f\n\x07rejects\x18\x07 \x01(\r\x12\x12\n\noffset_lag\x18\x08 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\t \x01(\x03\x12\x1c\n\x14oldest_pending_ts_ms\x18\n \x01(\x03\x12\x10\n\x08retrying\x18\x0b \x03(\x03\"R\n\x11\x44ueRetriesRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x10\n\x08lease_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\r\n\x05limit\x18\x04 \x01(\r\"=\n\x12\x44ueRetriesResponse\x12\'\n\x03\x64ue\x18\x01 \x03(\x0b\x32\x1a.streamplane.v1.RetryState\"w\n\rGetLagRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x0c\n\x04lane\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x12\n\nlanes_only\x18\x06 \x01(\x08\"\x99\x01\n\x0cPartitionLag\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x15\n\rlow_watermark\x18\x02 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x03 \x01(\x03\x12\x12\n\noffset_lag\x18\x04 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x05 \x01(\x03\x12\r\n\x05group\x18\x06 \x01(\t\x12\x10\n\x08\x66iltered\x18\x07 \x01(\x03\"\xb0\x01\n\x07LaneLag\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\noffset_lag\x18\x03 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x04 \x01(\x03\x12\r\n\x05group\x18\x05 \x01(\t\x12\x13\n\x0b\x64lq_pending\x18\x06 \x01(\x03\x12\x14\n\x0c\x64lq_redriven\x18\x07 \x01(\x03\x12\x12\n\ndlq_purged\x18\x08 \x01(\x03\x12\x10\n\x08\x66iltered\x18\t \x01(\x03\"\xbb\x01\n\x0eGetLagResponse\x12\r\n\x05group\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.streamplane.v1.PartitionLag\x12&\n\x05lanes\x18\x03 \x03(\x0b\x32\x17.streamplane.v1.LaneLag\x12\x12\n\noffset_lag\x18\x04 \x01(\x03\x12\x13\n\x0btime_lag_ms\x18\x05 \x01(\x03\x12\x17\n\x0fnext_page_token\x18\x06 \x01(\t\"\x97\x01\n\x12ListRejectsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x0c\n\x04lane\x18\x03 \x01(\t\x12\x15\n\rsince_unix_ms\x18\x04 \x01(\x03\x12\x11\n\tpage_size\x18\x05 \x01(\r\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x16\n\x0einclude_purged\x18\x07 \x01(\x08\"\xd5\x01\n\x0eRejectedRecord\x12\r\n\x05group\x18\x01 \x01(\t\x12/\n\tpartition\x18\x02 \x01(\x0b\x32\x1c.streamplane.v1.PartitionRef\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x05 \x01(\r\x12\x18\n\x10rejected_unix_ms\x18\x06 \x01(\x03\x12(\n\x03\x64lq\x18\x07 \x01(\x0b\x32\x1b.streamplane.v1.DlqLocation\x12\r\n\x05state\x18\x08 \x01(\t\"q\n\x13PurgeRejectsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x16\n\x0e\x62\x65\x66ore_unix_ms\x18\x03 \x01(\x03\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\"?\n\x14PurgeRejectsResponse\x12\x0e\n\x06purged\x18\x01 \x01(\r\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"_\n\x13ListRejectsResponse\x12/\n\x07rejects\x18\x01 \x03(\x0b\x32\x1e.streamplane.v1.RejectedRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa6\x01\n\x13\x43laimRedriveRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x0f\n\x07to_lane\x18\x04 \x01(\t\x12\x15\n\rsince_unix_ms\x18\x05 \x01(\x03\x12\x15\n\runtil_unix_ms\x18\x06 \x01(\x03\x12\x0e\n\x06\x63ursor\x18\x07 \x01(\t\x12\x12\n\nbatch_size\x18\x08 \x01(\r\"\x81\x01\n\rRedriveTarget\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\r\n\x05topic\x18\x04 \x01(\t\x12\x19\n\x11\x62ootstrap_servers\x18\x05 \x01(\t\x12\x14\n\x0c\x66rom_offsets\x18\x06 \x03(\x03\"\xb5\x01\n\x14\x43laimRedriveResponse\x12-\n\x05\x62\x61tch\x18\x01 \x03(\x0b\x32\x1e.streamplane.v1.RejectedRecord\x12-\n\x06target\x18\x02 \x01(\x0b\x32\x1d.streamplane.v1.RedriveTarget\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\x10\n\x08in_doubt\x18\x04 \x01(\x08\x12\x0c\n\x04\x64one\x18\x05 \x01(\x08\x12\x0f\n\x07wait_ms\x18\x06 \x01(\x03\"u\n\x16\x43ompleteRedriveRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12-\n\x04left\x18\x04 \x03(\x0b\x32\x1f.streamplane.v1.PartitionOffset\"+\n\x17\x43ompleteRedriveResponse\x12\x10\n\x08redriven\x18\x01 \x01(\r2\xf1\x06\n\x10\x43ommitLogService\x12G\n\x06\x43ommit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n\x0b\x43ommitBatch\x12\".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n\x0bGetProgress\x12\".streamplane.v1.GetProgressRequest\x1a\x18.streamplane.v1.Progress\x12S\n\nDueRetries\x12!.streamplane.v1.DueRetriesRequest\x1a\".streamplane.v1.DueRetriesResponse\x12G\n\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12V\n\x0bListRejects\x12\".streamplane.v1.ListRejectsRequest\x1a#.streamplane.v1.ListRejectsResponse\x12Y\n\x0cPurgeRejects\x12#.streamplane.v1.PurgeRejectsRequest\x1a$.streamplane.v1.PurgeRejectsResponse\x12_\n\x0e\x43onfigureGroup\x12%.streamplane.v1.ConfigureGroupRequest\x1a&.streamplane.v1.ConfigureGroupResponse\x12Y\n\x0c\x43laimRedrive\x12#.streamplane.v1.ClaimRedriveRequest\x1a$.streamplane.v1.ClaimRedriveResponse\x12\x62\n\x0f\x43ompleteRedrive\x12&.streamplane.v1.CompleteRedriveRequest\x1a\'.streamplane.v1.CompleteRedriveResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "streamplane.v1.commitlog_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'streamplane.v1.commitlog_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_OFFSETRANGE"]._serialized_start = 81
-    _globals["_OFFSETRANGE"]._serialized_end = 122
-    _globals["_RETRYENTRY"]._serialized_start = 124
-    _globals["_RETRYENTRY"]._serialized_end = 204
-    _globals["_DLQLOCATION"]._serialized_start = 206
-    _globals["_DLQLOCATION"]._serialized_end = 304
-    _globals["_REJECTENTRY"]._serialized_start = 306
-    _globals["_REJECTENTRY"]._serialized_end = 407
-    _globals["_COMMITREQUEST"]._serialized_start = 410
-    _globals["_COMMITREQUEST"]._serialized_end = 854
-    _globals["_DLQCOPY"]._serialized_start = 856
-    _globals["_DLQCOPY"]._serialized_end = 895
-    _globals["_COMMITRESPONSE"]._serialized_start = 897
-    _globals["_COMMITRESPONSE"]._serialized_end = 996
-    _globals["_COMMITBATCHREQUEST"]._serialized_start = 998
-    _globals["_COMMITBATCHREQUEST"]._serialized_end = 1101
-    _globals["_COMMITRESULT"]._serialized_start = 1104
-    _globals["_COMMITRESULT"]._serialized_end = 1298
-    _globals["_COMMITBATCHRESPONSE"]._serialized_start = 1300
-    _globals["_COMMITBATCHRESPONSE"]._serialized_end = 1368
-    _globals["_GETPROGRESSREQUEST"]._serialized_start = 1370
-    _globals["_GETPROGRESSREQUEST"]._serialized_end = 1443
-    _globals["_RETRYSTATE"]._serialized_start = 1446
-    _globals["_RETRYSTATE"]._serialized_end = 1577
-    _globals["_PROGRESS"]._serialized_start = 1580
-    _globals["_PROGRESS"]._serialized_end = 1855
-    _globals["_DUERETRIESREQUEST"]._serialized_start = 1857
-    _globals["_DUERETRIESREQUEST"]._serialized_end = 1939
-    _globals["_DUERETRIESRESPONSE"]._serialized_start = 1941
-    _globals["_DUERETRIESRESPONSE"]._serialized_end = 2002
-    _globals["_GETLAGREQUEST"]._serialized_start = 2004
-    _globals["_GETLAGREQUEST"]._serialized_end = 2123
-    _globals["_PARTITIONLAG"]._serialized_start = 2126
-    _globals["_PARTITIONLAG"]._serialized_end = 2279
-    _globals["_LANELAG"]._serialized_start = 2282
-    _globals["_LANELAG"]._serialized_end = 2458
-    _globals["_GETLAGRESPONSE"]._serialized_start = 2461
-    _globals["_GETLAGRESPONSE"]._serialized_end = 2648
-    _globals["_LISTREJECTSREQUEST"]._serialized_start = 2651
-    _globals["_LISTREJECTSREQUEST"]._serialized_end = 2802
-    _globals["_REJECTEDRECORD"]._serialized_start = 2805
-    _globals["_REJECTEDRECORD"]._serialized_end = 3018
-    _globals["_PURGEREJECTSREQUEST"]._serialized_start = 3020
-    _globals["_PURGEREJECTSREQUEST"]._serialized_end = 3133
-    _globals["_PURGEREJECTSRESPONSE"]._serialized_start = 3135
-    _globals["_PURGEREJECTSRESPONSE"]._serialized_end = 3198
-    _globals["_LISTREJECTSRESPONSE"]._serialized_start = 3200
-    _globals["_LISTREJECTSRESPONSE"]._serialized_end = 3295
-    _globals["_CLAIMREDRIVEREQUEST"]._serialized_start = 3298
-    _globals["_CLAIMREDRIVEREQUEST"]._serialized_end = 3464
-    _globals["_REDRIVETARGET"]._serialized_start = 3467
-    _globals["_REDRIVETARGET"]._serialized_end = 3596
-    _globals["_CLAIMREDRIVERESPONSE"]._serialized_start = 3599
-    _globals["_CLAIMREDRIVERESPONSE"]._serialized_end = 3780
-    _globals["_COMPLETEREDRIVEREQUEST"]._serialized_start = 3782
-    _globals["_COMPLETEREDRIVEREQUEST"]._serialized_end = 3899
-    _globals["_COMPLETEREDRIVERESPONSE"]._serialized_start = 3901
-    _globals["_COMPLETEREDRIVERESPONSE"]._serialized_end = 3944
-    _globals["_COMMITLOGSERVICE"]._serialized_start = 3947
-    _globals["_COMMITLOGSERVICE"]._serialized_end = 4828
+  DESCRIPTOR._loaded_options = None
+  _globals['_OFFSETRANGE']._serialized_start=81
+  _globals['_OFFSETRANGE']._serialized_end=122
+  _globals['_RETRYENTRY']._serialized_start=124
+  _globals['_RETRYENTRY']._serialized_end=204
+  _globals['_DLQLOCATION']._serialized_start=206
+  _globals['_DLQLOCATION']._serialized_end=304
+  _globals['_REJECTENTRY']._serialized_start=306
+  _globals['_REJECTENTRY']._serialized_end=407
+  _globals['_COMMITREQUEST']._serialized_start=410
+  _globals['_COMMITREQUEST']._serialized_end=854
+  _globals['_DLQCOPY']._serialized_start=856
+  _globals['_DLQCOPY']._serialized_end=895
+  _globals['_COMMITRESPONSE']._serialized_start=897
+  _globals['_COMMITRESPONSE']._serialized_end=996
+  _globals['_COMMITBATCHREQUEST']._serialized_start=998
+  _globals['_COMMITBATCHREQUEST']._serialized_end=1101
+  _globals['_COMMITRESULT']._serialized_start=1104
+  _globals['_COMMITRESULT']._serialized_end=1298
+  _globals['_COMMITBATCHRESPONSE']._serialized_start=1300
+  _globals['_COMMITBATCHRESPONSE']._serialized_end=1368
+  _globals['_GETPROGRESSREQUEST']._serialized_start=1370
+  _globals['_GETPROGRESSREQUEST']._serialized_end=1443
+  _globals['_RETRYSTATE']._serialized_start=1446
+  _globals['_RETRYSTATE']._serialized_end=1577
+  _globals['_PROGRESS']._serialized_start=1580
+  _globals['_PROGRESS']._serialized_end=1855
+  _globals['_DUERETRIESREQUEST']._serialized_start=1857
+  _globals['_DUERETRIESREQUEST']._serialized_end=1939
+  _globals['_DUERETRIESRESPONSE']._serialized_start=1941
+  _globals['_DUERETRIESRESPONSE']._serialized_end=2002
+  _globals['_GETLAGREQUEST']._serialized_start=2004
+  _globals['_GETLAGREQUEST']._serialized_end=2123
+  _globals['_PARTITIONLAG']._serialized_start=2126
+  _globals['_PARTITIONLAG']._serialized_end=2279
+  _globals['_LANELAG']._serialized_start=2282
+  _globals['_LANELAG']._serialized_end=2458
+  _globals['_GETLAGRESPONSE']._serialized_start=2461
+  _globals['_GETLAGRESPONSE']._serialized_end=2648
+  _globals['_LISTREJECTSREQUEST']._serialized_start=2651
+  _globals['_LISTREJECTSREQUEST']._serialized_end=2802
+  _globals['_REJECTEDRECORD']._serialized_start=2805
+  _globals['_REJECTEDRECORD']._serialized_end=3018
+  _globals['_PURGEREJECTSREQUEST']._serialized_start=3020
+  _globals['_PURGEREJECTSREQUEST']._serialized_end=3133
+  _globals['_PURGEREJECTSRESPONSE']._serialized_start=3135
+  _globals['_PURGEREJECTSRESPONSE']._serialized_end=3198
+  _globals['_LISTREJECTSRESPONSE']._serialized_start=3200
+  _globals['_LISTREJECTSRESPONSE']._serialized_end=3295
+  _globals['_CLAIMREDRIVEREQUEST']._serialized_start=3298
+  _globals['_CLAIMREDRIVEREQUEST']._serialized_end=3464
+  _globals['_REDRIVETARGET']._serialized_start=3467
+  _globals['_REDRIVETARGET']._serialized_end=3596
+  _globals['_CLAIMREDRIVERESPONSE']._serialized_start=3599
+  _globals['_CLAIMREDRIVERESPONSE']._serialized_end=3780
+  _globals['_COMPLETEREDRIVEREQUEST']._serialized_start=3782
+  _globals['_COMPLETEREDRIVEREQUEST']._serialized_end=3899
+  _globals['_COMPLETEREDRIVERESPONSE']._serialized_start=3901
+  _globals['_COMPLETEREDRIVERESPONSE']._serialized_end=3944
+  _globals['_COMMITLOGSERVICE']._serialized_start=3947
+  _globals['_COMMITLOGSERVICE']._serialized_end=4828
 # @@protoc_insertion_point(module_scope)

@@ -4,132 +4,135 @@
 # source: streamplane/v1/topology.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
-
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "streamplane/v1/topology.proto"
+    _runtime_version.Domain.PUBLIC,
+    7,
+    35,
+    1,
+    '',
+    'streamplane/v1/topology.proto'
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
-    b'\n\x1dstreamplane/v1/topology.proto\x12\x0estreamplane.v1"\x8c\x02\n\x07\x43luster\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x62ootstrap_servers\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x17\n\x0f\x63\x61pacity_weight\x18\x04 \x01(\x01\x12\x0e\n\x06health\x18\x05 \x01(\t\x12\x12\n\nconfig_ref\x18\x06 \x01(\t\x12+\n\x05\x61\x64min\x18\x07 \x01(\x0e\x32\x1c.streamplane.v1.ClusterAdmin\x12\x18\n\x10\x63ontrol_endpoint\x18\x08 \x01(\t\x12\x16\n\x0ehealth_reasons\x18\t \x03(\t\x12\x1c\n\x14health_since_unix_ms\x18\n \x01(\x03\x12\x10\n\x08\x63ordoned\x18\x0b \x01(\x08"S\n\x0e\x46\x61iloverPolicy\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x1a\n\x12unhealthy_after_ms\x18\x02 \x01(\r\x12\x17\n\x0fmin_interval_ms\x18\x03 \x01(\r"\x81\x01\n\x0b\x46leetPolicy\x12\x0e\n\x06\x66rozen\x18\x01 \x01(\x08\x12 \n\x18max_failovers_per_minute\x18\x02 \x01(\r\x12 \n\x18max_evacuations_per_hour\x18\x03 \x01(\r\x12\x1e\n\x16max_unhealthy_fraction\x18\x04 \x01(\x01"\xcd\x01\n\x05Probe\x12\x12\n\nat_unix_ms\x18\x01 \x01(\x03\x12\x11\n\treachable\x18\x02 \x01(\x08\x12\x12\n\nlatency_ms\x18\x03 \x01(\x01\x12\x0f\n\x07\x62rokers\x18\x04 \x01(\r\x12\x12\n\npartitions\x18\x05 \x01(\r\x12\x12\n\nleaderless\x18\x06 \x01(\r\x12\x18\n\x10under_replicated\x18\x07 \x01(\r\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x11\n\tcanary_ms\x18\t \x01(\x01\x12\x14\n\x0c\x63\x61nary_error\x18\n \x01(\t"$\n\x14\x43lusterHealthRequest\x12\x0c\n\x04name\x18\x01 \x01(\t"h\n\x15\x43lusterHealthResponse\x12(\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.Cluster\x12%\n\x06probes\x18\x02 \x03(\x0b\x32\x15.streamplane.v1.Probe"6\n\x14\x43ordonClusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x63ordoned\x18\x02 \x01(\x08"$\n\x14RemoveClusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t"(\n\x15RemoveClusterResponse\x12\x0f\n\x07version\x18\x01 \x01(\t"X\n\x16SetStreamPolicyRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12.\n\x06policy\x18\x02 \x01(\x0b\x32\x1e.streamplane.v1.FailoverPolicy"\x17\n\x15GetFleetPolicyRequest"\x81\x01\n\x13GenerationAbandoned\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12.\n\ngeneration\x18\x03 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0c\n\x04lost\x18\x05 \x03(\t"\\\n\x18\x41\x62\x61ndonGenerationRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t"R\n\x14\x43lusterHealthChanged\x12(\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.Cluster\x12\x10\n\x08previous\x18\x02 \x01(\t"}\n\rPolicyChanged\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x30\n\x08\x66\x61ilover\x18\x02 \x01(\x0b\x32\x1e.streamplane.v1.FailoverPolicy\x12*\n\x05\x66leet\x18\x03 \x01(\x0b\x32\x1b.streamplane.v1.FleetPolicy"\x95\x01\n\nGeneration\x12\x0e\n\x06number\x18\x01 \x01(\r\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x12\n\npartitions\x18\x04 \x01(\r\x12.\n\x05state\x18\x05 \x01(\x0e\x32\x1f.streamplane.v1.GenerationState\x12\x13\n\x0b\x65nd_offsets\x18\x06 \x03(\x03"W\n\x04Lane\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08priority\x18\x02 \x01(\x05\x12/\n\x0bgenerations\x18\x03 \x03(\x0b\x32\x1a.streamplane.v1.Generation"\x89\x01\n\rTopicSettings\x12\x1a\n\x12replication_factor\x18\x01 \x01(\x05\x12\x1b\n\x13min_insync_replicas\x18\x02 \x01(\x05\x12\x14\n\x0cretention_ms\x18\x03 \x01(\x03\x12\x12\n\nsegment_ms\x18\x04 \x01(\x03\x12\x15\n\rsegment_bytes\x18\x05 \x01(\x03"\x9b\x01\n\x06Stream\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x05lanes\x18\x02 \x03(\x0b\x32\x14.streamplane.v1.Lane\x12,\n\x05topic\x18\x03 \x01(\x0b\x32\x1d.streamplane.v1.TopicSettings\x12\x30\n\x08\x66\x61ilover\x18\x04 \x01(\x0b\x32\x1e.streamplane.v1.FailoverPolicy"[\n\x16RegisterClusterRequest\x12(\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.Cluster\x12\x17\n\x0fupdate_existing\x18\x02 \x01(\x08"T\n\x17RegisterClusterResponse\x12(\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.Cluster\x12\x0f\n\x07version\x18\x02 \x01(\t"\\\n\x13ListClustersRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06health\x18\x04 \x01(\t"i\n\x14ListClustersResponse\x12)\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x17.streamplane.v1.Cluster\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\r\n\x05total\x18\x03 \x01(\r"v\n\x13\x43reateStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12,\n\x05topic\x18\x04 \x01(\x0b\x32\x1d.streamplane.v1.TopicSettings"I\n\x0eStreamResponse\x12&\n\x06stream\x18\x01 \x01(\x0b\x32\x16.streamplane.v1.Stream\x12\x0f\n\x07version\x18\x02 \x01(\t"%\n\x15\x44\x65scribeStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t"\\\n\x12ListStreamsRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0f\n\x07\x63luster\x18\x04 \x01(\t"z\n\x13ListStreamsResponse\x12\'\n\x07streams\x18\x01 \x03(\x0b\x32\x16.streamplane.v1.Stream\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\r\n\x05total\x18\x03 \x01(\r\x12\x12\n\nunreadable\x18\x04 \x03(\t"e\n\x0e\x41\x64\x64LaneRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\x12\n\npartitions\x18\x04 \x01(\r\x12\x0f\n\x07\x63luster\x18\x05 \x01(\t"k\n\x0f\x46\x61iloverRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x16\n\x0etarget_cluster\x18\x03 \x01(\t\x12\x12\n\npartitions\x18\x04 \x01(\r\x12\x0e\n\x06reason\x18\x05 \x01(\t"~\n\x10\x46\x61iloverResponse\x12,\n\x08previous\x18\x01 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12+\n\x07\x63urrent\x18\x02 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0f\n\x07version\x18\x03 \x01(\t",\n\x14WatchTopologyRequest\x12\x14\n\x0c\x66rom_version\x18\x01 \x01(\t"?\n\tLaneAdded\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12"\n\x04lane\x18\x02 \x01(\x0b\x32\x14.streamplane.v1.Lane"\x95\x01\n\nFailedOver\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12,\n\x08previous\x18\x03 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12+\n\x07\x63urrent\x18\x04 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0e\n\x06reason\x18\x05 \x01(\t"p\n\x10GenerationSealed\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12.\n\ngeneration\x18\x03 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0e\n\x06reason\x18\x04 \x01(\t"q\n\x11GenerationDrained\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12.\n\ngeneration\x18\x03 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0e\n\x06groups\x18\x04 \x03(\t"A\n\rGenerationRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r"\xec\x01\n\x18ProducerHeartbeatRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\x12\x18\n\x10topology_version\x18\x02 \x01(\t\x12\x30\n\tin_flight\x18\x03 \x03(\x0b\x32\x1d.streamplane.v1.GenerationRef\x12-\n\x06\x65rrors\x18\x04 \x03(\x0b\x32\x1d.streamplane.v1.ClusterErrors\x12\'\n\x06writes\x18\x05 \x03(\x0b\x32\x17.streamplane.v1.LaneRef\x12\x17\n\x0f\x64\x65\x63lares_writes\x18\x06 \x01(\x08"\'\n\x07LaneRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t"C\n\rClusterErrors\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x12\n\nlast_error\x18\x03 \x01(\t"d\n\x19ProducerHeartbeatResponse\x12\x1d\n\x15heartbeat_interval_ms\x18\x01 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\x12\x18\n\x10topology_version\x18\x03 \x01(\t"+\n\x14\x43loseProducerRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t"\x17\n\x15\x43loseProducerResponse"\xa3\x01\n\nGroupEvent\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08lease_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07version\x18\x07 \x01(\t\x12\x14\n\x0ctime_unix_ms\x18\x08 \x01(\x03\x12\r\n\x05\x61\x63tor\x18\t \x01(\t"d\n\x0cGroupDeleted\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07\x65xpired\x18\x03 \x01(\x08\x12\x0f\n\x07members\x18\x04 \x03(\t\x12\x13\n\x0bgenerations\x18\x05 \x03(\t"b\n\rStreamDeleted\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0e\n\x06topics\x18\x03 \x03(\t\x12\x11\n\tproducers\x18\x04 \x03(\t\x12\x0e\n\x06groups\x18\x05 \x03(\t"B\n\x13\x44\x65leteStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t"\x84\x01\n\x14\x44\x65leteStreamResponse\x12.\n\x07\x64\x65leted\x18\x01 \x01(\x0b\x32\x1d.streamplane.v1.StreamDeleted\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x16\n\x0etopics_deleted\x18\x03 \x03(\t\x12\x13\n\x0btopics_left\x18\x04 \x03(\t"\xd2\x06\n\rTopologyEvent\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x14\n\x0ctime_unix_ms\x18\x02 \x01(\x03\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x35\n\x12\x63luster_registered\x18\n \x01(\x0b\x32\x17.streamplane.v1.ClusterH\x00\x12\x32\n\x0f\x63luster_updated\x18\x0b \x01(\x0b\x32\x17.streamplane.v1.ClusterH\x00\x12\x30\n\x0estream_created\x18\x0c \x01(\x0b\x32\x16.streamplane.v1.StreamH\x00\x12/\n\nlane_added\x18\r \x01(\x0b\x32\x19.streamplane.v1.LaneAddedH\x00\x12\x31\n\x0b\x66\x61iled_over\x18\x0e \x01(\x0b\x32\x1a.streamplane.v1.FailedOverH\x00\x12\x31\n\x0bgroup_event\x18\x0f \x01(\x0b\x32\x1a.streamplane.v1.GroupEventH\x00\x12=\n\x11generation_sealed\x18\x10 \x01(\x0b\x32 .streamplane.v1.GenerationSealedH\x00\x12?\n\x12generation_drained\x18\x11 \x01(\x0b\x32!.streamplane.v1.GenerationDrainedH\x00\x12\x46\n\x16\x63luster_health_changed\x18\x12 \x01(\x0b\x32$.streamplane.v1.ClusterHealthChangedH\x00\x12\x19\n\x0f\x63luster_removed\x18\x13 \x01(\tH\x00\x12\x37\n\x0epolicy_changed\x18\x14 \x01(\x0b\x32\x1d.streamplane.v1.PolicyChangedH\x00\x12\x43\n\x14generation_abandoned\x18\x15 \x01(\x0b\x32#.streamplane.v1.GenerationAbandonedH\x00\x12\x35\n\rgroup_deleted\x18\x16 \x01(\x0b\x32\x1c.streamplane.v1.GroupDeletedH\x00\x12\x37\n\x0estream_deleted\x18\x17 \x01(\x0b\x32\x1d.streamplane.v1.StreamDeletedH\x00\x42\x06\n\x04kind*_\n\x0c\x43lusterAdmin\x12\x1d\n\x19\x43LUSTER_ADMIN_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43LUSTER_ADMIN_KAFKA\x10\x01\x12\x17\n\x13\x43LUSTER_ADMIN_LOCAL\x10\x02*\xca\x01\n\x0fGenerationState\x12 \n\x1cGENERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17GENERATION_STATE_ACTIVE\x10\x01\x12\x1d\n\x19GENERATION_STATE_DRAINING\x10\x02\x12\x1b\n\x17GENERATION_STATE_SEALED\x10\x03\x12\x1c\n\x18GENERATION_STATE_DRAINED\x10\x04\x12\x1e\n\x1aGENERATION_STATE_ABANDONED\x10\x05\x32\xd8\x0c\n\x0fTopologyService\x12\x62\n\x0fRegisterCluster\x12&.streamplane.v1.RegisterClusterRequest\x1a\'.streamplane.v1.RegisterClusterResponse\x12Y\n\x0cListClusters\x12#.streamplane.v1.ListClustersRequest\x1a$.streamplane.v1.ListClustersResponse\x12S\n\x0c\x43reateStream\x12#.streamplane.v1.CreateStreamRequest\x1a\x1e.streamplane.v1.StreamResponse\x12W\n\x0e\x44\x65scribeStream\x12%.streamplane.v1.DescribeStreamRequest\x1a\x1e.streamplane.v1.StreamResponse\x12V\n\x0bListStreams\x12".streamplane.v1.ListStreamsRequest\x1a#.streamplane.v1.ListStreamsResponse\x12I\n\x07\x41\x64\x64Lane\x12\x1e.streamplane.v1.AddLaneRequest\x1a\x1e.streamplane.v1.StreamResponse\x12M\n\x08\x46\x61ilover\x12\x1f.streamplane.v1.FailoverRequest\x1a .streamplane.v1.FailoverResponse\x12V\n\rWatchTopology\x12$.streamplane.v1.WatchTopologyRequest\x1a\x1d.streamplane.v1.TopologyEvent0\x01\x12h\n\x11ProducerHeartbeat\x12(.streamplane.v1.ProducerHeartbeatRequest\x1a).streamplane.v1.ProducerHeartbeatResponse\x12\\\n\rCloseProducer\x12$.streamplane.v1.CloseProducerRequest\x1a%.streamplane.v1.CloseProducerResponse\x12\\\n\rClusterHealth\x12$.streamplane.v1.ClusterHealthRequest\x1a%.streamplane.v1.ClusterHealthResponse\x12N\n\rCordonCluster\x12$.streamplane.v1.CordonClusterRequest\x1a\x17.streamplane.v1.Cluster\x12\\\n\rRemoveCluster\x12$.streamplane.v1.RemoveClusterRequest\x1a%.streamplane.v1.RemoveClusterResponse\x12Y\n\x0fSetStreamPolicy\x12&.streamplane.v1.SetStreamPolicyRequest\x1a\x1e.streamplane.v1.StreamResponse\x12J\n\x0eSetFleetPolicy\x12\x1b.streamplane.v1.FleetPolicy\x1a\x1b.streamplane.v1.FleetPolicy\x12T\n\x0eGetFleetPolicy\x12%.streamplane.v1.GetFleetPolicyRequest\x1a\x1b.streamplane.v1.FleetPolicy\x12\x62\n\x11\x41\x62\x61ndonGeneration\x12(.streamplane.v1.AbandonGenerationRequest\x1a#.streamplane.v1.GenerationAbandoned\x12Y\n\x0c\x44\x65leteStream\x12#.streamplane.v1.DeleteStreamRequest\x1a$.streamplane.v1.DeleteStreamResponseb\x06proto3'
-)
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dstreamplane/v1/topology.proto\x12\x0estreamplane.v1\"\x8c\x02\n\x07\x43luster\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x19\n\x11\x62ootstrap_servers\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x17\n\x0f\x63\x61pacity_weight\x18\x04 \x01(\x01\x12\x0e\n\x06health\x18\x05 \x01(\t\x12\x12\n\nconfig_ref\x18\x06 \x01(\t\x12+\n\x05\x61\x64min\x18\x07 \x01(\x0e\x32\x1c.streamplane.v1.ClusterAdmin\x12\x18\n\x10\x63ontrol_endpoint\x18\x08 \x01(\t\x12\x16\n\x0ehealth_reasons\x18\t \x03(\t\x12\x1c\n\x14health_since_unix_ms\x18\n \x01(\x03\x12\x10\n\x08\x63ordoned\x18\x0b \x01(\x08\"S\n\x0e\x46\x61iloverPolicy\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x1a\n\x12unhealthy_after_ms\x18\x02 \x01(\r\x12\x17\n\x0fmin_interval_ms\x18\x03 \x01(\r\"\x81\x01\n\x0b\x46leetPolicy\x12\x0e\n\x06\x66rozen\x18\x01 \x01(\x08\x12 \n\x18max_failovers_per_minute\x18\x02 \x01(\r\x12 \n\x18max_evacuations_per_hour\x18\x03 \x01(\r\x12\x1e\n\x16max_unhealthy_fraction\x18\x04 \x01(\x01\"\xcd\x01\n\x05Probe\x12\x12\n\nat_unix_ms\x18\x01 \x01(\x03\x12\x11\n\treachable\x18\x02 \x01(\x08\x12\x12\n\nlatency_ms\x18\x03 \x01(\x01\x12\x0f\n\x07\x62rokers\x18\x04 \x01(\r\x12\x12\n\npartitions\x18\x05 \x01(\r\x12\x12\n\nleaderless\x18\x06 \x01(\r\x12\x18\n\x10under_replicated\x18\x07 \x01(\r\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x11\n\tcanary_ms\x18\t \x01(\x01\x12\x14\n\x0c\x63\x61nary_error\x18\n \x01(\t\"$\n\x14\x43lusterHealthRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"h\n\x15\x43lusterHealthResponse\x12(\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.Cluster\x12%\n\x06probes\x18\x02 \x03(\x0b\x32\x15.streamplane.v1.Probe\"6\n\x14\x43ordonClusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x63ordoned\x18\x02 \x01(\x08\"$\n\x14RemoveClusterRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"(\n\x15RemoveClusterResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\"X\n\x16SetStreamPolicyRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12.\n\x06policy\x18\x02 \x01(\x0b\x32\x1e.streamplane.v1.FailoverPolicy\"\x17\n\x15GetFleetPolicyRequest\"\x81\x01\n\x13GenerationAbandoned\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12.\n\ngeneration\x18\x03 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0c\n\x04lost\x18\x05 \x03(\t\"\\\n\x18\x41\x62\x61ndonGenerationRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\"R\n\x14\x43lusterHealthChanged\x12(\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.Cluster\x12\x10\n\x08previous\x18\x02 \x01(\t\"}\n\rPolicyChanged\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x30\n\x08\x66\x61ilover\x18\x02 \x01(\x0b\x32\x1e.streamplane.v1.FailoverPolicy\x12*\n\x05\x66leet\x18\x03 \x01(\x0b\x32\x1b.streamplane.v1.FleetPolicy\"\x95\x01\n\nGeneration\x12\x0e\n\x06number\x18\x01 \x01(\r\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\r\n\x05topic\x18\x03 \x01(\t\x12\x12\n\npartitions\x18\x04 \x01(\r\x12.\n\x05state\x18\x05 \x01(\x0e\x32\x1f.streamplane.v1.GenerationState\x12\x13\n\x0b\x65nd_offsets\x18\x06 \x03(\x03\"W\n\x04Lane\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08priority\x18\x02 \x01(\x05\x12/\n\x0bgenerations\x18\x03 \x03(\x0b\x32\x1a.streamplane.v1.Generation\"\x89\x01\n\rTopicSettings\x12\x1a\n\x12replication_factor\x18\x01 \x01(\x05\x12\x1b\n\x13min_insync_replicas\x18\x02 \x01(\x05\x12\x14\n\x0cretention_ms\x18\x03 \x01(\x03\x12\x12\n\nsegment_ms\x18\x04 \x01(\x03\x12\x15\n\rsegment_bytes\x18\x05 \x01(\x03\"\x9b\x01\n\x06Stream\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x05lanes\x18\x02 \x03(\x0b\x32\x14.streamplane.v1.Lane\x12,\n\x05topic\x18\x03 \x01(\x0b\x32\x1d.streamplane.v1.TopicSettings\x12\x30\n\x08\x66\x61ilover\x18\x04 \x01(\x0b\x32\x1e.streamplane.v1.FailoverPolicy\"[\n\x16RegisterClusterRequest\x12(\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.Cluster\x12\x17\n\x0fupdate_existing\x18\x02 \x01(\x08\"T\n\x17RegisterClusterResponse\x12(\n\x07\x63luster\x18\x01 \x01(\x0b\x32\x17.streamplane.v1.Cluster\x12\x0f\n\x07version\x18\x02 \x01(\t\"\\\n\x13ListClustersRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0e\n\x06health\x18\x04 \x01(\t\"i\n\x14ListClustersResponse\x12)\n\x08\x63lusters\x18\x01 \x03(\x0b\x32\x17.streamplane.v1.Cluster\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\r\n\x05total\x18\x03 \x01(\r\"v\n\x13\x43reateStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x0f\n\x07\x63luster\x18\x03 \x01(\t\x12,\n\x05topic\x18\x04 \x01(\x0b\x32\x1d.streamplane.v1.TopicSettings\"I\n\x0eStreamResponse\x12&\n\x06stream\x18\x01 \x01(\x0b\x32\x16.streamplane.v1.Stream\x12\x0f\n\x07version\x18\x02 \x01(\t\"%\n\x15\x44\x65scribeStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\\\n\x12ListStreamsRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\x12\x0f\n\x07\x63luster\x18\x04 \x01(\t\"z\n\x13ListStreamsResponse\x12\'\n\x07streams\x18\x01 \x03(\x0b\x32\x16.streamplane.v1.Stream\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\r\n\x05total\x18\x03 \x01(\r\x12\x12\n\nunreadable\x18\x04 \x03(\t\"e\n\x0e\x41\x64\x64LaneRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x10\n\x08priority\x18\x03 \x01(\x05\x12\x12\n\npartitions\x18\x04 \x01(\r\x12\x0f\n\x07\x63luster\x18\x05 \x01(\t\"k\n\x0f\x46\x61iloverRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x16\n\x0etarget_cluster\x18\x03 \x01(\t\x12\x12\n\npartitions\x18\x04 \x01(\r\x12\x0e\n\x06reason\x18\x05 \x01(\t\"~\n\x10\x46\x61iloverResponse\x12,\n\x08previous\x18\x01 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12+\n\x07\x63urrent\x18\x02 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0f\n\x07version\x18\x03 \x01(\t\",\n\x14WatchTopologyRequest\x12\x14\n\x0c\x66rom_version\x18\x01 \x01(\t\"?\n\tLaneAdded\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\"\n\x04lane\x18\x02 \x01(\x0b\x32\x14.streamplane.v1.Lane\"\x95\x01\n\nFailedOver\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12,\n\x08previous\x18\x03 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12+\n\x07\x63urrent\x18\x04 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0e\n\x06reason\x18\x05 \x01(\t\"p\n\x10GenerationSealed\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12.\n\ngeneration\x18\x03 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0e\n\x06reason\x18\x04 \x01(\t\"q\n\x11GenerationDrained\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12.\n\ngeneration\x18\x03 \x01(\x0b\x32\x1a.streamplane.v1.Generation\x12\x0e\n\x06groups\x18\x04 \x03(\t\"A\n\rGenerationRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\r\"\xec\x01\n\x18ProducerHeartbeatRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\x12\x18\n\x10topology_version\x18\x02 \x01(\t\x12\x30\n\tin_flight\x18\x03 \x03(\x0b\x32\x1d.streamplane.v1.GenerationRef\x12-\n\x06\x65rrors\x18\x04 \x03(\x0b\x32\x1d.streamplane.v1.ClusterErrors\x12\'\n\x06writes\x18\x05 \x03(\x0b\x32\x17.streamplane.v1.LaneRef\x12\x17\n\x0f\x64\x65\x63lares_writes\x18\x06 \x01(\x08\"\'\n\x07LaneRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0c\n\x04lane\x18\x02 \x01(\t\"C\n\rClusterErrors\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x12\n\nlast_error\x18\x03 \x01(\t\"d\n\x19ProducerHeartbeatResponse\x12\x1d\n\x15heartbeat_interval_ms\x18\x01 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\x12\x18\n\x10topology_version\x18\x03 \x01(\t\"+\n\x14\x43loseProducerRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\t\"\x17\n\x15\x43loseProducerResponse\"\xa3\x01\n\nGroupEvent\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x10\n\x08lease_id\x18\x04 \x01(\t\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07version\x18\x07 \x01(\t\x12\x14\n\x0ctime_unix_ms\x18\x08 \x01(\x03\x12\r\n\x05\x61\x63tor\x18\t \x01(\t\"d\n\x0cGroupDeleted\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07\x65xpired\x18\x03 \x01(\x08\x12\x0f\n\x07members\x18\x04 \x03(\t\x12\x13\n\x0bgenerations\x18\x05 \x03(\t\"b\n\rStreamDeleted\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0e\n\x06topics\x18\x03 \x03(\t\x12\x11\n\tproducers\x18\x04 \x03(\t\x12\x0e\n\x06groups\x18\x05 \x03(\t\"B\n\x13\x44\x65leteStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x66orce\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x84\x01\n\x14\x44\x65leteStreamResponse\x12.\n\x07\x64\x65leted\x18\x01 \x01(\x0b\x32\x1d.streamplane.v1.StreamDeleted\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x16\n\x0etopics_deleted\x18\x03 \x03(\t\x12\x13\n\x0btopics_left\x18\x04 \x03(\t\"\xd2\x06\n\rTopologyEvent\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x14\n\x0ctime_unix_ms\x18\x02 \x01(\x03\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x35\n\x12\x63luster_registered\x18\n \x01(\x0b\x32\x17.streamplane.v1.ClusterH\x00\x12\x32\n\x0f\x63luster_updated\x18\x0b \x01(\x0b\x32\x17.streamplane.v1.ClusterH\x00\x12\x30\n\x0estream_created\x18\x0c \x01(\x0b\x32\x16.streamplane.v1.StreamH\x00\x12/\n\nlane_added\x18\r \x01(\x0b\x32\x19.streamplane.v1.LaneAddedH\x00\x12\x31\n\x0b\x66\x61iled_over\x18\x0e \x01(\x0b\x32\x1a.streamplane.v1.FailedOverH\x00\x12\x31\n\x0bgroup_event\x18\x0f \x01(\x0b\x32\x1a.streamplane.v1.GroupEventH\x00\x12=\n\x11generation_sealed\x18\x10 \x01(\x0b\x32 .streamplane.v1.GenerationSealedH\x00\x12?\n\x12generation_drained\x18\x11 \x01(\x0b\x32!.streamplane.v1.GenerationDrainedH\x00\x12\x46\n\x16\x63luster_health_changed\x18\x12 \x01(\x0b\x32$.streamplane.v1.ClusterHealthChangedH\x00\x12\x19\n\x0f\x63luster_removed\x18\x13 \x01(\tH\x00\x12\x37\n\x0epolicy_changed\x18\x14 \x01(\x0b\x32\x1d.streamplane.v1.PolicyChangedH\x00\x12\x43\n\x14generation_abandoned\x18\x15 \x01(\x0b\x32#.streamplane.v1.GenerationAbandonedH\x00\x12\x35\n\rgroup_deleted\x18\x16 \x01(\x0b\x32\x1c.streamplane.v1.GroupDeletedH\x00\x12\x37\n\x0estream_deleted\x18\x17 \x01(\x0b\x32\x1d.streamplane.v1.StreamDeletedH\x00\x42\x06\n\x04kind*_\n\x0c\x43lusterAdmin\x12\x1d\n\x19\x43LUSTER_ADMIN_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43LUSTER_ADMIN_KAFKA\x10\x01\x12\x17\n\x13\x43LUSTER_ADMIN_LOCAL\x10\x02*\xca\x01\n\x0fGenerationState\x12 \n\x1cGENERATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17GENERATION_STATE_ACTIVE\x10\x01\x12\x1d\n\x19GENERATION_STATE_DRAINING\x10\x02\x12\x1b\n\x17GENERATION_STATE_SEALED\x10\x03\x12\x1c\n\x18GENERATION_STATE_DRAINED\x10\x04\x12\x1e\n\x1aGENERATION_STATE_ABANDONED\x10\x05\x32\xd8\x0c\n\x0fTopologyService\x12\x62\n\x0fRegisterCluster\x12&.streamplane.v1.RegisterClusterRequest\x1a\'.streamplane.v1.RegisterClusterResponse\x12Y\n\x0cListClusters\x12#.streamplane.v1.ListClustersRequest\x1a$.streamplane.v1.ListClustersResponse\x12S\n\x0c\x43reateStream\x12#.streamplane.v1.CreateStreamRequest\x1a\x1e.streamplane.v1.StreamResponse\x12W\n\x0e\x44\x65scribeStream\x12%.streamplane.v1.DescribeStreamRequest\x1a\x1e.streamplane.v1.StreamResponse\x12V\n\x0bListStreams\x12\".streamplane.v1.ListStreamsRequest\x1a#.streamplane.v1.ListStreamsResponse\x12I\n\x07\x41\x64\x64Lane\x12\x1e.streamplane.v1.AddLaneRequest\x1a\x1e.streamplane.v1.StreamResponse\x12M\n\x08\x46\x61ilover\x12\x1f.streamplane.v1.FailoverRequest\x1a .streamplane.v1.FailoverResponse\x12V\n\rWatchTopology\x12$.streamplane.v1.WatchTopologyRequest\x1a\x1d.streamplane.v1.TopologyEvent0\x01\x12h\n\x11ProducerHeartbeat\x12(.streamplane.v1.ProducerHeartbeatRequest\x1a).streamplane.v1.ProducerHeartbeatResponse\x12\\\n\rCloseProducer\x12$.streamplane.v1.CloseProducerRequest\x1a%.streamplane.v1.CloseProducerResponse\x12\\\n\rClusterHealth\x12$.streamplane.v1.ClusterHealthRequest\x1a%.streamplane.v1.ClusterHealthResponse\x12N\n\rCordonCluster\x12$.streamplane.v1.CordonClusterRequest\x1a\x17.streamplane.v1.Cluster\x12\\\n\rRemoveCluster\x12$.streamplane.v1.RemoveClusterRequest\x1a%.streamplane.v1.RemoveClusterResponse\x12Y\n\x0fSetStreamPolicy\x12&.streamplane.v1.SetStreamPolicyRequest\x1a\x1e.streamplane.v1.StreamResponse\x12J\n\x0eSetFleetPolicy\x12\x1b.streamplane.v1.FleetPolicy\x1a\x1b.streamplane.v1.FleetPolicy\x12T\n\x0eGetFleetPolicy\x12%.streamplane.v1.GetFleetPolicyRequest\x1a\x1b.streamplane.v1.FleetPolicy\x12\x62\n\x11\x41\x62\x61ndonGeneration\x12(.streamplane.v1.AbandonGenerationRequest\x1a#.streamplane.v1.GenerationAbandoned\x12Y\n\x0c\x44\x65leteStream\x12#.streamplane.v1.DeleteStreamRequest\x1a$.streamplane.v1.DeleteStreamResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, "streamplane.v1.topology_pb2", _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'streamplane.v1.topology_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-    DESCRIPTOR._loaded_options = None
-    _globals["_CLUSTERADMIN"]._serialized_start = 5792
-    _globals["_CLUSTERADMIN"]._serialized_end = 5887
-    _globals["_GENERATIONSTATE"]._serialized_start = 5890
-    _globals["_GENERATIONSTATE"]._serialized_end = 6092
-    _globals["_CLUSTER"]._serialized_start = 50
-    _globals["_CLUSTER"]._serialized_end = 318
-    _globals["_FAILOVERPOLICY"]._serialized_start = 320
-    _globals["_FAILOVERPOLICY"]._serialized_end = 403
-    _globals["_FLEETPOLICY"]._serialized_start = 406
-    _globals["_FLEETPOLICY"]._serialized_end = 535
-    _globals["_PROBE"]._serialized_start = 538
-    _globals["_PROBE"]._serialized_end = 743
-    _globals["_CLUSTERHEALTHREQUEST"]._serialized_start = 745
-    _globals["_CLUSTERHEALTHREQUEST"]._serialized_end = 781
-    _globals["_CLUSTERHEALTHRESPONSE"]._serialized_start = 783
-    _globals["_CLUSTERHEALTHRESPONSE"]._serialized_end = 887
-    _globals["_CORDONCLUSTERREQUEST"]._serialized_start = 889
-    _globals["_CORDONCLUSTERREQUEST"]._serialized_end = 943
-    _globals["_REMOVECLUSTERREQUEST"]._serialized_start = 945
-    _globals["_REMOVECLUSTERREQUEST"]._serialized_end = 981
-    _globals["_REMOVECLUSTERRESPONSE"]._serialized_start = 983
-    _globals["_REMOVECLUSTERRESPONSE"]._serialized_end = 1023
-    _globals["_SETSTREAMPOLICYREQUEST"]._serialized_start = 1025
-    _globals["_SETSTREAMPOLICYREQUEST"]._serialized_end = 1113
-    _globals["_GETFLEETPOLICYREQUEST"]._serialized_start = 1115
-    _globals["_GETFLEETPOLICYREQUEST"]._serialized_end = 1138
-    _globals["_GENERATIONABANDONED"]._serialized_start = 1141
-    _globals["_GENERATIONABANDONED"]._serialized_end = 1270
-    _globals["_ABANDONGENERATIONREQUEST"]._serialized_start = 1272
-    _globals["_ABANDONGENERATIONREQUEST"]._serialized_end = 1364
-    _globals["_CLUSTERHEALTHCHANGED"]._serialized_start = 1366
-    _globals["_CLUSTERHEALTHCHANGED"]._serialized_end = 1448
-    _globals["_POLICYCHANGED"]._serialized_start = 1450
-    _globals["_POLICYCHANGED"]._serialized_end = 1575
-    _globals["_GENERATION"]._serialized_start = 1578
-    _globals["_GENERATION"]._serialized_end = 1727
-    _globals["_LANE"]._serialized_start = 1729
-    _globals["_LANE"]._serialized_end = 1816
-    _globals["_TOPICSETTINGS"]._serialized_start = 1819
-    _globals["_TOPICSETTINGS"]._serialized_end = 1956
-    _globals["_STREAM"]._serialized_start = 1959
-    _globals["_STREAM"]._serialized_end = 2114
-    _globals["_REGISTERCLUSTERREQUEST"]._serialized_start = 2116
-    _globals["_REGISTERCLUSTERREQUEST"]._serialized_end = 2207
-    _globals["_REGISTERCLUSTERRESPONSE"]._serialized_start = 2209
-    _globals["_REGISTERCLUSTERRESPONSE"]._serialized_end = 2293
-    _globals["_LISTCLUSTERSREQUEST"]._serialized_start = 2295
-    _globals["_LISTCLUSTERSREQUEST"]._serialized_end = 2387
-    _globals["_LISTCLUSTERSRESPONSE"]._serialized_start = 2389
-    _globals["_LISTCLUSTERSRESPONSE"]._serialized_end = 2494
-    _globals["_CREATESTREAMREQUEST"]._serialized_start = 2496
-    _globals["_CREATESTREAMREQUEST"]._serialized_end = 2614
-    _globals["_STREAMRESPONSE"]._serialized_start = 2616
-    _globals["_STREAMRESPONSE"]._serialized_end = 2689
-    _globals["_DESCRIBESTREAMREQUEST"]._serialized_start = 2691
-    _globals["_DESCRIBESTREAMREQUEST"]._serialized_end = 2728
-    _globals["_LISTSTREAMSREQUEST"]._serialized_start = 2730
-    _globals["_LISTSTREAMSREQUEST"]._serialized_end = 2822
-    _globals["_LISTSTREAMSRESPONSE"]._serialized_start = 2824
-    _globals["_LISTSTREAMSRESPONSE"]._serialized_end = 2946
-    _globals["_ADDLANEREQUEST"]._serialized_start = 2948
-    _globals["_ADDLANEREQUEST"]._serialized_end = 3049
-    _globals["_FAILOVERREQUEST"]._serialized_start = 3051
-    _globals["_FAILOVERREQUEST"]._serialized_end = 3158
-    _globals["_FAILOVERRESPONSE"]._serialized_start = 3160
-    _globals["_FAILOVERRESPONSE"]._serialized_end = 3286
-    _globals["_WATCHTOPOLOGYREQUEST"]._serialized_start = 3288
-    _globals["_WATCHTOPOLOGYREQUEST"]._serialized_end = 3332
-    _globals["_LANEADDED"]._serialized_start = 3334
-    _globals["_LANEADDED"]._serialized_end = 3397
-    _globals["_FAILEDOVER"]._serialized_start = 3400
-    _globals["_FAILEDOVER"]._serialized_end = 3549
-    _globals["_GENERATIONSEALED"]._serialized_start = 3551
-    _globals["_GENERATIONSEALED"]._serialized_end = 3663
-    _globals["_GENERATIONDRAINED"]._serialized_start = 3665
-    _globals["_GENERATIONDRAINED"]._serialized_end = 3778
-    _globals["_GENERATIONREF"]._serialized_start = 3780
-    _globals["_GENERATIONREF"]._serialized_end = 3845
-    _globals["_PRODUCERHEARTBEATREQUEST"]._serialized_start = 3848
-    _globals["_PRODUCERHEARTBEATREQUEST"]._serialized_end = 4084
-    _globals["_LANEREF"]._serialized_start = 4086
-    _globals["_LANEREF"]._serialized_end = 4125
-    _globals["_CLUSTERERRORS"]._serialized_start = 4127
-    _globals["_CLUSTERERRORS"]._serialized_end = 4194
-    _globals["_PRODUCERHEARTBEATRESPONSE"]._serialized_start = 4196
-    _globals["_PRODUCERHEARTBEATRESPONSE"]._serialized_end = 4296
-    _globals["_CLOSEPRODUCERREQUEST"]._serialized_start = 4298
-    _globals["_CLOSEPRODUCERREQUEST"]._serialized_end = 4341
-    _globals["_CLOSEPRODUCERRESPONSE"]._serialized_start = 4343
-    _globals["_CLOSEPRODUCERRESPONSE"]._serialized_end = 4366
-    _globals["_GROUPEVENT"]._serialized_start = 4369
-    _globals["_GROUPEVENT"]._serialized_end = 4532
-    _globals["_GROUPDELETED"]._serialized_start = 4534
-    _globals["_GROUPDELETED"]._serialized_end = 4634
-    _globals["_STREAMDELETED"]._serialized_start = 4636
-    _globals["_STREAMDELETED"]._serialized_end = 4734
-    _globals["_DELETESTREAMREQUEST"]._serialized_start = 4736
-    _globals["_DELETESTREAMREQUEST"]._serialized_end = 4802
-    _globals["_DELETESTREAMRESPONSE"]._serialized_start = 4805
-    _globals["_DELETESTREAMRESPONSE"]._serialized_end = 4937
-    _globals["_TOPOLOGYEVENT"]._serialized_start = 4940
-    _globals["_TOPOLOGYEVENT"]._serialized_end = 5790
-    _globals["_TOPOLOGYSERVICE"]._serialized_start = 6095
-    _globals["_TOPOLOGYSERVICE"]._serialized_end = 7719
+  DESCRIPTOR._loaded_options = None
+  _globals['_CLUSTERADMIN']._serialized_start=5792
+  _globals['_CLUSTERADMIN']._serialized_end=5887
+  _globals['_GENERATIONSTATE']._serialized_start=5890
+  _globals['_GENERATIONSTATE']._serialized_end=6092
+  _globals['_CLUSTER']._serialized_start=50
+  _globals['_CLUSTER']._serialized_end=318
+  _globals['_FAILOVERPOLICY']._serialized_start=320
+  _globals['_FAILOVERPOLICY']._serialized_end=403
+  _globals['_FLEETPOLICY']._serialized_start=406
+  _globals['_FLEETPOLICY']._serialized_end=535
+  _globals['_PROBE']._serialized_start=538
+  _globals['_PROBE']._serialized_end=743
+  _globals['_CLUSTERHEALTHREQUEST']._serialized_start=745
+  _globals['_CLUSTERHEALTHREQUEST']._serialized_end=781
+  _globals['_CLUSTERHEALTHRESPONSE']._serialized_start=783
+  _globals['_CLUSTERHEALTHRESPONSE']._serialized_end=887
+  _globals['_CORDONCLUSTERREQUEST']._serialized_start=889
+  _globals['_CORDONCLUSTERREQUEST']._serialized_end=943
+  _globals['_REMOVECLUSTERREQUEST']._serialized_start=945
+  _globals['_REMOVECLUSTERREQUEST']._serialized_end=981
+  _globals['_REMOVECLUSTERRESPONSE']._serialized_start=983
+  _globals['_REMOVECLUSTERRESPONSE']._serialized_end=1023
+  _globals['_SETSTREAMPOLICYREQUEST']._serialized_start=1025
+  _globals['_SETSTREAMPOLICYREQUEST']._serialized_end=1113
+  _globals['_GETFLEETPOLICYREQUEST']._serialized_start=1115
+  _globals['_GETFLEETPOLICYREQUEST']._serialized_end=1138
+  _globals['_GENERATIONABANDONED']._serialized_start=1141
+  _globals['_GENERATIONABANDONED']._serialized_end=1270
+  _globals['_ABANDONGENERATIONREQUEST']._serialized_start=1272
+  _globals['_ABANDONGENERATIONREQUEST']._serialized_end=1364
+  _globals['_CLUSTERHEALTHCHANGED']._serialized_start=1366
+  _globals['_CLUSTERHEALTHCHANGED']._serialized_end=1448
+  _globals['_POLICYCHANGED']._serialized_start=1450
+  _globals['_POLICYCHANGED']._serialized_end=1575
+  _globals['_GENERATION']._serialized_start=1578
+  _globals['_GENERATION']._serialized_end=1727
+  _globals['_LANE']._serialized_start=1729
+  _globals['_LANE']._serialized_end=1816
+  _globals['_TOPICSETTINGS']._serialized_start=1819
+  _globals['_TOPICSETTINGS']._serialized_end=1956
+  _globals['_STREAM']._serialized_start=1959
+  _globals['_STREAM']._serialized_end=2114
+  _globals['_REGISTERCLUSTERREQUEST']._serialized_start=2116
+  _globals['_REGISTERCLUSTERREQUEST']._serialized_end=2207
+  _globals['_REGISTERCLUSTERRESPONSE']._serialized_start=2209
+  _globals['_REGISTERCLUSTERRESPONSE']._serialized_end=2293
+  _globals['_LISTCLUSTERSREQUEST']._serialized_start=2295
+  _globals['_LISTCLUSTERSREQUEST']._serialized_end=2387
+  _globals['_LISTCLUSTERSRESPONSE']._serialized_start=2389
+  _globals['_LISTCLUSTERSRESPONSE']._serialized_end=2494
+  _globals['_CREATESTREAMREQUEST']._serialized_start=2496
+  _globals['_CREATESTREAMREQUEST']._serialized_end=2614
+  _globals['_STREAMRESPONSE']._serialized_start=2616
+  _globals['_STREAMRESPONSE']._serialized_end=2689
+  _globals['_DESCRIBESTREAMREQUEST']._serialized_start=2691
+  _globals['_DESCRIBESTREAMREQUEST']._serialized_end=2728
+  _globals['_LISTSTREAMSREQUEST']._serialized_start=2730
+  _globals['_LISTSTREAMSREQUEST']._serialized_end=2822
+  _globals['_LISTSTREAMSRESPONSE']._serialized_start=2824
+  _globals['_LISTSTREAMSRESPONSE']._serialized_end=2946
+  _globals['_ADDLANEREQUEST']._serialized_start=2948
+  _globals['_ADDLANEREQUEST']._serialized_end=3049
+  _globals['_FAILOVERREQUEST']._serialized_start=3051
+  _globals['_FAILOVERREQUEST']._serialized_end=3158
+  _globals['_FAILOVERRESPONSE']._serialized_start=3160
+  _globals['_FAILOVERRESPONSE']._serialized_end=3286
+  _globals['_WATCHTOPOLOGYREQUEST']._serialized_start=3288
+  _globals['_WATCHTOPOLOGYREQUEST']._serialized_end=3332
+  _globals['_LANEADDED']._serialized_start=3334
+  _globals['_LANEADDED']._serialized_end=3397
+  _globals['_FAILEDOVER']._serialized_start=3400
+  _globals['_FAILEDOVER']._serialized_end=3549
+  _globals['_GENERATIONSEALED']._serialized_start=3551
+  _globals['_GENERATIONSEALED']._serialized_end=3663
+  _globals['_GENERATIONDRAINED']._serialized_start=3665
+  _globals['_GENERATIONDRAINED']._serialized_end=3778
+  _globals['_GENERATIONREF']._serialized_start=3780
+  _globals['_GENERATIONREF']._serialized_end=3845
+  _globals['_PRODUCERHEARTBEATREQUEST']._serialized_start=3848
+  _globals['_PRODUCERHEARTBEATREQUEST']._serialized_end=4084
+  _globals['_LANEREF']._serialized_start=4086
+  _globals['_LANEREF']._serialized_end=4125
+  _globals['_CLUSTERERRORS']._serialized_start=4127
+  _globals['_CLUSTERERRORS']._serialized_end=4194
+  _globals['_PRODUCERHEARTBEATRESPONSE']._serialized_start=4196
+  _globals['_PRODUCERHEARTBEATRESPONSE']._serialized_end=4296
+  _globals['_CLOSEPRODUCERREQUEST']._serialized_start=4298
+  _globals['_CLOSEPRODUCERREQUEST']._serialized_end=4341
+  _globals['_CLOSEPRODUCERRESPONSE']._serialized_start=4343
+  _globals['_CLOSEPRODUCERRESPONSE']._serialized_end=4366
+  _globals['_GROUPEVENT']._serialized_start=4369
+  _globals['_GROUPEVENT']._serialized_end=4532
+  _globals['_GROUPDELETED']._serialized_start=4534
+  _globals['_GROUPDELETED']._serialized_end=4634
+  _globals['_STREAMDELETED']._serialized_start=4636
+  _globals['_STREAMDELETED']._serialized_end=4734
+  _globals['_DELETESTREAMREQUEST']._serialized_start=4736
+  _globals['_DELETESTREAMREQUEST']._serialized_end=4802
+  _globals['_DELETESTREAMRESPONSE']._serialized_start=4805
+  _globals['_DELETESTREAMRESPONSE']._serialized_end=4937
+  _globals['_TOPOLOGYEVENT']._serialized_start=4940
+  _globals['_TOPOLOGYEVENT']._serialized_end=5790
+  _globals['_TOPOLOGYSERVICE']._serialized_start=6095
+  _globals['_TOPOLOGYSERVICE']._serialized_end=7719
 # @@protoc_insertion_point(module_scope)
