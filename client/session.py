@@ -97,6 +97,8 @@ class WorkerSession:
         self._call: SessionCall | None = None
         self._stop = threading.Event()
         self.session_id = ""
+        self.group_where = ""
+        """The group's record predicate, from the welcome ("" for none)."""
         self.heartbeat_interval_s = 0.25
         self._sent_token = ""  # the credential the coordinator knows this session by
 
@@ -121,6 +123,7 @@ class WorkerSession:
         self._call = self._client.open_session(self._hello, self._requests())
         welcome = self._call.welcome()
         self.session_id = welcome.session_id
+        self.group_where = welcome.where
         self.heartbeat_interval_s = welcome.heartbeat_interval_ms / 1000 or 0.25
         start_thread(f"heartbeat-{self.worker_id}", self._heartbeats, self._heartbeats_crashed)
 

@@ -32,6 +32,7 @@ from streamplane.errors import (
     UnavailableError,
 )
 from streamplane.model import Finished, Grant, Revoke, Sealed, SessionEvent
+from streamplane.native import compile_where
 
 log = structlog.get_logger(__name__)
 
@@ -136,6 +137,9 @@ class Membership:
             where=self._fetch.where.text if self._fetch.where is not None else "",
         )
         session.join(resume=resume)
+        if self._fetch.where is None and session.group_where:  # every member filters alike
+            self._fetch.where = compile_where(session.group_where)
+            log.info("consumer.group_where", group=self.group, where=session.group_where)
         self.session, self.session_id = session, session.session_id
         what = "consumer.resumed" if session.resumed else "consumer.joined"
         log.info(what, group=self.group, worker=self.worker_id, session=session.session_id)

@@ -67,12 +67,13 @@ def group_where(tr: Transaction, group: str) -> str:
 
 
 def check_where(group: str, configured: str, worker_id: str, where: str) -> None:
-    """FailedPreconditionError when a worker's predicate is not the one its group is configured with."""
-    if configured and where != configured:
-        own = f"filters with {where!r}" if where else "has no where predicate"
+    """FailedPreconditionError when a worker filters with another predicate than the one its group is
+    configured with (a worker with none takes the group's, from its welcome)."""
+    if configured and where and where != configured:
         raise FailedPreconditionError(
-            f"worker {worker_id!r} {own}, but group {group!r} filters with {configured!r}: every member filters "
-            f"alike; give the consumer where={configured!r}, or change the group's with group configure --where"
+            f"worker {worker_id!r} filters with {where!r}, but group {group!r} filters with {configured!r}: every "
+            f"member filters alike; give the consumer where={configured!r} (or none: it takes the group's), or "
+            "change the group's with group configure --where"
         )
 
 

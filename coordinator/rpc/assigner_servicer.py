@@ -104,7 +104,8 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         )
         context.add_done_callback(lambda _: stream.end_soon("the session's stream ended"))
         cfg = self._hub.host.config
-        yield convert.welcome_to_pb(Welcome(stream.session.session_id, cfg.heartbeat_interval_ms, cfg.ttl_ms))
+        welcome = Welcome(stream.session.session_id, cfg.heartbeat_interval_ms, cfg.ttl_ms, stream.session.where)
+        yield convert.welcome_to_pb(welcome)
         feed = asyncio.create_task(_feed(stream, request_iterator), name=f"session-{hello.worker_id}")
         try:
             async for event in stream.events():

@@ -134,6 +134,9 @@ class Welcome:
     session_id: str
     heartbeat_interval_ms: int
     ttl_ms: int
+    where: str = ""
+    """The group's record predicate, as rendered ("" for none): a worker that has none of its own filters with
+    it, so that every member filters alike."""
 
 
 @dataclass(frozen=True)

@@ -169,8 +169,9 @@ def test_a_bad_predicate_is_refused_at_construction_with_its_column() -> None:
 
 
 def test_a_group_configured_with_a_predicate_refuses_a_worker_that_filters_otherwise(secured_engine: str) -> None:
-    """`group configure --where` (issue 39): every member filters alike; a worker with another predicate, or
-    with none, is refused at join with a sentence, and the same predicate written otherwise is the same."""
+    """`group configure --where` (issue 39): every member filters alike; a worker with another predicate is
+    refused at join with a sentence, the same predicate written otherwise is the same, and a worker with none
+    takes the group's from its welcome."""
     from streamplane.errors import FailedPreconditionError
     from tests.helpers import cli
 
@@ -183,20 +184,29 @@ def test_a_group_configured_with_a_predicate_refuses_a_worker_that_filters_other
     assert done.returncode == 0, done.stderr
     assert "every member filters with where" in done.stdout
     token = issue_token("consumer", "worker")
-    for other in ("key ^= 'us-'", ""):
-        with pytest.raises(FailedPreconditionError, match=f"but group '{group}' filters with"):
-            Consumer(address, group=group, stream=stream, where=other, token=token)
+    with pytest.raises(FailedPreconditionError, match=f"but group '{group}' filters with"):
+        Consumer(address, group=group, stream=stream, where="key ^= 'us-'", token=token)
     _produce(address, stream, 0, 300)
     seen: Counter[bytes] = Counter()
     same = "header('service')='api' AND key ^= 'us-'"  # the same predicate, written otherwise
-    consumer = Consumer(address, group=group, stream=stream, where=same, token=token)
-    thread = threading.Thread(target=consumer.run, args=(lambda msg: seen.update([msg.value]),), daemon=True)
-    thread.start()
+    workers = [
+        Consumer(address, group=group, stream=stream, where=same, token=token, worker_id="same"),
+        Consumer(address, group=group, stream=stream, token=token, worker_id="none"),  # takes the group's
+    ]
+    threads = [
+        threading.Thread(target=w.run, args=(lambda msg: seen.update([msg.value]),), daemon=True) for w in workers
+    ]
+    for t in threads:
+        t.start()
     try:
-        wait_until(lambda: set(seen) == _wanted(0, 300), timeout=30, what=lambda: f"{len(seen)} matched")
+        wait_until(lambda: set(seen) >= _wanted(0, 300), timeout=30, what=lambda: f"{len(seen)} matched")
+        wait_until(lambda: _lag(address, group, stream) == 0, timeout=30)
+        assert set(seen) == _wanted(0, 300), "whichever member read a partition, nothing else reached a handler"
     finally:
-        consumer.close()
-        thread.join(10)
+        for w in workers:
+            w.close()
+        for t in threads:
+            t.join(10)
     cleared = cli("group", "configure", group, "--no-where", coordinator=address, env=operator)
     assert cleared.returncode == 0 and "members read every record" in cleared.stdout
     Consumer(address, group=group, stream=stream, token=token).close()

@@ -121,8 +121,19 @@ def test_a_groups_where_predicate_is_kept_as_rendered_and_checked_at_join(db: Da
     assert group_config.group_where(db, GROUP) == "header('service') = 'api'"
     group_config.configure(db, GROUP, attempts=2, lane="realtime")
     assert group_config.group_where(db, GROUP) == "header('service') = 'api'", "other settings leave it"
-    with pytest.raises(FailedPreconditionError, match="worker 'w9' has no where predicate"):
-        leases.join(db, GROUP, "w9", "s9", [Subscription("jobs")], capacity=1.0, max_load=0.0, now_ms=T0, ttl_ms=1000)
+    with pytest.raises(FailedPreconditionError, match="worker 'w9' filters with \"key = 'x'\", but group 'g'"):
+        leases.join(
+            db,
+            GROUP,
+            "w9",
+            "s9",
+            [Subscription("jobs")],
+            capacity=1.0,
+            max_load=0.0,
+            now_ms=T0,
+            ttl_ms=1000,
+            where="key = 'x'",
+        )
     assert leases.join(
         db,
         GROUP,

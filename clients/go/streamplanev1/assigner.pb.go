@@ -600,8 +600,11 @@ type Welcome struct {
 	SessionId           string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	HeartbeatIntervalMs uint32                 `protobuf:"varint,2,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	TtlMs               uint32                 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The group's record predicate (group configure --where), as rendered; empty: none. A worker that has
+	// none of its own filters with it.
+	Where         string `protobuf:"bytes,4,opt,name=where,proto3" json:"where,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
@@ -653,6 +656,13 @@ func (x *Welcome) GetTtlMs() uint32 {
 		return x.TtlMs
 	}
 	return 0
+}
+
+func (x *Welcome) GetWhere() string {
+	if x != nil {
+		return x.Where
+	}
+	return ""
 }
 
 type Grant struct {
@@ -2363,12 +2373,13 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\theartbeat\x18\x02 \x01(\v2\x19.streamplane.v1.HeartbeatH\x00R\theartbeat\x123\n" +
 	"\arelease\x18\x03 \x01(\v2\x17.streamplane.v1.ReleaseH\x00R\arelease\x12-\n" +
 	"\x05renew\x18\x04 \x01(\v2\x15.streamplane.v1.RenewH\x00R\x05renewB\x06\n" +
-	"\x04kind\"s\n" +
+	"\x04kind\"\x89\x01\n" +
 	"\aWelcome\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x15\n" +
-	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\"\xf5\x02\n" +
+	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\x12\x14\n" +
+	"\x05where\x18\x04 \x01(\tR\x05where\"\xf5\x02\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12:\n" +
 	"\tpartition\x18\x02 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x14\n" +

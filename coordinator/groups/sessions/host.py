@@ -18,6 +18,7 @@ import structlog
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import config as group_config
 from streamplane.coordinator.groups import leases, window
 from streamplane.coordinator.groups.leases import REVOKING, Lease, Member
 from streamplane.coordinator.groups.sessions.reader import SessionReader
@@ -52,8 +53,10 @@ PLACEMENTS_KEPT = 10_000
 class Session:
     """One worker's session on this replica."""
 
-    def __init__(self, host: SessionHost, group: str, member: Member) -> None:
+    def __init__(self, host: SessionHost, group: str, member: Member, where: str = "") -> None:
         self.host = host
+        self.where = where
+        """The group's record predicate, as the worker is told it in its welcome."""
         self.clock = host.clock
         self.group = group
         self.worker_id = member.worker_id
@@ -286,7 +289,7 @@ class SessionHost:
         log.info(
             "session.resumed" if resumed else "session.opened", group=group, worker=worker_id, session=member.session_id
         )
-        return Session(self, group, member)
+        return Session(self, group, member, group_config.group_where(self.db, group))
 
     def placement(self, tr: Transaction, lease: Lease, topology_head: int) -> leases.Placement:
         """Where a lease's generation is, read once per topology change for all of this replica's sessions

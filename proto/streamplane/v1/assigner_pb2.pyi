@@ -96,14 +96,16 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., renew: _Optional[_Union[Renew, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("session_id", "heartbeat_interval_ms", "ttl_ms")
+    __slots__ = ("session_id", "heartbeat_interval_ms", "ttl_ms", "where")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    WHERE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     heartbeat_interval_ms: int
     ttl_ms: int
-    def __init__(self, session_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+    where: str
+    def __init__(self, session_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., where: _Optional[str] = ...) -> None: ...
 
 class Grant(_message.Message):
     __slots__ = ("lease_id", "partition", "epoch", "topic", "cluster", "bootstrap_servers", "start_offset", "generation_state", "end_offset", "clean")

@@ -515,7 +515,9 @@ def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
 
 def welcome_to_pb(w: m.Welcome) -> apb.AssignerMessage:
     return apb.AssignerMessage(
-        welcome=apb.Welcome(session_id=w.session_id, heartbeat_interval_ms=w.heartbeat_interval_ms, ttl_ms=w.ttl_ms)
+        welcome=apb.Welcome(
+            session_id=w.session_id, heartbeat_interval_ms=w.heartbeat_interval_ms, ttl_ms=w.ttl_ms, where=w.where
+        )
     )
 
 
@@ -524,7 +526,7 @@ def welcome_from_pb(x: apb.AssignerMessage) -> m.Welcome | None:
     if x.WhichOneof("kind") != "welcome":
         return None
     w = x.welcome
-    return m.Welcome(w.session_id, w.heartbeat_interval_ms, w.ttl_ms)
+    return m.Welcome(w.session_id, w.heartbeat_interval_ms, w.ttl_ms, w.where)
 
 
 def session_event_to_pb(event: m.SessionEvent) -> apb.AssignerMessage:
