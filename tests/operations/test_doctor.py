@@ -307,7 +307,9 @@ def test_doctor_and_lag_show_a_groups_rejects_as_pending_redriven_and_purged(add
         client.create_stream("d-dlq", 1, cluster="east")
         rejects = [model.Reject(o, f"bad {o}") for o in range(5)]
         client.commit("d-g-dlq", model.LeaseCommit("d-dlq/realtime/g1/p0", 0, model.Commit(rejects=rejects)))
-        assert list(client.purge_rejects("d-dlq", before_ms=int(time.time() * 1000), group="d-g-dlq")) == [5]
+        cut = int(time.time() * 1000) + 1  # later than the rejects' time, even within the same millisecond
+        wait_until(lambda: time.time() * 1000 > cut, what=lambda: "the clock to pass the rejects' time")
+        assert list(client.purge_rejects("d-dlq", before_ms=cut, group="d-g-dlq")) == [5]
         late = model.Commit(rejects=[model.Reject(7, "x")], high_watermark=8)
         client.commit("d-g-dlq", model.LeaseCommit("d-dlq/realtime/g1/p0", 0, late))
     shown = cli("doctor", "d-dlq", "--group", "d-g-dlq", "--interval", "0.2", coordinator=address)
