@@ -14,9 +14,8 @@ from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology.records import (
     ACTIVE_STATE,
-    UNDECODABLE,
     decoded_generation,
-    stream_named,
+    readable_streams,
 )
 from streamplane.model import (
     ACTIVE,
@@ -81,16 +80,7 @@ def streams_active_on(tr: Transaction, clusters: Collection[str]) -> ActiveStrea
         for key, state in tr.get_range(r.start, r.stop, snapshot=True):
             if state == ACTIVE_STATE:
                 names.add(keys.CLUSTER_GENERATIONS.unpack(key)[1])
-    found, unreadable = [], []
-    for name in sorted(names):
-        try:
-            stream = stream_named(tr, name)
-        except UNDECODABLE:
-            unreadable.append(name)
-            continue
-        if stream is not None:
-            found.append(stream)
-    return ActiveStreams(found, unreadable)
+    return ActiveStreams(*readable_streams(tr, sorted(names)))
 
 
 @transactional

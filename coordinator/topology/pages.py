@@ -17,7 +17,7 @@ from streamplane.coordinator.topology.records import (
     UNDECODABLE,
     decoded_cluster,
     load_lanes_of,
-    stream_named,
+    readable_streams,
 )
 from streamplane.errors import (
     InvalidArgumentError,
@@ -134,15 +134,7 @@ def _stream_page_on(tr: Transaction, cluster: str, prefix: str, page_size: int, 
     """`stream_page` with `cluster`, through the index by cluster: a page costs its own streams."""
     size = _check_page_args(prefix, page_size, page_token)
     names, more = streams_on(tr, cluster, prefix, page_token, size)
-    streams, unreadable = [], []
-    for name in names:
-        try:
-            stream = stream_named(tr, name)
-        except UNDECODABLE:
-            unreadable.append(name)
-            continue
-        if stream is not None:
-            streams.append(stream)
+    streams, unreadable = readable_streams(tr, names)
     token = names[-1] if more and names else ""
     return StreamPage(streams, token, 0 if page_token else count_streams(tr, prefix, snapshot=True), unreadable)
 

@@ -288,6 +288,21 @@ def stream_named(tr: Transaction, name: str) -> Stream | None:
     return None if raw is None else replace(Stream.from_json(raw), lanes=load_lanes(tr, name))
 
 
+def readable_streams(tr: Transaction, names: list[str]) -> tuple[list[Stream], list[str]]:
+    """The named streams that exist, in the order given, and the names of those whose stored records do not
+    decode (bad data in the store): for a pass or a page over many, which one bad record must not stop."""
+    found, unreadable = [], []
+    for name in names:
+        try:
+            stream = stream_named(tr, name)
+        except UNDECODABLE:
+            unreadable.append(name)
+            continue
+        if stream is not None:
+            found.append(stream)
+    return found, unreadable
+
+
 def write_lane(tr: Transaction, stream: str, lane: Lane) -> None:
     tr.set(keys.lane_key(stream, lane.name), Lane(lane.name, lane.priority).to_json())
     for gen in lane.generations:

@@ -121,30 +121,13 @@ def test_a_groups_where_predicate_is_kept_as_rendered_and_checked_at_join(db: Da
     assert group_config.group_where(db, GROUP) == "header('service') = 'api'"
     group_config.configure(db, GROUP, attempts=2, lane="realtime")
     assert group_config.group_where(db, GROUP) == "header('service') = 'api'", "other settings leave it"
+
+    def join(where: str) -> object:
+        subs = [Subscription("jobs")]
+        return leases.join(db, GROUP, "w9", "s9", subs, capacity=1.0, max_load=0.0, now_ms=T0, ttl_ms=1000, where=where)
+
     with pytest.raises(FailedPreconditionError, match="worker 'w9' filters with \"key = 'x'\", but group 'g'"):
-        leases.join(
-            db,
-            GROUP,
-            "w9",
-            "s9",
-            [Subscription("jobs")],
-            capacity=1.0,
-            max_load=0.0,
-            now_ms=T0,
-            ttl_ms=1000,
-            where="key = 'x'",
-        )
-    assert leases.join(
-        db,
-        GROUP,
-        "w9",
-        "s9",
-        [Subscription("jobs")],
-        capacity=1.0,
-        max_load=0.0,
-        now_ms=T0,
-        ttl_ms=1000,
-        where="header('service') = 'api'",
-    )
+        join("key = 'x'")
+    assert join("header('service') = 'api'")
     group_config.configure(db, GROUP, where="")
     assert group_config.group_where(db, GROUP) == ""
