@@ -6,6 +6,10 @@ coordinator's rewinds and tests read where partitions begin and end, and where a
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from streamplane.errors import NotFoundError, UnavailableError
@@ -19,33 +23,62 @@ class Watermarks:
     """Low and high watermarks of partitions, and offsets by time, through librdkafka: one client per cluster,
     the `max_clients` used last kept (each is a librdkafka instance with its threads and connections, so a
     coordinator that looked at many clusters once keeps only a few). Their errors come back as exceptions; their
-    logs are off, so a cluster that dies while its client is kept does not fill stderr."""
+    logs are off, so a cluster that dies while its client is kept does not fill stderr.
+
+    Safe to share between threads: librdkafka's calls are, and a client in use is never closed under its caller
+    (one evicted while in use is closed by its last user)."""
 
     def __init__(self, timeout_s: float = 10.0, *, max_clients: int = 8) -> None:
         self._consumers: dict[str, Any] = {}
+        self._users: dict[int, int] = {}
+        self._evicted: set[int] = set()
+        self._lock = threading.Lock()
         self._timeout_s = timeout_s
         self._max_clients = max_clients
 
-    def _consumer(self, bootstrap: str) -> Any:
+    @contextmanager
+    def _using(self, bootstrap: str) -> Iterator[Any]:
+        """The cluster's client while the block runs (made on first use; the least recently used one beyond
+        `max_clients` is evicted)."""
         from confluent_kafka import Consumer
 
-        consumer = self._consumers.pop(bootstrap, None)
-        if consumer is None:
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamplane-watermarks", "log_level": 0})
-            while len(self._consumers) >= self._max_clients:
-                oldest = next(iter(self._consumers))
-                self._consumers.pop(oldest).close()
-        self._consumers[bootstrap] = consumer  # the newest last: the first is the one used longest ago
-        return consumer
+        with self._lock:
+            consumer = self._consumers.pop(bootstrap, None)
+            if consumer is None:
+                consumer = Consumer(
+                    {"bootstrap.servers": bootstrap, "group.id": "streamplane-watermarks", "log_level": 0}
+                )
+            self._consumers[bootstrap] = consumer  # the newest last: the first is the one used longest ago
+            self._users[id(consumer)] = self._users.get(id(consumer), 0) + 1
+            closing = []
+            while len(self._consumers) > self._max_clients:
+                oldest = self._consumers.pop(next(iter(self._consumers)))
+                if self._users.get(id(oldest)):
+                    self._evicted.add(id(oldest))  # its user closes it
+                else:
+                    closing.append(oldest)
+        for old in closing:
+            old.close()
+        try:
+            yield consumer
+        finally:
+            with self._lock:
+                left = self._users[id(consumer)] = self._users[id(consumer)] - 1
+                last = left == 0 and id(consumer) in self._evicted
+                if left == 0:
+                    del self._users[id(consumer)]
+                    self._evicted.discard(id(consumer))
+            if last:
+                consumer.close()
 
     def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
         from confluent_kafka import KafkaException, TopicPartition
 
-        consumer = self._consumer(bootstrap)
         try:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
-            )
+            with self._using(bootstrap) as consumer:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
+                )
             return int(low), int(high)
         except KafkaException as err:
             raise UnavailableError(f"cannot read offsets of {topic}/{partition} at {bootstrap}: {err}") from err
@@ -57,10 +90,10 @@ class Watermarks:
         are searched."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        consumer = self._consumer(bootstrap)
         asked = [TopicPartition(topic, p, ts) for p, ts in partitions.items()]
         try:
-            got = consumer.offsets_for_times(asked, timeout=self._timeout_s)
+            with self._using(bootstrap) as consumer:
+                got = consumer.offsets_for_times(asked, timeout=self._timeout_s)
         except KafkaException as err:
             raise UnavailableError(f"cannot look up offsets by time in {topic} at {bootstrap}: {err}") from err
         for tp in got:
@@ -81,7 +114,8 @@ class Watermarks:
 
         asked = [TopicPartition(topic, p, which) for p in range(partitions)]
         try:
-            got = self._consumer(bootstrap).offsets_for_times(asked, timeout=self._timeout_s)
+            with self._using(bootstrap) as consumer:
+                got = consumer.offsets_for_times(asked, timeout=self._timeout_s)
         except KafkaException as err:
             raise UnavailableError(f"cannot read the offsets of {topic} at {bootstrap}: {err}") from err
         for tp in got:
@@ -95,7 +129,8 @@ class Watermarks:
         from confluent_kafka import KafkaException
 
         try:
-            metadata = self._consumer(bootstrap).list_topics(topic, timeout=self._timeout_s)
+            with self._using(bootstrap) as consumer:
+                metadata = consumer.list_topics(topic, timeout=self._timeout_s)
         except KafkaException as err:
             raise UnavailableError(f"cannot read the metadata of {bootstrap}: {err}") from err
         found = metadata.topics.get(topic)
@@ -103,15 +138,24 @@ class Watermarks:
 
     def bounds(self, bootstrap: str, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         """What the cluster keeps of each partition of `topic`, and where `at_ms` falls in it (None: no time).
-        NotFoundError when the topic is gone, UnavailableError when the cluster does not answer."""
-        if not self.exists(bootstrap, topic):
+        NotFoundError when the topic is gone, UnavailableError when the cluster does not answer. The lookups go
+        out together (one round trip, not four: a rewind waits on them)."""
+        asks: list[Callable[[], Any]] = [
+            lambda: self.exists(bootstrap, topic),
+            lambda: self._special(bootstrap, topic, partitions, LATEST),
+            lambda: self._special(bootstrap, topic, partitions, EARLIEST),
+        ]
+        if at_ms is not None:
+            asks.append(lambda: self.at_time(bootstrap, topic, dict.fromkeys(range(partitions), at_ms)))
+        with ThreadPoolExecutor(len(asks), thread_name_prefix="watermarks") as pool:
+            answers = [pool.submit(ask) for ask in asks]
+        if not answers[0].result():  # before the others' errors: those are about a topic that is gone
             raise NotFoundError(f"topic {topic} is not on {bootstrap} any more", kind="topic", name=topic)
-        ends = self._special(bootstrap, topic, partitions, LATEST)
-        starts = self._special(bootstrap, topic, partitions, EARLIEST)
+        ends, starts = answers[1].result(), answers[2].result()
         marks = [(starts[p], ends[p]) for p in range(partitions)]
         if at_ms is None:
             return [PartitionBounds(low, high) for low, high in marks]
-        found = self.at_time(bootstrap, topic, dict.fromkeys(range(partitions), at_ms))
+        found = answers[3].result()
         return [
             PartitionBounds(low, high, at if (at := found.get(p, -1)) >= 0 else high)
             for p, (low, high) in enumerate(marks)
@@ -172,6 +216,7 @@ class Watermarks:
         return out
 
     def close(self) -> None:
-        for consumer in self._consumers.values():
+        with self._lock:
+            consumers, self._consumers = list(self._consumers.values()), {}
+        for consumer in consumers:
             consumer.close()
-        self._consumers.clear()

@@ -18,6 +18,7 @@ group is back at its end offsets (`finish_rewinds`, with a `rewind_finished` eve
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +50,8 @@ from streamplane.model import (
 )
 from streamplane.names import check_lane_name, check_object_name
 
+LOOKUPS_AT_ONCE = 8
+"""Generations a rewind's plan asks their clusters about at the same time."""
 MAX_PARTITIONS = 5_000
 """Partitions one rewind moves at most: its one transaction writes a header, clears three ranges and may free
 a lease with its event for each, about 1.2 KB apiece: 6 MB, under FoundationDB's 10 MB."""
@@ -123,20 +126,25 @@ def lookup(
     db: Database, admin: ClusterAdmin, stream: str, chosen: list[tuple[str, Generation, list[int]]], at_ms: int | None
 ) -> tuple[list[tuple[PartitionRef, PartitionBounds, str]], list[str]]:
     """What each generation's own cluster keeps of the chosen partitions, and where `at_ms` falls in them (one
-    lookup per generation): (partition, bounds, the generation's state) each, and a sentence per generation
-    that cannot be read (its cluster gone or silent, its topic gone)."""
+    lookup per generation, LOOKUPS_AT_ONCE of them at a time: the rewind waits on the slowest, not their sum):
+    (partition, bounds, the generation's state) each, and a sentence per generation that cannot be read (its
+    cluster gone or silent, its topic gone)."""
+
+    def one(gen: Generation) -> list[PartitionBounds] | str:
+        try:
+            return admin.bounds(get_cluster(db, gen.cluster), gen.topic, gen.partitions, at_ms)
+        except NotFoundError as err:
+            return f": {err.message}"
+        except StreamplaneError as err:
+            return f" cannot be read: {err.message}"
+
+    with ThreadPoolExecutor(max(1, min(LOOKUPS_AT_ONCE, len(chosen))), thread_name_prefix="rewind-lookup") as pool:
+        answers = list(pool.map(one, [gen for _, gen, _ in chosen]))
     found: list[tuple[PartitionRef, PartitionBounds, str]] = []
     lost: list[str] = []
-    for lane_name, gen, parts in chosen:
-        where = f"{lane_name} g{gen.number} on cluster {gen.cluster}"
-        try:
-            cluster = get_cluster(db, gen.cluster)
-            bounds = admin.bounds(cluster, gen.topic, gen.partitions, at_ms)
-        except NotFoundError as err:
-            lost.append(f"{where}: {err.message}")
-            continue
-        except StreamplaneError as err:
-            lost.append(f"{where} cannot be read: {err.message}")
+    for (lane_name, gen, parts), bounds in zip(chosen, answers, strict=True):
+        if isinstance(bounds, str):
+            lost.append(f"{lane_name} g{gen.number} on cluster {gen.cluster}{bounds}")  # why it cannot be read
             continue
         found += [(PartitionRef(stream, lane_name, gen.number, p), bounds[p], str(gen.state)) for p in parts]
     return found, lost

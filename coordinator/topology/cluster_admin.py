@@ -8,7 +8,6 @@ Failover or CreateStream never fails on its own earlier attempt.
 
 from __future__ import annotations
 
-import threading
 from typing import Protocol
 
 from streamplane.client.kafka.watermarks import Watermarks
@@ -48,15 +47,14 @@ class ClusterAdmin(Protocol):
 
 class _Bounds:
     """`ClusterAdmin.bounds` through librdkafka's ListOffsets on any Kafka-protocol cluster, real or local, with
-    one client per cluster kept (a rewind or a redrive asks again and again; a new client costs a connection)."""
+    one client per cluster kept (a rewind or a redrive asks again and again; a new client costs a connection).
+    Calls from several RPCs go on at once (Watermarks is safe to share)."""
 
     def __init__(self, timeout_s: float = 10.0) -> None:
         self._marks = Watermarks(timeout_s)
-        self._lock = threading.Lock()
 
     def __call__(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None) -> list[PartitionBounds]:
-        with self._lock:
-            return self._marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
+        return self._marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
 
     def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         return Watermarks.timestamps(cluster.bootstrap_servers, topic, offsets)

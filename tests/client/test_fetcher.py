@@ -133,3 +133,26 @@ def test_the_timestamps_of_records_at_offsets_come_in_one_fetch_per_leader(local
     assert producer.flush(10) == 0
     got = Watermarks.timestamps(bootstrap, topic, {0: 0, 1: 7, 2: 10})
     assert got == {0: 1_700_000_000_000, 1: 1_700_000_001_007}
+
+
+def test_watermarks_shared_by_threads_answer_every_caller_while_clients_are_evicted(local_cluster) -> None:
+    """The coordinator's rewinds and redrive claims look up bounds at the same time through one Watermarks:
+    with room for one client and two clusters (the same broker by two names), every caller still gets its
+    answer, though each call evicts the other's client (never closed under a caller that is using it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from streamplane.client.kafka.watermarks import Watermarks
+
+    bootstrap, control = local_cluster
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    names = [f"{host}:{port}", f"localhost:{port}" if host != "localhost" else f"127.0.0.1:{port}"]
+    topic = f"shared-{uuid.uuid4().hex[:8]}"
+    control.create_topic(topic, 2)
+    produce(bootstrap, topic, [b"v"] * 5)
+    marks = Watermarks(max_clients=1)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda i: marks.bounds(names[i % 2], topic, 2), range(40)))
+    finally:
+        marks.close()
+    assert {(b[0].earliest, b[0].end, b[1].end) for b in got} == {(0, 5, 0)}
