@@ -120,7 +120,7 @@ class Redrive:
             producer's rights on the stream as well as the operator's on the group).
         since_ms, until_ms: only records rejected in [since_ms, until_ms) (0: no bound).
         rate: records a second at most (0: as fast as Kafka takes them).
-        batch_size: rejects a claim hands out (up to 1000).
+        batch_size: rejects a claim hands out (up to 5,000, the commit log's MAX_BATCH).
         kafka_config: librdkafka settings for the producer.
     """
 

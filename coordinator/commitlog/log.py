@@ -11,7 +11,7 @@ watermark advances, the chunks below it are deleted, so a fully done partition i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -739,14 +739,13 @@ def count_state_changes(tr: Transaction, group: str, changed: list[tuple[Partiti
         tr.set(keys.progress_key(group, ref), json.dumps(vars(changed_header), sort_keys=True).encode())
 
 
-def _rejected(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:
+def _rejected(group: str, ref: PartitionRef, offset: int, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:
     """A stored reject mark, and it as the model's record; None for one that does not decode (left out)."""
-    _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
     try:
         mark = json.loads(raw)
         dlq = mark.get("dlq") or None
         return mark, RejectedRecord(
-            partition=PartitionRef(s, la, gen, p),
+            partition=ref,
             offset=offset,
             reason=str(mark.get("reason", "")),
             attempts=int(mark.get("attempts", 0)),
@@ -759,9 +758,31 @@ def _rejected(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], Rejec
         return None
 
 
+def _reject_places(
+    rows: Iterable[tuple[bytes, bytes] | None],
+) -> Iterator[tuple[bytes, PartitionRef, int, bytes] | None]:
+    """(key, partition, offset, stored mark) of reject rows in key order (a None, `_chunked`'s "more remain",
+    passes through). A partition's rows share its prefix, so only the first of each is unpacked whole; the
+    others' offsets are read from their suffix (a walk reads thousands)."""
+    prefix, ref = b"", None
+    for row in rows:
+        if row is None:
+            yield None
+            continue
+        key, raw = row
+        if ref is not None and key.startswith(prefix):
+            yield key, ref, keys.offset_in(key, prefix), raw
+            continue
+        group, s, la, gen, p, offset = keys.REJECTS.unpack(key)
+        ref = PartitionRef(s, la, gen, p)
+        prefix = keys.reject_prefix(group, ref)
+        yield key, ref, offset, raw
+
+
 def decoded_reject_mark(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:
     """A stored reject mark, and it as the model's record; None for one that does not decode."""
-    return _rejected(group, key, raw)
+    _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
+    return _rejected(group, PartitionRef(s, la, gen, p), offset, raw)
 
 
 @transactional
@@ -769,7 +790,8 @@ def read_rejects(tr: Transaction, group: str, *, limit: int = 50) -> list[Reject
     """The group's first `limit` rejected records, of every stream (a mark that does not decode is left out)."""
     check_object_name("group", group)
     r0 = keys.REJECTS.range((group,))
-    found = (_rejected(group, key, raw) for key, raw in tr.get_range(r0.start, r0.stop, limit=limit, snapshot=True))
+    rows = tr.get_range(r0.start, r0.stop, limit=limit, snapshot=True)
+    found = (_rejected(group, *place[1:]) for place in _reject_places(rows) if place is not None)
     return [decoded[1] for decoded in found if decoded is not None]
 
 
@@ -807,6 +829,7 @@ def walk_rejects(
             after = keys.reject_key(after_group, parse_lease_id(lease_id), int(after_offset)) + b"\x00"
     out: list[tuple[bytes, dict[str, Any], RejectedRecord]] = []
     looked, groups, last, left = 0, 0, "", False
+    at: tuple[str, PartitionRef, int] | None = None  # the last mark looked at: the token is made from it once
     current = group or after_group or _group_after(tr, keys.REJECTS, "")
     while current and not left:
         if groups >= size or looked >= budget:
@@ -815,16 +838,15 @@ def walk_rejects(
         groups += 1
         r = keys.REJECTS.range((current, stream, lane) if lane else (current, stream))
         start = after if current == after_group and after else r.start
-        rows = _chunked(tr, start, r.stop, budget - looked, size + 1)
-        for row in rows:
-            if row is None:
+        rows = _reject_places(_chunked(tr, start, r.stop, budget - looked, size + 1))
+        for place in rows:
+            if place is None:
                 left = True  # the scan's budget ran out inside this group
                 break
-            key, raw = row
+            key, ref, offset, raw = place
             looked += 1
-            _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
-            last = f"{current} {PartitionRef(s, la, gen, p).lease_id} {offset}"
-            decoded = _rejected(current, key, raw)
+            at = current, ref, offset
+            decoded = _rejected(current, ref, offset, raw)
             if decoded is None:
                 continue  # a mark that does not decode is left out; the ones after it are not
             if keep(decoded[1]):
@@ -838,6 +860,8 @@ def walk_rejects(
                 current = _group_after(tr, keys.REJECTS, current)
                 continue
         break
+    if left and not last and at is not None:
+        last = f"{at[0]} {at[1].lease_id} {at[2]}"
     return out, last if left else ""
 
 
