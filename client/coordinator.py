@@ -589,9 +589,7 @@ class SessionCall:
         """Grants, revokes and seals; ends when cancelled here, raises the coordinator's error otherwise."""
         try:
             for message in self._call:
-                event = convert.session_event_from_pb(message)
-                if event is not None:
-                    yield event
+                yield from convert.session_events_from_pb(message)
         except grpc.RpcError as err:
             if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
                 return

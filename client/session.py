@@ -90,6 +90,7 @@ class WorkerSession:
             capacity=capacity,
             max_load=max_load,
             where=where,
+            takes_batches=True,
         )
         self._outbox: queue.Queue[object] = queue.Queue()
         self._load = Heartbeat()

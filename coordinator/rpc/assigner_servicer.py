@@ -108,8 +108,12 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
         yield convert.welcome_to_pb(welcome)
         feed = asyncio.create_task(_feed(stream, request_iterator), name=f"session-{hello.worker_id}")
         try:
-            async for event in stream.events():
-                yield convert.session_event_to_pb(event)
+            async for told in stream.events():
+                if hello.takes_batches:
+                    yield convert.session_events_to_pb(told)
+                    continue
+                for event in told:  # a worker that reads one event a message
+                    yield convert.session_event_to_pb(event)
         finally:
             feed.cancel()
 

@@ -125,6 +125,8 @@ class Hello:
     where: str = ""
     """The record predicate it filters with, as rendered ("" for none): a group configured with one refuses
     a worker whose own differs."""
+    takes_batches: bool = False
+    """It reads several events in one message (what one change means for it arrives at once)."""
 
 
 @dataclass(frozen=True)

@@ -23,3 +23,23 @@ def test_generated_code_is_not_stale(tmp_path: Path) -> None:
     assert fresh, "protoc generated nothing"
     stale = sorted(str(name) for name in fresh.keys() | committed.keys() if fresh.get(name) != committed.get(name))
     assert not stale, f"generated code is stale, run `python scripts/genproto.py`: {stale}"
+
+
+def test_a_batch_of_session_events_reads_back_in_order_and_nothing_else_hides_in_it() -> None:
+    """What one change means for a worker travels in one EventBatch; reading it gives the events in their
+    order. A welcome or a batch inside a batch (which no coordinator sends) carries no event; one event alone
+    travels as itself."""
+    from streamplane import model as m
+    from streamplane.v1 import assigner_pb2 as apb
+    from streamplane.v1 import convert
+
+    ref = m.PartitionRef("s", "realtime", 1, 0)
+    grant = m.Grant("s/realtime/g1/p0", ref, 3, "t", "c", "b:9092", 10, -1, clean=True)
+    events: list[m.SessionEvent] = [grant, m.Sealed("s/realtime/g1/p0", ref, 40), m.Revoke("s/realtime/g1/p0", 3)]
+    message = convert.session_events_to_pb(events)
+    assert message.WhichOneof("kind") == "batch"
+    assert convert.session_events_from_pb(message) == events
+    assert convert.session_events_to_pb([grant]).WhichOneof("kind") == "grant"
+    message.batch.events.append(apb.AssignerMessage(batch=apb.EventBatch(events=[message.batch.events[0]])))
+    message.batch.events.append(apb.AssignerMessage(welcome=apb.Welcome(session_id="x")))
+    assert convert.session_events_from_pb(message) == events

@@ -209,3 +209,49 @@ def test_the_holder_index_matches_the_leases_through_joins_and_leaves(coordinato
     held = {(x.worker_id, x.key) for x in leases.read_leases(coordinator.db, "g").values() if x.state != leases.FREE}
     assert coordinator.db.transact(index) == held and {w for w, _ in held} == {"ix-1"}
     first.close()
+
+
+@pytest.mark.parametrize("takes_batches", [True, False])
+def test_a_workers_grants_from_one_change_come_in_one_message_when_it_takes_batches(
+    address: str, takes_batches: bool
+) -> None:
+    """A worker that joins a group on 32 partitions is granted them all by one change: a worker that says it
+    takes batches hears them in one message (a message each cost a round trip on the stream: a rewind of a
+    thousand leases reached its holders a second later); one that does not (the Go client) a grant a message."""
+    with CoordinatorClient(address) as client:
+        client.create_stream("wide", 32)
+    group = f"batches-{str(takes_batches).lower()}"
+    stop = threading.Event()
+
+    def hello() -> object:
+        yield apb.WorkerMessage(
+            hello=apb.Hello(
+                group=group,
+                worker_id="w",
+                subscriptions=[apb.Subscription(stream="wide")],
+                takes_batches=takes_batches,
+            )
+        )
+        stop.wait(30)
+
+    messages: list[apb.AssignerMessage] = []
+    with grpc.insecure_channel(address) as channel:
+        call = apb_grpc.AssignerServiceStub(channel).Session(hello(), timeout=30)
+        try:
+            granted: set[str] = set()
+            for message in call:
+                messages.append(message)
+                inner = message.batch.events if message.WhichOneof("kind") == "batch" else [message]
+                granted |= {m.grant.lease_id for m in inner if m.WhichOneof("kind") == "grant"}
+                if len(granted) == 32:
+                    break
+        finally:
+            stop.set()
+            call.cancel()
+    kinds = [m.WhichOneof("kind") for m in messages]
+    assert kinds[0] == "welcome"
+    if takes_batches:
+        assert kinds[1:] == ["batch"], "the group's one change told in one message"
+        assert len(messages[1].batch.events) == 32
+    else:
+        assert kinds[1:] == ["grant"] * 32

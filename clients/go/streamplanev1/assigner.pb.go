@@ -161,7 +161,11 @@ type Hello struct {
 	ResumeSession string `protobuf:"bytes,6,opt,name=resume_session,json=resumeSession,proto3" json:"resume_session,omitempty"`
 	// The record predicate this worker filters with (streamplane.predicate, as rendered); empty: none. A group
 	// configured with a predicate refuses a worker whose own differs (every member filters alike).
-	Where         string `protobuf:"bytes,7,opt,name=where,proto3" json:"where,omitempty"`
+	Where string `protobuf:"bytes,7,opt,name=where,proto3" json:"where,omitempty"`
+	// The worker reads EventBatch: what one change of the group means for it (a rewind's or a join's grants,
+	// hundreds or thousands) comes in one message, not one message each. Workers that do not say so get one
+	// message per event.
+	TakesBatches  bool `protobuf:"varint,8,opt,name=takes_batches,json=takesBatches,proto3" json:"takes_batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -243,6 +247,13 @@ func (x *Hello) GetWhere() string {
 		return x.Where
 	}
 	return ""
+}
+
+func (x *Hello) GetTakesBatches() bool {
+	if x != nil {
+		return x.TakesBatches
+	}
+	return false
 }
 
 type LeaseLoad struct {
@@ -979,6 +990,7 @@ type AssignerMessage struct {
 	//	*AssignerMessage_Revoke
 	//	*AssignerMessage_GenerationChange
 	//	*AssignerMessage_Finished
+	//	*AssignerMessage_Batch
 	Kind          isAssignerMessage_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1066,6 +1078,15 @@ func (x *AssignerMessage) GetFinished() *GroupFinished {
 	return nil
 }
 
+func (x *AssignerMessage) GetBatch() *EventBatch {
+	if x != nil {
+		if x, ok := x.Kind.(*AssignerMessage_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isAssignerMessage_Kind interface {
 	isAssignerMessage_Kind()
 }
@@ -1090,6 +1111,10 @@ type AssignerMessage_Finished struct {
 	Finished *GroupFinished `protobuf:"bytes,5,opt,name=finished,proto3,oneof"`
 }
 
+type AssignerMessage_Batch struct {
+	Batch *EventBatch `protobuf:"bytes,6,opt,name=batch,proto3,oneof"`
+}
+
 func (*AssignerMessage_Welcome) isAssignerMessage_Kind() {}
 
 func (*AssignerMessage_Grant) isAssignerMessage_Kind() {}
@@ -1099,6 +1124,54 @@ func (*AssignerMessage_Revoke) isAssignerMessage_Kind() {}
 func (*AssignerMessage_GenerationChange) isAssignerMessage_Kind() {}
 
 func (*AssignerMessage_Finished) isAssignerMessage_Kind() {}
+
+func (*AssignerMessage_Batch) isAssignerMessage_Kind() {}
+
+// Events in the order they happened, sent together (only to a worker whose Hello set takes_batches). Its
+// events are grants, revokes, generation changes and finishes: never a welcome or another batch.
+type EventBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*AssignerMessage     `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventBatch) Reset() {
+	*x = EventBatch{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventBatch) ProtoMessage() {}
+
+func (x *EventBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
+func (*EventBatch) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *EventBatch) GetEvents() []*AssignerMessage {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
 
 type CheckLeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1111,7 +1184,7 @@ type CheckLeaseRequest struct {
 
 func (x *CheckLeaseRequest) Reset() {
 	*x = CheckLeaseRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1196,7 @@ func (x *CheckLeaseRequest) String() string {
 func (*CheckLeaseRequest) ProtoMessage() {}
 
 func (x *CheckLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1209,7 @@ func (x *CheckLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CheckLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{14}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckLeaseRequest) GetGroup() string {
@@ -1170,7 +1243,7 @@ type CheckLeaseResponse struct {
 
 func (x *CheckLeaseResponse) Reset() {
 	*x = CheckLeaseResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1255,7 @@ func (x *CheckLeaseResponse) String() string {
 func (*CheckLeaseResponse) ProtoMessage() {}
 
 func (x *CheckLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1268,7 @@ func (x *CheckLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckLeaseResponse.ProtoReflect.Descriptor instead.
 func (*CheckLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{15}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CheckLeaseResponse) GetWorkerId() string {
@@ -1221,7 +1294,7 @@ type DescribeGroupRequest struct {
 
 func (x *DescribeGroupRequest) Reset() {
 	*x = DescribeGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1306,7 @@ func (x *DescribeGroupRequest) String() string {
 func (*DescribeGroupRequest) ProtoMessage() {}
 
 func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1319,7 @@ func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{16}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeGroupRequest) GetGroup() string {
@@ -1273,7 +1346,7 @@ type LeaseInfo struct {
 
 func (x *LeaseInfo) Reset() {
 	*x = LeaseInfo{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1358,7 @@ func (x *LeaseInfo) String() string {
 func (*LeaseInfo) ProtoMessage() {}
 
 func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1371,7 @@ func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseInfo.ProtoReflect.Descriptor instead.
 func (*LeaseInfo) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{17}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseInfo) GetLeaseId() string {
@@ -1373,7 +1446,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1458,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1471,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{18}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MemberInfo) GetWorkerId() string {
@@ -1469,7 +1542,7 @@ type GroupDescription struct {
 
 func (x *GroupDescription) Reset() {
 	*x = GroupDescription{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1554,7 @@ func (x *GroupDescription) String() string {
 func (*GroupDescription) ProtoMessage() {}
 
 func (x *GroupDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1567,7 @@ func (x *GroupDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDescription.ProtoReflect.Descriptor instead.
 func (*GroupDescription) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{19}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GroupDescription) GetGroup() string {
@@ -1536,7 +1609,7 @@ type WatchGroupRequest struct {
 
 func (x *WatchGroupRequest) Reset() {
 	*x = WatchGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1621,7 @@ func (x *WatchGroupRequest) String() string {
 func (*WatchGroupRequest) ProtoMessage() {}
 
 func (x *WatchGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1634,7 @@ func (x *WatchGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGroupRequest.ProtoReflect.Descriptor instead.
 func (*WatchGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{20}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchGroupRequest) GetGroup() string {
@@ -1591,7 +1664,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1676,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1689,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{21}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteGroupRequest) GetGroup() string {
@@ -1663,7 +1736,7 @@ type ConfigureGroupRequest struct {
 
 func (x *ConfigureGroupRequest) Reset() {
 	*x = ConfigureGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1748,7 @@ func (x *ConfigureGroupRequest) String() string {
 func (*ConfigureGroupRequest) ProtoMessage() {}
 
 func (x *ConfigureGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1761,7 @@ func (x *ConfigureGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureGroupRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{22}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ConfigureGroupRequest) GetGroup() string {
@@ -1741,7 +1814,7 @@ type ConfigureGroupResponse struct {
 
 func (x *ConfigureGroupResponse) Reset() {
 	*x = ConfigureGroupResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1826,7 @@ func (x *ConfigureGroupResponse) String() string {
 func (*ConfigureGroupResponse) ProtoMessage() {}
 
 func (x *ConfigureGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1839,7 @@ func (x *ConfigureGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureGroupResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{23}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{24}
 }
 
 type PartitionOffset struct {
@@ -1779,7 +1852,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1864,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1877,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{24}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PartitionOffset) GetPartition() *PartitionRef {
@@ -1830,7 +1903,7 @@ type PartitionOffsets struct {
 
 func (x *PartitionOffsets) Reset() {
 	*x = PartitionOffsets{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1915,7 @@ func (x *PartitionOffsets) String() string {
 func (*PartitionOffsets) ProtoMessage() {}
 
 func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +1928,7 @@ func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffsets.ProtoReflect.Descriptor instead.
 func (*PartitionOffsets) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{25}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PartitionOffsets) GetOffsets() []*PartitionOffset {
@@ -1887,7 +1960,7 @@ type RewindGroupRequest struct {
 
 func (x *RewindGroupRequest) Reset() {
 	*x = RewindGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +1972,7 @@ func (x *RewindGroupRequest) String() string {
 func (*RewindGroupRequest) ProtoMessage() {}
 
 func (x *RewindGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +1985,7 @@ func (x *RewindGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindGroupRequest.ProtoReflect.Descriptor instead.
 func (*RewindGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{26}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RewindGroupRequest) GetGroup() string {
@@ -2025,7 +2098,7 @@ type RewindPosition struct {
 
 func (x *RewindPosition) Reset() {
 	*x = RewindPosition{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2110,7 @@ func (x *RewindPosition) String() string {
 func (*RewindPosition) ProtoMessage() {}
 
 func (x *RewindPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2123,7 @@ func (x *RewindPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindPosition.ProtoReflect.Descriptor instead.
 func (*RewindPosition) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{27}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RewindPosition) GetPartition() *PartitionRef {
@@ -2106,7 +2179,7 @@ type CreateWindowGroupRequest struct {
 
 func (x *CreateWindowGroupRequest) Reset() {
 	*x = CreateWindowGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2191,7 @@ func (x *CreateWindowGroupRequest) String() string {
 func (*CreateWindowGroupRequest) ProtoMessage() {}
 
 func (x *CreateWindowGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2204,7 @@ func (x *CreateWindowGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWindowGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateWindowGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{28}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateWindowGroupRequest) GetGroup() string {
@@ -2197,7 +2270,7 @@ type CreateWindowGroupResponse struct {
 
 func (x *CreateWindowGroupResponse) Reset() {
 	*x = CreateWindowGroupResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2282,7 @@ func (x *CreateWindowGroupResponse) String() string {
 func (*CreateWindowGroupResponse) ProtoMessage() {}
 
 func (x *CreateWindowGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2295,7 @@ func (x *CreateWindowGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWindowGroupResponse.ProtoReflect.Descriptor instead.
 func (*CreateWindowGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{29}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateWindowGroupResponse) GetPositions() []*RewindPosition {
@@ -2273,7 +2346,7 @@ type RewindGroupResponse struct {
 
 func (x *RewindGroupResponse) Reset() {
 	*x = RewindGroupResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2358,7 @@ func (x *RewindGroupResponse) String() string {
 func (*RewindGroupResponse) ProtoMessage() {}
 
 func (x *RewindGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2371,7 @@ func (x *RewindGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindGroupResponse.ProtoReflect.Descriptor instead.
 func (*RewindGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{30}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RewindGroupResponse) GetPositions() []*RewindPosition {
@@ -2343,7 +2416,7 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\rR\tpartition\"<\n" +
 	"\fSubscription\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
-	"\x05lanes\x18\x02 \x03(\tR\x05lanes\"\xf2\x01\n" +
+	"\x05lanes\x18\x02 \x03(\tR\x05lanes\"\x97\x02\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
@@ -2351,7 +2424,8 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\bmax_load\x18\x04 \x01(\x01R\amaxLoad\x12B\n" +
 	"\rsubscriptions\x18\x05 \x03(\v2\x1c.streamplane.v1.SubscriptionR\rsubscriptions\x12%\n" +
 	"\x0eresume_session\x18\x06 \x01(\tR\rresumeSession\x12\x14\n" +
-	"\x05where\x18\a \x01(\tR\x05where\"\x82\x01\n" +
+	"\x05where\x18\a \x01(\tR\x05where\x12#\n" +
+	"\rtakes_batches\x18\b \x01(\bR\ftakesBatches\"\x82\x01\n" +
 	"\tLeaseLoad\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\"\n" +
 	"\rrecords_per_s\x18\x02 \x01(\x01R\vrecordsPerS\x12\x1f\n" +
@@ -2405,14 +2479,18 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\n" +
 	"end_offset\x18\x04 \x01(\x03R\tendOffset\"'\n" +
 	"\rGroupFinished\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xbd\x02\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xf1\x02\n" +
 	"\x0fAssignerMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.streamplane.v1.WelcomeH\x00R\awelcome\x12-\n" +
 	"\x05grant\x18\x02 \x01(\v2\x15.streamplane.v1.GrantH\x00R\x05grant\x120\n" +
 	"\x06revoke\x18\x03 \x01(\v2\x16.streamplane.v1.RevokeH\x00R\x06revoke\x12O\n" +
 	"\x11generation_change\x18\x04 \x01(\v2 .streamplane.v1.GenerationChangeH\x00R\x10generationChange\x12;\n" +
-	"\bfinished\x18\x05 \x01(\v2\x1d.streamplane.v1.GroupFinishedH\x00R\bfinishedB\x06\n" +
-	"\x04kind\"Z\n" +
+	"\bfinished\x18\x05 \x01(\v2\x1d.streamplane.v1.GroupFinishedH\x00R\bfinished\x122\n" +
+	"\x05batch\x18\x06 \x01(\v2\x1a.streamplane.v1.EventBatchH\x00R\x05batchB\x06\n" +
+	"\x04kind\"E\n" +
+	"\n" +
+	"EventBatch\x127\n" +
+	"\x06events\x18\x01 \x03(\v2\x1f.streamplane.v1.AssignerMessageR\x06events\"Z\n" +
 	"\x11CheckLeaseRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
@@ -2530,7 +2608,7 @@ func file_streamplane_v1_assigner_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_assigner_proto_rawDescData
 }
 
-var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*PartitionRef)(nil),              // 0: streamplane.v1.PartitionRef
 	(*Subscription)(nil),              // 1: streamplane.v1.Subscription
@@ -2546,76 +2624,79 @@ var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*GenerationChange)(nil),          // 11: streamplane.v1.GenerationChange
 	(*GroupFinished)(nil),             // 12: streamplane.v1.GroupFinished
 	(*AssignerMessage)(nil),           // 13: streamplane.v1.AssignerMessage
-	(*CheckLeaseRequest)(nil),         // 14: streamplane.v1.CheckLeaseRequest
-	(*CheckLeaseResponse)(nil),        // 15: streamplane.v1.CheckLeaseResponse
-	(*DescribeGroupRequest)(nil),      // 16: streamplane.v1.DescribeGroupRequest
-	(*LeaseInfo)(nil),                 // 17: streamplane.v1.LeaseInfo
-	(*MemberInfo)(nil),                // 18: streamplane.v1.MemberInfo
-	(*GroupDescription)(nil),          // 19: streamplane.v1.GroupDescription
-	(*WatchGroupRequest)(nil),         // 20: streamplane.v1.WatchGroupRequest
-	(*DeleteGroupRequest)(nil),        // 21: streamplane.v1.DeleteGroupRequest
-	(*ConfigureGroupRequest)(nil),     // 22: streamplane.v1.ConfigureGroupRequest
-	(*ConfigureGroupResponse)(nil),    // 23: streamplane.v1.ConfigureGroupResponse
-	(*PartitionOffset)(nil),           // 24: streamplane.v1.PartitionOffset
-	(*PartitionOffsets)(nil),          // 25: streamplane.v1.PartitionOffsets
-	(*RewindGroupRequest)(nil),        // 26: streamplane.v1.RewindGroupRequest
-	(*RewindPosition)(nil),            // 27: streamplane.v1.RewindPosition
-	(*CreateWindowGroupRequest)(nil),  // 28: streamplane.v1.CreateWindowGroupRequest
-	(*CreateWindowGroupResponse)(nil), // 29: streamplane.v1.CreateWindowGroupResponse
-	(*RewindGroupResponse)(nil),       // 30: streamplane.v1.RewindGroupResponse
-	(*ClusterErrors)(nil),             // 31: streamplane.v1.ClusterErrors
-	(GenerationState)(0),              // 32: streamplane.v1.GenerationState
-	(*GroupEvent)(nil),                // 33: streamplane.v1.GroupEvent
-	(*GroupDeleted)(nil),              // 34: streamplane.v1.GroupDeleted
+	(*EventBatch)(nil),                // 14: streamplane.v1.EventBatch
+	(*CheckLeaseRequest)(nil),         // 15: streamplane.v1.CheckLeaseRequest
+	(*CheckLeaseResponse)(nil),        // 16: streamplane.v1.CheckLeaseResponse
+	(*DescribeGroupRequest)(nil),      // 17: streamplane.v1.DescribeGroupRequest
+	(*LeaseInfo)(nil),                 // 18: streamplane.v1.LeaseInfo
+	(*MemberInfo)(nil),                // 19: streamplane.v1.MemberInfo
+	(*GroupDescription)(nil),          // 20: streamplane.v1.GroupDescription
+	(*WatchGroupRequest)(nil),         // 21: streamplane.v1.WatchGroupRequest
+	(*DeleteGroupRequest)(nil),        // 22: streamplane.v1.DeleteGroupRequest
+	(*ConfigureGroupRequest)(nil),     // 23: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil),    // 24: streamplane.v1.ConfigureGroupResponse
+	(*PartitionOffset)(nil),           // 25: streamplane.v1.PartitionOffset
+	(*PartitionOffsets)(nil),          // 26: streamplane.v1.PartitionOffsets
+	(*RewindGroupRequest)(nil),        // 27: streamplane.v1.RewindGroupRequest
+	(*RewindPosition)(nil),            // 28: streamplane.v1.RewindPosition
+	(*CreateWindowGroupRequest)(nil),  // 29: streamplane.v1.CreateWindowGroupRequest
+	(*CreateWindowGroupResponse)(nil), // 30: streamplane.v1.CreateWindowGroupResponse
+	(*RewindGroupResponse)(nil),       // 31: streamplane.v1.RewindGroupResponse
+	(*ClusterErrors)(nil),             // 32: streamplane.v1.ClusterErrors
+	(GenerationState)(0),              // 33: streamplane.v1.GenerationState
+	(*GroupEvent)(nil),                // 34: streamplane.v1.GroupEvent
+	(*GroupDeleted)(nil),              // 35: streamplane.v1.GroupDeleted
 }
 var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: streamplane.v1.Hello.subscriptions:type_name -> streamplane.v1.Subscription
 	3,  // 1: streamplane.v1.Heartbeat.leases:type_name -> streamplane.v1.LeaseLoad
-	31, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
+	32, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
 	2,  // 3: streamplane.v1.WorkerMessage.hello:type_name -> streamplane.v1.Hello
 	4,  // 4: streamplane.v1.WorkerMessage.heartbeat:type_name -> streamplane.v1.Heartbeat
 	5,  // 5: streamplane.v1.WorkerMessage.release:type_name -> streamplane.v1.Release
 	6,  // 6: streamplane.v1.WorkerMessage.renew:type_name -> streamplane.v1.Renew
 	0,  // 7: streamplane.v1.Grant.partition:type_name -> streamplane.v1.PartitionRef
-	32, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
+	33, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
 	0,  // 9: streamplane.v1.GenerationChange.partition:type_name -> streamplane.v1.PartitionRef
-	32, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
+	33, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
 	8,  // 11: streamplane.v1.AssignerMessage.welcome:type_name -> streamplane.v1.Welcome
 	9,  // 12: streamplane.v1.AssignerMessage.grant:type_name -> streamplane.v1.Grant
 	10, // 13: streamplane.v1.AssignerMessage.revoke:type_name -> streamplane.v1.Revoke
 	11, // 14: streamplane.v1.AssignerMessage.generation_change:type_name -> streamplane.v1.GenerationChange
 	12, // 15: streamplane.v1.AssignerMessage.finished:type_name -> streamplane.v1.GroupFinished
-	0,  // 16: streamplane.v1.LeaseInfo.partition:type_name -> streamplane.v1.PartitionRef
-	1,  // 17: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
-	18, // 18: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
-	17, // 19: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
-	0,  // 20: streamplane.v1.PartitionOffset.partition:type_name -> streamplane.v1.PartitionRef
-	24, // 21: streamplane.v1.PartitionOffsets.offsets:type_name -> streamplane.v1.PartitionOffset
-	25, // 22: streamplane.v1.RewindGroupRequest.offsets:type_name -> streamplane.v1.PartitionOffsets
-	0,  // 23: streamplane.v1.RewindPosition.partition:type_name -> streamplane.v1.PartitionRef
-	27, // 24: streamplane.v1.CreateWindowGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
-	27, // 25: streamplane.v1.RewindGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
-	7,  // 26: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
-	14, // 27: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
-	16, // 28: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
-	20, // 29: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
-	21, // 30: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
-	22, // 31: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	26, // 32: streamplane.v1.AssignerService.RewindGroup:input_type -> streamplane.v1.RewindGroupRequest
-	28, // 33: streamplane.v1.AssignerService.CreateWindowGroup:input_type -> streamplane.v1.CreateWindowGroupRequest
-	13, // 34: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
-	15, // 35: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
-	19, // 36: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
-	33, // 37: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
-	34, // 38: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
-	23, // 39: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	30, // 40: streamplane.v1.AssignerService.RewindGroup:output_type -> streamplane.v1.RewindGroupResponse
-	29, // 41: streamplane.v1.AssignerService.CreateWindowGroup:output_type -> streamplane.v1.CreateWindowGroupResponse
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	14, // 16: streamplane.v1.AssignerMessage.batch:type_name -> streamplane.v1.EventBatch
+	13, // 17: streamplane.v1.EventBatch.events:type_name -> streamplane.v1.AssignerMessage
+	0,  // 18: streamplane.v1.LeaseInfo.partition:type_name -> streamplane.v1.PartitionRef
+	1,  // 19: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
+	19, // 20: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
+	18, // 21: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
+	0,  // 22: streamplane.v1.PartitionOffset.partition:type_name -> streamplane.v1.PartitionRef
+	25, // 23: streamplane.v1.PartitionOffsets.offsets:type_name -> streamplane.v1.PartitionOffset
+	26, // 24: streamplane.v1.RewindGroupRequest.offsets:type_name -> streamplane.v1.PartitionOffsets
+	0,  // 25: streamplane.v1.RewindPosition.partition:type_name -> streamplane.v1.PartitionRef
+	28, // 26: streamplane.v1.CreateWindowGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
+	28, // 27: streamplane.v1.RewindGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
+	7,  // 28: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
+	15, // 29: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
+	17, // 30: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
+	21, // 31: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
+	22, // 32: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
+	23, // 33: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	27, // 34: streamplane.v1.AssignerService.RewindGroup:input_type -> streamplane.v1.RewindGroupRequest
+	29, // 35: streamplane.v1.AssignerService.CreateWindowGroup:input_type -> streamplane.v1.CreateWindowGroupRequest
+	13, // 36: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
+	16, // 37: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
+	20, // 38: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
+	34, // 39: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
+	35, // 40: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
+	24, // 41: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	31, // 42: streamplane.v1.AssignerService.RewindGroup:output_type -> streamplane.v1.RewindGroupResponse
+	30, // 43: streamplane.v1.AssignerService.CreateWindowGroup:output_type -> streamplane.v1.CreateWindowGroupResponse
+	36, // [36:44] is the sub-list for method output_type
+	28, // [28:36] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_assigner_proto_init() }
@@ -2636,9 +2717,10 @@ func file_streamplane_v1_assigner_proto_init() {
 		(*AssignerMessage_Revoke)(nil),
 		(*AssignerMessage_GenerationChange)(nil),
 		(*AssignerMessage_Finished)(nil),
+		(*AssignerMessage_Batch)(nil),
 	}
-	file_streamplane_v1_assigner_proto_msgTypes[22].OneofWrappers = []any{}
-	file_streamplane_v1_assigner_proto_msgTypes[26].OneofWrappers = []any{
+	file_streamplane_v1_assigner_proto_msgTypes[23].OneofWrappers = []any{}
+	file_streamplane_v1_assigner_proto_msgTypes[27].OneofWrappers = []any{
 		(*RewindGroupRequest_TimeMs)(nil),
 		(*RewindGroupRequest_Earliest)(nil),
 		(*RewindGroupRequest_Offsets)(nil),
@@ -2649,7 +2731,7 @@ func file_streamplane_v1_assigner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_assigner_proto_rawDesc), len(file_streamplane_v1_assigner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -95,9 +95,10 @@ class SessionStream:
         """End the session for the worker's bad input; its stream reports `error`."""
         await asyncio.to_thread(self.session.fail, error)
 
-    async def events(self) -> AsyncIterator[SessionEvent]:
+    async def events(self) -> AsyncIterator[list[SessionEvent]]:
         """Grants, revokes and seals as the group's owner decides them, until the session ends: it ends by
-        raising why (FencedError once expired or replaced, the worker's own error after bad input)."""
+        raising why (FencedError once expired or replaced, the worker's own error after bad input). Each item
+        is what one look found changed, in order (a rewind's or a join's grants come together)."""
         session = self.session
         watch: Watch | None = None
         try:
@@ -116,9 +117,8 @@ class SessionStream:
                 look, current = await asyncio.wrap_future(session.host.reader.submit(session.look))
                 watch = current  # cancelled below, or in `finally` if the stream ends while it waits
                 current.on_fire(setter(self.hub.loop, self.wake))
-                if look is not None:
-                    for event in session.tell(*look):
-                        yield event
+                if look is not None and (told := list(session.tell(*look))):
+                    yield told
                 await self.wake.wait()
                 current.cancel()
         finally:

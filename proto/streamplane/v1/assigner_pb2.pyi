@@ -28,7 +28,7 @@ class Subscription(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lanes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session", "where")
+    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session", "where", "takes_batches")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class Hello(_message.Message):
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     RESUME_SESSION_FIELD_NUMBER: _ClassVar[int]
     WHERE_FIELD_NUMBER: _ClassVar[int]
+    TAKES_BATCHES_FIELD_NUMBER: _ClassVar[int]
     group: str
     worker_id: str
     capacity: float
@@ -43,7 +44,8 @@ class Hello(_message.Message):
     subscriptions: _containers.RepeatedCompositeFieldContainer[Subscription]
     resume_session: str
     where: str
-    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ..., where: _Optional[str] = ...) -> None: ...
+    takes_batches: bool
+    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ..., where: _Optional[str] = ..., takes_batches: _Optional[bool] = ...) -> None: ...
 
 class LeaseLoad(_message.Message):
     __slots__ = ("lease_id", "records_per_s", "lag_records", "lag_ms")
@@ -162,18 +164,26 @@ class GroupFinished(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class AssignerMessage(_message.Message):
-    __slots__ = ("welcome", "grant", "revoke", "generation_change", "finished")
+    __slots__ = ("welcome", "grant", "revoke", "generation_change", "finished", "batch")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
     REVOKE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_CHANGE_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     grant: Grant
     revoke: Revoke
     generation_change: GenerationChange
     finished: GroupFinished
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., generation_change: _Optional[_Union[GenerationChange, _Mapping]] = ..., finished: _Optional[_Union[GroupFinished, _Mapping]] = ...) -> None: ...
+    batch: EventBatch
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., generation_change: _Optional[_Union[GenerationChange, _Mapping]] = ..., finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., batch: _Optional[_Union[EventBatch, _Mapping]] = ...) -> None: ...
+
+class EventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[AssignerMessage]
+    def __init__(self, events: _Optional[_Iterable[_Union[AssignerMessage, _Mapping]]] = ...) -> None: ...
 
 class CheckLeaseRequest(_message.Message):
     __slots__ = ("group", "lease_id", "epoch")

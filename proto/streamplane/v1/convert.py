@@ -465,6 +465,7 @@ def worker_message_to_pb(x: m.WorkerMessage) -> apb.WorkerMessage:
                     subscriptions=[subscription_to_pb(s) for s in x.subscriptions],
                     resume_session=x.resume_session,
                     where=x.where,
+                    takes_batches=x.takes_batches,
                 )
             )
         case m.Heartbeat():
@@ -501,6 +502,7 @@ def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
                 max_load=h.max_load,
                 resume_session=h.resume_session,
                 where=h.where,
+                takes_batches=h.takes_batches,
             )
         case "heartbeat":
             b = x.heartbeat
@@ -567,6 +569,23 @@ def session_event_to_pb(event: m.SessionEvent) -> apb.AssignerMessage:
             )
         case m.Finished():
             return apb.AssignerMessage(finished=apb.GroupFinished(reason=event.reason))
+
+
+def session_events_to_pb(events: list[m.SessionEvent]) -> apb.AssignerMessage:
+    """Several events in one message (EventBatch), in their order; one alone goes as itself."""
+    if len(events) == 1:
+        return session_event_to_pb(events[0])
+    return apb.AssignerMessage(batch=apb.EventBatch(events=[session_event_to_pb(e) for e in events]))
+
+
+def session_events_from_pb(x: apb.AssignerMessage) -> list[m.SessionEvent]:
+    """The typed events of a message, one or a batch's, in order (a welcome, a generation change that is not a
+    seal, and a batch inside a batch carry none)."""
+    if x.WhichOneof("kind") == "batch":
+        found = (session_event_from_pb(y) for y in x.batch.events if y.WhichOneof("kind") != "batch")
+        return [e for e in found if e is not None]
+    event = session_event_from_pb(x)
+    return [] if event is None else [event]
 
 
 def session_event_from_pb(x: apb.AssignerMessage) -> m.SessionEvent | None:
