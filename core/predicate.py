@@ -5,14 +5,19 @@
     and        := unary ("and" unary)*
     unary      := "not" unary | "(" or ")" | test
     test       := subject op-and-operands | subject "exists"
-    subject    := "key" | "value" | "timestamp" | "partition" | "header" "(" NAME ")"
+    subject    := "key" | "value" | "timestamp" | "partition" | "slice" | "header" "(" NAME ")"
     ops        := "=" | "!=" | "^=" (prefix) | "in" "(" literal ("," literal)* ")" | "contains" (value only)
-                  | "<" | "<=" | ">" | ">=" (timestamp and partition only)
+                  | "<" | "<=" | ">" | ">=" (timestamp, partition and slice only)
 
 Strings are single-quoted ('' is a quote; \\xNN a byte) and match bytes (UTF-8); numbers are integers.
 `key exists` is false for a record with a null key; `header(h) exists` for one without header h. A header test
 is true when any of the record's headers named h matches. A predicate that does not parse is refused with one
 sentence naming the column of the error (InvalidArgumentError).
+
+`slice` is the record's key hash, 0 to 2**32 - 1 (`slice_hash`): the CRC-32 of its key, or of its offset (8
+bytes, big-endian) when it has no key. The same key has the same hash on every client, in C and in Python, so a
+range of it is a stable share of a partition's keys: `slice < 1073741824` keeps a quarter of them, every record
+of each. Hot partitions are split into such ranges (issue 40); a user can sample with it.
 
 This module is the reference: the native decoder evaluates the same tree in C, and a contract test holds both
 to it, as for the rest of the decoder.
@@ -21,6 +26,7 @@ to it, as for the rest of the decoder.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -42,6 +48,7 @@ class Subject(StrEnum):
     VALUE = "value"
     TIMESTAMP = "timestamp"
     PARTITION = "partition"
+    SLICE = "slice"
     HEADER = "header"
 
 
@@ -65,7 +72,19 @@ _ALLOWED: dict[Subject, frozenset[Op]] = {
     Subject.VALUE: frozenset({Op.PREFIX, Op.CONTAINS}),
     Subject.TIMESTAMP: frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}),
     Subject.PARTITION: frozenset({Op.EQ, Op.NE, Op.IN}),
+    Subject.SLICE: frozenset({Op.EQ, Op.NE, Op.IN, Op.LT, Op.LE, Op.GT, Op.GE}),
 }
+_NUMBERS = (Subject.TIMESTAMP, Subject.PARTITION, Subject.SLICE)
+SLICE_SPACE = 1 << 32
+"""Key hashes run from 0 to SLICE_SPACE - 1."""
+
+
+def slice_hash(key: bytes | None, offset: int) -> int:
+    """A record's key hash (the `slice` subject): CRC-32 of its key; of its offset, 8 bytes big-endian, when it
+    has none (a keyless record has no order to keep: it goes by offset)."""
+    if key is not None:
+        return zlib.crc32(key)
+    return zlib.crc32(offset.to_bytes(8, "big", signed=True))
 
 
 @dataclass(frozen=True)
@@ -248,7 +267,7 @@ class _Parser:
             raise _refuse(self.text, at.column, f"{subject.value} takes {ok}, not {op.value}")
         if op == Op.EXISTS:
             return Test(subject, op, (), name)
-        numbers = subject in (Subject.TIMESTAMP, Subject.PARTITION)
+        numbers = subject in _NUMBERS
         if op == Op.IN:
             self.expect("(", "'(' and a list after in")
             values = [self.literal(numbers)]
@@ -306,21 +325,22 @@ def matches(
     timestamp: int,
     partition: int,
     headers: Sequence[tuple[str, bytes | None]] | Iterable[tuple[str, bytes | None]] = (),
+    offset: int = 0,
 ) -> bool:
     """Whether one record matches `p` (the reference the native evaluator is held to)."""
+
+    def each(term: Predicate) -> bool:
+        return matches(
+            term, key=key, value=value, timestamp=timestamp, partition=partition, headers=headers, offset=offset
+        )
+
     match p:
         case Not(term):
-            return not matches(term, key=key, value=value, timestamp=timestamp, partition=partition, headers=headers)
+            return not each(term)
         case AllOf(terms):
-            return all(
-                matches(t, key=key, value=value, timestamp=timestamp, partition=partition, headers=headers)
-                for t in terms
-            )
+            return all(each(t) for t in terms)
         case AnyOf(terms):
-            return any(
-                matches(t, key=key, value=value, timestamp=timestamp, partition=partition, headers=headers)
-                for t in terms
-            )
+            return any(each(t) for t in terms)
         case Test(subject, op, values, name):
             if subject == Subject.KEY:
                 return _bytes_test(op, values, [key] if key is not None else [])
@@ -335,6 +355,8 @@ def matches(
                 data = value or b""
                 (needle,) = values
                 return data.startswith(needle) if op == Op.PREFIX else needle in data  # type: ignore[arg-type]
+            if subject == Subject.SLICE:
+                return _number_test(op, values, slice_hash(key, offset))  # type: ignore[arg-type]
             number = timestamp if subject == Subject.TIMESTAMP else partition
             return _number_test(op, values, number)  # type: ignore[arg-type]
     raise TypeError(f"not a predicate: {p!r}")

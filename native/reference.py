@@ -377,13 +377,17 @@ def _parse_records(
         if p != rec_end:
             raise bad("record length disagrees with its fields", p)
         ts = info["max_timestamp"] if info["log_append_time"] else _wrap(info["first_timestamp"] + ts_delta)
-        wanted = emit and _wrap(base + off_delta) >= min_offset
+        record_offset = _wrap(base + off_delta)
+        wanted = emit and record_offset >= min_offset
         if wanted and where is not None:
             named = [(hk.decode("utf-8", "surrogateescape"), hv) for hk, hv in headers]
-            if not matches(where, key=key, value=value, timestamp=ts, partition=partition, headers=named):
+            kept = matches(
+                where, key=key, value=value, timestamp=ts, partition=partition, headers=named, offset=record_offset
+            )
+            if not kept:
                 wanted = False
                 cols.filtered += 1
-                offset = _wrap(base + off_delta)
+                offset = record_offset
                 if cols.filtered_ranges and cols.filtered_ranges[-1][1] == offset:
                     cols.filtered_ranges[-1][1] = _wrap(offset + 1)  # the run goes on
                 else:

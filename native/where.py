@@ -17,7 +17,14 @@ from streamplane.native._loaded import _native
 from streamplane.predicate import AllOf, AnyOf, Not, Op, Predicate, Subject, Test, parse, render
 
 _KINDS = {AllOf: 1, AnyOf: 2, Not: 3, Test: 4}
-_SUBJECTS = {Subject.KEY: 1, Subject.VALUE: 2, Subject.TIMESTAMP: 3, Subject.PARTITION: 4, Subject.HEADER: 5}
+_SUBJECTS = {
+    Subject.KEY: 1,
+    Subject.VALUE: 2,
+    Subject.TIMESTAMP: 3,
+    Subject.PARTITION: 4,
+    Subject.HEADER: 5,
+    Subject.SLICE: 6,
+}
 _OPS = {
     Op.EQ: 1,
     Op.NE: 2,

@@ -233,7 +233,8 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
         int64_t timestamp = b->log_append_time ? b->max_timestamp : wrap_add(b->first_timestamp, ts_delta);
         int emit = ctx->emit && offset >= ctx->min_offset;
         if (emit && ctx->where) {
-            sp_record_view view = {{key, klen}, {value, vlen}, timestamp, ctx->partition, hv->items, (size_t)hcount};
+            sp_record_view view = {{key, klen},  {value, vlen}, timestamp, ctx->partition, hv->items, (size_t)hcount,
+                                   offset};
             if (!sp_where_match(ctx->where, &view)) {
                 emit = 0;
                 r->filtered++;

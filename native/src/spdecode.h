@@ -98,9 +98,11 @@ int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify
  * and is checked and compiled once; the decoder then leaves out, uncounted in `count` but counted in
  * `filtered`, every record it does not match, before any column is written for it. Program, little-endian:
  *   node := kind u8 (1 and, 2 or: n u16 then n nodes; 3 not: one node; 4 test: see below)
- *   test := subject u8 (1 key, 2 value, 3 timestamp, 4 partition, 5 header) | op u8 (1 =, 2 !=, 3 ^=, 4 in,
- *           5 contains, 6 exists, 7 <, 8 <=, 9 >, 10 >=) | [header: name length u16 | name] | count u16 |
- *           values (bytes subjects: length u32 | bytes; timestamp and partition: int64)
+ *   test := subject u8 (1 key, 2 value, 3 timestamp, 4 partition, 5 header, 6 slice) | op u8 (1 =, 2 !=,
+ *           3 ^=, 4 in, 5 contains, 6 exists, 7 <, 8 <=, 9 >, 10 >=) | [header: name length u16 | name] |
+ *           count u16 | values (bytes subjects: length u32 | bytes; timestamp, partition and slice: int64)
+ * A record's slice is its key hash: CRC-32 (zlib's) of its key, or of its offset as 8 bytes big-endian when it
+ * has no key (core/predicate.py's slice_hash).
  * Nothing in the program is trusted: a bad one is refused with a sentence, never read past. */
 typedef struct sp_where sp_where;
 
@@ -118,6 +120,7 @@ typedef struct {
     int64_t timestamp, partition;
     const sp_header_view *headers;
     size_t nheaders;
+    int64_t offset;
 } sp_record_view;
 
 /* Compile a program; SP_OK and *out (sp_where_free it), or SP_ERR_CORRUPT / SP_ERR_NOMEM with `msg`. */

@@ -5,11 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "spdecode.h"
 
 enum { K_AND = 1, K_OR = 2, K_NOT = 3, K_TEST = 4 };
-enum { S_KEY = 1, S_VALUE = 2, S_TIMESTAMP = 3, S_PARTITION = 4, S_HEADER = 5 };
+enum { S_KEY = 1, S_VALUE = 2, S_TIMESTAMP = 3, S_PARTITION = 4, S_HEADER = 5, S_SLICE = 6 };
 enum { O_EQ = 1, O_NE, O_PREFIX, O_IN, O_CONTAINS, O_EXISTS, O_LT, O_LE, O_GT, O_GE };
 
 #define MAX_NODES 4096  /* the grammar allows 64 tests; the rest is room for and, or and not */
@@ -93,6 +94,7 @@ static int allowed(uint8_t subject, uint8_t op) {
     case S_VALUE: return op == O_PREFIX || op == O_CONTAINS;
     case S_TIMESTAMP: return op == O_EQ || op == O_NE || (op >= O_LT && op <= O_GE);
     case S_PARTITION: return op == O_EQ || op == O_NE || op == O_IN;
+    case S_SLICE: return op == O_EQ || op == O_NE || op == O_IN || (op >= O_LT && op <= O_GE);
     default: return 0;
     }
 }
@@ -134,7 +136,7 @@ static int add_value(reader *rd, size_t *index) {
 static int parse_test(reader *rd, size_t at) {
     uint8_t subject, op;
     if (u8(rd, &subject) || u8(rd, &op)) return refuse(rd, "a test ends early");
-    if (subject < S_KEY || subject > S_HEADER) return refuse(rd, "unknown subject");
+    if (subject < S_KEY || subject > S_SLICE) return refuse(rd, "unknown subject");
     if (!allowed(subject, op)) return refuse(rd, "an operator its subject does not take");
     sp_span name = {NULL, 0};
     if (subject == S_HEADER) {
@@ -148,7 +150,7 @@ static int parse_test(reader *rd, size_t at) {
     if (op == O_EXISTS ? count != 0 : op == O_IN ? count == 0 : count != 1)
         return refuse(rd, "a test with the wrong number of values");
     uint32_t first = (uint32_t)rd->w->nvals;
-    int numbers = subject == S_TIMESTAMP || subject == S_PARTITION;
+    int numbers = subject == S_TIMESTAMP || subject == S_PARTITION || subject == S_SLICE;
     for (uint32_t i = 0; i < count; i++) {
         size_t v;
         int rc = add_value(rd, &v);
@@ -268,6 +270,26 @@ static int number_test(const sp_where *w, const pnode *n, int64_t x) {
     }
 }
 
+/* A record's key hash (see spdecode.h): zlib's CRC-32 of its key, or of its offset, big-endian, without one. */
+static int64_t slice_hash(const sp_record_view *r) {
+    if (r->key.len >= 0) {
+        uLong crc = crc32(0L, Z_NULL, 0);
+        const uint8_t *p = r->key.data;
+        int64_t left = r->key.len;
+        while (left > 0) { /* zlib takes at most UINT_MAX bytes a call */
+            uInt n = left > (int64_t)0x40000000 ? 0x40000000u : (uInt)left;
+            crc = crc32(crc, p, n);
+            p += n;
+            left -= n;
+        }
+        return (int64_t)(crc & 0xffffffffu);
+    }
+    uint8_t be[8];
+    uint64_t x = (uint64_t)r->offset;
+    for (int i = 7; i >= 0; i--, x >>= 8) be[i] = (uint8_t)x;
+    return (int64_t)(crc32(crc32(0L, Z_NULL, 0), be, 8) & 0xffffffffu);
+}
+
 static int test(const sp_where *w, const pnode *n, const sp_record_view *r) {
     switch (n->subject) {
     case S_KEY: {
@@ -293,6 +315,7 @@ static int test(const sp_where *w, const pnode *n, const sp_record_view *r) {
         return data.len >= needle.len && memmem(data.data, (size_t)data.len, needle.data, (size_t)needle.len) != NULL;
     }
     case S_TIMESTAMP: return number_test(w, n, r->timestamp);
+    case S_SLICE: return number_test(w, n, slice_hash(r));
     default: return number_test(w, n, r->partition);
     }
 }

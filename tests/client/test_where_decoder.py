@@ -14,7 +14,20 @@ from streamplane import (
 )
 from streamplane.errors import InvalidArgumentError, MalformedBatchError
 from streamplane.native.where import compile_where, program
-from streamplane.predicate import AllOf, AnyOf, Not, Op, Predicate, Subject, Test, matches, parse, render
+from streamplane.predicate import (
+    SLICE_SPACE,
+    AllOf,
+    AnyOf,
+    Not,
+    Op,
+    Predicate,
+    Subject,
+    Test,
+    matches,
+    parse,
+    render,
+    slice_hash,
+)
 from tests.recordbatch import CODECS, NONE, ZSTD, Rec, build_batch
 
 IMPLS = ["native", "python"]
@@ -57,6 +70,9 @@ def _offsets(data: bytes, where: str, impl: str, partition: int = 3) -> tuple[li
         ("partition = 3", [0, 1, 2, 3, 4]),
         ("partition in (1, 2)", []),
         ("header(service) = 'api' and key ^= 'us-' and not value contains 'x'", [0, 3]),
+        (f"slice = {slice_hash(b'eu-1', 0)}", [1]),  # the key's CRC-32
+        (f"slice in ({slice_hash(None, 2)}, {slice_hash(b'', 0)})", [2, 4]),  # keyless: its offset's
+        (f"slice < {SLICE_SPACE // 2} or slice >= {SLICE_SPACE // 2}", [0, 1, 2, 3, 4]),  # halves cover all
     ],
 )
 def test_each_test_keeps_what_the_grammar_says(impl: str, where: str, kept: list[int]) -> None:
@@ -141,6 +157,15 @@ _tests = st.one_of(
         lambda vs: Test(Subject.PARTITION, Op.IN, tuple(vs)), st.lists(st.integers(0, 3), min_size=1, max_size=3)
     ),
     st.builds(lambda op, v: Test(Subject.PARTITION, op, (v,)), st.sampled_from([Op.EQ, Op.NE]), st.integers(0, 3)),
+    st.builds(
+        lambda op, v: Test(Subject.SLICE, op, (v,)),
+        st.sampled_from([Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE]),
+        st.one_of(st.integers(0, SLICE_SPACE), _bytes.map(lambda b: slice_hash(b, 0))),
+    ),
+    st.builds(
+        lambda vs: Test(Subject.SLICE, Op.IN, tuple(vs)),
+        st.lists(_bytes.map(lambda b: slice_hash(b, 0)), min_size=1, max_size=3),
+    ),
 )
 _predicates: st.SearchStrategy[Predicate] = st.recursive(
     _tests,
@@ -166,16 +191,17 @@ _records = st.builds(
     records=st.lists(_records, max_size=6),
     partition=st.integers(0, 3),
     codec=st.sampled_from(sorted(CODECS.values())),
+    base=st.one_of(st.just(0), st.integers(0, 2**40)),
 )
 def test_both_decoders_keep_exactly_what_matches_says(
-    p: Predicate, records: list[Rec], partition: int, codec: int
+    p: Predicate, records: list[Rec], partition: int, codec: int, base: int
 ) -> None:
     text = render(p)
     assert parse(text) == p, "what a predicate renders to parses back to it"
     where = compile_where(text)
-    data = build_batch(records, first_timestamp=FIRST_TS, codec=codec if records else NONE)
+    data = build_batch(records, first_timestamp=FIRST_TS, codec=codec if records else NONE, base_offset=base)
     want = [
-        i
+        base + i
         for i, r in enumerate(records)
         if matches(
             p,
@@ -184,10 +210,11 @@ def test_both_decoders_keep_exactly_what_matches_says(
             timestamp=FIRST_TS + r.timestamp_delta,
             partition=partition,
             headers=[(k.decode(), v) for k, v in r.headers],
+            offset=base + i,
         )
     ]
     got = {impl: native.decode(data, where=where, partition=partition, impl=impl) for impl in IMPLS}
-    left_out = [i for i in range(len(records)) if i not in want]
+    left_out = [base + i for i in range(len(records)) if base + i not in want]
     for impl, batch in got.items():
         assert [r.offset for r in batch.records()] == want, impl
         assert batch.filtered == len(records) - len(want), impl

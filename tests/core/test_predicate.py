@@ -4,6 +4,8 @@ that print and parse back to themselves."""
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -51,10 +53,30 @@ RECORD = {
         ("NOT (header(env) = 'prod' OR partition = 0)", False),
         ("key = 'it''s'", False),
         ("value contains '\\x7b'", True),  # { as a byte escape
+        (f"slice = {zlib.crc32(b'us-east-17')}", True),  # the key's CRC-32
+        (f"slice < {zlib.crc32(b'us-east-17')}", False),
+        ("slice >= 0 and slice < 4294967296", True),  # every key falls in the whole space
     ],
 )
 def test_examples(text: str, expected: bool) -> None:
     assert pr.matches(pr.parse(text), **RECORD) is expected  # type: ignore[arg-type]
+
+
+def test_a_keys_slice_is_its_crc32_and_a_keyless_records_is_its_offsets() -> None:
+    """The same key falls in the same slice on every client and at every offset; records without a key spread
+    by offset. Equal ranges of the space take about equal shares of keys."""
+    assert pr.slice_hash(b"a", 0) == pr.slice_hash(b"a", 99) == 0xE8B7BE43  # zlib's CRC-32 of b"a"
+    assert pr.slice_hash(None, 7) == zlib.crc32((7).to_bytes(8, "big"))
+    assert pr.slice_hash(None, 7) != pr.slice_hash(None, 8)
+    quarter = pr.SLICE_SPACE // 4
+    shares = [0] * 4
+    for i in range(4000):
+        shares[pr.slice_hash(b"tenant-%d" % i, 0) // quarter] += 1
+    assert all(800 < n < 1200 for n in shares), shares
+    first = pr.parse(f"slice < {quarter}")
+    assert pr.matches(first, key=None, value=None, timestamp=0, partition=0, offset=7) == (
+        pr.slice_hash(None, 7) < quarter
+    )
 
 
 def test_a_null_key_does_not_exist_and_matches_no_value() -> None:
@@ -70,7 +92,9 @@ def test_a_null_key_does_not_exist_and_matches_no_value() -> None:
         ("   ", 1, "the predicate is empty"),
         ("key = 'api", 7, "a string is not closed"),
         ("key = 'a' ;", 11, "unexpected ';'"),
-        ("tenant = 'a'", 1, "expected a test on key, value, timestamp, partition, header; found 'tenant'"),
+        ("tenant = 'a'", 1, "expected a test on key, value, timestamp, partition, slice, header; found 'tenant'"),
+        ("slice ^= 'a'", 7, "slice takes != < <= = > >= in, not ^="),
+        ("slice < 'half'", 9, "expected a number, found \"'half'\""),
         ("key 'a'", 5, "expected an operator"),
         ("value = 'a'", 7, "value takes ^= contains, not ="),
         ("timestamp ^= 5", 11, "timestamp takes"),
@@ -134,6 +158,12 @@ TESTS = st.one_of(
         st.just(pr.Op.IN),
         st.lists(st.integers(0, 4), min_size=1, max_size=3).map(tuple),
     ),
+    st.builds(
+        pr.Test,
+        st.just(pr.Subject.SLICE),
+        st.sampled_from([pr.Op.LT, pr.Op.GE, pr.Op.EQ, pr.Op.NE]),
+        st.tuples(st.integers(0, pr.SLICE_SPACE)),
+    ),
 )
 PREDICATES = st.recursive(
     TESTS,
@@ -150,6 +180,7 @@ RECORDS = st.fixed_dictionaries(
         "value": BYTES,
         "timestamp": st.integers(0, 20),
         "partition": st.integers(0, 4),
+        "offset": st.integers(0, 2**40),
         "headers": st.lists(
             st.tuples(st.sampled_from(["service", "env", "x-y"]), st.one_of(st.none(), BYTES)), max_size=3
         ),
