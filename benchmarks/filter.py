@@ -8,6 +8,11 @@ its user the matched ones; the figure is matched records delivered per second, f
 - `filtered_vs_confluent`: our Consumer with `where="header(service) = 'api'"` (run_batches; the predicate is
   evaluated in the native decoder) against confluent-kafka's group consumer, `consume(1000)`, with the same
   filter applied in Python on each message's headers. Goal >= 10.
+
+The ratios count matched records a second *from when each consumer holds its partitions* (our first lease
+granted; confluent-kafka's on_assign) to its last matched record: the data plane's rate, which is what a
+predicate changes. The rates from the consumer's construction (its group join included: ours waits out the
+coordinator's 300 ms join window, as Kafka waits group.initial.rebalance.delay.ms) are printed beside them.
 - `filtered_vs_unfiltered_batches`: the same run of ours against our own run_batches() without a filter,
   followed by a vectorized pyarrow filter on the headers column. Goal >= 3.
 - `spark_pushdown_vs_none`: Spark (local[2]) reads the window of the stream as a batch and counts the matched
@@ -58,14 +63,20 @@ def write(address: str, stream: str, records: int) -> int:
 
 
 class Until:
-    """Counts matched records; `seconds` from its start to the last one."""
+    """Counts matched records; the rate from its start, and from when the consumer held its partitions, to the
+    last one."""
 
     def __init__(self, want: int) -> None:
         self.want, self.n = want, 0
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.started = time.perf_counter()
+        self.assigned = 0.0
         self.ended = 0.0
+
+    def holds(self) -> None:
+        """The consumer holds its partitions (the first call counts)."""
+        self.assigned = self.assigned or time.perf_counter()
 
     def add(self, n: int) -> None:
         with self.lock:
@@ -74,13 +85,14 @@ class Until:
                 self.ended = time.perf_counter()
                 self.done.set()
 
-    def rate(self) -> float:
+    def rates(self) -> tuple[float, float]:
+        """(matched/s from when it held its partitions, matched/s from its start)."""
         if not self.done.wait(600):
             raise SystemExit(f"only {self.n} of {self.want} matched records came")
-        return self.want / (self.ended - self.started)
+        return self.want / (self.ended - self.assigned), self.want / (self.ended - self.started)
 
 
-def ours(address: str, stream: str, want: int, *, filtered: bool) -> float:
+def ours(address: str, stream: str, want: int, *, filtered: bool) -> tuple[float, float]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -100,15 +112,18 @@ def ours(address: str, stream: str, want: int, *, filtered: bool) -> float:
     consumer = Consumer(address, group=f"bench-{uuid.uuid4().hex[:6]}", stream=stream, concurrency=2, **settings)
     runner = threading.Thread(target=consumer.run_batches, args=(matched,), kwargs={"stop": until.done}, daemon=True)
     runner.start()
-    rate = until.rate()
+    while not consumer.leases and not until.done.wait(0.001):
+        pass
+    until.holds()
+    rates = until.rates()
     consumer.close()
-    return rate
+    return rates
 
 
-def confluent(bootstrap: str, topic: str, want: int) -> float:
+def confluent(bootstrap: str, topic: str, want: int) -> tuple[float, float]:
     until = Until(want)
     consumer = confluent_consumer(bootstrap)
-    consumer.subscribe([topic])
+    consumer.subscribe([topic], on_assign=lambda _c, _p: until.holds())
     try:
         deadline = time.monotonic() + 600
         while not until.done.is_set():
@@ -124,7 +139,7 @@ def confluent(bootstrap: str, topic: str, want: int) -> float:
                 until.add(n)
     finally:
         consumer.close()
-    return until.rate()
+    return until.rates()
 
 
 def spark_counts(address: str, stream: str, want: int) -> tuple[float, float]:
@@ -186,20 +201,24 @@ def main() -> None:
         want = write(address, stream, records)
         print(f"wrote {records:,} records on {partitions} partitions in {time.perf_counter() - began:.1f} s")
         print(f"{want:,} carry service=api")
-        rates: dict[str, list[float]] = {"ours": [], "confluent": [], "unfiltered": []}
+        rates: dict[str, list[tuple[float, float]]] = {"ours": [], "confluent": [], "unfiltered": []}
         for _ in range(2):  # alternated, the best of each kept: the machine is noisy
             rates["ours"].append(ours(address, stream, want, filtered=True))
             rates["confluent"].append(confluent(broker.bootstrap, topic, want))
             rates["unfiltered"].append(ours(address, stream, want, filtered=False))
         best = {k: max(v) for k, v in rates.items()}
-        print(f"ours, where in the decoder:          {best['ours']:>10,.0f} matched/s")
-        print(f"confluent consume(1000) + Python:    {best['confluent']:>10,.0f} matched/s")
-        print(f"ours run_batches() + pyarrow filter: {best['unfiltered']:>10,.0f} matched/s")
+        print("matched records a second, from holding the partitions (from the consumer's construction):")
+        for name, side in (
+            ("ours, where in the decoder:", "ours"),
+            ("confluent consume(1000) + Python:", "confluent"),
+            ("ours run_batches() + pyarrow filter:", "unfiltered"),
+        ):
+            print(f"  {name:<38}{best[side][0]:>12,.0f} ({best[side][1]:,.0f})")
         pushed_s, evaluated_s = spark_counts(address, stream, want)
         print(f"spark: pushed into the source {pushed_s:.1f} s, evaluated by Spark {evaluated_s:.1f} s")
     print(
-        f"filtered_vs_confluent={best['ours'] / best['confluent']:.1f} "
-        f"filtered_vs_unfiltered_batches={best['ours'] / best['unfiltered']:.1f} "
+        f"filtered_vs_confluent={best['ours'][0] / best['confluent'][0]:.1f} "
+        f"filtered_vs_unfiltered_batches={best['ours'][0] / best['unfiltered'][0]:.1f} "
         f"spark_pushdown_vs_none={evaluated_s / pushed_s:.1f}"
     )
 

@@ -7,17 +7,23 @@ partition's record set on its own: a bomb or a corrupt batch in one partition is
 range, never a delay for the others. Partitions join and leave between rounds; leader moves, lost
 connections and retriable errors re-route partitions without touching the others. One-off reads at an
 offset (records whose retry is due) go to the same connections, between session fetches.
+
+Decompressing and decoding is most of a busy loop's work, and the native decoder runs without the GIL: a
+response with enough records in several partitions is decoded by a small pool (DECODE_THREADS a worker,
+however many partitions it holds), each partition on its own, and handed over in the response's order.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import queue
 import select
 import socket
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,6 +54,11 @@ MAX_WAIT_MS = 250
 meanwhile is first asked in the next Fetch (a broker answers one request of a connection at a time), so this
 bounds how long a failed-over partition waits for its first read; half of Kafka's 500 ms costs an idle worker
 four tiny requests a second per broker instead of two."""
+DECODE_THREADS = min(4, os.cpu_count() or 1)
+"""Threads a worker decodes a response's partitions on (1: the fetch loop's own, no pool)."""
+PARALLEL_MIN_BYTES = 256 << 10
+"""A response with fewer record bytes than this is decoded on the loop's thread: handing it to the pool would
+cost more than it saves (an idle or lightly loaded worker never wakes a decode thread)."""
 METADATA_BACKOFF_S = (0.1, 2.0)
 """First and longest wait before a cluster's metadata is asked again for leaderless partitions."""
 
@@ -148,6 +159,7 @@ class FetchLoop:
         partition_max_bytes: how much one Fetch asks per partition; max_bytes: per response.
         read_committed: drop records of aborted transactions and stop at the last stable offset.
         default_config: TLS, SASL, rack and client id of every connection.
+        decode_threads: threads that decode a response's partitions at once (1: on the loop's thread).
         on_crash: told when rounds keep failing (a bug, MAX_CRASHES rounds in a row): the loop stops and its
             owner ends loudly rather than hold leases it cannot read. A round that fails once is logged and
             the loop goes on.
@@ -164,10 +176,13 @@ class FetchLoop:
         where: Where | None = None,
         default_config: ConnectionConfig | None = None,
         max_wait_ms: int = MAX_WAIT_MS,
+        decode_threads: int = DECODE_THREADS,
         on_crash: Callable[[StreamplaneError], None] | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.clock = clock
+        self.decode_threads = decode_threads
+        self._pool: ThreadPoolExecutor | None = None  # made when a response first has enough to share
         self.budget = budget
         self._on_crash = on_crash
         self.max_decompressed = max_decompressed
@@ -190,6 +205,7 @@ class FetchLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fetch-loop", daemon=True)
         self.requests = 0  # Fetch requests sent (for tests and metrics)
+        self.pooled = 0  # responses whose partitions were decoded on the pool
         self.epoch_checks = 0  # partitions checked for truncation after a leader change (KIP-320)
         self.truncations = 0  # logs found truncated under a partition's position after a leader change
         # Work proportional to what changed: requests are rebuilt only after a change (a partition joined,
@@ -214,6 +230,8 @@ class FetchLoop:
         for link in self._links.values():
             if link.conn is not None:
                 link.conn.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         self._wake_r.close()
         self._wake_w.close()
 
@@ -617,14 +635,16 @@ class FetchLoop:
             log.info("fetch_loop.fetch_error", broker=f"{link.host}:{link.port}", code=response.error_code)
             return
         mine = self._parts
+        ready: list[tuple[_Partition, fetch.FetchedPartition, int]] = []
         for got in response.partitions:
             p = parts.get((got.topic, got.partition))
             if p is None or p.key not in mine or mine[p.key] is not p:
                 continue  # left the loop while its fetch was in flight
             if kind == "oneoff":
                 self._deliver_oneoff(p, got, sent[p.tp].offset)
-            else:
-                self._deliver(p, got, sent.get(p.tp))
+            elif (item := self._deliverable(p, got, sent.get(p.tp))) is not None:
+                ready.append(item)
+        self._hand_over_all(ready)
 
     def _error(self, p: _Partition, code: int, what: str) -> None:
         self._changes += 1
@@ -643,7 +663,12 @@ class FetchLoop:
         self._remove(p.key)
         p.receiver.failed(err)
 
-    def _deliver(self, p: _Partition, got: fetch.FetchedPartition, asked: fetch.PartitionFetch | None) -> None:
+    def _deliverable(
+        self, p: _Partition, got: fetch.FetchedPartition, asked: fetch.PartitionFetch | None
+    ) -> tuple[_Partition, fetch.FetchedPartition, int] | None:
+        """What of a partition's answer is to be decoded and handed over (the partition, its answer, the
+        position it was read from); None when there is nothing (no news, an error dealt with, a moved
+        position)."""
         if (
             not got.records
             and not got.error_code
@@ -652,10 +677,10 @@ class FetchLoop:
             and got.preferred_read_replica < 0
         ):
             p.backoff_s = 0.1
-            return  # nothing new (a broker without fetch sessions lists idle partitions each time)
+            return None  # nothing new (a broker without fetch sessions lists idle partitions each time)
         if got.error_code:
             self._error(p, got.error_code, "Fetch")
-            return
+            return None
         p.backoff_s = 0.1
         if got.log_start_offset >= 0:
             p.log_start = got.log_start_offset
@@ -664,15 +689,70 @@ class FetchLoop:
             self._changes += 1
         position = asked.offset if asked is not None else p.position
         if position != p.position:
-            return  # the partition was moved meanwhile: this data is for an old position
+            return None  # the partition was moved meanwhile: this data is for an old position
         if not len(got.records) and got.high_watermark == p.high_watermark:
-            return  # nothing new: an idle partition costs nothing more
+            return None  # nothing new: an idle partition costs nothing more
         p.high_watermark = got.high_watermark
-        if not self._hand_over(p, got, position):
-            p.parked = got  # no room now: decoded once handlers free some, and not fetched meanwhile
-            self._parked.append(p)
+        return p, got, position
+
+    def _hand_over_all(self, ready: list[tuple[_Partition, fetch.FetchedPartition, int]]) -> None:
+        """Decode the partitions of one response and give each its records, in the response's order. A partition
+        whose worst case the budget has no room for now is parked (decoded once handlers free some, and not
+        fetched meanwhile). One by one here, each decoded once the one before holds its records; or, when the
+        response is worth sharing out, on the pool: room is then taken for all of them before any is decoded,
+        so its records (known once decoded) can take the budget past max_records by one response."""
+        pool = self._decode_pool(ready)
+        if pool is None:
+            for p, got, position in ready:
+                if not self._hand_over(p, got, position):
+                    self._park(p, got)
+            return
+        held: list[tuple[_Partition, fetch.FetchedPartition, int, int]] = []
+        for p, got, position in ready:
+            reserve = self.max_decompressed + len(got.records)
+            if len(got.records) and not self.budget.reserve(reserve, 0):
+                self._park(p, got)
+                continue
+            held.append((p, got, position, reserve))
+        decoding = [pool.submit(self._decode, p, got, position) for p, got, position, _ in held]
+        self.pooled += 1
+        failed: BaseException | None = None
+        for (p, got, _, reserve), decoded in zip(held, decoding, strict=True):
+            used = count = 0
+            try:
+                used, count = self._received(p, decoded.result())
+            except Exception as err:  # the others are still handed over, and every reservation settled
+                failed = failed or err
+            finally:
+                if len(got.records):
+                    self.budget.settle(reserve, used, count)
+        if failed is not None:
+            raise failed
+
+    def _park(self, p: _Partition, got: fetch.FetchedPartition) -> None:
+        p.parked = got
+        self._parked.append(p)
+        self._changes += 1
+        self.budget.call_on_release(self.wake)
+
+    def _decode_pool(self, ready: list[tuple[_Partition, fetch.FetchedPartition, int]]) -> ThreadPoolExecutor | None:
+        """The pool, when this response is worth sharing out (several partitions, enough bytes)."""
+        if self.decode_threads <= 1 or len(ready) < 2:
+            return None
+        if sum(len(got.records) for _, got, _ in ready) < PARALLEL_MIN_BYTES:
+            return None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.decode_threads, thread_name_prefix="decode")
+        return self._pool
+
+    def _received(self, p: _Partition, fetched: Fetched) -> tuple[int, int]:
+        """Move the partition past what was decoded and hand it to its receiver: (bytes, records) it holds."""
+        if fetched.batch is not None:
+            p.read_epoch = max(p.read_epoch, fetched.batch.last_leader_epoch)
+        if fetched.next_position != p.position:
             self._changes += 1
-            self.budget.call_on_release(self.wake)
+        p.position = fetched.next_position
+        return p.receiver.received(fetched)
 
     def _unpark(self) -> None:
         """Decode what was read while the budget was full, oldest first, as far as room allows."""
@@ -695,13 +775,7 @@ class FetchLoop:
             return False
         used = count = 0
         try:
-            fetched = self._decode(p, got, position)
-            if fetched.batch is not None:
-                p.read_epoch = max(p.read_epoch, fetched.batch.last_leader_epoch)
-            if fetched.next_position != p.position:
-                self._changes += 1
-            p.position = fetched.next_position
-            used, count = p.receiver.received(fetched)
+            used, count = self._received(p, self._decode(p, got, position))
         finally:
             if len(got.records):
                 self.budget.settle(reserve, used, count)

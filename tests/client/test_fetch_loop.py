@@ -319,3 +319,62 @@ def test_a_partition_added_after_a_metadata_request_is_routed_in_the_next_round(
         assert loop._parts["burst/1"].node >= 0, "partition 1 waited for the pause between metadata requests"
     finally:
         loop.close()
+
+
+def _busy(cluster: MockCluster, topic: str, partitions: int, records: int) -> None:
+    """Enough uncompressed bytes in every partition for one response to go to the decode pool."""
+    cluster.create_topic(topic, partitions)
+    raw = KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+    for p in range(partitions):
+        for i in range(records):
+            raw.produce(topic, b"p%d-%05d-" % (p, i) + b"x" * 1000, partition=p)
+    assert raw.flush(10) == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_busy_response_is_decoded_on_the_pool_and_each_partition_handed_over_whole_in_order(
+    one_broker: MockCluster, threads: int
+) -> None:
+    """Decoding is most of a busy worker's work: with threads, a response's partitions are decoded at once;
+    each partition still gets every record, once, in order. With one, nothing goes to a pool."""
+    _busy(one_broker, "busy", 6, 400)
+    loop = make_loop(start=False, decode_threads=threads)
+    try:
+        got = [Collect(loop) for _ in range(6)]
+        for p, receiver in enumerate(got):
+            loop.add(f"busy/{p}", one_broker.bootstrap_servers, "busy", p, -1, receiver)
+        loop.start()
+        wait_until(lambda: all(len(r.values) == 400 for r in got), timeout=20)
+        for p, receiver in enumerate(got):
+            assert [v[: v.index(b"-", 3)] for v in receiver.values] == [b"p%d-%05d" % (p, i) for i in range(400)]
+        assert (loop.pooled > 0) == (threads > 1)
+        assert threading.active_count() < 40, "a pool per worker, not a thread per partition"
+    finally:
+        loop.close()
+
+
+def test_a_partition_whose_decode_fails_on_the_pool_holds_back_none_of_the_others(one_broker: MockCluster) -> None:
+    """A bug decoding one partition fails that round (logged, the loop goes on); the response's other
+    partitions are still handed over and every reservation of the budget is given back."""
+    _busy(one_broker, "shaky", 4, 300)
+    loop = make_loop(start=False, decode_threads=2)
+    decode = loop._decode
+
+    def shaky(p, got, position):  # type: ignore[no-untyped-def]
+        if p.partition == 0:
+            raise RuntimeError("a decoder bug")
+        return decode(p, got, position)
+
+    loop._decode = shaky  # type: ignore[method-assign]
+    try:
+        got = [Collect(loop) for _ in range(4)]
+        for p, receiver in enumerate(got):
+            loop.add(f"shaky/{p}", one_broker.bootstrap_servers, "shaky", p, -1, receiver)
+        loop.start()
+        wait_until(lambda: all(len(r.values) == 300 for r in got[1:]), timeout=20)
+        assert loop.pooled > 0 and got[0].values == []
+        loop._decode = decode  # type: ignore[method-assign]
+        wait_until(lambda: len(got[0].values) == 300, timeout=20)  # read again from where it was
+        assert loop.budget.bytes == 0 and loop.budget.records == 0
+    finally:
+        loop.close()
