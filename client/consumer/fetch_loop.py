@@ -63,6 +63,20 @@ METADATA_BACKOFF_S = (0.1, 2.0)
 """First and longest wait before a cluster's metadata is asked again for leaderless partitions."""
 
 
+def _shares(sizes: list[int], n: int) -> list[tuple[int, int]]:
+    """[start, end) index ranges cutting `sizes` into at most `n` runs of about equal total size, in order (one
+    task per pool thread, however many partitions a response holds)."""
+    out: list[tuple[int, int]] = []
+    total, start, acc = sum(sizes), 0, 0
+    for i, size in enumerate(sizes):
+        acc += size
+        if len(out) < n - 1 and acc * n >= total * (len(out) + 1) and i + 1 < len(sizes):
+            out.append((start, i + 1))
+            start = i + 1
+    out.append((start, len(sizes)))
+    return out
+
+
 class Receiver(Protocol):
     """What the loop tells the owner of one partition (a lease's ledger, through the consumer)."""
 
@@ -714,13 +728,17 @@ class FetchLoop:
                 self._park(p, got)
                 continue
             held.append((p, got, position, reserve))
-        decoding = [pool.submit(self._decode, p, got, position) for p, got, position, _ in held]
+        shares = _shares([len(got.records) for _, got, _, _ in held], self.decode_threads)
+        decoding = [pool.submit(self._decode_share, held[a:b]) for a, b in shares]
         self.pooled += 1
+        decoded = [outcome for share in decoding for outcome in share.result()]
         failed: BaseException | None = None
-        for (p, got, _, reserve), decoded in zip(held, decoding, strict=True):
+        for (p, got, _, reserve), outcome in zip(held, decoded, strict=True):
             used = count = 0
             try:
-                used, count = self._received(p, decoded.result())
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                used, count = self._received(p, outcome)
             except Exception as err:  # the others are still handed over, and every reservation settled
                 failed = failed or err
             finally:
@@ -728,6 +746,18 @@ class FetchLoop:
                     self.budget.settle(reserve, used, count)
         if failed is not None:
             raise failed
+
+    def _decode_share(
+        self, share: list[tuple[_Partition, fetch.FetchedPartition, int, int]]
+    ) -> list[Fetched | BaseException]:
+        """One pool thread's share of a response, decoded in order (a partition's failure is its own)."""
+        out: list[Fetched | BaseException] = []
+        for p, got, position, _ in share:
+            try:
+                out.append(self._decode(p, got, position))
+            except Exception as err:
+                out.append(err)
+        return out
 
     def _park(self, p: _Partition, got: fetch.FetchedPartition) -> None:
         p.parked = got
