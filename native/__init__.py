@@ -37,6 +37,7 @@ def decode(
     min_offset: int | None = None,
     where: Where | None = None,
     partition: int = -1,
+    mine: Where | None = None,
     impl: str | None = None,
 ) -> DecodedBatch:
     """Decode a Fetch response's records for one partition into a columnar batch.
@@ -54,6 +55,10 @@ def decode(
         where: a compiled record predicate (`compile_where`): records it does not match are left out before
             anything is built for them, and counted in `DecodedBatch.filtered`.
         partition: the partition the record set is of (what a predicate's `partition` tests compare).
+        mine: a compiled predicate saying which records are this reader's at all (a key slice of the
+            partition): one outside it is another reader's, left out without being matched against `where`,
+            and counted apart in `DecodedBatch.foreign` (it is not done by being left out, unlike a filtered
+            one).
         impl: 'native' or 'python' to force an implementation (tests and benchmarks).
 
     Raises:
@@ -66,16 +71,22 @@ def decode(
     if fn is None:
         raise InvalidArgumentError(f"impl must be one of {sorted(IMPLEMENTATIONS)}, not {impl!r}")
     chosen = impl or implementation
-    if where is not None and chosen == "native" and where.native is None:
-        raise InvalidArgumentError("this where predicate was compiled without the native extension")
+    for given in (where, mine):
+        if given is not None and chosen == "native" and given.native is None:
+            raise InvalidArgumentError("this predicate was compiled without the native extension")
+
+    def form(given: Where | None) -> Any:
+        return None if given is None else given.native if chosen == "native" else given.tree
+
     columns = fn(
         record_set,
         max_decompressed,
         verify_crc,
         None if aborted is None else list(aborted),
         -(1 << 63) if min_offset is None else min_offset,
-        None if where is None else where.native if chosen == "native" else where.tree,
+        form(where),
         partition,
+        form(mine),
     )
     if columns["error"] and not columns["batches"]:
         raise error_from_tuple(columns["error"])

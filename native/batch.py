@@ -145,6 +145,8 @@ class DecodedBatch:
         self.count: int = columns["count"]
         self.filtered: int = columns.get("filtered", 0)
         """Records a `where` predicate left out (not in `count`)."""
+        self.foreign: int = columns.get("foreign", 0)
+        """Records outside a `mine` predicate: another reader's (not in `count`, nor in `filtered`)."""
         self.next_offset: int = columns["next_offset"]
         self.consumed: int = columns["consumed"]
         stop = columns["stop"]
@@ -158,7 +160,15 @@ class DecodedBatch:
     @property
     def filtered_ranges(self) -> list[tuple[int, int]]:
         """The offsets a `where` predicate left out, as [start, end) ranges in order."""
-        raw = self._c.get("filtered_ranges")
+        return self._ranges("filtered_ranges")
+
+    @property
+    def foreign_ranges(self) -> list[tuple[int, int]]:
+        """The offsets outside a `mine` predicate (another reader's), as [start, end) ranges in order."""
+        return self._ranges("foreign_ranges")
+
+    def _ranges(self, column: str) -> list[tuple[int, int]]:
+        raw = self._c.get(column)
         if not raw:
             return []
         flat = memoryview(raw).cast("B").cast("q").tolist()

@@ -13,6 +13,7 @@ import struct
 import zlib
 from array import array
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from streamplane.predicate import Predicate, matches
@@ -241,6 +242,8 @@ class _Columns:
         self.count = 0
         self.filtered = 0
         self.filtered_ranges: list[list[int]] = []
+        self.foreign = 0
+        self.foreign_ranges: list[list[int]] = []
         self.offsets = array("q")
         self.timestamps = array("q")
         self.key_offsets = array("i", [0])
@@ -274,16 +277,30 @@ class _Columns:
             self.hvalue_valid,
         ]
 
-    def mark(self) -> tuple[int, int, int, list[list[int]], list[int]]:
-        last = [list(r) for r in self.filtered_ranges[-1:]]  # the last run, which the batch may extend
-        return self.count, self.filtered, len(self.filtered_ranges), last, [len(c) for c in self._columns()]
+    def mark(self) -> tuple[Any, ...]:
+        left_out = [
+            (n, len(runs), [list(r) for r in runs[-1:]])  # the last run, which the batch may extend
+            for n, runs in ((self.filtered, self.filtered_ranges), (self.foreign, self.foreign_ranges))
+        ]
+        return self.count, left_out, [len(c) for c in self._columns()]
 
-    def roll_back(self, mark: tuple[int, int, int, list[list[int]], list[int]]) -> None:
-        self.count, self.filtered, runs, last, lens = mark
+    def roll_back(self, mark: tuple[Any, ...]) -> None:
+        self.count, left_out, lens = mark
+        (self.filtered, runs, last), (self.foreign, foreign_runs, foreign_last) = left_out
         del self.filtered_ranges[runs:]
         self.filtered_ranges[-1:] = last
+        del self.foreign_ranges[foreign_runs:]
+        self.foreign_ranges[-1:] = foreign_last
         for column, length in zip(self._columns(), lens, strict=True):
             del column[length:]
+
+
+def _add_run(runs: list[list[int]], offset: int) -> None:
+    """One more offset left out, in [start, end) runs: the last run goes on when it ends at `offset`."""
+    if runs and runs[-1][1] == offset:
+        runs[-1][1] = _wrap(offset + 1)
+    else:
+        runs.append([offset, _wrap(offset + 1)])
 
 
 def _bitmap(bits: list[bool]) -> bytes:
@@ -304,9 +321,11 @@ def _parse_records(
     min_offset: int,
     where: Predicate | None = None,
     partition: int = -1,
+    mine: Predicate | None = None,
 ) -> int:
     """Parse a batch's records; append them to `cols` when `emit` (and, with `where`, the record matches it;
-    one it does not is counted in `cols.filtered`). Returns the control type (-1 if none)."""
+    one it does not is counted in `cols.filtered`; with `mine`, one outside it is another reader's, counted in
+    `cols.foreign` and not matched against `where`). Returns the control type (-1 if none)."""
     n, end, pos = info["record_count"], len(data), 0
     bpos, base = info["position"], info["base_offset"]
     if n < 0 or n > end // MIN_RECORD_BYTES + (1 if end else 0):
@@ -379,19 +398,19 @@ def _parse_records(
         ts = info["max_timestamp"] if info["log_append_time"] else _wrap(info["first_timestamp"] + ts_delta)
         record_offset = _wrap(base + off_delta)
         wanted = emit and record_offset >= min_offset
-        if wanted and where is not None:
+        if wanted and (where is not None or mine is not None):
             named = [(hk.decode("utf-8", "surrogateescape"), hv) for hk, hv in headers]
-            kept = matches(
-                where, key=key, value=value, timestamp=ts, partition=partition, headers=named, offset=record_offset
+            holds = partial(
+                matches, key=key, value=value, timestamp=ts, partition=partition, headers=named, offset=record_offset
             )
-            if not kept:
+            if mine is not None and not holds(mine):
+                wanted = False
+                cols.foreign += 1
+                _add_run(cols.foreign_ranges, record_offset)
+            elif where is not None and not holds(where):
                 wanted = False
                 cols.filtered += 1
-                offset = record_offset
-                if cols.filtered_ranges and cols.filtered_ranges[-1][1] == offset:
-                    cols.filtered_ranges[-1][1] = _wrap(offset + 1)  # the run goes on
-                else:
-                    cols.filtered_ranges.append([offset, _wrap(offset + 1)])
+                _add_run(cols.filtered_ranges, record_offset)
         if wanted:
             cols.offsets.append(_wrap(base + off_delta))
             cols.timestamps.append(ts)
@@ -430,9 +449,10 @@ def decode_columns(
     min_offset: int = -(1 << 63),
     where: Predicate | None = None,
     partition: int = -1,
+    mine: Predicate | None = None,
 ) -> dict[str, Any]:
-    """Decode a record set into the column dict of the C core's `decode_columns` (`where` is the predicate's
-    tree here, where the C core takes its compiled program)."""
+    """Decode a record set into the column dict of the C core's `decode_columns` (`where` and `mine` are the
+    predicates' trees here, where the C core takes their compiled programs)."""
     if max_decompressed <= 0:
         raise ValueError("max_decompressed must be a positive number of bytes")
     data = bytes(data)
@@ -578,7 +598,7 @@ def decode_columns(
             before = cols.mark()
             try:
                 control_type = _parse_records(
-                    cols, info, records, emit, pos + HEADER_SIZE, codec != 0, min_offset, where, partition
+                    cols, info, records, emit, pos + HEADER_SIZE, codec != 0, min_offset, where, partition, mine
                 )
             except _StopError:
                 cols.roll_back(before)  # a batch that fails half way contributes nothing
@@ -625,6 +645,8 @@ def decode_columns(
         "count": cols.count,
         "filtered": cols.filtered,
         "filtered_ranges": array("q", [x for r in cols.filtered_ranges for x in r]).tobytes(),
+        "foreign": cols.foreign,
+        "foreign_ranges": array("q", [x for r in cols.foreign_ranges for x in r]).tobytes(),
         "offsets": cols.offsets.tobytes(),
         "timestamps": cols.timestamps.tobytes(),
         "key_offsets": cols.key_offsets.tobytes(),

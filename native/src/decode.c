@@ -68,7 +68,8 @@ void sp_result_init(sp_result *r) {
 void sp_result_free(sp_result *r) {
     sp_buf *bufs[] = {&r->offsets, &r->timestamps, &r->key_offsets, &r->keys, &r->key_valid, &r->value_offsets,
                       &r->values, &r->value_valid, &r->header_offsets, &r->hkey_offsets, &r->hkeys,
-                      &r->hvalue_offsets, &r->hvalues, &r->hvalue_valid, &r->scratch, &r->filtered_ranges};
+                      &r->hvalue_offsets, &r->hvalues, &r->hvalue_valid, &r->scratch, &r->filtered_ranges,
+                      &r->foreign_ranges};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]->data);
     free(r->batches);
     memset(r, 0, sizeof *r);
@@ -131,6 +132,7 @@ typedef struct {
     int compressed;
     int control_type;    /* for control batches: 0 abort, 1 commit, -1 unknown */
     const sp_where *where; /* records it does not match are parsed but not emitted (NULL: none) */
+    const sp_where *mine;  /* records it does not match are another reader's (NULL: every record is ours) */
     int64_t partition;
     header_views *headers;
 } batch_ctx;
@@ -160,6 +162,20 @@ static int read_field(cursor *c, const uint8_t **data, int64_t *len) {
     *data = c->p;
     if (*len > 0) c->p += *len;
     return 0;
+}
+
+/* One more offset left out, in [start, end) int64 pairs: the last run goes on when it ends at `offset`. */
+static int add_run(sp_buf *runs, int64_t offset) {
+    int64_t last_end, end = wrap_add(offset, 1);
+    if (runs->len >= 16) memcpy(&last_end, runs->data + runs->len - 8, 8);
+    if (runs->len >= 16 && last_end == offset) {
+        memcpy(runs->data + runs->len - 8, &end, 8); /* the run goes on */
+        return SP_OK;
+    }
+    if (buf_reserve(runs, 16)) return SP_ERR_NOMEM;
+    put_i64(runs, offset);
+    put_i64(runs, end);
+    return SP_OK;
 }
 
 static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
@@ -232,23 +248,18 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
         int64_t offset = wrap_add(b->base_offset, off_delta);
         int64_t timestamp = b->log_append_time ? b->max_timestamp : wrap_add(b->first_timestamp, ts_delta);
         int emit = ctx->emit && offset >= ctx->min_offset;
-        if (emit && ctx->where) {
+        if (emit && (ctx->where || ctx->mine)) {
             sp_record_view view = {{key, klen},  {value, vlen}, timestamp, ctx->partition, hv->items, (size_t)hcount,
                                    offset};
-            if (!sp_where_match(ctx->where, &view)) {
+            int foreign = ctx->mine && !sp_where_match(ctx->mine, &view);
+            if (foreign || !sp_where_match(ctx->where, &view)) {
                 emit = 0;
-                r->filtered++;
-                sp_buf *fr = &r->filtered_ranges;
-                int64_t last_end;
-                if (fr->len >= 16) memcpy(&last_end, fr->data + fr->len - 8, 8);
-                int64_t end = wrap_add(offset, 1);
-                if (fr->len >= 16 && last_end == offset) {
-                    memcpy(fr->data + fr->len - 8, &end, 8); /* the run goes on */
-                } else {
-                    if (buf_reserve(fr, 16)) return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
-                    put_i64(fr, offset);
-                    put_i64(fr, end);
-                }
+                if (foreign)
+                    r->foreign++;
+                else
+                    r->filtered++;
+                if (add_run(foreign ? &r->foreign_ranges : &r->filtered_ranges, offset))
+                    return fail(r, SP_ERR_NOMEM, b->position, b->base_offset, "out of memory");
             }
         }
         if (emit) {
@@ -308,8 +319,8 @@ static int parse_records(batch_ctx *ctx, const uint8_t *data, size_t len) {
 
 /* Column lengths before a batch, so a batch that fails half way contributes nothing. */
 typedef struct {
-    size_t count, header_count, filtered, filtered_len, lens[14];
-    int64_t filtered_end; /* the last filtered run's end: a failed batch may have extended it */
+    size_t count, header_count, filtered, filtered_len, foreign, foreign_len, lens[14];
+    int64_t filtered_end, foreign_end; /* the last runs' ends: a failed batch may have extended them */
 } mark;
 
 #define COLUMNS(r)                                                                                            \
@@ -318,8 +329,10 @@ typedef struct {
      &(r)->hvalue_offsets, &(r)->hvalues, &(r)->hvalue_valid}
 
 static mark take_mark(sp_result *r) {
-    mark m = {r->count, r->header_count, r->filtered, r->filtered_ranges.len, {0}, 0};
+    mark m = {r->count, r->header_count, r->filtered, r->filtered_ranges.len, r->foreign, r->foreign_ranges.len,
+              {0}, 0, 0};
     if (m.filtered_len >= 16) memcpy(&m.filtered_end, r->filtered_ranges.data + m.filtered_len - 8, 8);
+    if (m.foreign_len >= 16) memcpy(&m.foreign_end, r->foreign_ranges.data + m.foreign_len - 8, 8);
     sp_buf *cols[] = COLUMNS(r);
     for (size_t i = 0; i < 14; i++) m.lens[i] = cols[i]->len;
     return m;
@@ -333,6 +346,9 @@ static void roll_back(sp_result *r, const mark *m) {
     r->filtered = m->filtered;
     r->filtered_ranges.len = m->filtered_len;
     if (m->filtered_len >= 16) memcpy(r->filtered_ranges.data + m->filtered_len - 8, &m->filtered_end, 8);
+    r->foreign = m->foreign;
+    r->foreign_ranges.len = m->foreign_len;
+    if (m->foreign_len >= 16) memcpy(r->foreign_ranges.data + m->foreign_len - 8, &m->foreign_end, 8);
     /* validity bitmaps: clear the bits past the kept ones in their last byte */
     if (r->count & 7) {
         uint8_t keep = (uint8_t)((1u << (r->count & 7)) - 1);
@@ -380,12 +396,13 @@ static int cmp_aborted(const void *a, const void *b) {
 
 int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
               const sp_aborted_txn *aborted_in, size_t naborted, int64_t min_offset, sp_result *r) {
-    return sp_decode_where(in, len, max_decompressed, verify_crc, aborted_in, naborted, min_offset, NULL, -1, r);
+    return sp_decode_where(in, len, max_decompressed, verify_crc, aborted_in, naborted, min_offset, NULL, NULL, -1,
+                           r);
 }
 
 int sp_decode_where(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
                     const sp_aborted_txn *aborted_in, size_t naborted, int64_t min_offset, const sp_where *where,
-                    int64_t partition, sp_result *r) {
+                    const sp_where *mine, int64_t partition, sp_result *r) {
     size_t pos = 0;
     header_views headers = {NULL, 0};
     pid_set active = {0};
@@ -491,7 +508,8 @@ int sp_decode_where(const uint8_t *in, size_t len, size_t max_decompressed, int 
         }
         b.decompressed_size = (int64_t)records_len;
 
-        batch_ctx ctx = {r, &b, 1, min_offset, (int64_t)pos + HEADER_SIZE, b.codec != 0, -1, where, partition, &headers};
+        batch_ctx ctx = {r, &b, 1, min_offset, (int64_t)pos + HEADER_SIZE, b.codec != 0, -1, where, mine,
+                         partition, &headers};
         if (aborted && b.producer_id >= 0) {
             while (next_aborted < naborted && aborted[next_aborted].first_offset <= b.last_offset)
                 if (pid_add(&active, aborted[next_aborted++].producer_id)) {

@@ -109,19 +109,19 @@ static PyObject *compile_where(PyObject *self, PyObject *args) {
 static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *kwlist[] = {"data", "max_decompressed", "verify_crc", "aborted", "min_offset", "where", "partition",
-                             NULL};
+                             "mine", NULL};
     Py_buffer in;
     Py_ssize_t max_decompressed;
     int verify_crc = 1;
-    PyObject *aborted_obj = Py_None, *where_obj = Py_None;
+    PyObject *aborted_obj = Py_None, *where_obj = Py_None, *mine_obj = Py_None;
     long long min_offset = INT64_MIN, partition = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*n|pOLOL", kwlist, &in, &max_decompressed, &verify_crc,
-                                     &aborted_obj, &min_offset, &where_obj, &partition))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*n|pOLOLO", kwlist, &in, &max_decompressed, &verify_crc,
+                                     &aborted_obj, &min_offset, &where_obj, &partition, &mine_obj))
         return NULL;
     sp_aborted_txn *aborted = NULL;
     Py_ssize_t naborted = 0;
     PyObject *result = NULL;
-    const sp_where *where = NULL;
+    const sp_where *where = NULL, *mine = NULL;
     if (max_decompressed <= 0) {
         PyErr_SetString(PyExc_ValueError, "max_decompressed must be a positive number of bytes");
         goto out;
@@ -132,6 +132,13 @@ static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs
             goto out;
         }
         where = PyCapsule_GetPointer(where_obj, WHERE_CAPSULE);
+    }
+    if (mine_obj != Py_None) {
+        if (!PyCapsule_IsValid(mine_obj, WHERE_CAPSULE)) {
+            PyErr_SetString(PyExc_TypeError, "mine must be a predicate compiled by compile_where");
+            goto out;
+        }
+        mine = PyCapsule_GetPointer(mine_obj, WHERE_CAPSULE);
     }
     if (aborted_obj != Py_None) {
         PyObject *seq = PySequence_Fast(aborted_obj, "aborted must be a sequence of (producer_id, first_offset)");
@@ -161,12 +168,12 @@ static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs
         Py_BEGIN_ALLOW_THREADS
         sp_decode_where(in.buf, (size_t)in.len, (size_t)max_decompressed, verify_crc,
                         aborted_obj == Py_None ? NULL : aborted, (size_t)naborted, (int64_t)min_offset, where,
-                        (int64_t)partition, &r);
+                        mine, (int64_t)partition, &r);
         Py_END_ALLOW_THREADS
     } else {
         sp_decode_where(in.buf, (size_t)in.len, (size_t)max_decompressed, verify_crc,
                         aborted_obj == Py_None ? NULL : aborted, (size_t)naborted, (int64_t)min_offset, where,
-                        (int64_t)partition, &r);
+                        mine, (int64_t)partition, &r);
     }
 
     result = PyDict_New();
@@ -187,7 +194,9 @@ static PyObject *decode_columns(PyObject *self, PyObject *args, PyObject *kwargs
     }
     if (set_item(result, "count", PyLong_FromSize_t(r.count)) ||
         set_item(result, "filtered", PyLong_FromSize_t(r.filtered)) ||
-        set_item(result, "filtered_ranges", take(&r.filtered_ranges)) || set_item(result, "offsets", take(&r.offsets)) ||
+        set_item(result, "filtered_ranges", take(&r.filtered_ranges)) ||
+        set_item(result, "foreign", PyLong_FromSize_t(r.foreign)) ||
+        set_item(result, "foreign_ranges", take(&r.foreign_ranges)) || set_item(result, "offsets", take(&r.offsets)) ||
         set_item(result, "timestamps", take(&r.timestamps)) || set_item(result, "key_offsets", take(&r.key_offsets)) ||
         set_item(result, "keys", take(&r.keys)) || set_item(result, "key_valid", take(&r.key_valid)) ||
         set_item(result, "value_offsets", take(&r.value_offsets)) || set_item(result, "values", take(&r.values)) ||
@@ -611,7 +620,7 @@ static PyObject *crc32c_hw_available(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"decode_columns", (PyCFunction)(void (*)(void))decode_columns, METH_VARARGS | METH_KEYWORDS,
      "decode_columns(data, max_decompressed, verify_crc=True, aborted=None, min_offset=MIN, where=None, "
-     "partition=-1) -> dict of columns"},
+     "partition=-1, mine=None) -> dict of columns"},
     {"compile_where", (PyCFunction)compile_where, METH_VARARGS,
      "compile_where(program: bytes) -> a compiled record predicate for decode_columns(where=); ValueError if bad"},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_VARARGS | METH_KEYWORDS,

@@ -75,6 +75,8 @@ typedef struct {
     size_t decompressed_total;
     size_t filtered;                    /* records a `where` predicate left out (not emitted) */
     sp_buf filtered_ranges;             /* their offsets, as int64 [start, end) pairs in order, runs merged */
+    size_t foreign;                     /* records outside a `mine` predicate: another reader's (not emitted) */
+    sp_buf foreign_ranges;              /* their offsets, as filtered_ranges */
     /* error (stop == SP_STOP_ERROR) */
     int err_kind;
     char err_msg[320];
@@ -129,10 +131,12 @@ void sp_where_free(sp_where *w);
 int sp_where_match(const sp_where *w, const sp_record_view *record);
 
 /* sp_decode with a predicate (NULL: every record) and the partition the record set is of (what `partition`
- * tests compare). */
+ * tests compare). `mine` (NULL: every record is) says which records are this reader's at all: one outside it
+ * (a key slice another worker holds) is neither emitted nor matched against `where`, and is counted apart, in
+ * `foreign`, since it is not done by being left out here, unlike a filtered one. */
 int sp_decode_where(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,
                     const sp_aborted_txn *aborted, size_t naborted, int64_t min_offset, const sp_where *where,
-                    int64_t partition, sp_result *r);
+                    const sp_where *mine, int64_t partition, sp_result *r);
 
 uint32_t sp_crc32c(uint32_t crc, const uint8_t *data, size_t len);
 uint32_t sp_crc32c_sw(uint32_t crc, const uint8_t *data, size_t len);

@@ -37,11 +37,13 @@ WHERE_SEEDS = [
     "timestamp >= 5 and partition in (1, 3)",
     "header(h) exists and key in ('a', 'b')",
     "key != 'k0' and not (header(trace) ^= 'ab' or value ^= '')",
+    "slice < 2147483648 or slice in (3, 5)",
 ]
 
 
 def _where_corpus(into: Path) -> None:
-    """Seeds for fuzz_where: a predicate's program (its length first) before each record set of the corpus."""
+    """Seeds for fuzz_where: a predicate's program (its length first, the high bit set on every other seed, for a
+    `mine` rather than a `where`) before each record set of the corpus."""
     from streamplane.native.where import program
     from streamplane.predicate import parse
 
@@ -49,7 +51,8 @@ def _where_corpus(into: Path) -> None:
     into.mkdir()
     for i, path in enumerate(sorted(CORPUS.iterdir())):
         p = programs[i % len(programs)]
-        (into / path.name).write_bytes(bytes([len(p)]) + p + path.read_bytes()[1:])
+        assert len(p) < 0x80, "a seed's program fits the harness's 7-bit length"
+        (into / path.name).write_bytes(bytes([len(p) | (i % 2) << 7]) + p + path.read_bytes()[1:])
 
 
 @pytest.mark.slow

@@ -102,6 +102,9 @@ def test_a_batch_that_fails_half_way_counts_nothing_it_left_out(impl: str) -> No
     assert (batch.count, batch.filtered) == (4, 2)
     assert batch.filtered_ranges == [(2, 3), (5, 6)], "the failed batch extended nothing"
     assert isinstance(batch.error, MalformedBatchError)
+    batch = native.decode(good + tail + bad, mine=compile_where("key exists"), impl=impl)
+    assert (batch.count, batch.foreign, batch.filtered) == (4, 2, 0)
+    assert batch.foreign_ranges == [(2, 3), (5, 6)], "nor another reader's"
 
 
 def test_a_bad_program_is_refused_with_a_sentence_and_compiles_nothing() -> None:
@@ -183,6 +186,72 @@ _records = st.builds(
     headers=st.lists(st.tuples(_names.map(str.encode), st.one_of(st.none(), _bytes)), max_size=3),
     timestamp_delta=st.integers(0, 6),
 )
+
+
+def _slice(i: int, n: int) -> Predicate:
+    """The i-th of n equal key slices (what a slice holder reads)."""
+    lo, hi = i * SLICE_SPACE // n, (i + 1) * SLICE_SPACE // n
+    return AllOf((Test(Subject.SLICE, Op.GE, (lo,)), Test(Subject.SLICE, Op.LT, (hi,))))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mine=st.one_of(
+        st.tuples(st.integers(1, 4)).flatmap(lambda n: st.integers(0, n[0] - 1).map(lambda i: _slice(i, n[0]))),
+        _predicates,
+    ),
+    where=st.one_of(st.none(), _predicates),
+    records=st.lists(_records, max_size=6),
+    codec=st.sampled_from(sorted(CODECS.values())),
+    base=st.integers(0, 2**40),
+)
+def test_another_readers_records_are_foreign_not_filtered_and_never_matched_against_where(
+    mine: Predicate, where: Predicate | None, records: list[Rec], codec: int, base: int
+) -> None:
+    """A slice holder's decoder leaves out the records of other slices as foreign (another reader's: not done
+    by being left out here) and filters only its own: each offset is exactly one of kept, filtered and
+    foreign, in both decoders."""
+    data = build_batch(records, first_timestamp=FIRST_TS, codec=codec if records else NONE, base_offset=base)
+
+    def holds(p: Predicate, i: int, r: Rec) -> bool:
+        return matches(
+            p,
+            key=r.key,
+            value=r.value,
+            timestamp=FIRST_TS + r.timestamp_delta,
+            partition=2,
+            headers=[(k.decode(), v) for k, v in r.headers],
+            offset=base + i,
+        )
+
+    foreign = [base + i for i, r in enumerate(records) if not holds(mine, i, r)]
+    filtered = [base + i for i, r in enumerate(records) if base + i not in foreign and where and not holds(where, i, r)]
+    kept = [base + i for i in range(len(records)) if base + i not in foreign + filtered]
+    for impl in IMPLS:
+        batch = native.decode(
+            data,
+            where=None if where is None else compile_where(render(where)),
+            mine=compile_where(render(mine)),
+            partition=2,
+            impl=impl,
+        )
+        assert [r.offset for r in batch.records()] == kept, impl
+        assert (batch.foreign, batch.filtered) == (len(foreign), len(filtered)), impl
+        assert [o for a, b in batch.foreign_ranges for o in range(a, b)] == foreign, impl
+        assert [o for a, b in batch.filtered_ranges for o in range(a, b)] == filtered, impl
+
+
+def test_every_key_is_in_exactly_one_of_n_slices() -> None:
+    """Slices split a partition's keys between their holders: none is read by two, none by nobody."""
+    records = [Rec(key=b"tenant-%d" % i, value=b"v") for i in range(200)] + [Rec(key=None, value=b"v")] * 20
+    data = build_batch(records, first_timestamp=FIRST_TS, codec=ZSTD)
+    for n in (1, 2, 3, 4):
+        read: list[int] = []
+        for i in range(n):
+            batch = native.decode(data, mine=compile_where(render(_slice(i, n))), partition=0)
+            assert batch.count + batch.foreign == len(records) and batch.filtered == 0
+            read += [r.offset for r in batch.records()]
+        assert sorted(read) == list(range(len(records))), n
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
