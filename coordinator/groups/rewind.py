@@ -130,21 +130,24 @@ def lookup(
     (partition, bounds, the generation's state) each, and a sentence per generation that cannot be read (its
     cluster gone or silent, its topic gone)."""
 
-    def one(gen: Generation) -> list[PartitionBounds] | str:
+    def one(chosen_gen: tuple[str, Generation, list[int]]) -> list[PartitionBounds] | str:
+        """The generation's bounds, or the sentence saying why they cannot be read."""
+        lane_name, gen, _ = chosen_gen
+        where = f"{lane_name} g{gen.number} on cluster {gen.cluster}"
         try:
             return admin.bounds(get_cluster(db, gen.cluster), gen.topic, gen.partitions, at_ms)
         except NotFoundError as err:
-            return f": {err.message}"
+            return f"{where}: {err.message}"
         except StreamplaneError as err:
-            return f" cannot be read: {err.message}"
+            return f"{where} cannot be read: {err.message}"
 
     with ThreadPoolExecutor(max(1, min(LOOKUPS_AT_ONCE, len(chosen))), thread_name_prefix="rewind-lookup") as pool:
-        answers = list(pool.map(one, [gen for _, gen, _ in chosen]))
+        answers = list(pool.map(one, chosen))
     found: list[tuple[PartitionRef, PartitionBounds, str]] = []
     lost: list[str] = []
     for (lane_name, gen, parts), bounds in zip(chosen, answers, strict=True):
         if isinstance(bounds, str):
-            lost.append(f"{lane_name} g{gen.number} on cluster {gen.cluster}{bounds}")  # why it cannot be read
+            lost.append(bounds)
             continue
         found += [(PartitionRef(stream, lane_name, gen.number, p), bounds[p], str(gen.state)) for p in parts]
     return found, lost

@@ -266,21 +266,28 @@ class SessionHost:
     ) -> Session:
         """A worker's session: a new one, or with `resume_session` the worker's live session of that id (its
         leases and epochs kept: its stream broke, not the worker)."""
-        member = leases.join(
-            self.db,
-            group,
-            worker_id,
-            self._new_session_id(),
-            subscriptions,
-            capacity=capacity,
-            max_load=max_load,
-            now_ms=self.clock.now_ms(),
-            ttl_ms=self.config.ttl_ms,
-            resume_session=resume_session,
-            principal=principal,
-            replica=self.replica_id,
-            where=where,
-        )
+
+        session_id = self._new_session_id()
+
+        def join(tr: Transaction) -> tuple[Member | None, str]:  # the group's predicate, as join checked it
+            member = leases.join(
+                tr,
+                group,
+                worker_id,
+                session_id,
+                subscriptions,
+                capacity=capacity,
+                max_load=max_load,
+                now_ms=self.clock.now_ms(),
+                ttl_ms=self.config.ttl_ms,
+                resume_session=resume_session,
+                principal=principal,
+                replica=self.replica_id,
+                where=where,
+            )
+            return member, group_config.group_where(tr, group)
+
+        member, group_where = self.db.transact(join)
         if member is None:
             raise UnavailableError(
                 f"worker {worker_id!r}'s previous session still holds leases being freed; join again in a moment"
@@ -289,7 +296,7 @@ class SessionHost:
         log.info(
             "session.resumed" if resumed else "session.opened", group=group, worker=worker_id, session=member.session_id
         )
-        return Session(self, group, member, group_config.group_where(self.db, group))
+        return Session(self, group, member, group_where)
 
     def placement(self, tr: Transaction, lease: Lease, topology_head: int) -> leases.Placement:
         """Where a lease's generation is, read once per topology change for all of this replica's sessions
