@@ -159,6 +159,10 @@ MEMBERS = ROOT["member"]
 WORKER_ERRORS = ROOT["worker_errors"]
 LEASES = ROOT["lease"]
 HELD = ROOT["held"]
+SLICE_LEASES = ROOT["slice_lease"]
+"""(group, stream, lane, generation, partition, index) -> the lease of one slice of a split partition."""
+SLICE_HELD = ROOT["slice_held"]
+"""(group, worker, stream, lane, generation, partition, index) -> b"": the slice leases a member holds."""
 MEMBER_VERSIONS = ROOT["member_version"]
 GROUP_VERSIONS = ROOT["group_version"]
 LEADER = ROOT.pack(("leader",))
@@ -256,6 +260,26 @@ def worker_errors_key(group: str, worker_id: str) -> bytes:
 
 def lease_key(group: str, stream: str, lane: str, generation: int, partition: int) -> bytes:
     return LEASES.pack((group, stream, lane, generation, partition))
+
+
+def slice_lease_key(group: str, stream: str, lane: str, generation: int, partition: int, index: int) -> bytes:
+    return SLICE_LEASES.pack((group, stream, lane, generation, partition, index))
+
+
+def slice_held_key(
+    group: str, worker_id: str, stream: str, lane: str, generation: int, partition: int, index: int
+) -> bytes:
+    return SLICE_HELD.pack((group, worker_id, stream, lane, generation, partition, index))
+
+
+def slice_held_key_prefix(group: str, worker_id: str) -> bytes:
+    """What every key of a member's slice holder index begins with; the rest is the packed slice key's tail."""
+    return SLICE_HELD.pack((group, worker_id))
+
+
+def slice_lease_key_prefix(group: str) -> bytes:
+    """What every slice lease key of a group begins with."""
+    return SLICE_LEASES.pack((group,))
 
 
 def member_version_key(group: str, worker_id: str) -> bytes:

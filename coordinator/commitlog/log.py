@@ -45,6 +45,8 @@ from streamplane.model import (
     RejectPage,
     Retry,
     RetryState,
+    Slice,
+    parse_lease,
 )
 from streamplane.names import check_lane_name, check_object_name
 
@@ -85,6 +87,9 @@ class Header:
     filtered: int = 0
     """Offsets the holders' `where` predicate left out, each counted once (done like acked ones)."""
     updated_ms: int = 0
+    slice_pending: dict[str, int] = field(default_factory=dict)
+    """While the partition is split: {slice name: when its oldest record not processed yet was written}, as
+    each slice's holder last said; `oldest_pending_ts_ms` is the oldest of them."""
 
     def offset_lag(self) -> int:
         return max(0, self.high - self.low - self.done_above)
@@ -110,6 +115,14 @@ def _partition(group: str, lid: str) -> PartitionRef:
     """The partition a commit names, once its group's name is checked."""
     check_object_name("group", group)
     return parse_lease_id(lid)
+
+
+def header_json(header: Header) -> bytes:
+    """A header as stored: flat (no asdict copy), without the slices' times while the partition is whole."""
+    d = dict(vars(header))
+    if not header.slice_pending:
+        del d["slice_pending"]
+    return json.dumps(d, sort_keys=True).encode()
 
 
 def read_header(tr: Transaction, group: str, ref: PartitionRef) -> Header:
@@ -218,13 +231,25 @@ def validate(c: Commit, header: Header) -> int:
     return high
 
 
-def _oldest_pending(c: Commit, header: Header) -> int:
-    """When the oldest record not processed yet was written, as the time lag uses it. A commit that saw less of
-    the partition than the log knows of (a late copy of an earlier one) knows nothing of the records past its
-    high watermark: it never makes that time later, or unknown (0), and so never hides a lag."""
-    if c.high_watermark >= header.high or not header.oldest_pending_ts_ms:
+def _oldest_pending(c: Commit, high: int, before: int) -> int:
+    """When the oldest record not processed yet was written, as the time lag uses it (`high`, `before`: the
+    high watermark and that time as the log knows them). A commit that saw less of the partition than the log
+    knows of (a late copy of an earlier one) knows nothing of the records past its high watermark: it never
+    makes that time later, or unknown (0), and so never hides a lag."""
+    if c.high_watermark >= high or not before:
         return c.oldest_pending_ts_ms
-    return min(c.oldest_pending_ts_ms or header.oldest_pending_ts_ms, header.oldest_pending_ts_ms)
+    return min(c.oldest_pending_ts_ms or before, before)
+
+
+def _pending_times(c: Commit, header: Header, piece: Slice | None) -> tuple[int, dict[str, int]]:
+    """The partition's oldest pending time after a commit, and its slices' (see Header.slice_pending): a
+    slice's holder speaks for its own slice only, and the partition's time is the oldest of its slices'."""
+    if piece is None:
+        return _oldest_pending(c, header.high, header.oldest_pending_ts_ms), {}
+    suffix = f"of{piece.count}"  # a split into another count left names of its own: they no longer count
+    pending = {name: ts for name, ts in header.slice_pending.items() if name.endswith(suffix)}
+    pending[piece.name] = _oldest_pending(c, header.high, pending.get(piece.name, 0))
+    return min((ts for ts in pending.values() if ts > 0), default=0), pending
 
 
 def check_writer(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "", session_id: str = "") -> None:
@@ -333,7 +358,8 @@ def _apply(
     principal: str = "",
     session_id: str = "",
 ) -> CommitResult:
-    ref = _partition(group, lid)
+    ref, piece = parse_lease(lid)
+    check_object_name("group", group)
     check_writer(tr, group, lid, epoch, principal, session_id)
     header = read_header(tr, group, ref)
     high = validate(c, header)
@@ -465,19 +491,21 @@ def _apply(
         r0 = keys.RETRIES.range((group, *ref))
         tr.clear_range(r0.start, r0.stop)
         retries = 0
+    oldest, slice_pending = _pending_times(c, header, piece)
     new_header = replace(
         header,
         low=low,
         high=max(high, low),
         high_ts_ms=max(header.high_ts_ms, c.high_watermark_ts_ms),
-        oldest_pending_ts_ms=_oldest_pending(c, header),
+        oldest_pending_ts_ms=oldest,
+        slice_pending=slice_pending,
         done_above=header.done_above + added - consumed,
         retries=retries,
         rejects=rejects,
         filtered=header.filtered + filtered,
         updated_ms=now_ms,
     )
-    tr.set(keys.progress_key(group, ref), json.dumps(vars(new_header), sort_keys=True).encode())  # flat: no asdict copy
+    tr.set(keys.progress_key(group, ref), header_json(new_header))
     unique = {c.offset: c for c in copies}  # an offset named twice in one commit: its last answer
     return CommitResult(low, sorted(set(exhausted)), added + jumped, retries, [unique[o] for o in sorted(unique)])
 
@@ -540,7 +568,7 @@ def rewind(tr: Transaction, group: str, ref: PartitionRef, offset: int, *, now_m
         purged=states.count(PURGED),
         updated_ms=now_ms,
     )
-    tr.set(keys.progress_key(group, ref), json.dumps(vars(rewound), sort_keys=True).encode())
+    tr.set(keys.progress_key(group, ref), header_json(rewound))
 
 
 MAX_BATCH_LEASES = 4096
@@ -736,7 +764,7 @@ def count_state_changes(tr: Transaction, group: str, changed: list[tuple[Partiti
             if new in counts:
                 counts[new] += 1
         changed_header = replace(header, redriven=max(0, counts[REDRIVEN]), purged=max(0, counts[PURGED]))
-        tr.set(keys.progress_key(group, ref), json.dumps(vars(changed_header), sort_keys=True).encode())
+        tr.set(keys.progress_key(group, ref), header_json(changed_header))
 
 
 def _rejected(group: str, ref: PartitionRef, offset: int, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:

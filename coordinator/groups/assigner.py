@@ -16,7 +16,7 @@ import structlog
 
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator import keys
-from streamplane.coordinator.groups import leadership, leases
+from streamplane.coordinator.groups import leadership, leases, slices
 from streamplane.coordinator.groups import lifecycle as group_lifecycle
 from streamplane.coordinator.groups import state as group_state
 from streamplane.coordinator.groups.leases import Lease, Member
@@ -128,9 +128,11 @@ class Assigner:
         no group can have (the one rule every RPC applies)."""
         check_object_name("group", group)
 
-        def read(tr: Transaction) -> tuple[dict[str, Member], dict[PartitionRef, Lease], str]:
+        def read(tr: Transaction) -> tuple[dict[str, Member], list[Lease], str]:
             owner = leadership.group_owner(tr, group) or leadership.leader(tr)
-            return leases.read_members(tr, group), leases.read_leases(tr, group), owner
+            held = list(leases.read_leases(tr, group).values())
+            held += [x for split in slices.stored(tr, group).values() for x in split]
+            return leases.read_members(tr, group), held, owner
 
         members, held, leader = self.db.transact(read)
         return GroupDescription(
@@ -144,8 +146,9 @@ class Assigner:
                     state=x.state,
                     worker_id=x.worker_id,
                     load=LeaseLoad(x.records_per_s, x.lag_records, x.lag_ms),
+                    slice=x.slice,
                 )
-                for x in sorted(held.values(), key=lambda x: x.key)
+                for x in sorted(held, key=lambda x: (x.key, x.slices, x.slice_index))
             ),
         )
 
@@ -220,6 +223,15 @@ class Assigner:
             hold_until_ms=owned.grace_until,
         )
         return state, applied, changes
+
+    def _slices(self, tr: Transaction, state: GroupState, applied: group_state.Applied, now: int) -> None:
+        """The pass's step for the group's split partitions (slices.py), after the Balancer's: its revoke
+        deadlines join the pass's, and a merge done is looked at again at once (the Balancer takes it back)."""
+        load = {worker: len(held) for worker, held in state.held.items()}
+        sliced = slices.plan(tr, state.group, state.members, now_ms=now, revoke_ms=self.config.revoke_ms, load=load)
+        group_state.read_again(tr, state, sliced.touched)
+        due = [d for d in (applied.next_deadline_ms, sliced.next_deadline_ms, now if sliced.merged else 0) if d]
+        applied.next_deadline_ms = min(due, default=0)
 
     def _join_window(self, tr: Transaction, group: str, version: int, now: int) -> int:
         """When a group nobody holds a lease of yet is to be assigned, while members may still be joining (0:
@@ -358,6 +370,8 @@ class Assigner:
                 stale = group_state.write_changes(tr, group, first, now_ms=now)
                 group_state.read_again(tr, state, stale)  # as they are, and planned again at once
                 state.reread.update(stale)
+                if state.split:
+                    self._slices(tr, state, applied, now)
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)
                 seen = (

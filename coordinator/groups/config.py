@@ -9,10 +9,14 @@ Kept in one small value per group (`keys.group_config_key`), read by the commit 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.errors import FailedPreconditionError, InvalidArgumentError
+from streamplane.coordinator.topology.records import get_stream
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError, LimitExceededError, NotFoundError
+from streamplane.model import MAX_SLICES, SETTLED, PartitionRef
 from streamplane.names import check_lane_name, check_object_name
 from streamplane.predicate import parse, render
 
@@ -27,6 +31,11 @@ DEFAULT_EXPIRE_AFTER_MS = 7 * DAY_MS
 NEVER = -1
 """An `expire_after_ms` that keeps the group until it is deleted by hand."""
 EXPIRE_AFTER_RANGE_MS = (1_000, 3_660 * DAY_MS)
+DEFAULT_MAX_SLICES = 4
+"""Slices a partition is split into at most unless the group says otherwise: each holder fetches the whole
+partition, so a split into N multiplies its fetch bytes by N."""
+MAX_SPLITS = 256
+"""Partitions one group may have split at once (the slice planner reads them all at every pass)."""
 
 
 def check_expire_after(ms: int) -> int:
@@ -86,13 +95,16 @@ def configure(
     lag_target_ms: int = 0,
     expire_after: int = 0,
     where: str | None = None,
+    max_slices: int = 0,
+    split: tuple[str, int] | None = None,
 ) -> None:
     """Set a lane's max attempts and/or time-lag target, and/or the group's expiry (0 leaves a setting as it
     is; the lane is needed only for the first two), and/or its record predicate (None leaves it, "" removes
-    it; a bad one is refused naming the column of its error)."""
+    it; a bad one is refused naming the column of its error), and/or the most slices a partition is split
+    into, and/or a split: (partition's lease id, slices; 1 merges it again). See slices.py."""
     check_object_name("group", group)
-    if not attempts and not lag_target_ms and not expire_after and where is None:
-        raise InvalidArgumentError("give max_attempts, lag_target_ms, expire_after_ms or where")
+    if not attempts and not lag_target_ms and not expire_after and where is None and not max_slices and not split:
+        raise InvalidArgumentError("give max_attempts, lag_target_ms, expire_after_ms, where, max_slices or split")
     rendered = render(parse(where)) if where else ""
     if (attempts or lag_target_ms) and not lane:
         raise InvalidArgumentError("lane is required with max_attempts or lag_target_ms: they are set per lane")
@@ -116,6 +128,55 @@ def configure(
         config["expire_after_ms"] = expire_after
     if where is not None:
         config["where"] = rendered
+    configure_slices(config, tr, split=split, limit=max_slices)
     tr.set(key, json.dumps(config, sort_keys=True).encode())
     tr.add(keys.group_version_key(group), 1)  # the Assigner looks at the group again
     tr.add(keys.ASSIGNER_WAKE, 1)
+
+
+def configured(config: Mapping[str, Any]) -> dict[PartitionRef, int]:
+    """{partition: slices} as a group's stored settings ask."""
+    return {PartitionRef.parse(lid): int(n) for lid, n in config.get("splits", {}).items()}
+
+
+def max_slices(config: Mapping[str, Any]) -> int:
+    return int(config.get("max_slices", DEFAULT_MAX_SLICES))
+
+
+def check_split(tr: Transaction, lid: str, count: int, limit: int) -> PartitionRef:
+    """The partition `lid` names, if it exists and `count` is a split it may take (1: merged again);
+    InvalidArgumentError or NotFoundError naming what is wrong otherwise."""
+    ref = PartitionRef.parse(lid)
+    if lid != ref.lease_id:
+        raise InvalidArgumentError(f"split names a partition (stream/lane/g<generation>/p<partition>), not {lid!r}")
+    if not 1 <= count <= limit:
+        raise InvalidArgumentError(
+            f"a partition splits into 2 to {limit} slices (the group's max_slices), or 1 to merge it, not {count}"
+        )
+    stream = get_stream(tr, ref.stream, "split")
+    lane = stream.lane(ref.lane)
+    gen = lane.generation(ref.generation) if lane is not None else None
+    if gen is None or ref.partition >= gen.partitions:
+        raise NotFoundError(f"split: {lid} is not a partition of {ref.stream}", kind="partition", name=lid)
+    if gen.state in SETTLED:
+        raise InvalidArgumentError(f"split: {lid} is in a {gen.state} generation: nothing is left to read in it")
+    return ref
+
+
+def configure_slices(config: dict[str, Any], tr: Transaction, *, split: tuple[str, int] | None, limit: int) -> None:
+    """Apply `max_slices` (`limit`, 0: as it is) and a split (count 1 removes it) to a group's stored settings."""
+    if limit:
+        if not 1 <= limit <= MAX_SLICES:
+            raise InvalidArgumentError(f"max_slices must be between 1 (never split) and {MAX_SLICES}, not {limit}")
+        config["max_slices"] = limit
+    if split is None:
+        return
+    lid, count = split
+    ref = check_split(tr, lid, count, max_slices(config))
+    splits = config.setdefault("splits", {})
+    if count == 1:
+        splits.pop(ref.lease_id, None)
+    elif ref.lease_id not in splits and len(splits) >= MAX_SPLITS:
+        raise LimitExceededError(f"the group has {len(splits)} split partitions; the limit is {MAX_SPLITS}")
+    else:
+        splits[ref.lease_id] = count

@@ -46,7 +46,10 @@ from streamplane.model import (
     LeaseState,
     MemberInfo,
     PartitionRef,
+    Slice,
     Subscription,
+    parse_lease,
+    slice_lease_id,
 )
 from streamplane.names import check_lane_name, check_object_name
 
@@ -87,14 +90,36 @@ class Lease:
     records_per_s: float = 0.0
     lag_records: int = 0
     lag_ms: int = 0
+    slice_index: int = 0
+    slices: int = 0
+    """A slice lease's place in its split partition: which slice of how many (0 slices: the whole partition,
+    stored under keys.LEASES; a slice is stored under keys.SLICE_LEASES, see groups/slices.py)."""
+
+    @property
+    def slice(self) -> Slice | None:
+        return Slice(self.slice_index, self.slices) if self.slices else None
 
     @property
     def lease_id(self) -> str:
-        return lease_id(self.stream, self.lane, self.generation, self.partition)
+        ref = PartitionRef(self.stream, self.lane, self.generation, self.partition)
+        return slice_lease_id(ref, Slice(self.slice_index, self.slices)) if self.slices else ref.lease_id
 
     @property
     def key(self) -> PartitionRef:
+        """The partition (of a slice lease: the partition it is a slice of, whose progress it shares)."""
         return PartitionRef(self.stream, self.lane, self.generation, self.partition)
+
+    def store_key(self, group: str) -> bytes:
+        """Where the lease is stored."""
+        if self.slices:
+            return keys.slice_lease_key(group, *self.key, self.slice_index)
+        return keys.lease_key(group, self.stream, self.lane, self.generation, self.partition)
+
+    def held_key(self, group: str, worker_id: str) -> bytes:
+        """Its entry in `worker_id`'s holder index."""
+        if self.slices:
+            return keys.slice_held_key(group, worker_id, *self.key, self.slice_index)
+        return keys.held_key(group, worker_id, *self.key)
 
     def to_json(self) -> bytes:
         # by hand, not asdict() (which copies deeply): every lease write of a large pass goes through here
@@ -108,6 +133,8 @@ class Lease:
             "lag_records": self.lag_records,
             "lag_ms": self.lag_ms,
         }
+        if self.slices:
+            d["slices"] = self.slices
         return json.dumps(d, sort_keys=True).encode()
 
 
@@ -143,6 +170,24 @@ def _finite(field_name: str, value: float, *, positive: bool = False) -> float:
 def lease_from(key: bytes, raw: bytes) -> Lease:
     _, stream, lane, generation, partition = keys.LEASES.unpack(key)
     return Lease(stream, lane, generation, partition, **json.loads(raw))
+
+
+def slice_lease_from(key: bytes, raw: bytes) -> Lease:
+    _, stream, lane, generation, partition, index = keys.SLICE_LEASES.unpack(key)
+    return Lease(stream, lane, generation, partition, slice_index=index, **json.loads(raw))
+
+
+@transactional
+def read_lease_id(tr: Transaction, group: str, lid: str) -> Lease | None:
+    """The lease stored where a lease id names (None: none). For a slice's id, that is the lease of the slice
+    with its index, which is another slice (its `lease_id` differs) once the partition was split anew into
+    another count."""
+    ref, piece = parse_lease(lid)
+    if piece is None:
+        return read_lease(tr, group, ref)
+    key = keys.slice_lease_key(group, *ref, piece.index)
+    raw = tr.get(key)
+    return slice_lease_from(key, raw) if raw else None
 
 
 def live_until(alive_until_ms: int, replica: str, replicas: dict[str, int]) -> int:
@@ -252,6 +297,16 @@ def read_member_leases(
         seen[lease_key] = (lease_raw, lease)
         if lease.worker_id == worker_id and lease.state != FREE:
             held.append(lease)
+    index = keys.slice_held_key_prefix(group, worker_id)
+    slices_prefix = keys.slice_lease_key_prefix(group)
+    for key, _ in tr.get_range(index + b"\x00", index + b"\xff"):
+        lease_key = slices_prefix + key[len(index) :]
+        lease_raw = tr.get(lease_key)
+        if lease_raw is None:
+            continue
+        lease = slice_lease_from(lease_key, lease_raw)
+        if lease.worker_id == worker_id and lease.state != FREE:
+            held.append(lease)
     if cache is not None:
         cache.clear()
         cache.update(seen)
@@ -263,10 +318,10 @@ def write_lease(tr: Transaction, group: str, old: Lease | None, new: Lease) -> N
     old_holder = old.worker_id if old is not None and old.state != FREE else ""
     new_holder = new.worker_id if new.state != FREE else ""
     if old_holder and old_holder != new_holder:
-        tr.clear(keys.held_key(group, old_holder, *new.key))
+        tr.clear(new.held_key(group, old_holder))
     if new_holder and new_holder != old_holder:
-        tr.set(keys.held_key(group, new_holder, *new.key), b"")
-    tr.set(keys.lease_key(group, *new.key), new.to_json())
+        tr.set(new.held_key(group, new_holder), b"")
+    tr.set(new.store_key(group), new.to_json())
 
 
 # -- changes --------------------------------------------------------------------------------------------------------
@@ -453,17 +508,16 @@ def heartbeat(
     if beat.leases:
         tr.add(keys.group_loads_key(group), 1)  # the assignment loop looks again only when loads moved
     for lid, load in beat.leases:
-        key = keys.lease_key(group, *parse_lease_id(lid))
-        raw = tr.get(key)
-        lease = lease_from(key, raw) if raw else None
+        lease = read_lease_id(tr, group, lid)
         if lease is None or lease.worker_id != worker_id or lease.state == FREE:
             continue  # a lease that moved away in the meantime: its load is the new holder's to report
         records_per_s = smooth(lease.records_per_s, load.records_per_s)
         tr.set(
-            key,
+            lease.store_key(group),
             replace(lease, records_per_s=records_per_s, lag_records=load.lag_records, lag_ms=load.lag_ms).to_json(),
         )
-        tr.set(keys.load_report_key(group, *lease.key), b"")  # the group's owner reads these leases again
+        if not lease.slices:  # a slice's load is the slice planner's, which reads its slices every pass
+            tr.set(keys.load_report_key(group, *lease.key), b"")  # the group's owner reads these leases again
 
 
 @transactional
@@ -474,9 +528,9 @@ def release(
     end (freed, granted again at a newer epoch, or gone with its partition) changes nothing; one of a lease
     never held at that epoch is bad input."""
     _own_member(tr, group, worker_id, session_id)
-    key = keys.lease_key(group, *parse_lease_id(lid))
-    raw = tr.get(key)
-    lease = lease_from(key, raw) if raw else None
+    lease = read_lease_id(tr, group, lid)
+    if lease is not None and lease.lease_id != lid:
+        return None  # a slice of an earlier split: gone with it
     if lease is not None and epoch > lease.epoch:
         raise FailedPreconditionError(f"worker {worker_id!r} never held lease {lid} at epoch {epoch}")
     if lease is None or lease.state == FREE:
@@ -585,7 +639,14 @@ def check_lease(tr: Transaction, group: str, lid: str, epoch: int, principal: st
     `session_id`, also FencedError unless that session holds it (two workers sharing a credential cannot
     commit for each other's leases)."""
     check_object_name("group", group)
-    lease = read_lease(tr, group, parse_lease_id(lid))
+    lease = read_lease_id(tr, group, lid)
+    if (lease is None or lease.lease_id != lid) and parse_lease(lid)[1] is not None:
+        raise FencedError(
+            f"lease {lid} is stale: its partition is no longer split into those slices",
+            lease_id=lid,
+            held_epoch=epoch,
+            current_epoch=0,
+        )
     if lease is None:
         raise NotFoundError(f"lease {lid} does not exist in group {group!r}", kind="lease", name=lid)
     if lease.state == FREE or (lease.epoch != epoch and planted.STALE_EPOCH not in planted.active):

@@ -43,6 +43,8 @@ _GROUP_SPACES = (
     keys.MEMBERS,
     keys.LEASES,
     keys.HELD,
+    keys.SLICE_LEASES,
+    keys.SLICE_HELD,
     keys.MEMBER_VERSIONS,
     keys.LOAD_REPORTS,
     keys.WORKER_ERRORS,

@@ -24,7 +24,16 @@ from typing import Any
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.coordinator.groups.leases import FREE, GRANTED, GroupEvents, bump_versions, read_lease, write_lease
+from streamplane.coordinator.groups import slices
+from streamplane.coordinator.groups.leases import (
+    FREE,
+    GRANTED,
+    GroupEvents,
+    Lease,
+    bump_versions,
+    read_lease,
+    write_lease,
+)
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
 from streamplane.coordinator.topology.records import decoded_generation, get_cluster, get_stream
@@ -282,20 +291,11 @@ def apply(tr: Transaction, plan: RewindPlan, *, actor: str, now_ms: int) -> Rewi
         commitlog.rewind(tr, plan.group, ref, pos.offset, now_ms=now_ms, pending_ts_ms=pos.pending_ts_ms)
         if gen.state == DRAINED:
             tr.set(keys.reopened_key(plan.group, ref.stream, ref.lane, ref.generation), b"")
-        lease = read_lease(tr, plan.group, ref)
-        if lease is not None and lease.state == GRANTED:
-            # granted again to its holder at a new epoch, here: the holder starts over at once (no pass of the
-            # owner in between, no move), and whatever it still handles of the old epoch is fenced
-            again = replace(lease, epoch=lease.epoch + 1, lag_records=0, lag_ms=0)
-            write_lease(tr, plan.group, lease, again)
-            ev.group(plan.group, "lease_granted", lease.worker_id, again, "the group was rewound: a new epoch")
+        for lease in [read_lease(tr, plan.group, ref), *slices.slices_of(tr, plan.group, ref)]:
+            if lease is None:
+                continue
             holders.add(lease.worker_id)
-            freed += 1
-        elif lease is not None and lease.state != FREE:  # moving: freed, and the owner grants it to its target
-            write_lease(tr, plan.group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
-            ev.group(plan.group, "lease_revoked", lease.worker_id, lease, "the group was rewound")
-            holders.add(lease.worker_id)
-            freed += 1
+            freed += _regrant(tr, plan.group, lease, ev)
     ev.group(plan.group, REWOUND, reason=_describe(plan))
     tr.add(keys.SEALER_WAKE, 1)  # it closes what this reopened once processed: it looks from now on
     tr.set(
@@ -304,6 +304,22 @@ def apply(tr: Transaction, plan: RewindPlan, *, actor: str, now_ms: int) -> Rewi
     )
     bump_versions(tr, plan.group, *sorted(holders))
     return replace(plan, applied=True, leases_regranted=freed)
+
+
+def _regrant(tr: Transaction, group: str, lease: Lease, ev: GroupEvents) -> int:
+    """A rewound partition's lease (or slice lease) held: granted again to its holder at a new epoch, here (the
+    holder starts over at once, with no pass of the owner in between, and whatever it still handles of the old
+    epoch is fenced); one moving is freed, and the owner grants it to its target. Returns 1 if it was either."""
+    if lease.state == GRANTED:
+        again = replace(lease, epoch=lease.epoch + 1, lag_records=0, lag_ms=0)
+        write_lease(tr, group, lease, again)
+        ev.group(group, "lease_granted", lease.worker_id, again, "the group was rewound: a new epoch")
+        return 1
+    if lease.state != FREE:
+        write_lease(tr, group, lease, replace(lease, worker_id="", state=FREE, target="", deadline_ms=0))
+        ev.group(group, "lease_revoked", lease.worker_id, lease, "the group was rewound")
+        return 1
+    return 0
 
 
 def recent(tr: Transaction, stream: str, limit: int = 20) -> list[dict[str, Any]]:

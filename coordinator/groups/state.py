@@ -21,7 +21,7 @@ from typing import Any
 
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.groups import config as group_config
-from streamplane.coordinator.groups import rewind, window
+from streamplane.coordinator.groups import rewind, slices, window
 from streamplane.coordinator.groups.assignment import Balancer, PartitionSpec, WorkerSpec
 from streamplane.coordinator.groups.leases import (
     FREE,
@@ -90,8 +90,11 @@ class Change:
     """Group events (change, worker, lease, reason) that go with it."""
 
 
-def group_partitions(tr: Transaction, members: Iterable[Member], group: str = "") -> dict[PartitionRef, int]:
-    """Every partition the members subscribe to: {(stream, lane, generation, partition): lane priority}.
+def group_partitions(
+    tr: Transaction, members: Iterable[Member], group: str = "", split: frozenset[PartitionRef] = frozenset()
+) -> dict[PartitionRef, int]:
+    """Every partition the members subscribe to: {(stream, lane, generation, partition): lane priority}, but
+    the `split` ones (their slices are leased apart: see slices.py).
 
     Generations stay until they are drained, so draining and sealed ones keep their holders; a drained one a
     rewind reopened for `group` is read again by it until it is processed again. Members mostly share their
@@ -100,8 +103,8 @@ def group_partitions(tr: Transaction, members: Iterable[Member], group: str = ""
     members = list(members)
     if group:
         side = window.wanted(tr, group, {s.stream for m in members for s in m.subscriptions})
-        if side is not None:
-            return side  # a replay window's group reads its window only
+        if side is not None:  # a replay window's group reads its window only
+            return {k: v for k, v in side.items() if k not in split}
     again = {(s, la, g) for s, la, g in rewind.reopened(tr, group)} if group else set()
     wanted: dict[PartitionRef, int] = {}
     streams: dict[str, Any] = {}
@@ -122,6 +125,8 @@ def group_partitions(tr: Transaction, members: Iterable[Member], group: str = ""
                     continue
                 for p in range(gen.partitions):
                     wanted[PartitionRef(stream.name, lane.name, gen.number, p)] = lane.priority
+    for ref in split:
+        wanted.pop(ref, None)
     return wanted
 
 
@@ -153,6 +158,8 @@ class GroupState:
         self.topology = -1
         """The topology log's head (EVENT_HEAD) when `wanted` was computed."""
         self.subscriptions: frozenset[tuple[str, tuple[str, ...]]] = frozenset()
+        self.split: frozenset[PartitionRef] = frozenset()
+        """Partitions split into slices (or being merged) when `wanted` was computed: left out of it."""
         self.reread: set[PartitionRef] = set()
         """Leases to plan again at the next pass, which is due at once (a write found them changed since the
         state had them; the state has them as the write found them)."""
@@ -237,7 +244,8 @@ def build(tr: Transaction, group: str, *, now_ms: int, grace: bool) -> GroupStat
     state.set_members(members)
     state.subscriptions = _subscriptions(members.values())
     state.topology = events.head(tr)
-    state.set_wanted(group_partitions(tr, members.values(), group))
+    state.split = slices.excluded(tr, group, members)
+    state.set_wanted(group_partitions(tr, members.values(), group, state.split))
     for key, lease in state.leases.items():
         owner = lease.target if lease.state == REVOKING else lease.worker_id
         if key in state.wanted and lease.state != FREE and owner in members:
@@ -275,9 +283,11 @@ def catch_up(tr: Transaction, state: GroupState, *, now_ms: int, grace: bool) ->
         touched.update(state.held.get(worker, ()))
     subscriptions = _subscriptions(members.values())
     topology = events.head(tr)
-    if topology != state.topology or subscriptions != state.subscriptions or rewound:
-        state.topology, state.subscriptions = topology, subscriptions
-        touched.update(k for k in state.set_wanted(group_partitions(tr, members.values(), group)) if k in state.leases)
+    split = slices.excluded(tr, group, members)
+    if topology != state.topology or subscriptions != state.subscriptions or rewound or split != state.split:
+        state.topology, state.subscriptions, state.split = topology, subscriptions, split
+        wanted = group_partitions(tr, members.values(), group, split)
+        touched.update(k for k in state.set_wanted(wanted) if k in state.leases)
     read_again(tr, state, touched)
     return touched
 

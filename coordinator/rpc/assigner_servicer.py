@@ -61,6 +61,8 @@ def configure_group(db: Database, request: apb.ConfigureGroupRequest) -> None:
         request.lag_target_ms,
         request.expire_after_ms,
         where=request.where if request.HasField("where") else None,
+        max_slices=request.max_slices,
+        split=(request.split_partition, request.split_slices) if request.split_partition else None,
     )
 
 

@@ -74,6 +74,7 @@ from streamplane.model.events import (
     event_stream,
 )
 from streamplane.model.leases import (
+    MAX_SLICES,
     Finished,
     Grant,
     GroupDescription,
@@ -88,9 +89,12 @@ from streamplane.model.leases import (
     Revoke,
     Sealed,
     SessionEvent,
+    Slice,
     Subscription,
     Welcome,
     WorkerMessage,
+    parse_lease,
+    slice_lease_id,
 )
 from streamplane.model.rewind import PartitionBounds, RewindPlan, RewindPosition, RewindTarget, RewindTo, Window
 from streamplane.model.topology import (
@@ -127,6 +131,7 @@ __all__ = [
     "FAILOVER_MODES",
     "GAVE_UP",
     "GENERATION_STATES",
+    "MAX_SLICES",
     "MIN_SEGMENT_BYTES",
     "SEALED",
     "SETTLED",
@@ -196,6 +201,7 @@ __all__ = [
     "RewindTo",
     "Sealed",
     "SessionEvent",
+    "Slice",
     "Stream",
     "StreamAt",
     "StreamCreated",
@@ -212,5 +218,7 @@ __all__ = [
     "describe_event",
     "event_kind",
     "event_stream",
+    "parse_lease",
+    "slice_lease_id",
     "to_jsonable",
 ]

@@ -10,9 +10,54 @@ from streamplane.errors import InvalidArgumentError, quoted
 from streamplane.model.topology import (
     ClusterErrors,
 )
+from streamplane.predicate import SLICE_SPACE
 
-_LEASE_ID = re.compile(r"([a-z0-9][a-z0-9_-]{0,62})/([a-z][a-z0-9_-]{0,31})/g(\d{1,18})/p(\d{1,9})")
-"""stream/lane/g<generation>/p<partition>: names as `streamplane.names` allows them, numbers that fit a store key."""
+_LEASE_ID = re.compile(
+    r"([a-z0-9][a-z0-9_-]{0,62})/([a-z][a-z0-9_-]{0,31})/g(\d{1,18})/p(\d{1,9})(?:/s(\d{1,2})of(\d{1,2}))?"
+)
+"""stream/lane/g<generation>/p<partition>[/s<index>of<count>]: names as `streamplane.names` allows them, numbers
+that fit a store key, and for a slice of a split partition, which of how many."""
+
+MAX_SLICES = 16
+"""The most slices a partition is ever split into (a group's `max_slices` is at most this)."""
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One of `count` slices of a split partition: the records whose key hash (the predicate subject `slice`,
+    the same in C and in Python) falls in [lo, hi). A key always falls in the same slice, so order per key
+    holds across the slices' holders."""
+
+    index: int
+    count: int
+
+    @property
+    def lo(self) -> int:
+        return self.index * SLICE_SPACE // self.count
+
+    @property
+    def hi(self) -> int:
+        return (self.index + 1) * SLICE_SPACE // self.count
+
+    @property
+    def name(self) -> str:
+        """s<index>of<count>, as lease ids end."""
+        return f"s{self.index}of{self.count}"
+
+    @property
+    def predicate(self) -> str:
+        """The record predicate a holder of this slice reads with (its `mine`)."""
+        tests = ([f"slice >= {self.lo}"] if self.lo else []) + ([f"slice < {self.hi}"] if self.hi < SLICE_SPACE else [])
+        return " and ".join(tests)
+
+    @classmethod
+    def check(cls, index: int, count: int) -> Slice:
+        if not 2 <= count <= MAX_SLICES or not 0 <= index < count:
+            raise InvalidArgumentError(
+                f"slice {index} of {count} does not exist: a partition splits into 2 to {MAX_SLICES} slices, "
+                "numbered from 0"
+            )
+        return cls(index, count)
 
 
 class PartitionRef(NamedTuple):
@@ -34,13 +79,29 @@ class PartitionRef(NamedTuple):
 
     @classmethod
     def parse(cls, lease_id: str) -> PartitionRef:
-        m = _LEASE_ID.fullmatch(lease_id or "")
-        if not m:
-            raise InvalidArgumentError(
-                f"lease_id {quoted(lease_id)} is not of the form stream/lane/g<generation>/p<partition> (a stream "
-                "name, a lane name, a generation below 10^18 and a partition below 10^9)"
-            )
-        return cls(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+        """The partition a lease id names (of a slice's id: the partition it is a slice of)."""
+        return parse_lease(lease_id)[0]
+
+
+def parse_lease(lease_id: str) -> tuple[PartitionRef, Slice | None]:
+    """The partition a lease id names, and the slice of it (None: the whole partition); InvalidArgumentError
+    for one that is not a lease id."""
+    m = _LEASE_ID.fullmatch(lease_id or "")
+    if not m:
+        raise InvalidArgumentError(
+            f"lease_id {quoted(lease_id)} is not of the form stream/lane/g<generation>/p<partition> (a stream "
+            "name, a lane name, a generation below 10^18 and a partition below 10^9), with /s<index>of<count> "
+            "for a slice"
+        )
+    ref = PartitionRef(m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+    if m.group(5) is None:
+        return ref, None
+    return ref, Slice.check(int(m.group(5)), int(m.group(6)))
+
+
+def slice_lease_id(ref: PartitionRef, piece: Slice | None) -> str:
+    """The lease id of a partition, or of one slice of it."""
+    return f"{ref.lease_id}/{piece.name}" if piece is not None else ref.lease_id
 
 
 @dataclass(frozen=True)
@@ -60,6 +121,9 @@ class Grant:
     clean: bool = False
     """Nothing above `start_offset` is done or retrying yet: the worker need not read the progress (a handoff
     after a clean revoke, a rewind). False when unknown: it reads it."""
+    slice: Slice | None = None
+    """The slice of the partition this lease covers (None: all of it): its holder hands its handlers only the
+    records whose key hash is in it, and commits only those; the other slices' holders do the rest."""
 
     @property
     def sealed(self) -> bool:
@@ -191,10 +255,12 @@ class LeaseInfo:
     state: str
     worker_id: str
     load: LeaseLoad = LeaseLoad()
+    slice: Slice | None = None
+    """A slice lease of a split partition (None: the whole partition's)."""
 
     @property
     def lease_id(self) -> str:
-        return self.partition.lease_id
+        return slice_lease_id(self.partition, self.slice)
 
 
 @dataclass(frozen=True)

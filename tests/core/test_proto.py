@@ -43,3 +43,20 @@ def test_a_batch_of_session_events_reads_back_in_order_and_nothing_else_hides_in
     message.batch.events.append(apb.AssignerMessage(batch=apb.EventBatch(events=[message.batch.events[0]])))
     message.batch.events.append(apb.AssignerMessage(welcome=apb.Welcome(session_id="x")))
     assert convert.session_events_from_pb(message) == events
+
+
+def test_a_slice_grant_and_a_slice_lease_read_back_with_their_slice() -> None:
+    """A slice's grant carries which slice of how many (a worker that lost it would read the whole partition),
+    and a described group's slice leases say theirs."""
+    from streamplane import model as m
+    from streamplane.v1 import convert
+
+    ref = m.PartitionRef("s", "realtime", 1, 0)
+    piece = m.Slice(1, 4)
+    grant = m.Grant(m.slice_lease_id(ref, piece), ref, 3, "t", "c", "b:9092", 10, -1, slice=piece)
+    assert convert.session_events_from_pb(convert.session_events_to_pb([grant])) == [grant]
+    whole = m.Grant(ref.lease_id, ref, 3, "t", "c", "b:9092", 10, -1)
+    assert convert.session_events_from_pb(convert.session_events_to_pb([whole])) == [whole]
+    described = m.GroupDescription("g", leases=(m.LeaseInfo(ref, 3, "granted", "w1", slice=piece),))
+    back = convert.group_from_pb(convert.group_to_pb(described))
+    assert back.leases[0].slice == piece and back.leases[0].lease_id == "s/realtime/g1/p0/s1of4"

@@ -692,7 +692,11 @@ type Grant struct {
 	EndOffset int64 `protobuf:"varint,9,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
 	// Nothing above start_offset is done or retrying yet: the worker need not read the progress (GetProgress).
 	// False when unknown (an older coordinator): the worker reads it.
-	Clean         bool `protobuf:"varint,10,opt,name=clean,proto3" json:"clean,omitempty"`
+	Clean bool `protobuf:"varint,10,opt,name=clean,proto3" json:"clean,omitempty"`
+	// A slice of a split partition (slice_count 0: the whole partition): the holder reads the partition and
+	// handles, and commits, only the records whose key hash falls in slice slice_index of slice_count.
+	SliceIndex    uint32 `protobuf:"varint,11,opt,name=slice_index,json=sliceIndex,proto3" json:"slice_index,omitempty"`
+	SliceCount    uint32 `protobuf:"varint,12,opt,name=slice_count,json=sliceCount,proto3" json:"slice_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -795,6 +799,20 @@ func (x *Grant) GetClean() bool {
 		return x.Clean
 	}
 	return false
+}
+
+func (x *Grant) GetSliceIndex() uint32 {
+	if x != nil {
+		return x.SliceIndex
+	}
+	return 0
+}
+
+func (x *Grant) GetSliceCount() uint32 {
+	if x != nil {
+		return x.SliceCount
+	}
+	return 0
 }
 
 type Revoke struct {
@@ -1729,9 +1747,16 @@ type ConfigureGroupRequest struct {
 	ExpireAfterMs int64 `protobuf:"varint,5,opt,name=expire_after_ms,json=expireAfterMs,proto3" json:"expire_after_ms,omitempty"`
 	// The record predicate every member must filter with (streamplane.predicate's grammar); absent leaves it
 	// as it is, empty removes it.
-	Where         *string `protobuf:"bytes,6,opt,name=where,proto3,oneof" json:"where,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Where *string `protobuf:"bytes,6,opt,name=where,proto3,oneof" json:"where,omitempty"`
+	// The most slices a partition of the group is split into (1..16; 1: never split). 0 leaves it as it is;
+	// default 4.
+	MaxSlices uint32 `protobuf:"varint,7,opt,name=max_slices,json=maxSlices,proto3" json:"max_slices,omitempty"`
+	// Split one partition (stream/lane/g<generation>/p<partition>) into split_slices slices by key hash, each
+	// leased to a different worker; split_slices 1 merges it again.
+	SplitPartition string `protobuf:"bytes,8,opt,name=split_partition,json=splitPartition,proto3" json:"split_partition,omitempty"`
+	SplitSlices    uint32 `protobuf:"varint,9,opt,name=split_slices,json=splitSlices,proto3" json:"split_slices,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ConfigureGroupRequest) Reset() {
@@ -1804,6 +1829,27 @@ func (x *ConfigureGroupRequest) GetWhere() string {
 		return *x.Where
 	}
 	return ""
+}
+
+func (x *ConfigureGroupRequest) GetMaxSlices() uint32 {
+	if x != nil {
+		return x.MaxSlices
+	}
+	return 0
+}
+
+func (x *ConfigureGroupRequest) GetSplitPartition() string {
+	if x != nil {
+		return x.SplitPartition
+	}
+	return ""
+}
+
+func (x *ConfigureGroupRequest) GetSplitSlices() uint32 {
+	if x != nil {
+		return x.SplitSlices
+	}
+	return 0
 }
 
 type ConfigureGroupResponse struct {
@@ -2453,7 +2499,7 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\rR\x05ttlMs\x12\x14\n" +
-	"\x05where\x18\x04 \x01(\tR\x05where\"\xf5\x02\n" +
+	"\x05where\x18\x04 \x01(\tR\x05where\"\xb7\x03\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12:\n" +
 	"\tpartition\x18\x02 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x14\n" +
@@ -2466,7 +2512,11 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\n" +
 	"end_offset\x18\t \x01(\x03R\tendOffset\x12\x14\n" +
 	"\x05clean\x18\n" +
-	" \x01(\bR\x05clean\"{\n" +
+	" \x01(\bR\x05clean\x12\x1f\n" +
+	"\vslice_index\x18\v \x01(\rR\n" +
+	"sliceIndex\x12\x1f\n" +
+	"\vslice_count\x18\f \x01(\rR\n" +
+	"sliceCount\"{\n" +
 	"\x06Revoke\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12(\n" +
@@ -2532,14 +2582,18 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\x12DeleteGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xd5\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xc0\x02\n" +
 	"\x15ConfigureGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12!\n" +
 	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\"\n" +
 	"\rlag_target_ms\x18\x04 \x01(\x03R\vlagTargetMs\x12&\n" +
 	"\x0fexpire_after_ms\x18\x05 \x01(\x03R\rexpireAfterMs\x12\x19\n" +
-	"\x05where\x18\x06 \x01(\tH\x00R\x05where\x88\x01\x01B\b\n" +
+	"\x05where\x18\x06 \x01(\tH\x00R\x05where\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"max_slices\x18\a \x01(\rR\tmaxSlices\x12'\n" +
+	"\x0fsplit_partition\x18\b \x01(\tR\x0esplitPartition\x12!\n" +
+	"\fsplit_slices\x18\t \x01(\rR\vsplitSlicesB\b\n" +
 	"\x06_where\"\x18\n" +
 	"\x16ConfigureGroupResponse\"e\n" +
 	"\x0fPartitionOffset\x12:\n" +

@@ -168,6 +168,7 @@ class Session:
                     start_offset=header.low if header.updated_ms else -1,
                     end_offset=ends[lease.lease_id],
                     clean=bool(header.updated_ms) and header.done_above == 0 and header.retries == 0,
+                    slice=lease.slice,
                 )
         self._next_versions = versions
         return (member, held, grants, ends, finished), watch

@@ -110,7 +110,7 @@ class Welcome(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., where: _Optional[str] = ...) -> None: ...
 
 class Grant(_message.Message):
-    __slots__ = ("lease_id", "partition", "epoch", "topic", "cluster", "bootstrap_servers", "start_offset", "generation_state", "end_offset", "clean")
+    __slots__ = ("lease_id", "partition", "epoch", "topic", "cluster", "bootstrap_servers", "start_offset", "generation_state", "end_offset", "clean", "slice_index", "slice_count")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -121,6 +121,8 @@ class Grant(_message.Message):
     GENERATION_STATE_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     CLEAN_FIELD_NUMBER: _ClassVar[int]
+    SLICE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SLICE_COUNT_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     partition: PartitionRef
     epoch: int
@@ -131,7 +133,9 @@ class Grant(_message.Message):
     generation_state: _topology_pb2.GenerationState
     end_offset: int
     clean: bool
-    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., topic: _Optional[str] = ..., cluster: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., start_offset: _Optional[int] = ..., generation_state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ..., end_offset: _Optional[int] = ..., clean: _Optional[bool] = ...) -> None: ...
+    slice_index: int
+    slice_count: int
+    def __init__(self, lease_id: _Optional[str] = ..., partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., topic: _Optional[str] = ..., cluster: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., start_offset: _Optional[int] = ..., generation_state: _Optional[_Union[_topology_pb2.GenerationState, str]] = ..., end_offset: _Optional[int] = ..., clean: _Optional[bool] = ..., slice_index: _Optional[int] = ..., slice_count: _Optional[int] = ...) -> None: ...
 
 class Revoke(_message.Message):
     __slots__ = ("lease_id", "epoch", "deadline_unix_ms", "reason")
@@ -280,20 +284,26 @@ class DeleteGroupRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., force: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ConfigureGroupRequest(_message.Message):
-    __slots__ = ("group", "lane", "max_attempts", "lag_target_ms", "expire_after_ms", "where")
+    __slots__ = ("group", "lane", "max_attempts", "lag_target_ms", "expire_after_ms", "where", "max_slices", "split_partition", "split_slices")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LANE_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LAG_TARGET_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     WHERE_FIELD_NUMBER: _ClassVar[int]
+    MAX_SLICES_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SPLIT_SLICES_FIELD_NUMBER: _ClassVar[int]
     group: str
     lane: str
     max_attempts: int
     lag_target_ms: int
     expire_after_ms: int
     where: str
-    def __init__(self, group: _Optional[str] = ..., lane: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lag_target_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ..., where: _Optional[str] = ...) -> None: ...
+    max_slices: int
+    split_partition: str
+    split_slices: int
+    def __init__(self, group: _Optional[str] = ..., lane: _Optional[str] = ..., max_attempts: _Optional[int] = ..., lag_target_ms: _Optional[int] = ..., expire_after_ms: _Optional[int] = ..., where: _Optional[str] = ..., max_slices: _Optional[int] = ..., split_partition: _Optional[str] = ..., split_slices: _Optional[int] = ...) -> None: ...
 
 class ConfigureGroupResponse(_message.Message):
     __slots__ = ()

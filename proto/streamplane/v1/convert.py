@@ -547,6 +547,8 @@ def session_event_to_pb(event: m.SessionEvent) -> apb.AssignerMessage:
                     generation_state=state_to_pb(m.SEALED if sealed else m.ACTIVE),
                     end_offset=event.end_offset,
                     clean=event.clean,
+                    slice_index=event.slice.index if event.slice is not None else 0,
+                    slice_count=event.slice.count if event.slice is not None else 0,
                 )
             )
         case m.Revoke():
@@ -603,6 +605,7 @@ def session_event_from_pb(x: apb.AssignerMessage) -> m.SessionEvent | None:
                 start_offset=g.start_offset,
                 end_offset=g.end_offset if g.generation_state == pb.GENERATION_STATE_SEALED else -1,
                 clean=g.clean,
+                slice=m.Slice.check(g.slice_index, g.slice_count) if g.slice_count else None,
             )
         case "revoke":
             r = x.revoke
@@ -672,6 +675,7 @@ def group_from_pb(x: apb.GroupDescription) -> m.GroupDescription:
                 state=y.state,
                 worker_id=y.worker_id,
                 load=m.LeaseLoad(y.records_per_s, y.lag_records, y.lag_ms),
+                slice=m.parse_lease(y.lease_id)[1] if "/s" in y.lease_id else None,
             )
             for y in x.leases
         ),

@@ -1,0 +1,221 @@
+"""Slices of split partitions: one hot partition read by several workers at once, with order per key kept.
+
+A group may split a partition into N slices (`group configure --split`): N leases, each of a range of the
+key hash (`Slice`), held by N different workers with their own epochs. Each holder fetches the whole
+partition and its decoder leaves out the records of the other slices (its `mine` predicate), so a key is
+always handled by the same holder, in order. Progress stays per partition and per record (the commit log's
+done bitmap is shared): a holder marks only its own records done, so the partition's low watermark is the
+lowest of its slices', and sealing and draining wait for every slice. A commit is fenced by its slice's epoch.
+
+At no time do two leases cover the same offset. A partition to be split leaves the Balancer's partitions (so
+its whole lease is revoked as any other no longer assigned) and its slices are granted once the whole lease
+is free. A merge (or a split into another count) revokes every slice, deletes them once all are free, and only
+then does the partition return to the Balancer. Slice epochs start from the whole lease's epoch, and a merge
+leaves the whole lease at the highest slice epoch, so a stale holder of either is always fenced.
+
+A split holds while enough workers read the partition's lane: it uses at most as many slices as there are live
+members subscribed to it (fewer than two: it is merged until more join), and never gives one worker two slices
+of one partition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from streamplane.coordinator import keys
+from streamplane.coordinator.groups.config import configured
+from streamplane.coordinator.groups.leases import (
+    FREE,
+    GRANTED,
+    REVOKING,
+    GroupEvents,
+    Lease,
+    Member,
+    bump_versions,
+    read_lease,
+    slice_lease_from,
+    write_lease,
+)
+from streamplane.coordinator.store import Transaction
+from streamplane.coordinator.topology.records import get_stream
+from streamplane.errors import NotFoundError
+from streamplane.model import SETTLED, PartitionRef
+
+ACTOR = "assigner"
+SPLIT, MERGED = "partition_split", "partition_merged"
+"""The group events of a split granted, and of a merge (or a split into another count) done."""
+
+
+def _reads(member: Member, ref: PartitionRef) -> bool:
+    for sub in member.subscriptions:
+        if sub.stream == ref.stream and (ref.lane in sub.lanes if sub.lanes else ref.lane != "dlq"):
+            return True
+    return False
+
+
+def _live(tr: Transaction, ref: PartitionRef, streams: dict[str, Any]) -> bool:
+    """Whether the partition's generation is still to be read (not drained or abandoned, not gone)."""
+    if ref.stream not in streams:
+        try:
+            streams[ref.stream] = get_stream(tr, ref.stream)
+        except NotFoundError:
+            streams[ref.stream] = None
+    stream = streams[ref.stream]
+    lane = stream.lane(ref.lane) if stream is not None else None
+    gen = lane.generation(ref.generation) if lane is not None else None
+    return gen is not None and gen.state not in SETTLED and ref.partition < gen.partitions
+
+
+def wanted(tr: Transaction, group: str, members: Mapping[str, Member]) -> dict[PartitionRef, int]:
+    """{partition: slices it is split into now}: each configured split of a partition still read, into at most
+    as many slices as live members read its lane (fewer than two: none)."""
+    raw = tr.get(keys.group_config_key(group))
+    splits = configured(json.loads(raw)) if raw else {}
+    out: dict[PartitionRef, int] = {}
+    streams: dict[str, Any] = {}
+    for ref, count in splits.items():
+        readers = sum(1 for m in members.values() if _reads(m, ref))
+        n = min(count, readers)
+        if n >= 2 and _live(tr, ref, streams):
+            out[ref] = n
+    return out
+
+
+def stored(tr: Transaction, group: str) -> dict[PartitionRef, list[Lease]]:
+    """The group's slice leases, by partition."""
+    r = keys.SLICE_LEASES.range((group,))
+    out: dict[PartitionRef, list[Lease]] = {}
+    for key, raw in tr.get_range(r.start, r.stop):
+        lease = slice_lease_from(key, raw)
+        out.setdefault(lease.key, []).append(lease)
+    return out
+
+
+def slices_of(tr: Transaction, group: str, ref: PartitionRef) -> list[Lease]:
+    """The slice leases of one partition (none while it is not split)."""
+    r = keys.SLICE_LEASES.range((group, *ref))
+    return [slice_lease_from(k, v) for k, v in tr.get_range(r.start, r.stop)]
+
+
+def excluded(tr: Transaction, group: str, members: Mapping[str, Member]) -> frozenset[PartitionRef]:
+    """Partitions the Balancer leaves alone: the ones split now, or still holding slices from a split."""
+    r = keys.SLICE_LEASES.range((group,))
+    held = {PartitionRef(*keys.SLICE_LEASES.unpack(k)[1:5]) for k, _ in tr.get_range(r.start, r.stop, snapshot=True)}
+    return frozenset(held | set(wanted(tr, group, members)))
+
+
+def _free(lease: Lease, members: Mapping[str, Member], now_ms: int, ev: GroupEvents, group: str) -> Lease:
+    """The lease as it is once a holder that is gone, or a revoke whose deadline passed, has let it go."""
+    if lease.state == FREE:
+        return lease
+    if lease.worker_id not in members:
+        ev.group(group, "lease_revoked", lease.worker_id, lease, "its holder is gone")
+    elif lease.state == REVOKING and now_ms >= lease.deadline_ms:
+        ev.group(group, "lease_revoked", lease.worker_id, lease, "revoke deadline passed")
+    else:
+        return lease
+    return replace(lease, worker_id="", state=FREE, target="", deadline_ms=0)
+
+
+def _put(tr: Transaction, group: str, old: Lease | None, new: Lease) -> None:
+    if new != old:
+        write_lease(tr, group, old, new)
+        bump_versions(tr, group, old.worker_id if old is not None else "", new.worker_id)
+
+
+@dataclass
+class SlicePass:
+    """What one pass of the slice planner leaves for later."""
+
+    next_deadline_ms: int = 0
+    """The earliest slice revoke deadline still pending (0: none)."""
+    merged: bool = False
+    """A partition's slices were all deleted: it returns to the Balancer."""
+    touched: set[PartitionRef] = field(default_factory=set)
+    """Whole leases the pass wrote (the owner's state reads them again)."""
+
+
+def plan(
+    tr: Transaction,
+    group: str,
+    members: Mapping[str, Member],
+    *,
+    now_ms: int,
+    revoke_ms: int,
+    load: Mapping[str, int] | None = None,
+) -> SlicePass:
+    """Move every split partition of the group one step towards the slices it should have, and write it:
+    slices of a merge (or of an earlier count) revoked, then deleted once all are free; new slices created once
+    the whole lease is free; free slices granted to live readers of the lane, each holding one slice of the
+    partition at most, the least loaded first (`load`: {worker: leases it holds})."""
+    ev = GroupEvents(tr, ACTOR, now_ms)
+    want = wanted(tr, group, members)
+    have = stored(tr, group)
+    held = dict(load or {})
+    for slices in have.values():
+        for lease in slices:
+            if lease.state != FREE:
+                held[lease.worker_id] = held.get(lease.worker_id, 0) + 1
+    out = SlicePass()
+    for ref in sorted(set(want) | set(have)):
+        n = want.get(ref, 0)
+        current = have.get(ref, [])
+        if current and any(lease.slices != n for lease in current):
+            done = True
+            for lease in current:
+                new = _free(lease, members, now_ms, ev, group)
+                if new.state == GRANTED:
+                    reason = f"splitting into {n} slices" if n else "merging its slices"
+                    ev.group(group, "lease_revoking", lease.worker_id, lease, reason)
+                    new = replace(new, state=REVOKING, deadline_ms=now_ms + revoke_ms)
+                _put(tr, group, lease, new)
+                if new.state != FREE:
+                    done = False
+                    out.next_deadline_ms = min(out.next_deadline_ms or new.deadline_ms, new.deadline_ms)
+            if not done:
+                continue
+            top = max(lease.epoch for lease in current)
+            for lease in current:
+                tr.clear(lease.store_key(group))
+            whole = read_lease(tr, group, ref) or Lease(*ref)
+            if whole.epoch < top:  # the whole lease's next grant fences every slice holder
+                write_lease(tr, group, whole, replace(whole, epoch=top))
+                out.touched.add(ref)
+            ev.group(group, MERGED, reason=f"{ref.lease_id}: its {current[0].slices} slices are free and merged")
+            out.merged = out.merged or not n
+            current = []
+        if not n:
+            continue
+        if not current:
+            whole = read_lease(tr, group, ref) or Lease(*ref)
+            if whole.state != FREE and whole.worker_id in members:
+                continue  # the Balancer revokes it (the partition left its partitions): slices wait for it
+            if whole.state != FREE:
+                write_lease(tr, group, whole, replace(whole, worker_id="", state=FREE, target="", deadline_ms=0))
+                out.touched.add(ref)
+            current = [
+                Lease(*ref, epoch=whole.epoch, slice_index=i, slices=n, records_per_s=whole.records_per_s / n)
+                for i in range(n)
+            ]
+            ev.group(group, SPLIT, reason=f"{ref.lease_id}: split into {n} slices by key hash")
+            for lease in current:
+                tr.set(lease.store_key(group), lease.to_json())
+        holders = {lease.worker_id for lease in current if lease.state != FREE}
+        for lease in current:
+            new = _free(lease, members, now_ms, ev, group)
+            if new.state == REVOKING:
+                out.next_deadline_ms = min(out.next_deadline_ms or new.deadline_ms, new.deadline_ms)
+            if new.state == FREE:
+                holders.discard(lease.worker_id)
+                readers = [w for w, m in members.items() if w not in holders and _reads(m, ref)]
+                if readers:
+                    worker = min(readers, key=lambda w: (held.get(w, 0), w))
+                    new = replace(new, worker_id=worker, epoch=new.epoch + 1, state=GRANTED, lag_records=0, lag_ms=0)
+                    ev.group(group, "lease_granted", worker, new, f"slice {lease.slice_index} of {n}")
+                    holders.add(worker)
+                    held[worker] = held.get(worker, 0) + 1
+            _put(tr, group, lease, new)
+    return out

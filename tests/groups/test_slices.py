@@ -1,0 +1,283 @@
+"""Split partitions, through the Assigner's own loop: a partition split by hand is leased in key slices to
+different workers, each slice fenced by its own epoch; holders that go are replaced; a merge hands the
+partition back whole only once every slice is free; and at no point do two live leases cover one offset,
+whatever history of joins, leaves, splits and merges a user makes (a hypothesis model). A manual clock drives
+the real coordinator code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamplane.clock import ManualClock
+from streamplane.coordinator import keys
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups import leases, slices
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.groups.sessions.host import Session
+from streamplane.coordinator.groups.timing import AssignerConfig
+from streamplane.coordinator.store import Database
+from streamplane.coordinator.topology import events
+from streamplane.errors import FencedError, InvalidArgumentError, NotFoundError
+from streamplane.model import Commit, LeaseInfo, Subscription
+from tests.helpers import Domain, host_of
+
+GROUP = "hot"
+P0, P1 = "logs/realtime/g1/p0", "logs/realtime/g1/p1"
+STEP_MS = 100
+
+
+class Group:
+    """Workers of one group that hand every revoked lease back at once."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.clock = ManualClock()
+        self.assigner = Assigner(db, AssignerConfig(ttl_ms=10_000, join_window_ms=0), replica_id="r", clock=self.clock)
+        self.sessions: dict[str, Session] = {}
+        self.stalled: set[str] = set()
+        """Workers that never hand a revoked lease back (their revokes are forced at the deadline)."""
+
+    def join(self, worker: str) -> None:
+        self.sessions[worker] = host_of(self.assigner).open_session(
+            GROUP, worker, [Subscription("logs")], capacity=1.0, max_load=0.0
+        )
+
+    def leave(self, worker: str) -> None:
+        self.sessions.pop(worker).close("stopped")
+
+    def split(self, lid: str, n: int) -> None:
+        group_config.configure(self.db, GROUP, split=(lid, n))
+
+    def leases(self) -> list[LeaseInfo]:
+        return list(self.assigner.describe(GROUP).leases)
+
+    def run(self, passes: int = 20) -> None:
+        for _ in range(passes):
+            self.clock.advance(STEP_MS)
+            self.assigner.run_once()
+            check_one_holder(self.held())
+            for x in self.leases():
+                if x.state == "revoking" and x.worker_id in self.sessions and x.worker_id not in self.stalled:
+                    self.sessions[x.worker_id].release(x.lease_id, x.epoch)
+
+    def held(self) -> dict[str, tuple[str, int]]:
+        """{lease id: (holder, epoch)} of the leases held (granted or revoking)."""
+        return {x.lease_id: (x.worker_id, x.epoch) for x in self.leases() if x.state != "free"}
+
+
+def check_one_holder(held: dict[str, tuple[str, int]]) -> None:
+    """Every offset has one live holder at most: a partition is held whole or in the slices of one split,
+    never both, and never two slices of it by one worker."""
+    for part in {lid.split("/s")[0] for lid in held}:
+        mine = {lid: who for lid, (who, _) in held.items() if lid == part or lid.startswith(part + "/")}
+        if part in mine:
+            assert len(mine) == 1, f"{part} is held whole and in slices at once: {mine}"
+        counts = {lid.rsplit("of", 1)[1] for lid in mine if "/s" in lid}
+        assert len(counts) <= 1, f"{part} has slices of two splits held at once: {mine}"
+        holders = list(mine.values())
+        assert len(holders) == len(set(holders)), f"one worker holds two slices of {part}: {mine}"
+
+
+@pytest.fixture
+def db(domain: Domain) -> Database:
+    return domain.cluster("c").stream("logs", 2).db
+
+
+def test_a_split_partition_is_leased_in_slices_to_different_workers_once_its_whole_lease_is_free(
+    db: Database,
+) -> None:
+    g = Group(db)
+    for w in ("w1", "w2", "w3"):
+        g.join(w)
+    g.run()
+    whole_epoch = g.held()[P0][1]
+    g.split(P0, 2)
+    g.run()
+    held = g.held()
+    assert P0 not in held, "the whole lease is given up before any slice is granted"
+    a, b = held[P0 + "/s0of2"], held[P0 + "/s1of2"]
+    assert a[0] != b[0], "two slices of one partition never go to one worker"
+    assert min(a[1], b[1]) > whole_epoch, "a slice's epoch is above every epoch its partition had"
+    assert P1 in held, "the other partition is not touched"
+    changes = [e.change for e in events.read_group_events(db, GROUP, None)]
+    assert slices.SPLIT in changes
+
+
+def test_a_holder_slow_to_hand_the_whole_lease_back_keeps_it_until_its_deadline_and_no_slice_starts_before(
+    db: Database,
+) -> None:
+    g = Group(db)
+    for w in ("w1", "w2"):
+        g.join(w)
+    g.run()
+    holder = g.held()[P0][0]
+    g.stalled.add(holder)
+    g.split(P0, 2)
+    g.run(5)  # 0.5 s: within the revoke's deadline
+    held = g.held()
+    assert held[P0][0] == holder and not [lid for lid in held if "/s" in lid]
+    g.run(120)  # past it (and past the owner's first TTL, a grace in which no revoke is forced): forced
+    assert {lid for lid in g.held() if lid.startswith(P0)} == {P0 + "/s0of2", P0 + "/s1of2"}
+
+
+def test_each_slice_is_fenced_by_its_own_epoch_and_the_old_whole_lease_by_its_own(db: Database) -> None:
+    g = Group(db)
+    for w in ("w1", "w2"):
+        g.join(w)
+    g.run()
+    old_epoch = g.held()[P0][1]
+    g.split(P0, 2)
+    g.run()
+    s0, s1 = P0 + "/s0of2", P0 + "/s1of2"
+    _, epoch = g.held()[s0]
+    commit = Commit(acked=[(0, 1)], high_watermark=10)
+    done = commitlog.commit(db, GROUP, s0, epoch, commit, now_ms=g.clock.now_ms())
+    assert done.low_watermark == 1
+    with pytest.raises(FencedError):
+        commitlog.commit(db, GROUP, s1, epoch - 1, commit, now_ms=g.clock.now_ms())
+    with pytest.raises(FencedError):
+        commitlog.commit(db, GROUP, P0, old_epoch, commit, now_ms=g.clock.now_ms())
+    with pytest.raises(FencedError, match="no longer split"):
+        commitlog.commit(db, GROUP, P0 + "/s0of4", epoch, commit, now_ms=g.clock.now_ms())
+
+
+def test_the_partitions_time_lag_is_its_oldest_slices(db: Database) -> None:
+    g = Group(db)
+    for w in ("w1", "w2"):
+        g.join(w)
+    g.split(P0, 2)
+    g.run()
+    now = g.clock.now_ms()
+    s0, s1 = P0 + "/s0of2", P0 + "/s1of2"
+    behind = Commit(acked=[(0, 1)], high_watermark=10, oldest_pending_ts_ms=now - 60_000)
+    commitlog.commit(db, GROUP, s0, g.held()[s0][1], behind, now_ms=now)
+    ahead = Commit(acked=[(1, 2)], high_watermark=10, oldest_pending_ts_ms=now - 1_000)
+    commitlog.commit(db, GROUP, s1, g.held()[s1][1], ahead, now_ms=now)
+    header = db.transact(lambda tr: commitlog.read_header(tr, GROUP, leases.parse_lease_id(P0)))
+    assert header.oldest_pending_ts_ms == now - 60_000, "the slice ahead does not hide the one behind"
+    assert header.low == 2
+
+
+def test_a_slice_whose_holder_leaves_goes_to_a_worker_not_holding_the_other(db: Database) -> None:
+    g = Group(db)
+    for w in ("w1", "w2", "w3"):
+        g.join(w)
+    g.split(P0, 2)
+    g.run()
+    s0, s1 = P0 + "/s0of2", P0 + "/s1of2"
+    gone, epoch = g.held()[s0]
+    g.leave(gone)
+    g.run()
+    held = g.held()
+    assert held[s0][0] not in (gone, held[s1][0])
+    assert held[s0][1] > epoch
+
+
+def test_a_merge_returns_the_partition_whole_only_once_every_slice_is_free_and_above_their_epochs(
+    db: Database,
+) -> None:
+    g = Group(db)
+    for w in ("w1", "w2"):
+        g.join(w)
+    g.split(P0, 2)
+    g.run()
+    top = max(epoch for lid, (_, epoch) in g.held().items() if "/s" in lid)
+    g.split(P0, 1)
+    g.clock.advance(STEP_MS)
+    g.assigner.run_once()  # the slices are revoking: nothing else holds the partition yet
+    held = g.held()
+    assert P0 not in held and {lid for lid in held if "/s" in lid} == {P0 + "/s0of2", P0 + "/s1of2"}
+    g.run()
+    held = g.held()
+    assert not [lid for lid in held if "/s" in lid]
+    assert held[P0][1] > top
+    assert slices.MERGED in [e.change for e in events.read_group_events(db, GROUP, None)]
+
+
+def test_a_split_waits_for_a_second_reader(db: Database) -> None:
+    g = Group(db)
+    g.join("w1")
+    g.split(P0, 4)
+    g.run()
+    assert set(g.held()) == {P0, P1}, "one worker cannot take two slices: the partition stays whole"
+    g.join("w2")
+    g.run()
+    held = g.held()
+    assert {lid for lid in held if lid.startswith(P0)} == {P0 + "/s0of2", P0 + "/s1of2"}
+
+
+@pytest.mark.parametrize(
+    ("split", "error", "text"),
+    [
+        ((P0, 0), InvalidArgumentError, "2 to 4 slices"),
+        ((P0, 5), InvalidArgumentError, "2 to 4 slices"),
+        (("logs/realtime/g1/p9", 2), NotFoundError, "not a partition"),
+        (("logs/realtime/g7/p0", 2), NotFoundError, "not a partition"),
+        ((P0 + "/s0of2", 2), InvalidArgumentError, "names a partition"),
+        (("nope", 2), InvalidArgumentError, "is not of the form"),
+    ],
+)
+def test_a_bad_split_is_refused_in_one_sentence_and_changes_nothing(
+    db: Database, split: tuple[str, int], error: type[Exception], text: str
+) -> None:
+    with pytest.raises(error, match=text):
+        group_config.configure(db, GROUP, split=split)
+    with pytest.raises(InvalidArgumentError, match="max_slices must be between 1"):
+        group_config.configure(db, GROUP, max_slices=17)
+    assert db.transact(lambda tr: tr.get(keys.group_config_key(GROUP))) is None, "nothing was written"
+
+
+ACTIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("join"), st.sampled_from(["w1", "w2", "w3", "w4"])),
+        st.tuples(st.just("leave"), st.sampled_from(["w1", "w2", "w3", "w4"])),
+        st.tuples(st.just("split"), st.sampled_from([P0, P1]), st.integers(1, 4)),
+        st.tuples(st.just("pass"), st.integers(1, 12)),
+        st.tuples(st.just("stall"), st.sampled_from(["w1", "w2", "w3", "w4"])),
+        st.tuples(st.just("late"), st.integers(0, 3)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(actions=ACTIONS)
+def test_any_history_of_joins_leaves_splits_and_merges_never_gives_one_offset_two_live_holders(
+    actions: list[tuple[Any, ...]],
+) -> None:
+    d = Domain()  # in memory, one per example
+    try:
+        db = d.cluster("c").stream("logs", 3).db
+        g = Group(db)
+        fenced_ids: list[tuple[str, int]] = []  # (lease id, epoch) of leases that ended: never valid again
+        seen: dict[str, int] = {}
+        for action in actions:
+            kind = action[0]
+            if kind == "join" and action[1] not in g.sessions:
+                g.join(action[1])
+            elif kind == "leave" and action[1] in g.sessions:
+                g.leave(action[1])
+            elif kind == "split":
+                g.split(action[1], action[2])
+            elif kind == "pass":
+                g.run(action[1])
+            elif kind == "stall":
+                g.stalled ^= {action[1]}
+            elif kind == "late" and fenced_ids:
+                lid, epoch = fenced_ids[action[1] % len(fenced_ids)]
+                with pytest.raises(FencedError):
+                    leases.check_lease(db, GROUP, lid, epoch)
+            held = g.held()
+            for lid, epoch in seen.items():
+                if held.get(lid, ("", -1))[1] != epoch:
+                    fenced_ids.append((lid, epoch))
+            seen = {lid: epoch for lid, (_, epoch) in held.items()}
+            check_one_holder(held)
+    finally:
+        d.close()
