@@ -518,10 +518,14 @@ class CoordinatorClient:
         expire_after_ms: int = 0,
         *,
         where: str | None = None,
+        max_slices: int = 0,
+        split: tuple[str, int] | None = None,
     ) -> None:
         """A lane's max attempts and/or time-lag target for the group (0 leaves a setting; lag_target_ms -1:
         no target), and/or how long the group may stay inactive before it expires (expire_after_ms -1: never),
-        and/or the record predicate every member must filter with (None leaves it; "" removes it)."""
+        and/or the record predicate every member must filter with (None leaves it; "" removes it), and/or the
+        most slices a partition is split into (0 leaves it), and/or a split: (partition id
+        stream/lane/g<generation>/p<partition>, slices; 1 merges it again)."""
         request = apb.ConfigureGroupRequest(
             group=group,
             lane=lane,
@@ -529,6 +533,9 @@ class CoordinatorClient:
             lag_target_ms=lag_target_ms,
             expire_after_ms=expire_after_ms,
             where=where,
+            max_slices=max_slices,
+            split_partition=split[0] if split else "",
+            split_slices=split[1] if split else 0,
         )
         self._call(self.assigner.ConfigureGroup, request)
 

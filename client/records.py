@@ -3,7 +3,9 @@ reader) and the consumer's fetch loop and ledgers share.
 
 A bad batch never stalls a partition: `decode_records` steps over it as a `Skipped` range, and the caller
 reports it as rejected. With a `where` predicate, records it does not match are left out by the decoder (the
-batch's `filtered`); the offsets they leave are gaps, done by being stepped over.
+batch's `filtered`); the offsets they leave are gaps, done by being stepped over. With a `mine` predicate (a
+slice of a split partition), records outside it are left out too, as the batch's foreign ranges: another
+reader's to do, never done here.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def decode_records(
     aborted: list[Any] | None,
     where: Where | None = None,
     partition: int = -1,
+    mine: Where | None = None,
 ) -> Fetched:
     """Decode one partition's fetched record set read from `position`. Fetch v3+ always carries the first
     batch whole (KIP-74); a bad batch after good ones ends the result early and comes first in the next
@@ -59,6 +62,7 @@ def decode_records(
             min_offset=position,
             where=where,
             partition=partition,
+            mine=mine,
         )
     except DecodeError as err:
         # past the bad batch; when its header is unreadable, record by record

@@ -30,6 +30,28 @@ def normalize(ranges: Iterable[Range]) -> list[Range]:
     return out
 
 
+def subtract(ranges: list[Range], minus: list[Range]) -> list[Range]:
+    """The offsets of normalized `ranges` that are not in normalized `minus`, as normalized ranges (one walk
+    of both)."""
+    if not minus:
+        return ranges
+    out: list[Range] = []
+    i = 0
+    for start, end in ranges:
+        while i < len(minus) and minus[i][1] <= start:
+            i += 1
+        j = i
+        while start < end:
+            if j >= len(minus) or minus[j][0] >= end:
+                out.append((start, end))
+                break
+            if minus[j][0] > start:
+                out.append((start, minus[j][0]))
+            start = max(start, minus[j][1])
+            j += 1
+    return out
+
+
 def to_ranges(offsets: Iterable[int]) -> list[Range]:
     """Offsets, in any order and with repeats, as normalized ranges."""
     out: list[Range] = []

@@ -31,6 +31,16 @@ def issue_token(role: str, subject: str, **scope: tuple[str, ...]) -> str:
     return TokenIssuer(TOKEN_KEY).create(subject, role, now_s=time.time(), ttl_s=3600, **scope)
 
 
+def offset_lag(address: str, group: str, stream: str) -> int:
+    """The group's offset lag on the stream, asked with an admin token; -1 while it has committed nothing (an
+    empty lag is no lag yet)."""
+    from streamplane.client import CoordinatorClient
+
+    with CoordinatorClient(address, token=issue_token("admin", "ops")) as client:
+        lag = client.lag(group, stream=stream)
+    return lag.offset_lag if lag.lanes else -1
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on now."""
     import socket

@@ -183,17 +183,30 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
     where = "" if args.no_where else args.where
     if where:
         where = render(parse(where))  # a bad predicate is refused here, naming the column of its error
-    if not per_lane and args.expire_after is None and not args.never_expire and where is None:
+    split = _split_argument(args.split)
+    if args.max_slices == 0:
+        raise errors.InvalidArgumentError("max_slices must be between 1 (never split) and 16, not 0")
+    slicing = split is not None or args.max_slices is not None
+    if not per_lane and args.expire_after is None and not args.never_expire and where is None and not slicing:
         raise errors.InvalidArgumentError(
-            "give --max-attempts, --lag-target-ms, --no-lag-target, --expire-after, --never-expire, --where or "
-            "--no-where"
+            "give --max-attempts, --lag-target-ms, --no-lag-target, --expire-after, --never-expire, --where, "
+            "--no-where, --max-slices or --split"
         )
     if per_lane and not args.lane:
         raise errors.InvalidArgumentError("--lane is required with --max-attempts, --lag-target-ms or --no-lag-target")
     expire_ms = -1 if args.never_expire else (args.expire_after or 0) * 1000
     with connect(args) as client:
         target = -1 if args.no_lag_target else args.lag_target_ms or 0
-        client.configure_group(args.group, args.lane, args.max_attempts or 0, target, expire_ms, where=where)
+        client.configure_group(
+            args.group,
+            args.lane,
+            args.max_attempts or 0,
+            target,
+            expire_ms,
+            where=where,
+            max_slices=args.max_slices or 0,
+            split=split,
+        )
     if args.max_attempts:
         print(f"group {args.group}: records of lane {args.lane} are rejected after {args.max_attempts} attempts")
     if target > 0:
@@ -211,6 +224,31 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
         print(f"group {args.group}: every member filters with where {where!r}")
     elif where == "":
         print(f"group {args.group}: no record predicate; members read every record")
+    if args.max_slices:
+        print(f"group {args.group}: a partition is split into {args.max_slices} slices at most")
+    if split is not None and split[1] > 1:
+        print(
+            f"group {args.group}: {split[0]} is read in {split[1]} key slices by as many workers (each fetches "
+            f"the whole partition: its fetch bytes grow {split[1]}x); watch it with `group describe`"
+        )
+    elif split is not None:
+        print(f"group {args.group}: {split[0]} is merged again; its slices hand it back whole")
+
+
+def _split_argument(given: list[str] | None) -> tuple[str, int] | None:
+    """--split PARTITION N as (partition id, slices): the partition as stream/lane/g<generation>/p<partition>
+    (or stream/lane/<generation>/<partition>), N a whole number."""
+    if given is None:
+        return None
+    name, count = given
+    parts = name.split("/")
+    if len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit():
+        name = f"{parts[0]}/{parts[1]}/g{parts[2]}/p{parts[3]}"
+    try:
+        slices = int(count)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"--split takes a partition and a number of slices, not {count!r}") from None
+    return name, slices
 
 
 def cmd_group_delete(args: argparse.Namespace) -> None:
@@ -340,6 +378,20 @@ def register(sub: Subparsers, add: Add) -> None:
         "is refused at join)",
     )
     p.add_argument("--no-where", action="store_true", help="remove the group's record predicate")
+    p.add_argument(
+        "--max-slices",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the most slices a partition is split into (1 to 16; 1: never; default 4)",
+    )
+    p.add_argument(
+        "--split",
+        nargs=2,
+        default=None,
+        metavar=("STREAM/LANE/GEN/PARTITION", "N"),
+        help="read a hot partition in N key slices, each by another worker, order per key kept (N 1: merge it)",
+    )
     p = add(
         group,
         "delete",

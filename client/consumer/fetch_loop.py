@@ -110,6 +110,7 @@ class _Partition:
     parked: fetch.FetchedPartition | None = None  # read but not decoded: no room until handlers free some
     read_epoch: int = -1  # the leader epoch of the last batch read
     validate: bool = False  # its leader changed: check the log was not truncated under our position (KIP-320)
+    mine: Where | None = None  # a slice of a split partition: the records that are this reader's
 
     def request(self, max_bytes: int) -> fetch.PartitionFetch:
         f = self.asked
@@ -262,16 +263,26 @@ class FetchLoop:
         """A partition's owner changed whether it is fetchable (revoked, sealed): rebuild the requests."""
         self._do(lambda: None)
 
-    def add(self, key: str, cluster: str, topic: str, partition: int, position: int, receiver: Receiver) -> None:
+    def add(
+        self,
+        key: str,
+        cluster: str,
+        topic: str,
+        partition: int,
+        position: int,
+        receiver: Receiver,
+        mine: Where | None = None,
+    ) -> None:
         """Read `topic`/`partition` of the cluster at `cluster` (its bootstrap list) from `position`
-        (-1: earliest, -2: latest) and hand what is read to `receiver`."""
+        (-1: earliest, -2: latest) and hand what is read to `receiver`; with `mine` (a slice's predicate), only
+        the records it matches are decoded, the others reported as foreign ranges."""
 
         def add() -> None:
             self._remove(key)
             c = self._cluster(cluster)
             if c.backoff_s == METADATA_BACKOFF_S[0]:  # its last metadata request did not fail
                 c.next_metadata = 0.0  # route a newcomer now: the pause between requests is for lost leaders
-            self._parts[key] = _Partition(key, cluster, topic, partition, receiver, position)
+            self._parts[key] = _Partition(key, cluster, topic, partition, receiver, position, mine=mine)
 
         self._do(add)
 
@@ -820,6 +831,7 @@ class FetchLoop:
             aborted=got.aborted if self.read_committed else None,
             where=self.where,
             partition=p.partition,
+            mine=p.mine,
         )
 
     def _deliver_oneoff(self, p: _Partition, got: fetch.FetchedPartition, offset: int) -> None:

@@ -28,10 +28,10 @@ from streamplane.client.flow import Budget, Held
 from streamplane.client.records import Fetched
 from streamplane.clock import Clock
 from streamplane.errors import InvalidArgumentError
-from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, RecordOutcome, Reject, Retry, RetryState
+from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, RecordOutcome, Reject, Retry, RetryState, Slice
 from streamplane.native._loaded import _native
 from streamplane.native.batch import with_origin
-from streamplane.offsets import runs, to_ranges
+from streamplane.offsets import normalize, runs, subtract, to_ranges
 
 RECORD_OVERHEAD = 320
 """Bytes counted per decoded record beyond its key, value and headers (the Python objects around it)."""
@@ -160,6 +160,9 @@ class GrantedLease:
     start_offset: int
     end_offset: int
     """The sealed generation's end, -1 while producers may still write."""
+    slice: Slice | None = None
+    """The slice of the partition the lease covers (None: all of it): the fetch loop decodes only its records,
+    and the others' offsets are never committed here."""
 
 
 def _end_pending_py(msgs: list[Message], pending: dict[int, Any]) -> tuple[list[int], list[tuple[Any, int]]]:
@@ -346,6 +349,8 @@ class LeaseLedger:
         if decoded is not None and decoded.count and not self.lost:
             items, offsets, used = self._batch(decoded) if batches else self._messages(decoded)
         gaps = self._gaps(before, after, offsets, fetched.skipped)
+        if gaps and decoded is not None and decoded.foreign:  # another slice's records: its holder's to do
+            gaps = subtract(gaps, normalize(decoded.foreign_ranges))
         filtered = self._filtered(decoded, before)
         with self._lock:
             if self.lost:

@@ -241,6 +241,7 @@ class Membership:
                 bootstrap_servers=grant.bootstrap_servers,
                 start_offset=grant.start_offset,
                 end_offset=grant.end_offset,
+                slice=grant.slice,
             )
         )
         if grant.start_offset >= 0 and not grant.clean:  # skip what a previous holder finished above it
@@ -258,8 +259,9 @@ class Membership:
             old.drop()
         position = grant.start_offset if grant.start_offset >= 0 else -2 if self._start_from_latest else -1
         self.cluster_names[grant.bootstrap_servers] = grant.cluster
+        mine = compile_where(grant.slice.predicate) if grant.slice is not None else None
         self._fetch.add(
-            grant.lease_id, grant.bootstrap_servers, grant.topic, p.partition, position, _Receiver(self, ledger)
+            grant.lease_id, grant.bootstrap_servers, grant.topic, p.partition, position, _Receiver(self, ledger), mine
         )
         log.info("consumer.lease_granted", lease=grant.lease_id, epoch=grant.epoch, start=grant.start_offset)
 

@@ -288,3 +288,44 @@ def test_records_a_where_predicate_left_out_are_committed_done_and_only_they(
     acked, _, _ = committed(x)
     assert acked == {i for i in range(start, stop) if not kept[i]}, "the holes, and nothing handed out"
     assert n == len(handed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.sampled_from([b"a", b"b", b"c", b"d", None]), min_size=1, max_size=40),
+    filtered=st.lists(st.booleans(), min_size=40, max_size=40),
+    index=st.integers(0, 1),
+    batches=st.booleans(),
+)
+def test_a_slice_holder_commits_its_own_records_and_its_filtered_ones_never_another_slices(
+    keys: list[bytes | None], filtered: list[bool], index: int, batches: bool
+) -> None:
+    """A slice of a split partition: the other slices' records are left out by the decoder as foreign, and
+    their offsets are neither handed out nor committed here (their holder does them); the holder's own records
+    that its where predicate leaves out are committed done."""
+    from streamplane.model import Slice
+    from streamplane.native import compile_where
+    from streamplane.predicate import slice_hash
+
+    piece = Slice(index, 2)
+    recs = [Rec(key=k, value=b"v%d" % i, headers=[] if filtered[i] else [(b"keep", b"1")]) for i, k in enumerate(keys)]
+    raw = build_batch(recs, base_offset=0)
+    got = decode_records(
+        memoryview(raw),
+        0,
+        len(recs),
+        max_decompressed=DEFAULT_MAX_DECOMPRESSED,
+        aborted=None,
+        where=compile_where("header(keep) = '1'"),
+        mine=compile_where(piece.predicate) if piece.predicate else None,
+    )
+    x = ledger(Budget(10_000, 1 << 30), Owner())
+    items, used, n = x.accept(got, batches=batches)
+    x.budget.settle(0, used, n)
+    ours = {i for i, k in enumerate(keys) if piece.lo <= slice_hash(k, i) < piece.hi}
+    handed = set()
+    for item in items:
+        handed.update(item.offsets if batches else [item.offset])
+    assert handed == {i for i in ours if not filtered[i]}, "its own matching records, and only they"
+    acked, _, _ = committed(x)
+    assert acked == {i for i in ours if filtered[i]}, "its own filtered records are done; others' never"

@@ -73,3 +73,14 @@ def test_contiguous_from_counts_the_run_starting_at_a_bit(done, start) -> None:
     while start + expected in done:
         expected += 1
     assert off.contiguous_from(mask, start) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_ranges, small_ranges)
+def test_subtract_keeps_exactly_the_offsets_of_the_first_not_in_the_second(
+    a: list[off.Range], b: list[off.Range]
+) -> None:
+    ranges, minus = off.normalize(a), off.normalize(b)
+    out = off.subtract(ranges, minus)
+    assert members(out) == members(ranges) - members(minus)
+    assert out == off.normalize(out), "normalized: sorted, disjoint, no empty range"

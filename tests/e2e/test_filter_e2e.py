@@ -15,7 +15,7 @@ from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.client import metrics as client_metrics
 from streamplane.errors import InvalidArgumentError
 from streamplane.model import DRAINED
-from tests.helpers import issue_token, wait_until
+from tests.helpers import issue_token, offset_lag, wait_until
 
 WHERE = "header(service) = 'api' and key ^= 'us-'"
 N = 3000
@@ -50,13 +50,6 @@ def _stream(address: str) -> tuple[str, str]:
     with CoordinatorClient(address, token=issue_token("admin", "ops")) as client:
         client.create_stream(stream, 4, cluster="east")
     return stream, f"g-{uuid.uuid4().hex[:6]}"
-
-
-def _lag(address: str, group: str, stream: str) -> int:
-    """The group's offset lag on the stream; -1 while it has committed nothing (an empty lag is no lag yet)."""
-    with CoordinatorClient(address, token=issue_token("admin", "ops")) as client:
-        lag = client.lag(group, stream=stream)
-    return lag.offset_lag if lag.lanes else -1
 
 
 def _left_out(address: str, group: str, stream: str) -> tuple[int, int]:
@@ -113,7 +106,9 @@ def test_a_filtered_consumer_gets_each_matching_record_once_and_nothing_else(sec
     thread.start()
     try:
         wait_until(lambda: len(seen) >= len(wanted), timeout=60, what=lambda: f"{len(seen)} of {len(wanted)}")
-        wait_until(lambda: _lag(address, group, stream) == 0, timeout=30, what=lambda: "the group's lag to reach 0")
+        wait_until(
+            lambda: offset_lag(address, group, stream) == 0, timeout=30, what=lambda: "the group's lag to reach 0"
+        )
         assert set(seen) == wanted, "no record the predicate does not match reached user code"
         assert max(seen.values()) == 1, "each matching record once"
         assert _filtered(group) >= N - len(wanted), "what was left out is counted"
@@ -156,7 +151,7 @@ def test_a_filtered_group_drains_a_generation_across_a_failover(secured_engine: 
                 return str(gen.state)
 
         wait_until(lambda: g1() == DRAINED, timeout=60, what=lambda: f"g1 drained with a filter on; it is {g1()}")
-        wait_until(lambda: _lag(address, group, stream) == 0, timeout=30)
+        wait_until(lambda: offset_lag(address, group, stream) == 0, timeout=30)
         assert max(seen.values()) == 1
     finally:
         consumer.close()
@@ -200,7 +195,7 @@ def test_a_group_configured_with_a_predicate_refuses_a_worker_that_filters_other
         t.start()
     try:
         wait_until(lambda: set(seen) >= _wanted(0, 300), timeout=30, what=lambda: f"{len(seen)} matched")
-        wait_until(lambda: _lag(address, group, stream) == 0, timeout=30)
+        wait_until(lambda: offset_lag(address, group, stream) == 0, timeout=30)
         assert set(seen) == _wanted(0, 300), "whichever member read a partition, nothing else reached a handler"
     finally:
         for w in workers:
