@@ -70,6 +70,15 @@ class OwnedGroup:
     """Lower lanes past their time-lag target, served with the top tier."""
     moved: dict[PartitionRef, tuple[int, str]] = field(default_factory=dict)
     """{partition: (when it was last moved to balance load, the worker it left)}: the cool-down."""
+    loads: slices.LoadWatch = field(default_factory=slices.LoadWatch)
+    """Partitions behind, and automatic splits caught up, as seen since when (the confirmation of a split or
+    a merge for load)."""
+
+
+def _lag_of(state: GroupState, worker: str) -> int:
+    """The most time lag (ms) any of a worker's whole leases reports."""
+    leases_of = state.leases
+    return max((leases_of[k].lag_ms for k in state.held.get(worker, ()) if k in leases_of), default=0)
 
 
 class Assigner:
@@ -208,7 +217,8 @@ class Assigner:
         if kept is not None and now - kept.built_ms < group_state.RESYNC_MS:
             touched = group_state.catch_up(tr, kept, now_ms=now, grace=grace)
         if kept is None or touched is None:
-            kept, touched = group_state.build(tr, group, now_ms=now, grace=grace), set()
+            kept = group_state.build(tr, group, now_ms=now, grace=grace, hot_lag_ms=cfg.split_lag_ms)
+            touched = set()
         state = owned.state = kept
         applied, changes = group_state.plan(
             tr,
@@ -227,10 +237,16 @@ class Assigner:
     def _slices(self, tr: Transaction, state: GroupState, applied: group_state.Applied, now: int) -> None:
         """The pass's step for the group's split partitions (slices.py), after the Balancer's: its revoke
         deadlines join the pass's, and a merge done is looked at again at once (the Balancer takes it back)."""
+        cfg, group = self.config, state.group
+        hot = [state.leases[k] for k in sorted(state.hot)]
+        scaled, check_at = slices.autoscale(
+            tr, group, state.members, hot, lambda w: _lag_of(state, w), self._kept_for(group).loads, cfg, now_ms=now
+        )
         load = {worker: len(held) for worker, held in state.held.items()}
-        sliced = slices.plan(tr, state.group, state.members, now_ms=now, revoke_ms=self.config.revoke_ms, load=load)
+        sliced = slices.plan(tr, group, state.members, now_ms=now, revoke_ms=cfg.revoke_ms, load=load)
         group_state.read_again(tr, state, sliced.touched)
-        due = [d for d in (applied.next_deadline_ms, sliced.next_deadline_ms, now if sliced.merged else 0) if d]
+        again = now if sliced.merged or scaled else 0  # the Balancer's partitions change: look again at once
+        due = [d for d in (applied.next_deadline_ms, sliced.next_deadline_ms, again, check_at) if d]
         applied.next_deadline_ms = min(due, default=0)
 
     def _join_window(self, tr: Transaction, group: str, version: int, now: int) -> int:
@@ -370,7 +386,8 @@ class Assigner:
                 stale = group_state.write_changes(tr, group, first, now_ms=now)
                 group_state.read_again(tr, state, stale)  # as they are, and planned again at once
                 state.reread.update(stale)
-                if state.split:
+                watched = self._kept_for(group).loads
+                if state.split or state.hot or watched.hot or watched.calm:
                     self._slices(tr, state, applied, now)
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)

@@ -15,7 +15,13 @@ from typing import Any
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology.records import get_stream
-from streamplane.errors import FailedPreconditionError, InvalidArgumentError, LimitExceededError, NotFoundError
+from streamplane.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    LimitExceededError,
+    NotFoundError,
+    StreamplaneError,
+)
 from streamplane.model import MAX_SLICES, SETTLED, PartitionRef
 from streamplane.names import check_lane_name, check_object_name
 from streamplane.predicate import parse, render
@@ -135,12 +141,24 @@ def configure(
 
 
 def configured(config: Mapping[str, Any]) -> dict[PartitionRef, int]:
-    """{partition: slices} as a group's stored settings ask."""
-    return {PartitionRef.parse(lid): int(n) for lid, n in config.get("splits", {}).items()}
+    """{partition: slices} as a group's stored settings ask: split by hand, or by the Assigner for its load
+    (`auto_splits`; one split by hand is the operator's, never merged for load)."""
+    out: dict[PartitionRef, int] = {}
+    for place in ("auto_splits", "splits"):
+        entries = config.get(place, {})
+        for lid, entry in entries.items() if isinstance(entries, dict) else ():
+            try:
+                out[PartitionRef.parse(lid)] = int(entry["slices"] if place == "auto_splits" else entry)
+            except (StreamplaneError, ValueError, TypeError, KeyError):
+                continue  # a torn entry (never written by configure): that partition stays whole
+    return out
 
 
 def max_slices(config: Mapping[str, Any]) -> int:
-    return int(config.get("max_slices", DEFAULT_MAX_SLICES))
+    try:
+        return int(config.get("max_slices", DEFAULT_MAX_SLICES))
+    except (ValueError, TypeError):
+        return DEFAULT_MAX_SLICES
 
 
 def check_split(tr: Transaction, lid: str, count: int, limit: int) -> PartitionRef:
@@ -174,6 +192,7 @@ def configure_slices(config: dict[str, Any], tr: Transaction, *, split: tuple[st
     lid, count = split
     ref = check_split(tr, lid, count, max_slices(config))
     splits = config.setdefault("splits", {})
+    config.get("auto_splits", {}).pop(ref.lease_id, None)  # by hand from now on
     if count == 1:
         splits.pop(ref.lease_id, None)
     elif ref.lease_id not in splits and len(splits) >= MAX_SPLITS:

@@ -21,12 +21,12 @@ of one partition.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamplane.coordinator import keys
-from streamplane.coordinator.groups.config import configured
+from streamplane.coordinator.groups.config import configured, max_slices
 from streamplane.coordinator.groups.leases import (
     FREE,
     GRANTED,
@@ -39,9 +39,10 @@ from streamplane.coordinator.groups.leases import (
     slice_lease_from,
     write_lease,
 )
+from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.store import Transaction
 from streamplane.coordinator.topology.records import get_stream
-from streamplane.errors import NotFoundError
+from streamplane.errors import NotFoundError, StreamplaneError
 from streamplane.model import SETTLED, PartitionRef
 
 ACTOR = "assigner"
@@ -88,16 +89,29 @@ def stored(tr: Transaction, group: str) -> dict[PartitionRef, list[Lease]]:
     """The group's slice leases, by partition."""
     r = keys.SLICE_LEASES.range((group,))
     out: dict[PartitionRef, list[Lease]] = {}
-    for key, raw in tr.get_range(r.start, r.stop):
-        lease = slice_lease_from(key, raw)
+    for lease in _decoded(tr.get_range(r.start, r.stop)):
         out.setdefault(lease.key, []).append(lease)
+    return out
+
+
+def _decoded(rows: list[tuple[bytes, bytes]]) -> list[Lease]:
+    """Slice leases as stored; a torn one (never written whole by this code) is left out, and so is replaced
+    by the planner, never a stop of the owner's pass over the group."""
+    out = []
+    for key, raw in rows:
+        try:
+            lease = slice_lease_from(key, raw)
+        except (ValueError, TypeError):
+            continue
+        if lease.slices >= 2 and 0 <= lease.slice_index < lease.slices:
+            out.append(lease)
     return out
 
 
 def slices_of(tr: Transaction, group: str, ref: PartitionRef) -> list[Lease]:
     """The slice leases of one partition (none while it is not split)."""
     r = keys.SLICE_LEASES.range((group, *ref))
-    return [slice_lease_from(k, v) for k, v in tr.get_range(r.start, r.stop)]
+    return _decoded(tr.get_range(r.start, r.stop))
 
 
 def excluded(tr: Transaction, group: str, members: Mapping[str, Member]) -> frozenset[PartitionRef]:
@@ -136,6 +150,110 @@ class SlicePass:
     """A partition's slices were all deleted: it returns to the Balancer."""
     touched: set[PartitionRef] = field(default_factory=set)
     """Whole leases the pass wrote (the owner's state reads them again)."""
+
+
+@dataclass
+class LoadWatch:
+    """What a group's owner has seen of its partitions' load between passes (in memory: a new owner looks
+    anew), for the confirmation of automatic splits and merges."""
+
+    hot: dict[PartitionRef, tuple[int, int]] = field(default_factory=dict)
+    """{whole partition behind: (since when, its records behind then)}."""
+    calm: dict[PartitionRef, int] = field(default_factory=dict)
+    """{partition split for load whose slices keep up, carrying under half of what it did: since when}."""
+
+
+HOT, COOLED = "partition_hot", "partition_cooled"
+"""The group events of an automatic split decided (its reason: the lag, for how long, the workers keeping up)
+and of an automatic merge decided (its reason: the load that fell)."""
+
+
+def autoscale(
+    tr: Transaction,
+    group: str,
+    members: Mapping[str, Member],
+    hot: list[Lease],
+    lag_of: Callable[[str], int],
+    watch: LoadWatch,
+    cfg: AssignerConfig,
+    *,
+    now_ms: int,
+) -> tuple[bool, int]:
+    """Split for load, and merge back when the load falls: written to the group's settings (`auto_splits`) for
+    `plan` to carry out, each decision a group event with its reason. A whole partition is split when its
+    holder stays `cfg.split_lag_ms` behind (`hot`: the whole leases past it) for `cfg.split_confirm_ms`
+    without catching up, and other readers of its lane keep up with their own (`lag_of`: a worker's lag):
+    into one slice per such worker and its holder, at most the group's max_slices. Its slices merge back once
+    they all keep up, carrying under half of the rate the whole partition had when it was split, for
+    `cfg.merge_after_ms`. Returns whether the settings changed, and when to look again (0: no need)."""
+    raw = tr.get(keys.group_config_key(group))
+    config = json.loads(raw) if raw else {}
+    limit = max_slices(config)
+    manual = set(config.get("splits", {}))
+    auto: dict[str, Any] = config.get("auto_splits", {})
+    if not isinstance(auto, dict):
+        auto = {}
+    ev = GroupEvents(tr, ACTOR, now_ms)
+    changed, check_at = False, 0
+    behind = {lease.key: lease for lease in hot if lease.lease_id not in manual and lease.lease_id not in auto}
+    for gone in [ref for ref in watch.hot if ref not in behind]:
+        del watch.hot[gone]
+    for ref, lease in behind.items():
+        since, lag_then = watch.hot.get(ref, (now_ms, lease.lag_records))
+        if lease.lag_records < lag_then:  # catching up on its own: it is watched anew
+            since, lag_then = now_ms, lease.lag_records
+        watch.hot[ref] = (since, lag_then)
+        if now_ms - since < cfg.split_confirm_ms:
+            check_at = min(check_at or since + cfg.split_confirm_ms, since + cfg.split_confirm_ms)
+            continue
+        keeping_up = [
+            w for w, m in members.items() if w != lease.worker_id and _reads(m, ref) and lag_of(w) < cfg.split_lag_ms
+        ]
+        n = min(limit, 1 + len(keeping_up))
+        if n < 2:
+            continue
+        auto[ref.lease_id] = {"slices": n, "rate": lease.records_per_s}
+        del watch.hot[ref]
+        ev.group(
+            group,
+            HOT,
+            lease.worker_id,
+            lease,
+            f"{ref.lease_id}: {lease.lag_ms / 1000:.1f} s behind for {(now_ms - since) / 1000:.1f} s, "
+            f"{lease.lag_records:,} records, at {lease.records_per_s:,.0f} records/s, with {len(keeping_up)} "
+            f"other worker(s) keeping up: split into {n} slices",
+        )
+        changed = True
+    calm_lag = cfg.split_lag_ms // 3
+    split_now = stored(tr, group) if auto else {}
+    for lid, entry in list(auto.items()):
+        try:
+            ref, split_rate = PartitionRef.parse(lid), float(entry.get("rate", 0.0))
+        except (StreamplaneError, ValueError, TypeError, AttributeError):
+            continue  # a torn entry: `configured` leaves it out too
+        current = split_now.get(ref, [])
+        rate = sum(x.records_per_s for x in current)
+        calm = bool(current) and all(x.state == GRANTED and x.lag_ms < calm_lag for x in current)
+        if not calm or rate >= split_rate / 2:
+            watch.calm.pop(ref, None)
+            continue
+        since = watch.calm.setdefault(ref, now_ms)
+        if now_ms - since < cfg.merge_after_ms:
+            check_at = min(check_at or since + cfg.merge_after_ms, since + cfg.merge_after_ms)
+            continue
+        del auto[lid]
+        del watch.calm[ref]
+        ev.group(
+            group,
+            COOLED,
+            reason=f"{lid}: its {len(current)} slices kept up for {(now_ms - since) / 1000:.0f} s carrying "
+            f"{rate:,.0f} records/s, under half the {split_rate:,.0f} it had when split: merged back",
+        )
+        changed = True
+    if changed:
+        config["auto_splits"] = auto
+        tr.set(keys.group_config_key(group), json.dumps(config, sort_keys=True).encode())
+    return changed, check_at
 
 
 def plan(

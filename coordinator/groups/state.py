@@ -137,8 +137,12 @@ def _subscriptions(members: Iterable[Member]) -> frozenset[tuple[str, tuple[str,
 class GroupState:
     """The owning replica's working state of one group (see the module's docstring)."""
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, hot_lag_ms: int = 3_000) -> None:
         self.group = group
+        self.hot_lag_ms = hot_lag_ms
+        """A granted lease whose holder reports a time lag this large is `hot` (a split candidate)."""
+        self.hot: set[PartitionRef] = set()
+        """Whole leases granted whose holder is at least `hot_lag_ms` behind (see slices.autoscale)."""
         self.members: dict[str, Member] = {}
         """The live members as of the last pass."""
         self.leases: dict[PartitionRef, Lease] = {}
@@ -180,6 +184,10 @@ class GroupState:
             self.revoking.add(key)
         else:
             self.revoking.discard(key)
+        if lease.state == GRANTED and lease.lag_ms >= self.hot_lag_ms:
+            self.hot.add(key)
+        else:
+            self.hot.discard(key)
 
     def spec(self, key: PartitionRef, top: int) -> PartitionSpec:
         lease = self.leases.get(key)
@@ -234,10 +242,10 @@ class GroupState:
                 self.balancer.put_partition(self.spec(key, top))
 
 
-def build(tr: Transaction, group: str, *, now_ms: int, grace: bool) -> GroupState:
+def build(tr: Transaction, group: str, *, now_ms: int, grace: bool, hot_lag_ms: int = 3_000) -> GroupState:
     """A group's state read whole from the store (the holders it had, kept where their holder lives). It only
     reads: load reports already pending are read again by the next `catch_up`, which clears them."""
-    state = GroupState(group)
+    state = GroupState(group, hot_lag_ms)
     for lease in read_leases(tr, group).values():
         state.put_lease(lease)
     members = {w: m for w, m in read_members(tr, group).items() if grace or m.alive_until_ms > now_ms}

@@ -42,6 +42,16 @@ class AssignerConfig:
     the rest (revoke, release, grant again) cost a 320-worker fleet 18,800 moves. 0 assigns at once."""
     join_window_max_ms: int = 10_000
     """The longest a new group's first assignment waits for joins."""
+    split_lag_ms: int = 3_000
+    """A partition whose holder is this far behind (its oldest unprocessed record's age), and stays so for
+    `split_confirm_ms` without catching up, is split into key slices across the workers that keep up (see
+    groups/slices.py). Below a few seconds, a burst a holder absorbs on its own would split partitions."""
+    split_confirm_ms: int = 2_000
+    """How long a partition's lag must stay past `split_lag_ms`, not shrinking, before it is split."""
+    merge_after_ms: int = 30_000
+    """How long the slices of an automatic split must stay caught up, carrying under half of what the whole
+    partition carried when it was split, before they merge back (the gap between the two rules keeps a
+    partition from splitting and merging in turn)."""
 
     @classmethod
     def with_ttl(cls, ttl_ms: int, **settings: Any) -> AssignerConfig:
