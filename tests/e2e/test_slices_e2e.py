@@ -120,3 +120,63 @@ def test_a_partition_split_while_workers_run_is_read_in_slices_once_each_in_key_
             t.join(30)
         for c in consumers:
             c.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_partition_left_behind_is_split_by_the_assigner_across_idle_workers_in_key_order(
+    secured_engine: str,
+) -> None:
+    """No split by hand: four workers, one of them holding a one-partition stream's backlog at 2 ms a record;
+    the Assigner sees it stay behind while the others idle, splits it in four, and every record is handled
+    once, a key's in order."""
+    import time
+
+    address = secured_engine
+    stream, group = f"auto-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:6]}"
+    with CoordinatorClient(address, token=issue_token("admin", "ops")) as client:
+        client.create_stream(stream, 1, cluster="east")
+    _produce(address, stream, 0, 12_000)
+    handled = Handled()
+
+    def slow(worker: str):  # type: ignore[no-untyped-def]
+        record = handled.handler(worker)
+
+        def handle(msg: Message) -> None:
+            time.sleep(0.002)
+            record(msg)
+
+        return handle
+
+    stop = threading.Event()
+    consumers = [
+        Consumer(
+            address, group=group, stream=stream, worker_id=f"w{i}", concurrency=1, token=issue_token("consumer", "w")
+        )
+        for i in range(4)
+    ]
+    threads = [
+        threading.Thread(target=c.run, args=(slow(c.worker_id),), kwargs={"stop": stop}, daemon=True) for c in consumers
+    ]
+    for t in threads:
+        t.start()
+    lid = f"{stream}/realtime/g1/p0"
+    try:
+        wait_until(lambda: len(_slice_holders(address, group, lid)) == 4, timeout=60, what=lambda: "a split in four")
+        with CoordinatorClient(address, token=issue_token("admin", "ops")) as client:
+            changes = {e.change: e.reason for e in client.watch_group(group, idle_timeout_s=1)}
+        assert "behind" in changes.get("partition_hot", ""), changes
+        wait_until(lambda: handled.count() >= 12_000, timeout=90, what=lambda: f"{handled.count()} of 12000")
+        wait_until(lambda: offset_lag(address, group, stream) == 0, timeout=30, what=lambda: "the lag to reach 0")
+        with handled.lock:
+            seen = list(handled.seen)
+        assert len({(k, s) for _, k, s in seen}) == 12_000 and len(seen) == 12_000, "every record once"
+        last: dict[bytes, int] = {}
+        for _, key, seq in seen:
+            assert seq > last.get(key, -1), f"key {key!r} went back from {last.get(key)} to {seq}"
+            last[key] = seq
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        for c in consumers:
+            c.close()
