@@ -245,6 +245,7 @@ class Assigner:
         load = {worker: len(held) for worker, held in state.held.items()}
         sliced = slices.plan(tr, group, state.members, now_ms=now, revoke_ms=cfg.revoke_ms, load=load)
         group_state.read_again(tr, state, sliced.touched)
+        metrics.SLICES.labels(group).set(sliced.slices)
         again = now if sliced.merged or scaled else 0  # the Balancer's partitions change: look again at once
         due = [d for d in (applied.next_deadline_ms, sliced.next_deadline_ms, again, check_at) if d]
         applied.next_deadline_ms = min(due, default=0)

@@ -150,6 +150,8 @@ class SlicePass:
     """A partition's slices were all deleted: it returns to the Balancer."""
     touched: set[PartitionRef] = field(default_factory=set)
     """Whole leases the pass wrote (the owner's state reads them again)."""
+    slices: int = 0
+    """Slice leases the group has after the pass."""
 
 
 @dataclass
@@ -294,6 +296,7 @@ def plan(
                     done = False
                     out.next_deadline_ms = min(out.next_deadline_ms or new.deadline_ms, new.deadline_ms)
             if not done:
+                out.slices += len(current)
                 continue
             top = max(lease.epoch for lease in current)
             for lease in current:
@@ -336,4 +339,5 @@ def plan(
                     holders.add(worker)
                     held[worker] = held.get(worker, 0) + 1
             _put(tr, group, lease, new)
+        out.slices += len(current)
     return out

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import structlog
-from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
 from streamplane.coordinator.topology.health import DEGRADED, HEALTHY, UNHEALTHY
@@ -53,6 +53,12 @@ LOOP_FAILURES = Counter(
 LEASE_GRANTS = Counter("streamplane_lease_grants_total", "Leases granted by the Assigner, by group", ["group"])
 LEASE_MOVES = Counter(
     "streamplane_lease_moves_total", "Held leases the Assigner moved to another worker to balance load", ["group"]
+)
+SLICES = Gauge(
+    "streamplane_slices",
+    "Slice leases of the group's split partitions (each slice holder fetches the whole partition: a split into N "
+    "multiplies its fetch bytes by N)",
+    ["group"],
 )
 
 

@@ -21,6 +21,7 @@ from streamplane.coordinator.groups import leases, slices
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.sessions.host import Session
 from streamplane.coordinator.groups.timing import AssignerConfig
+from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.coordinator.topology import events
 from streamplane.errors import FencedError, InvalidArgumentError, NotFoundError
@@ -107,6 +108,7 @@ def test_a_split_partition_is_leased_in_slices_to_different_workers_once_its_who
     assert P1 in held, "the other partition is not touched"
     changes = [e.change for e in events.read_group_events(db, GROUP, None)]
     assert slices.SPLIT in changes
+    assert metrics.SLICES.labels(GROUP)._value.get() == 2, "streamplane_slices says how many slices are leased"
 
 
 def test_a_holder_slow_to_hand_the_whole_lease_back_keeps_it_until_its_deadline_and_no_slice_starts_before(
@@ -198,6 +200,7 @@ def test_a_merge_returns_the_partition_whole_only_once_every_slice_is_free_and_a
     assert not [lid for lid in held if "/s" in lid]
     assert held[P0][1] > top
     assert slices.MERGED in [e.change for e in events.read_group_events(db, GROUP, None)]
+    assert metrics.SLICES.labels(GROUP)._value.get() == 0
 
 
 def test_a_split_waits_for_a_second_reader(db: Database) -> None:
