@@ -37,6 +37,10 @@ ANY_SESSION_HEARTBEAT = "any_session_heartbeat"
 """A heartbeat is taken for the worker's member whatever session sent it, so one that arrives late, from a
 session that ended, keeps the worker's next session alive."""
 
+MERGE_DROPS_SLICE = "merge_drops_slice"
+"""A merge of a split partition's slices moves its low watermark to the furthest slice's, as if every slice were
+as far along: the records of the slices behind are never processed."""
+
 ALL = (
     STALE_EPOCH,
     NO_EPOCH_BUMP,
@@ -48,6 +52,7 @@ ALL = (
     COPY_NUMBER_REUSED,
     EARLY_DRAIN,
     ANY_SESSION_HEARTBEAT,
+    MERGE_DROPS_SLICE,
 )
 
 active: set[str] = set()

@@ -87,9 +87,10 @@ class Header:
     filtered: int = 0
     """Offsets the holders' `where` predicate left out, each counted once (done like acked ones)."""
     updated_ms: int = 0
-    slice_pending: dict[str, int] = field(default_factory=dict)
-    """While the partition is split: {slice name: when its oldest record not processed yet was written}, as
-    each slice's holder last said; `oldest_pending_ts_ms` is the oldest of them."""
+    slice_pending: dict[str, list[int]] = field(default_factory=dict)
+    """While the partition is split: {slice name: [when its oldest record not processed yet was written, the
+    high watermark and the newest record's time its holder last saw]}, as each slice's holder last said;
+    `oldest_pending_ts_ms` is the oldest of them."""
 
     def offset_lag(self) -> int:
         return max(0, self.high - self.low - self.done_above)
@@ -241,15 +242,35 @@ def _oldest_pending(c: Commit, high: int, before: int) -> int:
     return min(c.oldest_pending_ts_ms or before, before)
 
 
-def _pending_times(c: Commit, header: Header, piece: Slice | None) -> tuple[int, dict[str, int]]:
-    """The partition's oldest pending time after a commit, and its slices' (see Header.slice_pending): a
-    slice's holder speaks for its own slice only, and the partition's time is the oldest of its slices'."""
+UNKNOWN = [0, 0, 0]
+"""A slice's entry in Header.slice_pending before its holder has said anything, when nothing else bounds it."""
+
+
+def _pending_times(c: Commit, header: Header, high: int, piece: Slice | None) -> tuple[int, dict[str, list[int]]]:
+    """The partition's oldest pending time after a commit (`high`: its high watermark after it), and its
+    slices' (see Header.slice_pending): a slice's holder speaks for its own slice only, and the partition's time
+    is the oldest of its slices'."""
     if piece is None:
         return _oldest_pending(c, header.high, header.oldest_pending_ts_ms), {}
     suffix = f"of{piece.count}"  # a split into another count left names of its own: they no longer count
-    pending = {name: ts for name, ts in header.slice_pending.items() if name.endswith(suffix)}
-    pending[piece.name] = _oldest_pending(c, header.high, pending.get(piece.name, 0))
-    return min((ts for ts in pending.values() if ts > 0), default=0), pending
+    pending = {name: seen for name, seen in header.slice_pending.items() if name.endswith(suffix)}
+    if not pending:  # the split's first commit: until they say otherwise, each slice is as far behind as the
+        # partition was (a slice that has not committed yet never hides the records it has not processed);
+        # when that was not known (no commit yet, or a slice of an earlier split never said), nor is theirs
+        unknown = not header.updated_ms or UNKNOWN in header.slice_pending.values()
+        seed = UNKNOWN if unknown else [header.oldest_pending_ts_ms, header.high, header.high_ts_ms]
+        pending = {Slice(i, piece.count).name: seed for i in range(piece.count)}
+    mine = pending.get(piece.name, [0, 0, 0])
+    pending[piece.name] = [_oldest_pending(c, mine[1], mine[0]), max(mine[1], c.high_watermark), c.high_watermark_ts_ms]
+    times = []
+    for ts, seen_high, seen_ts in pending.values():
+        if ts > 0:
+            times.append(ts)
+        elif seen_high < high and seen_ts > 0:
+            # caught up when it last said so, before records it has not seen: they were written after its
+            # newest record, so that time bounds theirs from below (a lag never hidden, at worst overstated)
+            times.append(seen_ts)
+    return min(times, default=0), pending
 
 
 def check_writer(tr: Transaction, group: str, lid: str, epoch: int, principal: str = "", session_id: str = "") -> None:
@@ -491,7 +512,7 @@ def _apply(
         r0 = keys.RETRIES.range((group, *ref))
         tr.clear_range(r0.start, r0.stop)
         retries = 0
-    oldest, slice_pending = _pending_times(c, header, piece)
+    oldest, slice_pending = _pending_times(c, header, max(high, low), piece)
     new_header = replace(
         header,
         low=low,
@@ -508,6 +529,19 @@ def _apply(
     tr.set(keys.progress_key(group, ref), header_json(new_header))
     unique = {c.offset: c for c in copies}  # an offset named twice in one commit: its last answer
     return CommitResult(low, sorted(set(exhausted)), added + jumped, retries, [unique[o] for o in sorted(unique)])
+
+
+def planted_skip_to_top(tr: Transaction, group: str, ref: PartitionRef) -> None:
+    """The planted MERGE_DROPS_SLICE bug's write: the low watermark moved past the highest done offset."""
+    header = read_header(tr, group, ref)
+    r0 = keys.DONE.range((group, *ref))
+    rows = tr.get_range(r0.start, r0.stop)
+    if not rows:
+        return
+    chunk = keys.DONE.unpack(rows[-1][0])[-1]
+    top = chunk * CHUNK + int.from_bytes(rows[-1][1], "little").bit_length()
+    tr.clear_range(r0.start, r0.stop)
+    tr.set(keys.progress_key(group, ref), header_json(replace(header, low=max(top, header.low), done_above=0)))
 
 
 def done_from(tr: Transaction, group: str, ref: PartitionRef, offset: int) -> int:
@@ -561,6 +595,7 @@ def rewind(tr: Transaction, group: str, ref: PartitionRef, offset: int, *, now_m
         low=low,
         high=max(header.high, low),
         oldest_pending_ts_ms=pending_ts_ms if pending_ts_ms > 0 else header.oldest_pending_ts_ms,
+        slice_pending={},  # the slices' next commits start from the rewound time, as a split's first does
         done_above=done_above,
         retries=retries,
         rejects=len(states),

@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from streamplane.coordinator import keys
+from streamplane.coordinator import keys, planted
+from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.groups.config import configured, max_slices
 from streamplane.coordinator.groups.leases import (
     FREE,
@@ -301,6 +302,8 @@ def plan(
             top = max(lease.epoch for lease in current)
             for lease in current:
                 tr.clear(lease.store_key(group))
+            if planted.MERGE_DROPS_SLICE in planted.active:
+                commitlog.planted_skip_to_top(tr, group, ref)
             whole = read_lease(tr, group, ref) or Lease(*ref)
             if whole.epoch < top:  # the whole lease's next grant fences every slice holder
                 write_lease(tr, group, whole, replace(whole, epoch=top))

@@ -10,19 +10,20 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from streamplane import offsets
 from streamplane.clock import ManualClock
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog.service import CommitLog
-from streamplane.coordinator.groups import leases, rewind
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups import leases, rewind, slices
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.sessions.host import Session, SessionHost
 from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.loop import Schedule
-from streamplane.coordinator.store.api import Watch
+from streamplane.coordinator.store.api import Watch, read_counter
 from streamplane.coordinator.store.embedded import EmbeddedDatabase
 from streamplane.coordinator.topology import events
 from streamplane.coordinator.topology.records import get_stream, list_clusters
@@ -51,7 +52,9 @@ from streamplane.model import (
     Stream,
     StreamCreated,
     Subscription,
+    parse_lease,
 )
+from streamplane.predicate import slice_hash
 from streamplane.testing.chaos_store import ChaosDatabase, Faults
 from streamplane.testing.cluster_admin import MemoryClusterAdmin
 
@@ -73,6 +76,7 @@ FAULT_RATES = {  # per 100 ms step while faults run
     "heartbeat_lost": 0.003,
     "producer_restart": 0.002,
     "rewind": 0.002,
+    "split": 0.008,
 }
 
 
@@ -239,6 +243,8 @@ class World:
         self.stream, self.stream_watch = self._read_stream()
         self.appended: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
         """(cluster, topic, partition): (end offset, when) of each append, for the records' ages."""
+        self._checked_version = -1
+        """The group's version when `_check_one_holder` last looked."""
         self.streams: list[Session] = []
         """The sessions the replicas serve (a crashed worker's until its silence ends it, as a hung host's)."""
 
@@ -303,6 +309,7 @@ class World:
                 self.stream, self.stream_watch = self._read_stream()
             for w in self.workers:
                 self._work(w)
+            self._check_one_holder()
             self.clock.advance(STEP_MS)
         self._check_quiesced()
 
@@ -343,6 +350,15 @@ class World:
                 self._start_producer(pick.choice(self.producers))
             case "rewind":  # an operator sends the group back on one partition, to an offset it had done
                 self._rewind(pick)
+            case "split":  # an operator splits a partition of the active generation into slices, or merges it
+                gen = self._active()
+                part = PartitionRef(STREAM, LANE, gen.number, pick.randrange(gen.partitions)).lease_id
+                try:
+                    group_config.configure(self.db, GROUP, split=(part, pick.choice([1, 2, 2, 3])))
+                except UnavailableError:
+                    return
+                except StreamplaneError as err:
+                    self.fail(f"a split of {part}: {type(err).__name__}: {err.message}")
 
     def _rewind(self, pick: random.Random) -> None:
         """`group rewind --to-offsets` on one partition with progress, applied on the store itself (an operator's
@@ -502,13 +518,12 @@ class World:
 
     def _late_release(self, w: Worker, message: _Late) -> None:
         lid, epoch = message.lid, message.epoch
-        key = leases.parse_lease_id(lid)
-        before = leases.read_lease(self.inner, GROUP, key)
+        before = leases.read_lease_id(self.inner, GROUP, lid)
         try:
             leases.release(self.db, GROUP, w.name, message.session, lid, epoch, now_ms=self.now)
         except (FencedError, UnavailableError):
             return  # its session has ended since (refused whole), or the store is away: nothing changed
-        after = leases.read_lease(self.inner, GROUP, key)
+        after = leases.read_lease_id(self.inner, GROUP, lid)
         if before is not None and before.epoch != epoch and after != before:
             self.fail(f"a late release of {lid} at epoch {epoch} changed the lease held at epoch {before.epoch}")
 
@@ -578,10 +593,11 @@ class World:
             w.position[r.lid] = r.upto
             w.copied[r.lid] = set(granted)
             w.retrying[r.lid] = {o for o in (*r.copying, *r.poison) if o not in granted}
-            self.done.setdefault(r.lid, set()).update(o for a, b in r.body.acked for o in range(a, b))
-            self.done[r.lid].update(r.rejects)
-            self.rejected.setdefault(r.lid, set()).update(r.rejects)
-            self.retried.setdefault(r.lid, set()).update(r.poison)
+            part = _part(r.lid)  # the reference model is per partition: its slices share its progress
+            self.done.setdefault(part, set()).update(o for a, b in r.body.acked for o in range(a, b))
+            self.done[part].update(r.rejects)
+            self.rejected.setdefault(part, set()).update(r.rejects)
+            self.retried.setdefault(part, set()).update(r.poison)
             accepted.append(r)
         self._check_commits(w, accepted)
         for r in accepted:
@@ -589,7 +605,7 @@ class World:
 
     def _write_dlq_copy(self, w: Worker, lid: str, offset: int, number: int) -> None:
         """Write the dlq copy the commit log granted: each copy number of a record is one holder's to write."""
-        writers = self.dlq.setdefault((lid, offset), {})
+        writers = self.dlq.setdefault((_part(lid), offset), {})
         if writers.setdefault(number, w.session) != w.session:
             self.fail(f"dlq copy {number} of {lid}@{offset} was granted to two holders: {writers[number]}, {w.session}")
 
@@ -612,7 +628,12 @@ class World:
         if upto <= start and not rejects and not copying:
             return None
         skip = w.skip.get(lid, set())
-        read = [o for o in range(start, max(start, upto)) if o not in skip]
+        piece = parse_lease(lid)[1]  # a slice holder handles its slice's records only; the others are not its own
+        read = [
+            o
+            for o in range(start, max(start, upto))
+            if o not in skip and (piece is None or piece.lo <= slice_hash(None, o) < piece.hi)
+        ]
         poison = [o for o in read if _poison(number, partition, o)]
         pending = min([*poison, *copying, max(start, upto)]) if poison or copying or upto < end else None
         body = Commit(
@@ -621,6 +642,7 @@ class World:
             rejects=[Reject(o, "poison, again") for o in rejects],
             copying=[Reject(o, "poison, again") for o in copying],
             high_watermark=end,
+            high_watermark_ts_ms=self._written_ms(gen.cluster, topic, partition, end - 1) if end else 0,
             oldest_pending_ts_ms=0 if pending is None else self._written_ms(gen.cluster, topic, partition, pending),
         )
         return _Read(lid, epoch, body, max(start, upto), poison, rejects, copying, gen.cluster, topic)
@@ -638,7 +660,7 @@ class World:
         stored = self.inner.transact(
             lambda tr: [
                 (
-                    leases.read_lease(tr, GROUP, leases.parse_lease_id(r.lid)),
+                    leases.read_lease_id(tr, GROUP, r.lid),
                     commitlog.progress(tr, GROUP, r.lid, max_ranges=100_000),
                 )
                 for r in accepted
@@ -650,8 +672,33 @@ class World:
             self._check_commit_log(r.lid, progress)
             self._check_time_lag(r.lid, progress.header, r.cluster, r.topic)
 
+    def _check_one_holder(self) -> None:
+        """Every offset has one live holder at most: a partition is held whole or in the slices of one split,
+        never both, and no worker holds two slices of one partition. Looked at again whenever a lease changed
+        (every change bumps the group's version)."""
+
+        def read(tr: Any) -> tuple[int, list[leases.Lease], dict[PartitionRef, list[leases.Lease]]]:
+            version = read_counter(tr, keys.group_version_key(GROUP))
+            if version == self._checked_version:
+                return version, [], {}
+            return version, list(leases.read_leases(tr, GROUP).values()), slices.stored(tr, GROUP)
+
+        self._checked_version, whole, split = self.inner.transact(read)
+        held = {x.key for x in whole if x.state != leases.FREE}
+        for ref, pieces in split.items():
+            live = [x for x in pieces if x.state != leases.FREE]
+            if live and ref in held:
+                self.fail(f"{ref.lease_id} is held whole and in slices at once: {[x.lease_id for x in live]}")
+            if len({x.slices for x in live}) > 1:
+                self.fail(f"{ref.lease_id} has slices of two splits held at once: {[x.lease_id for x in live]}")
+            holders = [x.worker_id for x in live]
+            if len(holders) != len(set(holders)):
+                self.fail(f"a worker holds two slices of {ref.lease_id}: {[(x.lease_id, x.worker_id) for x in live]}")
+
     def _done_below(self, lid: str) -> int:
-        """The first offset of `lid` the reference model does not hold as done (kept, as it only grows)."""
+        """The first offset of `lid`'s partition the reference model does not hold as done (kept, as it only
+        grows)."""
+        lid = _part(lid)
         done, below = self.done[lid], self.prefix.get(lid, 0)
         while below in done:
             below += 1
@@ -661,6 +708,7 @@ class World:
     def _check_commit_log(self, lid: str, progress: commitlog.Progress) -> None:
         """The stored offsets (all below the header's low, and the done ranges above it) are exactly the reference
         model's; its retry and reject counts are those pending and rejected."""
+        lid = _part(lid)
         done, low = self.done[lid], progress.header.low
         above = [(a, b) for a, b in progress.done if b > low]
         stored = low + sum(b - max(a, low) for a, b in above)
@@ -680,10 +728,13 @@ class World:
     def _check_time_lag(self, lid: str, header: commitlog.Header, cluster: str, topic: str) -> None:
         """The time lag the commit log reports is never less than the age of the oldest record it knows of (below
         its high watermark) that was not processed."""
-        done = self.done.get(lid, set())
+        done = self.done.get(_part(lid), set())
         oldest = next((o for o in range(header.low, header.high) if o not in done), None)
         if oldest is None:
             return
+        if commitlog.UNKNOWN in header.slice_pending.values():
+            return  # a slice of a partition split before any commit has said nothing yet: its holder's first
+            # commit (one commit interval later) says how far behind it is; until then nothing bounds it
         age = self.now - self._written_ms(cluster, topic, leases.parse_lease_id(lid)[3], oldest)
         if header.time_lag_ms(self.now) < age:
             self.fail(
@@ -735,6 +786,11 @@ class World:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _part(lid: str) -> str:
+    """The partition a lease id is of (a slice's: the partition it is a slice of)."""
+    return parse_lease(lid)[0].lease_id
 
 
 def _poison(generation: int, partition: int, offset: int) -> bool:

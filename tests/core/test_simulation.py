@@ -12,9 +12,9 @@ from streamplane.coordinator.loop import Schedule
 from streamplane.sim import main as sim_main
 from streamplane.sim import replay_command, run_seed, run_seeds
 
-SEEDS = int(os.environ.get("STREAMPLANE_SIM_SEEDS", "1000"))
-"""Seeds per CI run, over every core: 70 s on two (a seed takes about 0.13 s); STREAMPLANE_SIM_SEEDS=10000
-for a long run."""
+SEEDS = int(os.environ.get("STREAMPLANE_SIM_SEEDS", "800"))
+"""Seeds per CI run, over every core: about 95 s on two (a seed takes about 0.24 s since worlds split and merge
+partitions); STREAMPLANE_SIM_SEEDS=10000 for a long run."""
 FIND_WITHIN = 20
 
 
@@ -37,6 +37,9 @@ def test_each_planted_bug_is_caught(bug: str) -> None:
     [
         7,  # two generations drained in one pass: their two events shared one key, one was lost
         127,  # a late copy of a caught-up commit reset the oldest pending record's time: no time lag reported
+        0,  # a slice caught up hid the records written since that another slice had not seen: no time lag
+        14,  # a rewind of a split partition: its slices' times were older than what it reopened
+        246,  # a split again of a partition whose slice had never committed: its unknown lag taken as none
     ],
 )
 def test_seeds_that_found_bugs_stay_fixed(seed: int) -> None:
@@ -98,7 +101,7 @@ def test_the_seeds_run_the_production_schedule(monkeypatch: pytest.MonkeyPatch) 
     """The simulator ticks the coordinator's own `Schedule` objects, not a copy: take away their watch policy
     (a change starts the next pass early) and the same seed runs another world, here one where the planted bug
     goes unseen."""
-    with_policy = run_seed(3, plant=(planted.STALE_EPOCH,))
-    assert with_policy is not None and run_seed(3, plant=(planted.STALE_EPOCH,)) == with_policy
+    with_policy = run_seed(4, plant=(planted.STALE_EPOCH,))
+    assert with_policy is not None and run_seed(4, plant=(planted.STALE_EPOCH,)) == with_policy
     monkeypatch.setattr(Schedule, "watch", lambda self: None)
-    assert run_seed(3, plant=(planted.STALE_EPOCH,)) != with_policy
+    assert run_seed(4, plant=(planted.STALE_EPOCH,)) != with_policy
