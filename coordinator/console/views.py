@@ -247,8 +247,19 @@ class Views:
         headers = commitlog.read_headers(self.db, name)
         lag = commitlog.lag(self.db, name, now_ms=now)
         by_worker: dict[str, list[dict[str, Any]]] = {}
+        split: dict[str, list[dict[str, Any]]] = {}
         for x in desc.leases:
             by_worker.setdefault(x.worker_id or "", []).append({**to_jsonable(x), "lease_id": x.lease_id})
+            if x.slice is not None:
+                split.setdefault(x.partition.lease_id, []).append(
+                    {
+                        "slice": x.slice.name,
+                        "worker_id": x.worker_id,
+                        "epoch": x.epoch,
+                        "state": x.state,
+                        **to_jsonable(x.load),
+                    }
+                )
         members = [
             {
                 **to_jsonable(m),
@@ -284,6 +295,7 @@ class Views:
             "leader_replica": desc.leader_replica,
             "members": members,
             "leases": by_worker,
+            "slices": [{"partition": part, "slices": pieces} for part, pieces in sorted(split.items())],
             "lag": to_jsonable(lag),
             "history": [to_jsonable(s) for s in self.history.series(name)],
             "sample_ms": self.history.sample_ms,

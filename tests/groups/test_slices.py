@@ -128,6 +128,26 @@ def test_a_holder_slow_to_hand_the_whole_lease_back_keeps_it_until_its_deadline_
     assert {lid for lid in g.held() if lid.startswith(P0)} == {P0 + "/s0of2", P0 + "/s1of2"}
 
 
+def test_the_consoles_group_page_lists_each_split_partitions_slices_and_their_holders(db: Database) -> None:
+    from streamplane.coordinator.console.history import LagHistory
+    from streamplane.coordinator.console.views import Views
+    from streamplane.coordinator.topology.topology import Topology
+    from streamplane.model import Lag
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
+
+    g = Group(db)
+    for w in ("w1", "w2"):
+        g.join(w)
+    g.split(P0, 2)
+    g.run()
+    history = LagHistory(lambda: Lag(""), clock=g.clock)
+    page = Views(Topology(db, MemoryClusterAdmin(), g.clock), g.assigner, history, g.clock).group(GROUP)
+    ((split,),) = [page["slices"]]
+    assert split["partition"] == P0
+    assert [(x["slice"], x["state"]) for x in split["slices"]] == [("s0of2", "granted"), ("s1of2", "granted")]
+    assert {x["worker_id"] for x in split["slices"]} == {"w1", "w2"}
+
+
 def test_each_slice_is_fenced_by_its_own_epoch_and_the_old_whole_lease_by_its_own(db: Database) -> None:
     g = Group(db)
     for w in ("w1", "w2"):

@@ -214,6 +214,7 @@ function renderGroup() {
     <h3>Time lag of the most lagged partitions</h3>${lineChart("partitions", partSeries)}
     <h3>Workers</h3>${table(["worker", "capacity", "max load", "cpu", "records/s", "leases", "lag records", "session ttl left"], workers)}
     <h3>Leases</h3>${table(["worker", "lease", "epoch", "state", "records/s", "lag records"], leases)}
+    ${g.slices.length ? `<h3>Split partitions</h3><p class="muted">each read in key slices by as many workers; each slice holder fetches the whole partition</p>${table(["partition", "slice", "worker", "epoch", "state", "records/s", "lag"], g.slices.flatMap((p) => p.slices.map((x) => `<tr data-slice="${esc(p.partition)}/${esc(x.slice)}"><td>${esc(p.partition)}</td><td>${esc(x.slice)}</td><td>${esc(x.worker_id || "(free)")}</td><td>${x.epoch}</td><td>${esc(x.state)}</td><td>${x.records_per_s.toFixed(0)}</td><td>${secs(x.lag_ms)}</td></tr>`)))}` : ""}
     <h3>Retry backlog</h3>${table(["partition", "offsets in retry", "low watermark"], g.retry_backlog.partitions.map((r) => `<tr><td>${esc(r.lease_id)}</td><td>${r.retries}</td><td>${r.low_watermark}</td></tr>`))}
     <h3 id="dlq">Dead-letter queue</h3>
     <div class="cards"><div class="card" data-dlq="pending">pending: ${g.dlq.pending}</div><div class="card" data-dlq="redriven">redriven: ${g.dlq.redriven}</div><div class="card" data-dlq="purged">purged: ${g.dlq.purged}</div>
