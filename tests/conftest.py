@@ -183,16 +183,19 @@ def coordinator(tmp_path: Path, local_cluster: tuple[str, LocalClusterControl]) 
 def secured_engine(request: pytest.FixtureRequest, tmp_path: Path, local_cluster) -> Iterator[str]:
     """A coordinator with authentication on (tests.helpers.issue_token signs its tokens) and clusters east and
     west: the local mock cluster, or a real Kafka broker. Yields its address."""
+    from streamplane.coordinator.groups.timing import AssignerConfig
     from streamplane.coordinator.rpc.auth import TokenIssuer
     from streamplane.coordinator.rpc.guard import Guard
     from tests.helpers import TOKEN_KEY, issue_token, register_local_clusters, register_real_clusters
 
     bootstrap, control = local_cluster
+    timing = request.node.get_closest_marker("assigner")
     running = server.start(
         open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "secured-store")),
         admin=RoutingAdmin(),
         guard=Guard(TokenIssuer(TOKEN_KEY)),
         control_endpoints=[control.endpoint],
+        assigner_config=AssignerConfig(**timing.kwargs) if timing is not None else None,
     )
     admin = issue_token("admin", "ops")
     if request.param == "mock":
