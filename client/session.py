@@ -91,6 +91,7 @@ class WorkerSession:
             max_load=max_load,
             where=where,
             takes_batches=True,
+            takes_slices=True,
         )
         self._outbox: queue.Queue[object] = queue.Queue()
         self._load = Heartbeat()

@@ -401,6 +401,7 @@ def join(
     principal: str = "",
     replica: str = "",
     where: str = "",
+    takes_slices: bool = False,
 ) -> Member | None:
     """Register a worker's new session, served by `replica`; refuse a worker id that another live session
     holds, and a worker whose `where` predicate is not the one its group is configured with. With
@@ -419,7 +420,9 @@ def join(
         old = Member.from_json(raw)
         if resume_session and old.session_id == resume_session:  # not ended yet: its leases are still its own
             check_principal(old.principal, principal, f"session {resume_session}")
-            resumed = replace(old, alive_until_ms=max(old.alive_until_ms, now_ms + ttl_ms), replica=replica)
+            resumed = replace(
+                old, alive_until_ms=max(old.alive_until_ms, now_ms + ttl_ms), replica=replica, takes_slices=takes_slices
+            )
             tr.set(keys.member_key(group, worker_id), resumed.to_json())
             GroupEvents(tr, principal or ANONYMOUS_ACTOR, now_ms).group(
                 group, "member_resumed", worker_id, reason=f"session {old.session_id}"
@@ -441,6 +444,7 @@ def join(
         alive_until_ms=now_ms + ttl_ms,
         principal=principal,
         replica=replica,
+        takes_slices=takes_slices,
     )
     tr.set(keys.group_key(group), json.dumps({"name": group}).encode())
     tr.set(keys.member_key(group, worker_id), member.to_json())

@@ -52,6 +52,9 @@ SPLIT, MERGED = "partition_split", "partition_merged"
 
 
 def _reads(member: Member, ref: PartitionRef) -> bool:
+    """Whether a member may hold a slice of the partition: it reads the lane, and it reads slices."""
+    if not member.takes_slices:
+        return False
     for sub in member.subscriptions:
         if sub.stream == ref.stream and (ref.lane in sub.lanes if sub.lanes else ref.lane != "dlq"):
             return True

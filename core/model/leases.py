@@ -191,6 +191,9 @@ class Hello:
     a worker whose own differs."""
     takes_batches: bool = False
     """It reads several events in one message (what one change means for it arrives at once)."""
+    takes_slices: bool = False
+    """It reads slices of split partitions (handles only a slice's records); one that does not is never granted
+    a slice."""
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,8 @@ class MemberInfo:
     alive_until_ms: int = 0
     principal: str = ""
     """Who opened the session (its authenticated principal): only they commit for its leases."""
+    takes_slices: bool = False
+    """Its worker handles slices of split partitions (see Hello.takes_slices)."""
 
 
 @dataclass(frozen=True)

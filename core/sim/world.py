@@ -444,7 +444,13 @@ class World:
         live; the worker tries again later). A session that ended meanwhile is replaced: the worker starts over."""
         try:
             session = self.host.open_session(
-                GROUP, w.name, [Subscription(STREAM)], capacity=1.0, max_load=0.0, resume_session=w.session
+                GROUP,
+                w.name,
+                [Subscription(STREAM)],
+                capacity=1.0,
+                max_load=0.0,
+                resume_session=w.session,
+                takes_slices=True,
             )
         except StreamplaneError as err:
             if "live session" in err.message and self.now < w.alive_until:

@@ -44,9 +44,9 @@ class Group:
         self.stalled: set[str] = set()
         """Workers that never hand a revoked lease back (their revokes are forced at the deadline)."""
 
-    def join(self, worker: str) -> None:
+    def join(self, worker: str, *, takes_slices: bool = True) -> None:
         self.sessions[worker] = host_of(self.assigner).open_session(
-            GROUP, worker, [Subscription("logs")], capacity=1.0, max_load=0.0
+            GROUP, worker, [Subscription("logs")], capacity=1.0, max_load=0.0, takes_slices=takes_slices
         )
 
     def leave(self, worker: str) -> None:
@@ -221,6 +221,19 @@ def test_a_merge_returns_the_partition_whole_only_once_every_slice_is_free_and_a
     assert held[P0][1] > top
     assert slices.MERGED in [e.change for e in events.read_group_events(db, GROUP, None)]
     assert metrics.SLICES.labels(GROUP)._value.get() == 0
+
+
+def test_a_worker_that_does_not_read_slices_is_never_granted_one(db: Database) -> None:
+    """A worker of a client that does not read slices (its hello does not say takes_slices: the Go client)
+    would handle every record of the partition: it gets whole partitions only."""
+    g = Group(db)
+    g.join("w1")
+    g.join("w2")
+    g.join("go", takes_slices=False)
+    g.split(P0, 3)
+    g.run()
+    held = {lid: who for lid, (who, _) in g.held().items() if lid.startswith(P0)}
+    assert set(held) == {P0 + "/s0of2", P0 + "/s1of2"} and "go" not in held.values()
 
 
 def test_a_split_waits_for_a_second_reader(db: Database) -> None:

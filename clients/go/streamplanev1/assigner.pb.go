@@ -165,7 +165,10 @@ type Hello struct {
 	// The worker reads EventBatch: what one change of the group means for it (a rewind's or a join's grants,
 	// hundreds or thousands) comes in one message, not one message each. Workers that do not say so get one
 	// message per event.
-	TakesBatches  bool `protobuf:"varint,8,opt,name=takes_batches,json=takesBatches,proto3" json:"takes_batches,omitempty"`
+	TakesBatches bool `protobuf:"varint,8,opt,name=takes_batches,json=takesBatches,proto3" json:"takes_batches,omitempty"`
+	// The worker reads slices of split partitions (Grant.slice_index, slice_count): it handles only a slice's
+	// records. Workers that do not say so are never granted a slice, only whole partitions.
+	TakesSlices   bool `protobuf:"varint,9,opt,name=takes_slices,json=takesSlices,proto3" json:"takes_slices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -252,6 +255,13 @@ func (x *Hello) GetWhere() string {
 func (x *Hello) GetTakesBatches() bool {
 	if x != nil {
 		return x.TakesBatches
+	}
+	return false
+}
+
+func (x *Hello) GetTakesSlices() bool {
+	if x != nil {
+		return x.TakesSlices
 	}
 	return false
 }
@@ -2462,7 +2472,7 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\rR\tpartition\"<\n" +
 	"\fSubscription\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
-	"\x05lanes\x18\x02 \x03(\tR\x05lanes\"\x97\x02\n" +
+	"\x05lanes\x18\x02 \x03(\tR\x05lanes\"\xba\x02\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
@@ -2471,7 +2481,8 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\rsubscriptions\x18\x05 \x03(\v2\x1c.streamplane.v1.SubscriptionR\rsubscriptions\x12%\n" +
 	"\x0eresume_session\x18\x06 \x01(\tR\rresumeSession\x12\x14\n" +
 	"\x05where\x18\a \x01(\tR\x05where\x12#\n" +
-	"\rtakes_batches\x18\b \x01(\bR\ftakesBatches\"\x82\x01\n" +
+	"\rtakes_batches\x18\b \x01(\bR\ftakesBatches\x12!\n" +
+	"\ftakes_slices\x18\t \x01(\bR\vtakesSlices\"\x82\x01\n" +
 	"\tLeaseLoad\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\"\n" +
 	"\rrecords_per_s\x18\x02 \x01(\x01R\vrecordsPerS\x12\x1f\n" +

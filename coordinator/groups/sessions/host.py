@@ -264,6 +264,7 @@ class SessionHost:
         resume_session: str = "",
         principal: str = "",
         where: str = "",
+        takes_slices: bool = False,
     ) -> Session:
         """A worker's session: a new one, or with `resume_session` the worker's live session of that id (its
         leases and epochs kept: its stream broke, not the worker)."""
@@ -285,6 +286,7 @@ class SessionHost:
                 principal=principal,
                 replica=self.replica_id,
                 where=where,
+                takes_slices=takes_slices,
             )
             return member, group_config.group_where(tr, group)
 

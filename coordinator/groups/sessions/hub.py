@@ -156,6 +156,7 @@ class SessionHub:
             resume_session=hello.resume_session,
             principal=principal.name,
             where=hello.where,
+            takes_slices=hello.takes_slices,
         )
         stream = SessionStream(self, session, principal, renew, revoked)
         self._streams.add(stream)

@@ -28,7 +28,7 @@ class Subscription(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lanes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session", "where", "takes_batches")
+    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session", "where", "takes_batches", "takes_slices")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class Hello(_message.Message):
     RESUME_SESSION_FIELD_NUMBER: _ClassVar[int]
     WHERE_FIELD_NUMBER: _ClassVar[int]
     TAKES_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    TAKES_SLICES_FIELD_NUMBER: _ClassVar[int]
     group: str
     worker_id: str
     capacity: float
@@ -45,7 +46,8 @@ class Hello(_message.Message):
     resume_session: str
     where: str
     takes_batches: bool
-    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ..., where: _Optional[str] = ..., takes_batches: _Optional[bool] = ...) -> None: ...
+    takes_slices: bool
+    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ..., where: _Optional[str] = ..., takes_batches: _Optional[bool] = ..., takes_slices: _Optional[bool] = ...) -> None: ...
 
 class LeaseLoad(_message.Message):
     __slots__ = ("lease_id", "records_per_s", "lag_records", "lag_ms")

@@ -466,6 +466,7 @@ def worker_message_to_pb(x: m.WorkerMessage) -> apb.WorkerMessage:
                     resume_session=x.resume_session,
                     where=x.where,
                     takes_batches=x.takes_batches,
+                    takes_slices=x.takes_slices,
                 )
             )
         case m.Heartbeat():
@@ -503,6 +504,7 @@ def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
                 resume_session=h.resume_session,
                 where=h.where,
                 takes_batches=h.takes_batches,
+                takes_slices=h.takes_slices,
             )
         case "heartbeat":
             b = x.heartbeat
