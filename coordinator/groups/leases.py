@@ -513,8 +513,8 @@ def heartbeat(
         tr.add(keys.group_loads_key(group), 1)  # the assignment loop looks again only when loads moved
     for lid, load in beat.leases:
         lease = read_lease_id(tr, group, lid)
-        if lease is None or lease.worker_id != worker_id or lease.state == FREE:
-            continue  # a lease that moved away in the meantime: its load is the new holder's to report
+        if lease is None or lease.lease_id != lid or lease.worker_id != worker_id or lease.state == FREE:
+            continue  # a lease that moved away (or a slice of an earlier split): its load is not this one's
         records_per_s = smooth(lease.records_per_s, load.records_per_s)
         tr.set(
             lease.store_key(group),
