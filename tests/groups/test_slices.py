@@ -148,6 +148,32 @@ def test_the_consoles_group_page_lists_each_split_partitions_slices_and_their_ho
     assert {x["worker_id"] for x in split["slices"]} == {"w1", "w2"}
 
 
+def test_a_rewind_of_a_split_partition_grants_each_slice_again_at_a_new_epoch(domain: Domain, db: Database) -> None:
+    """A rewind reopens what the slices finished: each slice's holder starts over at once, at a new epoch (what
+    it still handles of the old one is fenced), and the partition's progress goes back for every slice."""
+    from streamplane.coordinator.groups import rewind
+    from streamplane.model import RewindTarget, RewindTo
+
+    g = Group(db)
+    for w in ("w1", "w2"):
+        g.join(w)
+    g.split(P0, 2)
+    g.run()
+    domain.admin.append("c", "sp.logs.realtime.g1", 0, 10, ts_ms=g.clock.now_ms())
+    before = {lid: hold for lid, hold in g.held().items() if lid.startswith(P0 + "/")}
+    for lid, (_, epoch) in before.items():
+        commitlog.commit(db, GROUP, lid, epoch, Commit(acked=[(0, 10)], high_watermark=10), now_ms=g.clock.now_ms())
+    ref = leases.parse_lease_id(P0)
+    target = RewindTarget(RewindTo.OFFSETS, offsets={ref: 0})
+    rewind.rewind_group(db, domain.admin, GROUP, "logs", target, force=True, actor="ops", now_ms=g.clock.now_ms())
+    after = {lid: hold for lid, hold in g.held().items() if lid.startswith(P0 + "/")}
+    assert {lid: (who, epoch + 1) for lid, (who, epoch) in before.items()} == after, "same holders, new epochs"
+    for lid, (_, epoch) in before.items():
+        with pytest.raises(FencedError):
+            commitlog.commit(db, GROUP, lid, epoch, Commit(acked=[(0, 1)], high_watermark=10), now_ms=g.clock.now_ms())
+    assert db.transact(lambda tr: commitlog.read_header(tr, GROUP, ref)).low == 0
+
+
 def test_each_slice_is_fenced_by_its_own_epoch_and_the_old_whole_lease_by_its_own(db: Database) -> None:
     g = Group(db)
     for w in ("w1", "w2"):
