@@ -185,7 +185,7 @@ def cmd_group_configure(args: argparse.Namespace) -> None:
         where = render(parse(where))  # a bad predicate is refused here, naming the column of its error
     split = _split_argument(args.split)
     if args.max_slices == 0:
-        raise errors.InvalidArgumentError("max_slices must be between 1 (never split) and 16, not 0")
+        raise errors.InvalidArgumentError(f"max_slices must be between 1 (never split) and {model.MAX_SLICES}, not 0")
     slicing = split is not None or args.max_slices is not None
     if not per_lane and args.expire_after is None and not args.never_expire and where is None and not slicing:
         raise errors.InvalidArgumentError(

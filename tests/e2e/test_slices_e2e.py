@@ -192,3 +192,21 @@ def test_a_split_for_load_merges_back_when_the_load_falls_and_the_lag_reaches_ze
         wait_until(lambda: handled.count() >= 5_000, timeout=60, what=lambda: f"{handled.count()} of 5000")
         wait_until(lambda: offset_lag(address, group, stream) == 0, timeout=30, what=lambda: "the lag to reach 0")
         handled.check_once_in_order(5_000)
+
+
+def test_a_bad_split_is_refused_by_the_cli_in_one_sentence_and_a_viewer_may_not_split(secured_engine: str) -> None:
+    address = secured_engine
+    stream, group, lid = _stream(address, "bad")
+    for args, text in [
+        ((lid, "9"), "splits into 2 to 4 slices"),
+        ((lid, "two"), "--split takes a partition and a number of slices, not 'two'"),
+        (("nope", "2"), "is not of the form stream/lane/g<generation>/p<partition>"),
+        ((f"{stream}/realtime/g1/p7", "2"), "is not a partition of"),
+    ]:
+        done = _cli(address, "group", "configure", group, "--split", *args)
+        assert done.returncode != 0 and text in done.stderr, (args, done.stderr)
+    refused = cli(
+        "--token", issue_token("viewer", "v"), "group", "configure", group, "--split", lid, "2", coordinator=address
+    )
+    assert refused.returncode != 0 and "lacks group.configure" in refused.stderr, refused.stderr
+    assert _cli(address, "group", "configure", group, "--max-slices", "0").returncode == 2
