@@ -18,7 +18,7 @@ from typing import Any
 from streamplane import offsets
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.groups import config as group_config
-from streamplane.coordinator.groups.leases import check_lease, parse_lease_id
+from streamplane.coordinator.groups.leases import check_lease, lease_store_key, parse_lease_id
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.errors import (
     FencedError,
@@ -688,7 +688,7 @@ def _prefetch(tr: Transaction, group: str, leases: list[tuple[str, int]]) -> Non
             continue
         wanted += [keys.generation_key(ref.stream, ref.lane, ref.generation), keys.progress_key(group, ref)]
         if epoch:
-            wanted.append(keys.lease_key(group, *ref))
+            wanted.append(lease_store_key(group, lid))  # a slice's lease, for a slice holder's commit
         for space in (keys.DONE, keys.RETRIES):
             r = space.range((group, *ref))
             spans.append((r.start, r.stop))

@@ -177,6 +177,13 @@ def slice_lease_from(key: bytes, raw: bytes) -> Lease:
     return Lease(stream, lane, generation, partition, slice_index=index, **json.loads(raw))
 
 
+def lease_store_key(group: str, lid: str) -> bytes:
+    """Where the lease a lease id names is stored (a slice's, or a whole partition's); InvalidArgumentError for
+    one that is not a lease id."""
+    ref, piece = parse_lease(lid)
+    return keys.slice_lease_key(group, *ref, piece.index) if piece is not None else keys.lease_key(group, *ref)
+
+
 @transactional
 def read_lease_id(tr: Transaction, group: str, lid: str) -> Lease | None:
     """The lease stored where a lease id names (None: none). For a slice's id, that is the lease of the slice
@@ -185,7 +192,7 @@ def read_lease_id(tr: Transaction, group: str, lid: str) -> Lease | None:
     ref, piece = parse_lease(lid)
     if piece is None:
         return read_lease(tr, group, ref)
-    key = keys.slice_lease_key(group, *ref, piece.index)
+    key = lease_store_key(group, lid)
     raw = tr.get(key)
     return slice_lease_from(key, raw) if raw else None
 
