@@ -21,6 +21,10 @@ documented for operators in fdb/KEYS.md:
                                                         -> Lease {worker_id, epoch, state, target, deadline_ms, load}
     ("streamplane", "held", group, worker_id, stream, lane, generation, partition)
                                                         -> b"": index of the leases a member holds
+    ("streamplane", "slice_lease", group, stream, lane, generation, partition, index)
+                                                        -> Lease of one key slice of a split partition (+ slices)
+    ("streamplane", "slice_held", group, worker_id, stream, lane, generation, partition, index)
+                                                        -> b"": index of the slice leases a member holds
     ("streamplane", "member_version", group, worker_id) -> counter bumped when the member's leases change (watch)
     ("streamplane", "group_version", group)             -> counter bumped when membership or leases change (watch)
     ("streamplane", "group_loads", group)               -> counter bumped when a worker reports changed lease loads
