@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -83,9 +84,10 @@ class PartitionRef(NamedTuple):
         return parse_lease(lease_id)[0]
 
 
+@functools.lru_cache(maxsize=1 << 15)  # the same leases' ids come with every commit and heartbeat
 def parse_lease(lease_id: str) -> tuple[PartitionRef, Slice | None]:
     """The partition a lease id names, and the slice of it (None: the whole partition); InvalidArgumentError
-    for one that is not a lease id."""
+    for one that is not a lease id. Both are immutable, so the answers are kept."""
     m = _LEASE_ID.fullmatch(lease_id or "")
     if not m:
         raise InvalidArgumentError(
