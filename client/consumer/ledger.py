@@ -28,7 +28,7 @@ from streamplane.client.flow import Budget, Held
 from streamplane.client.records import Fetched
 from streamplane.clock import Clock
 from streamplane.errors import InvalidArgumentError
-from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, RecordOutcome, Reject, Retry, RetryState, Slice
+from streamplane.model import GAVE_UP, DlqCopy, DlqLocation, RecordOutcome, Reject, Retry, RetryState
 from streamplane.native._loaded import _native
 from streamplane.native.batch import with_origin
 from streamplane.offsets import normalize, runs, subtract, to_ranges
@@ -160,9 +160,6 @@ class GrantedLease:
     start_offset: int
     end_offset: int
     """The sealed generation's end, -1 while producers may still write."""
-    slice: Slice | None = None
-    """The slice of the partition the lease covers (None: all of it): the fetch loop decodes only its records,
-    and the others' offsets are never committed here."""
 
 
 def _end_pending_py(msgs: list[Message], pending: dict[int, Any]) -> tuple[list[int], list[tuple[Any, int]]]:

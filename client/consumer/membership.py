@@ -241,7 +241,6 @@ class Membership:
                 bootstrap_servers=grant.bootstrap_servers,
                 start_offset=grant.start_offset,
                 end_offset=grant.end_offset,
-                slice=grant.slice,
             )
         )
         if grant.start_offset >= 0 and not grant.clean:  # skip what a previous holder finished above it

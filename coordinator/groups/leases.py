@@ -101,8 +101,7 @@ class Lease:
 
     @property
     def lease_id(self) -> str:
-        ref = PartitionRef(self.stream, self.lane, self.generation, self.partition)
-        return slice_lease_id(ref, Slice(self.slice_index, self.slices)) if self.slices else ref.lease_id
+        return slice_lease_id(self.key, self.slice)
 
     @property
     def key(self) -> PartitionRef:
@@ -113,7 +112,7 @@ class Lease:
         """Where the lease is stored."""
         if self.slices:
             return keys.slice_lease_key(group, *self.key, self.slice_index)
-        return keys.lease_key(group, self.stream, self.lane, self.generation, self.partition)
+        return keys.lease_key(group, *self.key)
 
     def held_key(self, group: str, worker_id: str) -> bytes:
         """Its entry in `worker_id`'s holder index."""
