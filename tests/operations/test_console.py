@@ -335,7 +335,9 @@ def test_the_group_page_shows_workers_lag_history_retries_and_rejects(console: C
     assert status == 409 and "never through the coordinator" in body["message"]
     status, body = console.call("api/actions/redrive", role="operator", body={"group": "web-g", "stream": "nope"})
     assert status in (404, 409) and body["message"]
-    assert page["history"], "the lag sampler keeps the last hour per group"
+    # the lag sampler keeps the last hour per group, from the coordinator's lag sweep (one pass a second, so
+    # the group's first sample may come after its first reject)
+    wait_until(lambda: console.call("api/group?name=web-g", role="viewer")[1]["history"], timeout=10)
     assert {e["kind"] for e in page["events"]} >= {"member_joined", "lease_granted"}
 
 
