@@ -36,7 +36,7 @@ from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.devstack.cluster_control import LocalClusterControl
 from streamplane.devstack.fault_control import ControlServer
-from streamplane.devstack.kafka import USERS, KafkaCluster, free_port, side_by_side
+from streamplane.devstack.kafka import USERS, KafkaCluster, side_by_side
 from streamplane.devstack.postgres import PostgresServer, reachable_folder
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from streamplane.model import ADMIN_KAFKA, ADMIN_LOCAL, DRAINED, Cluster
@@ -117,12 +117,16 @@ class CoordinatorChild:
         session_ttl_ms: int,
         extra_args: Sequence[str] = (),
         console_port: int | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         self.data_dir, self.host, self.port, self.session_ttl_ms = data_dir, host, port, session_ttl_ms
         self.extra_args = list(extra_args)
         """Security settings: the token key, the local clusters' control endpoints."""
         self.console_port = console_port
         """The web console's port (0: a free one, then kept across restarts); None: no console."""
+        self.metrics_port = metrics_port
+        """The Prometheus /metrics port (0: a free one, bound by the coordinator itself, then kept across
+        restarts); None: no metrics."""
         self.console_url = ""
         self.address = ""
         self.replica_id = ""
@@ -167,6 +171,8 @@ class CoordinatorChild:
         ]
         if self.console_port is not None:
             command += ["--console-port", str(self.console_port), "--console-actions", "--console-sample-ms", "1000"]
+        if self.metrics_port is not None:
+            command += ["--metrics-port", str(self.metrics_port)]
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         line = _readline_until(proc, time.monotonic() + START_TIMEOUT_S)
         if not line.startswith("coordinator="):
@@ -187,6 +193,8 @@ class CoordinatorChild:
             if "console" in fields:
                 self.console_url = fields["console"]
                 self.console_port = int(self.console_url.rstrip("/").rsplit(":", 1)[1])
+            if "metrics" in fields:
+                self.metrics_port = int(fields["metrics"].rsplit(":", 1)[1])
             self._serving.notify_all()
 
     def _watch(self) -> None:
@@ -289,7 +297,8 @@ class LocalStack:
     console_port: int | None = 0
     """The web console's port (0: a free one; None: no console). On in the dev stack, with operator actions."""
     metrics_port: int = 0
-    """The coordinator's Prometheus /metrics port (0: a free one, kept across coordinator restarts)."""
+    """The first coordinator's Prometheus /metrics port (0: a free one, bound by the coordinator and kept
+    across its restarts)."""
 
     @property
     def metrics_url(self) -> str:
@@ -337,25 +346,25 @@ class LocalStack:
                 self._register_and_reconcile(Topology(db, RoutingAdmin(), control_endpoints=endpoints))
             finally:
                 db.close()
-            self.metrics_port = self.metrics_port or free_port()
-            security = ["--token-key-file", str(self.token_key_file), "--metrics-port", str(self.metrics_port)]
+            security = ["--token-key-file", str(self.token_key_file)]
             for c in self.local:
                 if c.control_endpoint:
                     security += ["--allow-control-endpoint", c.control_endpoint]
             security += ["--store", self.store_url] if self.store_url else []
             issuer = TokenIssuer.of(load_keys(self.token_key_file, create=True))
             for i in range(self.replicas):  # each its own port (the next ones after --port) and metrics port
-                extra = security if i == 0 else [*security, "--metrics-port", str(free_port())]
                 child = CoordinatorChild(
                     Path(self.data_dir),
                     self.host,
                     self.port + i if self.port else 0,
                     self.session_ttl_ms,
-                    extra,
+                    security,
                     self.console_port if i == 0 else None,
+                    self.metrics_port if i == 0 else 0,
                 )
                 child.start()
                 self.coordinators.append(child)
+            self.metrics_port = self.coordinators[0].metrics_port or 0
             self.admin_token = issuer.create("dev-admin", ADMIN, now_s=time.time(), ttl_s=ADMIN_TOKEN_TTL_S)
             for target in self._token_targets():
                 self.token_file = save_token(target, self.admin_token)

@@ -25,6 +25,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     if args.console_port is not None and not 0 <= args.console_port <= 65535:
         raise errors.InvalidArgumentError(f"--console-port must be a port number (0 to 65535), not {args.console_port}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise errors.InvalidArgumentError(f"--metrics-port must be a port number (0 to 65535), not {args.metrics_port}")
     if not 200 <= args.console_sample_ms <= 60_000:
         raise errors.InvalidArgumentError(
             f"--console-sample-ms must be between 200 and 60000, not {args.console_sample_ms}"
@@ -176,7 +178,12 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument(
         "--insecure", action="store_true", help="listen beyond loopback without TLS or authentication (not advised)"
     )
-    p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: off)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics on this port (0: a free one, named on the start line; off when not given)",
+    )
     p.add_argument(
         "--console-port",
         type=int,

@@ -142,6 +142,8 @@ FLEET = FleetCollector()
 REGISTRY.register(FLEET)
 
 
-def serve_metrics(host: str, port: int) -> None:
-    """Serve /metrics on host:port in a background thread."""
-    start_http_server(port, addr=host)
+def serve_metrics(host: str, port: int) -> int:
+    """Serve /metrics on host:port (0: a free port, bound here so no other process can take it first) in a
+    background thread; returns the port it listens on."""
+    http, _ = start_http_server(port, addr=host)
+    return int(http.server_address[1])

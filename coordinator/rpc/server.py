@@ -311,7 +311,7 @@ def serve_forever(
     *,
     host: str,
     port: int,
-    metrics_port: int = 0,
+    metrics_port: int | None = None,
     assigner_config: AssignerConfig | None = None,
     parent_pid: int = 0,
     guard: Guard | None = None,
@@ -322,7 +322,8 @@ def serve_forever(
 ) -> int:
     """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves.
 
-    With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics. With `parent_pid` (the
+    With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics (0: a free port, named on
+    that line as `metrics=HOST:PORT`). With `parent_pid` (the
     local stack's supervisor), it stops when that process is gone. Beyond loopback it needs TLS and
     authentication unless `insecure`.
     """
@@ -354,9 +355,13 @@ def serve_forever(
     except Exception:
         db.close()
         raise
-    if metrics_port:
-        serve_metrics(host, metrics_port)
     web = f" console={running.console.url}" if running.console else ""
+    if metrics_port is not None:
+        try:
+            web += f" metrics={host}:{serve_metrics(host, metrics_port)}"
+        except OSError as e:
+            running.stop(grace_s=0)
+            raise UnavailableError(f"cannot serve metrics on {host}:{metrics_port}: {e.strerror or e}") from e
     print(f"coordinator={running.address} store={db.driver} replica={running.assigner.replica_id}{web}", flush=True)
     log.info("coordinator.stopping", signal=wait_for_stop(lambda: bool(parent_pid) and os.getppid() != parent_pid))
     watchdog = threading.Timer(STOP_DEADLINE_S, _exit_now, args=(1, "coordinator.stop_deadline_passed"))

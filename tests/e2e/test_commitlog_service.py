@@ -16,12 +16,11 @@ import pytest
 from streamplane import model
 from streamplane.client import CoordinatorClient, WorkerSession
 from streamplane.errors import FencedError, InvalidArgumentError, LimitExceededError
-from tests.helpers import Proc, cli, free_port, wait_until
+from tests.helpers import Proc, cli, wait_until
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory, local_cluster) -> Iterator[tuple[str, int]]:
-    metrics_port = free_port()
     proc = Proc(
         [
             sys.executable,
@@ -31,14 +30,15 @@ def service(tmp_path_factory: pytest.TempPathFactory, local_cluster) -> Iterator
             "--port",
             "0",
             "--metrics-port",
-            str(metrics_port),
+            "0",
             "--data-dir",
             str(tmp_path_factory.mktemp("commitlog") / "store"),
             "--allow-control-endpoint",
             local_cluster[1].endpoint,
         ]
     )
-    address = proc.wait_for(r"coordinator=(\S+)").group(1)
+    started = proc.wait_for(r"coordinator=(\S+) .*metrics=\S+:(\d+)")
+    address, metrics_port = started.group(1), int(started.group(2))
     bootstrap, control = local_cluster
     with CoordinatorClient(address) as client:
         client.register_cluster(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import urllib.request
 import uuid
@@ -11,11 +12,10 @@ import pytest
 
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.errors import NotFoundError
-from tests.helpers import Proc, free_port
+from tests.helpers import Proc, cli
 
 
 def test_metrics_count_calls_by_method_and_code(tmp_path: Path) -> None:
-    port = free_port()
     proc = Proc(
         [
             sys.executable,
@@ -27,22 +27,34 @@ def test_metrics_count_calls_by_method_and_code(tmp_path: Path) -> None:
             "--port",
             "0",
             "--metrics-port",
-            str(port),
+            "0",
         ]
     )
     try:
-        address = proc.wait_for(r"coordinator=(\S+)").group(1)
+        started = proc.wait_for(r"coordinator=(\S+) .*metrics=(\S+)")
+        address, metrics = started.group(1), started.group(2)
         with CoordinatorClient(address) as client:
             client.list_streams()
             client.list_streams()
             with pytest.raises(NotFoundError):
                 client.describe_stream("nope")
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
     finally:
         proc.stop()
     assert 'streamplane_rpc_total{code="OK",method="ListStreams"} 2.0' in text
     assert 'streamplane_rpc_total{code="NOT_FOUND",method="DescribeStream"} 1.0' in text
     assert 'streamplane_rpc_seconds_count{method="ListStreams"} 2.0' in text
+
+
+def test_a_metrics_port_already_taken_is_refused_in_a_sentence(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli("coordinator", "--data-dir", str(tmp_path), "--port", "0", "--metrics-port", str(port))
+    assert done.returncode == 6, done.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr
+    assert "coordinator=" not in done.stdout
 
 
 def test_failovers_cluster_health_and_generations_are_exported(coordinator, local_cluster) -> None:
