@@ -191,6 +191,9 @@ def configure_slices(config: dict[str, Any], tr: Transaction, *, split: tuple[st
         return
     lid, count = split
     ref = check_split(tr, lid, count, max_slices(config))
+    for place in ("splits", "auto_splits"):  # a torn one (not a mapping; never written here) starts again empty
+        if not isinstance(config.get(place, {}), dict):
+            config[place] = {}
     splits = config.setdefault("splits", {})
     config.get("auto_splits", {}).pop(ref.lease_id, None)  # by hand from now on
     if count == 1:

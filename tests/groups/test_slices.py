@@ -392,6 +392,25 @@ def test_torn_split_settings_and_a_torn_slice_lease_stop_neither_the_groups_pass
     assert P1 in held, "the partition with the torn entry is read whole"
 
 
+def test_a_split_by_hand_over_torn_split_settings_replaces_them(db: Database) -> None:
+    """Settings no code of ours writes (`splits` and `auto_splits` that are not mappings): a split by hand is
+    still applied, not refused as an internal error."""
+    g = Group(db)
+    for w in ("w1", "w2"):
+        g.join(w)
+
+    def poison(tr: Any) -> None:
+        raw = tr.get(keys.group_config_key(GROUP))
+        config = json.loads(raw) if raw is not None else {}
+        config.update(splits=["torn"], auto_splits="torn")
+        tr.set(keys.group_config_key(GROUP), json.dumps(config).encode())
+
+    db.transact(poison)
+    group_config.configure(db, GROUP, split=(P0, 2))
+    g.run()
+    assert {lid for lid in g.held() if lid.startswith(P0)} == {P0 + "/s0of2", P0 + "/s1of2"}
+
+
 ACTIONS = st.lists(
     st.one_of(
         st.tuples(st.just("join"), st.sampled_from(["w1", "w2", "w3", "w4"])),
