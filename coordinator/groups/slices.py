@@ -191,16 +191,19 @@ def autoscale(
     without catching up, and other readers of its lane keep up with their own (`lag_of`: a worker's lag):
     into one slice per such worker and its holder, at most the group's max_slices. Its slices merge back once
     they all keep up, carrying under half of the rate the whole partition had when it was split, for
-    `cfg.merge_after_ms`. Returns whether the settings changed, and when to look again (0: no need)."""
+    `cfg.merge_after_ms`. A split of a partition no longer read (its generation drained or abandoned, its
+    stream deleted) is forgotten, by hand or not, so it neither lingers nor counts towards the group's limit.
+    Returns whether the settings changed, and when to look again (0: no need)."""
     raw = tr.get(keys.group_config_key(group))
     config = json.loads(raw) if raw else {}
     limit = max_slices(config)
+    changed = _forget_settled(tr, config)
     manual = set(config.get("splits", {}))
     auto: dict[str, Any] = config.get("auto_splits", {})
     if not isinstance(auto, dict):
         auto = {}
     ev = GroupEvents(tr, ACTOR, now_ms)
-    changed, check_at = False, 0
+    check_at = 0
     behind = {lease.key: lease for lease in hot if lease.lease_id not in manual and lease.lease_id not in auto}
     for gone in [ref for ref in watch.hot if ref not in behind]:
         del watch.hot[gone]
@@ -260,6 +263,26 @@ def autoscale(
         config["auto_splits"] = auto
         tr.set(keys.group_config_key(group), json.dumps(config, sort_keys=True).encode())
     return changed, check_at
+
+
+def _forget_settled(tr: Transaction, config: dict[str, Any]) -> bool:
+    """Drop from a group's settings the splits of partitions no longer read; whether any was dropped. A torn
+    entry is left to `configured`, which reads it as none."""
+    streams: dict[str, Any] = {}
+    dropped = False
+    for place in ("splits", "auto_splits"):
+        entries = config.get(place)
+        if not isinstance(entries, dict):
+            continue
+        for lid in list(entries):
+            try:
+                ref = PartitionRef.parse(lid)
+            except StreamplaneError:
+                continue
+            if not _live(tr, ref, streams):
+                del entries[lid]
+                dropped = True
+    return dropped
 
 
 def plan(

@@ -460,3 +460,40 @@ def test_any_history_of_joins_leaves_splits_and_merges_never_gives_one_offset_tw
             check_one_holder(held)
     finally:
         d.close()
+
+
+def test_splits_of_a_drained_generation_are_forgotten_after_a_failover(domain: Domain) -> None:
+    """A stream split by hand and for load fails over and its old generation drains: the splits of the drained
+    partitions leave the group's settings (they would otherwise linger and count towards its limit), and the
+    new generation's partitions split as any other."""
+    from streamplane.coordinator.topology.records import get_stream
+    from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
+    from streamplane.model import DRAINED
+
+    db = domain.cluster("c", "d").stream("logs", 2).db
+    g = Group(db)
+    for w in ("w1", "w2"):
+        g.join(w)
+    g.split(P0, 2)
+
+    def auto_split(tr: Any) -> None:  # as the Assigner writes a split for load
+        config = json.loads(tr.get(keys.group_config_key(GROUP)))
+        config["auto_splits"] = {P1: {"slices": 2, "rate": 1000.0}}
+        tr.set(keys.group_config_key(GROUP), json.dumps(config).encode())
+
+    db.transact(auto_split)
+    g.run()
+    assert {lid for lid in g.held() if "/s" in lid} == {f"{p}/s{i}of2" for p in (P0, P1) for i in (0, 1)}
+    domain.topology.failover("logs", "realtime", "d", reason="test")
+    sealer = Sealer(db, domain.admin, lambda: True, SealingConfig(), clock=domain.clock)
+    for _ in range(3):
+        sealer.run_once()
+        g.run(5)
+    assert get_stream(db, "logs").require_lane("realtime").generation(1).state == DRAINED
+    g.run()
+    config = json.loads(db.transact(lambda tr: tr.get(keys.group_config_key(GROUP))))
+    assert (config.get("splits"), config.get("auto_splits")) == ({}, {}), "the drained partitions' splits go"
+    assert not [lid for lid in g.held() if "/g1/" in lid], "nothing of the drained generation is held"
+    g.split("logs/realtime/g2/p0", 2)
+    g.run()
+    assert {lid for lid in g.held() if "/s" in lid} == {"logs/realtime/g2/p0/s0of2", "logs/realtime/g2/p0/s1of2"}
