@@ -161,6 +161,41 @@ def max_slices(config: Mapping[str, Any]) -> int:
         return DEFAULT_MAX_SLICES
 
 
+def live(tr: Transaction, ref: PartitionRef, streams: dict[str, Any]) -> bool:
+    """Whether the partition's generation is still to be read (not drained or abandoned, not gone); `streams`
+    keeps the streams read, for the next call."""
+    if ref.stream not in streams:
+        try:
+            streams[ref.stream] = get_stream(tr, ref.stream)
+        except NotFoundError:
+            streams[ref.stream] = None
+    stream = streams[ref.stream]
+    lane = stream.lane(ref.lane) if stream is not None else None
+    gen = lane.generation(ref.generation) if lane is not None else None
+    return gen is not None and gen.state not in SETTLED and ref.partition < gen.partitions
+
+
+def forget_settled(tr: Transaction, config: dict[str, Any]) -> bool:
+    """Drop from a group's settings the splits of partitions no longer read (their generation drained or
+    abandoned, their stream deleted), by hand or for load, so none lingers or counts towards the group's
+    limit; whether any was dropped. A torn entry is left to `configured`, which reads it as none."""
+    streams: dict[str, Any] = {}
+    dropped = False
+    for place in ("splits", "auto_splits"):
+        entries = config.get(place)
+        if not isinstance(entries, dict):
+            continue
+        for lid in list(entries):
+            try:
+                ref = PartitionRef.parse(lid)
+            except StreamplaneError:
+                continue
+            if not live(tr, ref, streams):
+                del entries[lid]
+                dropped = True
+    return dropped
+
+
 def check_split(tr: Transaction, lid: str, count: int, limit: int) -> PartitionRef:
     """The partition `lid` names, if it exists and `count` is a split it may take (1: merged again);
     InvalidArgumentError or NotFoundError naming what is wrong otherwise."""
@@ -182,7 +217,9 @@ def check_split(tr: Transaction, lid: str, count: int, limit: int) -> PartitionR
 
 
 def configure_slices(config: dict[str, Any], tr: Transaction, *, split: tuple[str, int] | None, limit: int) -> None:
-    """Apply `max_slices` (`limit`, 0: as it is) and a split (count 1 removes it) to a group's stored settings."""
+    """Apply `max_slices` (`limit`, 0: as it is) and a split (count 1 removes it) to a group's stored settings
+    (forgetting the splits of partitions no longer read)."""
+    forget_settled(tr, config)
     if limit:
         if not 1 <= limit <= MAX_SLICES:
             raise InvalidArgumentError(f"max_slices must be between 1 (never split) and {MAX_SLICES}, not {limit}")

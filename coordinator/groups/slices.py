@@ -27,7 +27,7 @@ from typing import Any
 
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.coordinator.groups.config import configured, max_slices
+from streamplane.coordinator.groups.config import configured, forget_settled, live, max_slices
 from streamplane.coordinator.groups.leases import (
     FREE,
     GRANTED,
@@ -42,9 +42,8 @@ from streamplane.coordinator.groups.leases import (
 )
 from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.coordinator.store import Transaction
-from streamplane.coordinator.topology.records import get_stream
-from streamplane.errors import NotFoundError, StreamplaneError
-from streamplane.model import SETTLED, PartitionRef
+from streamplane.errors import StreamplaneError
+from streamplane.model import PartitionRef
 
 ACTOR = "assigner"
 SPLIT, MERGED = "partition_split", "partition_merged"
@@ -61,19 +60,6 @@ def _reads(member: Member, ref: PartitionRef) -> bool:
     return False
 
 
-def _live(tr: Transaction, ref: PartitionRef, streams: dict[str, Any]) -> bool:
-    """Whether the partition's generation is still to be read (not drained or abandoned, not gone)."""
-    if ref.stream not in streams:
-        try:
-            streams[ref.stream] = get_stream(tr, ref.stream)
-        except NotFoundError:
-            streams[ref.stream] = None
-    stream = streams[ref.stream]
-    lane = stream.lane(ref.lane) if stream is not None else None
-    gen = lane.generation(ref.generation) if lane is not None else None
-    return gen is not None and gen.state not in SETTLED and ref.partition < gen.partitions
-
-
 def wanted(tr: Transaction, group: str, members: Mapping[str, Member]) -> dict[PartitionRef, int]:
     """{partition: slices it is split into now}: each configured split of a partition still read, into at most
     as many slices as live members read its lane (fewer than two: none)."""
@@ -84,7 +70,7 @@ def wanted(tr: Transaction, group: str, members: Mapping[str, Member]) -> dict[P
     for ref, count in splits.items():
         readers = sum(1 for m in members.values() if _reads(m, ref))
         n = min(count, readers)
-        if n >= 2 and _live(tr, ref, streams):
+        if n >= 2 and live(tr, ref, streams):
             out[ref] = n
     return out
 
@@ -197,7 +183,7 @@ def autoscale(
     raw = tr.get(keys.group_config_key(group))
     config = json.loads(raw) if raw else {}
     limit = max_slices(config)
-    changed = _forget_settled(tr, config)
+    changed = forget_settled(tr, config)
     manual = set(config.get("splits", {}))
     auto: dict[str, Any] = config.get("auto_splits", {})
     if not isinstance(auto, dict):
@@ -263,26 +249,6 @@ def autoscale(
         config["auto_splits"] = auto
         tr.set(keys.group_config_key(group), json.dumps(config, sort_keys=True).encode())
     return changed, check_at
-
-
-def _forget_settled(tr: Transaction, config: dict[str, Any]) -> bool:
-    """Drop from a group's settings the splits of partitions no longer read; whether any was dropped. A torn
-    entry is left to `configured`, which reads it as none."""
-    streams: dict[str, Any] = {}
-    dropped = False
-    for place in ("splits", "auto_splits"):
-        entries = config.get(place)
-        if not isinstance(entries, dict):
-            continue
-        for lid in list(entries):
-            try:
-                ref = PartitionRef.parse(lid)
-            except StreamplaneError:
-                continue
-            if not _live(tr, ref, streams):
-                del entries[lid]
-                dropped = True
-    return dropped
 
 
 def plan(

@@ -25,7 +25,7 @@ from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.coordinator.topology import events
 from streamplane.errors import FencedError, InvalidArgumentError, NotFoundError
-from streamplane.model import Commit, Heartbeat, LeaseInfo, LeaseLoad, Subscription
+from streamplane.model import SETTLED, Commit, Heartbeat, LeaseInfo, LeaseLoad, Subscription
 from tests.helpers import Domain, host_of
 
 GROUP = "hot"
@@ -415,25 +415,38 @@ ACTIONS = st.lists(
     st.one_of(
         st.tuples(st.just("join"), st.sampled_from(["w1", "w2", "w3", "w4"])),
         st.tuples(st.just("leave"), st.sampled_from(["w1", "w2", "w3", "w4"])),
-        st.tuples(st.just("split"), st.sampled_from([P0, P1]), st.integers(1, 4)),
+        st.tuples(st.just("split"), st.sampled_from([0, 1]), st.integers(1, 4)),
         st.tuples(st.just("pass"), st.integers(1, 12)),
         st.tuples(st.just("stall"), st.sampled_from(["w1", "w2", "w3", "w4"])),
         st.tuples(st.just("late"), st.integers(0, 3)),
+        st.tuples(st.just("failover")),
+        st.tuples(st.just("seal")),
     ),
-    min_size=1,
+    min_size=6,
     max_size=25,
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(actions=ACTIONS)
-def test_any_history_of_joins_leaves_splits_and_merges_never_gives_one_offset_two_live_holders(
+def test_any_history_of_joins_leaves_splits_merges_and_failovers_never_gives_one_offset_two_live_holders(
     actions: list[tuple[Any, ...]],
 ) -> None:
+    """Splits name the lane's active generation's partitions; failovers move the lane between two clusters and
+    seal passes drain what is left behind, before, during and after splits."""
+    from streamplane.coordinator.topology.records import get_stream
+    from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
+
     d = Domain()  # in memory, one per example
     try:
-        db = d.cluster("c").stream("logs", 3).db
+        db = d.cluster("c", "d").stream("logs", 3).db
         g = Group(db)
+        sealer = Sealer(db, d.admin, lambda: True, SealingConfig(), clock=d.clock)
+        on = "c"
+
+        def lane() -> Any:
+            return get_stream(db, "logs").require_lane("realtime")
+
         fenced_ids: list[tuple[str, int]] = []  # (lease id, epoch) of leases that ended: never valid again
         seen: dict[str, int] = {}
         for action in actions:
@@ -443,7 +456,12 @@ def test_any_history_of_joins_leaves_splits_and_merges_never_gives_one_offset_tw
             elif kind == "leave" and action[1] in g.sessions:
                 g.leave(action[1])
             elif kind == "split":
-                g.split(action[1], action[2])
+                g.split(f"logs/realtime/g{lane().active.number}/p{action[1]}", action[2])
+            elif kind == "failover":
+                on = "d" if on == "c" else "c"
+                d.topology.failover("logs", "realtime", on, reason="model")
+            elif kind == "seal":
+                sealer.run_once()
             elif kind == "pass":
                 g.run(action[1])
             elif kind == "stall":
@@ -458,6 +476,14 @@ def test_any_history_of_joins_leaves_splits_and_merges_never_gives_one_offset_tw
                     fenced_ids.append((lid, epoch))
             seen = {lid: epoch for lid, (_, epoch) in held.items()}
             check_one_holder(held)
+        g.stalled.clear()
+        g.run(5)
+        settled = {f"g{gen.number}" for gen in lane().generations if gen.state in SETTLED}
+        assert not [lid for lid in g.held() if lid.split("/")[2] in settled], "a drained generation is not held"
+        group_config.configure(db, GROUP, max_slices=4)  # as does the Assigner's pass over split partitions
+        config = json.loads(db.transact(lambda tr: tr.get(keys.group_config_key(GROUP))) or b"{}")
+        kept = [*config.get("splits", {}), *config.get("auto_splits", {})]
+        assert not [lid for lid in kept if lid.split("/")[2] in settled], "a drained generation's split is forgotten"
     finally:
         d.close()
 
