@@ -27,7 +27,7 @@ from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.coordinator.store.api import read_counter
 from streamplane.coordinator.topology import events
-from streamplane.errors import UnavailableError
+from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import (
     GroupChanged,
     GroupDeleted,
@@ -405,9 +405,23 @@ class Assigner:
                     kept.next_expiry = expiry_read
                 if rest and kept.state is not None:
                     self._write_rest(kept.state, rest, now)
-            except BaseException as err:
+            except UnavailableError:
                 self._kept_for(group).state = None  # it may hold what was not written: read it whole next time
-                self._store_lost = self._store_lost or isinstance(err, UnavailableError)
+                self._store_lost = True
+                raise  # the store is away: no group's pass can be written
+            except Exception as err:
+                # one group's failure (a record of its no code of ours writes so, a bug) never stops the passes
+                # of the groups after it: it is logged and counted, and the group is looked at again later
+                self._kept_for(group).state = None
+                metrics.LOOP_FAILURES.labels("assigner", "group_failed").inc()
+                if isinstance(err, StreamplaneError):
+                    log.warning("assigner.group_pass_failed", group=group, error=err.message)
+                else:
+                    log.exception("assigner.group_pass_crashed", group=group)
+                due = min(due, poll)
+                continue
+            except BaseException:
+                self._kept_for(group).state = None
                 raise
             if next_expiry:
                 due = min(due, next_expiry, poll)

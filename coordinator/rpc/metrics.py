@@ -47,7 +47,8 @@ FAILOVERS = Counter(
 LOOP_FAILURES = Counter(
     "streamplane_loop_pass_failures_total",
     "Background passes (assigner, sealer, autopilot) that failed: 'failed' on a store or cluster error, "
-    "'crashed' on a bug. A pass that fails for one cluster or stream skips it instead; this counts whole passes",
+    "'crashed' on a bug. A pass that fails for one cluster or stream skips it instead; this counts whole passes, "
+    "and 'group_failed' one group's part of the Assigner's pass (the other groups' go on)",
     ["loop", "kind"],
 )
 LEASE_GRANTS = Counter("streamplane_lease_grants_total", "Leases granted by the Assigner, by group", ["group"])
