@@ -20,6 +20,7 @@ from streamplane.coordinator import keys, planted
 from streamplane.coordinator.groups import config as group_config
 from streamplane.coordinator.groups.leases import check_lease, lease_store_key, parse_lease_id
 from streamplane.coordinator.store import Database, Transaction, transactional
+from streamplane.coordinator.topology.records import UNDECODABLE
 from streamplane.errors import (
     FencedError,
     InvalidArgumentError,
@@ -1036,7 +1037,10 @@ class _Abandoned:
         gen = (ref.stream, ref.lane, ref.generation)
         if gen not in self._seen:
             raw = self._tr.get(keys.generation_key(*gen))
-            self._seen[gen] = raw is not None and Generation.from_json(raw).state == ABANDONED
+            try:
+                self._seen[gen] = raw is not None and Generation.from_json(raw).state == ABANDONED
+            except UNDECODABLE:  # bad data in the store: its partitions' lag is shown, as for any other
+                self._seen[gen] = False
         return self._seen[gen]
 
 

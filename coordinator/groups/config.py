@@ -14,7 +14,7 @@ from typing import Any
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
-from streamplane.coordinator.topology.records import get_stream
+from streamplane.coordinator.topology.records import UNDECODABLE, get_stream
 from streamplane.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -52,33 +52,56 @@ def check_expire_after(ms: int) -> int:
     return ms
 
 
+def decoded(raw_config: bytes | None) -> dict[str, Any]:
+    """A group's stored settings ({} when it has none). Torn ones (not a JSON object; never written so by this
+    code) are read as none, so no pass and no commit stops on them; the next `configure` writes them anew."""
+    try:
+        config = json.loads(raw_config) if raw_config else {}
+    except UNDECODABLE:
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def settings(tr: Transaction, group: str) -> dict[str, Any]:
+    """The group's stored settings, decoded (see `decoded`)."""
+    return decoded(tr.get(keys.group_config_key(group)))
+
+
+def _int(value: Any, default: int) -> int:
+    """A stored number, or `default` when it is not one (torn)."""
+    try:
+        return int(value)
+    except (ValueError, TypeError):
+        return default
+
+
 def expire_after_ms(raw_config: bytes | None) -> int:
     """The group's expiry as configured in its stored settings (DEFAULT_EXPIRE_AFTER_MS when unset)."""
-    value = json.loads(raw_config).get("expire_after_ms", 0) if raw_config else 0
-    return int(value) or DEFAULT_EXPIRE_AFTER_MS
+    return _int(decoded(raw_config).get("expire_after_ms", 0), 0) or DEFAULT_EXPIRE_AFTER_MS
 
 
 @transactional
 def max_attempts(tr: Transaction, group: str, lane: str) -> int:
     """Attempts a record of `lane` gets before it must be rejected."""
-    raw = tr.get(keys.group_config_key(group))
-    return json.loads(raw).get("max_attempts", {}).get(lane, DEFAULT_MAX_ATTEMPTS) if raw else DEFAULT_MAX_ATTEMPTS
+    per_lane = settings(tr, group).get("max_attempts")
+    value = per_lane.get(lane, DEFAULT_MAX_ATTEMPTS) if isinstance(per_lane, dict) else DEFAULT_MAX_ATTEMPTS
+    return _int(value, DEFAULT_MAX_ATTEMPTS)
 
 
 @transactional
 def lag_targets(tr: Transaction, group: str) -> dict[str, int]:
     """{lane: time-lag target ms (NO_LAG_TARGET: none)} as configured for the group; lanes left out take the
     default (DEFAULT_LAG_TARGET_MS for a stream's top-priority lane, none for the others)."""
-    raw = tr.get(keys.group_config_key(group))
-    targets: dict[str, int] = json.loads(raw).get("lag_target_ms", {}) if raw else {}
-    return targets
+    targets = settings(tr, group).get("lag_target_ms")
+    if not isinstance(targets, dict):
+        return {}
+    return {str(lane): int(ms) for lane, ms in targets.items() if _int(ms, 0)}
 
 
 @transactional
 def group_where(tr: Transaction, group: str) -> str:
     """The record predicate the group's members must filter with, as rendered ("" for none)."""
-    raw = tr.get(keys.group_config_key(group))
-    return str(json.loads(raw).get("where", "")) if raw else ""
+    return str(settings(tr, group).get("where", ""))
 
 
 def check_where(group: str, configured: str, worker_id: str, where: str) -> None:
@@ -125,7 +148,7 @@ def configure(
     if expire_after:
         check_expire_after(expire_after)
     key = keys.group_config_key(group)
-    config = json.loads(tr.get(key) or b"{}")
+    config = decoded(tr.get(key))
     if attempts:
         config.setdefault("max_attempts", {})[lane] = attempts
     if lag_target_ms:
@@ -155,21 +178,27 @@ def configured(config: Mapping[str, Any]) -> dict[PartitionRef, int]:
 
 
 def max_slices(config: Mapping[str, Any]) -> int:
-    try:
-        return int(config.get("max_slices", DEFAULT_MAX_SLICES))
-    except (ValueError, TypeError):
-        return DEFAULT_MAX_SLICES
+    return _int(config.get("max_slices", DEFAULT_MAX_SLICES), DEFAULT_MAX_SLICES)
 
 
-def live(tr: Transaction, ref: PartitionRef, streams: dict[str, Any]) -> bool:
-    """Whether the partition's generation is still to be read (not drained or abandoned, not gone); `streams`
-    keeps the streams read, for the next call."""
+TORN = object()
+"""A stream whose records do not decode, as `live` keeps it."""
+
+
+def live(tr: Transaction, ref: PartitionRef, streams: dict[str, Any]) -> bool | None:
+    """Whether the partition's generation is still to be read (not drained or abandoned, not gone); None when
+    its stream's records do not decode (bad data in the store: nothing is decided on it). `streams` keeps the
+    streams read, for the next call."""
     if ref.stream not in streams:
         try:
             streams[ref.stream] = get_stream(tr, ref.stream)
         except NotFoundError:
             streams[ref.stream] = None
+        except FailedPreconditionError:
+            streams[ref.stream] = TORN
     stream = streams[ref.stream]
+    if stream is TORN:
+        return None
     lane = stream.lane(ref.lane) if stream is not None else None
     gen = lane.generation(ref.generation) if lane is not None else None
     return gen is not None and gen.state not in SETTLED and ref.partition < gen.partitions
@@ -190,7 +219,7 @@ def forget_settled(tr: Transaction, config: dict[str, Any]) -> bool:
                 ref = PartitionRef.parse(lid)
             except StreamplaneError:
                 continue
-            if not live(tr, ref, streams):
+            if live(tr, ref, streams) is False:
                 del entries[lid]
                 dropped = True
     return dropped

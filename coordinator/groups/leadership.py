@@ -13,6 +13,7 @@ import math
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.store import Transaction, transactional
+from streamplane.coordinator.topology.records import UNDECODABLE
 from streamplane.errors import FailedPreconditionError
 
 
@@ -20,14 +21,26 @@ class NotLeaderError(FailedPreconditionError):
     """This replica does not hold the leader key."""
 
 
+def _hold(raw: bytes | None) -> tuple[str, int] | None:
+    """(replica, until when in ms) of a holder key (the leader's, a group owner's, a replica's registration);
+    None when there is none. A torn one (never written so by this code) is a hold that has expired: any replica
+    takes it over, so no loop stops on it."""
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        return str(data.get("replica", "")), int(data["expires_ms"])
+    except UNDECODABLE:
+        return "", 0
+
+
 @transactional
 def acquire(tr: Transaction, replica: str, now_ms: int, ttl_ms: int) -> tuple[bool, int]:
     """Take or renew the leader key if it is free, expired or ours. Returns whether we hold it now, and until
     when the key holds as it stands (ours, or another replica's: the earliest a standby could take it)."""
-    raw = tr.get(keys.LEADER)
-    current = json.loads(raw) if raw else None
-    if current and current["replica"] != replica and current["expires_ms"] > now_ms:
-        return False, int(current["expires_ms"])
+    current = _hold(tr.get(keys.LEADER))
+    if current and current[0] != replica and current[1] > now_ms:
+        return False, current[1]
     tr.set(keys.LEADER, json.dumps({"replica": replica, "expires_ms": now_ms + ttl_ms}).encode())
     return True, now_ms + ttl_ms
 
@@ -35,16 +48,15 @@ def acquire(tr: Transaction, replica: str, now_ms: int, ttl_ms: int) -> tuple[bo
 @transactional
 def ensure(tr: Transaction, replica: str, now_ms: int) -> None:
     """Raise NotLeaderError unless `replica` holds an unexpired leader key (call inside the changing transaction)."""
-    raw = tr.get(keys.LEADER)
-    current = json.loads(raw) if raw else None
-    if not current or current["replica"] != replica or current["expires_ms"] <= now_ms:
+    current = _hold(tr.get(keys.LEADER))
+    if not current or current[0] != replica or current[1] <= now_ms:
         raise NotLeaderError(f"replica {replica} is not the leader")
 
 
 @transactional
 def leader(tr: Transaction) -> str:
-    raw = tr.get(keys.LEADER)
-    return json.loads(raw)["replica"] if raw else ""
+    current = _hold(tr.get(keys.LEADER))
+    return current[0] if current else ""
 
 
 @transactional
@@ -57,7 +69,7 @@ def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, 
     r = keys.REPLICAS.range()
     live = 0
     for key, raw in tr.get_range(r.start, r.stop):
-        expires = json.loads(raw)["expires_ms"]
+        expires = (_hold(raw) or ("", 0))[1]
         if expires > now_ms:
             live += 1
         elif expires < now_ms - 10 * ttl_ms:
@@ -66,14 +78,13 @@ def claim_groups(tr: Transaction, replica: str, groups: list[str], now_ms: int, 
     mine, free = [], []
     others_expire = 0
     for group in sorted(groups):
-        found = tr.get(keys.group_owner_key(group))
-        owner = json.loads(found) if found else None
-        if owner is None or owner["expires_ms"] <= now_ms:
+        owner = _hold(tr.get(keys.group_owner_key(group)))
+        if owner is None or owner[1] <= now_ms:
             free.append(group)
-        elif owner["replica"] == replica:
+        elif owner[0] == replica:
             mine.append(group)
         else:
-            others_expire = min(others_expire or owner["expires_ms"], owner["expires_ms"])
+            others_expire = min(others_expire or owner[1], owner[1])
     keep, release = mine[:share], mine[share:]
     claim = free[: max(0, share - len(keep))]
     lease = json.dumps({"replica": replica, "expires_ms": now_ms + ttl_ms}).encode()
@@ -91,27 +102,26 @@ def replica_expiries(tr: Transaction) -> dict[str, int]:
     every third of a TTL, and a reader of members must not conflict with that."""
     r = keys.REPLICAS.range()
     return {
-        keys.REPLICAS.unpack(k)[0]: json.loads(v)["expires_ms"] for k, v in tr.get_range(r.start, r.stop, snapshot=True)
+        keys.REPLICAS.unpack(k)[0]: (_hold(v) or ("", 0))[1] for k, v in tr.get_range(r.start, r.stop, snapshot=True)
     }
 
 
 def replica_expires(tr: Transaction, replica: str) -> int:
     """Until when one replica's registration holds (0: none), read with a conflict: a decision that a replica is
     gone is redone if it renews meanwhile."""
-    raw = tr.get(keys.replica_key(replica))
-    return int(json.loads(raw)["expires_ms"]) if raw else 0
+    current = _hold(tr.get(keys.replica_key(replica)))
+    return current[1] if current else 0
 
 
 @transactional
 def ensure_group(tr: Transaction, group: str, replica: str, now_ms: int) -> None:
     """Raise NotLeaderError unless `replica` owns `group` (call inside the changing transaction)."""
-    raw = tr.get(keys.group_owner_key(group))
-    owner = json.loads(raw) if raw else None
-    if not owner or owner["replica"] != replica or owner["expires_ms"] <= now_ms:
+    owner = _hold(tr.get(keys.group_owner_key(group)))
+    if not owner or owner[0] != replica or owner[1] <= now_ms:
         raise NotLeaderError(f"replica {replica} does not run group {group!r}")
 
 
 @transactional
 def group_owner(tr: Transaction, group: str) -> str:
-    raw = tr.get(keys.group_owner_key(group))
-    return json.loads(raw)["replica"] if raw else ""
+    owner = _hold(tr.get(keys.group_owner_key(group)))
+    return owner[0] if owner else ""

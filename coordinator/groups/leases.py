@@ -28,7 +28,7 @@ from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.topology import events
 from streamplane.coordinator.topology.health import count_reporters, stored_reports
 from streamplane.coordinator.topology.pages import page_window
-from streamplane.coordinator.topology.records import get_cluster, get_stream
+from streamplane.coordinator.topology.records import UNDECODABLE, get_cluster, get_stream
 from streamplane.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -73,6 +73,16 @@ class Member(MemberInfo):
         d = json.loads(raw)
         subs = tuple(Subscription(s["stream"], tuple(s["lanes"])) for s in d.pop("subscriptions"))
         return cls(subscriptions=subs, **d)
+
+    @classmethod
+    def stored(cls, key: bytes, raw: bytes) -> Member:
+        """The member stored under `key`. A torn one (never written so by this code) is read as a session that
+        has ended, its worker id taken from the key: the Assigner's expiry frees its leases and clears it, its
+        worker joins again, and no pass stops on it."""
+        try:
+            return cls.from_json(raw)
+        except UNDECODABLE:
+            return cls(worker_id=str(keys.MEMBERS.unpack(key)[1]), session_id="")
 
 
 @dataclass(frozen=True)
@@ -209,8 +219,8 @@ def read_members(tr: Transaction, group: str, *, snapshot: bool = False) -> dict
     rows = tr.get_range(r.start, r.stop, snapshot=snapshot)
     replicas = leadership.replica_expiries(tr)
     out = {}
-    for _, raw in rows:
-        m = Member.from_json(raw)
+    for key, raw in rows:
+        m = Member.stored(key, raw)
         if m.replica:
             m = replace(m, alive_until_ms=live_until(m.alive_until_ms, m.replica, replicas))
         out[m.worker_id] = m
@@ -287,8 +297,9 @@ def read_member_leases(
 ) -> tuple[Member | None, list[Lease]]:
     """The member and the leases it holds (granted or revoking), through the member's index of them. With
     `cache`, leases whose value is unchanged are taken from it, and it is left holding what was read."""
-    raw = tr.get(keys.member_key(group, worker_id))
-    member = Member.from_json(raw) if raw else None
+    key = keys.member_key(group, worker_id)
+    raw = tr.get(key)
+    member = Member.stored(key, raw) if raw else None
     index = keys.held_key_prefix(group, worker_id)
     leases_prefix = keys.lease_key_prefix(group)
     seen: LeaseCache = {}
@@ -421,9 +432,10 @@ def join(
     max_load = _finite("max_load", max_load)
     subs = validate_subscriptions(tr, subscriptions)
     group_config.check_where(group, group_config.group_where(tr, group), worker_id, where)
-    raw = tr.get(keys.member_key(group, worker_id))
+    key = keys.member_key(group, worker_id)
+    raw = tr.get(key)
     if raw:
-        old = Member.from_json(raw)
+        old = Member.stored(key, raw)
         if resume_session and old.session_id == resume_session:  # not ended yet: its leases are still its own
             check_principal(old.principal, principal, f"session {resume_session}")
             resumed = replace(
@@ -601,6 +613,15 @@ def leave(
     return True
 
 
+def _deadline(key: bytes, raw: bytes, replicas: dict[str, int]) -> tuple[str, int]:
+    """(worker id, until when its session lives) of a stored member; a torn one has ended (see Member.stored)."""
+    try:
+        d = json.loads(raw)
+        return str(d["worker_id"]), live_until(int(d["alive_until_ms"]), str(d.get("replica", "")), replicas)
+    except UNDECODABLE:
+        return str(keys.MEMBERS.unpack(key)[1]), 0
+
+
 EXPIRE_LEASES = 2_000
 """Leases one expiry transaction frees at most, over the sessions it ends (it ends at least one): many sessions
 past their TTL at once (a network partition) are ended over several passes, each transaction well under
@@ -619,18 +640,16 @@ def expire(tr: Transaction, group: str, now_ms: int) -> int:
     replicas = leadership.replica_expiries(tr)
     # only each member's deadline: decoding whole members (subscriptions and all) at every pass was most of
     # an idle fleet's assignment loop
-    deadlines = [
-        (d["worker_id"], live_until(d["alive_until_ms"], d.get("replica", ""), replicas))
-        for d in map(json.loads, (v for _, v in tr.get_range(r.start, r.stop, snapshot=True)))
-    ]
+    deadlines = [_deadline(k, v, replicas) for k, v in tr.get_range(r.start, r.stop, snapshot=True)]
     freed, left = 0, False
     for worker_id, until_ms in deadlines:
         if until_ms <= now_ms:
             if freed >= EXPIRE_LEASES:
                 left = True
                 continue
-            raw = tr.get(keys.member_key(group, worker_id))
-            again = Member.from_json(raw) if raw else None
+            key = keys.member_key(group, worker_id)
+            raw = tr.get(key)
+            again = Member.stored(key, raw) if raw else None
             if again is not None and again.replica:
                 replicas[again.replica] = leadership.replica_expires(tr, again.replica)
             if again is not None and live_until(again.alive_until_ms, again.replica, replicas) <= now_ms:

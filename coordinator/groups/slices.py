@@ -27,7 +27,7 @@ from typing import Any
 
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.commitlog import log as commitlog
-from streamplane.coordinator.groups.config import configured, forget_settled, live, max_slices
+from streamplane.coordinator.groups.config import configured, forget_settled, live, max_slices, settings
 from streamplane.coordinator.groups.leases import (
     FREE,
     GRANTED,
@@ -63,8 +63,7 @@ def _reads(member: Member, ref: PartitionRef) -> bool:
 def wanted(tr: Transaction, group: str, members: Mapping[str, Member]) -> dict[PartitionRef, int]:
     """{partition: slices it is split into now}: each configured split of a partition still read, into at most
     as many slices as live members read its lane (fewer than two: none)."""
-    raw = tr.get(keys.group_config_key(group))
-    splits = configured(json.loads(raw)) if raw else {}
+    splits = configured(settings(tr, group))
     out: dict[PartitionRef, int] = {}
     streams: dict[str, Any] = {}
     for ref, count in splits.items():
@@ -180,8 +179,7 @@ def autoscale(
     `cfg.merge_after_ms`. A split of a partition no longer read (its generation drained or abandoned, its
     stream deleted) is forgotten, by hand or not, so it neither lingers nor counts towards the group's limit.
     Returns whether the settings changed, and when to look again (0: no need)."""
-    raw = tr.get(keys.group_config_key(group))
-    config = json.loads(raw) if raw else {}
+    config = settings(tr, group)
     limit = max_slices(config)
     changed = forget_settled(tr, config)
     manual = set(config.get("splits", {}))

@@ -29,7 +29,7 @@ from streamplane.coordinator.loop import BackgroundLoop, Schedule
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology import events, health
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
-from streamplane.coordinator.topology.records import decoded_generation, get_cluster, write_generation
+from streamplane.coordinator.topology.records import UNDECODABLE, decoded_generation, get_cluster, write_generation
 from streamplane.errors import InvalidArgumentError, StreamplaneError
 from streamplane.model import (
     DRAINED,
@@ -148,9 +148,22 @@ def close_producer(tr: Transaction, producer_id: str, principal: str = "") -> No
 
 
 def _check_owner(tr: Transaction, producer_id: str, principal: str) -> None:
-    raw = tr.get(keys.producer_key(producer_id))
+    key = keys.producer_key(producer_id)
+    raw = tr.get(key)
     if raw:
-        leases.check_principal(json.loads(raw).get("principal", ""), principal, f"producer session {producer_id}")
+        leases.check_principal(_stored_session(key, raw).principal, principal, f"producer session {producer_id}")
+
+
+def _stored_session(key: bytes, raw: bytes) -> ProducerSession:
+    """The producer session stored under `key`. A torn one (never written so by this code) is read as one that
+    has expired, its id taken from the key: the sealer clears it and holds back nothing for it, and its
+    producer's next heartbeat opens it anew."""
+    try:
+        data = json.loads(raw)
+        data["in_flight"] = [tuple(g) for g in data.get("in_flight", [])]
+        return ProducerSession(**data)
+    except UNDECODABLE:
+        return ProducerSession(str(keys.PRODUCERS.unpack(key)[0]), "")
 
 
 @transactional
@@ -165,10 +178,8 @@ def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
 def read_producers(tr: Transaction) -> list[ProducerSession]:
     r = keys.PRODUCERS.range()
     out = []
-    for _, raw in tr.get_range(r.start, r.stop):
-        data = json.loads(raw)
-        data["in_flight"] = [tuple(g) for g in data.get("in_flight", [])]
-        out.append(ProducerSession(**data))
+    for key, raw in tr.get_range(r.start, r.stop):
+        out.append(_stored_session(key, raw))
     return out
 
 
@@ -238,11 +249,15 @@ def plan_seals(tr: Transaction, now_ms: int) -> tuple[list[SealPlan], list[str]]
     for stream, lane, gen in draining:
         ref = (stream, lane, gen.number)
         raw = tr.get(keys.seal_wait_key(*ref))
-        if raw is None:
+        try:
+            wait_version = raw.decode() if raw is not None else ""
+        except UnicodeDecodeError:
+            wait_version = ""  # torn (never written so by this code): recorded again, from now
+        if not wait_version:
             # The failover's event is already in the log, so the head is at or after it.
             tr.set(keys.seal_wait_key(*ref), events.head_version(tr).encode())
             continue
-        waiting = [p.producer_id for p in live if p.holds_back(ref, raw.decode())]
+        waiting = [p.producer_id for p in live if p.holds_back(ref, wait_version)]
         if not waiting:
             reason = "every live producer has switched" if live else "no live producer session"
             plans.append(SealPlan(stream, lane, gen, reason))

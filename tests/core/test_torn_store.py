@@ -1,0 +1,180 @@
+"""Bad data already in the store never stops a loop that serves the whole fleet.
+
+A world with a history users make (two clusters, streams failed over and drained, groups with members, leases,
+progress, retries, rejects, a split partition, a rewind, a producer session) is built by the real coordinator
+code. Then every value in the store is torn in turn, one at a time (bytes that do not decode, and JSON of the
+wrong shape), and each of the coordinator's fleet-wide loops makes a pass over it: the Assigner, the sealer,
+the autopilot, the group reaper and the lag sweep. None of them may raise: a pass that raises is retried
+every interval, and so stops the loop for every group and stream behind the one torn value. The value is put
+back before the next one is torn.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streamplane import model
+from streamplane.clock import ManualClock
+from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
+from streamplane.coordinator.groups import config as group_config
+from streamplane.coordinator.groups import rewind
+from streamplane.coordinator.groups.assigner import Assigner
+from streamplane.coordinator.groups.lifecycle import GroupReaper
+from streamplane.coordinator.groups.timing import AssignerConfig
+from streamplane.coordinator.rpc import metrics
+from streamplane.coordinator.store import Database
+from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
+from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
+from streamplane.model import Commit, Probe, Reject, Retry, RewindTarget, RewindTo, Subscription
+from tests.helpers import Domain, host_of, wait_until
+
+T0 = 1_800_000_000_000
+TORN = (b"{torn", b"null", b"[1, 2]", b"7", b'"text"', b"\xff\x00\x01")
+"""What a value may be that no code of ours writes: not JSON, and JSON of every wrong shape."""
+
+
+class World:
+    def __init__(self, path: Path) -> None:
+        self.d = Domain(path, clock=ManualClock(T0))
+        d, clock = self.d, self.d.clock
+        d.cluster("east", "west").stream("logs", 2, cluster="east").stream("metrics", 2, cluster="east")
+        self.assigner = Assigner(d.db, AssignerConfig(ttl_ms=10_000, join_window_ms=0), replica_id="r", clock=clock)
+        self.sealer = Sealer(d.db, d.admin, lambda: True, SealingConfig(), clock=clock)
+        self.reaper = GroupReaper(d.db, lambda: True, clock=clock)
+        self.sweeper = LagSweeper(d.db, clock)
+
+        def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+            return Probe(name, now_ms, name != "west", brokers=1, error="refused" if name == "west" else "")
+
+        self.pilot = Autopilot(
+            d.topology, lambda: True, AutopilotConfig(probe_interval_ms=1000), clock=clock, probe=probe, canary=None
+        )
+        for p in range(2):
+            d.admin.append("east", "sp.logs.realtime.g1", p, 20, ts_ms=T0)
+            d.admin.append("east", "sp.metrics.realtime.g1", p, 20, ts_ms=T0)
+        host = host_of(self.assigner)
+        self.sessions = [
+            host.open_session("billing", w, [Subscription("logs")], capacity=1.0, max_load=0.0, takes_slices=True)
+            for w in ("w1", "w2")
+        ] + [host.open_session("audit", "a1", [Subscription("metrics")], capacity=1.0, max_load=0.0)]
+        self.passes(5)
+        for group in ("billing", "audit"):
+            for lease in self.assigner.describe(group).leases:
+                c = Commit(
+                    acked=[(0, 5)],
+                    retries=[Retry(5, 1, "slow")],
+                    rejects=[Reject(6, "bad record")],
+                    high_watermark=20,
+                )
+                commitlog.commit(d.db, group, lease.lease_id, lease.epoch, c, now_ms=clock.now_ms())
+        group_config.configure(d.db, "billing", split=("logs/realtime/g1/p0", 2))
+        self.producing = True
+        self.passes(5)
+        held = {x.lease_id for x in self.assigner.describe("billing").leases if x.state == "granted"}
+        assert {"logs/realtime/g1/p0/s0of2", "logs/realtime/g1/p0/s1of2"} <= held, held
+        d.topology.failover("logs", "realtime", "west", reason="history")
+        d.admin.append("west", "sp.logs.realtime.g2", 0, 10, ts_ms=T0 + 1000)
+        self.passes(5)
+        planned = rewind.plan(d.db, d.admin, "audit", "metrics", RewindTarget(RewindTo.EARLIEST), now_ms=clock.now_ms())
+        d.db.transact(lambda tr: rewind.apply(tr, planned, actor="ops", now_ms=clock.now_ms()))
+        self.passes(5)
+
+    def passes(self, n: int) -> None:
+        """Every loop's pass, with the workers beating and handing back what is revoked at once."""
+        for _ in range(n):
+            self.d.clock.advance(500)
+            for _, run in self.loops():
+                run()
+            self.keep_alive()
+            for group in ("billing", "audit"):
+                for lease in self.assigner.describe(group).leases:
+                    session = next((x for x in self.sessions if x.worker_id == lease.worker_id), None)
+                    if lease.state == "revoking" and session is not None:
+                        session.release(lease.lease_id, lease.epoch)
+
+    def keep_alive(self) -> None:
+        """The workers and a producer on logs beat."""
+        for session in self.sessions:
+            session.heartbeat(model.Heartbeat())
+        if getattr(self, "producing", False):
+            self.sealer.producer_heartbeat("p1", "", [], streams=["logs"])
+
+    def sweep(self) -> None:
+        """A pass of the lag sweep, as while someone reads lag (a scrape, the console)."""
+        self.sweeper.lag(self.d.clock.now_ms())
+        self.sweeper.step()
+
+    def loops(self) -> list[tuple[str, Callable[[], object]]]:
+        def pilot() -> None:
+            self.pilot.run_once()
+            wait_until(lambda: all(f.done() for f in self.pilot._running.values()), timeout=5)
+            self.pilot.run_once()
+
+        return [
+            ("assigner", self.assigner.run_once),
+            ("sealer", self.sealer.run_once),
+            ("autopilot", pilot),
+            ("reaper", self.reaper.run_once),
+            ("lag sweep", self.sweep),
+        ]
+
+    @property
+    def db(self) -> Database:
+        return self.d.db
+
+    def close(self) -> None:
+        self.pilot.stop()
+        self.d.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    built = World(tmp_path)
+    yield built  # type: ignore[misc]
+    built.close()
+
+
+def test_no_fleet_loop_is_stopped_by_any_one_torn_value_in_the_store(world: World) -> None:
+    everything = world.db.transact(lambda tr: tr.get_range(b"", b"\xff\xff\xff"))
+    assert len(everything) > 80, "the world holds a history"
+    failures: Counter[str] = Counter()
+    for key, value in everything:
+        for torn, step_ms in itertools.product(TORN, (10, 4_000)):  # 4 s: past every periodic read (the leader)
+            world.db.transact(lambda tr, key=key, torn=torn: tr.set(key, torn))
+            world.d.clock.advance(step_ms)
+            for name, run in world.loops():
+                try:
+                    run()
+                except Exception as err:
+                    failures[f"{name}: {key[:60]!r} = {torn!r}: {type(err).__name__}: {str(err)[:100]}"] += 1
+            world.db.transact(lambda tr, key=key, value=value: tr.set(key, value))
+            world.keep_alive()
+    print("\n".join(failures))
+    assert not failures, "\n".join(failures)
+
+
+def test_a_group_whose_stream_record_is_torn_holds_still_and_every_other_group_is_still_assigned(
+    world: World,
+) -> None:
+    """Group "audit" (the first the Assigner passes over) reads a stream whose record does not decode: its
+    pass fails with a sentence, is counted, and leaves its leases where they are; group "billing" after it is
+    still assigned (a worker leaves, the other takes its partitions)."""
+    from streamplane.coordinator import keys
+
+    failed = metrics.LOOP_FAILURES.labels("assigner", "group_failed")
+    before = failed._value.get()
+    audit = {x.lease_id: x.worker_id for x in world.assigner.describe("audit").leases}
+    world.db.transact(lambda tr: tr.set(keys.stream_key("metrics"), b"{torn"))
+    world.db.transact(lambda tr: tr.add(keys.group_version_key("audit"), 1))  # its pass reads the stream again
+    world.sessions.pop(1).close("stopped")  # w2 of billing
+    world.passes(5)
+    assert failed._value.get() > before, "the torn group's failed passes are counted"
+    billing = {x.lease_id: x.worker_id for x in world.assigner.describe("billing").leases if x.state != "free"}
+    assert billing and set(billing.values()) == {"w1"}, billing
+    assert {x.lease_id: x.worker_id for x in world.assigner.describe("audit").leases} == audit
