@@ -488,8 +488,12 @@ def _own_member(tr: Transaction, group: str, worker_id: str, session_id: str) ->
     """The session's member record as stored (a dict: a heartbeat changes three of its fields, and decoding
     the whole member was most of its cost); FencedError once the session has ended."""
     raw = tr.get(keys.member_key(group, worker_id))
-    member: dict[str, Any] | None = json.loads(raw) if raw else None
-    if member is None or member["session_id"] != session_id:
+    try:
+        member: dict[str, Any] | None = json.loads(raw) if raw else None
+        ended = member is None or member["session_id"] != session_id
+    except UNDECODABLE:  # torn (never written so by this code): ended, as Member.stored reads it
+        ended = True
+    if ended or not isinstance(member, dict):
         raise FencedError(
             f"session {session_id} of worker {worker_id!r} in group {group!r} has ended; "
             "its leases were revoked: join again"

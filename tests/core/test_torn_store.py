@@ -15,15 +15,18 @@ import itertools
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from streamplane import model
 from streamplane.clock import ManualClock
+from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
+from streamplane.coordinator.commitlog import redrive
 from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
 from streamplane.coordinator.groups import config as group_config
-from streamplane.coordinator.groups import rewind
+from streamplane.coordinator.groups import rewind, window
 from streamplane.coordinator.groups.assigner import Assigner
 from streamplane.coordinator.groups.lifecycle import GroupReaper
 from streamplane.coordinator.groups.timing import AssignerConfig
@@ -64,7 +67,7 @@ class World:
             for w in ("w1", "w2")
         ] + [host.open_session("audit", "a1", [Subscription("metrics")], capacity=1.0, max_load=0.0)]
         self.passes(5)
-        for group in ("billing", "audit"):
+        for group in ("billing", "audit", "replay"):
             for lease in self.assigner.describe(group).leases:
                 c = Commit(
                     acked=[(0, 5)],
@@ -81,6 +84,12 @@ class World:
         d.topology.failover("logs", "realtime", "west", reason="history")
         d.admin.append("west", "sp.logs.realtime.g2", 0, 10, ts_ms=T0 + 1000)
         self.passes(5)
+        window.create(d.db, d.admin, "replay", "metrics", from_ms=T0 - 1, until_ms=T0 + 1, now_ms=clock.now_ms())
+        self.sessions.append(host.open_session("replay", "r1", [Subscription("metrics")], capacity=1.0, max_load=0.0))
+        target = model.RedriveTarget("logs", "realtime", 2, "sp.logs.realtime.g2", "west:9092", (0, 0))
+        redrive.claim(d.db, "logs", "billing", "run-1", target=target, now_ms=clock.now_ms())
+        d.topology.cordon("west")
+        d.topology.set_stream_policy("metrics", model.FailoverPolicy(unhealthy_after_ms=2_000))
         planned = rewind.plan(d.db, d.admin, "audit", "metrics", RewindTarget(RewindTo.EARLIEST), now_ms=clock.now_ms())
         d.db.transact(lambda tr: rewind.apply(tr, planned, actor="ops", now_ms=clock.now_ms()))
         self.passes(5)
@@ -92,7 +101,7 @@ class World:
             for _, run in self.loops():
                 run()
             self.keep_alive()
-            for group in ("billing", "audit"):
+            for group in ("billing", "audit", "replay"):
                 for lease in self.assigner.describe(group).leases:
                     session = next((x for x in self.sessions if x.worker_id == lease.worker_id), None)
                     if lease.state == "revoking" and session is not None:
@@ -103,7 +112,17 @@ class World:
         for session in self.sessions:
             session.heartbeat(model.Heartbeat())
         if getattr(self, "producing", False):
-            self.sealer.producer_heartbeat("p1", "", [], streams=["logs"])
+            errors = [model.ClusterErrors("west", 3, "refused")]
+            self.sealer.producer_heartbeat("p1", "", [], streams=["logs"], errors=errors)
+
+    def tear(self, tr: Any, key: bytes, torn: bytes) -> None:
+        """Put `torn` under `key`, and have every group looked at again (its version moves on), so each
+        group's pass reads what it reads on a change."""
+        tr.set(key, torn)
+        for group in ("billing", "audit", "replay"):
+            counter = keys.group_version_key(group)
+            if counter != key:
+                tr.add(counter, 1)
 
     def sweep(self) -> None:
         """A pass of the lag sweep, as while someone reads lag (a scrape, the console)."""
@@ -146,7 +165,7 @@ def test_no_fleet_loop_is_stopped_by_any_one_torn_value_in_the_store(world: Worl
     failures: Counter[str] = Counter()
     for key, value in everything:
         for torn, step_ms in itertools.product(TORN, (10, 4_000)):  # 4 s: past every periodic read (the leader)
-            world.db.transact(lambda tr, key=key, torn=torn: tr.set(key, torn))
+            world.db.transact(lambda tr, key=key, torn=torn: world.tear(tr, key, torn))
             world.d.clock.advance(step_ms)
             for name, run in world.loops():
                 try:
@@ -165,8 +184,6 @@ def test_a_group_whose_stream_record_is_torn_holds_still_and_every_other_group_i
     """Group "audit" (the first the Assigner passes over) reads a stream whose record does not decode: its
     pass fails with a sentence, is counted, and leaves its leases where they are; group "billing" after it is
     still assigned (a worker leaves, the other takes its partitions)."""
-    from streamplane.coordinator import keys
-
     failed = metrics.LOOP_FAILURES.labels("assigner", "group_failed")
     before = failed._value.get()
     audit = {x.lease_id: x.worker_id for x in world.assigner.describe("audit").leases}
@@ -178,3 +195,41 @@ def test_a_group_whose_stream_record_is_torn_holds_still_and_every_other_group_i
     billing = {x.lease_id: x.worker_id for x in world.assigner.describe("billing").leases if x.state != "free"}
     assert billing and set(billing.values()) == {"w1"}, billing
     assert {x.lease_id: x.worker_id for x in world.assigner.describe("audit").leases} == audit
+
+
+def test_a_torn_member_or_lease_costs_no_other_worker_its_heartbeat(world: World) -> None:
+    """A replica writes its sessions' heartbeats in batches: one worker's torn member record, and another's
+    torn lease it reports a load for, leave every other heartbeat of the batch written; the worker whose member
+    is torn is told its session ended (it joins again)."""
+    import json
+
+    from streamplane.coordinator.groups.sessions.writer import SessionWriter
+
+    def alive_until(group: str, worker: str) -> int:
+        raw = world.db.transact(lambda tr: tr.get(keys.member_key(group, worker)))
+        return int(json.loads(raw)["alive_until_ms"])
+
+    w1, w2, a1 = world.sessions[:3]
+    held = next(x for x in world.assigner.describe("billing").leases if x.worker_id == "w2")
+    world.db.transact(lambda tr: tr.set(keys.member_key("billing", "w1"), b"{torn"))
+    world.db.transact(lambda tr: tr.set(keys.lease_key("billing", *held.partition), b"[1, 2]"))
+    before = {"w2": alive_until("billing", "w2"), "a1": alive_until("audit", "a1")}
+    writer = SessionWriter(world.db, ttl_ms=10_000, flush_ms=60_000, clock=world.d.clock)
+    writer.start()  # batched from now on: nothing is written until the flush below
+    fenced: list[str] = []
+    try:
+        world.d.clock.advance(1000)
+        report = model.Heartbeat(leases=((held.lease_id, model.LeaseLoad(100.0, 5, 50)),))
+        for session, beat in ((w1, model.Heartbeat()), (w2, report), (a1, model.Heartbeat())):
+            writer.heartbeat(
+                session.group,
+                session.worker_id,
+                session.session_id,
+                beat,
+                lambda err, w=session.worker_id: fenced.append(w),
+            )
+        writer.flush()
+    finally:
+        writer.stop()
+    assert alive_until("billing", "w2") > before["w2"] and alive_until("audit", "a1") > before["a1"]
+    assert fenced == ["w1"], "the worker whose member is torn is told to join again"

@@ -141,6 +141,9 @@ class SessionWriter:
             except StreamplaneError as err:  # the store is unreachable: the sessions' TTLs will tell
                 log.warning("sessions.write_failed", messages=len(chunk), error=err.message)
                 continue
+            except Exception:  # a bug met by one message: it must not cost the others theirs
+                log.exception("sessions.batch_crashed", messages=len(chunk))
+                ended, refused = self._one_by_one(chunk)
             for p, why in refused:  # a release that cannot apply concerns that lease only
                 log.info("session.release_refused", group=p.group, worker=p.worker_id, error=why.message)
             for p, fenced in ended:
@@ -165,6 +168,28 @@ class SessionWriter:
                 ended.append((p, err))
             except StreamplaneError as err:
                 refused.append((p, err))
+        return ended, refused
+
+    def _one_by_one(
+        self, chunk: Sequence[_Pending]
+    ) -> tuple[list[tuple[_Pending, FencedError]], list[tuple[_Pending, StreamplaneError]]]:
+        """Write a batch that failed as a whole a message at a time, leaving out the ones that still fail."""
+        ended, refused = [], []
+        for p in chunk:
+
+            def write(tr: Transaction, one: _Pending = p) -> tuple[list[Any], list[Any]]:
+                return self._write(tr, [one])
+
+            try:
+                one_ended, one_refused = self.db.transact(write)
+            except StreamplaneError as err:
+                log.warning("sessions.write_failed", messages=1, error=err.message)
+                continue
+            except Exception:
+                log.exception("session.write_crashed", group=p.group, worker=p.worker_id)
+                continue
+            ended += one_ended
+            refused += one_refused
         return ended, refused
 
     def _pass(self) -> None:
