@@ -132,6 +132,14 @@ def read_header(tr: Transaction, group: str, ref: PartitionRef) -> Header:
     return Header(**json.loads(raw)) if raw else Header()
 
 
+def _decoded_header(raw: bytes) -> Header | None:
+    """A stored partition summary; None when it does not decode (never written so by this code)."""
+    try:
+        return Header(**json.loads(raw))
+    except UNDECODABLE:
+        return None
+
+
 def low_or_none(tr: Transaction, group: str, ref: PartitionRef) -> int | None:
     """The group's low watermark on a partition; None when its header does not decode. For the passes over
     every group (the sealer's): one torn header holds back that partition, never the pass."""
@@ -763,7 +771,9 @@ def read_headers(tr: Transaction, group: str, *, stream: str = "", lane: str = "
         _, s, la, gen, p = keys.PROGRESS.unpack(key)
         if lane and la != lane:
             continue
-        out.append((PartitionRef(s, la, gen, p), Header(**json.loads(raw))))
+        header = _decoded_header(raw)
+        if header is not None:  # one that does not decode is left out, as `lag_page` does
+            out.append((PartitionRef(s, la, gen, p), header))
     return out
 
 
@@ -1139,9 +1149,8 @@ def lag_page(
             last = f"{current} {ref.lease_id}"
             if (lane and la != lane) or abandoned(ref):
                 continue
-            try:
-                h = Header(**json.loads(raw))
-            except (ValueError, TypeError):
+            h = _decoded_header(raw)
+            if h is None:
                 continue  # a header that does not decode is left out: the page, and a sweep of every group, go on
             out.append(
                 PartitionLag(current, ref.lease_id, h.low, h.high, h.offset_lag(), h.time_lag_ms(now_ms), h.filtered)

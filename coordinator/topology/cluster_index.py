@@ -90,7 +90,10 @@ def generation_counts(tr: Transaction) -> dict[tuple[str, str], int]:
     r = keys.CLUSTER_GENERATIONS.range()
     counts: dict[tuple[str, str], int] = {}
     for key, state in tr.get_range(r.start, r.stop, snapshot=True):
-        at = (keys.CLUSTER_GENERATIONS.unpack(key)[0], state.decode())
+        try:
+            at = (keys.CLUSTER_GENERATIONS.unpack(key)[0], state.decode())
+        except UnicodeDecodeError:
+            continue  # a torn entry (never written so by this code) is not counted: the scrape goes on
         counts[at] = counts.get(at, 0) + 1
     return counts
 

@@ -16,6 +16,7 @@ from streamplane.coordinator import keys
 from streamplane.coordinator.rpc.event_loop import setter
 from streamplane.coordinator.store import Transaction, transactional
 from streamplane.coordinator.store.api import Watch, read_counter
+from streamplane.coordinator.topology.records import UNDECODABLE
 from streamplane.errors import InvalidArgumentError, quoted
 from streamplane.model import (
     EVENT_KINDS,
@@ -28,6 +29,7 @@ from streamplane.model import (
     Lane,
     Stream,
     TopologyEvent,
+    UnreadableEvent,
 )
 
 VERSION_HEX_DIGITS = 24
@@ -135,14 +137,18 @@ def committed_version(tr: Transaction, user_version: int = 0) -> str:
 
 
 def _decode(version: bytes, value: bytes) -> Event:
-    body = json.loads(value)
-    return _event(
-        body["type"],
-        body.get("data", {}),
-        version=format_version(version),
-        time_ms=body["time_ms"],
-        actor=body.get("actor", ""),
-    )
+    """The event stored at `version`; an UnreadableEvent when it does not decode (its readers go on past it)."""
+    try:
+        body = json.loads(value)
+        return _event(
+            body["type"],
+            body.get("data", {}),
+            version=format_version(version),
+            time_ms=int(body["time_ms"]),
+            actor=str(body.get("actor", "")),
+        )
+    except UNDECODABLE:
+        return UnreadableEvent(version=format_version(version))
 
 
 @transactional

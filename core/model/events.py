@@ -173,6 +173,14 @@ class GroupChanged(Event):
     kind: ClassVar[str] = "group_event"
 
 
+@dataclass(frozen=True, kw_only=True)
+class UnreadableEvent(Event):
+    """An event whose stored form does not decode (never written so by this code, or a kind from a newer
+    coordinator): listed with its version, passed over by watchers, so a log never stops at it."""
+
+    kind: ClassVar[str] = "unreadable"
+
+
 EVENT_KINDS: dict[str, type[TopologyEvent]] = {
     k.kind: k
     for k in (
@@ -277,4 +285,6 @@ def describe_event(event: Event) -> str:
                     f"max_unhealthy_fraction={fleet.max_unhealthy_fraction:g}"
                 )
             return f"policy_changed {stream} {failover}"
+    if isinstance(event, UnreadableEvent):
+        return "unreadable: its stored form does not decode"
     return event.kind or "unknown"

@@ -25,6 +25,8 @@ from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog import redrive
 from streamplane.coordinator.commitlog.lag_sweep import LagSweeper
+from streamplane.coordinator.console.history import LagHistory
+from streamplane.coordinator.console.views import Views
 from streamplane.coordinator.groups import config as group_config
 from streamplane.coordinator.groups import rewind, window
 from streamplane.coordinator.groups.assigner import Assigner
@@ -51,6 +53,7 @@ class World:
         self.sealer = Sealer(d.db, d.admin, lambda: True, SealingConfig(), clock=clock)
         self.reaper = GroupReaper(d.db, lambda: True, clock=clock)
         self.sweeper = LagSweeper(d.db, clock)
+        self.views = Views(d.topology, self.assigner, LagHistory(self.sweep_lag, clock=clock), clock)
 
         def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
             return Probe(name, now_ms, name != "west", brokers=1, error="refused" if name == "west" else "")
@@ -124,6 +127,9 @@ class World:
             if counter != key:
                 tr.add(counter, 1)
 
+    def sweep_lag(self) -> model.Lag:
+        return self.sweeper.lag(self.d.clock.now_ms())
+
     def sweep(self) -> None:
         """A pass of the lag sweep, as while someone reads lag (a scrape, the console)."""
         self.sweeper.lag(self.d.clock.now_ms())
@@ -135,12 +141,20 @@ class World:
             wait_until(lambda: all(f.done() for f in self.pilot._running.values()), timeout=5)
             self.pilot.run_once()
 
+        d = self.d
         return [
             ("assigner", self.assigner.run_once),
             ("sealer", self.sealer.run_once),
             ("autopilot", pilot),
             ("reaper", self.reaper.run_once),
             ("lag sweep", self.sweep),
+            # reads every client, scrape or console page shares: one torn record must not fail them for all
+            ("fleet metrics", lambda: (d.topology.list_clusters(), d.topology.generation_counts())),
+            ("topology watch", lambda: d.topology.read_events_and_watch(None, limit=1000)),
+            ("lag of every group", lambda: commitlog.lag_of_every_group(d.db, now_ms=d.clock.now_ms())),
+            ("console fleet page", self.views.fleet),
+            ("console streams page", self.views.streams),
+            ("console groups page", self.views.groups),
         ]
 
     @property
