@@ -409,6 +409,11 @@ class Assigner:
                 self._kept_for(group).state = None  # it may hold what was not written: read it whole next time
                 self._store_lost = True
                 raise  # the store is away: no group's pass can be written
+            except leadership.NotLeaderError:  # its key was taken over (or is torn): not this replica's now
+                self._kept_for(group).state = None
+                self._renew_at = now  # the next pass claims its share again
+                log.info("assigner.group_lost", group=group)
+                continue
             except Exception as err:
                 # one group's failure (a record of its no code of ours writes so, a bug) never stops the passes
                 # of the groups after it: it is logged and counted, and the group is looked at again later

@@ -147,6 +147,12 @@ class Lease:
         return json.dumps(d, sort_keys=True).encode()
 
 
+_LEASE_FIELDS = frozenset(
+    ("worker_id", "epoch", "state", "target", "deadline_ms", "records_per_s", "lag_records", "lag_ms", "slices")
+)
+"""The fields `Lease.to_json` stores."""
+
+
 def lease_id(stream: str, lane: str, generation: int, partition: int) -> str:
     return PartitionRef(stream, lane, generation, partition).lease_id
 
@@ -176,14 +182,40 @@ def _finite(field_name: str, value: float, *, positive: bool = False) -> float:
 # -- reads ---------------------------------------------------------------------------------------------------------
 
 
+TORN_EPOCH = 1 << 40
+"""The epoch a torn lease (never written so by this code) is read at, free: above any epoch grants reach, so
+whoever held it is fenced, and its next grant is above every epoch the lease had."""
+
+
+def _stored_fields(raw: bytes) -> dict[str, Any] | None:
+    """A stored lease's fields (those this code knows: a newer coordinator's extra ones are left out); None for
+    one that is torn."""
+    try:
+        data = json.loads(raw)
+    except UNDECODABLE:
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: v for k, v in data.items() if k in _LEASE_FIELDS}
+
+
 def lease_from(key: bytes, raw: bytes) -> Lease:
+    """The lease stored under `key`; a torn one is read free at TORN_EPOCH (its partition is granted again, and
+    its last holder fenced), so no group's pass stops on it."""
     _, stream, lane, generation, partition = keys.LEASES.unpack(key)
-    return Lease(stream, lane, generation, partition, **json.loads(raw))
+    stored = _stored_fields(raw)
+    if stored is None:
+        return Lease(stream, lane, generation, partition, epoch=TORN_EPOCH)
+    return Lease(stream, lane, generation, partition, **stored)
 
 
 def slice_lease_from(key: bytes, raw: bytes) -> Lease:
+    """A slice's lease stored under `key` (ValueError for a torn one: see `slices._decoded`)."""
     _, stream, lane, generation, partition, index = keys.SLICE_LEASES.unpack(key)
-    return Lease(stream, lane, generation, partition, slice_index=index, **json.loads(raw))
+    stored = _stored_fields(raw)
+    if stored is None:
+        raise ValueError(f"the slice lease at {key!r} does not decode")
+    return Lease(stream, lane, generation, partition, slice_index=index, **stored)
 
 
 def lease_store_key(group: str, lid: str) -> bytes:
@@ -203,7 +235,10 @@ def read_lease_id(tr: Transaction, group: str, lid: str) -> Lease | None:
         return read_lease(tr, group, ref)
     key = lease_store_key(group, lid)
     raw = tr.get(key)
-    return slice_lease_from(key, raw) if raw else None
+    try:
+        return slice_lease_from(key, raw) if raw else None
+    except ValueError:
+        return None  # torn: as none (the planner replaces it)
 
 
 def live_until(alive_until_ms: int, replica: str, replicas: dict[str, int]) -> int:
@@ -321,7 +356,10 @@ def read_member_leases(
         lease_raw = tr.get(lease_key)
         if lease_raw is None:
             continue
-        lease = slice_lease_from(lease_key, lease_raw)
+        try:
+            lease = slice_lease_from(lease_key, lease_raw)
+        except ValueError:
+            continue  # torn: the planner replaces it (see slices._decoded)
         if lease.worker_id == worker_id and lease.state != FREE:
             held.append(lease)
     if cache is not None:
