@@ -187,35 +187,38 @@ TORN_EPOCH = 1 << 40
 whoever held it is fenced, and its next grant is above every epoch the lease had."""
 
 
-def _stored_fields(raw: bytes) -> dict[str, Any] | None:
-    """A stored lease's fields (those this code knows: a newer coordinator's extra ones are left out); None for
-    one that is torn."""
+def _decoded_lease(raw: bytes, stream: str, lane: str, generation: int, partition: int, index: int) -> Lease | None:
+    """A stored lease (`index`: its slice's, 0 for a whole lease); None for a torn one. Fields this code does not
+    know (a newer coordinator's) are left out; a pass's many reads take the first, plain, path."""
+    try:
+        return Lease(stream, lane, generation, partition, slice_index=index, **json.loads(raw))
+    except UNDECODABLE:
+        pass
     try:
         data = json.loads(raw)
     except UNDECODABLE:
         return None
     if not isinstance(data, dict):
         return None
-    return {k: v for k, v in data.items() if k in _LEASE_FIELDS}
+    known = {k: v for k, v in data.items() if k in _LEASE_FIELDS}
+    return Lease(stream, lane, generation, partition, slice_index=index, **known)
 
 
 def lease_from(key: bytes, raw: bytes) -> Lease:
     """The lease stored under `key`; a torn one is read free at TORN_EPOCH (its partition is granted again, and
     its last holder fenced), so no group's pass stops on it."""
     _, stream, lane, generation, partition = keys.LEASES.unpack(key)
-    stored = _stored_fields(raw)
-    if stored is None:
-        return Lease(stream, lane, generation, partition, epoch=TORN_EPOCH)
-    return Lease(stream, lane, generation, partition, **stored)
+    lease = _decoded_lease(raw, stream, lane, generation, partition, 0)
+    return lease if lease is not None else Lease(stream, lane, generation, partition, epoch=TORN_EPOCH)
 
 
 def slice_lease_from(key: bytes, raw: bytes) -> Lease:
     """A slice's lease stored under `key` (ValueError for a torn one: see `slices._decoded`)."""
     _, stream, lane, generation, partition, index = keys.SLICE_LEASES.unpack(key)
-    stored = _stored_fields(raw)
-    if stored is None:
+    lease = _decoded_lease(raw, stream, lane, generation, partition, index)
+    if lease is None:
         raise ValueError(f"the slice lease at {key!r} does not decode")
-    return Lease(stream, lane, generation, partition, slice_index=index, **stored)
+    return lease
 
 
 def lease_store_key(group: str, lid: str) -> bytes:

@@ -283,3 +283,13 @@ def test_a_torn_lease_is_granted_again_and_its_last_holder_is_fenced(world: Worl
     world.passes(3)
     again = next(x for x in world.assigner.describe("audit").leases if x.lease_id == held.lease_id)
     assert again.state == "granted" and again.epoch > held.epoch
+
+
+def test_a_lease_a_newer_coordinator_wrote_with_more_fields_is_read_as_it_is() -> None:
+    """Not torn: a rolling upgrade's newer replica may store fields this code does not know; they are left out,
+    and the lease keeps its holder and epoch (read as torn, every lease would be fenced)."""
+    from streamplane.coordinator.groups.leases import lease_from
+
+    key = keys.lease_key("g", "logs", "realtime", 1, 0)
+    lease = lease_from(key, b'{"epoch": 3, "state": "granted", "worker_id": "w1", "added_later": [1]}')
+    assert (lease.lease_id, lease.epoch, lease.state, lease.worker_id) == ("logs/realtime/g1/p0", 3, "granted", "w1")
