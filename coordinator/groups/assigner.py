@@ -415,7 +415,7 @@ class Assigner:
                 log.info("assigner.group_lost", group=group)
                 continue
             except Exception as err:
-                # one group's failure (a record of its no code of ours writes so, a bug) never stops the passes
+                # one group's failure (a record of its that does not decode, a bug) never stops the passes
                 # of the groups after it: it is logged and counted, and the group is looked at again later
                 self._kept_for(group).state = None
                 metrics.LOOP_FAILURES.labels("assigner", "group_failed").inc()

@@ -101,7 +101,8 @@ def lag_targets(tr: Transaction, group: str) -> dict[str, int]:
 @transactional
 def group_where(tr: Transaction, group: str) -> str:
     """The record predicate the group's members must filter with, as rendered ("" for none)."""
-    return str(settings(tr, group).get("where", ""))
+    where = settings(tr, group).get("where", "")
+    return where if isinstance(where, str) else ""
 
 
 def check_where(group: str, configured: str, worker_id: str, where: str) -> None:
