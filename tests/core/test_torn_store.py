@@ -277,9 +277,11 @@ def test_a_torn_lease_is_granted_again_and_its_last_holder_is_fenced(world: Worl
     world.passes(3)
     with pytest.raises(FencedError):
         leases.check_lease(world.db, "audit", held.lease_id, held.epoch)
-    # the replica's state of the group still has it held (nothing told it of the change) until it reads the
-    # group whole again: at a restart, or when the group's ownership moves
-    world.assigner = Assigner(world.db, world.assigner.config, replica_id="r", clock=world.d.clock)
+    # the owner's state of the group still has it held (nothing told it of the change) until it reads the group
+    # whole again: its safety net does every RESYNC_MS (10 min), as do a restart and a move of the group
+    from streamplane.coordinator.groups import state
+
+    world.d.clock.advance(state.RESYNC_MS)
     world.passes(3)
     again = next(x for x in world.assigner.describe("audit").leases if x.lease_id == held.lease_id)
     assert again.state == "granted" and again.epoch > held.epoch
