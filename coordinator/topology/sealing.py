@@ -150,20 +150,19 @@ def close_producer(tr: Transaction, producer_id: str, principal: str = "") -> No
 def _check_owner(tr: Transaction, producer_id: str, principal: str) -> None:
     key = keys.producer_key(producer_id)
     raw = tr.get(key)
-    if raw:
-        leases.check_principal(_stored_session(key, raw).principal, principal, f"producer session {producer_id}")
+    stored = _stored_session(raw) if raw else None
+    if stored is not None:  # a torn one is nobody's: its producer's next heartbeat writes it anew
+        leases.check_principal(stored.principal, principal, f"producer session {producer_id}")
 
 
-def _stored_session(key: bytes, raw: bytes) -> ProducerSession:
-    """The producer session stored under `key`. A torn one (never written so by this code) is read as one that
-    has expired, its id taken from the key: the sealer clears it and holds back nothing for it, and its
-    producer's next heartbeat opens it anew."""
+def _stored_session(raw: bytes) -> ProducerSession | None:
+    """A stored producer session; None for a torn one (never written so by this code)."""
     try:
         data = json.loads(raw)
         data["in_flight"] = [tuple(g) for g in data.get("in_flight", [])]
         return ProducerSession(**data)
     except UNDECODABLE:
-        return ProducerSession(str(keys.PRODUCERS.unpack(key)[0]), "")
+        return None
 
 
 @transactional
@@ -176,17 +175,26 @@ def reported_errors(tr: Transaction, since_ms: int) -> dict[str, ClusterErrors]:
 
 @transactional
 def read_producers(tr: Transaction) -> list[ProducerSession]:
+    """Every producer session as stored; a torn one is left out (the sealer repairs it: `_expire_producers`)."""
     r = keys.PRODUCERS.range()
-    out = []
-    for key, raw in tr.get_range(r.start, r.stop):
-        out.append(_stored_session(key, raw))
-    return out
+    return [p for p in (_stored_session(raw) for _, raw in tr.get_range(r.start, r.stop)) if p is not None]
 
 
-def _expire_producers(tr: Transaction, now_ms: int, expired: list[str] | None = None) -> list[ProducerSession]:
-    """Drop expired sessions (their ids appended to `expired`, to log after commit); return the live ones."""
+def _expire_producers(
+    tr: Transaction, now_ms: int, expired: list[str] | None = None, *, ttl_ms: int
+) -> list[ProducerSession]:
+    """Drop expired sessions (their ids appended to `expired`, to log after commit); return the live ones.
+
+    A torn session (never written so by this code) is written again as one that holds back every seal for
+    `ttl_ms`: what it said is lost, and a seal must not pass a producer that may still write. If its producer
+    lives, its next heartbeat writes it anew; if not, it expires as any other."""
     live = []
-    for p in read_producers(tr):
+    r = keys.PRODUCERS.range()
+    for key, raw in tr.get_range(r.start, r.stop):
+        p = _stored_session(raw)
+        if p is None:
+            p = ProducerSession(str(keys.PRODUCERS.unpack(key)[0]), "", alive_until_ms=now_ms + ttl_ms)
+            tr.set(key, json.dumps(asdict(p)).encode())
         if p.alive_until_ms <= now_ms:
             tr.clear(keys.producer_key(p.producer_id))
             tr.clear(keys.producer_errors_key(p.producer_id))
@@ -234,7 +242,7 @@ class SealPlan:
 
 
 @transactional
-def plan_seals(tr: Transaction, now_ms: int) -> tuple[list[SealPlan], list[str]]:
+def plan_seals(tr: Transaction, now_ms: int, *, ttl_ms: int) -> tuple[list[SealPlan], list[str]]:
     """Draining generations no live producer can write to any more, and the producer sessions it found expired
     (and removed). Records, the first time it sees a draining generation, the event version every producer
     must route by before it can be sealed. With nothing draining, it reads nothing else (expired producer
@@ -244,7 +252,7 @@ def plan_seals(tr: Transaction, now_ms: int) -> tuple[list[SealPlan], list[str]]
     expired: list[str] = []
     if not draining:
         return [], expired
-    live = _expire_producers(tr, now_ms, expired)
+    live = _expire_producers(tr, now_ms, expired, ttl_ms=ttl_ms)
     plans = []
     for stream, lane, gen in draining:
         ref = (stream, lane, gen.number)
@@ -265,7 +273,9 @@ def plan_seals(tr: Transaction, now_ms: int) -> tuple[list[SealPlan], list[str]]
 
 
 @transactional
-def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms: int) -> Generation | None:
+def _commit_seal(
+    tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms: int, *, ttl_ms: int
+) -> Generation | None:
     """Seal in one transaction with its event, if nothing changed since the plan (else None)."""
     key = keys.generation_key(plan.stream, plan.lane, plan.generation.number)
     raw = tr.get(key)
@@ -273,8 +283,12 @@ def _commit_seal(tr: Transaction, plan: SealPlan, end_offsets: list[int], now_ms
         return None
     ref = (plan.stream, plan.lane, plan.generation.number)
     wait = tr.get(keys.seal_wait_key(*ref))
-    live = _expire_producers(tr, now_ms)
-    if wait is None or any(p.holds_back(ref, wait.decode()) for p in live):
+    live = _expire_producers(tr, now_ms, ttl_ms=ttl_ms)
+    try:
+        wait_version = wait.decode() if wait is not None else ""
+    except UnicodeDecodeError:
+        return None  # torn since the plan: the next plan records it again
+    if not wait_version or any(p.holds_back(ref, wait_version) for p in live):
         return None
     sealed = replace(plan.generation, state=SEALED, end_offsets=end_offsets)
     write_generation(tr, plan.stream, plan.lane, sealed)
@@ -416,7 +430,7 @@ class Sealer:
         """Seal what can be sealed, then mark drained what every group has finished. Returns when to look again
         with no topology event meanwhile: soon (None: every loop_ms) while any generation is unsettled, else after
         idle_ms."""
-        plans, expired = plan_seals(self.db, self.clock.now_ms())
+        plans, expired = plan_seals(self.db, self.clock.now_ms(), ttl_ms=self.config.producer_ttl_ms)
         for producer in expired:
             log.info("producer.expired", producer=producer)
         for plan in plans:
@@ -444,7 +458,7 @@ class Sealer:
                 )
                 continue
             self._unreachable.pop(name, None)
-            sealed = _commit_seal(self.db, plan, ends, self.clock.now_ms())
+            sealed = _commit_seal(self.db, plan, ends, self.clock.now_ms(), ttl_ms=self.config.producer_ttl_ms)
             if sealed is not None:
                 log.info(
                     "generation.sealed",

@@ -36,7 +36,7 @@ from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
-from streamplane.model import Commit, Probe, Reject, Retry, RewindTarget, RewindTo, Subscription
+from streamplane.model import DRAINING, Commit, Probe, Reject, Retry, RewindTarget, RewindTo, Subscription
 from tests.helpers import Domain, host_of, wait_until
 
 T0 = 1_800_000_000_000
@@ -295,3 +295,44 @@ def test_a_lease_a_newer_coordinator_wrote_with_more_fields_is_read_as_it_is() -
     key = keys.lease_key("g", "logs", "realtime", 1, 0)
     lease = lease_from(key, b'{"epoch": 3, "state": "granted", "worker_id": "w1", "added_later": [1]}')
     assert (lease.lease_id, lease.epoch, lease.state, lease.worker_id) == ("logs/realtime/g1/p0", 3, "granted", "w1")
+
+
+@pytest.mark.parametrize("producer_lives", [True, False])
+def test_a_torn_producer_session_holds_back_seals_for_one_ttl_and_no_longer(
+    tmp_path: Path, producer_lives: bool
+) -> None:
+    """What a torn producer session said is lost, so it may still write to the generation a failover leaves: the
+    sealer writes it again as one that holds back every seal for one TTL. Its producer's next heartbeat writes
+    it anew (the seal goes on as soon as it routes by the failover); a producer that is gone lets it expire."""
+    from streamplane.coordinator.topology import events
+
+    d = Domain(tmp_path, clock=ManualClock(T0))
+    try:
+        d.cluster("a", "b").stream("s", 1, cluster="a")
+        sealer = Sealer(d.db, d.admin, lambda: True, SealingConfig(producer_ttl_ms=10_000), clock=d.clock)
+        sealer.producer_heartbeat("p1", "", [], streams=["s"])
+        d.db.transact(lambda tr: tr.set(keys.producer_key("p1"), b"{torn"))
+        d.topology.failover("s", "realtime", "b", reason="test")
+        for _ in range(8):  # 8 s of a 10 s TTL
+            sealer.run_once()
+            d.clock.advance(1000)
+        assert first_generation_state(d) == DRAINING, "held back while the torn session may still write"
+        if producer_lives:
+            sealer.producer_heartbeat("p1", d.db.transact(events.head_version), [], streams=["s"])
+            sealer.run_once()
+            assert first_generation_state(d) != DRAINING, "sealed once its producer routes by the failover"
+        else:
+            for _ in range(3):
+                sealer.run_once()
+                d.clock.advance(1000)
+            assert first_generation_state(d) != DRAINING, "sealed once the torn session expired"
+    finally:
+        d.close()
+
+
+def first_generation_state(d: Domain) -> str:
+    from streamplane.coordinator.topology.records import get_stream
+
+    gen = get_stream(d.db, "s").require_lane("realtime").generation(1)
+    assert gen is not None
+    return str(gen.state)
