@@ -3,10 +3,12 @@
 A world with a history users make (two clusters, streams failed over and drained, groups with members, leases,
 progress, retries, rejects, a split partition, a rewind, a producer session) is built by the real coordinator
 code. Then every value in the store is torn in turn, one at a time (bytes that do not decode, and JSON of the
-wrong shape), and each of the coordinator's fleet-wide loops makes a pass over it: the Assigner, the sealer,
-the autopilot, the group reaper and the lag sweep. None of them may raise: a pass that raises is retried
-every interval, and so stops the loop for every group and stream behind the one torn value. The value is put
-back before the next one is torn.
+wrong shape), and each of the coordinator's fleet-wide loops makes a pass over it (the Assigner, the sealer,
+the autopilot, the group reaper, the lag sweep), as do the reads every client, scrape or console page shares
+(the topology watch, the fleet metrics, every group's lag, the console's pages). None of them may raise: a
+pass that raises is retried every interval, and so stops the loop for every group and stream behind the one
+torn value. The value is put back before the next one is torn. Then what each torn record is read as, where
+guessing could lose data: a torn lease, member or producer session.
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ TORN = (b"{torn", b"null", b"[1, 2]", b"7", b'"text"', b"\xff\x00\x01")
 
 
 class World:
+    """The history-rich store, and the coordinator's loops over it (one replica, a manual clock)."""
+
     def __init__(self, path: Path) -> None:
+        self.producing = False
         self.d = Domain(path, clock=ManualClock(T0))
         d, clock = self.d, self.d.clock
         d.cluster("east", "west").stream("logs", 2, cluster="east").stream("metrics", 2, cluster="east")
@@ -114,7 +119,7 @@ class World:
         """The workers and a producer on logs beat."""
         for session in self.sessions:
             session.heartbeat(model.Heartbeat())
-        if getattr(self, "producing", False):
+        if self.producing:
             errors = [model.ClusterErrors("west", 3, "refused")]
             self.sealer.producer_heartbeat("p1", "", [], streams=["logs"], errors=errors)
 
