@@ -95,7 +95,7 @@ def lag_targets(tr: Transaction, group: str) -> dict[str, int]:
     targets = settings(tr, group).get("lag_target_ms")
     if not isinstance(targets, dict):
         return {}
-    return {str(lane): int(ms) for lane, ms in targets.items() if _int(ms, 0)}
+    return {str(lane): ms for lane, stored in targets.items() if (ms := _int(stored, 0))}
 
 
 @transactional

@@ -189,19 +189,18 @@ whoever held it is fenced, and its next grant is above every epoch the lease had
 
 def _decoded_lease(raw: bytes, stream: str, lane: str, generation: int, partition: int, index: int) -> Lease | None:
     """A stored lease (`index`: its slice's, 0 for a whole lease); None for a torn one. Fields this code does not
-    know (a newer coordinator's) are left out; a pass's many reads take the first, plain, path."""
-    try:
-        return Lease(stream, lane, generation, partition, slice_index=index, **json.loads(raw))
-    except UNDECODABLE:
-        pass
+    know (a newer coordinator's) are left out, off the plain path a pass's many reads take."""
     try:
         data = json.loads(raw)
     except UNDECODABLE:
         return None
     if not isinstance(data, dict):
         return None
-    known = {k: v for k, v in data.items() if k in _LEASE_FIELDS}
-    return Lease(stream, lane, generation, partition, slice_index=index, **known)
+    try:
+        return Lease(stream, lane, generation, partition, slice_index=index, **data)
+    except TypeError:  # a field this code does not know
+        known = {k: v for k, v in data.items() if k in _LEASE_FIELDS}
+        return Lease(stream, lane, generation, partition, slice_index=index, **known)
 
 
 def lease_from(key: bytes, raw: bytes) -> Lease:
@@ -530,11 +529,10 @@ def _own_member(tr: Transaction, group: str, worker_id: str, session_id: str) ->
     the whole member was most of its cost); FencedError once the session has ended."""
     raw = tr.get(keys.member_key(group, worker_id))
     try:
-        member: dict[str, Any] | None = json.loads(raw) if raw else None
-        ended = member is None or member["session_id"] != session_id
+        member = json.loads(raw) if raw else None
     except UNDECODABLE:  # torn (never written so by this code): ended, as Member.stored reads it
-        ended = True
-    if ended or not isinstance(member, dict):
+        member = None
+    if not isinstance(member, dict) or member.get("session_id") != session_id:
         raise FencedError(
             f"session {session_id} of worker {worker_id!r} in group {group!r} has ended; "
             "its leases were revoked: join again"

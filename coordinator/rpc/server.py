@@ -355,14 +355,14 @@ def serve_forever(
     except Exception:
         db.close()
         raise
-    web = f" console={running.console.url}" if running.console else ""
+    served = f" console={running.console.url}" if running.console else ""
     if metrics_port is not None:
         try:
-            web += f" metrics={host}:{serve_metrics(host, metrics_port)}"
+            served += f" metrics={host}:{serve_metrics(host, metrics_port)}"
         except OSError as e:
             running.stop(grace_s=0)
             raise UnavailableError(f"cannot serve metrics on {host}:{metrics_port}: {e.strerror or e}") from e
-    print(f"coordinator={running.address} store={db.driver} replica={running.assigner.replica_id}{web}", flush=True)
+    print(f"coordinator={running.address} store={db.driver} replica={running.assigner.replica_id}{served}", flush=True)
     log.info("coordinator.stopping", signal=wait_for_stop(lambda: bool(parent_pid) and os.getppid() != parent_pid))
     watchdog = threading.Timer(STOP_DEADLINE_S, _exit_now, args=(1, "coordinator.stop_deadline_passed"))
     watchdog.daemon = True

@@ -241,6 +241,14 @@ class SealPlan:
     reason: str
 
 
+def _wait_version(raw: bytes | None) -> str:
+    """The event version a draining generation's seal waits for producers to route by ("": none, or torn)."""
+    try:
+        return raw.decode() if raw is not None else ""
+    except UnicodeDecodeError:
+        return ""
+
+
 @transactional
 def plan_seals(tr: Transaction, now_ms: int, *, ttl_ms: int) -> tuple[list[SealPlan], list[str]]:
     """Draining generations no live producer can write to any more, and the producer sessions it found expired
@@ -256,12 +264,8 @@ def plan_seals(tr: Transaction, now_ms: int, *, ttl_ms: int) -> tuple[list[SealP
     plans = []
     for stream, lane, gen in draining:
         ref = (stream, lane, gen.number)
-        raw = tr.get(keys.seal_wait_key(*ref))
-        try:
-            wait_version = raw.decode() if raw is not None else ""
-        except UnicodeDecodeError:
-            wait_version = ""  # torn (never written so by this code): recorded again, from now
-        if not wait_version:
+        wait_version = _wait_version(tr.get(keys.seal_wait_key(*ref)))
+        if not wait_version:  # none yet, or torn (never written so by this code): recorded from now
             # The failover's event is already in the log, so the head is at or after it.
             tr.set(keys.seal_wait_key(*ref), events.head_version(tr).encode())
             continue
@@ -282,13 +286,9 @@ def _commit_seal(
     if decoded_generation(raw) != plan.generation:
         return None
     ref = (plan.stream, plan.lane, plan.generation.number)
-    wait = tr.get(keys.seal_wait_key(*ref))
+    wait_version = _wait_version(tr.get(keys.seal_wait_key(*ref)))
     live = _expire_producers(tr, now_ms, ttl_ms=ttl_ms)
-    try:
-        wait_version = wait.decode() if wait is not None else ""
-    except UnicodeDecodeError:
-        return None  # torn since the plan: the next plan records it again
-    if not wait_version or any(p.holds_back(ref, wait_version) for p in live):
+    if not wait_version or any(p.holds_back(ref, wait_version) for p in live):  # "": torn since the plan
         return None
     sealed = replace(plan.generation, state=SEALED, end_offsets=end_offsets)
     write_generation(tr, plan.stream, plan.lane, sealed)
