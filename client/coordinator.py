@@ -485,8 +485,10 @@ class CoordinatorClient:
         until_ms: int = 0,
         cursor: str = "",
         batch_size: int = 0,
+        in_flight: int = 0,
     ) -> m.RedriveClaim:
-        """The next batch of a dlq redrive run `owner` (see `streamplane.client.redrive`)."""
+        """The next batch of a dlq redrive run `owner`, which holds `in_flight` batches not completed (see
+        `streamplane.client.redrive`)."""
         request = cpb.ClaimRedriveRequest(
             stream=stream,
             group=group,
@@ -496,15 +498,21 @@ class CoordinatorClient:
             until_unix_ms=until_ms,
             cursor=cursor,
             batch_size=batch_size,
+            in_flight=in_flight,
         )
         return convert.redrive_claim_from_pb(self._call(self.commitlog.ClaimRedrive, request, idempotent=True))
 
     def complete_redrive(
-        self, stream: str, group: str, owner: str, left: Iterable[tuple[m.PartitionRef, int]] = ()
+        self,
+        stream: str,
+        group: str,
+        owner: str,
+        left: Iterable[tuple[m.PartitionRef, int]] = (),
+        batch_id: int = 0,
     ) -> int:
-        """The run's claimed batch is in the target lane: its rejects are marked redriven, but those `left`
-        (the run could not read them), which stay pending; how many."""
-        request = cpb.CompleteRedriveRequest(stream=stream, group=group, owner=owner)
+        """The run's claimed batch `batch_id` (0: its oldest) is in the target lane: its rejects are marked
+        redriven, but those `left` (the run could not read them), which stay pending; how many."""
+        request = cpb.CompleteRedriveRequest(stream=stream, group=group, owner=owner, batch_id=batch_id)
         for ref, offset in left:
             request.left.add(partition=convert.partition_to_pb(ref), offset=offset)
         return int(self._call(self.commitlog.CompleteRedrive, request, idempotent=True).redriven)

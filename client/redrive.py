@@ -1,12 +1,13 @@
 """Running a dlq redrive: a group's rejected records produced again into a lane, each exactly once.
 
-The commit log hands the run one batch at a time (`CoordinatorClient.claim_redrive`); the run reads each
-record's dlq copy straight from Kafka (or, when no copy was recorded, the record itself at its origin), and
-produces it into the target lane with its provenance: `sp-redrive-of` (the group and the record's original
-position) and `sp-redrive-dlq` (where its dlq copy was). Once the batch is acknowledged by Kafka, completing
-it marks its rejects redriven. A run killed in between leaves its batch in doubt: the next run looks in the
-target lane, from the offsets the lane had before that batch, for those provenance headers, and produces only
-the records it does not find. So a redrive killed half way and run again produces every record once.
+The commit log hands the run one batch at a time (`CoordinatorClient.claim_redrive`), the next one while the
+run produces this one (the commit log's work and Kafka's overlap); the run reads each record's dlq copy
+straight from Kafka (or, when no copy was recorded, the record itself at its origin), and produces it into the
+target lane with its provenance: `sp-redrive-of` (the group and the record's original position) and
+`sp-redrive-dlq` (where its dlq copy was). Once the batch is acknowledged by Kafka, completing it marks its
+rejects redriven. A run killed in between leaves its batch in doubt: the next run looks in the target lane,
+from the offsets the lane had before that batch, for those provenance headers, and produces only the records
+it does not find. So a redrive killed half way and run again produces every record once.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,28 +153,28 @@ class Redrive:
         self._reader = _Reader()
 
     def run(self, progress: Callable[[RedriveReport], None] | None = None) -> RedriveReport:
-        """Claim, produce and complete batch after batch until none is left; `progress` after each batch."""
+        """Claim, produce and complete batch after batch until none is left; `progress` after each batch.
+
+        The coordinator's calls run in order on one thread beside the producing: the next batch is claimed
+        while this one is read and produced, and this one is completed while the next one is. A batch in doubt
+        is completed before the next claim (what its run produced must be known first)."""
         report = RedriveReport()
         producer = Producer(
             self.client.target, token=self.client.credentials, tls=self.client.tls, **self._kafka_config
         )
+        calls = ThreadPoolExecutor(1, thread_name_prefix="redrive-calls")
+        completing: Future[int] | None = None
         try:
-            cursor = ""
             started = self.clock.monotonic()
+            claim = self._claim("", 0)
+            cursor = ""  # where the walk goes on from: the cursor of the last batch claimed
             while True:
-                claim = self.client.claim_redrive(
-                    self.stream,
-                    self.group,
-                    self.owner,
-                    to_lane=self.to_lane,
-                    since_ms=self.since_ms,
-                    until_ms=self.until_ms,
-                    cursor=cursor,
-                    batch_size=self.batch_size,
-                )
                 if claim.done:
+                    self._completed(completing, report, progress)
                     return report
                 if claim.wait_ms:
+                    self._completed(completing, report, progress)  # raises if this run was taken over
+                    completing = None
                     report.waiting_ms = claim.wait_ms
                     if progress is not None:
                         progress(report)
@@ -182,17 +184,50 @@ class Redrive:
                             f"over {MAX_WAIT_S:.0f} s: let it end first"
                         )
                     time.sleep(min(claim.wait_ms / 1000, 1.0))
+                    claim = self._claim(cursor, 0)
                     continue
-                report.waiting_ms = 0
+                report.waiting_ms, cursor = 0, claim.cursor
+                ahead = None if claim.in_doubt else calls.submit(self._claim, cursor, 1)
                 left = self._run_batch(producer, claim, report, started)
-                self.client.complete_redrive(self.stream, self.group, self.owner, left)
-                report.batches += 1
-                cursor = claim.cursor
-                if progress is not None:
-                    progress(report)
+                self._completed(completing, report, progress)  # the batch before this one
+                completing = calls.submit(
+                    self.client.complete_redrive, self.stream, self.group, self.owner, left, claim.batch_id
+                )
+                if ahead is None:
+                    self._completed(completing, report, progress)
+                    completing = None
+                    claim = self._claim(cursor, 0)
+                else:
+                    claim = ahead.result()
         finally:
+            calls.shutdown(wait=True)  # a batch produced is completed even when the next one failed
             producer.close()
             self._reader.close()
+
+    def _claim(self, cursor: str, in_flight: int) -> RedriveClaim:
+        return self.client.claim_redrive(
+            self.stream,
+            self.group,
+            self.owner,
+            to_lane=self.to_lane,
+            since_ms=self.since_ms,
+            until_ms=self.until_ms,
+            cursor=cursor,
+            batch_size=self.batch_size,
+            in_flight=in_flight,
+        )
+
+    @staticmethod
+    def _completed(
+        completing: Future[int] | None, report: RedriveReport, progress: Callable[[RedriveReport], None] | None
+    ) -> None:
+        """Wait for a batch's completion (raising what it raised) and report it."""
+        if completing is None:
+            return
+        completing.result()
+        report.batches += 1
+        if progress is not None:
+            progress(report)
 
     def _run_batch(
         self, producer: Producer, claim: RedriveClaim, report: RedriveReport, started: float

@@ -364,8 +364,13 @@ def reject_prefix(group: str, ref: PartitionRef) -> bytes:
 
 def offset_in(key: bytes, prefix: bytes) -> int:
     """The offset a key holds after its partition's `prefix` (a reject's, a retry's): decoded from the suffix
-    alone, for walks that read thousands of a partition's keys."""
-    return int(fdb.tuple.unpack(key[len(prefix) :])[0])
+    alone, for walks that read thousands of a partition's keys. A non-negative integer is a code byte 0x14 + n
+    and n big-endian bytes (the tuple layer's encoding), read directly; anything else goes through the layer."""
+    at = len(prefix)
+    size = key[at] - 0x14 if len(key) > at else -1
+    if 0 <= size <= 8 and len(key) == at + 1 + size:
+        return int.from_bytes(key[at + 1 :], "big")
+    return int(fdb.tuple.unpack(key[at:])[0])
 
 
 def redrive_key(group: str, stream: str) -> bytes:

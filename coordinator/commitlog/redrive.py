@@ -8,6 +8,12 @@ rejects redriven. A run killed between the two leaves its batch *in doubt*: the 
 back with the offsets the target had before it, and the run looks there for the records' provenance headers
 to produce only those that did not land. A second run on the same group and stream waits while the first
 one's claim holds.
+
+A run may claim its next batch while it produces one (MAX_FLIGHTS batches in flight), so that the commit
+log's work and Kafka's overlap. Each batch has an id its completion names; a claim says how many batches the
+run holds, which tells a retried claim (its answer was lost: the batch is handed back) from a new one. A
+walk passes over the rejects of batches in flight, and a run that takes over a killed one's claim gets all of
+its batches as one, in doubt, with the target's offsets from before the first of them.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ CLAIM_MS = 10_000
 MAX_BATCH = 5000
 """Rejects one claim hands out at most (its claim value stays under 50 KB; its completion writes 5,000 marks,
 about 1 MB, in one transaction)."""
+MAX_FLIGHTS = 2
+"""Batches one run holds claimed and not completed at most: the one it produces and the next one."""
 
 
 def _read(tr: Transaction, group: str, stream: str) -> dict[str, Any] | None:
@@ -44,7 +52,9 @@ def _read(tr: Transaction, group: str, stream: str) -> dict[str, Any] | None:
 
 
 def _write(tr: Transaction, group: str, stream: str, intent: dict[str, Any]) -> None:
-    tr.set(keys.redrive_key(group, stream), json.dumps(intent, sort_keys=True).encode())
+    """Store a claim (a claim written before batches had ids kept its one batch under "batch": now a flight)."""
+    kept = {k: v for k, v in intent.items() if k not in ("batch", "target")}
+    tr.set(keys.redrive_key(group, stream), json.dumps(kept, sort_keys=True).encode())
 
 
 def _held_by_another(intent: dict[str, Any] | None, owner: str, now_ms: int) -> int:
@@ -77,7 +87,7 @@ def _marks(tr: Transaction, group: str, batch: Any) -> list[tuple[bytes, dict[st
             if offset not in wanted:
                 continue
             try:
-                mark = json.loads(raw)
+                mark = commitlog.mark_of(raw)
             except ValueError:
                 continue  # a mark that does not decode is left as it is
             if isinstance(mark, dict) and mark.get("state", commitlog.PENDING_REJECT) == commitlog.PENDING_REJECT:
@@ -93,6 +103,29 @@ def _records(tr: Transaction, group: str, batch: Any) -> list[RejectedRecord]:
         decoded = commitlog.decoded_reject_mark(group, key, raw) if raw is not None else None
         if decoded is not None:
             out.append(decoded[1])
+    return out
+
+
+def _flights(intent: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The batches a claim holds in flight, oldest first: {"id", "batch", "target"} each. A claim written
+    before batches had ids holds at most one, under "batch", completed by id 0."""
+    if intent is None:
+        return []
+    if "flights" in intent:
+        flights = intent["flights"]
+        return [f for f in flights if isinstance(f, dict)] if isinstance(flights, list) else []
+    return [{"id": 0, "batch": intent["batch"], "target": intent.get("target")}] if intent.get("batch") else []
+
+
+def _target(stored: Any) -> RedriveTarget:
+    return RedriveTarget(**{**stored, "from_offsets": tuple(stored["from_offsets"])})
+
+
+def _merged(flights: list[dict[str, Any]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for f in flights:
+        for lease_id, offsets in (f.get("batch") or {}).items():
+            out.setdefault(lease_id, []).extend(offsets)
     return out
 
 
@@ -118,28 +151,55 @@ def claim(
     until_ms: int = 0,
     cursor: str = "",
     batch_size: int = MAX_BATCH,
+    in_flight: int = 0,
     now_ms: int,
 ) -> RedriveClaim:
     """The next batch of the group's pending rejects on `stream`, rejected in [since_ms, until_ms) (0: no
-    bound), for run `owner`, after `cursor`; or the batch a killed run left in doubt; or, while another run's
-    claim holds, nothing but how long it holds yet. `target` is the lane to produce into, as it is now (its end
-    offsets read before this transaction)."""
+    bound), for run `owner`, after `cursor`; or the batches a killed run left in doubt, as one; or, while
+    another run's claim holds, nothing but how long it holds yet. `target` is the lane to produce into, as it
+    is now (its end offsets read before this transaction). `in_flight`: the batches this run holds claimed
+    and not completed; fewer than the commit log holds for it means this claim is a retry whose answer was
+    lost, and its batch is handed back in doubt."""
     check_object_name("group", group)
     check_window(since_ms, until_ms, target.lane)
     if not owner:
         raise InvalidArgumentError("a redrive run needs an owner id")
+    if not 0 <= in_flight < MAX_FLIGHTS:
+        raise InvalidArgumentError(f"a redrive run holds at most {MAX_FLIGHTS} batches, not {in_flight + 1}")
     intent = _read(tr, group, stream)
     if wait_ms := _held_by_another(intent, owner, now_ms):
         return RedriveClaim((), None, "", wait_ms=wait_ms)
-    if intent is not None and intent.get("batch"):
-        records = _records(tr, group, intent["batch"])
-        _write(tr, group, stream, {**intent, "owner": owner, "until_ms": now_ms + CLAIM_MS})
-        left = RedriveTarget(**{**intent["target"], "from_offsets": tuple(intent["target"]["from_offsets"])})
-        # the run that left it goes on from its cursor; another one walks from the start once it is done (what
-        # was redriven is passed over; a reject recorded meanwhile before the cursor is not)
-        resume = str(intent.get("cursor", "")) if intent.get("owner") == owner else ""
-        return RedriveClaim(tuple(records), left, resume, in_doubt=True)
+    flights = _flights(intent)
+    ours = intent is not None and intent.get("owner") == owner
+    if flights and not (ours and in_flight == len(flights)):
+        if ours and in_flight > len(flights):
+            raise FailedPreconditionError(
+                f"this run of the redrive of group {group!r} on {stream} holds batches the commit log does not: "
+                "run it again"
+            )
+        # the run's own last claim, asked again; or a killed run's batches, taken over as one
+        held = flights[-1:] if ours else flights
+        records = _records(tr, group, _merged(held))
+        kept = (
+            flights
+            if ours
+            else [{"id": int(flights[-1].get("id", 0)), "batch": _merged(flights), "target": held[0]["target"]}]
+        )
+        assert intent is not None
+        # the run that left them goes on from its cursor; another one walks from the start once they are done
+        # (what was redriven is passed over; a reject recorded meanwhile before the cursor is not)
+        resume = str(intent.get("cursor", "")) if ours else ""
+        _write(
+            tr,
+            group,
+            stream,
+            {**intent, "owner": owner, "until_ms": now_ms + CLAIM_MS, "flights": kept, "cursor": resume},
+        )
+        return RedriveClaim(
+            tuple(records), _target(held[0]["target"]), resume, in_doubt=True, batch_id=int(kept[-1]["id"])
+        )
     size = max(1, min(batch_size, MAX_BATCH))
+    flying = {(lease_id, int(o)) for lease_id, offsets in _merged(flights).items() for o in offsets}
     found, token = commitlog.walk_rejects(
         tr,
         stream,
@@ -151,12 +211,23 @@ def claim(
             r.state == commitlog.PENDING_REJECT
             and r.rejected_ms >= since_ms
             and (not until_ms or r.rejected_ms < until_ms)
+            and not (flying and (r.partition.lease_id, r.offset) in flying)
         ),
     )
     records = [r for _, _, r in found]
     if not records and not token:
-        tr.clear(keys.redrive_key(group, stream))
+        if not flights:
+            tr.clear(keys.redrive_key(group, stream))
+        else:  # released once the batches in flight are completed
+            assert intent is not None
+            _write(tr, group, stream, {**intent, "until_ms": now_ms + CLAIM_MS, "cursor": "", "ended": True})
         return RedriveClaim((), target, "", done=True)
+    batch_id = int((intent or {}).get("next_id", 1))
+    flight = {
+        "id": batch_id,
+        "batch": _packed(records),
+        "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},
+    }
     _write(
         tr,
         group,
@@ -165,11 +236,11 @@ def claim(
             "owner": owner,
             "until_ms": now_ms + CLAIM_MS,
             "cursor": token,
-            "batch": _packed(records),
-            "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},
+            "flights": [*flights, flight],
+            "next_id": batch_id + 1,
         },
     )
-    return RedriveClaim(tuple(records), target, token)
+    return RedriveClaim(tuple(records), target, token, batch_id=batch_id)
 
 
 @transactional
@@ -180,24 +251,32 @@ def complete(
     owner: str,
     *,
     left: frozenset[tuple[PartitionRef, int]] = frozenset(),
+    batch_id: int = 0,
     now_ms: int,
 ) -> int:
-    """The run's batch is in the target lane: mark its rejects redriven (one purged meanwhile stays purged,
-    and those `left`, which the run could not read, stay pending), keep the claim for the next batch. Returns
-    how many were marked."""
+    """The run's batch `batch_id` (0: its oldest) is in the target lane: mark its rejects redriven (one purged
+    meanwhile stays purged, and those `left`, which the run could not read, stay pending), keep the claim for
+    the next batch (or release it, once the walk has ended and nothing is in flight). Returns how many were
+    marked: 0 for a batch completed already (a retried completion)."""
     check_object_name("group", group)
     intent = _read(tr, group, stream)
     if intent is None or intent.get("owner") != owner:
         raise FailedPreconditionError(
             f"this run's claim on the redrive of group {group!r} on {stream} was taken over by another run: stop"
         )
-    marks = [m for m in _marks(tr, group, intent.get("batch")) if (m[2], m[3]) not in left]
+    flights = _flights(intent)
+    done = next((f for f in flights if not batch_id or f.get("id") == batch_id), None)
+    marks = [m for m in _marks(tr, group, done["batch"] if done else None) if (m[2], m[3]) not in left]
     for key, mark, _, _ in marks:
-        tr.set(key, json.dumps({**mark, "state": commitlog.REDRIVEN, "redriven_ms": now_ms}, sort_keys=True).encode())
+        tr.set(key, commitlog.mark_json({**mark, "state": commitlog.REDRIVEN, "redriven_ms": now_ms}))
     commitlog.count_state_changes(
         tr, group, [(ref, commitlog.PENDING_REJECT, commitlog.REDRIVEN) for _, _, ref, _ in marks]
     )
-    _write(tr, group, stream, {**intent, "batch": {}, "until_ms": now_ms + CLAIM_MS})
+    rest = [f for f in flights if f is not done]
+    if not rest and intent.get("ended"):
+        tr.clear(keys.redrive_key(group, stream))
+    else:
+        _write(tr, group, stream, {**intent, "flights": rest, "until_ms": now_ms + CLAIM_MS})
     return len(marks)
 
 

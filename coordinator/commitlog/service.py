@@ -137,6 +137,7 @@ class CommitLog:
         until_ms: int = 0,
         cursor: str = "",
         batch_size: int = redrive.MAX_BATCH,
+        in_flight: int = 0,
     ) -> RedriveClaim:
         """The next batch of a redrive run (see `redrive.claim`), with the target lane as it is now."""
         if self.admin is None:
@@ -153,14 +154,20 @@ class CommitLog:
             until_ms=until_ms,
             cursor=cursor,
             batch_size=batch_size,
+            in_flight=in_flight,
             now_ms=self.clock.now_ms(),
         )
 
     def complete_redrive(
-        self, stream: str, group: str, owner: str, left: frozenset[tuple[PartitionRef, int]] = frozenset()
+        self,
+        stream: str,
+        group: str,
+        owner: str,
+        left: frozenset[tuple[PartitionRef, int]] = frozenset(),
+        batch_id: int = 0,
     ) -> int:
         """The run's batch landed: its rejects are marked redriven (see `redrive.complete`)."""
-        return redrive.complete(self.db, stream, group, owner, left=left, now_ms=self.clock.now_ms())
+        return redrive.complete(self.db, stream, group, owner, left=left, batch_id=batch_id, now_ms=self.clock.now_ms())
 
     def lag_page(self, group: str, stream: str, lane: str, page_size: int, page_token: str) -> Lag:
         """One page of per-partition lag (see `commitlog.lag_page`)."""

@@ -137,6 +137,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             until_ms=request.until_unix_ms,
             cursor=request.cursor,
             batch_size=request.batch_size or redrive.MAX_BATCH,
+            in_flight=request.in_flight,
         )
         return convert.redrive_claim_to_pb(claimed)
 
@@ -151,6 +152,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
                 request.group,
                 request.owner,
                 frozenset((convert.partition_from_pb(x.partition), x.offset) for x in request.left),
+                request.batch_id,
             )
         )
 

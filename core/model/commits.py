@@ -214,7 +214,8 @@ class RedriveClaim:
 
     `in_doubt`: a run that claimed this batch ended before completing it, so some of it may be in the target
     already (look from `target.from_offsets` for their provenance header). `cursor`: where the next claim goes
-    on from. `done`: nothing is left in the window (the claim is released). `wait_ms`: see below."""
+    on from. `done`: nothing is left in the window (the claim is released once the run's batches in flight are
+    completed). `wait_ms`: see below. `batch_id`: what completing this batch names."""
 
     batch: tuple[RejectedRecord, ...]
     target: RedriveTarget | None
@@ -223,6 +224,7 @@ class RedriveClaim:
     done: bool = False
     wait_ms: int = 0
     """Over 0: another run holds the claim for this long yet (unless it makes progress); nothing was claimed."""
+    batch_id: int = 0
 
 
 @dataclass(frozen=True)

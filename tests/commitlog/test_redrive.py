@@ -5,11 +5,15 @@ rejects."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog import redrive
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError
@@ -29,7 +33,8 @@ def _world(rejects: int = 30) -> Domain:
 
 
 def _claim(d: Domain, owner: str, now_ms: int = 100_000, **kw: object) -> redrive.RedriveClaim:
-    return redrive.claim(d.db, "orders", "billing", owner, target=TARGET, now_ms=now_ms, **kw)  # type: ignore[arg-type]
+    args: dict[str, Any] = {"target": TARGET, **kw}
+    return redrive.claim(d.db, "orders", "billing", owner, now_ms=now_ms, **args)
 
 
 def _lane(d: Domain) -> tuple[int, int, int]:
@@ -114,22 +119,83 @@ def test_a_rewind_recounts_the_states_of_the_rejects_it_keeps() -> None:
     assert _lane(d) == (0, 3, 2), "offsets 5 on are forgotten: 0-1 purged and 2-4 redriven stay"
 
 
+def test_a_run_claims_its_next_batch_while_it_produces_one_and_completes_them_by_id() -> None:
+    d = _world(10)
+    first = _claim(d, "run-a", batch_size=4)
+    ahead = _claim(d, "run-a", batch_size=4, cursor=first.cursor, in_flight=1)
+    assert [r.offset for r in ahead.batch] == [4, 5, 6, 7] and not ahead.in_doubt
+    assert first.batch_id != ahead.batch_id
+    with pytest.raises(InvalidArgumentError, match="at most 2 batches"):
+        _claim(d, "run-a", cursor=ahead.cursor, in_flight=2)
+    # a completion sent again (its answer lost) completes nothing more: the batch ahead is not produced yet
+    for _ in range(2):
+        redrive.complete(d.db, "orders", "billing", "run-a", batch_id=first.batch_id, now_ms=100_001)
+    assert _lane(d) == (6, 4, 0)
+    assert redrive.complete(d.db, "orders", "billing", "run-a", batch_id=ahead.batch_id, now_ms=100_002) == 4
+
+
+def test_a_claim_sent_again_gets_its_batch_back_in_doubt_and_a_walk_passes_over_batches_in_flight() -> None:
+    d = _world(3)
+    first = _claim(d, "run-a")  # all three: the walk has ended (cursor "")
+    assert first.cursor == "" and len(first.batch) == 3
+    ahead = _claim(d, "run-a", cursor="", in_flight=1)
+    assert ahead.done and ahead.batch == (), "the walk from the start passes over the batch in flight"
+    again = _claim(d, "run-a", cursor="", in_flight=0)  # the first claim's answer was lost: sent again
+    assert again.in_doubt and [r.offset for r in again.batch] == [0, 1, 2] and again.batch_id == first.batch_id
+    assert again.target == TARGET
+    # the walk ended while the batch was in flight: its completion releases the claim at once
+    redrive.complete(d.db, "orders", "billing", "run-a", batch_id=first.batch_id, now_ms=100_001)
+    assert d.db.transact(lambda tr: tr.get(keys.redrive_key("billing", "orders"))) is None
+    assert _claim(d, "run-b", now_ms=100_002).done, "a later run does not wait for a claim to lapse"
+
+
+def test_a_run_that_takes_over_gets_every_batch_in_flight_as_one_in_doubt() -> None:
+    d = _world(10)
+    first = _claim(d, "run-a", batch_size=3, target=TARGET)
+    later = RedriveTarget(**{**TARGET.__dict__, "from_offsets": (9, 9)})
+    _claim(d, "run-a", batch_size=3, cursor=first.cursor, in_flight=1, target=later)
+    taken = _claim(d, "run-b", now_ms=100_000 + redrive.CLAIM_MS)
+    assert taken.in_doubt and [r.offset for r in taken.batch] == list(range(6))
+    assert taken.target == TARGET, "the offsets from before the first batch: where either may have landed"
+    assert (
+        redrive.complete(d.db, "orders", "billing", "run-b", batch_id=taken.batch_id, now_ms=100_000 + redrive.CLAIM_MS)
+        == 6
+    )
+    assert [r.offset for r in _claim(d, "run-b", now_ms=100_000 + redrive.CLAIM_MS).batch] == list(range(6, 10))
+
+
+def test_a_claim_stored_before_batches_had_ids_is_taken_over_and_completed() -> None:
+    d = _world(5)
+    legacy = {
+        "owner": "run-old", "until_ms": 0, "cursor": "", "batch": {REF.lease_id: [0, 1]},
+        "target": {**TARGET.__dict__, "from_offsets": list(TARGET.from_offsets)},
+    }  # fmt: skip
+    d.db.transact(lambda tr: tr.set(keys.redrive_key("billing", "orders"), json.dumps(legacy).encode()))
+    taken = _claim(d, "run-new")
+    assert taken.in_doubt and [r.offset for r in taken.batch] == [0, 1] and taken.target == TARGET
+    assert redrive.complete(d.db, "orders", "billing", "run-new", now_ms=100_001) == 2
+    assert [r.offset for r in _claim(d, "run-new").batch] == [2, 3, 4]
+
+
 # -- histories: runs killed anywhere, takeovers, purges and new rejects, in any order -------------------------------
 
 
 class RedriveHistory(RuleBasedStateMachine):
-    """Runs of a redrive follow the client's protocol (claim, produce the batch record by record, complete; an
-    in-doubt batch is looked up in the target first) against the commit log, with a set standing for the
-    target lane. Runs are killed at any point (a claim taken, some records produced, not completed), the
-    claim lapses, new rejects arrive, old ones are purged. However the history goes, no reject is produced
-    twice, and once a run finishes every reject pending at its end was produced."""
+    """Runs of a redrive follow the client's protocol against the commit log, with a set standing for the
+    target lane: claim (the next batch claimed while one is produced, unless a batch is in doubt), produce each
+    batch record by record (an in-doubt batch is looked up in the target first), complete batches in order.
+    Answers are lost (a claim or a completion sent again), runs are killed at any point (batches claimed,
+    some records produced, not completed), the claim lapses, new rejects arrive, old ones are purged, and
+    some runs are clients from before batches had ids (one batch at a time, completed by id 0). However the
+    history goes, no reject is produced twice, and once a run finishes every reject pending at its end was
+    produced."""
 
     def __init__(self) -> None:
         super().__init__()
         self.d = Domain().cluster("c").stream("orders", 2)
         self.now = 1_000
         self.produced: list[tuple[PartitionRef, int]] = []  # the target lane, in order
-        self.run: dict[str, object] | None = None  # the live run: owner, its claim, produced of its batch
+        self.run: dict[str, Any] | None = None  # the live run: owner, cursor, its batches in flight
         self.runs = 0
         self.next_offset = {0: 0, 1: 0}
         self.purged: set[tuple[PartitionRef, int]] = set()
@@ -140,6 +206,12 @@ class RedriveHistory(RuleBasedStateMachine):
         body = Commit(rejects=[Reject(o, "bad") for o in range(start, start + n)], high_watermark=start + n)
         commitlog.commit(self.d.db, "billing", ref.lease_id, 0, body, now_ms=self.now)
         self.next_offset[p] += n
+
+    @initialize(a=st.integers(0, 12), b=st.integers(0, 12))
+    def rejects_wait(self, a: int, b: int) -> None:
+        for p, n in ((0, a), (1, b)):
+            if n:
+                self._reject(p, n)
 
     @rule(p=st.integers(0, 1), n=st.integers(1, 7))
     def rejects_arrive(self, p: int, n: int) -> None:
@@ -157,51 +229,76 @@ class RedriveHistory(RuleBasedStateMachine):
         rows = commitlog.reject_page(self.d.db, "orders", group="billing", page_size=1000).rejects
         return [r for r in rows if r.state == "pending"]
 
-    @rule(size=st.integers(1, 6))
-    def start_or_step(self, size: int) -> None:
-        """The live run (or a new one) claims its next batch; an in-doubt batch is looked up in the target."""
+    @rule(size=st.integers(1, 6), legacy=st.booleans(), lost=st.booleans())
+    def start_or_step(self, size: int, legacy: bool = False, lost: bool = False) -> None:
+        """The live run (or a new one) claims its next batch, while it holds none, or one not in doubt (a
+        client from before batch ids: none); `lost`: the first answer is lost and the claim sent again."""
         if self.run is None:
             self.runs += 1
-            self.run = {"owner": f"run-{self.runs}", "cursor": "", "claim": None, "done_of_batch": 0}
+            self.run = {"owner": f"run-{self.runs}", "cursor": "", "held": [], "legacy": legacy}
         run = self.run
-        if run["claim"] is not None:
-            return  # it has a batch to produce first
-        claim = redrive.claim(
-            self.d.db, "orders", "billing", run["owner"], target=TARGET, cursor=run["cursor"], batch_size=size,
-            now_ms=self.now,
-        )  # fmt: skip
+        held = run["held"]
+        if run.get("ended") or (held and (run["legacy"] or len(held) > 1 or held[-1]["claim"].in_doubt)):
+            return
+        in_flight = 0 if run["legacy"] else len(held)
+        for _ in range(2 if lost else 1):
+            claim = redrive.claim(
+                self.d.db, "orders", "billing", run["owner"], target=TARGET, cursor=run["cursor"], batch_size=size,
+                in_flight=in_flight, now_ms=self.now,
+            )  # fmt: skip
         if claim.wait_ms:
             self.now += claim.wait_ms  # another (killed) run's claim: wait it out
             return
-        if claim.done:
-            self.run = None
+        if claim.done:  # the run ends once it has completed what it holds
+            run["ended"] = True
+            if not held:
+                self._ended()
             return
         landed = set(self.produced) if claim.in_doubt else set()
-        run["claim"], run["todo"] = (
-            claim,
-            [(r.partition, r.offset) for r in claim.batch if (r.partition, r.offset) not in landed],
-        )
+        todo = [(r.partition, r.offset) for r in claim.batch if (r.partition, r.offset) not in landed]
+        held.append({"claim": claim, "todo": todo})
+        run["cursor"] = claim.cursor
+
+    @rule(size=st.integers(1, 6), lost=st.booleans())
+    def claim_ahead(self, size: int, lost: bool) -> None:
+        """The run claims twice in a row: its next batch, and (while it produces that one) the one after."""
+        self.start_or_step(size)
+        self.start_or_step(size, lost=lost)
 
     @rule(k=st.integers(0, 6))
     def produce_some(self, k: int) -> None:
-        if self.run is None or self.run["claim"] is None:
+        """The run produces its batches in order."""
+        if self.run is None:
             return
-        todo = self.run["todo"]
-        self.produced += todo[:k]
-        del todo[:k]
+        for batch in self.run["held"]:
+            n = min(k, len(batch["todo"]))
+            self.produced += batch["todo"][:n]
+            del batch["todo"][:n]
+            k -= n
 
-    @rule()
-    def complete(self) -> None:
+    @rule(lost=st.booleans())
+    def complete(self, lost: bool = False) -> None:
+        """The run completes its oldest batch once it is produced; `lost`: the answer is lost and sent again."""
         run = self.run
-        if run is None or run["claim"] is None or run["todo"]:
+        if run is None or not run["held"] or run["held"][0]["todo"]:
             return
         self.now += 1
+        batch_id = 0 if run["legacy"] else run["held"][0]["claim"].batch_id
         try:
-            redrive.complete(self.d.db, "orders", "billing", run["owner"], now_ms=self.now)
+            for _ in range(2 if lost else 1):
+                redrive.complete(self.d.db, "orders", "billing", run["owner"], batch_id=batch_id, now_ms=self.now)
         except FailedPreconditionError:
             self.run = None  # taken over meanwhile: this run stops
             return
-        run["cursor"], run["claim"] = run["claim"].cursor, None
+        del run["held"][0]
+        if run.get("ended") and not run["held"]:
+            self._ended()
+
+    def _ended(self) -> None:
+        """A run that has ended released its claim: the next one need not wait for it to lapse."""
+        self.run = None
+        claim = self.d.db.transact(lambda tr: tr.get(keys.redrive_key("billing", "orders")))
+        assert claim is None, "a run that ended left its claim held"
 
     @rule()
     def kill(self) -> None:
@@ -219,12 +316,18 @@ class RedriveHistory(RuleBasedStateMachine):
     def nothing_is_produced_twice(self) -> None:
         assert len(self.produced) == len(set(self.produced)), "a reject was produced twice"
 
+    @invariant()
+    def what_is_marked_redriven_was_produced(self) -> None:
+        rows = commitlog.reject_page(self.d.db, "orders", group="billing", page_size=1000, purged=True).rejects
+        marked = {(r.partition, r.offset) for r in rows if r.state == "redriven"}
+        assert marked <= set(self.produced), "a reject was marked redriven before it was produced"
+
     def teardown(self) -> None:
         # a last run goes to the end: every reject still pending was produced by then, or by an earlier run
         self.kill()
         for _ in range(1000):
             self.start_or_step(6)
-            self.produce_some(6)
+            self.produce_some(12)
             self.complete()
             if self.run is None:
                 break
@@ -236,6 +339,6 @@ class RedriveHistory(RuleBasedStateMachine):
 
 
 RedriveHistory.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=300, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_redrive_histories = RedriveHistory.TestCase

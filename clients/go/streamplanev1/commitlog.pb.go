@@ -1959,8 +1959,11 @@ type ClaimRedriveRequest struct {
 	UntilUnixMs int64 `protobuf:"varint,6,opt,name=until_unix_ms,json=untilUnixMs,proto3" json:"until_unix_ms,omitempty"`
 	// Where the previous claim of this run ended ("": the start, or where a killed run of this window was).
 	Cursor string `protobuf:"bytes,7,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	// Rejects in the batch, up to 1000.
-	BatchSize     uint32 `protobuf:"varint,8,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// Rejects in the batch, up to 5000.
+	BatchSize uint32 `protobuf:"varint,8,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// Batches this run holds claimed and not completed (at most 1: a run claims its next batch while it produces
+	// one). Fewer than the commit log holds for the run: this claim is a retry, and its batch is handed back.
+	InFlight      uint32 `protobuf:"varint,9,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2047,6 +2050,13 @@ func (x *ClaimRedriveRequest) GetCursor() string {
 func (x *ClaimRedriveRequest) GetBatchSize() uint32 {
 	if x != nil {
 		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *ClaimRedriveRequest) GetInFlight() uint32 {
+	if x != nil {
+		return x.InFlight
 	}
 	return 0
 }
@@ -2146,7 +2156,9 @@ type ClaimRedriveResponse struct {
 	// Nothing is left in the window: the claim is released.
 	Done bool `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
 	// Over 0: another run holds the claim for this long yet (unless it makes progress); nothing was claimed.
-	WaitMs        int64 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	WaitMs int64 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// What completing this batch names.
+	BatchId       uint64 `protobuf:"varint,7,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2223,13 +2235,22 @@ func (x *ClaimRedriveResponse) GetWaitMs() int64 {
 	return 0
 }
 
+func (x *ClaimRedriveResponse) GetBatchId() uint64 {
+	if x != nil {
+		return x.BatchId
+	}
+	return 0
+}
+
 type CompleteRedriveRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Stream string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
 	Group  string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
 	Owner  string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Records of the batch the run could not read (their copies and origins are gone): they stay pending.
-	Left          []*PartitionOffset `protobuf:"bytes,4,rep,name=left,proto3" json:"left,omitempty"`
+	Left []*PartitionOffset `protobuf:"bytes,4,rep,name=left,proto3" json:"left,omitempty"`
+	// The batch completed (its claim's batch_id; 0: the run's oldest batch). One completed already: nothing.
+	BatchId       uint64 `protobuf:"varint,5,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2290,6 +2311,13 @@ func (x *CompleteRedriveRequest) GetLeft() []*PartitionOffset {
 		return x.Left
 	}
 	return nil
+}
+
+func (x *CompleteRedriveRequest) GetBatchId() uint64 {
+	if x != nil {
+		return x.BatchId
+	}
+	return 0
 }
 
 type CompleteRedriveResponse struct {
@@ -2511,7 +2539,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
 	"\x13ListRejectsResponse\x128\n" +
 	"\arejects\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\arejects\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf1\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8e\x02\n" +
 	"\x13ClaimRedriveRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
@@ -2521,7 +2549,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\runtil_unix_ms\x18\x06 \x01(\x03R\vuntilUnixMs\x12\x16\n" +
 	"\x06cursor\x18\a \x01(\tR\x06cursor\x12\x1d\n" +
 	"\n" +
-	"batch_size\x18\b \x01(\rR\tbatchSize\"\xc1\x01\n" +
+	"batch_size\x18\b \x01(\rR\tbatchSize\x12\x1b\n" +
+	"\tin_flight\x18\t \x01(\rR\binFlight\"\xc1\x01\n" +
 	"\rRedriveTarget\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1e\n" +
@@ -2530,19 +2559,21 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05topic\x18\x04 \x01(\tR\x05topic\x12+\n" +
 	"\x11bootstrap_servers\x18\x05 \x01(\tR\x10bootstrapServers\x12!\n" +
-	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\xe3\x01\n" +
+	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\xfe\x01\n" +
 	"\x14ClaimRedriveResponse\x124\n" +
 	"\x05batch\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\x05batch\x125\n" +
 	"\x06target\x18\x02 \x01(\v2\x1d.streamplane.v1.RedriveTargetR\x06target\x12\x16\n" +
 	"\x06cursor\x18\x03 \x01(\tR\x06cursor\x12\x19\n" +
 	"\bin_doubt\x18\x04 \x01(\bR\ainDoubt\x12\x12\n" +
 	"\x04done\x18\x05 \x01(\bR\x04done\x12\x17\n" +
-	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\"\x91\x01\n" +
+	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x12\x19\n" +
+	"\bbatch_id\x18\a \x01(\x04R\abatchId\"\xac\x01\n" +
 	"\x16CompleteRedriveRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
 	"\x05owner\x18\x03 \x01(\tR\x05owner\x123\n" +
-	"\x04left\x18\x04 \x03(\v2\x1f.streamplane.v1.PartitionOffsetR\x04left\"5\n" +
+	"\x04left\x18\x04 \x03(\v2\x1f.streamplane.v1.PartitionOffsetR\x04left\x12\x19\n" +
+	"\bbatch_id\x18\x05 \x01(\x04R\abatchId\"5\n" +
 	"\x17CompleteRedriveResponse\x12\x1a\n" +
 	"\bredriven\x18\x01 \x01(\rR\bredriven2\xf1\x06\n" +
 	"\x10CommitLogService\x12G\n" +

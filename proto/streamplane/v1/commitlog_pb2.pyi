@@ -352,7 +352,7 @@ class ListRejectsResponse(_message.Message):
     def __init__(self, rejects: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ClaimRedriveRequest(_message.Message):
-    __slots__ = ("stream", "group", "owner", "to_lane", "since_unix_ms", "until_unix_ms", "cursor", "batch_size")
+    __slots__ = ("stream", "group", "owner", "to_lane", "since_unix_ms", "until_unix_ms", "cursor", "batch_size", "in_flight")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -361,6 +361,7 @@ class ClaimRedriveRequest(_message.Message):
     UNTIL_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     stream: str
     group: str
     owner: str
@@ -369,7 +370,8 @@ class ClaimRedriveRequest(_message.Message):
     until_unix_ms: int
     cursor: str
     batch_size: int
-    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., to_lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ..., cursor: _Optional[str] = ..., batch_size: _Optional[int] = ...) -> None: ...
+    in_flight: int
+    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., to_lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ..., cursor: _Optional[str] = ..., batch_size: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
 
 class RedriveTarget(_message.Message):
     __slots__ = ("stream", "lane", "generation", "topic", "bootstrap_servers", "from_offsets")
@@ -388,32 +390,36 @@ class RedriveTarget(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., topic: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., from_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ClaimRedriveResponse(_message.Message):
-    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms")
+    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms", "batch_id")
     BATCH_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     IN_DOUBT_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     batch: _containers.RepeatedCompositeFieldContainer[RejectedRecord]
     target: RedriveTarget
     cursor: str
     in_doubt: bool
     done: bool
     wait_ms: int
-    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    batch_id: int
+    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., batch_id: _Optional[int] = ...) -> None: ...
 
 class CompleteRedriveRequest(_message.Message):
-    __slots__ = ("stream", "group", "owner", "left")
+    __slots__ = ("stream", "group", "owner", "left", "batch_id")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     LEFT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     stream: str
     group: str
     owner: str
     left: _containers.RepeatedCompositeFieldContainer[_assigner_pb2.PartitionOffset]
-    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., left: _Optional[_Iterable[_Union[_assigner_pb2.PartitionOffset, _Mapping]]] = ...) -> None: ...
+    batch_id: int
+    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., left: _Optional[_Iterable[_Union[_assigner_pb2.PartitionOffset, _Mapping]]] = ..., batch_id: _Optional[int] = ...) -> None: ...
 
 class CompleteRedriveResponse(_message.Message):
     __slots__ = ("redriven",)
