@@ -106,11 +106,9 @@ def _records(tr: Transaction, group: str, batch: Any) -> list[RejectedRecord]:
     return out
 
 
-def _flights(intent: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _flights(intent: dict[str, Any]) -> list[dict[str, Any]]:
     """The batches a claim holds in flight, oldest first: {"id", "batch", "target"} each. A claim written
     before batches had ids holds at most one, under "batch", completed by id 0."""
-    if intent is None:
-        return []
     if "flights" in intent:
         flights = intent["flights"]
         return [f for f in flights if isinstance(f, dict)] if isinstance(flights, list) else []
@@ -118,10 +116,12 @@ def _flights(intent: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def _target(stored: Any) -> RedriveTarget:
+    """A flight's target as stored, as the model's."""
     return RedriveTarget(**{**stored, "from_offsets": tuple(stored["from_offsets"])})
 
 
 def _merged(flights: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """The batches of `flights` as one: {lease id: offsets}."""
     out: dict[str, list[int]] = {}
     for f in flights:
         for lease_id, offsets in (f.get("batch") or {}).items():
@@ -166,11 +166,11 @@ def claim(
         raise InvalidArgumentError("a redrive run needs an owner id")
     if not 0 <= in_flight < MAX_FLIGHTS:
         raise InvalidArgumentError(f"a redrive run holds at most {MAX_FLIGHTS} batches, not {in_flight + 1}")
-    intent = _read(tr, group, stream)
+    intent = _read(tr, group, stream) or {}
     if wait_ms := _held_by_another(intent, owner, now_ms):
         return RedriveClaim((), None, "", wait_ms=wait_ms)
     flights = _flights(intent)
-    ours = intent is not None and intent.get("owner") == owner
+    ours = intent.get("owner") == owner
     if flights and not (ours and in_flight == len(flights)):
         if ours and in_flight > len(flights):
             raise FailedPreconditionError(
@@ -185,7 +185,6 @@ def claim(
             if ours
             else [{"id": int(flights[-1].get("id", 0)), "batch": _merged(flights), "target": held[0]["target"]}]
         )
-        assert intent is not None
         # the run that left them goes on from its cursor; another one walks from the start once they are done
         # (what was redriven is passed over; a reject recorded meanwhile before the cursor is not)
         resume = str(intent.get("cursor", "")) if ours else ""
@@ -219,10 +218,9 @@ def claim(
         if not flights:
             tr.clear(keys.redrive_key(group, stream))
         else:  # released once the batches in flight are completed
-            assert intent is not None
             _write(tr, group, stream, {**intent, "until_ms": now_ms + CLAIM_MS, "cursor": "", "ended": True})
         return RedriveClaim((), target, "", done=True)
-    batch_id = int((intent or {}).get("next_id", 1))
+    batch_id = int(intent.get("next_id", 1))
     flight = {
         "id": batch_id,
         "batch": _packed(records),
