@@ -45,7 +45,7 @@ documented for operators in fdb/KEYS.md:
                                                         -> {attempts, next_ms, error, exhausted, copies, copy_ms}
     ("streamplane", "reject", group, stream, lane, generation, partition, offset)
                                                         -> {reason, dlq, attempts, time_ms, state}
-    ("streamplane", "redrive", group, stream)           -> a running dlq redrive's claim and its batch in flight
+    ("streamplane", "redrive", group, stream)           -> a running dlq redrive's claim and its batches in flight
     ("streamplane", "reopened", group, stream, lane, generation)
                                                         -> b"": a drained generation reopened for that group
     ("streamplane", "rewind", stream, time_ms, group)   -> {actor, reason}: a rewind, for the stream's timeline
@@ -193,7 +193,7 @@ RETIRED_READERS = ROOT["retired_reader"]
 STREAM_TOMBSTONES = ROOT["stream_tombstone"]
 STREAM_COUNT = ROOT.pack(("stream_count",))
 REDRIVES = ROOT["redrive"]
-"""(group, stream) -> a running redrive's claim: its owner, until when, its cursor and the batch in flight."""
+"""(group, stream) -> a running redrive's claim: its owner, until when, its cursor and the batches in flight."""
 WINDOWS = ROOT["window"]
 """(group,) -> a side group's replay window: its stream, start and end times, and whether it is finished."""
 WINDOW_ENDS = ROOT["window_end"]
