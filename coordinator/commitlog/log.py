@@ -20,7 +20,7 @@ import orjson
 from streamplane import offsets
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.groups import config as group_config
-from streamplane.coordinator.groups.leases import check_lease, lease_store_key, parse_lease_id
+from streamplane.coordinator.groups.leases import TORN_EPOCH, check_lease, lease_store_key, parse_lease_id, reread_torn
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.records import UNDECODABLE
 from streamplane.errors import (
@@ -682,6 +682,8 @@ def _apply_many(
         try:
             out.append(_apply(tr, group, lid, epoch, c, now_ms=now_ms, principal=principal, session_id=session_id))
         except StreamplaneError as err:
+            if isinstance(err, FencedError) and err.current_epoch == TORN_EPOCH:
+                reread_torn(tr, group, lid)
             out.append(err)
     return out
 

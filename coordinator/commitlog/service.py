@@ -6,6 +6,7 @@ from __future__ import annotations
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog import redrive
+from streamplane.coordinator.groups.leases import TORN_EPOCH, reread_torn
 from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
@@ -31,8 +32,10 @@ class CommitLog:
             result = commitlog.commit(
                 self.db, group, lid, epoch, c, now_ms=now_ms, principal=principal, session_id=session_id
             )
-        except FencedError:
+        except FencedError as err:
             metrics.STALE_EPOCH.labels(group).inc()
+            if err.current_epoch == TORN_EPOCH:
+                reread_torn(self.db, group, lid)
             raise
         _count(group, [(c, result)])
         return result

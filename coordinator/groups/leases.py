@@ -203,6 +203,17 @@ def _decoded_lease(raw: bytes, stream: str, lane: str, generation: int, partitio
         return Lease(stream, lane, generation, partition, slice_index=index, **known)
 
 
+@transactional
+def reread_torn(tr: Transaction, group: str, lid: str) -> None:
+    """A holder met its lease torn (read free at TORN_EPOCH, by its commit or its load report): the group's owner
+    reads that lease again at its next pass, and grants it anew, instead of at its periodic rebuild (RESYNC_MS)
+    while nobody reads the partition. A slice's lease is left to the slice planner, which reads them every pass."""
+    ref, piece = parse_lease(lid)
+    if piece is None:
+        tr.set(keys.load_report_key(group, *ref), b"")
+        tr.add(keys.group_loads_key(group), 1)  # wakes the assignment loop, as a load report does
+
+
 def lease_from(key: bytes, raw: bytes) -> Lease:
     """The lease stored under `key`; a torn one is read free at TORN_EPOCH (its partition is granted again, and
     its last holder fenced), so no group's pass stops on it."""
@@ -574,6 +585,8 @@ def heartbeat(
         tr.add(keys.group_loads_key(group), 1)  # the assignment loop looks again only when loads moved
     for lid, load in beat.leases:
         lease = read_lease_id(tr, group, lid)
+        if lease is not None and lease.epoch == TORN_EPOCH:
+            reread_torn(tr, group, lid)
         if lease is None or lease.lease_id != lid or lease.worker_id != worker_id or lease.state == FREE:
             continue  # a lease that moved away (or a slice of an earlier split): its load is not this one's
         records_per_s = smooth(lease.records_per_s, load.records_per_s)

@@ -271,10 +271,15 @@ def test_a_torn_member_or_lease_costs_no_other_worker_its_heartbeat(world: World
     assert fenced == ["w1"], "the worker whose member is torn is told to join again"
 
 
-def test_a_torn_lease_is_granted_again_and_its_last_holder_is_fenced(world: World) -> None:
+@pytest.mark.parametrize("met_by", ["commit", "commit batch", "load report", "nothing"])
+def test_a_torn_lease_is_granted_again_and_its_last_holder_is_fenced(world: World, met_by: str) -> None:
     """A lease that does not decode is read free at an epoch above any it had: its last holder's commits are
-    fenced, and the partition is granted again above that epoch."""
-    from streamplane.coordinator.groups import leases
+    fenced, and the partition is granted again above that epoch. The owner's state of the group still has it
+    held (a torn value is no change it follows): the holder's fenced commit, or its next load report, has the
+    owner read it again at its next pass. Met by nobody, the owner reads it at its periodic rebuild (RESYNC_MS,
+    10 min), as at a restart or a move of the group."""
+    from streamplane.coordinator.commitlog.service import CommitLog
+    from streamplane.coordinator.groups import leases, state
     from streamplane.errors import FencedError
 
     held = next(x for x in world.assigner.describe("audit").leases if x.state == "granted" and x.slice is None)
@@ -282,13 +287,23 @@ def test_a_torn_lease_is_granted_again_and_its_last_holder_is_fenced(world: Worl
     world.passes(3)
     with pytest.raises(FencedError):
         leases.check_lease(world.db, "audit", held.lease_id, held.epoch)
-    # the owner's state of the group still has it held (nothing told it of the change) until it reads the group
-    # whole again: its safety net does every RESYNC_MS (10 min), as do a restart and a move of the group
-    from streamplane.coordinator.groups import state
-
-    world.d.clock.advance(state.RESYNC_MS)
+    log, c = CommitLog(world.db, clock=world.d.clock), Commit(acked=[(5, 6)], high_watermark=20)
+    if met_by == "commit":
+        with pytest.raises(FencedError):
+            log.commit("audit", held.lease_id, held.epoch, c)
+    elif met_by == "commit batch":
+        (outcome,) = log.commit_many("audit", [(held.lease_id, held.epoch, c)])
+        assert isinstance(outcome.error, FencedError)
+    elif met_by == "load report":
+        (session,) = [x for x in world.sessions if x.worker_id == held.worker_id]
+        session.heartbeat(model.Heartbeat(leases=((held.lease_id, model.LeaseLoad(10.0, 5, 50)),)))
     world.passes(3)
     again = next(x for x in world.assigner.describe("audit").leases if x.lease_id == held.lease_id)
+    if met_by == "nothing":
+        assert again.state == "free", "read free, and granted to nobody: nothing told the owner of the change"
+        world.d.clock.advance(state.RESYNC_MS)
+        world.passes(3)
+        again = next(x for x in world.assigner.describe("audit").leases if x.lease_id == held.lease_id)
     assert again.state == "granted" and again.epoch > held.epoch
 
 
