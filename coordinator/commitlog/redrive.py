@@ -27,7 +27,7 @@ from streamplane.coordinator.groups.leases import parse_lease_id
 from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
 from streamplane.coordinator.topology.records import get_cluster, get_stream
-from streamplane.errors import FailedPreconditionError, InvalidArgumentError
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError
 from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord
 from streamplane.names import check_lane_name, check_object_name
 
@@ -41,14 +41,32 @@ MAX_FLIGHTS = 2
 
 
 def _read(tr: Transaction, group: str, stream: str) -> dict[str, Any] | None:
+    """The running redrive's claim; None for none, and for one that does not decode, whole or in any field it
+    holds: it is nobody's, taken over by the next run, which walks its batches' rejects (still pending) again."""
     raw = tr.get(keys.redrive_key(group, stream))
     if raw is None:
         return None
     try:
         intent = json.loads(raw)
-        return intent if isinstance(intent, dict) else None
-    except ValueError:
-        return None  # a claim that does not decode is nobody's: taken over
+        if not isinstance(intent, dict) or not isinstance(intent.get("flights", []), list):
+            return None
+        _check_fields(intent)
+        return intent
+    except (ValueError, TypeError, KeyError, AttributeError, StreamplaneError):
+        return None
+
+
+def _check_fields(intent: dict[str, Any]) -> None:
+    """Raise (ValueError, TypeError, KeyError, AttributeError, InvalidArgumentError) where a stored claim's field
+    is not what a claim stores, so that no claim or completion meets it half way."""
+    int(intent.get("until_ms", 0))
+    int(intent.get("next_id", 1))
+    for f in _flights(intent):
+        int(f["id"])
+        _target(f["target"])
+        for lease_id, offsets in f["batch"].items():
+            parse_lease_id(lease_id)
+            [int(o) for o in offsets]
 
 
 def _write(tr: Transaction, group: str, stream: str, intent: dict[str, Any]) -> None:
@@ -110,8 +128,7 @@ def _flights(intent: dict[str, Any]) -> list[dict[str, Any]]:
     """The batches a claim holds in flight, oldest first: {"id", "batch", "target"} each. A claim written
     before batches had ids holds at most one, under "batch", completed by id 0."""
     if "flights" in intent:
-        flights = intent["flights"]
-        return [f for f in flights if isinstance(f, dict)] if isinstance(flights, list) else []
+        return list(intent["flights"])
     return [{"id": 0, "batch": intent["batch"], "target": intent.get("target")}] if intent.get("batch") else []
 
 

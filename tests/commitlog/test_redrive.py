@@ -177,6 +177,30 @@ def test_a_claim_stored_before_batches_had_ids_is_taken_over_and_completed() -> 
     assert [r.offset for r in _claim(d, "run-new").batch] == [2, 3, 4]
 
 
+@pytest.mark.parametrize(
+    "torn",
+    [
+        {"flights": "x"},
+        {"flights": [{"id": 1, "batch": 5, "target": {}}]},
+        {"flights": [{"id": "one", "batch": {REF.lease_id: [0]}, "target": {}}]},
+        {"flights": [{"id": 1, "batch": {"not a lease": [0]}, "target": {}}]},
+        {"flights": [{"id": 1, "batch": {REF.lease_id: ["zero"]}}]},
+        {"until_ms": "later"},
+        {"batch": {REF.lease_id: [0]}},  # a claim from before batch ids, without its target
+    ],
+)
+def test_a_claim_torn_in_a_field_is_taken_over_as_nobodys(torn: dict[str, Any]) -> None:
+    d = _world(3)
+    target = {**TARGET.__dict__, "from_offsets": list(TARGET.from_offsets)}
+    stored = {"owner": "run-old", "until_ms": 10**15, "cursor": "", **torn}
+    for f in stored.get("flights", []) if isinstance(stored.get("flights"), list) else []:
+        f["target"] = f.get("target") or target
+    d.db.transact(lambda tr: tr.set(keys.redrive_key("billing", "orders"), json.dumps(stored).encode()))
+    claimed = _claim(d, "run-new")
+    assert [r.offset for r in claimed.batch] == [0, 1, 2] and not claimed.in_doubt
+    assert redrive.complete(d.db, "orders", "billing", "run-new", batch_id=claimed.batch_id, now_ms=100_001) == 3
+
+
 # -- histories: runs killed anywhere, takeovers, purges and new rejects, in any order -------------------------------
 
 
