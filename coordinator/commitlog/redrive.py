@@ -141,7 +141,7 @@ def _merged(flights: list[dict[str, Any]]) -> dict[str, list[int]]:
     """The batches of `flights` as one: {lease id: offsets}."""
     out: dict[str, list[int]] = {}
     for f in flights:
-        for lease_id, offsets in (f.get("batch") or {}).items():
+        for lease_id, offsets in f["batch"].items():
             out.setdefault(lease_id, []).extend(offsets)
     return out
 
@@ -197,11 +197,7 @@ def claim(
         # the run's own last claim, asked again; or a killed run's batches, taken over as one
         held = flights[-1:] if ours else flights
         records = _records(tr, group, _merged(held))
-        kept = (
-            flights
-            if ours
-            else [{"id": int(flights[-1].get("id", 0)), "batch": _merged(flights), "target": held[0]["target"]}]
-        )
+        kept = flights if ours else [{"id": flights[-1]["id"], "batch": _merged(flights), "target": held[0]["target"]}]
         # the run that left them goes on from its cursor; another one walks from the start once they are done
         # (what was redriven is passed over; a reject recorded meanwhile before the cursor is not)
         resume = str(intent.get("cursor", "")) if ours else ""
@@ -215,7 +211,7 @@ def claim(
             tuple(records), _target(held[0]["target"]), resume, in_doubt=True, batch_id=int(kept[-1]["id"])
         )
     size = max(1, min(batch_size, MAX_BATCH))
-    flying = {(lease_id, int(o)) for lease_id, offsets in _merged(flights).items() for o in offsets}
+    flying = {(parse_lease_id(lease_id), int(o)) for lease_id, offsets in _merged(flights).items() for o in offsets}
     found, token = commitlog.walk_rejects(
         tr,
         stream,
@@ -227,7 +223,7 @@ def claim(
             r.state == commitlog.PENDING_REJECT
             and r.rejected_ms >= since_ms
             and (not until_ms or r.rejected_ms < until_ms)
-            and not (flying and (r.partition.lease_id, r.offset) in flying)
+            and (r.partition, r.offset) not in flying
         ),
     )
     records = [r for _, _, r in found]
