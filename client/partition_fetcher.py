@@ -3,6 +3,8 @@
 A PartitionFetcher finds the partition's leader, starts at a given offset (or the earliest one), and returns
 decoded batches. It follows leader moves and retriable errors with backoff, and never stalls the partition on
 a bad batch: a batch past the decompression limit, or corrupt, is skipped and reported as a rejected range.
+Fetchers that read one partition after another (a Spark task's ranges) share their `Leaders`: one metadata
+request per topic and one connection per broker, not both for every partition.
 """
 
 from __future__ import annotations
@@ -23,6 +25,50 @@ log = structlog.get_logger(__name__)
 R = TypeVar("R")
 
 
+class Leaders:
+    """Connections to partitions' leaders, for fetchers used one after another on one thread: each topic's
+    metadata is asked once, and each broker has one connection, until one fails (then that connection is
+    closed and the metadata asked again). Its owner closes it."""
+
+    def __init__(self, connection: ConnectionConfig | None = None) -> None:
+        self._config = connection
+        self._leaders: dict[tuple[str, str], dict[int, tuple[str, int]]] = {}  # (bootstrap, topic): partition's
+        self._connections: dict[tuple[str, int], KafkaConnection] = {}
+
+    def leader(self, bootstrap_servers: str, topic: str, partition: int) -> KafkaConnection:
+        """A connection to the partition's leader (KafkaProtocolError when it has none now)."""
+        known = self._leaders.get((bootstrap_servers, topic))
+        if known is None or partition not in known:
+            with KafkaConnection.connect_any(bootstrap_servers, self._config) as bootstrap:
+                metadata = bootstrap.metadata([topic])
+            known = self._leaders[(bootstrap_servers, topic)] = {
+                p.partition: (metadata.brokers[p.leader].host, metadata.brokers[p.leader].port)
+                for p in metadata.topics.get(topic, [])
+                if p.leader >= 0 and p.leader in metadata.brokers
+            }
+        if partition not in known:
+            raise KafkaProtocolError(f"{topic}/{partition} has no leader now", code=5)
+        where = known[partition]
+        conn = self._connections.get(where)
+        if conn is None:
+            conn = self._connections[where] = KafkaConnection(*where, self._config)
+        return conn
+
+    def failed(self, bootstrap_servers: str, topic: str, partition: int) -> None:
+        """The partition's leader did not serve it: close that connection, and ask the topic's metadata again
+        next time."""
+        where = self._leaders.pop((bootstrap_servers, topic), {}).get(partition)
+        conn = self._connections.pop(where, None) if where is not None else None
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+        self._leaders.clear()
+
+
 class PartitionFetcher:
     """Reads one partition from its leader.
 
@@ -34,6 +80,7 @@ class PartitionFetcher:
         partition_max_bytes: how much one fetch asks for.
         max_wait_ms: how long the broker may hold a fetch open when there is nothing new.
         connection: TLS, SASL and client settings of the connections (default plaintext).
+        leaders: connections shared with other fetchers (their owner closes them); by default its own.
     """
 
     def __init__(
@@ -50,6 +97,7 @@ class PartitionFetcher:
         max_backoff_s: float = 2.0,
         connection: ConnectionConfig | None = None,
         where: Where | None = None,
+        leaders: Leaders | None = None,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must not be negative, not {partition}")
@@ -61,30 +109,19 @@ class PartitionFetcher:
         self.partition_max_bytes = partition_max_bytes
         self.max_wait_ms = max_wait_ms
         self._backoff = (retry_backoff_s, max_backoff_s)
-        self._leader: KafkaConnection | None = None
-        self._connection = connection
+        self._owns = leaders is None
+        self._leaders = Leaders(connection) if leaders is None else leaders
         self.where = where  # records it does not match are left out in the decoder
 
     def close(self) -> None:
-        if self._leader is not None:
-            self._leader.close()
-            self._leader = None
+        if self._owns:
+            self._leaders.close()
 
     def _connect_leader(self) -> KafkaConnection:
-        if self._leader is not None:
-            return self._leader
-        with KafkaConnection.connect_any(self.bootstrap_servers, self._connection) as bootstrap:
-            metadata = bootstrap.metadata([self.topic])
-        parts = {p.partition: p for p in metadata.topics.get(self.topic, [])}
-        part = parts.get(self.partition)
-        if part is None or part.leader < 0 or part.leader not in metadata.brokers:
-            raise KafkaProtocolError(f"{self.topic}/{self.partition} has no leader now", code=5)
-        broker = metadata.brokers[part.leader]
-        self._leader = KafkaConnection(broker.host, broker.port, self._connection)
-        return self._leader
+        return self._leaders.leader(self.bootstrap_servers, self.topic, self.partition)
 
     def _drop_leader(self) -> None:
-        self.close()
+        self._leaders.failed(self.bootstrap_servers, self.topic, self.partition)
 
     def _with_retries(self, what: str, fn: Callable[[KafkaConnection], R]) -> R:
         delay, cap = self._backoff

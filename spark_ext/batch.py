@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from streamplane.native.where import Where, compile_tree
 from streamplane.predicate import MAX_IN, MAX_TERMS, AllOf, Op, Predicate, Subject, Test, parse
 from streamplane.spark.options import SourceOptions
-from streamplane.spark.reader import Slice, StreamReader, read_slice
+from streamplane.spark.reader import Slice, StreamReader, Task, read_task
 
 _OPS: dict[type, Op] = {
     EqualTo: Op.EQ,
@@ -105,21 +105,21 @@ class BatchReader(DataSourceReader):
             return None
         return compile_tree(parts[0] if len(parts) == 1 else AllOf(tuple(parts)))
 
-    def partitions(self) -> list[Slice]:
+    def partitions(self) -> list[Task]:
         planner = StreamReader(self.opts)
         try:
             planner.prepareForTriggerAvailableNow()
             start = planner.initialOffset()
             end = planner.latestOffset(start, ReadAllAvailable())
-            slices = planner.partitions(start, end)
+            slices = planner.slices(start, end)
+            return planner.tasks([s for s in slices if all(_keeps(f, s) is not False for f in self.slicing)])
         finally:
             planner.stop()
-        return [s for s in slices if all(_keeps(f, s) is not False for f in self.slicing)]
 
-    def read(self, partition: Slice) -> Iterator[Any]:  # type: ignore[override]
-        if not isinstance(partition, Slice):
+    def read(self, partition: Task) -> Iterator[Any]:  # type: ignore[override]
+        if not isinstance(partition, Task):
             return  # Spark reads one empty partition of its own when the window holds none
-        yield from read_slice(partition, self.opts, self.where())
+        yield from read_task(partition, self.opts, self.where())
 
 
 class PushdownBatchReader(BatchReader):

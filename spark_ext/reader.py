@@ -15,11 +15,12 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from streamplane.client import CoordinatorClient
 from streamplane.client.kafka.watermarks import Watermarks
-from streamplane.client.partition_fetcher import PartitionFetcher
+from streamplane.client.partition_fetcher import Leaders, PartitionFetcher
 from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import SEALED, SETTLED, Generation, Lane, PartitionRef, Stream
 from streamplane.native import Where, compile_where
 from streamplane.native.batch import with_origin
+from streamplane.shares import even_runs
 from streamplane.spark import offsets as off
 from streamplane.spark.options import SourceOptions
 from streamplane.spark.progress import commit_positions
@@ -39,6 +40,30 @@ class Slice(InputPartition):
     bootstrap_servers: str
     begin: int
     end: int
+
+
+@dataclass(frozen=True)
+class Task(InputPartition):
+    """What one Spark task reads: ranges of partitions, one after another. Small ranges are packed together
+    (`pack`): Spark's own cost for each task of a Python data source, about 70 ms on our machines, would
+    otherwise outweigh reading a range of a few thousand records."""
+
+    slices: tuple[Slice, ...]
+
+
+RANGE_COST = 10_000
+"""What reading a range costs beside its records (its lookups and first fetch), counted as this many records
+when ranges are packed: ten thousand ranges of ten records each are a hundred tasks, not one."""
+
+
+def pack(slices: list[Slice], per_task: int) -> list[Task]:
+    """`slices` in order, packed into as few tasks of about equal size as keep each at about `per_task` records
+    (RANGE_COST counted for each range; a range bigger than that is a task of its own; 0: one range a task)."""
+    if per_task <= 0:
+        return [Task((s,)) for s in slices]
+    weights = [s.end - s.begin + RANGE_COST for s in slices]
+    tasks = -(-sum(weights) // per_task)
+    return [Task(tuple(slices[a:b])) for a, b in even_runs(weights, tasks)] if slices else []
 
 
 def lanes_of(stream: Stream, wanted: tuple[str, ...]) -> list[Lane]:
@@ -168,7 +193,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = off.next_offset(begin, self.states(begin.done), max_rows, self.target)
         return end.to_json()
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Slice]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[Task]:
+        return self.tasks(self.slices(start, end))
+
+    def tasks(self, slices: list[Slice]) -> list[Task]:
+        """The ranges packed into tasks (not when minPartitions asks for more tasks: each range is one then)."""
+        return pack(slices, 0 if self.opts.min_partitions else self.opts.records_per_task)
+
+    def slices(self, start: dict[str, Any], end: dict[str, Any]) -> list[Slice]:
+        """The ranges from `start` to `end`, by partition (split in pieces when minPartitions asks for it)."""
         stop = off.Offset.from_json(end)
         todo = off.ranges(off.Offset.from_json(start), stop)
         if not todo:
@@ -205,15 +238,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client.close()
 
     # -- reading (executors)
-    def read(self, partition: Slice) -> Iterator[Any]:  # type: ignore[override]
-        yield from read_slice(partition, self.opts)
+    def read(self, partition: Task) -> Iterator[Any]:  # type: ignore[override]
+        yield from read_task(partition, self.opts, compile_where(self.opts.where) if self.opts.where else None)
 
 
-def read_slice(s: Slice, opts: SourceOptions, where: Where | None = None) -> Iterator[Any]:
+def read_task(task: Task, opts: SourceOptions, where: Where | None) -> Iterator[Any]:
+    """The records of each range of a task, one range after another (`read_slice`), over one connection per
+    broker."""
+    leaders = Leaders()
+    try:
+        for s in task.slices:
+            yield from read_slice(s, opts, where, leaders)
+    finally:
+        leaders.close()
+
+
+def read_slice(s: Slice, opts: SourceOptions, where: Where | None, leaders: Leaders) -> Iterator[Any]:
     """The records of [s.begin, s.end) as pyarrow.RecordBatches built from the decoder's columns; only those
-    `where` (default: the where option) matches."""
-    if where is None and opts.where:
-        where = compile_where(opts.where)
+    `where` matches (None: every record)."""
     fetcher = PartitionFetcher(
         s.bootstrap_servers,
         s.topic,
@@ -221,6 +263,7 @@ def read_slice(s: Slice, opts: SourceOptions, where: Where | None = None) -> Ite
         start_offset=s.begin,
         max_decompressed=opts.max_decompressed,
         where=where,
+        leaders=leaders,
     )
     try:
         earliest, _ = fetcher.offsets()

@@ -44,6 +44,7 @@ from streamplane.client.records import Fetched, decode_records
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import StreamplaneError, ThreadCrashedError, UnavailableError
 from streamplane.native import Where
+from streamplane.shares import even_runs
 
 log = structlog.get_logger(__name__)
 
@@ -61,20 +62,6 @@ PARALLEL_MIN_BYTES = 256 << 10
 cost more than it saves (an idle or lightly loaded worker never wakes a decode thread)."""
 METADATA_BACKOFF_S = (0.1, 2.0)
 """First and longest wait before a cluster's metadata is asked again for leaderless partitions."""
-
-
-def _shares(sizes: list[int], n: int) -> list[tuple[int, int]]:
-    """[start, end) index ranges cutting `sizes` into at most `n` runs of about equal total size, in order (one
-    task per pool thread, however many partitions a response holds)."""
-    out: list[tuple[int, int]] = []
-    total, start, acc = sum(sizes), 0, 0
-    for i, size in enumerate(sizes):
-        acc += size
-        if len(out) < n - 1 and acc * n >= total * (len(out) + 1) and i + 1 < len(sizes):
-            out.append((start, i + 1))
-            start = i + 1
-    out.append((start, len(sizes)))
-    return out
 
 
 class Receiver(Protocol):
@@ -739,7 +726,7 @@ class FetchLoop:
                 self._park(p, got)
                 continue
             held.append((p, got, position, reserve))
-        shares = _shares([len(got.records) for _, got, _, _ in held], self.decode_threads)
+        shares = even_runs([len(got.records) for _, got, _, _ in held], self.decode_threads)
         decoding = [pool.submit(self._decode_share, held[a:b]) for a, b in shares]
         self.pooled += 1
         decoded = [outcome for share in decoding for outcome in share.result()]

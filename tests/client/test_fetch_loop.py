@@ -9,10 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer as KafkaProducer
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from streamplane.client.consumer.fetch_loop import FetchLoop, _shares
+from streamplane.client.consumer.fetch_loop import FetchLoop
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaConnection, codec, fetch
 from streamplane.client.kafka.sasl import Scram
@@ -380,14 +378,3 @@ def test_a_partition_whose_decode_fails_on_the_pool_holds_back_none_of_the_other
         assert loop.budget.bytes == 0 and loop.budget.records == 0
     finally:
         loop.close()
-
-
-@settings(max_examples=200, deadline=None)
-@given(sizes=st.lists(st.integers(0, 1 << 20), min_size=1, max_size=300), n=st.integers(1, 8))
-def test_a_response_is_cut_into_one_share_a_decode_thread_at_most_in_order(sizes: list[int], n: int) -> None:
-    shares = _shares(sizes, n)
-    assert 1 <= len(shares) <= n
-    assert [i for a, b in shares for i in range(a, b)] == list(range(len(sizes))), "each partition once, in order"
-    assert all(a < b for a, b in shares)
-    if len(sizes) >= n and len(set(sizes)) == 1 and sizes[0]:
-        assert len(shares) == n, "equal partitions use every thread"

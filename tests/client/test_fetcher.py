@@ -9,7 +9,8 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from streamplane.client.partition_fetcher import PartitionFetcher
+from streamplane.client.kafka import KafkaConnection
+from streamplane.client.partition_fetcher import Leaders, PartitionFetcher
 from streamplane.errors import DecodeLimitExceeded
 
 
@@ -156,3 +157,49 @@ def test_watermarks_shared_by_threads_answer_every_caller_while_clients_are_evic
     finally:
         marks.close()
     assert {(b[0].earliest, b[0].end, b[1].end) for b in got} == {(0, 5, 0)}
+
+
+def test_fetchers_sharing_leaders_read_many_partitions_over_one_connection_a_broker(
+    local_cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark task reads its ranges one after another: one metadata request and one connection per broker for
+    all of them, not both for every partition; a leader that moves meanwhile is followed."""
+    bootstrap, control = local_cluster
+    name = f"fetch-{uuid.uuid4().hex[:8]}"
+    control.create_topic(name, 6)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for p in range(6):
+        for i in range(50):
+            producer.produce(name, b"p%d-%d" % (p, i), partition=p)
+    assert producer.flush(10) == 0
+    with KafkaConnection.connect_any(bootstrap) as conn:
+        first = next(p.leader for p in conn.metadata([name]).topics[name] if p.partition == 0)
+    opened: list[tuple[str, int]] = []
+    real_init = KafkaConnection.__init__
+
+    def counted(self: KafkaConnection, host: str, port: int, config: object = None) -> None:
+        opened.append((host, port))
+        real_init(self, host, port, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(KafkaConnection, "__init__", counted)
+
+    def read(p: int, leaders: Leaders) -> list[bytes]:
+        fetcher = PartitionFetcher(bootstrap, name, p, start_offset=0, retry_backoff_s=0.05, leaders=leaders)
+        values, _ = read_all(fetcher, 50)
+        fetcher.close()  # the shared connections stay open for the next one
+        return values
+
+    leaders = Leaders()
+    try:
+        for p in range(6):
+            assert read(p, leaders) == [b"p%d-%d" % (p, i) for i in range(50)]
+        assert len(opened) <= 4, f"one bootstrap connection for the metadata, one per broker: {opened}"
+        before = len(opened)
+        control.set_leader(name, 0, 1 + first % 3)  # another broker
+        assert read(0, leaders) == [b"p0-%d" % i for i in range(50)]
+        assert len(opened) - before <= 2, "after a move: the metadata again, and the new leader if unknown"
+    finally:
+        leaders.close()
+    own = PartitionFetcher(bootstrap, name, 1, start_offset=0)  # a fetcher alone owns and closes its own
+    assert read_all(own, 50)[0] == [b"p1-%d" % i for i in range(50)]
+    own.close()

@@ -200,6 +200,8 @@ def test_bad_options_fail_at_load_or_start_with_a_clear_message(spark, address: 
         ({"stream": "sp-bad", "endingTimestamp": "tomorrow"}, "endingTimestamp must be a unix time in ms"),
         ({"stream": "sp-bad", "startingOffsetsByTimestamp": '{"realtime/1": {"0": -4}}'}, "unix time in ms >= 0"),
         ({"stream": "sp-bad", "where": "key ^ 'us'"}, "where, column 5: unexpected '\\^'"),
+        ({"stream": "sp-bad", "recordsPerTask": "-1"}, "recordsPerTask must be at least 0, not -1"),
+        ({"stream": "sp-bad", "recordsPerTask": "many"}, "recordsPerTask must be an integer, not 'many'"),
     ]
     for options, message in cases:
         reader = spark.readStream.format("streamplane").option("coordinator", address)
@@ -460,7 +462,7 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
     produce(address, "sp-batch", range(900, 1_000))
     job = run_as(monkeypatch, "sp-batch", "spark-batch")
 
-    def window(pushdown: str):
+    def window(pushdown: str, **extra: str):
         return (
             spark.read.format("streamplane")
             .option("coordinator", address)
@@ -469,11 +471,17 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
             .option("endingTimestamp", str(t2))
             .option("token", job)
             .option("pushdown", pushdown)
+            .options(**extra)
             .load()
         )
 
     everything = sorted(bytes(r.value) for r in window("true").select("value").collect())
     assert everything == sorted(b"id-%d" % i for i in range(300, 900)), "the window [t1, t2), once"
+    # its four ranges (two partitions of two generations, on two clusters) are one task; one a range without packing
+    assert window("true").rdd.getNumPartitions() == 1
+    unpacked = window("true", recordsPerTask="0").select("value")
+    assert unpacked.rdd.getNumPartitions() == 4
+    assert sorted(bytes(r.value) for r in unpacked.collect()) == everything
     later = int(time.time() * 1000) + 3_600_000
     empty = spark.read.format("streamplane").option("coordinator", address).option("stream", "sp-batch")
     empty = empty.option("startingTimestamp", str(later)).option("token", job).load()
