@@ -158,6 +158,12 @@ class DecodedBatch:
         return self.count
 
     @property
+    def nbytes(self) -> int:
+        """Bytes its column buffers hold: the memory the decoded records take."""
+        buffers = (v for v in self._c.values() if not (v is None or isinstance(v, int | list | tuple)))
+        return sum(memoryview(v).nbytes for v in buffers)
+
+    @property
     def filtered_ranges(self) -> list[tuple[int, int]]:
         """The offsets a `where` predicate left out, as [start, end) ranges in order."""
         return self._ranges("filtered_ranges")

@@ -208,6 +208,7 @@ class FetchLoop:
         self._thread = threading.Thread(target=self._run, name="fetch-loop", daemon=True)
         self.requests = 0  # Fetch requests sent (for tests and metrics)
         self.pooled = 0  # responses whose partitions were decoded on the pool
+        self.parks = 0  # partitions read while the budget had no room for them (decoded later, on the loop's thread)
         self.epoch_checks = 0  # partitions checked for truncation after a leader change (KIP-320)
         self.truncations = 0  # logs found truncated under a partition's position after a leader change
         # Work proportional to what changed: requests are rebuilt only after a change (a partition joined,
@@ -709,55 +710,66 @@ class FetchLoop:
 
     def _hand_over_all(self, ready: list[tuple[_Partition, fetch.FetchedPartition, int]]) -> None:
         """Decode the partitions of one response and give each its records, in the response's order. A partition
-        whose worst case the budget has no room for now is parked (decoded once handlers free some, and not
-        fetched meanwhile). One by one here, each decoded once the one before holds its records; or, when the
-        response is worth sharing out, on the pool: room is then taken for all of them before any is decoded,
-        so its records (known once decoded) can take the budget past max_records by one response."""
+        whose worst case the budget has no room for when its turn comes is parked (decoded once handlers free
+        some, and not fetched meanwhile). One by one here, each decoded once the one before holds its records;
+        or, when the response is worth sharing out, on the pool, where each thread takes room for one
+        partition's worst case at a time and gives back what its decoded records do not take. So a response of
+        many partitions is decoded at once, not as many as worst cases fit in the budget, the rest one by one;
+        its records (known once decoded) can take the budget past max_records by one response."""
         pool = self._decode_pool(ready)
         if pool is None:
             for p, got, position in ready:
                 if not self._hand_over(p, got, position):
                     self._park(p, got)
             return
-        held: list[tuple[_Partition, fetch.FetchedPartition, int, int]] = []
-        for p, got, position in ready:
-            reserve = self.max_decompressed + len(got.records)
-            if len(got.records) and not self.budget.reserve(reserve, 0):
-                self._park(p, got)
-                continue
-            held.append((p, got, position, reserve))
-        shares = even_runs([len(got.records) for _, got, _, _ in held], self.decode_threads)
-        decoding = [pool.submit(self._decode_share, held[a:b]) for a, b in shares]
+        shares = even_runs([len(got.records) for _, got, _ in ready], self.decode_threads)
+        decoding = [pool.submit(self._decode_share, ready[a:b]) for a, b in shares]
         self.pooled += 1
         decoded = [outcome for share in decoding for outcome in share.result()]
         failed: BaseException | None = None
-        for (p, got, _, reserve), outcome in zip(held, decoded, strict=True):
-            used = count = 0
+        for (p, got, _), outcome in zip(ready, decoded, strict=True):
+            if outcome is None:
+                self._park(p, got)
+                continue
+            used = count = held = 0
             try:
                 if isinstance(outcome, BaseException):
                     raise outcome
-                used, count = self._received(p, outcome)
+                fetched, held = outcome
+                used, count = self._received(p, fetched)
             except Exception as err:  # the others are still handed over, and every reservation settled
                 failed = failed or err
             finally:
-                if len(got.records):
-                    self.budget.settle(reserve, used, count)
+                if held:
+                    self.budget.settle(held, used, count)
         if failed is not None:
             raise failed
 
     def _decode_share(
-        self, share: list[tuple[_Partition, fetch.FetchedPartition, int, int]]
-    ) -> list[Fetched | BaseException]:
-        """One pool thread's share of a response, decoded in order (a partition's failure is its own)."""
-        out: list[Fetched | BaseException] = []
-        for p, got, position, _ in share:
+        self, share: list[tuple[_Partition, fetch.FetchedPartition, int]]
+    ) -> list[tuple[Fetched, int] | BaseException | None]:
+        """One pool thread's share of a response, decoded in order: for each partition, its records and the bytes
+        they hold in the budget until handed over; its error (its own); or None when the budget had no room for
+        its worst case."""
+        out: list[tuple[Fetched, int] | BaseException | None] = []
+        for p, got, position in share:
+            reserve = self.max_decompressed + len(got.records) if len(got.records) else 0
+            if reserve and not self.budget.reserve(reserve, 0):
+                out.append(None)
+                continue
             try:
-                out.append(self._decode(p, got, position))
+                fetched = self._decode(p, got, position)
             except Exception as err:
+                self.budget.settle(reserve, 0, 0)
                 out.append(err)
+                continue
+            held = fetched.batch.nbytes if reserve and fetched.batch is not None else 0
+            self.budget.settle(reserve, held, 0)
+            out.append((fetched, held))
         return out
 
     def _park(self, p: _Partition, got: fetch.FetchedPartition) -> None:
+        self.parks += 1
         p.parked = got
         self._parked.append(p)
         self._changes += 1

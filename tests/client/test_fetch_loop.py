@@ -353,6 +353,30 @@ def test_a_busy_response_is_decoded_on_the_pool_and_each_partition_handed_over_w
         loop.close()
 
 
+def test_a_response_of_more_partitions_than_worst_cases_fit_in_the_budget_is_decoded_on_the_pool_whole(
+    one_broker: MockCluster,
+) -> None:
+    """Room for a partition's worst case (max_decompressed) is taken by a decode thread when it starts on that
+    partition, and given back down to what it decoded: a response of 16 partitions under a budget that holds 4
+    worst cases is decoded on the pool, none parked to be decoded one by one on the loop's thread."""
+    _busy(one_broker, "wide", 16, 400)
+    budget = Budget(100_000, 20 << 20)  # 4 worst cases of 4 MiB (and their fetched bytes)
+    loop = FetchLoop(budget=budget, max_decompressed=4 << 20, decode_threads=2)
+    try:
+        got = [Collect(loop) for _ in range(16)]
+        for p, receiver in enumerate(got):
+            loop.add(f"wide/{p}", one_broker.bootstrap_servers, "wide", p, -1, receiver)
+        loop.start()
+        wait_until(lambda: all(len(r.values) == 400 for r in got), timeout=20)
+        for p, receiver in enumerate(got):
+            ids = [b"-".join(v.split(b"-", 2)[:2]) for v in receiver.values]
+            assert ids == [b"p%d-%05d" % (p, i) for i in range(400)], "every record once, in order"
+        assert loop.pooled > 0 and loop.parks == 0
+        assert budget.bytes == 0 and budget.records == 0, "every reservation given back"
+    finally:
+        loop.close()
+
+
 def test_a_partition_whose_decode_fails_on_the_pool_holds_back_none_of_the_others(one_broker: MockCluster) -> None:
     """A bug decoding one partition fails that round (logged, the loop goes on); the response's other
     partitions are still handed over and every reservation of the budget is given back."""
