@@ -100,7 +100,7 @@ class SourceOptions:
     max_rows: int | None
     min_partitions: int | None
     records_per_task: int
-    """Ranges are packed into tasks of at most this many records (0: one range a task)."""
+    """Ranges are packed into tasks of about this many records (0: one range a task)."""
     fail_on_data_loss: bool
     include_headers: bool
     max_decompressed: int

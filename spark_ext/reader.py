@@ -58,7 +58,7 @@ when ranges are packed: ten thousand ranges of ten records each are a hundred ta
 
 def pack(slices: list[Slice], per_task: int) -> list[Task]:
     """`slices` in order, packed into as few tasks of about equal size as keep each at about `per_task` records
-    (RANGE_COST counted for each range; a range bigger than that is a task of its own; 0: one range a task)."""
+    (RANGE_COST counted for each range; a range is never split: minPartitions splits; 0: one range a task)."""
     if per_task <= 0:
         return [Task((s,)) for s in slices]
     weights = [s.end - s.begin + RANGE_COST for s in slices]
