@@ -59,11 +59,11 @@ when ranges are packed: ten thousand ranges of ten records each are a hundred ta
 def pack(slices: list[Slice], per_task: int) -> list[Task]:
     """`slices` in order, packed into as few tasks of about equal size as keep each at about `per_task` records
     (RANGE_COST counted for each range; a range is never split: minPartitions splits; 0: one range a task)."""
-    if per_task <= 0:
+    if per_task <= 0 or not slices:
         return [Task((s,)) for s in slices]
     weights = [s.end - s.begin + RANGE_COST for s in slices]
     tasks = -(-sum(weights) // per_task)
-    return [Task(tuple(slices[a:b])) for a, b in even_runs(weights, tasks)] if slices else []
+    return [Task(tuple(slices[a:b])) for a, b in even_runs(weights, tasks)]
 
 
 def lanes_of(stream: Stream, wanted: tuple[str, ...]) -> list[Lane]:

@@ -753,7 +753,7 @@ class FetchLoop:
         its worst case."""
         out: list[tuple[Fetched, int] | BaseException | None] = []
         for p, got, position in share:
-            reserve = self.max_decompressed + len(got.records) if len(got.records) else 0
+            reserve = self._worst_case(got) if len(got.records) else 0
             if reserve and not self.budget.reserve(reserve, 0):
                 out.append(None)
                 continue
@@ -767,6 +767,10 @@ class FetchLoop:
             self.budget.settle(reserve, held, 0)
             out.append((fetched, held))
         return out
+
+    def _worst_case(self, got: fetch.FetchedPartition) -> int:
+        """Budget room a partition's answer may take while it is decoded: the decoder's limit, and its bytes."""
+        return self.max_decompressed + len(got.records)
 
     def _park(self, p: _Partition, got: fetch.FetchedPartition) -> None:
         self.parks += 1
@@ -810,7 +814,7 @@ class FetchLoop:
     def _hand_over(self, p: _Partition, got: fetch.FetchedPartition, position: int) -> bool:
         """Decode a partition's records from `position` and give them to its receiver; False (nothing done)
         when the budget has no room for them now."""
-        reserve = self.max_decompressed + len(got.records)
+        reserve = self._worst_case(got)
         if len(got.records) and not self.budget.reserve(reserve, 0):
             return False
         used = count = 0

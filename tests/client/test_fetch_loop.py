@@ -331,6 +331,18 @@ def _busy(cluster: MockCluster, topic: str, partitions: int, records: int) -> No
     assert raw.flush(10) == 0
 
 
+def _read_whole_in_order(loop: FetchLoop, cluster: MockCluster, topic: str, partitions: int, records: int) -> None:
+    """The loop reads every partition `_busy` wrote: each gets every record, once, in order."""
+    got = [Collect(loop) for _ in range(partitions)]
+    for p, receiver in enumerate(got):
+        loop.add(f"{topic}/{p}", cluster.bootstrap_servers, topic, p, -1, receiver)
+    loop.start()
+    wait_until(lambda: all(len(r.values) == records for r in got), timeout=20)
+    for p, receiver in enumerate(got):
+        ids = [b"-".join(v.split(b"-", 2)[:2]) for v in receiver.values]
+        assert ids == [b"p%d-%05d" % (p, i) for i in range(records)], "every record once, in order"
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_busy_response_is_decoded_on_the_pool_and_each_partition_handed_over_whole_in_order(
     one_broker: MockCluster, threads: int
@@ -340,13 +352,7 @@ def test_a_busy_response_is_decoded_on_the_pool_and_each_partition_handed_over_w
     _busy(one_broker, "busy", 6, 400)
     loop = make_loop(start=False, decode_threads=threads)
     try:
-        got = [Collect(loop) for _ in range(6)]
-        for p, receiver in enumerate(got):
-            loop.add(f"busy/{p}", one_broker.bootstrap_servers, "busy", p, -1, receiver)
-        loop.start()
-        wait_until(lambda: all(len(r.values) == 400 for r in got), timeout=20)
-        for p, receiver in enumerate(got):
-            assert [v[: v.index(b"-", 3)] for v in receiver.values] == [b"p%d-%05d" % (p, i) for i in range(400)]
+        _read_whole_in_order(loop, one_broker, "busy", 6, 400)
         assert (loop.pooled > 0) == (threads > 1)
         assert threading.active_count() < 40, "a pool per worker, not a thread per partition"
     finally:
@@ -363,14 +369,7 @@ def test_a_response_of_more_partitions_than_worst_cases_fit_in_the_budget_is_dec
     budget = Budget(100_000, 20 << 20)  # 4 worst cases of 4 MiB (and their fetched bytes)
     loop = FetchLoop(budget=budget, max_decompressed=4 << 20, decode_threads=2)
     try:
-        got = [Collect(loop) for _ in range(16)]
-        for p, receiver in enumerate(got):
-            loop.add(f"wide/{p}", one_broker.bootstrap_servers, "wide", p, -1, receiver)
-        loop.start()
-        wait_until(lambda: all(len(r.values) == 400 for r in got), timeout=20)
-        for p, receiver in enumerate(got):
-            ids = [b"-".join(v.split(b"-", 2)[:2]) for v in receiver.values]
-            assert ids == [b"p%d-%05d" % (p, i) for i in range(400)], "every record once, in order"
+        _read_whole_in_order(loop, one_broker, "wide", 16, 400)
         assert loop.pooled > 0 and loop.parks == 0
         assert budget.bytes == 0 and budget.records == 0, "every reservation given back"
     finally:
