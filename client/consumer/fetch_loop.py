@@ -230,7 +230,7 @@ class FetchLoop:
         self.wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
-        for link in self._links.values():
+        for link in list(self._links.values()):  # a copy: the loop may still be ending
             if link.conn is not None:
                 link.conn.close()
         if self._pool is not None:
@@ -284,7 +284,7 @@ class FetchLoop:
 
     @property
     def connections(self) -> int:
-        return sum(1 for link in self._links.values() if link.conn is not None)
+        return sum(1 for link in list(self._links.values()) if link.conn is not None)  # read from other threads
 
     # -- the loop
     def _cluster(self, bootstrap: str) -> _Cluster:
@@ -395,8 +395,9 @@ class FetchLoop:
                 self._changes += 1
 
     def _metadata(self, cluster: _Cluster, topics: list[str]):  # type: ignore[no-untyped-def]
-        """Ask through a connection the worker has to that cluster, else a short-lived bootstrap one."""
-        for link in self._links.values():
+        """Ask through a connection the worker has to that cluster, else a short-lived bootstrap one. A connection
+        that fails is dropped (so the links are walked over a copy) and the next one is asked."""
+        for link in list(self._links.values()):
             if link.cluster == cluster.bootstrap and link.conn is not None and not link.in_flight:
                 try:
                     return link.conn.metadata(topics)

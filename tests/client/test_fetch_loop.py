@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer as KafkaProducer
 
-from streamplane.client.consumer.fetch_loop import FetchLoop
+from streamplane.client.consumer.fetch_loop import FetchLoop, _Link
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaConnection, codec, fetch
 from streamplane.client.kafka.sasl import Scram
@@ -401,3 +401,32 @@ def test_a_partition_whose_decode_fails_on_the_pool_holds_back_none_of_the_other
         assert loop.budget.bytes == 0 and loop.budget.records == 0
     finally:
         loop.close()
+
+
+def test_a_dead_connection_met_while_asking_for_metadata_is_dropped_and_the_next_one_asked() -> None:
+    """A broker died while the loop still held a connection to it (the cluster shutting down, a broker lost):
+    dropping that connection while walking the connections must not crash the round (it did, with 'dictionary
+    changed size during iteration', every round until the loop gave up)."""
+    cluster = MockCluster(2)
+    try:
+        cluster.create_topic("two", 2)
+        cluster.set_leader("two", 0, 1)
+        cluster.set_leader("two", 1, 2)
+        loop = make_loop(start=False)
+        try:
+            c = loop._cluster(cluster.bootstrap_servers)
+            with KafkaConnection.connect_any(cluster.bootstrap_servers) as boot:
+                brokers = boot.metadata(["two"]).brokers
+            for node in sorted(brokers):  # broker 1's link first: it is the one walked over first
+                link = loop._links[(cluster.bootstrap_servers, node)] = _Link(
+                    cluster.bootstrap_servers, node, brokers[node].host, brokers[node].port
+                )
+                assert loop._connect(link)
+            cluster.broker_down(1)
+            md = loop._metadata(c, ["two"])
+            assert {m.partition for m in md.topics["two"]} == {0, 1}
+            assert [node for _, node in loop._links] == [2], "the dead broker's connection was dropped"
+        finally:
+            loop.close()
+    finally:
+        cluster.close()
