@@ -26,6 +26,11 @@ implementation = "native" if USE_NATIVE else "python"
 """The implementation `decode` uses: 'native' or 'python'."""
 crc32c: Callable[[bytes | memoryview], int] = _native.crc32c if _native is not None else reference.crc32c
 """CRC-32C (Castagnoli), as a RecordBatch's checksum: in C when the extension is built."""
+records_end: Callable[[bytes | memoryview], int] = (
+    _native.records_end if _native is not None and USE_NATIVE else reference.records_end
+)
+"""The offset after a record set's last whole batch, from its batch headers alone (-1: none): where decoding it
+ends when nothing in it is bad (a fetch sent before it is decoded asks from there)."""
 
 
 def decode(
@@ -107,4 +112,5 @@ __all__ = [
     "crc32c",
     "decode",
     "implementation",
+    "records_end",
 ]

@@ -37,6 +37,23 @@ def _wrap(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def records_end(data: bytes | memoryview) -> int:
+    """The offset after the last whole batch of a record set, from the batches' headers alone (nothing is
+    decompressed or checked); -1 when it holds none. Where its decoding ends when nothing in it is bad."""
+    pos, n, end = 0, len(data), -1
+    while n - pos >= 27:  # up to and with the last offset delta
+        base, length = struct.unpack_from(">qi", data, pos)
+        total = length + LOG_OVERHEAD
+        if length < HEADER_SIZE - LOG_OVERHEAD or total > n - pos or struct.unpack_from(">b", data, pos + 16)[0] != 2:
+            break
+        (delta,) = struct.unpack_from(">i", data, pos + 23)
+        if delta < 0:
+            break
+        end = _wrap(_wrap(base + delta) + 1)
+        pos += total
+    return end
+
+
 def _crc_table() -> list[int]:
     table = []
     for i in range(256):

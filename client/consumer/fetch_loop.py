@@ -10,7 +10,9 @@ offset (records whose retry is due) go to the same connections, between session 
 
 Decompressing and decoding is most of a busy loop's work, and the native decoder runs without the GIL: a
 response with enough records in several partitions is decoded by a small pool (DECODE_THREADS a worker,
-however many partitions it holds), each partition on its own, and handed over in the response's order.
+however many partitions it holds), each partition on its own, and handed over in the response's order. The
+broker's next Fetch is sent before a response is decoded, each partition asked from where the response's whole
+batches end (read from their headers), so the broker reads and sends while the loop decodes.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from streamplane.client.kafka.codec import KafkaAuthenticationError
 from streamplane.client.records import Fetched, decode_records
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import StreamplaneError, ThreadCrashedError, UnavailableError
-from streamplane.native import Where
+from streamplane.native import Where, records_end
 from streamplane.shares import even_runs
 
 log = structlog.get_logger(__name__)
@@ -98,16 +100,18 @@ class _Partition:
     read_epoch: int = -1  # the leader epoch of the last batch read
     validate: bool = False  # its leader changed: check the log was not truncated under our position (KIP-320)
     mine: Where | None = None  # a slice of a split partition: the records that are this reader's
+    ahead: int = -1  # while its records are decoded: where they end, and the Fetch sent meanwhile asks from
 
     def request(self, max_bytes: int) -> fetch.PartitionFetch:
         f = self.asked
+        at = self.ahead if self.ahead >= 0 else self.position
         if (
             f is None
-            or f.offset != self.position
+            or f.offset != at
             or f.log_start_offset != self.log_start
             or f.leader_epoch != self.leader_epoch  # a new leader: a stale epoch would be fenced
         ):
-            f = self.asked = fetch.PartitionFetch(self.position, max_bytes, self.log_start, self.leader_epoch)
+            f = self.asked = fetch.PartitionFetch(at, max_bytes, self.log_start, self.leader_epoch)
         return f
 
     @property
@@ -179,11 +183,13 @@ class FetchLoop:
         default_config: ConnectionConfig | None = None,
         max_wait_ms: int = MAX_WAIT_MS,
         decode_threads: int = DECODE_THREADS,
+        fetch_ahead: bool = True,
         on_crash: Callable[[StreamplaneError], None] | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.clock = clock
         self.decode_threads = decode_threads
+        self.fetch_ahead = fetch_ahead
         self._pool: ThreadPoolExecutor | None = None  # made when a response first has enough to share
         self.budget = budget
         self._on_crash = on_crash
@@ -207,6 +213,7 @@ class FetchLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fetch-loop", daemon=True)
         self.requests = 0  # Fetch requests sent (for tests and metrics)
+        self.sent_ahead = 0  # of them, sent before the response before was decoded
         self.pooled = 0  # responses whose partitions were decoded on the pool
         self.parks = 0  # partitions read while the budget had no room for them (decoded later, on the loop's thread)
         self.epoch_checks = 0  # partitions checked for truncation after a leader change (KIP-320)
@@ -658,7 +665,45 @@ class FetchLoop:
                 self._deliver_oneoff(p, got, sent[p.tp].offset)
             elif (item := self._deliverable(p, got, sent.get(p.tp))) is not None:
                 ready.append(item)
-        self._hand_over_all(ready)
+        ahead = self._send_ahead(link, ready) if kind == "session" else []
+        try:
+            self._hand_over_all(ready)
+        finally:
+            for p in ahead:
+                p.ahead = -1
+            if ahead:
+                self._changes += 1  # the next request is built from the positions decoding reached
+
+    def _send_ahead(self, link: _Link, ready: list[tuple[_Partition, fetch.FetchedPartition, int]]) -> list[_Partition]:
+        """Send the broker's next Fetch before this response is decoded, so the broker reads and sends it while
+        the records are decoded (as a Kafka consumer prefetches): each partition of the response is asked from
+        where its whole batches end, read from their headers. A partition whose decoding ends elsewhere (a bad
+        batch, a full budget) is not handed what that Fetch brings (it was asked from another position) and is
+        asked again from its own. Not when a partition of this broker waits for a lookup first (a position, a
+        truncation check, a one-off read): those requests go out before the next Fetch, as without it. Returns
+        the partitions asked ahead."""
+        if not self.fetch_ahead or not ready:
+            return []
+        mine = [
+            p
+            for p in self._by_link.get((link.cluster, link.node), [])
+            if self._parts.get(p.key) is p and p.node == link.node
+        ]
+        if any(p.position < 0 or p.reset or p.validate or p.parked is not None or p.key in self._oneoffs for p in mine):
+            return []
+        ahead = []
+        for p, got, position in ready:
+            end = records_end(got.records)
+            if end > position:
+                p.ahead = end
+                ahead.append(p)
+        if not ahead:
+            return []
+        self._changes += 1
+        self._send(link, mine)
+        if link.in_flight:
+            self.sent_ahead += 1
+        return ahead
 
     def _error(self, p: _Partition, code: int, what: str) -> None:
         self._changes += 1

@@ -52,6 +52,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(r.batches[i].decompressed_size >= 0 && (size_t)r.batches[i].decompressed_size <= limit);
         CHECK(r.batches[i].position >= 0 && (size_t)r.batches[i].position < size - 1);
     }
+    /* Where whole batches end by their headers is where a decoding that met nothing bad ends (the fetch loop
+     * asks for the next records from there before decoding). */
+    if (rc == SP_OK && r.stop != SP_STOP_BUDGET) CHECK(sp_records_end(data + 1, size - 1) == r.next_offset);
     sp_result_free(&r);
     return 0;
 }

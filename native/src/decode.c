@@ -392,6 +392,25 @@ static int cmp_aborted(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* -- where whole batches end ------------------------------------------------------------------------------- */
+
+int64_t sp_records_end(const uint8_t *in, size_t len) {
+    size_t pos = 0;
+    int64_t end = -1;
+    while (len - pos >= 27) { /* up to and with the last offset delta */
+        const uint8_t *p = in + pos;
+        int32_t batch_len = be32(p + 8);
+        if (batch_len < HEADER_SIZE - LOG_OVERHEAD || (int8_t)p[16] != 2) break;
+        size_t total = (size_t)batch_len + LOG_OVERHEAD;
+        if (total > len - pos) break;
+        int32_t last_delta = be32(p + 23);
+        if (last_delta < 0) break;
+        end = wrap_add(wrap_add(be64(p), last_delta), 1);
+        pos += total;
+    }
+    return end;
+}
+
 /* -- batches ---------------------------------------------------------------------------------------------- */
 
 int sp_decode(const uint8_t *in, size_t len, size_t max_decompressed, int verify_crc,

@@ -611,6 +611,15 @@ static PyObject *crc32c(PyObject *self, PyObject *args, PyObject *kwargs) {
     return PyLong_FromUnsignedLong(c);
 }
 
+static PyObject *records_end(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer in;
+    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) < 0) return NULL;
+    int64_t end = sp_records_end(in.buf, (size_t)in.len);
+    PyBuffer_Release(&in);
+    return PyLong_FromLongLong(end);
+}
+
 static PyObject *crc32c_hw_available(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -626,6 +635,8 @@ static PyMethodDef methods[] = {
     {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_VARARGS | METH_KEYWORDS,
      "crc32c(data, software=False) -> int (CRC32C; software=True forces the table path)"},
     {"crc32c_hw_available", crc32c_hw_available, METH_NOARGS, "True when SSE4.2's crc32 instruction is used"},
+    {"records_end", records_end, METH_O,
+     "records_end(data) -> the offset after the last whole batch (from batch headers alone), -1 if none"},
     {"records", records, METH_O, "records(columns) -> list of Record, from a decode_columns result"},
     {"end_pending", end_pending, METH_VARARGS,
      "end_pending(msgs, pending, done, open) -> (offsets, [(held, n)]): end the open messages of a list at once"},

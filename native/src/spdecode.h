@@ -142,6 +142,10 @@ uint32_t sp_crc32c(uint32_t crc, const uint8_t *data, size_t len);
 uint32_t sp_crc32c_sw(uint32_t crc, const uint8_t *data, size_t len);
 int sp_crc32c_hw_available(void);
 
+/* The offset after the last whole batch of a record set, from the batches' headers alone (nothing is
+ * decompressed or checked); -1 when it holds none. Where its decoding will end when nothing in it is bad. */
+int64_t sp_records_end(const uint8_t *in, size_t len);
+
 /* Bounded decompression into r->scratch (reset to length 0 first). Returns SP_OK, SP_ERR_LIMIT,
  * SP_ERR_DECOMPRESS or SP_ERR_NOMEM; `msg` gets a sentence on error. */
 int sp_decompress(int codec, const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg,

@@ -430,3 +430,105 @@ def test_a_dead_connection_met_while_asking_for_metadata_is_dropped_and_the_next
             loop.close()
     finally:
         cluster.close()
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_the_next_fetch_is_with_the_broker_while_a_response_is_decoded(one_broker: MockCluster, ahead: bool) -> None:
+    """A busy partition read over many responses: each response's records are handed over once the Fetch after
+    it is sent (asked from where its whole batches end), so the broker reads and sends while the loop decodes.
+    Every record still comes once, in order; without fetching ahead, the next Fetch waits for the decoding."""
+    one_broker.create_topic("ahead", 2)
+    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers, "batch.size": 16 << 10})
+    for p in range(2):
+        for i in range(300):
+            raw.produce("ahead", b"p%d-%05d-" % (p, i) + b"x" * 1000, partition=p)
+    assert raw.flush(10) == 0
+    loop = make_loop(start=False, partition_max_bytes=32 << 10, fetch_ahead=ahead)
+    try:
+        got = [Collect(loop) for _ in range(2)]
+        for p, receiver in enumerate(got):
+            loop.add(f"ahead/{p}", one_broker.bootstrap_servers, "ahead", p, -1, receiver)
+        loop.start()
+        wait_until(lambda: all(len(r.values) == 300 for r in got), timeout=20)
+        for p, receiver in enumerate(got):
+            ids = [b"-".join(v.split(b"-", 2)[:2]) for v in receiver.values]
+            assert ids == [b"p%d-%05d" % (p, i) for i in range(300)], "every record once, in order"
+        handed = sorted(n for r in got for n in r.at_request)
+        assert len(handed) >= 16, "read over many responses"
+        assert loop.requests <= len(handed) // 2 + 2, "no Fetch wasted: each asked from where the decoding ended"
+        if ahead:
+            assert loop.sent_ahead >= len(handed) // 2 - 1
+            assert all(n > 1 for n in handed), "the first response was handed over after the second Fetch went"
+        else:
+            assert loop.sent_ahead == 0 and handed[0] == 1
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("engine", ["mock", "kafka"])
+def test_a_partition_whose_decoding_ends_before_its_whole_batches_is_asked_again_from_where_it_ended(
+    request: pytest.FixtureRequest, engine: str
+) -> None:
+    """The Fetch sent ahead asks from where the response's whole batches end; a bad batch among them ends the
+    decoding earlier. What that Fetch brings for the partition is then not handed over (it was read from
+    another position), and the partition is asked again from where it is: the bad batch is skipped once and
+    every good record comes once, in order. (A real broker answers with all three batches at once; the local
+    engine with one a response, so its decoding always ends where their headers say.)"""
+    if engine == "mock":
+        bootstrap = request.getfixturevalue("one_broker").bootstrap_servers
+        request.getfixturevalue("one_broker").create_topic("bad", 1)
+    else:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        bootstrap = request.getfixturevalue("kafka_bootstrap")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for f in admin.create_topics([NewTopic("bad", 1, 1)]).values():
+            f.result(30)
+    raw = KafkaProducer({"bootstrap.servers": bootstrap, "compression.type": "zstd", "message.max.bytes": 64 << 20})
+    for i in range(20):
+        raw.produce("bad", b"a%d" % i, partition=0)
+    assert raw.flush(10) == 0
+    raw.produce("bad", b"\0" * (32 << 20), partition=0)  # past the decoder's limit: a bad batch
+    assert raw.flush(10) == 0
+    for i in range(20):
+        raw.produce("bad", b"b%d" % i, partition=0)
+    assert raw.flush(10) == 0
+    loop = make_loop(start=False)
+    try:
+        got = Collect(loop)
+        loop.add("bad/0", bootstrap, "bad", 0, -1, got)
+        loop.start()
+        wait_until(lambda: len(got.values) == 40, timeout=20)
+        assert got.values == [b"a%d" % i for i in range(20)] + [b"b%d" % i for i in range(20)]
+        assert [(s.first_offset, s.next_offset) for s in got.skipped] == [(20, 21)], "skipped once"
+        assert loop.sent_ahead >= 1
+    finally:
+        loop.close()
+
+
+def test_a_partition_granted_while_its_broker_is_read_ahead_is_read_without_waiting_for_the_others(
+    one_broker: MockCluster,
+) -> None:
+    """A busy partition is read response after response, each next Fetch sent ahead; a partition granted
+    meanwhile on the same broker has its position looked up and is read within a few rounds, not after the busy
+    one is done."""
+    one_broker.create_topic("late", 2)
+    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers, "batch.size": 16 << 10})
+    for p in range(2):
+        for i in range(300):
+            raw.produce("late", b"p%d-%05d-" % (p, i) + b"x" * 1000, partition=p)
+    assert raw.flush(10) == 0
+    loop = make_loop(start=False, partition_max_bytes=16 << 10)  # its rounds are run here, one at a time
+    try:
+        got = [Collect(loop) for _ in range(2)]
+        loop.add("late/0", one_broker.bootstrap_servers, "late", 0, -1, got[0])
+        while len(got[0].at_request) < 3:
+            loop._round()
+        assert loop.sent_ahead > 0
+        loop.add("late/1", one_broker.bootstrap_servers, "late", 1, -1, got[1])
+        for _ in range(6):
+            loop._round()
+        assert got[1].values, "the newcomer waited while the busy partition was read ahead"
+        assert len(got[0].values) < 300
+    finally:
+        loop.close()

@@ -19,7 +19,7 @@ from streamplane.errors import (
     UnsupportedMagicError,
 )
 from streamplane.native import PyRecord as Record
-from streamplane.native import decode
+from streamplane.native import decode, reference
 from streamplane.native.reference import crc32c as py_crc32c
 from tests.recordbatch import CODECS, GZIP, NONE, ZSTD, Rec, build_batch, control_batch
 
@@ -29,6 +29,15 @@ IMPLS = ["native", "python"]
 @pytest.fixture(params=IMPLS)
 def impl(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+def _native_end(data: bytes) -> int:
+    from streamplane import _native
+
+    return int(_native.records_end(data))
+
+
+ENDS = {"native": _native_end, "python": reference.records_end}
 
 
 def test_native_extension_is_built_and_used_by_default() -> None:
@@ -335,6 +344,7 @@ def assert_agree(data: bytes, **kwargs: object) -> None:
     may accept a batch the other refuses with an inflate error; everything before that batch must agree.
     With CRC checks on (the default), the CRC catches the damage first and the outcomes are identical.
     """
+    assert _native_end(data) == reference.records_end(data), data
     a, b = outcome("native", data, **kwargs), outcome("python", data, **kwargs)
     if a == b:
         return
@@ -405,6 +415,7 @@ def test_differential_hypothesis_records() -> None:
         cut = data.draw(st.integers(0, len(raw)))
         for candidate in (raw, raw[:cut]):
             assert_agree(candidate)
+            assert native.records_end(candidate) == decode(candidate).next_offset
         got = list(decode(raw).records())
         assert [(r.key, r.value) for r in got] == [(r.key, r.value) for r in records]
 
@@ -471,3 +482,26 @@ def test_ending_messages_in_c_matches_the_python_version() -> None:
     assert ended == [o for o in range(40) if o % 7 and o != 3] and left == [3]
     assert holds == [(True, False, 16), (False, True, 17)]
     assert outcomes == ["acked"] * 3 + ["rejected"] + ["acked"] * 36
+
+
+def test_where_whole_batches_end_is_read_from_their_headers_and_is_where_decoding_ends(impl: str) -> None:
+    """The fetch loop asks for a partition's next records from here before decoding it: it must be where its
+    decoding ends whenever nothing in the record set is bad."""
+    end = ENDS[impl]
+    first = build_batch(SAMPLE[:3], base_offset=10, codec=ZSTD)
+    second = build_batch(SAMPLE[3:], base_offset=13)  # the offset delta of 1,000,000 is its last
+    marker = control_batch(2_000_000, 5, commit=True)
+    whole = first + second + marker
+    assert end(b"") == -1
+    assert end(first) == decode(first, impl=impl).next_offset == 13
+    assert end(first + second) == decode(first + second, impl=impl).next_offset == 1_000_014
+    assert end(whole) == decode(whole, impl=impl).next_offset == 2_000_001, "a control batch is read past too"
+    for cut in (1, 26, 27, 61, len(second) - 1):
+        assert end(first + second[:cut]) == 13, "a batch cut short by the fetch's size is not counted"
+        assert end(second[:cut]) == -1
+    old = bytearray(second)
+    old[16] = 1  # magic 1: decoding stops there
+    assert end(first + bytes(old) + marker) == 13
+    short = bytearray(second)
+    short[8:12] = struct.pack(">i", 10)  # a length shorter than a batch header
+    assert end(first + bytes(short)) == 13
