@@ -117,18 +117,25 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             sealed = len(gen.end_offsets) == gen.partitions
             state = SEALED if sealed and gen.state not in SETTLED else gen.state
             caps = self._ends(lane, gen, bootstrap)
+            marks: dict[int, tuple[int, int]] = {}  # one request per leader for each end, not two a partition
+            error = ""
+            if gen.state not in SETTLED:
+                try:
+                    marks = self.watermarks.marks(bootstrap, gen.topic, list(range(gen.partitions)))
+                except UnavailableError as err:
+                    error = err.message
             for p in range(gen.partitions):
                 part = PartitionRef(self.opts.stream, lane, gen.number, p)
                 if gen.state in SETTLED:
                     end = gen.end_offsets[p] if sealed else 0
                     out.append(off.PartState(part, gen.topic, bootstrap, 0, min(end, caps.get(p, end)), state))
                     continue
-                try:
-                    low, high = self.watermarks.get(bootstrap, gen.topic, p)
-                except UnavailableError as err:
-                    if not sealed:
-                        log.warning("spark.partition_unavailable", partition=off.offset_key(part), error=err.message)
-                        continue  # no news from it this time; its position is kept
+                if p in marks:
+                    low, high = marks[p]
+                elif not sealed:
+                    log.warning("spark.partition_unavailable", partition=off.offset_key(part), error=error)
+                    continue  # no news from it this time; its position is kept
+                else:
                     low, high = 0, gen.end_offsets[p]
                 end = gen.end_offsets[p] if sealed else high
                 end = min(end, caps.get(p, end))

@@ -1,164 +1,206 @@
 """What a Kafka cluster keeps of partitions: their low and high watermarks, and offsets by time.
 
-Through librdkafka, one client per cluster, kept while the `Watermarks` lives: Spark's planner, the
-coordinator's rewinds and tests read where partitions begin and end, and where a time falls in them.
+Through our own Kafka protocol client (ListOffsets and Metadata), one connection per broker of the clusters
+looked at last, kept while the `Watermarks` lives: Spark's planner, the coordinator's rewinds and tests read
+where partitions begin and end, and where a time falls in them.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
 
-from streamplane.errors import NotFoundError, UnavailableError
+from streamplane.client.kafka.codec import KafkaProtocolError
+from streamplane.client.kafka.config import ConnectionConfig
+from streamplane.client.kafka.connection import KafkaConnection
+from streamplane.errors import NotFoundError, StreamplaneError, UnavailableError
 from streamplane.model import PartitionBounds
 
 EARLIEST, LATEST = -2, -1
 """ListOffsets' special timestamps: a partition's first offset kept, and the offset after its last record."""
+ATTEMPTS = 3
+"""Lookups of a leader that moved meanwhile (the metadata is asked again before each)."""
+
+
+@dataclass(eq=False)
+class _Cluster:
+    """One cluster's connections (a broker each) and the leaders of the topics asked about; used by one caller at
+    a time (its lock), so its connections carry one request at a time."""
+
+    bootstrap: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    conns: dict[int, KafkaConnection] = field(default_factory=dict)
+    brokers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    leaders: dict[str, dict[int, int]] = field(default_factory=dict)  # topic: {partition: leader}, -1 none
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+        self.conns.clear()
 
 
 class Watermarks:
-    """Low and high watermarks of partitions, and offsets by time, through librdkafka: one client per cluster,
-    the `max_clients` used last kept (each is a librdkafka instance with its threads and connections, so a
-    coordinator that looked at many clusters once keeps only a few). Their errors come back as exceptions; their
-    logs are off, so a cluster that dies while its client is kept does not fill stderr.
+    """Low and high watermarks of partitions, and offsets by time: one connection per broker of each cluster, the
+    `max_clients` clusters used last kept (a coordinator that looked at many clusters once keeps only a few). A
+    cluster that does not answer is an UnavailableError at once (every bootstrap address tried), not a wait.
 
-    Safe to share between threads: librdkafka's calls are, and a client in use is never closed under its caller
+    Safe to share between threads: the calls on one cluster take turns (each is a few round trips), those on
+    different clusters go on at once, and a cluster's connections are never closed under a caller using them
     (one evicted while in use is closed by its last user)."""
 
     def __init__(self, timeout_s: float = 10.0, *, max_clients: int = 8) -> None:
-        self._consumers: dict[str, Any] = {}
+        self._config = ConnectionConfig(timeout_s=timeout_s)
+        self._clusters: dict[str, _Cluster] = {}
         self._users: dict[int, int] = {}
         self._evicted: set[int] = set()
         self._lock = threading.Lock()
-        self._timeout_s = timeout_s
         self._max_clients = max_clients
 
     @contextmanager
-    def _using(self, bootstrap: str) -> Iterator[Any]:
-        """The cluster's client while the block runs (made on first use; the least recently used one beyond
-        `max_clients` is evicted)."""
-        from confluent_kafka import Consumer
-
+    def _using(self, bootstrap: str) -> Iterator[_Cluster]:
+        """The cluster's connections while the block runs, its turn taken (made on first use; the least
+        recently used cluster beyond `max_clients` is evicted)."""
         with self._lock:
-            consumer = self._consumers.pop(bootstrap, None)
-            if consumer is None:
-                consumer = Consumer(
-                    {"bootstrap.servers": bootstrap, "group.id": "streamplane-watermarks", "log_level": 0}
-                )
-            self._consumers[bootstrap] = consumer  # the newest last: the first is the one used longest ago
-            self._users[id(consumer)] = self._users.get(id(consumer), 0) + 1
+            cluster = self._clusters.pop(bootstrap, None) or _Cluster(bootstrap)
+            self._clusters[bootstrap] = cluster  # the newest last: the first is the one used longest ago
+            self._users[id(cluster)] = self._users.get(id(cluster), 0) + 1
             closing = []
-            while len(self._consumers) > self._max_clients:
-                oldest = self._consumers.pop(next(iter(self._consumers)))
+            while len(self._clusters) > self._max_clients:
+                oldest = self._clusters.pop(next(iter(self._clusters)))
                 if self._users.get(id(oldest)):
-                    self._evicted.add(id(oldest))  # its user closes it
+                    self._evicted.add(id(oldest))  # its last user closes it
                 else:
                     closing.append(oldest)
         for old in closing:
-            old.close()
+            with old.lock:
+                old.close()
         try:
-            yield consumer
+            with cluster.lock:
+                yield cluster
         finally:
             with self._lock:
-                left = self._users[id(consumer)] = self._users[id(consumer)] - 1
-                last = left == 0 and id(consumer) in self._evicted
+                left = self._users[id(cluster)] = self._users[id(cluster)] - 1
+                last = left == 0 and id(cluster) in self._evicted
                 if left == 0:
-                    del self._users[id(consumer)]
-                    self._evicted.discard(id(consumer))
+                    del self._users[id(cluster)]
+                    self._evicted.discard(id(cluster))
             if last:
-                consumer.close()
+                with cluster.lock:
+                    cluster.close()
+
+    # -- the protocol, a cluster's turn held
+    def _conn(self, cluster: _Cluster, node: int) -> KafkaConnection:
+        conn = cluster.conns.get(node)
+        if conn is None:
+            host, port = cluster.brokers[node]
+            conn = cluster.conns[node] = KafkaConnection(host, port, self._config)
+        return conn
+
+    def _metadata(self, cluster: _Cluster, topic: str) -> dict[int, int]:
+        """{partition: leader (-1: none)} of `topic`, asked now; {} when the cluster does not have it."""
+        md = None
+        for node, conn in list(cluster.conns.items()):
+            try:
+                md = conn.metadata([topic])
+                break
+            except StreamplaneError:
+                conn.close()
+                del cluster.conns[node]
+        if md is None:
+            with KafkaConnection.connect_any(cluster.bootstrap, self._config) as boot:
+                md = boot.metadata([topic])
+        cluster.brokers = {b.node_id: (b.host, b.port) for b in md.brokers.values()}
+        parts = [] if md.topic_errors.get(topic) else md.topics.get(topic, [])
+        leaders = {p.partition: p.leader if p.leader in cluster.brokers else -1 for p in parts}
+        cluster.leaders[topic] = leaders
+        return leaders
+
+    def _offsets(self, cluster: _Cluster, topic: str, asked: dict[int, int]) -> dict[int, int]:
+        """{partition: offset} for each asked {partition: timestamp (or EARLIEST, LATEST)}: one request per leader
+        and timestamp. A moved leader is looked up again; a partition without one is UnavailableError."""
+        for attempt in range(ATTEMPTS):
+            leaders = cluster.leaders.get(topic) if attempt == 0 else None
+            if leaders is None or any(leaders.get(p, -1) < 0 for p in asked):
+                leaders = self._metadata(cluster, topic)
+            try:
+                return self._ask(cluster, topic, asked, leaders)
+            except KafkaProtocolError as err:
+                if not err.retryable or attempt == ATTEMPTS - 1:
+                    raise UnavailableError(f"cannot read the offsets of {topic} at {cluster.bootstrap}: {err}") from err
+            except UnavailableError:
+                if attempt == ATTEMPTS - 1:
+                    raise
+            cluster.close()  # a broker gone or moved: its leaders are asked again on new connections
+        raise AssertionError("unreachable")
+
+    def _ask(self, cluster: _Cluster, topic: str, asked: dict[int, int], leaders: dict[int, int]) -> dict[int, int]:
+        groups: dict[tuple[int, int], list[int]] = {}
+        for p, ts in asked.items():
+            leader = leaders.get(p, -1)
+            if leader < 0:
+                what = "is not in" if p not in leaders else "has no leader on"
+                raise UnavailableError(f"{topic}/{p} {what} {cluster.bootstrap} now")
+            groups.setdefault((leader, ts), []).append(p)
+        out: dict[int, int] = {}
+        for (leader, ts), parts in groups.items():
+            conn = self._conn(cluster, leader)
+            try:
+                out.update(conn.list_offsets(topic, parts, ts))
+            except UnavailableError:
+                conn.close()
+                cluster.conns.pop(leader, None)
+                raise
+        return out
+
+    # -- what callers ask
+    def marks(self, bootstrap: str, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """{partition: (low, high) watermark} of each partition: one request per leader for each end."""
+        with self._using(bootstrap) as cluster:
+            low = self._offsets(cluster, topic, dict.fromkeys(partitions, EARLIEST))
+            high = self._offsets(cluster, topic, dict.fromkeys(partitions, LATEST))
+        return {p: (low[p], high[p]) for p in partitions}
 
     def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        try:
-            with self._using(bootstrap) as consumer:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
-                )
-            return int(low), int(high)
-        except KafkaException as err:
-            raise UnavailableError(f"cannot read offsets of {topic}/{partition} at {bootstrap}: {err}") from err
+        return self.marks(bootstrap, topic, [partition])[partition]
 
     def at_time(self, bootstrap: str, topic: str, partitions: dict[int, int]) -> dict[int, int]:
         """{partition: the offset of its first record at or after the time (ms)}; -1 where there is none. One
         request per leader for all the partitions; where the cluster answers none while the partition's last
         record is that late (librdkafka's mock cluster never looks up by time), the records' own timestamps
         are searched."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        asked = [TopicPartition(topic, p, ts) for p, ts in partitions.items()]
-        try:
-            with self._using(bootstrap) as consumer:
-                got = consumer.offsets_for_times(asked, timeout=self._timeout_s)
-        except KafkaException as err:
-            raise UnavailableError(f"cannot look up offsets by time in {topic} at {bootstrap}: {err}") from err
-        for tp in got:
-            if tp.error is not None:
-                raise UnavailableError(f"cannot look up offsets by time in {topic}/{tp.partition}: {tp.error.str()}")
-        found = {tp.partition: tp.offset for tp in got}
-        for p, offset in found.items():
-            if offset < 0:
-                low, high = self.get(bootstrap, topic, p)
-                if high > low:
-                    at = self._search(bootstrap, topic, p, partitions[p], low, high)
-                    found[p] = at if at < high else -1
+        with self._using(bootstrap) as cluster:
+            found = self._offsets(cluster, topic, partitions)
+            missing = {p: ts for p, ts in partitions.items() if found.get(p, -1) < 0}
+            lows = self._offsets(cluster, topic, dict.fromkeys(missing, EARLIEST)) if missing else {}
+            highs = self._offsets(cluster, topic, dict.fromkeys(missing, LATEST)) if missing else {}
+        for p, ts in missing.items():
+            if highs[p] > lows[p]:
+                at = self._search(bootstrap, topic, p, ts, lows[p], highs[p])
+                found[p] = at if at < highs[p] else -1
         return found
-
-    def _special(self, bootstrap: str, topic: str, partitions: int, which: int) -> dict[int, int]:
-        """{partition: its earliest or latest offset} (`which` EARLIEST or LATEST), one request per leader."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        asked = [TopicPartition(topic, p, which) for p in range(partitions)]
-        try:
-            with self._using(bootstrap) as consumer:
-                got = consumer.offsets_for_times(asked, timeout=self._timeout_s)
-        except KafkaException as err:
-            raise UnavailableError(f"cannot read the offsets of {topic} at {bootstrap}: {err}") from err
-        for tp in got:
-            if tp.error is not None or tp.offset < 0:
-                why = tp.error.str() if tp.error is not None else "no offset"
-                raise UnavailableError(f"cannot read the offsets of {topic}/{tp.partition} at {bootstrap}: {why}")
-        return {tp.partition: tp.offset for tp in got}
 
     def exists(self, bootstrap: str, topic: str) -> bool:
         """Whether the cluster has `topic` (UnavailableError if it does not answer)."""
-        from confluent_kafka import KafkaException
-
-        try:
-            with self._using(bootstrap) as consumer:
-                metadata = consumer.list_topics(topic, timeout=self._timeout_s)
-        except KafkaException as err:
-            raise UnavailableError(f"cannot read the metadata of {bootstrap}: {err}") from err
-        found = metadata.topics.get(topic)
-        return found is not None and found.error is None and bool(found.partitions)
+        with self._using(bootstrap) as cluster:
+            return bool(self._metadata(cluster, topic))
 
     def bounds(self, bootstrap: str, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         """What the cluster keeps of each partition of `topic`, and where `at_ms` falls in it (None: no time).
-        NotFoundError when the topic is gone, UnavailableError when the cluster does not answer. The lookups go
-        out together (one round trip, not four: a rewind waits on them)."""
-        asks: list[Callable[[], Any]] = [
-            lambda: self.exists(bootstrap, topic),
-            lambda: self._special(bootstrap, topic, partitions, LATEST),
-            lambda: self._special(bootstrap, topic, partitions, EARLIEST),
-        ]
-        if at_ms is not None:
-            asks.append(lambda: self.at_time(bootstrap, topic, dict.fromkeys(range(partitions), at_ms)))
-        with ThreadPoolExecutor(len(asks), thread_name_prefix="watermarks") as pool:
-            answers = [pool.submit(ask) for ask in asks]
-        if not answers[0].result():  # before the others' errors: those are about a topic that is gone
-            raise NotFoundError(f"topic {topic} is not on {bootstrap} any more", kind="topic", name=topic)
-        ends, starts = answers[1].result(), answers[2].result()
-        marks = [(starts[p], ends[p]) for p in range(partitions)]
+        NotFoundError when the topic is gone, UnavailableError when the cluster does not answer. A few round
+        trips on connections kept: a rewind waits on them."""
+        with self._using(bootstrap) as cluster:
+            if not self._metadata(cluster, topic):
+                raise NotFoundError(f"topic {topic} is not on {bootstrap} any more", kind="topic", name=topic)
+        every = list(range(partitions))
+        marks = self.marks(bootstrap, topic, every)
         if at_ms is None:
-            return [PartitionBounds(low, high) for low, high in marks]
-        found = answers[3].result()
+            return [PartitionBounds(*marks[p]) for p in every]
+        found = self.at_time(bootstrap, topic, dict.fromkeys(every, at_ms))
         return [
             PartitionBounds(low, high, at if (at := found.get(p, -1)) >= 0 else high)
-            for p, (low, high) in enumerate(marks)
+            for p, (low, high) in ((p, marks[p]) for p in every)
         ]
 
     def _search(self, bootstrap: str, topic: str, partition: int, at_ms: int, low: int, high: int) -> int:
@@ -217,6 +259,7 @@ class Watermarks:
 
     def close(self) -> None:
         with self._lock:
-            consumers, self._consumers = list(self._consumers.values()), {}
-        for consumer in consumers:
-            consumer.close()
+            clusters, self._clusters = list(self._clusters.values()), {}
+        for cluster in clusters:
+            with cluster.lock:
+                cluster.close()

@@ -1,0 +1,85 @@
+"""Watermarks: what a cluster keeps of partitions, through our own protocol client, one connection per broker of
+the clusters looked at last (rewinds, redrive claims and Spark's planner ask it again and again)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from confluent_kafka import Producer
+
+from streamplane.client.kafka.watermarks import Watermarks
+from streamplane.devstack.mockcluster import MockCluster
+from streamplane.errors import NotFoundError, UnavailableError
+
+
+def _fill(cluster: MockCluster, topic: str, counts: list[int]) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+    for p, n in enumerate(counts):
+        for i in range(n):
+            producer.produce(topic, b"v%d" % i, partition=p)
+    assert producer.flush(10) == 0
+
+
+def test_watermarks_of_every_partition_come_over_one_connection_a_broker_kept_between_calls() -> None:
+    cluster = MockCluster(2)
+    marks = Watermarks()
+    try:
+        cluster.create_topic("kept", 4)
+        for p in range(4):
+            cluster.set_leader("kept", p, 1 + p % 2)
+        _fill(cluster, "kept", [3, 0, 5, 1])
+        for _ in range(3):
+            assert marks.marks(cluster.bootstrap_servers, "kept", [0, 1, 2, 3]) == {
+                0: (0, 3),
+                1: (0, 0),
+                2: (0, 5),
+                3: (0, 1),
+            }
+            assert marks.get(cluster.bootstrap_servers, "kept", 2) == (0, 5)
+            assert [(b.earliest, b.end) for b in marks.bounds(cluster.bootstrap_servers, "kept", 4)] == [
+                (0, 3),
+                (0, 0),
+                (0, 5),
+                (0, 1),
+            ]
+        (held,) = marks._clusters.values()
+        assert sorted(held.conns) == [1, 2], "one connection per broker, kept"
+    finally:
+        marks.close()
+        cluster.close()
+
+
+def test_a_leader_that_moved_since_the_last_call_is_looked_up_again() -> None:
+    cluster = MockCluster(2)
+    marks = Watermarks()
+    try:
+        cluster.create_topic("moving", 1)
+        cluster.set_leader("moving", 0, 1)
+        _fill(cluster, "moving", [4])
+        assert marks.get(cluster.bootstrap_servers, "moving", 0) == (0, 4)
+        cluster.set_leader("moving", 0, 2)  # the leader it knows now answers NOT_LEADER_OR_FOLLOWER
+        assert marks.get(cluster.bootstrap_servers, "moving", 0) == (0, 4)
+        assert marks._clusters[cluster.bootstrap_servers].leaders["moving"] == {0: 2}
+    finally:
+        marks.close()
+        cluster.close()
+
+
+def test_a_topic_that_is_gone_and_a_cluster_that_does_not_answer_are_said_in_one_sentence() -> None:
+    cluster = MockCluster(1)
+    marks = Watermarks()
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    try:
+        with pytest.raises(NotFoundError, match="topic never-made is not on"):
+            marks.bounds(cluster.bootstrap_servers, "never-made", 2)
+        assert not marks.exists(cluster.bootstrap_servers, "never-made")
+        with pytest.raises(UnavailableError, match="never-made/0 is not in"):
+            marks.get(cluster.bootstrap_servers, "never-made", 0)
+        with pytest.raises(UnavailableError, match=f"no Kafka broker of {dead} is reachable"):
+            marks.bounds(dead, "t", 1)
+    finally:
+        marks.close()
+        cluster.close()
