@@ -46,9 +46,7 @@ def _end_offsets(
                 out[(lane.name, g.number)] = None
                 continue
             try:
-                out[(lane.name, g.number)] = kafka_end_offsets(
-                    cluster, g.topic, g.partitions, timeout_s=timeout_s, log_level=0
-                )
+                out[(lane.name, g.number)] = kafka_end_offsets(cluster, g.topic, g.partitions, timeout_s=timeout_s)
             except UnavailableError:
                 unreachable.add(g.cluster)
                 out[(lane.name, g.number)] = None

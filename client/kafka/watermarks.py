@@ -162,6 +162,11 @@ class Watermarks:
             high = self._offsets(cluster, topic, dict.fromkeys(partitions, LATEST))
         return {p: (low[p], high[p]) for p in partitions}
 
+    def ends(self, bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int]:
+        """{partition: its high watermark} (the offset after its last record): one request per leader."""
+        with self._using(bootstrap) as cluster:
+            return self._offsets(cluster, topic, dict.fromkeys(partitions, LATEST))
+
     def get(self, bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
         return self.marks(bootstrap, topic, [partition])[partition]
 

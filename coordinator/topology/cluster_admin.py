@@ -46,42 +46,39 @@ class ClusterAdmin(Protocol):
 
 
 class _Bounds:
-    """`ClusterAdmin.bounds` through librdkafka's ListOffsets on any Kafka-protocol cluster, real or local, with
-    one client per cluster kept (a rewind or a redrive asks again and again; a new client costs a connection).
-    Calls from several RPCs go on at once (Watermarks is safe to share)."""
+    """`ClusterAdmin.bounds` (and the sealer's end offsets) through our wire client's ListOffsets on any
+    Kafka-protocol cluster, real or local, with one connection per broker of the clusters looked at last kept (a
+    rewind, a redrive or the sealer asks again and again). Calls from several RPCs and the sealer go on at once
+    (Watermarks is safe to share)."""
 
     def __init__(self, timeout_s: float = 10.0) -> None:
-        self._marks = Watermarks(timeout_s)
+        self.marks = Watermarks(timeout_s)
 
     def __call__(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None) -> list[PartitionBounds]:
-        return self._marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
+        return self.marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
 
     def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         return Watermarks.timestamps(cluster.bootstrap_servers, topic, offsets)
 
 
 def kafka_end_offsets(
-    cluster: Cluster, topic: str, partitions: int, timeout_s: float = 10.0, *, log_level: int = 3
+    cluster: Cluster, topic: str, partitions: int, timeout_s: float = 10.0, *, marks: Watermarks | None = None
 ) -> list[int]:
-    """End offsets through librdkafka's ListOffsets; any Kafka-protocol cluster, real or local. `log_level` 0
-    keeps librdkafka's connection errors off stderr (for a command whose answer already says so)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": cluster.bootstrap_servers, "group.id": "streamplane-coordinator", "log_level": log_level}
-    )
+    """End offsets through our wire client's ListOffsets (one request per leader); any Kafka-protocol cluster, real
+    or local. `marks` keeps its connections for the next call (the sealer's); without, they are closed after."""
+    own = marks is None
+    marks = marks or Watermarks(timeout_s)
     try:
-        return [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)[1]
-            for p in range(partitions)
-        ]
-    except KafkaException as err:
+        ends = marks.ends(cluster.bootstrap_servers, topic, list(range(partitions)))
+    except UnavailableError as err:
         raise UnavailableError(
             f"cannot read the end offsets of topic {topic} on cluster {cluster.name} ({cluster.bootstrap_servers}): "
-            f"{err.args[0].str()}"
+            f"{err.message}"
         ) from err
     finally:
-        consumer.close()
+        if own:
+            marks.close()
+    return [ends[p] for p in range(partitions)]
 
 
 class KafkaAdmin:
@@ -126,7 +123,7 @@ class KafkaAdmin:
             )
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
-        return kafka_end_offsets(cluster, topic, partitions, self._timeout_s)
+        return kafka_end_offsets(cluster, topic, partitions, marks=self._bounds.marks)
 
     def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         return self._bounds(cluster, topic, partitions, at_ms)
@@ -167,7 +164,7 @@ class LocalAdmin:
         LocalClusterControl(cluster.control_endpoint, name=cluster.name).create_topic(topic, partitions)
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
-        return kafka_end_offsets(cluster, topic, partitions)
+        return kafka_end_offsets(cluster, topic, partitions, marks=self._bounds.marks)
 
     def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         return self._bounds(cluster, topic, partitions, at_ms)

@@ -37,6 +37,7 @@ def test_watermarks_of_every_partition_come_over_one_connection_a_broker_kept_be
                 3: (0, 1),
             }
             assert marks.get(cluster.bootstrap_servers, "kept", 2) == (0, 5)
+            assert marks.ends(cluster.bootstrap_servers, "kept", [3, 2]) == {3: 1, 2: 5}
             assert [(b.earliest, b.end) for b in marks.bounds(cluster.bootstrap_servers, "kept", 4)] == [
                 (0, 3),
                 (0, 0),
