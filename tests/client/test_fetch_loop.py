@@ -321,10 +321,11 @@ def test_a_partition_added_after_a_metadata_request_is_routed_in_the_next_round(
         loop.close()
 
 
-def _busy(cluster: MockCluster, topic: str, partitions: int, records: int) -> None:
-    """Enough uncompressed bytes in every partition for one response to go to the decode pool."""
+def _busy(cluster: MockCluster, topic: str, partitions: int, records: int, **settings: object) -> None:
+    """Enough uncompressed bytes in every partition for one response to go to the decode pool (with a small
+    `batch.size` in `settings`, batches of a few records: a partition is read over many responses)."""
     cluster.create_topic(topic, partitions)
-    raw = KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+    raw = KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5, **settings})
     for p in range(partitions):
         for i in range(records):
             raw.produce(topic, b"p%d-%05d-" % (p, i) + b"x" * 1000, partition=p)
@@ -437,12 +438,7 @@ def test_the_next_fetch_is_with_the_broker_while_a_response_is_decoded(one_broke
     """A busy partition read over many responses: each response's records are handed over once the Fetch after
     it is sent (asked from where its whole batches end), so the broker reads and sends while the loop decodes.
     Every record still comes once, in order; without fetching ahead, the next Fetch waits for the decoding."""
-    one_broker.create_topic("ahead", 2)
-    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers, "batch.size": 16 << 10})
-    for p in range(2):
-        for i in range(300):
-            raw.produce("ahead", b"p%d-%05d-" % (p, i) + b"x" * 1000, partition=p)
-    assert raw.flush(10) == 0
+    _busy(one_broker, "ahead", 2, 300, **{"batch.size": 16 << 10})
     loop = make_loop(start=False, partition_max_bytes=32 << 10, fetch_ahead=ahead)
     try:
         got = [Collect(loop) for _ in range(2)]
@@ -512,12 +508,7 @@ def test_a_partition_granted_while_its_broker_is_read_ahead_is_read_without_wait
     """A busy partition is read response after response, each next Fetch sent ahead; a partition granted
     meanwhile on the same broker has its position looked up and is read within a few rounds, not after the busy
     one is done."""
-    one_broker.create_topic("late", 2)
-    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers, "batch.size": 16 << 10})
-    for p in range(2):
-        for i in range(300):
-            raw.produce("late", b"p%d-%05d-" % (p, i) + b"x" * 1000, partition=p)
-    assert raw.flush(10) == 0
+    _busy(one_broker, "late", 2, 300, **{"batch.size": 16 << 10})
     loop = make_loop(start=False, partition_max_bytes=16 << 10)  # its rounds are run here, one at a time
     try:
         got = [Collect(loop) for _ in range(2)]
