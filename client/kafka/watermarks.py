@@ -130,7 +130,7 @@ class Watermarks:
                 if not err.retryable or attempt == ATTEMPTS - 1:
                     raise UnavailableError(f"cannot read the offsets of {topic} at {cluster.bootstrap}: {err}") from err
             except UnavailableError:
-                if attempt == ATTEMPTS - 1:
+                if attempt:  # once on new connections (a kept one may have been dropped), not a wait per try
                     raise
             cluster.close()  # a broker gone or moved: its leaders are asked again on new connections
         raise AssertionError("unreachable")
@@ -203,10 +203,8 @@ class Watermarks:
         if at_ms is None:
             return [PartitionBounds(*marks[p]) for p in every]
         found = self.at_time(bootstrap, topic, dict.fromkeys(every, at_ms))
-        return [
-            PartitionBounds(low, high, at if (at := found.get(p, -1)) >= 0 else high)
-            for p, (low, high) in ((p, marks[p]) for p in every)
-        ]
+        ats = {p: at if (at := found.get(p, -1)) >= 0 else marks[p][1] for p in every}  # none that late: the end
+        return [PartitionBounds(*marks[p], ats[p]) for p in every]
 
     def _search(self, bootstrap: str, topic: str, partition: int, at_ms: int, low: int, high: int) -> int:
         """The first offset at or after `at_ms` by the records' own timestamps (see PartitionFetcher): when
