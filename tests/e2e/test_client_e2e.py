@@ -103,6 +103,11 @@ class Stack:
         else:
             LocalClusterControl(self.clusters[name].control_endpoint, name=name).broker_up(1)
 
+    def own(self, proc: Proc) -> Proc:
+        """Stop `proc` with the stack (a worker a test killed or stopped already is passed over)."""
+        self._procs.insert(0, proc)  # workers stop before the clusters they read
+        return proc
+
     def stop(self) -> None:
         self.coordinator.stop()
         for proc in self._procs:
@@ -145,7 +150,7 @@ def worker(stack: Stack, name: str, **extra: object) -> Proc:
         env={"STREAMPLANE_TOKEN": stack.token("consumer", f"worker-{name}")},
     )
     proc.wait_for(r'"event": "started"')
-    return proc
+    return stack.own(proc)  # a test that fails (or forgets) still leaves no worker running after it
 
 
 class LagProbe:
