@@ -1,5 +1,6 @@
 """Every RPC's request message with extreme values (hypothesis): never INTERNAL or UNKNOWN, never a call slower
-than 1 s, and the coordinator's state consistent afterwards (issue 13).
+than 1 s (one gRPC refuses by its size never reaches the coordinator, and is not timed), and the coordinator's
+state consistent afterwards (issue 13).
 
 Requests are built from the messages' own descriptors, so a field added later is fuzzed too. Calls are made
 as an admin, to reach past the permission checks. Cluster registrations are fuzzed on a coordinator of their
@@ -166,6 +167,8 @@ def _check(address: str, admin: str, service: str, method: Any, values: dict[str
     request = build(message_factory.GetMessageClass(method.input_type), values)  # wherever its .proto defines it
     code, details, took = _call(address, admin, service, method, request)
     assert code not in BAD, f"{method.name}: {code.name} {details[:300]} for {str(request)[:300]}"
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        return  # gRPC refused it by its size before our code ran: its time is the client's, sending 50 MB
     assert took < (2.0 if method.server_streaming else 1.0), f"{method.name} took {took:.2f} s"
 
 
