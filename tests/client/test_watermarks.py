@@ -4,6 +4,7 @@ the clusters looked at last (rewinds, redrive claims and Spark's planner ask it 
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
@@ -21,50 +22,52 @@ def _fill(cluster: MockCluster, topic: str, counts: list[int]) -> None:
     assert producer.flush(10) == 0
 
 
-def test_watermarks_of_every_partition_come_over_one_connection_a_broker_kept_between_calls() -> None:
-    cluster = MockCluster(2)
-    marks = Watermarks()
-    try:
-        cluster.create_topic("kept", 4)
-        for p in range(4):
-            cluster.set_leader("kept", p, 1 + p % 2)
-        _fill(cluster, "kept", [3, 0, 5, 1])
-        for _ in range(3):
-            assert marks.marks(cluster.bootstrap_servers, "kept", [0, 1, 2, 3]) == {
-                0: (0, 3),
-                1: (0, 0),
-                2: (0, 5),
-                3: (0, 1),
-            }
-            assert marks.get(cluster.bootstrap_servers, "kept", 2) == (0, 5)
-            assert marks.ends(cluster.bootstrap_servers, "kept", [3, 2]) == {3: 1, 2: 5}
-            assert [(b.earliest, b.end) for b in marks.bounds(cluster.bootstrap_servers, "kept", 4)] == [
-                (0, 3),
-                (0, 0),
-                (0, 5),
-                (0, 1),
-            ]
-        (held,) = marks._clusters.values()
-        assert sorted(held.conns) == [1, 2], "one connection per broker, kept"
-    finally:
-        marks.close()
-        cluster.close()
+@pytest.fixture
+def two_brokers() -> Iterator[tuple[MockCluster, Watermarks]]:
+    cluster, marks = MockCluster(2), Watermarks()
+    yield cluster, marks
+    marks.close()
+    cluster.close()
 
 
-def test_a_leader_that_moved_since_the_last_call_is_looked_up_again() -> None:
-    cluster = MockCluster(2)
-    marks = Watermarks()
-    try:
-        cluster.create_topic("moving", 1)
-        cluster.set_leader("moving", 0, 1)
-        _fill(cluster, "moving", [4])
-        assert marks.get(cluster.bootstrap_servers, "moving", 0) == (0, 4)
-        cluster.set_leader("moving", 0, 2)  # the leader it knows now answers NOT_LEADER_OR_FOLLOWER
-        assert marks.get(cluster.bootstrap_servers, "moving", 0) == (0, 4)
-        assert marks._clusters[cluster.bootstrap_servers].leaders["moving"] == {0: 2}
-    finally:
-        marks.close()
-        cluster.close()
+def test_watermarks_of_every_partition_come_over_one_connection_a_broker_kept_between_calls(
+    two_brokers: tuple[MockCluster, Watermarks],
+) -> None:
+    cluster, marks = two_brokers
+    cluster.create_topic("kept", 4)
+    for p in range(4):
+        cluster.set_leader("kept", p, 1 + p % 2)
+    _fill(cluster, "kept", [3, 0, 5, 1])
+    for _ in range(3):
+        assert marks.marks(cluster.bootstrap_servers, "kept", [0, 1, 2, 3]) == {
+            0: (0, 3),
+            1: (0, 0),
+            2: (0, 5),
+            3: (0, 1),
+        }
+        assert marks.get(cluster.bootstrap_servers, "kept", 2) == (0, 5)
+        assert marks.ends(cluster.bootstrap_servers, "kept", [3, 2]) == {3: 1, 2: 5}
+        assert [(b.earliest, b.end) for b in marks.bounds(cluster.bootstrap_servers, "kept", 4)] == [
+            (0, 3),
+            (0, 0),
+            (0, 5),
+            (0, 1),
+        ]
+    (held,) = marks._clusters.values()
+    assert sorted(held.conns) == [1, 2], "one connection per broker, kept"
+
+
+def test_a_leader_that_moved_since_the_last_call_is_looked_up_again(
+    two_brokers: tuple[MockCluster, Watermarks],
+) -> None:
+    cluster, marks = two_brokers
+    cluster.create_topic("moving", 1)
+    cluster.set_leader("moving", 0, 1)
+    _fill(cluster, "moving", [4])
+    assert marks.get(cluster.bootstrap_servers, "moving", 0) == (0, 4)
+    cluster.set_leader("moving", 0, 2)  # the leader it knows now answers NOT_LEADER_OR_FOLLOWER
+    assert marks.get(cluster.bootstrap_servers, "moving", 0) == (0, 4)
+    assert marks._clusters[cluster.bootstrap_servers].leaders["moving"] == {0: 2}
 
 
 def test_a_topic_that_is_gone_and_a_cluster_that_does_not_answer_are_said_in_one_sentence() -> None:
