@@ -153,6 +153,8 @@ class Producer:
         self._held_bytes = 0
         self.failed = 0
         """Records whose delivery finally failed (each also logged, and reported to its on_delivery)."""
+        self.last_failure = ""
+        """Why the last of them failed, as librdkafka said."""
         self._version = ""  # the event version the routes are current as of
         self._resolving = 0
         self._errors: dict[str, tuple[int, str]] = {}
@@ -303,6 +305,21 @@ class Producer:
         finally:
             with self._lock:
                 self._resolving -= 1
+
+    def prepare(self, stream: str, lane: str = "realtime", timeout_s: float = 5.0) -> Route:
+        """Route the lane and connect its producer now, so that its first records do not wait: a new
+        idempotent librdkafka producer that has not yet reached a broker holds its first records about half
+        a second for its producer id. Asking the cluster for the topic's metadata connects it. A cluster that
+        does not answer within `timeout_s` is left to the first record (logged)."""
+        route = self.route(stream, lane)
+        with self._lock:
+            sender = self._current_sender(stream, lane)
+        if sender is not None:
+            try:
+                sender.quiet.list_topics(route.topic, timeout=timeout_s)
+            except KafkaException as err:
+                log.info("producer.prepare_failed", stream=stream, lane=lane, error=str(err))
+        return route
 
     def _set_route(self, stream: str, lane: str, gen: Generation) -> None:
         try:
@@ -570,6 +587,7 @@ class Producer:
                 self._resend.append((msg, current, on_delivery))
             else:
                 self.failed += 1  # under the lock: reports are served on the application's threads too
+                self.last_failure = err.str()
             sender = self._senders.get(gen)
         if sender is not None and err.code() != KafkaError._PURGE_QUEUE:
             self._cluster_error(sender.route.cluster, err)  # a delivery that failed there: the health monitor hears

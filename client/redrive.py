@@ -166,7 +166,9 @@ class Redrive:
         completing: Future[int] | None = None
         try:
             started = self.clock.monotonic()
-            claim = self._claim("", 0)
+            first = calls.submit(self._claim, "", 0)
+            producer.prepare(self.stream, self.to_lane)  # meanwhile: its first batch does not wait to connect
+            claim = first.result()
             cursor = ""  # where the walk goes on from: the cursor of the last batch claimed
             while True:
                 if claim.done:
@@ -187,7 +189,7 @@ class Redrive:
                     claim = self._claim(cursor, 0)
                     continue
                 report.waiting_ms, cursor = 0, claim.cursor
-                ahead = None if claim.in_doubt else calls.submit(self._claim, cursor, 1)
+                ahead = None if claim.in_doubt or claim.last else calls.submit(self._claim, cursor, 1)
                 left = self._run_batch(producer, claim, report, started)
                 self._completed(completing, report, progress)  # the batch before this one
                 completing = calls.submit(
@@ -196,6 +198,8 @@ class Redrive:
                 if ahead is None:
                     self._completed(completing, report, progress)
                     completing = None
+                    if claim.last:
+                        return report
                     claim = self._claim(cursor, 0)
                 else:
                     claim = ahead.result()
@@ -235,13 +239,8 @@ class Redrive:
         """Produce a claimed batch (what an in-doubt one has in the target already is not produced again);
         returns the records that could not be read."""
         landed = self._landed(claim) if claim.in_doubt else set()
-        failures: list[str] = []
+        failed = producer.failed
         left: list[tuple[PartitionRef, int]] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                failures.append(str(err))
-
         todo = [r for r in claim.batch if provenance(r) not in landed]
         report.found_landed += len(claim.batch) - len(todo)
         found = self._read(todo)
@@ -256,14 +255,13 @@ class Redrive:
             headers = [(k, v) for k, v in record.headers if not k.startswith(DROPPED_HEADERS)]
             headers += [(PROVENANCE_HEADER, provenance(r).encode()), (DLQ_HEADER, dlq_where.encode())]
             self._pace(report.produced + sent, started)
-            producer.produce(
-                self.stream, record.value, key=record.key, lane=self.to_lane, headers=headers, on_delivery=delivered
-            )
+            producer.produce(self.stream, record.value, key=record.key, lane=self.to_lane, headers=headers)
             sent += 1
-        if producer.flush(60) != 0 or failures:
+        if producer.flush(60) != 0 or producer.failed > failed:
+            why = producer.last_failure if producer.failed > failed else "flush timed out"
             raise UnavailableError(
                 f"the redrive's batch did not all reach lane {self.to_lane} of {self.stream} "
-                f"({failures[0] if failures else 'flush timed out'}); run it again: it goes on from this batch"
+                f"({why}); run it again: it goes on from this batch"
             )
         report.produced += sent
         return left

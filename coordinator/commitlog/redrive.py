@@ -239,18 +239,16 @@ def claim(
         "batch": _packed(records),
         "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},
     }
-    _write(
-        tr,
-        group,
-        stream,
-        {
-            "owner": owner,
-            "until_ms": now_ms + CLAIM_MS,
-            "cursor": token,
-            "flights": [*flights, flight],
-            "next_id": batch_id + 1,
-        },
-    )
+    claimed = {
+        "owner": owner,
+        "until_ms": now_ms + CLAIM_MS,
+        "cursor": token,
+        "flights": [*flights, flight],
+        "next_id": batch_id + 1,
+    }
+    if not token:  # the walk's last batch: the run ends with it, and its completion releases the claim
+        claimed["ended"] = True
+    _write(tr, group, stream, claimed)
     return RedriveClaim(tuple(records), target, token, batch_id=batch_id)
 
 

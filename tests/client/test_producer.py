@@ -122,6 +122,25 @@ def test_bad_input(address: str) -> None:
         Producer(address, max_batch_decompressed=1 << 40)
 
 
+def test_a_lane_prepared_ahead_is_routed_and_its_records_land(address: str, local_cluster) -> None:
+    """`prepare` routes a lane and connects its producer before the first record (a redrive does it while it
+    claims its first batch); an unknown stream or lane is refused there, as by `produce`."""
+    bootstrap, _ = local_cluster
+    with CoordinatorClient(address) as client:
+        client.create_stream("prepared", 1, cluster="east")
+    with Producer(address) as producer:
+        with pytest.raises(NotFoundError, match="ghost"):
+            producer.prepare("ghost")
+        with pytest.raises(NotFoundError, match="nolane"):
+            producer.prepare("prepared", "nolane")
+        route = producer.prepare("prepared")
+        assert route == producer.route("prepared") and route.topic.startswith("sp.prepared.realtime")
+        for i in range(3):
+            producer.produce("prepared", b"prepared-%d" % i)
+        assert producer.flush(10) == 0 and producer.failed == 0
+    assert [r.value for r in read_topic(bootstrap, route.topic, 3)] == [b"prepared-%d" % i for i in range(3)]
+
+
 def test_bad_settings_and_an_unreachable_coordinator_are_clear_errors(address: str) -> None:
     with pytest.raises(ValueError, match=r"linger\.mss"):
         Producer(address, **{"linger.mss": 5})

@@ -149,6 +149,28 @@ def test_a_claim_sent_again_gets_its_batch_back_in_doubt_and_a_walk_passes_over_
     assert _claim(d, "run-b", now_ms=100_002).done, "a later run does not wait for a claim to lapse"
 
 
+def test_the_walks_last_batch_says_so_and_its_completion_releases_the_claim() -> None:
+    """A run ends with the walk's last batch, claiming nothing after it: a claim after it would walk again
+    from the start, over every reject the run redrove. Completing that batch releases the claim, also when it
+    was claimed ahead, while the one before it was still in flight."""
+    d = _world(10)
+    first = _claim(d, "run-a", batch_size=6)
+    assert first.cursor and not first.last
+    ahead = _claim(d, "run-a", batch_size=6, cursor=first.cursor, in_flight=1)
+    assert [r.offset for r in ahead.batch] == [6, 7, 8, 9] and ahead.cursor == "" and ahead.last
+    redrive.complete(d.db, "orders", "billing", "run-a", batch_id=first.batch_id, now_ms=100_001)
+    assert _claim(d, "run-b", now_ms=100_002).wait_ms > 0, "the last batch is still in flight"
+    assert redrive.complete(d.db, "orders", "billing", "run-a", batch_id=ahead.batch_id, now_ms=100_003) == 4
+    assert d.db.transact(lambda tr: tr.get(keys.redrive_key("billing", "orders"))) is None
+    assert _lane(d) == (0, 10, 0)
+    later = _claim(d, "run-b", now_ms=100_004)
+    assert later.done and later.wait_ms == 0 and not later.last, "a later run does not wait for a claim to lapse"
+    taken = _world(3)
+    _claim(taken, "run-a")
+    in_doubt = _claim(taken, "run-b", now_ms=100_000 + redrive.CLAIM_MS)
+    assert in_doubt.in_doubt and in_doubt.cursor == "" and not in_doubt.last, "a takeover walks from the start next"
+
+
 def test_a_run_that_takes_over_gets_every_batch_in_flight_as_one_in_doubt() -> None:
     d = _world(10)
     first = _claim(d, "run-a", batch_size=3, target=TARGET)
@@ -282,6 +304,8 @@ class RedriveHistory(RuleBasedStateMachine):
         todo = [(r.partition, r.offset) for r in claim.batch if (r.partition, r.offset) not in landed]
         held.append({"claim": claim, "todo": todo})
         run["cursor"] = claim.cursor
+        if claim.last and not run["legacy"]:
+            run["ended"] = True  # the walk's last batch: the run claims no more (a legacy one claims until done)
 
     @rule(size=st.integers(1, 6), lost=st.booleans())
     def claim_ahead(self, size: int, lost: bool) -> None:
