@@ -527,6 +527,7 @@ class Producer:
                     sender.slow_produced += 1
                 else:
                     self.failed += 1
+                    self.last_failure = f"lane {h.lane} of {h.stream} is gone"
             if sender is None:
                 log.error("producer.delivery_failed", stream=h.stream, lane=h.lane, error="the lane is gone")
 
@@ -627,6 +628,7 @@ class Producer:
                 except StreamplaneError:  # closed while librdkafka's queue was full
                     with self._lock:
                         self.failed += 1
+                        self.last_failure = "the producer was closed"
                     log.error("producer.delivery_failed", topic=msg.topic(), to=route.topic, error="closed")
             for sender in senders:
                 sender.poll()

@@ -141,6 +141,15 @@ def test_a_lane_prepared_ahead_is_routed_and_its_records_land(address: str, loca
     assert [r.value for r in read_topic(bootstrap, route.topic, 3)] == [b"prepared-%d" % i for i in range(3)]
 
 
+def test_a_record_that_finally_fails_is_counted_with_why(address: str) -> None:
+    """`failed` counts records whose delivery finally failed and `last_failure` says why, for records sent
+    without on_delivery too (a redrive reports its batch's failure from them)."""
+    with Producer(address, **{"message.timeout.ms": 1, "linger.ms": 0}) as producer:  # before its producer id
+        producer.produce("purchases", b"too late")
+        producer.flush(10)
+        assert producer.failed == 1 and "timed out" in producer.last_failure, producer.last_failure
+
+
 def test_bad_settings_and_an_unreachable_coordinator_are_clear_errors(address: str) -> None:
     with pytest.raises(ValueError, match=r"linger\.mss"):
         Producer(address, **{"linger.mss": 5})
