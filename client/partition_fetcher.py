@@ -143,11 +143,15 @@ class PartitionFetcher:
                 time.sleep(delay)
                 delay = min(cap, delay * 2)
 
-    def offsets(self) -> tuple[int, int]:
-        """(earliest, latest) offsets of the partition now."""
-        earliest = self._with_retries(
+    def earliest(self) -> int:
+        """The earliest offset the partition still keeps (one ListOffsets)."""
+        return self._with_retries(
             "ListOffsets", lambda c: c.list_offsets(self.topic, [self.partition], EARLIEST)[self.partition]
         )
+
+    def offsets(self) -> tuple[int, int]:
+        """(earliest, latest) offsets of the partition now."""
+        earliest = self.earliest()
         latest = self._with_retries(
             "ListOffsets", lambda c: c.list_offsets(self.topic, [self.partition], LATEST)[self.partition]
         )
@@ -179,7 +183,7 @@ class PartitionFetcher:
     def fetch(self) -> Fetched:
         """The next records from the current position (none when caught up), moving the position past them."""
         if self.position < 0:
-            self.position = self.offsets()[0]
+            self.position = self.earliest()
         while True:
             (part,) = self._with_retries(
                 "Fetch",
@@ -191,7 +195,7 @@ class PartitionFetcher:
                 ),
             )
             if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                earliest, _ = self.offsets()
+                earliest = self.earliest()
                 if self.position < earliest:  # retention removed what we had not read: say so, go on
                     log.warning(
                         "fetcher.data_lost",

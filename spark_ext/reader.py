@@ -273,7 +273,7 @@ def read_slice(s: Slice, opts: SourceOptions, where: Where | None, leaders: Lead
         leaders=leaders,
     )
     try:
-        earliest, _ = fetcher.offsets()
+        earliest = fetcher.earliest()  # what retention removed from the range
         if earliest > s.begin:
             if opts.fail_on_data_loss:
                 raise UnavailableError(

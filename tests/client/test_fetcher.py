@@ -54,6 +54,29 @@ def test_reads_from_the_earliest_or_a_given_offset(local_cluster, topic: str) ->
     middle.close()
 
 
+def test_records_retention_removed_are_stepped_over_from_the_partitions_earliest_offset(kafka_bootstrap: str) -> None:
+    """On a real broker whose log start was moved (DeleteRecords): `earliest()` is it, a fetcher from the
+    earliest starts there, and one positioned below it goes on from it (what it missed is logged lost)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"fetch-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    produce(kafka_bootstrap, topic, [b"v%d" % i for i in range(10)])
+    for future in admin.delete_records([TopicPartition(topic, 0, 4)]).values():
+        future.result(timeout=30)
+    with_leaders = Leaders()
+    try:
+        fetcher = PartitionFetcher(kafka_bootstrap, topic, 0, leaders=with_leaders)
+        assert fetcher.earliest() == 4 and fetcher.offsets() == (4, 10)
+        assert read_all(fetcher, 6)[0] == [b"v%d" % i for i in range(4, 10)]
+        below = PartitionFetcher(kafka_bootstrap, topic, 0, start_offset=1, leaders=with_leaders)
+        assert read_all(below, 6)[0] == [b"v%d" % i for i in range(4, 10)]
+    finally:
+        with_leaders.close()
+
+
 def test_follows_a_leader_move_and_waits_out_a_broker_down(local_cluster, topic: str) -> None:
     bootstrap, control = local_cluster
     produce(bootstrap, topic, [b"a%d" % i for i in range(100)])
