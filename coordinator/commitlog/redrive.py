@@ -249,7 +249,7 @@ def claim(
     if not token:  # the walk's last batch: the run ends with it, and its completion releases the claim
         claimed["ended"] = True
     _write(tr, group, stream, claimed)
-    return RedriveClaim(tuple(records), target, token, batch_id=batch_id)
+    return RedriveClaim(tuple(records), target, token, batch_id=batch_id, last=not token)
 
 
 @transactional

@@ -225,12 +225,10 @@ class RedriveClaim:
     wait_ms: int = 0
     """Over 0: another run holds the claim for this long yet (unless it makes progress); nothing was claimed."""
     batch_id: int = 0
-
-    @property
-    def last(self) -> bool:
-        """The walk's last batch: no claim follows it, and its completion releases the claim (a claim after it
-        would walk again from the start, over every reject this run redrove, to find nothing)."""
-        return bool(self.batch) and not self.cursor and not self.in_doubt and not self.done
+    last: bool = False
+    """The walk's last batch: no claim follows it, and its completion releases the claim (a claim after it
+    would walk again from the start, over every reject this run redrove, to find nothing). Said by the commit
+    log, so that a run of a coordinator that does not say it claims until done, as before."""
 
 
 @dataclass(frozen=True)

@@ -2158,7 +2158,10 @@ type ClaimRedriveResponse struct {
 	// Over 0: another run holds the claim for this long yet (unless it makes progress); nothing was claimed.
 	WaitMs int64 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// What completing this batch names.
-	BatchId       uint64 `protobuf:"varint,7,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	BatchId uint64 `protobuf:"varint,7,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// The walk's last batch: the run claims nothing after it, and completing it releases the claim (a
+	// coordinator from before this field never sets it; its runs claim until done).
+	Last          bool `protobuf:"varint,8,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2240,6 +2243,13 @@ func (x *ClaimRedriveResponse) GetBatchId() uint64 {
 		return x.BatchId
 	}
 	return 0
+}
+
+func (x *ClaimRedriveResponse) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
 }
 
 type CompleteRedriveRequest struct {
@@ -2559,7 +2569,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05topic\x18\x04 \x01(\tR\x05topic\x12+\n" +
 	"\x11bootstrap_servers\x18\x05 \x01(\tR\x10bootstrapServers\x12!\n" +
-	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\xfe\x01\n" +
+	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\x92\x02\n" +
 	"\x14ClaimRedriveResponse\x124\n" +
 	"\x05batch\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\x05batch\x125\n" +
 	"\x06target\x18\x02 \x01(\v2\x1d.streamplane.v1.RedriveTargetR\x06target\x12\x16\n" +
@@ -2567,7 +2577,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\bin_doubt\x18\x04 \x01(\bR\ainDoubt\x12\x12\n" +
 	"\x04done\x18\x05 \x01(\bR\x04done\x12\x17\n" +
 	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x12\x19\n" +
-	"\bbatch_id\x18\a \x01(\x04R\abatchId\"\xac\x01\n" +
+	"\bbatch_id\x18\a \x01(\x04R\abatchId\x12\x12\n" +
+	"\x04last\x18\b \x01(\bR\x04last\"\xac\x01\n" +
 	"\x16CompleteRedriveRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +

@@ -390,7 +390,7 @@ class RedriveTarget(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., topic: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., from_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ClaimRedriveResponse(_message.Message):
-    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms", "batch_id")
+    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms", "batch_id", "last")
     BATCH_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
@@ -398,6 +398,7 @@ class ClaimRedriveResponse(_message.Message):
     DONE_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
     batch: _containers.RepeatedCompositeFieldContainer[RejectedRecord]
     target: RedriveTarget
     cursor: str
@@ -405,7 +406,8 @@ class ClaimRedriveResponse(_message.Message):
     done: bool
     wait_ms: int
     batch_id: int
-    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., batch_id: _Optional[int] = ...) -> None: ...
+    last: bool
+    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., batch_id: _Optional[int] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class CompleteRedriveRequest(_message.Message):
     __slots__ = ("stream", "group", "owner", "left", "batch_id")

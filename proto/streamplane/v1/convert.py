@@ -747,7 +747,7 @@ def reject_page_from_pb(x: cpb.ListRejectsResponse) -> m.RejectPage:
 
 def redrive_claim_to_pb(c: m.RedriveClaim) -> cpb.ClaimRedriveResponse:
     out = cpb.ClaimRedriveResponse(
-        cursor=c.cursor, in_doubt=c.in_doubt, done=c.done, wait_ms=c.wait_ms, batch_id=c.batch_id
+        cursor=c.cursor, in_doubt=c.in_doubt, done=c.done, wait_ms=c.wait_ms, batch_id=c.batch_id, last=c.last
     )
     for r in c.batch:
         _rejected_to_pb(r, out.batch.add())
@@ -774,7 +774,7 @@ def redrive_claim_from_pb(x: cpb.ClaimRedriveResponse) -> m.RedriveClaim:
         else None
     )
     batch = tuple(_rejected_from_pb(y) for y in x.batch)
-    return m.RedriveClaim(batch, target, x.cursor, x.in_doubt, x.done, x.wait_ms, x.batch_id)
+    return m.RedriveClaim(batch, target, x.cursor, x.in_doubt, x.done, x.wait_ms, x.batch_id, x.last)
 
 
 def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
