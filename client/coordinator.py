@@ -12,7 +12,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -38,6 +38,8 @@ T = TypeVar("T")
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
 """The largest answer the client takes from the coordinator: a description of a 100,000-partition group is
 about 4.4 MB, past gRPC's default 4 MB (the coordinator still bounds what it receives)."""
+PROGRESS_LEASES_A_CALL = 1000
+"""Leases one GetProgressBatch names at most (the coordinator refuses more)."""
 KEEPALIVE_MS = 2000
 """How often the client pings its replica when no data arrived, and how long it waits for the answer: a
 replica that is stopped (SIGSTOP, a stalled VM) or cut off keeps its TCP connection open, and without pings
@@ -413,6 +415,23 @@ class CoordinatorClient:
         request = cpb.GetProgressRequest(group=group, lease_id=lease_id, max_ranges=max_ranges)
         return convert.progress_from_pb(self._call(self.commitlog.GetProgress, request, idempotent=True))
 
+    def progress_many(self, group: str, lease_ids: Sequence[str], max_ranges: int = 100_000) -> dict[str, m.Progress]:
+        """The progress of many leases of one group, {lease id: progress}, in as few calls as fit: up to
+        PROGRESS_LEASES_A_CALL leases and `max_ranges` done ranges a call (a lease whose ranges fill a call alone
+        is cut at `max_ranges`, as by `progress`). UnimplementedError from a coordinator older than the call."""
+        out: dict[str, m.Progress] = {}
+        todo = list(dict.fromkeys(lease_ids))
+        while todo:
+            asked = todo[:PROGRESS_LEASES_A_CALL]
+            request = cpb.GetProgressBatchRequest(group=group, lease_ids=asked, max_ranges=max_ranges)
+            got = self._call(self.commitlog.GetProgressBatch, request, idempotent=True)
+            if not got.progress:  # the first lease is always listed: a coordinator that does not is broken
+                raise StreamplaneError(f"the coordinator listed none of the {len(asked)} leases' progress asked")
+            for x in got.progress:
+                out[x.lease_id] = convert.progress_from_pb(x)
+            todo = todo[len(got.progress) :]
+        return out
+
     def due_retries(self, group: str, lease_id: str, epoch: int, limit: int = 1000) -> list[m.RetryState]:
         request = cpb.DueRetriesRequest(group=group, lease_id=lease_id, epoch=epoch, limit=limit)
         got = self._call(self.commitlog.DueRetries, request, idempotent=True)
@@ -602,9 +621,14 @@ class SessionCall:
 
     def events(self) -> Iterator[m.SessionEvent]:
         """Grants, revokes and seals; ends when cancelled here, raises the coordinator's error otherwise."""
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[m.SessionEvent]]:
+        """The events as they come, one list per message (a change's grants come together)."""
         try:
             for message in self._call:
-                yield from convert.session_events_from_pb(message)
+                yield list(convert.session_events_from_pb(message))
         except grpc.RpcError as err:
             if self._cancelled and err.code() == grpc.StatusCode.CANCELLED:
                 return

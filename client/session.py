@@ -167,19 +167,26 @@ class WorkerSession:
     def events(self) -> Iterator[SessionEvent]:
         """Grants, revokes and seals as they come; ends when the session is closed, raises SessionEndedError
         when the coordinator ends it."""
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[SessionEvent]]:
+        """The events as `events` gives them, one list per message the coordinator sent (a change's grants come
+        together, so their holder can read what it needs for all of them at once)."""
         assert self._call is not None, "join() first"
         try:
-            for event in self._call.events():
-                match event:
-                    case Grant():
-                        self._held[event.lease_id] = event
-                    case Revoke(deadline_ms=0):
-                        self._held.pop(event.lease_id, None)
-                    case Sealed():
-                        grant = self._held.get(event.lease_id)
-                        if grant is not None:
-                            self._held[event.lease_id] = dataclasses.replace(grant, end_offset=event.end_offset)
-                yield event
+            for batch in self._call.batches():
+                for event in batch:
+                    match event:
+                        case Grant():
+                            self._held[event.lease_id] = event
+                        case Revoke(deadline_ms=0):
+                            self._held.pop(event.lease_id, None)
+                        case Sealed():
+                            grant = self._held.get(event.lease_id)
+                            if grant is not None:
+                                self._held[event.lease_id] = dataclasses.replace(grant, end_offset=event.end_offset)
+                yield batch
         except StreamplaneError as cause:
             self._stop.set()
             self._held.clear()

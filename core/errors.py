@@ -151,6 +151,10 @@ class UnavailableError(StreamplaneError):
     default_retryable = True
 
 
+class UnimplementedError(StreamplaneError):
+    """The coordinator does not serve this call: it is older than the client (which then does without)."""
+
+
 class ThreadCrashedError(StreamplaneError):
     """A client's background thread failed with an unexpected exception (a bug); its owner ended loudly rather
     than live on without it."""

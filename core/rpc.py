@@ -27,6 +27,7 @@ from streamplane.errors import (
     StreamplaneError,
     UnauthenticatedError,
     UnavailableError,
+    UnimplementedError,
 )
 
 log = structlog.get_logger(__name__)
@@ -43,6 +44,7 @@ _TABLE: list[tuple[type[StreamplaneError], grpc.StatusCode]] = [
     (UnavailableError, grpc.StatusCode.UNAVAILABLE),
     (UnauthenticatedError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
+    (UnimplementedError, grpc.StatusCode.UNIMPLEMENTED),
 ]
 
 # Trailing metadata keys that carry the exact error class across the wire (FencedError vs FailedPrecondition)

@@ -31,11 +31,13 @@ from streamplane.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from streamplane.model import Finished, Grant, Revoke, Sealed, SessionEvent
+from streamplane.model import Finished, Grant, Progress, Revoke, Sealed, SessionEvent
 from streamplane.native import compile_where
 
 log = structlog.get_logger(__name__)
 
+PROGRESS_RANGES = 100_000
+"""Done ranges above a granted lease's start read from the commit log (for one lease, and for a call of many)."""
 REJOIN_MAX_S = 1.0
 """The longest wait between attempts to get the group session back (records wait for it: keep it short)."""
 
@@ -176,8 +178,8 @@ class Membership:
                 resume = ""
                 self.connected.set()
             try:
-                for event in session.events():
-                    self.on_event(event)
+                for batch in session.batches():
+                    self.on_events(batch)
                 if self._closed.is_set():
                     return
                 raise SessionEndedError("the session stream ended")
@@ -192,10 +194,24 @@ class Membership:
                 self._closed.wait(delay)
                 delay = min(REJOIN_MAX_S, delay * 2)
 
-    def on_event(self, event: SessionEvent) -> None:
+    def on_events(self, batch: list[SessionEvent]) -> None:
+        """One message's events in order; what the previous holders of its grants finished is read for all of
+        them in one call first (a worker granted a thousand leases at once makes one call, not a thousand)."""
+        wanted = [e.lease_id for e in batch if isinstance(e, Grant) and self._needs_progress(e)]
+        found: dict[str, Progress] = {}
+        if len(wanted) > 1:
+            try:
+                found = self.client.progress_many(self.group, wanted, max_ranges=PROGRESS_RANGES)
+            except StreamplaneError as err:  # each grant then reads its own (an older coordinator, a blip)
+                log.info("consumer.progress_batch_unavailable", leases=len(wanted), error=err.message)
+        for event in batch:
+            self.on_event(event, found)
+
+    def on_event(self, event: SessionEvent, progress: dict[str, Progress] | None = None) -> None:
+        """One event; `progress`: what previous holders finished, read already for some grants."""
         match event:
             case Grant():
-                self._grant(event)
+                self._grant(event, (progress or {}).get(event.lease_id))
             case Revoke():
                 self._revoke(event)
             case Sealed():
@@ -223,7 +239,16 @@ class Membership:
             self._stop_reading(ledger)
         log.info("consumer.lease_revoked", lease=event.lease_id, deadline=event.deadline_ms, reason=event.reason)
 
-    def _grant(self, grant: Grant) -> None:
+    def _needs_progress(self, grant: Grant) -> bool:
+        """Whether taking `grant` reads what its previous holders finished above its start: not for a lease
+        held already at that epoch (a resumed session's grants again), nor for one the grant says is clean."""
+        with self._lock:
+            held = self._ledgers.get(grant.lease_id)
+        if held is not None and held.epoch == grant.epoch and not held.lost:
+            return False
+        return grant.start_offset >= 0 and not grant.clean
+
+    def _grant(self, grant: Grant, progress: Progress | None = None) -> None:
         with self._lock:
             held = self._ledgers.get(grant.lease_id)
         if held is not None and held.epoch == grant.epoch and not held.lost:
@@ -245,7 +270,8 @@ class Membership:
         )
         if grant.start_offset >= 0 and not grant.clean:  # skip what a previous holder finished above it
             try:
-                progress = self.client.progress(self.group, grant.lease_id, max_ranges=100_000)
+                if progress is None:
+                    progress = self.client.progress(self.group, grant.lease_id, max_ranges=PROGRESS_RANGES)
                 ledger.skip_done(list(progress.done), progress.retrying)
                 ledger.may_have_retries = progress.retries > 0
             except StreamplaneError as err:

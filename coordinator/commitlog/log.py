@@ -11,7 +11,7 @@ watermark advances, the chunks below it are deleted, so a fully done partition i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -732,6 +732,39 @@ def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -
     r0 = keys.RETRIES.range((group, *ref))
     retrying = [keys.RETRIES.unpack(k)[-1] for k, _ in tr.get_range(r0.start, r0.stop, limit=max_ranges, snapshot=True)]
     return Progress(header, done, retrying)
+
+
+MAX_PROGRESS_LEASES = 1000
+"""Leases one `progress_many` (GetProgressBatch) names at most."""
+
+
+@transactional
+def progress_many(tr: Transaction, group: str, lids: Sequence[str], *, max_ranges: int = 100_000) -> list[Progress]:
+    """The progress of `lids` in their order, in one transaction, their done ranges and retrying offsets
+    `max_ranges` in all: a lease whose ranges do not fit in what is left is left out with the leases after it
+    (the caller asks again for them); the first is always listed, cut at `max_ranges` as `progress` cuts. Every
+    lease id is checked before anything is read."""
+    if len(lids) > MAX_PROGRESS_LEASES:
+        raise InvalidArgumentError(f"at most {MAX_PROGRESS_LEASES} leases a call, not {len(lids)}")
+    if max_ranges <= 0:
+        raise InvalidArgumentError(f"max_ranges must be positive, not {max_ranges}")
+    refs = [_partition(group, lid) for lid in lids]
+    spans = [
+        (r.start, r.stop) for ref in refs for r in (keys.DONE.range((group, *ref)), keys.RETRIES.range((group, *ref)))
+    ]
+    tr.prefetch([keys.progress_key(group, ref) for ref in refs], spans)
+    out: list[Progress] = []
+    left = max_ranges
+    for lid in lids:
+        p = progress(tr, group, lid, max_ranges=left)
+        used = max(len(p.done), len(p.retrying))
+        if out and used >= left:  # it may have been cut: it is asked again, first of the next call
+            break
+        out.append(p)
+        left -= used
+        if left <= 0:
+            break
+    return out
 
 
 @transactional

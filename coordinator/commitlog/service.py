@@ -3,6 +3,8 @@ decodes and encodes around it; the simulator drives it as the servicer does."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from streamplane.clock import SYSTEM, Clock
 from streamplane.coordinator.commitlog import log as commitlog
 from streamplane.coordinator.commitlog import redrive
@@ -65,7 +67,14 @@ class CommitLog:
         return out
 
     def progress(self, group: str, lid: str, *, max_ranges: int = 1000) -> Progress:
-        p = commitlog.progress(self.db, group, lid, max_ranges=max_ranges)
+        return self._progress(lid, commitlog.progress(self.db, group, lid, max_ranges=max_ranges))
+
+    def progress_many(self, group: str, lids: Sequence[str], *, max_ranges: int = 100_000) -> list[Progress]:
+        """The progress of many leases of one group, in their order, bounded as `commitlog.progress_many` says."""
+        found = commitlog.progress_many(self.db, group, lids, max_ranges=max_ranges)
+        return [self._progress(lid, p) for lid, p in zip(lids, found, strict=False)]
+
+    def _progress(self, lid: str, p: commitlog.Progress) -> Progress:
         h = p.header
         return Progress(
             lease_id=lid,

@@ -81,6 +81,20 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
         )
 
     @grpc_errors
+    def GetProgressBatch(
+        self, request: cpb.GetProgressBatchRequest, context: grpc.ServicerContext
+    ) -> cpb.GetProgressBatchResponse:
+        self._guard.require(context, auth.READ, group=request.group)
+        if len(request.lease_ids) > cl.MAX_PROGRESS_LEASES:  # before any read
+            raise InvalidArgumentError(
+                f"lease_ids: at most {cl.MAX_PROGRESS_LEASES} leases a call, not {len(request.lease_ids)}"
+            )
+        found = self._log.progress_many(
+            request.group, list(request.lease_ids), max_ranges=request.max_ranges or 100_000
+        )
+        return cpb.GetProgressBatchResponse(progress=[convert.progress_to_pb(p) for p in found])
+
+    @grpc_errors
     def DueRetries(self, request: cpb.DueRetriesRequest, context: grpc.ServicerContext) -> cpb.DueRetriesResponse:
         self._writer(context, request.group, [request.lease_id])
         due = self._log.due_retries(request.group, request.lease_id, request.epoch, limit=request.limit or 1000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from streamplane.errors import FencedError, NotFoundError, StreamplaneError
+from streamplane.errors import FencedError, NotFoundError, StreamplaneError, UnimplementedError
 from streamplane.rpc import details_json, error_from_code, error_from_status, status_for
 
 
@@ -50,3 +50,8 @@ def test_kafka_error_codes_are_named_in_messages() -> None:
     assert err.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     unknown = KafkaProtocolError("Fetch logs/0 failed", code=999)
     assert unknown.message.endswith("(Kafka error code 999)") and not unknown.retryable
+
+
+def test_a_call_the_coordinator_does_not_serve_is_unimplemented_for_the_client_to_do_without() -> None:
+    err = error_from_status(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+    assert isinstance(err, UnimplementedError) and err.message == "Method not found!"

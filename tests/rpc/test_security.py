@@ -475,6 +475,11 @@ def test_bad_values_get_invalid_argument_naming_the_field_and_quoting_a_short_pr
         ("assigner", "CheckLease", apb.CheckLeaseRequest(group="victim", lease_id=lid, epoch=1)),
         ("commitlog", "Commit", cpb.CommitRequest(group="victim", lease_id=lid, epoch=1, session_id="s1")),
         ("commitlog", "GetProgress", cpb.GetProgressRequest(group="victim", lease_id=lid)),
+        (
+            "commitlog",
+            "GetProgressBatch",
+            cpb.GetProgressBatchRequest(group="victim", lease_ids=["ok/realtime/g1/p0", lid]),
+        ),
         ("topology", "CreateStream", pb.CreateStreamRequest(name="x" * 200_000, partitions=1)),
         ("topology", "DescribeStream", pb.DescribeStreamRequest(name="\u00e9" * 100_000)),
     ]:
@@ -655,6 +660,12 @@ MATRIX: list[tuple[str, str, Any, set[str]]] = [
     ("commitlog", "Commit", cpb.CommitRequest(group="mx", lease_id="nope/realtime/g1/p0"), {"admin", "consumer"}),
     ("commitlog", "CommitBatch", cpb.CommitBatchRequest(group="mx"), {"admin", "consumer"}),
     ("commitlog", "GetProgress", cpb.GetProgressRequest(group="mx", lease_id="sec-logs/realtime/g1/p0"), EVERYONE),
+    (
+        "commitlog",
+        "GetProgressBatch",
+        cpb.GetProgressBatchRequest(group="mx", lease_ids=["sec-logs/realtime/g1/p0"]),
+        EVERYONE,
+    ),
     (
         "commitlog",
         "DueRetries",

@@ -853,6 +853,116 @@ func (x *GetProgressRequest) GetMaxRanges() uint32 {
 	return 0
 }
 
+type GetProgressBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// At most 1,000 leases of the group.
+	LeaseIds []string `protobuf:"bytes,2,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
+	// At most this many done ranges (and as many retrying offsets) are listed over all the leases (default
+	// 100,000).
+	MaxRanges     uint32 `protobuf:"varint,3,opt,name=max_ranges,json=maxRanges,proto3" json:"max_ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProgressBatchRequest) Reset() {
+	*x = GetProgressBatchRequest{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProgressBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProgressBatchRequest) ProtoMessage() {}
+
+func (x *GetProgressBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProgressBatchRequest.ProtoReflect.Descriptor instead.
+func (*GetProgressBatchRequest) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetProgressBatchRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GetProgressBatchRequest) GetLeaseIds() []string {
+	if x != nil {
+		return x.LeaseIds
+	}
+	return nil
+}
+
+func (x *GetProgressBatchRequest) GetMaxRanges() uint32 {
+	if x != nil {
+		return x.MaxRanges
+	}
+	return 0
+}
+
+type GetProgressBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The progress of the leases asked, in their order. When a lease's ranges do not fit in what is left of
+	// max_ranges, it and the leases after it are left out (ask again for them); the first one is always listed,
+	// its ranges cut at max_ranges as by GetProgress.
+	Progress      []*Progress `protobuf:"bytes,1,rep,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProgressBatchResponse) Reset() {
+	*x = GetProgressBatchResponse{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProgressBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProgressBatchResponse) ProtoMessage() {}
+
+func (x *GetProgressBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProgressBatchResponse.ProtoReflect.Descriptor instead.
+func (*GetProgressBatchResponse) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetProgressBatchResponse) GetProgress() []*Progress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 type RetryState struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	Offset            int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -868,7 +978,7 @@ type RetryState struct {
 
 func (x *RetryState) Reset() {
 	*x = RetryState{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[11]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +990,7 @@ func (x *RetryState) String() string {
 func (*RetryState) ProtoMessage() {}
 
 func (x *RetryState) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[11]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1003,7 @@ func (x *RetryState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryState.ProtoReflect.Descriptor instead.
 func (*RetryState) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{11}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RetryState) GetOffset() int64 {
@@ -960,7 +1070,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[12]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1082,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[12]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1095,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{12}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Progress) GetLeaseId() string {
@@ -1077,7 +1187,7 @@ type DueRetriesRequest struct {
 
 func (x *DueRetriesRequest) Reset() {
 	*x = DueRetriesRequest{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[13]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1199,7 @@ func (x *DueRetriesRequest) String() string {
 func (*DueRetriesRequest) ProtoMessage() {}
 
 func (x *DueRetriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[13]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1212,7 @@ func (x *DueRetriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DueRetriesRequest.ProtoReflect.Descriptor instead.
 func (*DueRetriesRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{13}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DueRetriesRequest) GetGroup() string {
@@ -1142,7 +1252,7 @@ type DueRetriesResponse struct {
 
 func (x *DueRetriesResponse) Reset() {
 	*x = DueRetriesResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[14]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1264,7 @@ func (x *DueRetriesResponse) String() string {
 func (*DueRetriesResponse) ProtoMessage() {}
 
 func (x *DueRetriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[14]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1277,7 @@ func (x *DueRetriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DueRetriesResponse.ProtoReflect.Descriptor instead.
 func (*DueRetriesResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{14}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DueRetriesResponse) GetDue() []*RetryState {
@@ -1197,7 +1307,7 @@ type GetLagRequest struct {
 
 func (x *GetLagRequest) Reset() {
 	*x = GetLagRequest{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[15]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1319,7 @@ func (x *GetLagRequest) String() string {
 func (*GetLagRequest) ProtoMessage() {}
 
 func (x *GetLagRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[15]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1332,7 @@ func (x *GetLagRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLagRequest.ProtoReflect.Descriptor instead.
 func (*GetLagRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{15}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetLagRequest) GetGroup() string {
@@ -1284,7 +1394,7 @@ type PartitionLag struct {
 
 func (x *PartitionLag) Reset() {
 	*x = PartitionLag{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[16]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1406,7 @@ func (x *PartitionLag) String() string {
 func (*PartitionLag) ProtoMessage() {}
 
 func (x *PartitionLag) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[16]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1419,7 @@ func (x *PartitionLag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLag.ProtoReflect.Descriptor instead.
 func (*PartitionLag) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{16}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PartitionLag) GetLeaseId() string {
@@ -1380,7 +1490,7 @@ type LaneLag struct {
 
 func (x *LaneLag) Reset() {
 	*x = LaneLag{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[17]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1502,7 @@ func (x *LaneLag) String() string {
 func (*LaneLag) ProtoMessage() {}
 
 func (x *LaneLag) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[17]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1515,7 @@ func (x *LaneLag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaneLag.ProtoReflect.Descriptor instead.
 func (*LaneLag) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{17}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LaneLag) GetStream() string {
@@ -1486,7 +1596,7 @@ type GetLagResponse struct {
 
 func (x *GetLagResponse) Reset() {
 	*x = GetLagResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[18]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1608,7 @@ func (x *GetLagResponse) String() string {
 func (*GetLagResponse) ProtoMessage() {}
 
 func (x *GetLagResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[18]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1621,7 @@ func (x *GetLagResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLagResponse.ProtoReflect.Descriptor instead.
 func (*GetLagResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{18}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetLagResponse) GetGroup() string {
@@ -1577,7 +1687,7 @@ type ListRejectsRequest struct {
 
 func (x *ListRejectsRequest) Reset() {
 	*x = ListRejectsRequest{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[19]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1699,7 @@ func (x *ListRejectsRequest) String() string {
 func (*ListRejectsRequest) ProtoMessage() {}
 
 func (x *ListRejectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[19]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1712,7 @@ func (x *ListRejectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRejectsRequest.ProtoReflect.Descriptor instead.
 func (*ListRejectsRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{19}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRejectsRequest) GetStream() string {
@@ -1675,7 +1785,7 @@ type RejectedRecord struct {
 
 func (x *RejectedRecord) Reset() {
 	*x = RejectedRecord{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[20]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1797,7 @@ func (x *RejectedRecord) String() string {
 func (*RejectedRecord) ProtoMessage() {}
 
 func (x *RejectedRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[20]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1810,7 @@ func (x *RejectedRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedRecord.ProtoReflect.Descriptor instead.
 func (*RejectedRecord) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{20}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RejectedRecord) GetGroup() string {
@@ -1776,7 +1886,7 @@ type PurgeRejectsRequest struct {
 
 func (x *PurgeRejectsRequest) Reset() {
 	*x = PurgeRejectsRequest{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +1898,7 @@ func (x *PurgeRejectsRequest) String() string {
 func (*PurgeRejectsRequest) ProtoMessage() {}
 
 func (x *PurgeRejectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[21]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +1911,7 @@ func (x *PurgeRejectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRejectsRequest.ProtoReflect.Descriptor instead.
 func (*PurgeRejectsRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{21}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PurgeRejectsRequest) GetStream() string {
@@ -1851,7 +1961,7 @@ type PurgeRejectsResponse struct {
 
 func (x *PurgeRejectsResponse) Reset() {
 	*x = PurgeRejectsResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[22]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1973,7 @@ func (x *PurgeRejectsResponse) String() string {
 func (*PurgeRejectsResponse) ProtoMessage() {}
 
 func (x *PurgeRejectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[22]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +1986,7 @@ func (x *PurgeRejectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeRejectsResponse.ProtoReflect.Descriptor instead.
 func (*PurgeRejectsResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{22}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PurgeRejectsResponse) GetPurged() uint32 {
@@ -1904,7 +2014,7 @@ type ListRejectsResponse struct {
 
 func (x *ListRejectsResponse) Reset() {
 	*x = ListRejectsResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[23]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2026,7 @@ func (x *ListRejectsResponse) String() string {
 func (*ListRejectsResponse) ProtoMessage() {}
 
 func (x *ListRejectsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[23]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2039,7 @@ func (x *ListRejectsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRejectsResponse.ProtoReflect.Descriptor instead.
 func (*ListRejectsResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{23}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRejectsResponse) GetRejects() []*RejectedRecord {
@@ -1970,7 +2080,7 @@ type ClaimRedriveRequest struct {
 
 func (x *ClaimRedriveRequest) Reset() {
 	*x = ClaimRedriveRequest{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[24]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2092,7 @@ func (x *ClaimRedriveRequest) String() string {
 func (*ClaimRedriveRequest) ProtoMessage() {}
 
 func (x *ClaimRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[24]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2105,7 @@ func (x *ClaimRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRedriveRequest.ProtoReflect.Descriptor instead.
 func (*ClaimRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{24}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClaimRedriveRequest) GetStream() string {
@@ -2076,7 +2186,7 @@ type RedriveTarget struct {
 
 func (x *RedriveTarget) Reset() {
 	*x = RedriveTarget{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[25]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2198,7 @@ func (x *RedriveTarget) String() string {
 func (*RedriveTarget) ProtoMessage() {}
 
 func (x *RedriveTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[25]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2211,7 @@ func (x *RedriveTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTarget.ProtoReflect.Descriptor instead.
 func (*RedriveTarget) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{25}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RedriveTarget) GetStream() string {
@@ -2168,7 +2278,7 @@ type ClaimRedriveResponse struct {
 
 func (x *ClaimRedriveResponse) Reset() {
 	*x = ClaimRedriveResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[26]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2290,7 @@ func (x *ClaimRedriveResponse) String() string {
 func (*ClaimRedriveResponse) ProtoMessage() {}
 
 func (x *ClaimRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[26]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2303,7 @@ func (x *ClaimRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRedriveResponse.ProtoReflect.Descriptor instead.
 func (*ClaimRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{26}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ClaimRedriveResponse) GetBatch() []*RejectedRecord {
@@ -2267,7 +2377,7 @@ type CompleteRedriveRequest struct {
 
 func (x *CompleteRedriveRequest) Reset() {
 	*x = CompleteRedriveRequest{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2389,7 @@ func (x *CompleteRedriveRequest) String() string {
 func (*CompleteRedriveRequest) ProtoMessage() {}
 
 func (x *CompleteRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2402,7 @@ func (x *CompleteRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRedriveRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{27}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CompleteRedriveRequest) GetStream() string {
@@ -2339,7 +2449,7 @@ type CompleteRedriveResponse struct {
 
 func (x *CompleteRedriveResponse) Reset() {
 	*x = CompleteRedriveResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2461,7 @@ func (x *CompleteRedriveResponse) String() string {
 func (*CompleteRedriveResponse) ProtoMessage() {}
 
 func (x *CompleteRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2474,7 @@ func (x *CompleteRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRedriveResponse.ProtoReflect.Descriptor instead.
 func (*CompleteRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{28}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CompleteRedriveResponse) GetRedriven() uint32 {
@@ -2447,7 +2557,14 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x1d\n" +
 	"\n" +
-	"max_ranges\x18\x03 \x01(\rR\tmaxRanges\"\xc6\x01\n" +
+	"max_ranges\x18\x03 \x01(\rR\tmaxRanges\"k\n" +
+	"\x17GetProgressBatchRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
+	"\tlease_ids\x18\x02 \x03(\tR\bleaseIds\x12\x1d\n" +
+	"\n" +
+	"max_ranges\x18\x03 \x01(\rR\tmaxRanges\"P\n" +
+	"\x18GetProgressBatchResponse\x124\n" +
+	"\bprogress\x18\x01 \x03(\v2\x18.streamplane.v1.ProgressR\bprogress\"\xc6\x01\n" +
 	"\n" +
 	"RetryState\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1a\n" +
@@ -2586,11 +2703,12 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x04left\x18\x04 \x03(\v2\x1f.streamplane.v1.PartitionOffsetR\x04left\x12\x19\n" +
 	"\bbatch_id\x18\x05 \x01(\x04R\abatchId\"5\n" +
 	"\x17CompleteRedriveResponse\x12\x1a\n" +
-	"\bredriven\x18\x01 \x01(\rR\bredriven2\xf1\x06\n" +
+	"\bredriven\x18\x01 \x01(\rR\bredriven2\xd8\a\n" +
 	"\x10CommitLogService\x12G\n" +
 	"\x06Commit\x12\x1d.streamplane.v1.CommitRequest\x1a\x1e.streamplane.v1.CommitResponse\x12V\n" +
 	"\vCommitBatch\x12\".streamplane.v1.CommitBatchRequest\x1a#.streamplane.v1.CommitBatchResponse\x12K\n" +
-	"\vGetProgress\x12\".streamplane.v1.GetProgressRequest\x1a\x18.streamplane.v1.Progress\x12S\n" +
+	"\vGetProgress\x12\".streamplane.v1.GetProgressRequest\x1a\x18.streamplane.v1.Progress\x12e\n" +
+	"\x10GetProgressBatch\x12'.streamplane.v1.GetProgressBatchRequest\x1a(.streamplane.v1.GetProgressBatchResponse\x12S\n" +
 	"\n" +
 	"DueRetries\x12!.streamplane.v1.DueRetriesRequest\x1a\".streamplane.v1.DueRetriesResponse\x12G\n" +
 	"\x06GetLag\x12\x1d.streamplane.v1.GetLagRequest\x1a\x1e.streamplane.v1.GetLagResponse\x12V\n" +
@@ -2612,41 +2730,43 @@ func file_streamplane_v1_commitlog_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_commitlog_proto_rawDescData
 }
 
-var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_streamplane_v1_commitlog_proto_goTypes = []any{
-	(*OffsetRange)(nil),             // 0: streamplane.v1.OffsetRange
-	(*RetryEntry)(nil),              // 1: streamplane.v1.RetryEntry
-	(*DlqLocation)(nil),             // 2: streamplane.v1.DlqLocation
-	(*RejectEntry)(nil),             // 3: streamplane.v1.RejectEntry
-	(*CommitRequest)(nil),           // 4: streamplane.v1.CommitRequest
-	(*DlqCopy)(nil),                 // 5: streamplane.v1.DlqCopy
-	(*CommitResponse)(nil),          // 6: streamplane.v1.CommitResponse
-	(*CommitBatchRequest)(nil),      // 7: streamplane.v1.CommitBatchRequest
-	(*CommitResult)(nil),            // 8: streamplane.v1.CommitResult
-	(*CommitBatchResponse)(nil),     // 9: streamplane.v1.CommitBatchResponse
-	(*GetProgressRequest)(nil),      // 10: streamplane.v1.GetProgressRequest
-	(*RetryState)(nil),              // 11: streamplane.v1.RetryState
-	(*Progress)(nil),                // 12: streamplane.v1.Progress
-	(*DueRetriesRequest)(nil),       // 13: streamplane.v1.DueRetriesRequest
-	(*DueRetriesResponse)(nil),      // 14: streamplane.v1.DueRetriesResponse
-	(*GetLagRequest)(nil),           // 15: streamplane.v1.GetLagRequest
-	(*PartitionLag)(nil),            // 16: streamplane.v1.PartitionLag
-	(*LaneLag)(nil),                 // 17: streamplane.v1.LaneLag
-	(*GetLagResponse)(nil),          // 18: streamplane.v1.GetLagResponse
-	(*ListRejectsRequest)(nil),      // 19: streamplane.v1.ListRejectsRequest
-	(*RejectedRecord)(nil),          // 20: streamplane.v1.RejectedRecord
-	(*PurgeRejectsRequest)(nil),     // 21: streamplane.v1.PurgeRejectsRequest
-	(*PurgeRejectsResponse)(nil),    // 22: streamplane.v1.PurgeRejectsResponse
-	(*ListRejectsResponse)(nil),     // 23: streamplane.v1.ListRejectsResponse
-	(*ClaimRedriveRequest)(nil),     // 24: streamplane.v1.ClaimRedriveRequest
-	(*RedriveTarget)(nil),           // 25: streamplane.v1.RedriveTarget
-	(*ClaimRedriveResponse)(nil),    // 26: streamplane.v1.ClaimRedriveResponse
-	(*CompleteRedriveRequest)(nil),  // 27: streamplane.v1.CompleteRedriveRequest
-	(*CompleteRedriveResponse)(nil), // 28: streamplane.v1.CompleteRedriveResponse
-	(*PartitionRef)(nil),            // 29: streamplane.v1.PartitionRef
-	(*PartitionOffset)(nil),         // 30: streamplane.v1.PartitionOffset
-	(*ConfigureGroupRequest)(nil),   // 31: streamplane.v1.ConfigureGroupRequest
-	(*ConfigureGroupResponse)(nil),  // 32: streamplane.v1.ConfigureGroupResponse
+	(*OffsetRange)(nil),              // 0: streamplane.v1.OffsetRange
+	(*RetryEntry)(nil),               // 1: streamplane.v1.RetryEntry
+	(*DlqLocation)(nil),              // 2: streamplane.v1.DlqLocation
+	(*RejectEntry)(nil),              // 3: streamplane.v1.RejectEntry
+	(*CommitRequest)(nil),            // 4: streamplane.v1.CommitRequest
+	(*DlqCopy)(nil),                  // 5: streamplane.v1.DlqCopy
+	(*CommitResponse)(nil),           // 6: streamplane.v1.CommitResponse
+	(*CommitBatchRequest)(nil),       // 7: streamplane.v1.CommitBatchRequest
+	(*CommitResult)(nil),             // 8: streamplane.v1.CommitResult
+	(*CommitBatchResponse)(nil),      // 9: streamplane.v1.CommitBatchResponse
+	(*GetProgressRequest)(nil),       // 10: streamplane.v1.GetProgressRequest
+	(*GetProgressBatchRequest)(nil),  // 11: streamplane.v1.GetProgressBatchRequest
+	(*GetProgressBatchResponse)(nil), // 12: streamplane.v1.GetProgressBatchResponse
+	(*RetryState)(nil),               // 13: streamplane.v1.RetryState
+	(*Progress)(nil),                 // 14: streamplane.v1.Progress
+	(*DueRetriesRequest)(nil),        // 15: streamplane.v1.DueRetriesRequest
+	(*DueRetriesResponse)(nil),       // 16: streamplane.v1.DueRetriesResponse
+	(*GetLagRequest)(nil),            // 17: streamplane.v1.GetLagRequest
+	(*PartitionLag)(nil),             // 18: streamplane.v1.PartitionLag
+	(*LaneLag)(nil),                  // 19: streamplane.v1.LaneLag
+	(*GetLagResponse)(nil),           // 20: streamplane.v1.GetLagResponse
+	(*ListRejectsRequest)(nil),       // 21: streamplane.v1.ListRejectsRequest
+	(*RejectedRecord)(nil),           // 22: streamplane.v1.RejectedRecord
+	(*PurgeRejectsRequest)(nil),      // 23: streamplane.v1.PurgeRejectsRequest
+	(*PurgeRejectsResponse)(nil),     // 24: streamplane.v1.PurgeRejectsResponse
+	(*ListRejectsResponse)(nil),      // 25: streamplane.v1.ListRejectsResponse
+	(*ClaimRedriveRequest)(nil),      // 26: streamplane.v1.ClaimRedriveRequest
+	(*RedriveTarget)(nil),            // 27: streamplane.v1.RedriveTarget
+	(*ClaimRedriveResponse)(nil),     // 28: streamplane.v1.ClaimRedriveResponse
+	(*CompleteRedriveRequest)(nil),   // 29: streamplane.v1.CompleteRedriveRequest
+	(*CompleteRedriveResponse)(nil),  // 30: streamplane.v1.CompleteRedriveResponse
+	(*PartitionRef)(nil),             // 31: streamplane.v1.PartitionRef
+	(*PartitionOffset)(nil),          // 32: streamplane.v1.PartitionOffset
+	(*ConfigureGroupRequest)(nil),    // 33: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil),   // 34: streamplane.v1.ConfigureGroupResponse
 }
 var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	2,  // 0: streamplane.v1.RejectEntry.dlq:type_name -> streamplane.v1.DlqLocation
@@ -2659,41 +2779,44 @@ var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	4,  // 7: streamplane.v1.CommitBatchRequest.commits:type_name -> streamplane.v1.CommitRequest
 	5,  // 8: streamplane.v1.CommitResult.copies:type_name -> streamplane.v1.DlqCopy
 	8,  // 9: streamplane.v1.CommitBatchResponse.results:type_name -> streamplane.v1.CommitResult
-	0,  // 10: streamplane.v1.Progress.done:type_name -> streamplane.v1.OffsetRange
-	11, // 11: streamplane.v1.DueRetriesResponse.due:type_name -> streamplane.v1.RetryState
-	16, // 12: streamplane.v1.GetLagResponse.partitions:type_name -> streamplane.v1.PartitionLag
-	17, // 13: streamplane.v1.GetLagResponse.lanes:type_name -> streamplane.v1.LaneLag
-	29, // 14: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
-	2,  // 15: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
-	20, // 16: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
-	20, // 17: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
-	25, // 18: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
-	30, // 19: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
-	4,  // 20: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
-	7,  // 21: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
-	10, // 22: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
-	13, // 23: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
-	15, // 24: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
-	19, // 25: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
-	21, // 26: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
-	31, // 27: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	24, // 28: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
-	27, // 29: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
-	6,  // 30: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
-	9,  // 31: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
-	12, // 32: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
-	14, // 33: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
-	18, // 34: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
-	23, // 35: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
-	22, // 36: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
-	32, // 37: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	26, // 38: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
-	28, // 39: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
-	30, // [30:40] is the sub-list for method output_type
-	20, // [20:30] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	14, // 10: streamplane.v1.GetProgressBatchResponse.progress:type_name -> streamplane.v1.Progress
+	0,  // 11: streamplane.v1.Progress.done:type_name -> streamplane.v1.OffsetRange
+	13, // 12: streamplane.v1.DueRetriesResponse.due:type_name -> streamplane.v1.RetryState
+	18, // 13: streamplane.v1.GetLagResponse.partitions:type_name -> streamplane.v1.PartitionLag
+	19, // 14: streamplane.v1.GetLagResponse.lanes:type_name -> streamplane.v1.LaneLag
+	31, // 15: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
+	2,  // 16: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
+	22, // 17: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
+	22, // 18: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
+	27, // 19: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
+	32, // 20: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
+	4,  // 21: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
+	7,  // 22: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
+	10, // 23: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
+	11, // 24: streamplane.v1.CommitLogService.GetProgressBatch:input_type -> streamplane.v1.GetProgressBatchRequest
+	15, // 25: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
+	17, // 26: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
+	21, // 27: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
+	23, // 28: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
+	33, // 29: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	26, // 30: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
+	29, // 31: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
+	6,  // 32: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
+	9,  // 33: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
+	14, // 34: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
+	12, // 35: streamplane.v1.CommitLogService.GetProgressBatch:output_type -> streamplane.v1.GetProgressBatchResponse
+	16, // 36: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
+	20, // 37: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
+	25, // 38: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
+	24, // 39: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
+	34, // 40: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	28, // 41: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
+	30, // 42: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_commitlog_proto_init() }
@@ -2708,7 +2831,7 @@ func file_streamplane_v1_commitlog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_commitlog_proto_rawDesc), len(file_streamplane_v1_commitlog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,16 +21,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CommitLogService_Commit_FullMethodName          = "/streamplane.v1.CommitLogService/Commit"
-	CommitLogService_CommitBatch_FullMethodName     = "/streamplane.v1.CommitLogService/CommitBatch"
-	CommitLogService_GetProgress_FullMethodName     = "/streamplane.v1.CommitLogService/GetProgress"
-	CommitLogService_DueRetries_FullMethodName      = "/streamplane.v1.CommitLogService/DueRetries"
-	CommitLogService_GetLag_FullMethodName          = "/streamplane.v1.CommitLogService/GetLag"
-	CommitLogService_ListRejects_FullMethodName     = "/streamplane.v1.CommitLogService/ListRejects"
-	CommitLogService_PurgeRejects_FullMethodName    = "/streamplane.v1.CommitLogService/PurgeRejects"
-	CommitLogService_ConfigureGroup_FullMethodName  = "/streamplane.v1.CommitLogService/ConfigureGroup"
-	CommitLogService_ClaimRedrive_FullMethodName    = "/streamplane.v1.CommitLogService/ClaimRedrive"
-	CommitLogService_CompleteRedrive_FullMethodName = "/streamplane.v1.CommitLogService/CompleteRedrive"
+	CommitLogService_Commit_FullMethodName           = "/streamplane.v1.CommitLogService/Commit"
+	CommitLogService_CommitBatch_FullMethodName      = "/streamplane.v1.CommitLogService/CommitBatch"
+	CommitLogService_GetProgress_FullMethodName      = "/streamplane.v1.CommitLogService/GetProgress"
+	CommitLogService_GetProgressBatch_FullMethodName = "/streamplane.v1.CommitLogService/GetProgressBatch"
+	CommitLogService_DueRetries_FullMethodName       = "/streamplane.v1.CommitLogService/DueRetries"
+	CommitLogService_GetLag_FullMethodName           = "/streamplane.v1.CommitLogService/GetLag"
+	CommitLogService_ListRejects_FullMethodName      = "/streamplane.v1.CommitLogService/ListRejects"
+	CommitLogService_PurgeRejects_FullMethodName     = "/streamplane.v1.CommitLogService/PurgeRejects"
+	CommitLogService_ConfigureGroup_FullMethodName   = "/streamplane.v1.CommitLogService/ConfigureGroup"
+	CommitLogService_ClaimRedrive_FullMethodName     = "/streamplane.v1.CommitLogService/ClaimRedrive"
+	CommitLogService_CompleteRedrive_FullMethodName  = "/streamplane.v1.CommitLogService/CompleteRedrive"
 )
 
 // CommitLogServiceClient is the client API for CommitLogService service.
@@ -42,6 +43,9 @@ type CommitLogServiceClient interface {
 	// One worker's commits of many leases in one call (what the consumer sends each commit interval).
 	CommitBatch(ctx context.Context, in *CommitBatchRequest, opts ...grpc.CallOption) (*CommitBatchResponse, error)
 	GetProgress(ctx context.Context, in *GetProgressRequest, opts ...grpc.CallOption) (*Progress, error)
+	// The progress of many leases of one group in one call: a worker granted many leases at once reads what
+	// their previous holders finished with this, not one call a lease.
+	GetProgressBatch(ctx context.Context, in *GetProgressBatchRequest, opts ...grpc.CallOption) (*GetProgressBatchResponse, error)
 	// Offsets whose next attempt is due, and exhausted ones (exhausted=true) not yet rejected: the holder
 	// copies those to the dlq lane and rejects them.
 	DueRetries(ctx context.Context, in *DueRetriesRequest, opts ...grpc.CallOption) (*DueRetriesResponse, error)
@@ -92,6 +96,16 @@ func (c *commitLogServiceClient) GetProgress(ctx context.Context, in *GetProgres
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Progress)
 	err := c.cc.Invoke(ctx, CommitLogService_GetProgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *commitLogServiceClient) GetProgressBatch(ctx context.Context, in *GetProgressBatchRequest, opts ...grpc.CallOption) (*GetProgressBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetProgressBatchResponse)
+	err := c.cc.Invoke(ctx, CommitLogService_GetProgressBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +191,9 @@ type CommitLogServiceServer interface {
 	// One worker's commits of many leases in one call (what the consumer sends each commit interval).
 	CommitBatch(context.Context, *CommitBatchRequest) (*CommitBatchResponse, error)
 	GetProgress(context.Context, *GetProgressRequest) (*Progress, error)
+	// The progress of many leases of one group in one call: a worker granted many leases at once reads what
+	// their previous holders finished with this, not one call a lease.
+	GetProgressBatch(context.Context, *GetProgressBatchRequest) (*GetProgressBatchResponse, error)
 	// Offsets whose next attempt is due, and exhausted ones (exhausted=true) not yet rejected: the holder
 	// copies those to the dlq lane and rejects them.
 	DueRetries(context.Context, *DueRetriesRequest) (*DueRetriesResponse, error)
@@ -211,6 +228,9 @@ func (UnimplementedCommitLogServiceServer) CommitBatch(context.Context, *CommitB
 }
 func (UnimplementedCommitLogServiceServer) GetProgress(context.Context, *GetProgressRequest) (*Progress, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetProgress not implemented")
+}
+func (UnimplementedCommitLogServiceServer) GetProgressBatch(context.Context, *GetProgressBatchRequest) (*GetProgressBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetProgressBatch not implemented")
 }
 func (UnimplementedCommitLogServiceServer) DueRetries(context.Context, *DueRetriesRequest) (*DueRetriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DueRetries not implemented")
@@ -304,6 +324,24 @@ func _CommitLogService_GetProgress_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CommitLogServiceServer).GetProgress(ctx, req.(*GetProgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CommitLogService_GetProgressBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetProgressBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CommitLogServiceServer).GetProgressBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CommitLogService_GetProgressBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CommitLogServiceServer).GetProgressBatch(ctx, req.(*GetProgressBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -452,6 +490,10 @@ var CommitLogService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetProgress",
 			Handler:    _CommitLogService_GetProgress_Handler,
+		},
+		{
+			MethodName: "GetProgressBatch",
+			Handler:    _CommitLogService_GetProgressBatch_Handler,
 		},
 		{
 			MethodName: "DueRetries",

@@ -151,6 +151,22 @@ class GetProgressRequest(_message.Message):
     max_ranges: int
     def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., max_ranges: _Optional[int] = ...) -> None: ...
 
+class GetProgressBatchRequest(_message.Message):
+    __slots__ = ("group", "lease_ids", "max_ranges")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RANGES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    lease_ids: _containers.RepeatedScalarFieldContainer[str]
+    max_ranges: int
+    def __init__(self, group: _Optional[str] = ..., lease_ids: _Optional[_Iterable[str]] = ..., max_ranges: _Optional[int] = ...) -> None: ...
+
+class GetProgressBatchResponse(_message.Message):
+    __slots__ = ("progress",)
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    progress: _containers.RepeatedCompositeFieldContainer[Progress]
+    def __init__(self, progress: _Optional[_Iterable[_Union[Progress, _Mapping]]] = ...) -> None: ...
+
 class RetryState(_message.Message):
     __slots__ = ("offset", "attempts", "next_attempt_unix_ms", "last_error", "exhausted", "copies")
     OFFSET_FIELD_NUMBER: _ClassVar[int]

@@ -50,6 +50,11 @@ class CommitLogServiceStub:
                 request_serializer=streamplane_dot_v1_dot_commitlog__pb2.GetProgressRequest.SerializeToString,
                 response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.Progress.FromString,
                 _registered_method=True)
+        self.GetProgressBatch = channel.unary_unary(
+                '/streamplane.v1.CommitLogService/GetProgressBatch',
+                request_serializer=streamplane_dot_v1_dot_commitlog__pb2.GetProgressBatchRequest.SerializeToString,
+                response_deserializer=streamplane_dot_v1_dot_commitlog__pb2.GetProgressBatchResponse.FromString,
+                _registered_method=True)
         self.DueRetries = channel.unary_unary(
                 '/streamplane.v1.CommitLogService/DueRetries',
                 request_serializer=streamplane_dot_v1_dot_commitlog__pb2.DueRetriesRequest.SerializeToString,
@@ -106,6 +111,14 @@ class CommitLogServiceServicer:
 
     def GetProgress(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProgressBatch(self, request, context):
+        """The progress of many leases of one group in one call: a worker granted many leases at once reads what
+        their previous holders finished with this, not one call a lease.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -178,6 +191,11 @@ def add_CommitLogServiceServicer_to_server(servicer, server):
                     servicer.GetProgress,
                     request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.GetProgressRequest.FromString,
                     response_serializer=streamplane_dot_v1_dot_commitlog__pb2.Progress.SerializeToString,
+            ),
+            'GetProgressBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProgressBatch,
+                    request_deserializer=streamplane_dot_v1_dot_commitlog__pb2.GetProgressBatchRequest.FromString,
+                    response_serializer=streamplane_dot_v1_dot_commitlog__pb2.GetProgressBatchResponse.SerializeToString,
             ),
             'DueRetries': grpc.unary_unary_rpc_method_handler(
                     servicer.DueRetries,
@@ -296,6 +314,33 @@ class CommitLogService:
             '/streamplane.v1.CommitLogService/GetProgress',
             streamplane_dot_v1_dot_commitlog__pb2.GetProgressRequest.SerializeToString,
             streamplane_dot_v1_dot_commitlog__pb2.Progress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProgressBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/streamplane.v1.CommitLogService/GetProgressBatch',
+            streamplane_dot_v1_dot_commitlog__pb2.GetProgressBatchRequest.SerializeToString,
+            streamplane_dot_v1_dot_commitlog__pb2.GetProgressBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
