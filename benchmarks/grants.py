@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("warning")
     partitions = 250 if args.quick else 1000
-    batched_call = CoordinatorClient.progress_many
+    batched_call = CoordinatorClient.progress_batch
 
     def refused(self: CoordinatorClient, *_args: Any, **_kwargs: Any) -> Any:
         raise UnimplementedError("as a coordinator older than GetProgressBatch answers")
@@ -85,10 +85,10 @@ def main() -> None:
             for way in taken:
                 group = f"{way.replace(' ', '-')}-{n}"
                 _busy(client, group, "granted", partitions)
-                CoordinatorClient.progress_many = batched_call if way == "batched" else refused  # type: ignore[method-assign]
+                CoordinatorClient.progress_batch = batched_call if way == "batched" else refused  # type: ignore[method-assign]
                 taken[way].append(_held_after(address, group, "granted", partitions))
                 print(f"{way}: {partitions:,} busy leases held in {taken[way][-1]:.2f} s", flush=True)
-    CoordinatorClient.progress_many = batched_call  # type: ignore[method-assign]
+    CoordinatorClient.progress_batch = batched_call  # type: ignore[method-assign]
     batched, per_lease = min(taken["batched"]), min(taken["per lease"])
     print(f"batched_s={batched:.2f} per_lease_s={per_lease:.2f} batched_vs_per_lease={per_lease / batched:.1f}")
 

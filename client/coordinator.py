@@ -415,22 +415,17 @@ class CoordinatorClient:
         request = cpb.GetProgressRequest(group=group, lease_id=lease_id, max_ranges=max_ranges)
         return convert.progress_from_pb(self._call(self.commitlog.GetProgress, request, idempotent=True))
 
-    def progress_many(self, group: str, lease_ids: Sequence[str], max_ranges: int = 100_000) -> dict[str, m.Progress]:
-        """The progress of many leases of one group, {lease id: progress}, in as few calls as fit: up to
-        PROGRESS_LEASES_A_CALL leases and `max_ranges` done ranges a call (a lease whose ranges fill a call alone
-        is cut at `max_ranges`, as by `progress`). UnimplementedError from a coordinator older than the call."""
-        out: dict[str, m.Progress] = {}
-        todo = list(dict.fromkeys(lease_ids))
-        while todo:
-            asked = todo[:PROGRESS_LEASES_A_CALL]
-            request = cpb.GetProgressBatchRequest(group=group, lease_ids=asked, max_ranges=max_ranges)
-            got = self._call(self.commitlog.GetProgressBatch, request, idempotent=True)
-            if not got.progress:  # the first lease is always listed: a coordinator that does not is broken
-                raise StreamplaneError(f"the coordinator listed none of the {len(asked)} leases' progress asked")
-            for x in got.progress:
-                out[x.lease_id] = convert.progress_from_pb(x)
-            todo = todo[len(got.progress) :]
-        return out
+    def progress_batch(self, group: str, lease_ids: Sequence[str], max_ranges: int = 100_000) -> list[m.Progress]:
+        """One GetProgressBatch: the progress of the first of `lease_ids` that fit in a call, in their order (up to
+        PROGRESS_LEASES_A_CALL leases and `max_ranges` done ranges; at least the first, cut at `max_ranges` as
+        by `progress`); ask again from the first one left out. UnimplementedError from a coordinator older than
+        the call."""
+        asked = list(lease_ids[:PROGRESS_LEASES_A_CALL])
+        request = cpb.GetProgressBatchRequest(group=group, lease_ids=asked, max_ranges=max_ranges)
+        got = self._call(self.commitlog.GetProgressBatch, request, idempotent=True)
+        if asked and not got.progress:  # the first lease is always listed: a coordinator that does not is broken
+            raise StreamplaneError(f"the coordinator listed none of the {len(asked)} leases' progress asked")
+        return [convert.progress_from_pb(x) for x in got.progress]
 
     def due_retries(self, group: str, lease_id: str, epoch: int, limit: int = 1000) -> list[m.RetryState]:
         request = cpb.DueRetriesRequest(group=group, lease_id=lease_id, epoch=epoch, limit=limit)

@@ -195,16 +195,20 @@ class Membership:
                 delay = min(REJOIN_MAX_S, delay * 2)
 
     def on_events(self, batch: list[SessionEvent]) -> None:
-        """One message's events in order; what the previous holders of its grants finished is read for all of
-        them in one call first (a worker granted a thousand leases at once makes one call, not a thousand)."""
+        """One message's events in order. What the previous holders of its grants finished is read a call for
+        as many of them as fit (a worker granted a thousand leases at once makes one call, not a thousand), the
+        next call once the grants it answered are taken: one call's answer is held at a time."""
         wanted = [e.lease_id for e in batch if isinstance(e, Grant) and self._needs_progress(e)]
+        batched, asked = len(wanted) > 1, 0  # wanted[:asked] were answered
         found: dict[str, Progress] = {}
-        if len(wanted) > 1:
-            try:
-                found = self.client.progress_many(self.group, wanted, max_ranges=PROGRESS_RANGES)
-            except StreamplaneError as err:  # each grant then reads its own (an older coordinator, a blip)
-                log.info("consumer.progress_batch_unavailable", leases=len(wanted), error=err.message)
         for event in batch:
+            if batched and isinstance(event, Grant) and asked < len(wanted) and event.lease_id == wanted[asked]:
+                try:
+                    page = self.client.progress_batch(self.group, wanted[asked:], max_ranges=PROGRESS_RANGES)
+                    found, asked = {p.lease_id: p for p in page}, asked + len(page)
+                except StreamplaneError as err:  # each grant then reads its own (an older coordinator, a blip)
+                    log.info("consumer.progress_batch_unavailable", leases=len(wanted) - asked, error=err.message)
+                    batched, found = False, {}
             self.on_event(event, found)
 
     def on_event(self, event: SessionEvent, progress: dict[str, Progress] | None = None) -> None:

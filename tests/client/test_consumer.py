@@ -73,25 +73,30 @@ def test_handler_api_processes_everything_and_commits(address: str) -> None:
     assert set(seen) == set(values)
 
 
-def test_leases_granted_together_read_what_was_done_in_one_call_and_skip_it(
-    address: str, local_cluster, monkeypatch
+@pytest.mark.parametrize("ranges_a_call", [100_000, 3])
+def test_leases_granted_together_read_what_was_done_in_few_calls_and_skip_it(
+    address: str, local_cluster, monkeypatch, ranges_a_call: int
 ) -> None:
     """A worker granted many leases whose previous holders finished records above their low watermarks reads
-    all their progress in one GetProgressBatch, not a call a lease, and hands out only what was not done."""
-    partitions = 8
+    their progress in GetProgressBatch calls, as many leases a call as fit (one call for all 8; with room for 3
+    ranges a call, two leases a call), not a call a lease, and hands out only what was not done."""
+    from streamplane.client.consumer import membership
+
+    monkeypatch.setattr(membership, "PROGRESS_RANGES", ranges_a_call)
+    partitions, stream, group = 8, f"c-taken-{ranges_a_call}", f"c-g9-{ranges_a_call}"
     with CoordinatorClient(address) as client:
-        client.create_stream("c-taken", partitions, cluster="east")
+        client.create_stream(stream, partitions, cluster="east")
         for p in range(partitions):  # as a previous holder left it: 3 to 6 done, 0 to 2 and 6 to 9 not
             body = model.Commit(acked=[(3, 6)], high_watermark=10)
-            client.commit("c-g9", model.LeaseCommit(f"c-taken/realtime/g1/p{p}", 0, body))
-        topic = client.describe_stream("c-taken").require_lane("realtime").active.topic
+            client.commit(group, model.LeaseCommit(f"{stream}/realtime/g1/p{p}", 0, body))
+        topic = client.describe_stream(stream).require_lane("realtime").active.topic
     producer = KafkaProducer({"bootstrap.servers": local_cluster[0]})
     for p in range(partitions):  # offset i of partition p holds "p-i"
         for i in range(10):
             producer.produce(topic, b"%d-%d" % (p, i), partition=p)
     assert producer.flush(10) == 0
     calls: Counter[str] = Counter()
-    for name in ("progress", "progress_many"):
+    for name in ("progress", "progress_batch"):
         real = getattr(CoordinatorClient, name)
 
         def counted(self, *args, _real=real, _name=name, **kwargs):
@@ -100,31 +105,36 @@ def test_leases_granted_together_read_what_was_done_in_one_call_and_skip_it(
 
         monkeypatch.setattr(CoordinatorClient, name, counted)
     seen: Counter[bytes] = Counter()
-    with Consumer(address, group="c-g9", stream="c-taken") as consumer:
+    with Consumer(address, group=group, stream=stream) as consumer:
         runner = threading.Thread(target=consumer.run, args=(lambda m: seen.update([m.value]),), daemon=True)
         runner.start()
-        wait_until(lambda: lag(address, "c-g9") == (0, partitions), timeout=20, what=lambda: f"{dict(calls)} {seen}")
+        wait_until(lambda: lag(address, group) == (0, partitions), timeout=20, what=lambda: f"{dict(calls)} {seen}")
         consumer.close()
         runner.join(10)
     by_partition = {int(v.split(b"-")[0]) for v in seen}
     assert by_partition == set(range(partitions)), "every lease is read"
     offsets_seen = sorted({int(v.split(b"-")[1]) for v in seen})
     assert offsets_seen == [0, 1, 2, 6, 7, 8, 9] and max(seen.values()) == 1, "what was done is skipped"
-    assert calls["progress"] == 0 and 1 <= calls["progress_many"] <= 2, dict(calls)
+    if ranges_a_call == 3:
+        assert calls["progress_batch"] >= partitions // 2, dict(calls)
+    else:
+        assert calls["progress"] == 0 and 1 <= calls["progress_batch"] <= 2, dict(calls)
 
 
-def test_the_progress_of_many_leases_comes_in_calls_bounded_in_ranges(address: str) -> None:
+def test_a_call_for_many_leases_progress_holds_those_that_fit_in_its_ranges(address: str) -> None:
     with CoordinatorClient(address) as client:
         client.create_stream("c-paged", 3, cluster="east")
         leases = [f"c-paged/realtime/g1/p{p}" for p in range(3)]
         for lid in leases:  # three done ranges above the low watermark each
             client.commit("c-g10", model.LeaseCommit(lid, 0, model.Commit(acked=[(1, 2), (3, 4), (5, 6)])))
-        whole = {lid: client.progress("c-g10", lid) for lid in leases}
-        assert all(p.done == ((1, 2), (3, 4), (5, 6)) for p in whole.values())
-        assert client.progress_many("c-g10", leases, max_ranges=4) == whole, "one lease a call: all of each"
-        assert client.progress_many("c-g10", [*leases, *leases]) == whole
+        whole = [client.progress("c-g10", lid) for lid in leases]
+        assert all(p.done == ((1, 2), (3, 4), (5, 6)) for p in whole)
+        assert client.progress_batch("c-g10", leases) == whole
+        assert client.progress_batch("c-g10", leases, max_ranges=4) == whole[:1], "the second's 3 do not fit in 1"
+        assert client.progress_batch("c-g10", leases[1:], max_ranges=4) == whole[1:2], "asked again from it"
+        assert client.progress_batch("c-g10", leases, max_ranges=2)[0].done == ((1, 2), (3, 4)), "the first is cut"
         with pytest.raises(InvalidArgumentError, match="lease_id"):
-            client.progress_many("c-g10", [leases[0], "c-paged/realtime/gX/p0"])
+            client.progress_batch("c-g10", [leases[0], "c-paged/realtime/gX/p0"])
 
 
 def test_iterator_api_with_retry_and_reject_to_the_dlq(address: str, local_cluster) -> None:
