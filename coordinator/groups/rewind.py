@@ -224,8 +224,8 @@ def plan(
         for ref, offset, state in found:
             header = commitlog.read_header(tr, group, ref)
             again = commitlog.done_from(tr, group, ref, offset)
-            if header.updated_ms and offset >= header.low and again == 0:
-                continue  # nothing at or after it was finished: the rewind leaves it as it is
+            if header.updated_ms and offset >= header.low and again == 0 and not _held(tr, group, ref):
+                continue  # nothing at or after it was finished, and nobody reads it: left as it is
             out.append(RewindPosition(ref, offset, again, str(state)))
         return out
 
@@ -235,6 +235,16 @@ def plan(
     else:
         positions = _with_timestamps(db, admin, stream, positions)
     return RewindPlan(group, stream.name, target, tuple(positions), tuple(lost))
+
+
+def _held(tr: Transaction, group: str, ref: PartitionRef) -> bool:
+    """Whether a worker holds the partition (or a slice of it): it may have handled records past what the
+    commit log says it finished (their commits still on their way), so a rewind grants it again at a new epoch
+    even where nothing at or after the new position is done yet; those commits are then fenced."""
+    return any(
+        lease is not None and lease.state != FREE
+        for lease in [read_lease(tr, group, ref), *slices.slices_of(tr, group, ref)]
+    )
 
 
 def _with_timestamps(

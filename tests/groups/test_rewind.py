@@ -234,6 +234,25 @@ def test_a_held_lease_is_granted_again_to_its_holder_at_a_new_epoch_so_the_old_e
     assert world.low(2, 0) == 0, "the old holder's late commit did not undo the rewind"
 
 
+def test_a_held_partition_with_nothing_committed_past_the_position_is_rewound_too(domain: Domain) -> None:
+    """Its holder may have handled records whose commits are still on their way: left as it is, they would
+    land at the old epoch and never be processed again. It is granted again at a new epoch, and their commits
+    are fenced; a partition nobody holds, with nothing finished past the position, is left as it is."""
+    d = domain.cluster("east").stream("logs", 2, "east")
+    for p in range(2):
+        d.admin.append("east", "sp.logs.realtime.g1", p, 10, ts_ms=T0)
+        commitlog.commit(d.db, "billing", f"logs/realtime/g1/p{p}", 0, Commit(high_watermark=10), now_ms=1)
+    held = Lease(*PartitionRef("logs", "realtime", 1, 0), worker_id="w1", epoch=3, state=GRANTED)
+    _in(d, lambda tr: write_lease(tr, "billing", None, held))
+    plan = rewind.plan(d.db, d.admin, "billing", "logs", RewindTarget(RewindTo.EARLIEST), now_ms=T0)
+    assert [(p.partition.partition, p.offset, p.again) for p in plan.positions] == [(0, 0, 0)]
+    rewind.apply(d.db, plan, actor="alice", now_ms=T0)
+    lease = _in(d, lambda tr: read_lease(tr, "billing", held.key))
+    assert lease is not None and lease.epoch == 4
+    with pytest.raises(FencedError):  # what the old epoch handled before the rewind comes again
+        commitlog.commit(d.db, "billing", "logs/realtime/g1/p0", 3, Commit(acked=[(0, 5)]), now_ms=5)
+
+
 def test_a_lease_being_moved_is_freed_for_the_owner_to_grant_where_it_was_going(world: World) -> None:
     d = world.d
     ref = PartitionRef("logs", "realtime", 2, 1)
