@@ -251,6 +251,11 @@ def test_a_held_partition_with_nothing_committed_past_the_position_is_rewound_to
     assert lease is not None and lease.epoch == 4
     with pytest.raises(FencedError):  # what the old epoch handled before the rewind comes again
         commitlog.commit(d.db, "billing", "logs/realtime/g1/p0", 3, Commit(acked=[(0, 5)]), now_ms=5)
+    # behind the time, a held partition is left as it is: a rewind only goes back
+    behind = rewind.plan(
+        d.db, d.admin, "billing", "logs", RewindTarget(RewindTo.OFFSETS, offsets={held.key: 4}), now_ms=T0
+    )
+    assert behind.positions == ()
 
 
 def test_a_lease_being_moved_is_freed_for_the_owner_to_grant_where_it_was_going(world: World) -> None:
