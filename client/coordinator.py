@@ -38,8 +38,6 @@ T = TypeVar("T")
 MAX_ANSWER_BYTES = 256 * 1024 * 1024
 """The largest answer the client takes from the coordinator: a description of a 100,000-partition group is
 about 4.4 MB, past gRPC's default 4 MB (the coordinator still bounds what it receives)."""
-PROGRESS_LEASES_A_CALL = 1000
-"""Leases one GetProgressBatch names at most (the coordinator refuses more)."""
 KEEPALIVE_MS = 2000
 """How often the client pings its replica when no data arrived, and how long it waits for the answer: a
 replica that is stopped (SIGSTOP, a stalled VM) or cut off keeps its TCP connection open, and without pings
@@ -417,10 +415,10 @@ class CoordinatorClient:
 
     def progress_batch(self, group: str, lease_ids: Sequence[str], max_ranges: int = 100_000) -> list[m.Progress]:
         """One GetProgressBatch: the progress of the first of `lease_ids` that fit in a call, in their order (up to
-        PROGRESS_LEASES_A_CALL leases and `max_ranges` done ranges; at least the first, cut at `max_ranges` as
+        m.MAX_PROGRESS_LEASES leases and `max_ranges` done ranges; at least the first, cut at `max_ranges` as
         by `progress`); ask again from the first one left out. UnimplementedError from a coordinator older than
         the call."""
-        asked = list(lease_ids[:PROGRESS_LEASES_A_CALL])
+        asked = list(lease_ids[: m.MAX_PROGRESS_LEASES])
         request = cpb.GetProgressBatchRequest(group=group, lease_ids=asked, max_ranges=max_ranges)
         got = self._call(self.commitlog.GetProgressBatch, request, idempotent=True)
         if asked and not got.progress:  # the first lease is always listed: a coordinator that does not is broken

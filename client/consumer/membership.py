@@ -246,17 +246,17 @@ class Membership:
     def _needs_progress(self, grant: Grant) -> bool:
         """Whether taking `grant` reads what its previous holders finished above its start: not for a lease
         held already at that epoch (a resumed session's grants again), nor for one the grant says is clean."""
+        return not self._held_already(grant) and _skips_done(grant)
+
+    def _held_already(self, grant: Grant) -> bool:
+        """Whether `grant` is a lease this worker holds at that epoch: a resumed session's grants again."""
         with self._lock:
             held = self._ledgers.get(grant.lease_id)
-        if held is not None and held.epoch == grant.epoch and not held.lost:
-            return False
-        return grant.start_offset >= 0 and not grant.clean
+        return held is not None and held.epoch == grant.epoch and not held.lost
 
     def _grant(self, grant: Grant, progress: Progress | None = None) -> None:
-        with self._lock:
-            held = self._ledgers.get(grant.lease_id)
-        if held is not None and held.epoch == grant.epoch and not held.lost:
-            return  # a resumed session's grants again: the lease goes on as it was
+        if self._held_already(grant):
+            return  # the lease goes on as it was
         p = grant.partition
         ledger = self._new_ledger(
             GrantedLease(
@@ -272,7 +272,7 @@ class Membership:
                 end_offset=grant.end_offset,
             )
         )
-        if grant.start_offset >= 0 and not grant.clean:  # skip what a previous holder finished above it
+        if _skips_done(grant):  # skip what a previous holder finished above it
             try:
                 if progress is None:
                     progress = self.client.progress(self.group, grant.lease_id, max_ranges=PROGRESS_RANGES)
@@ -345,3 +345,9 @@ class Membership:
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
+
+
+def _skips_done(grant: Grant) -> bool:
+    """Whether a worker taking `grant` reads what previous holders finished above its start (a grant from a
+    position whose partition is not known clean)."""
+    return grant.start_offset >= 0 and not grant.clean

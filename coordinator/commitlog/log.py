@@ -35,6 +35,7 @@ from streamplane.model import (
     ABANDONED,
     DLQ_COPY_TIMEOUT_MS,
     GAVE_UP,
+    MAX_PROGRESS_LEASES,
     Commit,
     DlqCopy,
     DlqLocation,
@@ -734,10 +735,6 @@ def progress(tr: Transaction, group: str, lid: str, *, max_ranges: int = 1000) -
     return Progress(header, done, retrying)
 
 
-MAX_PROGRESS_LEASES = 1000
-"""Leases one `progress_many` (GetProgressBatch) names at most."""
-
-
 @transactional
 def progress_many(tr: Transaction, group: str, lids: Sequence[str], *, max_ranges: int = 100_000) -> list[Progress]:
     """The progress of `lids` in their order, in one transaction, their done ranges and retrying offsets
@@ -749,13 +746,11 @@ def progress_many(tr: Transaction, group: str, lids: Sequence[str], *, max_range
     if max_ranges <= 0:
         raise InvalidArgumentError(f"max_ranges must be positive, not {max_ranges}")
     refs = [_partition(group, lid) for lid in lids]
-    spans = [
-        (r.start, r.stop) for ref in refs for r in (keys.DONE.range((group, *ref)), keys.RETRIES.range((group, *ref)))
-    ]
-    tr.prefetch([keys.progress_key(group, ref) for ref in refs], spans)
     out: list[Progress] = []
     left = max_ranges
-    for lid in lids:
+    for i, lid in enumerate(lids):
+        if i % PROGRESS_PREFETCH == 0:  # a step at a time: what the budget leaves out is not read
+            _prefetch_progress(tr, group, refs[i : i + PROGRESS_PREFETCH])
         p = progress(tr, group, lid, max_ranges=left)
         used = max(len(p.done), len(p.retrying))
         if out and used >= left:  # it may have been cut: it is asked again, first of the next call
@@ -765,6 +760,19 @@ def progress_many(tr: Transaction, group: str, lids: Sequence[str], *, max_range
         if left <= 0:
             break
     return out
+
+
+PROGRESS_PREFETCH = 64
+"""Leases whose progress `progress_many` asks the store for together (one round trip on a remote store); the
+next ones are asked for only if the call's budget reaches them."""
+
+
+def _prefetch_progress(tr: Transaction, group: str, refs: Sequence[PartitionRef]) -> None:
+    """Hint the store that these partitions' headers, done ranges and retries are about to be read."""
+    spans = [
+        (r.start, r.stop) for ref in refs for r in (keys.DONE.range((group, *ref)), keys.RETRIES.range((group, *ref)))
+    ]
+    tr.prefetch([keys.progress_key(group, ref) for ref in refs], spans)
 
 
 @transactional

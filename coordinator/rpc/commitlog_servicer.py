@@ -12,6 +12,7 @@ from streamplane.coordinator.rpc import auth
 from streamplane.coordinator.rpc.assigner_servicer import configure_group
 from streamplane.coordinator.rpc.guard import Guard
 from streamplane.errors import InvalidArgumentError, PermissionDeniedError
+from streamplane.model import MAX_PROGRESS_LEASES
 from streamplane.rpc import grpc_errors
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import commitlog_pb2 as cpb
@@ -85,9 +86,9 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
         self, request: cpb.GetProgressBatchRequest, context: grpc.ServicerContext
     ) -> cpb.GetProgressBatchResponse:
         self._guard.require(context, auth.READ, group=request.group)
-        if len(request.lease_ids) > cl.MAX_PROGRESS_LEASES:  # before any read
+        if len(request.lease_ids) > MAX_PROGRESS_LEASES:  # before any read
             raise InvalidArgumentError(
-                f"lease_ids: at most {cl.MAX_PROGRESS_LEASES} leases a call, not {len(request.lease_ids)}"
+                f"lease_ids: at most {MAX_PROGRESS_LEASES} leases a call, not {len(request.lease_ids)}"
             )
         found = self._log.progress_many(
             request.group, list(request.lease_ids), max_ranges=request.max_ranges or 100_000

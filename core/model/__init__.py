@@ -31,6 +31,7 @@ from streamplane.model.base import (
 from streamplane.model.commits import (
     DLQ_COPY_TIMEOUT_MS,
     GAVE_UP,
+    MAX_PROGRESS_LEASES,
     Commit,
     CommitOutcome,
     DlqCopy,
@@ -132,6 +133,7 @@ __all__ = [
     "FAILOVER_MODES",
     "GAVE_UP",
     "GENERATION_STATES",
+    "MAX_PROGRESS_LEASES",
     "MAX_SLICES",
     "MIN_SEGMENT_BYTES",
     "SEALED",

@@ -112,6 +112,10 @@ class RetryState:
     """Dlq copies begun for this offset."""
 
 
+MAX_PROGRESS_LEASES = 1000
+"""Leases one GetProgressBatch names at most: the coordinator refuses more, and a client asks no more."""
+
+
 @dataclass(frozen=True)
 class Progress:
     lease_id: str

@@ -4,6 +4,8 @@ every lease id checked before anything is read."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from streamplane.coordinator.commitlog import log as commitlog
@@ -53,3 +55,28 @@ def test_bad_batches_are_refused_with_a_sentence(lids: list[str], max_ranges: in
     d = _world()
     with pytest.raises(InvalidArgumentError, match=sentence):
         commitlog.progress_many(d.db, "billing", lids, max_ranges=max_ranges)
+
+
+class _Hints:
+    """A transaction that notes which partitions' progress it was told would be read."""
+
+    def __init__(self, tr: Any) -> None:
+        self._tr, self.hinted = tr, 0
+
+    def prefetch(self, keys: Any, ranges: Any = ()) -> None:
+        self.hinted += len(keys)
+        self._tr.prefetch(keys, ranges)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tr, name)
+
+
+def test_a_call_asks_the_store_for_the_leases_its_budget_reaches_not_for_every_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d = _world()
+    monkeypatch.setattr(commitlog, "PROGRESS_PREFETCH", 1)
+    cut = d.db.transact(lambda tr: (h := _Hints(tr), commitlog.progress_many(h, "billing", LEASES, max_ranges=5)))
+    assert len(cut[1]) == 1 and cut[0].hinted == 2, "the lease that did not fit was read; the third was not"
+    whole = d.db.transact(lambda tr: (h := _Hints(tr), commitlog.progress_many(h, "billing", LEASES, max_ranges=99)))
+    assert len(whole[1]) == 3 and whole[0].hinted == 3
