@@ -224,10 +224,11 @@ def plan(
         for ref, offset, state in found:
             header = commitlog.read_header(tr, group, ref)
             again = commitlog.done_from(tr, group, ref, offset)
-            # nothing at or after it was finished: left as it is, unless it is where the group stands and a
-            # worker holds it (behind the time, a partition is left as it is: a rewind only goes back)
+            # nothing at or after it was finished: left as it is, unless a worker holds it (it may have handled
+            # records at or after the position whose commits are on their way). Behind the time, its position
+            # stays where the group stands: a rewind only goes back
             finished_none = header.updated_ms and offset >= header.low and again == 0
-            if finished_none and (offset > header.low or not _held(tr, group, ref)):
+            if finished_none and not _held(tr, group, ref):
                 continue
             out.append(RewindPosition(ref, offset, again, str(state)))
         return out
@@ -242,9 +243,10 @@ def plan(
 
 def _held(tr: Transaction, group: str, ref: PartitionRef) -> bool:
     """Whether a worker holds the partition (or a slice of it): it may have handled records past what the
-    commit log says it finished (their commits still on their way), so a rewind to where the group stands
-    grants it again at a new epoch, though nothing at or after the position is done yet; those commits are
-    then fenced, and the records read again."""
+    commit log says it finished (their commits still on their way), so a rewind to where the group stands, or
+    to a time it has not reached, grants it again at a new epoch, though nothing at or after the position is
+    done yet; those commits are then fenced, and the records read again (behind the time, those it handled
+    before the time too, as after any lease's new epoch)."""
     return any(
         lease is not None and lease.state != FREE
         for lease in [read_lease(tr, group, ref), *slices.slices_of(tr, group, ref)]
