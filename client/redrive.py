@@ -241,7 +241,7 @@ class Redrive:
         landed = self._landed(claim) if claim.in_doubt else set()
         failed = producer.failed
         left: list[tuple[PartitionRef, int]] = []
-        todo = [r for r in claim.batch if provenance(r) not in landed]
+        todo = [r for r in claim.batch if provenance(r) not in landed] if landed else list(claim.batch)
         report.found_landed += len(claim.batch) - len(todo)
         found = self._read(todo)
         sent = 0

@@ -1,7 +1,7 @@
-/* The producer's fast path: `Producer.produce` for a record without headers or a delivery callback, on a lane
- * whose route is known, is a table lookup and one call into librdkafka's Python binding, with no Python frame
- * of ours in between. Everything else (a lane not routed yet, headers, on_delivery, a full librdkafka queue, a
- * closed producer) goes to the general path, a Python callable given at construction.
+/* The producer's fast path: `Producer.produce` for a record without a delivery callback, its headers none or a
+ * list, on a lane whose route is known, is a table lookup and one call into librdkafka's Python binding, with
+ * no Python frame of ours in between. Everything else (a lane not routed yet, headers as a dict, on_delivery, a
+ * full librdkafka queue, a closed producer) goes to the general path, a Python callable given at construction.
  *
  * The Python version (streamplane.client.lanes) holds the producer's lock around the lookup and the call, so
  * that a route switch (which drops the lane from the table under that lock) and the heartbeat's snapshot of
@@ -101,7 +101,7 @@ typedef struct {
     PyObject *general;
 } Lanes;
 
-static PyObject *zero, *str_realtime, *kw_key, *kw_lane, *kw_headers, *kw_on_delivery;
+static PyObject *zero, *str_realtime, *kw_key, *kw_lane, *kw_headers, *kw_on_delivery, *just_headers;
 
 /* The general path, called with what the caller gave. */
 static PyObject *general(Lanes *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -129,15 +129,20 @@ static PyObject *Lanes_vectorcall(Lanes *self, PyObject *const *args, size_t nar
         else if (kw_is(name, kw_on_delivery) && nargs <= 5) on_delivery = v;
         else return general(self, args, nargsf, kwnames); /* its TypeError names the argument */
     }
-    if (headers != Py_None || on_delivery != Py_None || !PyUnicode_CheckExact(stream) || !PyUnicode_CheckExact(lane))
+    /* headers as a list of (name, value) go along with the record; a dict, or anything else, takes the
+     * general path (which turns a dict into a list, and lets librdkafka's binding refuse the rest) */
+    int listed = PyList_CheckExact(headers);
+    if ((headers != Py_None && !listed) || on_delivery != Py_None || !PyUnicode_CheckExact(stream) ||
+        !PyUnicode_CheckExact(lane))
         return general(self, args, nargsf, kwnames);
+    int with_headers = listed && PyList_GET_SIZE(headers) > 0;
     PyObject *lanes = PyDict_GetItemWithError(self->streams, stream);
     if (!lanes) return PyErr_Occurred() ? NULL : general(self, args, nargsf, kwnames);
     Lane *to = (Lane *)PyDict_GetItemWithError(lanes, lane);
     if (!to) return PyErr_Occurred() ? NULL : general(self, args, nargsf, kwnames);
-    PyObject *call[3] = {to->topic, value, key};
+    PyObject *call[4] = {to->topic, value, key, headers};
     Py_INCREF(to); /* the call could, in principle, drop it from the table */
-    PyObject *done = PyObject_Vectorcall(to->produce, call, 3, NULL);
+    PyObject *done = PyObject_Vectorcall(to->produce, call, 3, with_headers ? just_headers : NULL);
     if (!done) {
         Py_DECREF(to);
         if (!PyErr_ExceptionMatches(PyExc_BufferError)) return NULL;
@@ -279,8 +284,9 @@ int sp_lanes_init(PyObject *module) {
     kw_key = PyUnicode_InternFromString("key");
     kw_lane = PyUnicode_InternFromString("lane");
     kw_headers = PyUnicode_InternFromString("headers");
+    just_headers = kw_headers ? PyTuple_Pack(1, kw_headers) : NULL;
     kw_on_delivery = PyUnicode_InternFromString("on_delivery");
-    if (!zero || !str_realtime || !kw_key || !kw_lane || !kw_headers || !kw_on_delivery) return -1;
+    if (!zero || !str_realtime || !kw_key || !kw_lane || !kw_headers || !kw_on_delivery || !just_headers) return -1;
     if (PyType_Ready(&LaneType) < 0 || PyType_Ready(&LanesType) < 0) return -1;
     Py_INCREF(&LaneType);
     if (PyModule_AddObject(module, "Lane", (PyObject *)&LaneType) < 0) {

@@ -1,6 +1,6 @@
 """The producer's fast path (`streamplane.client.lanes`): the C extension's Lanes and the Python one hold the
-same contract. A routed lane's plain record goes straight to its librdkafka producer; everything else reaches
-the general path with the arguments it came with."""
+same contract. A routed lane's record, with no headers or a list of them, goes straight to its librdkafka
+producer; everything else reaches the general path with the arguments it came with."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ class Kafka:
         self.raises: Exception | None = None
         self.polls: list[float] = []
 
-    def produce(self, topic: str, value: Any, key: Any) -> None:
+    def produce(self, topic: str, value: Any, key: Any, **headers: Any) -> None:
         if self.raises is not None:
             raise self.raises
-        self.sent.append((topic, value, key))
+        self.sent.append((topic, value, key, *headers.values()))
 
     def poll(self, timeout: float) -> int:
         self.polls.append(timeout)
@@ -68,18 +68,32 @@ def test_a_routed_lanes_plain_records_go_straight_to_its_producer_and_are_counte
     assert lane.produced == 4 and general_calls == []
 
 
+def test_a_routed_lanes_records_with_a_list_of_headers_go_straight_to_its_producer_with_them(table) -> None:
+    """Observability records mostly carry headers: they take the fast path too (an empty list is none)."""
+    produce, lane, kafka, general_calls = table
+    assert produce("logs", b"a", b"k", headers=[("service", b"api")]) == "route-g1"
+    assert produce("logs", b"b", None, "realtime", [("a", None), ("b", b"2")]) == "route-g1"
+    assert produce("logs", b"c", headers=[]) == "route-g1"
+    assert kafka.sent == [
+        ("sp.logs.realtime.g1", b"a", b"k", [("service", b"api")]),
+        ("sp.logs.realtime.g1", b"b", None, [("a", None), ("b", b"2")]),
+        ("sp.logs.realtime.g1", b"c", None),
+    ]
+    assert lane.produced == 3 and general_calls == []
+
+
 def test_everything_else_takes_the_general_path_with_its_arguments(table) -> None:
     produce, lane, kafka, general_calls = table
 
     def callback(err: Any, msg: Any) -> None:
         pass
 
-    assert produce("logs", b"h", headers=[("a", b"1")]) == "general"
+    assert produce("logs", b"h", headers={"a": b"1"}) == "general"
     assert produce("logs", b"cb", on_delivery=callback) == "general"
     assert produce("logs", b"other", lane="dlq") == "general"
     assert produce("metrics", b"unrouted") == "general"
     assert general_calls == [
-        ("logs", b"h", None, "realtime", [("a", b"1")], None),
+        ("logs", b"h", None, "realtime", {"a": b"1"}, None),
         ("logs", b"cb", None, "realtime", None, callback),
         ("logs", b"other", None, "dlq", None, None),
         ("metrics", b"unrouted", None, "realtime", None, None),

@@ -57,23 +57,29 @@ def test_records_follow_a_failover_and_none_is_lost(address: str, local_cluster)
 
 
 def test_plain_records_take_the_fast_path_across_a_failover_and_none_is_lost(address: str, local_cluster) -> None:
-    """Records without headers or on_delivery go straight to librdkafka; a switch drops the old route from
-    that path, so the next record goes to the new generation and the old one is flushed, not abandoned."""
+    """Records without on_delivery (with or without a list of headers) go straight to librdkafka; a switch
+    drops the old route from that path, so the next record goes to the new generation and the old one is
+    flushed, not abandoned."""
     bootstrap, _ = local_cluster
     with CoordinatorClient(address) as client:
         client.create_stream("fastpath", 1, cluster="east")  # its topics are this test's alone
+
+    def headers(i: int) -> list[tuple[str, bytes]] | None:
+        return [("n", b"%d" % i), ("service", b"api")] if i % 3 == 0 else None
+
     with Producer(address, **{"linger.ms": 5}) as producer:
         for i in range(100):
-            producer.produce("fastpath", b"%d" % i, key=b"k")
+            producer.produce("fastpath", b"%d" % i, key=b"k", headers=headers(i))
         with CoordinatorClient(address) as client:
             client.failover("fastpath", "realtime", "west")
         wait_until(lambda: producer.route("fastpath").generation == 2, timeout=5)
-        routes = {producer.produce("fastpath", b"%d" % i).generation for i in range(100, 200)}
+        routes = {producer.produce("fastpath", b"%d" % i, headers=headers(i)).generation for i in range(100, 200)}
         assert routes == {2}
         assert producer.flush() == 0
     g1 = read_topic(bootstrap, "sp.fastpath.realtime.g1", 100)
     g2 = read_topic(bootstrap, "sp.fastpath.realtime.g2", 100)
     assert [r.value for r in g1 + g2] == [b"%d" % i for i in range(200)]
+    assert [list(r.headers) for r in g1 + g2] == [headers(i) or [] for i in range(200)]
     assert all(r.key == b"k" for r in g1)
     with pytest.raises(StreamplaneError, match="closed"):
         producer.produce("fastpath", b"after close")
