@@ -440,38 +440,36 @@ class RewindHistory(RuleBasedStateMachine):
         if upto > low:
             self.handled[ref] = (lease.epoch, low, upto)
 
+    def _land(self, ref: PartitionRef) -> None:
+        """The holder's commit of what it handled on `ref` arrives (FencedError if its epoch is over)."""
+        epoch, low, upto = self.handled.pop(ref)
+        late = Commit(acked=[(low, upto)], high_watermark=upto)
+        commitlog.commit(self.d.db, "logs-readers", ref.lease_id, epoch, late, now_ms=1)
+
+    def _rewind(self, target: RewindTarget) -> bool:
+        """Plan and apply a rewind of the group; False when it has read nothing yet (nothing to rewind)."""
+        now = self.d.clock.now_ms()
+        try:
+            plan = rewind.plan(self.d.db, self.d.admin, "logs-readers", "logs", target, now_ms=now)
+        except NotFoundError:
+            return False
+        assert plan.lost == ()
+        rewind.apply(self.d.db, plan, actor="t", now_ms=now)
+        return True
+
     @rule()
     def land(self) -> None:
         """The commits on their way land, or are fenced (their records are read again)."""
-        for ref, (epoch, low, upto) in sorted(self.handled.items()):
+        for ref in sorted(self.handled):
             with suppress(FencedError):
-                commitlog.commit(
-                    self.d.db,
-                    "logs-readers",
-                    ref.lease_id,
-                    epoch,
-                    Commit(acked=[(low, upto)], high_watermark=upto),
-                    now_ms=1,
-                )
-        self.handled.clear()
+                self._land(ref)
 
     @precondition(lambda self: bool(self.times))
     @rule(pick=st.integers(0, 10**6))
     def rewind_to_a_time(self, pick: int) -> None:
         at = self.times[pick % len(self.times)]
-        try:
-            plan = rewind.plan(
-                self.d.db,
-                self.d.admin,
-                "logs-readers",
-                "logs",
-                RewindTarget(RewindTo.TIME, time_ms=at),
-                now_ms=self.d.clock.now_ms(),
-            )
-        except NotFoundError:
-            return  # the group has read nothing yet
-        assert plan.lost == ()
-        rewind.apply(self.d.db, plan, actor="t", now_ms=self.d.clock.now_ms())
+        if not self._rewind(RewindTarget(RewindTo.TIME, time_ms=at)):
+            return
         lane = self._lane()
         for gen in lane.generations:
             for p in range(gen.partitions):
@@ -481,16 +479,8 @@ class RewindHistory(RuleBasedStateMachine):
                     assert header.low <= first, "a record at or after the time would be skipped"
                 ref = PartitionRef("logs", "realtime", gen.number, p)
                 if ref in self.handled and self.handled[ref][2] > first:
-                    epoch, low, upto = self.handled.pop(ref)
                     with pytest.raises(FencedError):  # else records at or after the time count as done
-                        commitlog.commit(
-                            self.d.db,
-                            "logs-readers",
-                            ref.lease_id,
-                            epoch,
-                            Commit(acked=[(low, upto)], high_watermark=upto),
-                            now_ms=1,
-                        )
+                        self._land(ref)
 
     @precondition(lambda self: bool(self.handled))
     @rule(pick=st.integers(0, 10**6))
@@ -498,24 +488,12 @@ class RewindHistory(RuleBasedStateMachine):
         """A rewind to an offset among records a holder handled, their commit on its way: that commit is fenced
         (the group standing before the offset or not), so the records from the offset on come again."""
         ref = sorted(self.handled)[pick % len(self.handled)]
-        epoch, low, upto = self.handled[ref]
+        _, low, upto = self.handled[ref]
         at = low + pick % (upto - low)
-        try:
-            plan = rewind.plan(
-                self.d.db,
-                self.d.admin,
-                "logs-readers",
-                "logs",
-                RewindTarget(RewindTo.OFFSETS, offsets={ref: at}),
-                now_ms=self.d.clock.now_ms(),
-            )
-        except NotFoundError:
-            return  # the group has read nothing yet
-        del self.handled[ref]
-        rewind.apply(self.d.db, plan, actor="t", now_ms=self.d.clock.now_ms())
+        if not self._rewind(RewindTarget(RewindTo.OFFSETS, offsets={ref: at})):
+            return
         with pytest.raises(FencedError):
-            late = Commit(acked=[(low, upto)], high_watermark=upto)
-            commitlog.commit(self.d.db, "logs-readers", ref.lease_id, epoch, late, now_ms=1)
+            self._land(ref)
         assert commitlog.progress(self.d.db, "logs-readers", ref.lease_id).header.low <= at
 
     @invariant()
