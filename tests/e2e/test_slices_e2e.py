@@ -124,7 +124,9 @@ def test_a_partition_split_while_workers_run_is_read_in_slices_once_each_in_key_
     address = secured_engine
     stream, group, lid = _stream(address, "hot")
     handled = Handled()
-    with _workers(address, group, stream, handled, 2):
+    # a key's records in order on its worker's handler threads too: what ordering="key" asks (by default, each
+    # of the 4 threads takes the next chunk, and one chunk's records may be handled after the next one's)
+    with _workers(address, group, stream, handled, 2, ordering="key"):
         _produce(address, stream, 0, 2000)
         wait_until(lambda: handled.count() >= 2000, timeout=60, what=lambda: f"{handled.count()} of 2000 first")
         done = _cli(address, "group", "configure", group, "--split", lid, "2")
