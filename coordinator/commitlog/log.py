@@ -873,8 +873,17 @@ def _rejected(group: str, ref: PartitionRef, offset: int, raw: bytes) -> tuple[d
     """A stored reject mark, and it as the model's record; None for one that does not decode (left out)."""
     try:
         mark = mark_of(raw)
+    except ValueError:
+        return None
+    record = rejected_record(group, ref, offset, mark)
+    return (mark, record) if record is not None else None
+
+
+def rejected_record(group: str, ref: PartitionRef, offset: int, mark: Any) -> RejectedRecord | None:
+    """A decoded reject mark as the model's record; None for one that is not a mark's shape (left out)."""
+    try:
         dlq = mark.get("dlq") or None
-        return mark, RejectedRecord(
+        return RejectedRecord(
             partition=ref,
             offset=offset,
             reason=str(mark.get("reason", "")),
@@ -907,12 +916,6 @@ def _reject_places(
         ref = PartitionRef(s, la, gen, p)
         prefix = keys.reject_prefix(group, ref)
         yield key, ref, offset, raw
-
-
-def decoded_reject_mark(group: str, key: bytes, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:
-    """A stored reject mark, and it as the model's record; None for one that does not decode."""
-    _, s, la, gen, p, offset = keys.REJECTS.unpack(key)
-    return _rejected(group, PartitionRef(s, la, gen, p), offset, raw)
 
 
 @transactional

@@ -115,13 +115,8 @@ def _marks(tr: Transaction, group: str, batch: Any) -> list[tuple[bytes, dict[st
 
 def _records(tr: Transaction, group: str, batch: Any) -> list[RejectedRecord]:
     """The pending rejects a stored batch names, as the model's records."""
-    out = []
-    for key, _, _, _ in _marks(tr, group, batch):
-        raw = tr.get(key)
-        decoded = commitlog.decoded_reject_mark(group, key, raw) if raw is not None else None
-        if decoded is not None:
-            out.append(decoded[1])
-    return out
+    records = (commitlog.rejected_record(group, ref, offset, mark) for _, mark, ref, offset in _marks(tr, group, batch))
+    return [r for r in records if r is not None]
 
 
 def _flights(intent: dict[str, Any]) -> list[dict[str, Any]]:
