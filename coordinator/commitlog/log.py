@@ -580,7 +580,8 @@ def done_from(tr: Transaction, group: str, ref: PartitionRef, offset: int) -> in
 def rewind(tr: Transaction, group: str, ref: PartitionRef, offset: int, *, now_ms: int, pending_ts_ms: int = 0) -> None:
     """Forget what the group finished on a partition at or after `offset`: its done offsets, retries and
     rejects there are cleared, for this group only, so its next holder reads from `offset` (or from its low
-    watermark, when that is lower) and processes them again. Below `offset` nothing changes."""
+    watermark, when that is lower) and processes them again. Below `offset` nothing changes. The oldest pending
+    record's time becomes `pending_ts_ms` (the record at `offset`), unless records below `offset` still wait."""
     header = read_header(tr, group, ref)
     low = min(header.low, offset) if header.updated_ms else offset
     r0 = keys.DONE.range((group, *ref))
@@ -602,11 +603,13 @@ def rewind(tr: Transaction, group: str, ref: PartitionRef, offset: int, *, now_m
     r = keys.REJECTS.range((group, *ref))
     tr.clear_range(keys.reject_key(group, ref, offset), r.stop)
     states = [_state_of(raw) for _, raw in tr.get_range(r.start, keys.reject_key(group, ref, offset))]
+    # behind `offset`, the records from the low watermark on wait still and are older: their time stands
+    behind = header.updated_ms and offset > header.low and header.oldest_pending_ts_ms > 0
     rewound = replace(
         header,
         low=low,
         high=max(header.high, low),
-        oldest_pending_ts_ms=pending_ts_ms if pending_ts_ms > 0 else header.oldest_pending_ts_ms,
+        oldest_pending_ts_ms=pending_ts_ms if pending_ts_ms > 0 and not behind else header.oldest_pending_ts_ms,
         slice_pending={},  # the slices' next commits start from the rewound time, as a split's first does
         done_above=done_above,
         retries=retries,

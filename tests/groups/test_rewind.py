@@ -259,9 +259,11 @@ def test_a_held_partition_behind_the_time_keeps_its_position_and_is_granted_agai
     not let them land, or 4..8 would never be processed again. The partition keeps its position (a rewind
     only goes back), its holder starts over at a new epoch; one nobody holds is left as it is."""
     d = domain.cluster("east").stream("logs", 2, "east")
+    waiting_since = T0 - 5_000  # the record at 2, the oldest the group has to do
     for p in range(2):
         d.admin.append("east", "sp.logs.realtime.g1", p, 10, ts_ms=T0)
-        commitlog.commit(d.db, "billing", f"logs/realtime/g1/p{p}", 0, Commit(acked=[(0, 2)]), now_ms=1)
+        body = Commit(acked=[(0, 2)], oldest_pending_ts_ms=waiting_since)
+        commitlog.commit(d.db, "billing", f"logs/realtime/g1/p{p}", 0, body, now_ms=1)
     held = Lease(*PartitionRef("logs", "realtime", 1, 0), worker_id="w1", epoch=3, state=GRANTED)
     _in(d, lambda tr: write_lease(tr, "billing", None, held))
     to_4 = {PartitionRef("logs", "realtime", 1, p): 4 for p in range(2)}
@@ -270,7 +272,9 @@ def test_a_held_partition_behind_the_time_keeps_its_position_and_is_granted_agai
     rewind.apply(d.db, plan, actor="alice", now_ms=T0)
     with pytest.raises(FencedError):
         commitlog.commit(d.db, "billing", "logs/realtime/g1/p0", 3, Commit(acked=[(2, 8)]), now_ms=5)
-    assert [commitlog.progress(d.db, "billing", f"logs/realtime/g1/p{p}").header.low for p in range(2)] == [2, 2]
+    headers = [commitlog.progress(d.db, "billing", f"logs/realtime/g1/p{p}").header for p in range(2)]
+    assert [h.low for h in headers] == [2, 2]
+    assert headers[0].oldest_pending_ts_ms == waiting_since, "the time lag still counts from the record at 2"
 
 
 def test_a_lease_being_moved_is_freed_for_the_owner_to_grant_where_it_was_going(world: World) -> None:
