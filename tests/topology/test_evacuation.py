@@ -2,8 +2,8 @@
 
 Three local clusters, each its own process; 100 streams (200 lanes) on cluster a, five of them with a
 producer and a consumer group running. Every broker of a goes down: every lane is active elsewhere within the
-policy's unhealthy threshold plus 10 s, the streams with traffic keep flowing on their new generations, and
-once a is back every acknowledged record has been processed.
+policy's unhealthy threshold plus seconds (not the minutes of a per-lane rate cap), the streams with traffic
+keep flowing on their new generations, and once a is back every acknowledged record has been processed.
 """
 
 from __future__ import annotations
@@ -114,7 +114,11 @@ def test_every_lane_of_a_dead_cluster_leaves_within_the_threshold_and_nothing_ac
 
             wait_until(all_moved, timeout=THRESHOLD_S + 60, what=lambda: f"{len(moved)} of {2 * STREAMS} lanes moved")
             last_s = max(e.time_ms for e in moved.values()) / 1000 - down_at
-            assert last_s <= THRESHOLD_S + 10, f"the last lane moved {last_s:.1f} s after a went down"
+            # the lanes leave together: at the old cap of 10 failovers a minute, 200 took 20 minutes. How fast is
+            # benchmarks/fleet.py's figure (about 3 s past the threshold, the coordinator in its own process);
+            # here it shares one process, and its GIL, with a producer and five consumers retrying the dead
+            # cluster, and a slow machine took 17 s
+            assert last_s <= THRESHOLD_S + 30, f"the last lane moved {last_s:.1f} s after a went down"
             assert {e.current.cluster for e in moved.values()} <= {"b", "c"}
             assert all(e.actor == "autopilot" for e in moved.values())
             lanes = {(s.name, lane.name): lane.active.cluster for s in c.list_streams(prefix="ev-") for lane in s.lanes}
