@@ -3,15 +3,20 @@ the control channel for local ones) and end offsets (ListOffsets, the same on bo
 generations.
 
 Topic creation is idempotent: a topic that exists with the wanted partition count is success, so a retried
-Failover or CreateStream never fails on its own earlier attempt.
+Failover or CreateStream never fails on its own earlier attempt. On a Kafka cluster it returns once every
+partition's leader serves the topic (answers ListOffsets), so no producer is routed to a partition whose
+leader is still being made: librdkafka's idempotent producer can report a record as delivered that such a
+leader refused, when a later batch of the same new producer id is accepted (the first record of a failover's
+new generation was lost so, one run in four on a loaded machine; confluent-kafka-go#921).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 from streamplane.client.kafka.watermarks import Watermarks
-from streamplane.errors import FailedPreconditionError, UnavailableError
+from streamplane.errors import FailedPreconditionError, StreamplaneError, UnavailableError
 from streamplane.model import ADMIN_LOCAL, Cluster, PartitionBounds, TopicSettings
 
 DEFAULTS = TopicSettings()
@@ -22,7 +27,7 @@ class ClusterAdmin(Protocol):
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         """Create `topic` with `partitions` partitions (and `settings`) on `cluster` unless it exists with that
-        many partitions."""
+        many partitions; return once every partition's leader serves it."""
         ...
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
@@ -59,6 +64,25 @@ class _Bounds:
 
     def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         return Watermarks.timestamps(cluster.bootstrap_servers, topic, offsets)
+
+    def wait_serving(self, cluster: Cluster, topic: str, partitions: int, timeout_s: float) -> None:
+        """Return once the leader of every partition of a topic just created answers ListOffsets for it (Kafka
+        makes a new partition's leader after it lists the topic in its metadata: meanwhile produce and
+        ListOffsets are refused alike); UnavailableError past `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        pause = 0.01
+        while True:
+            try:
+                self.marks.ends(cluster.bootstrap_servers, topic, list(range(partitions)))
+                return
+            except StreamplaneError as err:
+                if time.monotonic() + pause > deadline:
+                    raise UnavailableError(
+                        f"topic {topic} on cluster {cluster.name} ({cluster.bootstrap_servers}) was created but its "
+                        f"partitions' leaders do not serve it after {timeout_s:.0f} s: {err.message}"
+                    ) from err
+            time.sleep(pause)  # a leader is being made: it takes milliseconds
+            pause = min(0.2, pause * 2)
 
 
 def kafka_end_offsets(
@@ -113,6 +137,7 @@ class KafkaAdmin:
             self._check_partitions(client, cluster, topic, partitions)
         except Exception as err:  # a timeout of the future
             raise UnavailableError(f"cannot create {where}: {err}") from err
+        self._bounds.wait_serving(cluster, topic, partitions, self._timeout_s)
 
     def _check_partitions(self, client: object, cluster: Cluster, topic: str, partitions: int) -> None:
         metadata = client.list_topics(topic, timeout=self._timeout_s)  # type: ignore[attr-defined]
@@ -158,7 +183,9 @@ class LocalAdmin:
         self._bounds = _Bounds()
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
-        """Local engines keep no topic settings (the mock cluster has one replica and keeps what fits)."""
+        """Local engines keep no topic settings (the mock cluster has one replica and keeps what fits). The
+        mock cluster makes a topic's leaders as it creates it, so there is nothing to wait for (its control
+        channel creates topics even while its brokers are down, as tests of dead clusters need)."""
         from streamplane.devstack.cluster_control import LocalClusterControl
 
         LocalClusterControl(cluster.control_endpoint, name=cluster.name).create_topic(topic, partitions)

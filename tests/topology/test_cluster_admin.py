@@ -7,6 +7,8 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from streamplane.client.kafka.config import ConnectionConfig
+from streamplane.client.kafka.connection import KafkaConnection
 from streamplane.coordinator.topology.cluster_admin import KafkaAdmin, LocalAdmin
 from streamplane.devstack.cluster_control import LocalClusterControl
 from streamplane.errors import FailedPreconditionError, UnavailableError
@@ -52,3 +54,22 @@ def test_kafka_admin_creates_topics_on_real_kafka(kafka_bootstrap: str) -> None:
     assert _partitions(kafka_bootstrap, topic) == 3
     with pytest.raises(FailedPreconditionError):
         KafkaAdmin().ensure_topic(cluster, topic, 4)
+
+
+def test_kafka_admin_returns_once_every_partition_leader_serves_the_new_topic(kafka_bootstrap: str) -> None:
+    """A producer routed to a new generation writes at once: a leader still being made refuses its first batch,
+    and librdkafka's idempotent producer may then report that record delivered when a later batch is accepted.
+    So creation returns only once every partition's leader answers for the topic (asked here once, no retry)."""
+    cluster = Cluster("real", kafka_bootstrap)
+    for _ in range(3):
+        topic = f"sp.admin-{uuid.uuid4().hex[:8]}.realtime.g1"
+        KafkaAdmin().ensure_topic(cluster, topic, 32)
+        with KafkaConnection.connect_any(kafka_bootstrap, ConnectionConfig(timeout_s=10)) as boot:
+            md = boot.metadata([topic])
+            leaders = {p.partition: p.leader for p in md.topics[topic]}
+            assert sorted(leaders) == list(range(32)) and min(leaders.values()) >= 0, leaders
+            for node in set(leaders.values()):
+                broker = md.brokers[node]
+                with KafkaConnection(broker.host, broker.port, ConnectionConfig(timeout_s=10)) as conn:
+                    led = [p for p, leader in leaders.items() if leader == node]
+                    assert conn.list_offsets(topic, led, -1) == dict.fromkeys(led, 0)
