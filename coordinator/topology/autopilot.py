@@ -25,7 +25,7 @@ from streamplane.coordinator.topology.cluster_index import read_active_load, str
 from streamplane.coordinator.topology.health import AUTOPILOT
 from streamplane.coordinator.topology.probes import CANARY_TOPIC, WireProbes
 from streamplane.coordinator.topology.topology import Topology
-from streamplane.errors import StreamplaneError
+from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import Cluster, ClusterErrors, Probe
 
 log = structlog.get_logger(__name__)
@@ -59,6 +59,10 @@ class _Wire(enum.Enum):
 
 WIRE = _Wire.WIRE
 """The default look at clusters: `probes.WireProbes`, over our wire client, connections kept per cluster."""
+
+FAILED_RETRY_MS = 1000
+"""After a failover that failed (a target that did not take its topic, a lane that changed meanwhile), the
+plan is made again this much later, though the topology has not changed: a failure writes no event."""
 
 
 class Autopilot:
@@ -292,7 +296,13 @@ class Autopilot:
         done = []
         ceiling = self.config.target_creations_per_s
         paced: dict[str, int] = {}
+        refused: dict[str, str] = {}  # target: why it did not take a topic in this pass
+        waiting_for: collections.Counter[str] = collections.Counter()  # target: the lanes that wait for it
+        failed = False
         for move in plan.moves:
+            if move.target in refused:  # once a pass: a try can last the admin's timeout, and the pass serves the fleet
+                waiting_for[move.target] += 1
+                continue
             created = self._created.setdefault(move.target, collections.deque())
             while created and now_ms - created[0] >= 1000:
                 created.popleft()
@@ -303,15 +313,21 @@ class Autopilot:
                 self.topology.failover(move.stream, move.lane, move.target, 0, move.reason, actor=AUTOPILOT)
             except StreamplaneError as err:
                 log.warning("autopilot.failover_failed", stream=move.stream, lane=move.lane, error=err.message)
+                failed = True
+                if isinstance(err, UnavailableError):
+                    refused[move.target] = err.message
+                    waiting_for[move.target] += 1
                 continue
             except Exception:  # one lane's failure never holds back the others' moves
                 log.exception("autopilot.failover_failed", stream=move.stream, lane=move.lane)
+                failed = True
                 continue
             self._recent.append(now_ms)
             created.append(now_ms)
             self._last_moved[(move.stream, move.lane)] = now_ms
             log.info("autopilot.failed_over", stream=move.stream, lane=move.lane, to=move.target, reason=move.reason)
             done.append(move)
+        again: list[int] = []
         if paced:
             lines = [
                 f"{count} lane(s) wait for {target}: {ceiling} topic creations a second on one target at most"
@@ -320,6 +336,18 @@ class Autopilot:
             for line in lines:
                 log.info("autopilot.paced", why=line)
             self.waiting = [*self.waiting, *lines]
-            again = min(self._created[t][0] for t in paced) + 1000  # when the first of them has room again
-            self._planned = (self._planned[0], min(again, self._planned[1]) if self._planned[1] else again)
+            again.append(min(self._created[t][0] for t in paced) + 1000)  # when the first of them has room again
+        if refused:
+            lines = [
+                f"{waiting_for[t]} lane(s) wait for {t}, which did not take a topic: {why}"
+                for t, why in refused.items()
+            ]
+            for line in sorted(lines):
+                log.warning("autopilot.waiting", why=line)
+            self.waiting = [*self.waiting, *sorted(lines)]
+        if failed:  # tried again in a second, though nothing in the topology changes meanwhile
+            again.append(now_ms + FAILED_RETRY_MS)
+        if again:
+            first = min(again)
+            self._planned = (self._planned[0], min(first, self._planned[1]) if self._planned[1] else first)
         return done

@@ -35,7 +35,7 @@ from streamplane.coordinator.topology.health import (
     plan_failovers,
 )
 from streamplane.coordinator.topology.topology import Topology
-from streamplane.errors import FailedPreconditionError, InvalidArgumentError
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
 from streamplane.model import Probe
 from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from tests.helpers import cli, wait_until
@@ -582,6 +582,70 @@ def test_an_evacuation_creates_at_most_the_ceiling_of_topics_a_second_on_each_ta
         assert any("topic creations a second on one target at most" in w for w in waited)
         span_s = (max(e.time_ms for e in moved) - min(e.time_ms for e in moved)) / 1000
         assert span_s <= 60 / 10 + 1, f"the pace is the ceiling's, not slower: {span_s} s"
+    finally:
+        pilot.stop()
+        db.close()
+
+
+class _RefusingTarget(MemoryClusterAdmin):
+    """Kafka in memory, where cluster `refusing` does not take a topic while `refuse` is set (its leaders do
+    not serve, say); every try counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse = True
+        self.tries = 0
+
+    def ensure_topic(self, cluster: model.Cluster, topic: str, partitions: int, settings: object = None) -> None:
+        if cluster.name == "refusing":
+            self.tries += 1
+            if self.refuse:
+                raise UnavailableError(f"topic {topic} on cluster refusing: its leaders do not serve it")
+        super().ensure_topic(cluster, topic, partitions)
+
+
+def test_a_target_that_does_not_take_a_topic_is_tried_once_a_pass_and_again_without_a_topology_change(
+    tmp_path: Path,
+) -> None:
+    """Eight lanes leave dead cluster a for the one other cluster, which does not take topics for a while: a pass
+    tries it once (each try can last the admin's timeout, and the pass serves the fleet), says why the lanes
+    wait, and tries again a second later although nothing in the topology changed; once it takes topics, every
+    lane leaves."""
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    clock = ManualClock(T0)
+    admin = _RefusingTarget()
+    topology = Topology(db, admin, clock)
+    topology.register_cluster(model.Cluster("a", "a:9092"))
+    topology.register_cluster(model.Cluster("refusing", "r:9092"))
+    for i in range(4):
+        topology.create_stream(f"refused-{i}", 1, "a")
+        topology.set_stream_policy(f"refused-{i}", model.FailoverPolicy(unhealthy_after_ms=1_000))
+
+    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        return Probe(name, now_ms, name != "a", brokers=3, error="refused" if name == "a" else "")
+
+    pilot = Autopilot(
+        topology, lambda: True, AutopilotConfig(probe_interval_ms=200), clock=clock, probe=probe, canary=None
+    )
+
+    def moved() -> list[model.FailedOver]:
+        return [e for e in topology.read_events_and_watch(None, limit=1_000)[0] if isinstance(e, model.FailedOver)]
+
+    def passes(seconds: float) -> None:
+        for _ in range(int(seconds * 5)):
+            pilot.run_once()
+            wait_until(lambda: all(f.done() for f in pilot._running.values()), timeout=5)
+            pilot.run_once()
+            clock.advance(200)
+
+    try:
+        passes(3)  # a is unhealthy past its second: every pass tries the target once
+        assert admin.tries and not moved()
+        assert admin.tries <= 3, f"{admin.tries} tries in 3 s: the target is tried once a pass, at most once a second"
+        assert any("refusing" in w and "leaders do not serve" in w for w in pilot.waiting), pilot.waiting
+        admin.refuse = False
+        passes(2)
+        assert len(moved()) == 8, "every lane left once the target took topics, with no topology change between"
     finally:
         pilot.stop()
         db.close()
