@@ -187,7 +187,11 @@ def test_a_split_for_load_merges_back_when_the_load_falls_and_the_lag_reaches_ze
 
     with _workers(address, group, stream, handled, 2, 0.002, concurrency=1):
         wait_until(lambda: len(_slice_holders(address, group, lid)) == 2, timeout=60, what=lambda: "a split in two")
-        wait_until(lambda: "partition_merged" in changes(), timeout=60, what=lambda: f"a merge: {changes()}")
+        calm = lambda: (  # noqa: E731 (what a failure says: whether the slices' records were worked off)
+            f"a merge: {changes()}; {handled.count()} of 4000 handled, slices held by "
+            f"{_slice_holders(address, group, lid)}, offset lag {offset_lag(address, group, stream)}"
+        )
+        wait_until(lambda: "partition_merged" in changes(), timeout=60, what=calm)
         assert "partition_cooled" in changes()
         assert not _slice_holders(address, group, lid)
         _produce(address, stream, 4_000, 5_000)
