@@ -43,8 +43,16 @@ BATCH_BYTES = 4_000_000
 """About what one CommitBatch call writes at most (a store transaction holds 10 MB)."""
 
 
+IDLE = LeaseLoad()
+"""The load of a lease with nothing to do."""
+
+
 def load_changed(last: LeaseLoad, now: LeaseLoad) -> bool:
-    """Whether a lease's load moved enough to be worth telling the Assigner (noise is not)."""
+    """Whether a lease's load moved enough to be worth telling the Assigner (noise is not). A lease that went
+    idle is always told: a small last load (900 ms behind, say) would otherwise stay the Assigner's view for
+    good, and a split's slices merge back only once it sees them keep up."""
+    if now == IDLE:
+        return last != IDLE
     return (
         abs(now.records_per_s - last.records_per_s) > max(1.0, 0.2 * last.records_per_s)
         or abs(now.lag_records - last.lag_records) > max(100, last.lag_records // 5)
@@ -239,7 +247,7 @@ class Committer:
             if x.lost:
                 continue
             last = self._loads.get(x.lease_id)
-            if last is not None and x.idle and not (last.records_per_s or last.lag_records or last.lag_ms):
+            if last == IDLE and x.idle:
                 continue  # idle before and now: nothing to compute, nothing to tell
             rate = x.take_rate(now_s)
             total += rate
