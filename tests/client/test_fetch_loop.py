@@ -451,9 +451,15 @@ def test_the_next_fetch_is_with_the_broker_while_a_response_is_decoded(one_broke
             assert ids == [b"p%d-%05d" % (p, i) for i in range(300)], "every record once, in order"
         handed = sorted(n for r in got for n in r.at_request)
         assert len(handed) >= 16, "read over many responses"
-        assert loop.requests <= len(handed) // 2 + 2, "no Fetch wasted: each asked from where the decoding ended"
+        # The producer's batches differ by partition under load, so one partition may need more responses than
+        # the other: count the Fetches that brought records, not the handovers.
+        bringing = sorted(set(handed))
+        first = 2 if ahead else 1  # with fetching ahead, a response is handed over once the Fetch after it went
+        assert bringing == list(range(first, bringing[-1] + 1)), (
+            "no Fetch wasted: each, up to the last record, asked from where the decoding ended and brought records"
+        )
         if ahead:
-            assert loop.sent_ahead >= len(handed) // 2 - 1
+            assert loop.sent_ahead >= len(bringing) - 1
             assert all(n > 1 for n in handed), "the first response was handed over after the second Fetch went"
         else:
             assert loop.sent_ahead == 0 and handed[0] == 1
