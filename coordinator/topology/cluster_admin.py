@@ -13,6 +13,8 @@ new generation was lost so, one run in four on a loaded machine; confluent-kafka
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from streamplane.client.kafka.watermarks import Watermarks
@@ -22,12 +24,27 @@ from streamplane.model import ADMIN_LOCAL, Cluster, PartitionBounds, TopicSettin
 DEFAULTS = TopicSettings()
 
 
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to have on a cluster: its name, partition count and settings."""
+
+    topic: str
+    partitions: int
+    settings: TopicSettings = DEFAULTS
+
+
 class ClusterAdmin(Protocol):
     """What the topology needs from a Kafka cluster."""
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         """Create `topic` with `partitions` partitions (and `settings`) on `cluster` unless it exists with that
         many partitions; return once every partition's leader serves it."""
+        ...
+
+    def ensure_topics(self, cluster: Cluster, topics: Sequence[TopicSpec]) -> dict[str, StreamplaneError]:
+        """`ensure_topic` for many topics of one cluster at once (a dead cluster's lanes leaving for it): one
+        request creates them, and their leaders, made side by side, are waited for together. Returns the topics
+        that failed, each with its error (empty: every one serves)."""
         ...
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
@@ -50,6 +67,29 @@ class ClusterAdmin(Protocol):
         ...
 
 
+def ensure_each(admin: ClusterAdmin, cluster: Cluster, topics: Sequence[TopicSpec]) -> dict[str, StreamplaneError]:
+    """`ensure_topics` one topic at a time, for admins whose creations are cheap (local clusters, memory). A
+    cluster that did not answer is not asked again for the rest: they fail with the same error."""
+    failed: dict[str, StreamplaneError] = {}
+    unavailable: UnavailableError | None = None
+    for spec in topics:
+        if unavailable is not None:
+            failed[spec.topic] = unavailable
+            continue
+        try:
+            admin.ensure_topic(cluster, spec.topic, spec.partitions, spec.settings)
+        except UnavailableError as err:
+            failed[spec.topic] = unavailable = err
+        except StreamplaneError as err:
+            failed[spec.topic] = err
+    return failed
+
+
+def _raise_failed(failed: dict[str, StreamplaneError]) -> None:
+    for err in failed.values():
+        raise err
+
+
 class _Bounds:
     """`ClusterAdmin.bounds` (and the sealer's end offsets) through our wire client's ListOffsets on any
     Kafka-protocol cluster, real or local, with one connection per broker of the clusters looked at last kept (a
@@ -65,11 +105,11 @@ class _Bounds:
     def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         return Watermarks.timestamps(cluster.bootstrap_servers, topic, offsets)
 
-    def wait_serving(self, cluster: Cluster, topic: str, partitions: int, timeout_s: float) -> None:
+    def wait_serving(self, cluster: Cluster, topic: str, partitions: int, deadline: float, timeout_s: float) -> None:
         """Return once the leader of every partition of a topic just created answers ListOffsets for it (Kafka
         makes a new partition's leader after it lists the topic in its metadata: meanwhile produce and
-        ListOffsets are refused alike); UnavailableError past `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
+        ListOffsets are refused alike); UnavailableError past `deadline` (time.monotonic(), `timeout_s` after the
+        creation began). Asked at least once, even past it."""
         pause = 0.01
         while True:
             try:
@@ -82,7 +122,7 @@ class _Bounds:
                         f"partitions' leaders do not serve it after {timeout_s:.0f} s: {err.message}"
                     ) from err
             time.sleep(pause)  # a leader is being made: it takes milliseconds
-            pause = min(0.2, pause * 2)
+            pause = min(0.05, pause * 2)
 
 
 def kafka_end_offsets(
@@ -113,31 +153,57 @@ class KafkaAdmin:
         self._bounds = _Bounds(timeout_s)
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
+        _raise_failed(self.ensure_topics(cluster, [TopicSpec(topic, partitions, settings)]))
+
+    def ensure_topics(self, cluster: Cluster, topics: Sequence[TopicSpec]) -> dict[str, StreamplaneError]:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+        if not topics:
+            return {}
+        deadline = time.monotonic() + self._timeout_s
         client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 3})
         # replication_factor=-1 takes the broker's default.replication.factor (KIP-464).
-        new = NewTopic(
-            topic,
-            num_partitions=partitions,
-            replication_factor=settings.replication_factor or -1,
-            config=settings.configs(),
-        )
-        futures = client.create_topics([new], request_timeout=self._timeout_s)
-        where = f"topic {topic} on cluster {cluster.name} ({cluster.bootstrap_servers})"
-        try:
-            futures[topic].result(timeout=self._timeout_s)
-        except KafkaException as err:
-            error = err.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                if error.retriable() or error.code() < 0:  # unreachable, timed out: worth another try
-                    raise UnavailableError(f"cannot create {where}: {error.str()}") from err
-                raise FailedPreconditionError(f"cluster {cluster.name} refuses {where}: {error.str()}") from err
-            self._check_partitions(client, cluster, topic, partitions)
-        except Exception as err:  # a timeout of the future
-            raise UnavailableError(f"cannot create {where}: {err}") from err
-        self._bounds.wait_serving(cluster, topic, partitions, self._timeout_s)
+        new = [
+            NewTopic(
+                spec.topic,
+                num_partitions=spec.partitions,
+                replication_factor=spec.settings.replication_factor or -1,
+                config=spec.settings.configs(),
+            )
+            for spec in topics
+        ]
+        futures = client.create_topics(new, request_timeout=self._timeout_s)
+        failed: dict[str, StreamplaneError] = {}
+        for spec in topics:
+            where = f"topic {spec.topic} on cluster {cluster.name} ({cluster.bootstrap_servers})"
+            try:
+                futures[spec.topic].result(timeout=max(0.0, deadline - time.monotonic()))
+            except KafkaException as err:
+                error = err.args[0]
+                if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    if error.retriable() or error.code() < 0:  # unreachable, timed out: worth another try
+                        failed[spec.topic] = UnavailableError(f"cannot create {where}: {error.str()}")
+                    else:
+                        failed[spec.topic] = FailedPreconditionError(
+                            f"cluster {cluster.name} refuses {where}: {error.str()}"
+                        )
+                    continue
+                try:
+                    self._check_partitions(client, cluster, spec.topic, spec.partitions)
+                except StreamplaneError as refused:
+                    failed[spec.topic] = refused
+                except Exception as err:  # the metadata's future timed out
+                    failed[spec.topic] = UnavailableError(f"cannot describe {where}: {err}")
+            except Exception as err:  # a timeout of the future
+                failed[spec.topic] = UnavailableError(f"cannot create {where}: {err}")
+        for spec in topics:  # their leaders were made side by side: the first wait is most of the others'
+            if spec.topic not in failed:
+                try:
+                    self._bounds.wait_serving(cluster, spec.topic, spec.partitions, deadline, self._timeout_s)
+                except UnavailableError as err:
+                    failed[spec.topic] = err
+        return failed
 
     def _check_partitions(self, client: object, cluster: Cluster, topic: str, partitions: int) -> None:
         metadata = client.list_topics(topic, timeout=self._timeout_s)  # type: ignore[attr-defined]
@@ -190,6 +256,9 @@ class LocalAdmin:
 
         LocalClusterControl(cluster.control_endpoint, name=cluster.name).create_topic(topic, partitions)
 
+    def ensure_topics(self, cluster: Cluster, topics: Sequence[TopicSpec]) -> dict[str, StreamplaneError]:
+        return ensure_each(self, cluster, topics)
+
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         return kafka_end_offsets(cluster, topic, partitions, marks=self._bounds.marks)
 
@@ -216,6 +285,9 @@ class RoutingAdmin:
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         self._admin(cluster).ensure_topic(cluster, topic, partitions, settings)
+
+    def ensure_topics(self, cluster: Cluster, topics: Sequence[TopicSpec]) -> dict[str, StreamplaneError]:
+        return self._admin(cluster).ensure_topics(cluster, topics)
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         return self._admin(cluster).end_offsets(cluster, topic, partitions)

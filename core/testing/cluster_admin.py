@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from streamplane.errors import FailedPreconditionError, NotFoundError, UnavailableError
+from collections.abc import Sequence
+
+from streamplane.coordinator.topology.cluster_admin import TopicSpec, ensure_each
+from streamplane.errors import FailedPreconditionError, NotFoundError, StreamplaneError, UnavailableError
 from streamplane.model import Cluster, PartitionBounds, TopicSettings
 
 DEFAULTS = TopicSettings()
@@ -33,6 +36,9 @@ class MemoryClusterAdmin:
             raise FailedPreconditionError(
                 f"topic {topic} exists on cluster {cluster.name} with {len(ends)} partitions, not {partitions}"
             )
+
+    def ensure_topics(self, cluster: Cluster, topics: Sequence[TopicSpec]) -> dict[str, StreamplaneError]:
+        return ensure_each(self, cluster, topics)
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
         self._reach(cluster)
