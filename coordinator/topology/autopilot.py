@@ -299,31 +299,29 @@ class Autopilot:
         refused: dict[str, str] = {}  # target: why it did not take a topic in this pass
         waiting_for: collections.Counter[str] = collections.Counter()  # target: the lanes that wait for it
         failed = False
+        taken: list[health.Move] = []
         for move in plan.moves:
-            if move.target in refused:  # once a pass: a try can last the admin's timeout, and the pass serves the fleet
-                waiting_for[move.target] += 1
-                continue
             created = self._created.setdefault(move.target, collections.deque())
             while created and now_ms - created[0] >= 1000:
                 created.popleft()
             if len(created) >= ceiling:  # the target's controller has had its share this second
                 paced[move.target] = paced.get(move.target, 0) + 1
                 continue
-            try:
-                self.topology.failover(move.stream, move.lane, move.target, 0, move.reason, actor=AUTOPILOT)
-            except StreamplaneError as err:
-                log.warning("autopilot.failover_failed", stream=move.stream, lane=move.lane, error=err.message)
+            created.append(now_ms)
+            taken.append(move)
+        # one topic creation request per target: a try can last the admin's timeout, and the pass serves the fleet
+        for move, result in zip(taken, self.topology.failover_many(taken, actor=AUTOPILOT), strict=True):
+            if isinstance(result, Exception):
                 failed = True
-                if isinstance(err, UnavailableError):
-                    refused[move.target] = err.message
+                if not isinstance(result, StreamplaneError):  # a bug, in this lane's failover only
+                    log.error("autopilot.failover_failed", stream=move.stream, lane=move.lane, exc_info=result)
+                    continue
+                log.warning("autopilot.failover_failed", stream=move.stream, lane=move.lane, error=result.message)
+                if isinstance(result, UnavailableError):
+                    refused.setdefault(move.target, result.message)
                     waiting_for[move.target] += 1
                 continue
-            except Exception:  # one lane's failure never holds back the others' moves
-                log.exception("autopilot.failover_failed", stream=move.stream, lane=move.lane)
-                failed = True
-                continue
             self._recent.append(now_ms)
-            created.append(now_ms)
             self._last_moved[(move.stream, move.lane)] = now_ms
             log.info("autopilot.failed_over", stream=move.stream, lane=move.lane, to=move.target, reason=move.reason)
             done.append(move)

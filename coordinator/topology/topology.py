@@ -8,7 +8,7 @@ fails validation writes nothing; one that races another fails cleanly in the fin
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,7 +18,7 @@ from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database, Transaction
 from streamplane.coordinator.store.api import StoreUnavailableError, Watch
 from streamplane.coordinator.topology import events
-from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin, TopicSpec
 from streamplane.coordinator.topology.cluster_index import (
     ActiveStreams,
     generation_counts,
@@ -26,7 +26,7 @@ from streamplane.coordinator.topology.cluster_index import (
     read_active_load,
     streams_active_on,
 )
-from streamplane.coordinator.topology.health import AUTOPILOT, choose_target
+from streamplane.coordinator.topology.health import AUTOPILOT, Move, choose_target
 from streamplane.coordinator.topology.pages import (
     cluster_page,
     count_stream,
@@ -377,54 +377,70 @@ class Topology:
         """Open generation g+1 of a lane on `target_cluster` and mark g draining. Value: (previous, current).
         With no target, the autopilot's choice: a healthy, uncordoned cluster, in another zone if there is one,
         with the fewest active generations per capacity weight."""
+        planned = self._plan_failover(stream, lane, target_cluster, partitions, reason)
+        self.admin.ensure_topic(planned.target, planned.next.topic, planned.next.partitions, planned.settings)
+        return self._commit_failover(planned, actor)
+
+    def failover_many(self, moves: Sequence[Move], *, actor: str = "") -> list[Committed | Exception]:
+        """Fail many lanes over at once (a dead or drained cluster's lanes leaving it), each as `failover` does
+        with the same partition count, but with one topic creation request per target cluster for all of them,
+        whose leaders are made side by side and waited for together (on Kafka, creating topics one at a time
+        takes tens of milliseconds each). Returns each move's result in its place: its commit, or why it failed
+        (a StreamplaneError, or whatever a bug raised): one lane's failure never holds back the others."""
+        results: list[Committed | Exception | None] = [None] * len(moves)
+        by_target: dict[str, list[tuple[int, _PlannedFailover]]] = {}
+        for i, move in enumerate(moves):
+            try:
+                planned = self._plan_failover(move.stream, move.lane, move.target, 0, move.reason)
+            except Exception as err:  # each lane its own result
+                results[i] = err
+                continue
+            by_target.setdefault(planned.target.name, []).append((i, planned))
+        for lanes in by_target.values():
+            target = lanes[0][1].target
+            specs = [TopicSpec(p.next.topic, p.next.partitions, p.settings) for _, p in lanes]
+            try:
+                failed: dict[str, Exception] = dict(self.admin.ensure_topics(target, specs))
+            except Exception as err:  # the target's lanes fail, the other targets' go on
+                failed = {spec.topic: err for spec in specs}
+            for i, planned in lanes:
+                try:
+                    refused = failed.get(planned.next.topic)
+                    results[i] = refused if refused is not None else self._commit_failover(planned, actor)
+                except Exception as err:  # each lane its own result
+                    results[i] = err
+        return [r for r in results if r is not None]
+
+    def _plan_failover(
+        self, stream: str, lane: str, target_cluster: str, partitions: int, reason: str
+    ) -> _PlannedFailover:
+        """A failover's checked arguments and its next generation, read in a transaction of its own (the topic is
+        created outside any transaction, then the change is committed if the lane is still as planned)."""
         check_object_name("stream", stream)
         check_lane_name("lane", lane)
         if target_cluster:
             check_object_name("target_cluster", target_cluster)
         check_partitions("partitions", partitions, allow_zero=True)
         check_text("reason", reason)
+        _, nxt, target, settings = self.db.transact(
+            lambda tr: _failover_plan(tr, stream, lane, target_cluster, partitions)
+        )
+        return _PlannedFailover(stream, lane, target_cluster, partitions, reason, nxt, target, settings)
 
-        def plan(tr: Transaction) -> tuple[Generation, Generation, Cluster, TopicSettings]:
-            whole = get_stream(tr, stream, "stream")
-            current = whole.require_lane(lane)
-            previous = current.active
-            if target_cluster:
-                target = check_target(get_cluster(tr, target_cluster, "target_cluster"), "target_cluster")
-            else:
-                clusters = list_clusters(tr)
-                source = next((c for c in clusters if c.name == previous.cluster), None)
-                found = choose_target(clusters, source or Cluster(previous.cluster, ""), read_active_load(tr))
-                if found is None:
-                    raise FailedPreconditionError(
-                        f"no healthy, uncordoned cluster other than {previous.cluster!r} "
-                        f"to fail {stream}/{lane} over to"
-                    )
-                target = found
-            count = partitions or previous.partitions
-            if target.name == previous.cluster and count == previous.partitions:
-                raise FailedPreconditionError(
-                    f"lane {stream}/{lane} is already active on cluster {target.name!r} with {count} partitions; "
-                    "fail over to another cluster or give another partition count"
-                )
-            number = previous.number + 1
-            nxt = Generation(number, target.name, topic_name(stream, lane, number), count)
-            return previous, nxt, target, whole.topic
-
-        _, nxt, target, settings = self.db.transact(plan)
-        self.admin.ensure_topic(target, nxt.topic, nxt.partitions, settings)
-
+    def _commit_failover(self, planned: _PlannedFailover, actor: str) -> Committed:
+        stream, lane = planned.stream, planned.lane
         now = self.clock.now_ms()  # the event's time, read outside the transaction body
 
         def change(tr: Transaction) -> tuple[Generation, Generation]:
-            prev_now, planned, _, _ = plan(tr)
-            if planned != nxt:
+            prev_now, nxt, _, _ = _failover_plan(tr, stream, lane, planned.target_cluster, planned.partitions)
+            if nxt != planned.next:
                 raise FailedPreconditionError(f"lane {stream}/{lane} changed during the failover; retry it")
             draining = replace(prev_now, state=DRAINING)
             write_generation(tr, stream, lane, draining)
             write_generation(tr, stream, lane, nxt)
             events.append_event(
                 tr,
-                FailedOver(stream=stream, lane=lane, previous=draining, current=nxt, reason=reason),
+                FailedOver(stream=stream, lane=lane, previous=draining, current=nxt, reason=planned.reason),
                 actor=actor,
                 time_ms=now,
             )
@@ -488,3 +504,46 @@ class Topology:
 
 
 __all__ = ["ACTIVE", "DRAINING", "Committed", "Topology", "validate_cluster"]
+
+
+@dataclass(frozen=True)
+class _PlannedFailover:
+    """A failover between its plan and its commit: what was asked, and the generation it opens where."""
+
+    stream: str
+    lane: str
+    target_cluster: str
+    partitions: int
+    reason: str
+    next: Generation
+    target: Cluster
+    settings: TopicSettings
+
+
+def _failover_plan(
+    tr: Transaction, stream: str, lane: str, target_cluster: str, partitions: int
+) -> tuple[Generation, Generation, Cluster, TopicSettings]:
+    """(the lane's active generation, the next one, its cluster, the stream's topic settings) of a failover."""
+    whole = get_stream(tr, stream, "stream")
+    current = whole.require_lane(lane)
+    previous = current.active
+    if target_cluster:
+        target = check_target(get_cluster(tr, target_cluster, "target_cluster"), "target_cluster")
+    else:
+        clusters = list_clusters(tr)
+        source = next((c for c in clusters if c.name == previous.cluster), None)
+        found = choose_target(clusters, source or Cluster(previous.cluster, ""), read_active_load(tr))
+        if found is None:
+            raise FailedPreconditionError(
+                f"no healthy, uncordoned cluster other than {previous.cluster!r} to fail {stream}/{lane} over to"
+            )
+        target = found
+    count = partitions or previous.partitions
+    if target.name == previous.cluster and count == previous.partitions:
+        raise FailedPreconditionError(
+            f"lane {stream}/{lane} is already active on cluster {target.name!r} with {count} partitions; "
+            "fail over to another cluster or give another partition count"
+        )
+    number = previous.number + 1
+    nxt = Generation(number, target.name, topic_name(stream, lane, number), count)
+    return previous, nxt, target, whole.topic

@@ -12,7 +12,7 @@ import itertools
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import health
 from streamplane.coordinator.topology.autopilot import AUTOPILOT, Autopilot, AutopilotConfig
-from streamplane.coordinator.topology.cluster_admin import RoutingAdmin
+from streamplane.coordinator.topology.cluster_admin import RoutingAdmin, TopicSpec
 from streamplane.coordinator.topology.health import (
     DEGRADED,
     HEALTHY,
@@ -35,7 +35,7 @@ from streamplane.coordinator.topology.health import (
     plan_failovers,
 )
 from streamplane.coordinator.topology.topology import Topology
-from streamplane.errors import FailedPreconditionError, InvalidArgumentError, UnavailableError
+from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError, UnavailableError
 from streamplane.model import Probe
 from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from tests.helpers import cli, wait_until
@@ -595,6 +595,13 @@ class _RefusingTarget(MemoryClusterAdmin):
         super().__init__()
         self.refuse = True
         self.tries = 0
+        self.batches: list[tuple[str, int]] = []  # (cluster, topics) of each ensure_topics
+
+    def ensure_topics(self, cluster: model.Cluster, topics: Sequence[TopicSpec]) -> dict[str, StreamplaneError]:
+        self.batches.append((cluster.name, len(topics)))
+        if cluster.name == "buggy":
+            raise RuntimeError("a bug in the admin")
+        return super().ensure_topics(cluster, topics)
 
     def ensure_topic(self, cluster: model.Cluster, topic: str, partitions: int, settings: object = None) -> None:
         if cluster.name == "refusing":
@@ -644,8 +651,63 @@ def test_a_target_that_does_not_take_a_topic_is_tried_once_a_pass_and_again_with
         assert admin.tries <= 3, f"{admin.tries} tries in 3 s: the target is tried once a pass, at most once a second"
         assert any("refusing" in w and "leaders do not serve" in w for w in pilot.waiting), pilot.waiting
         admin.refuse = False
+        admin.batches.clear()
         passes(2)
         assert len(moved()) == 8, "every lane left once the target took topics, with no topology change between"
+        assert admin.batches[0] == ("refusing", 8), "the lanes' topics were asked of the target together"
     finally:
         pilot.stop()
+        db.close()
+
+
+def test_many_lanes_fail_over_together_and_one_lanes_error_holds_back_none_of_the_others(tmp_path: Path) -> None:
+    """`failover_many` (the autopilot's pass): the topics of the lanes bound for one target are asked of it in one
+    request; each move gets its own result in its place: a target that does not take topics fails its lanes
+    only (tried once), an unknown stream and a move onto the lane's own cluster fail alone, and the others
+    commit their FailedOver with their reason; a bug creating one target's topics fails that target's lanes only."""
+    db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
+    admin = _RefusingTarget()
+    topology = Topology(db, admin, ManualClock(T0))
+    for name in ("a", "b", "refusing", "buggy"):
+        topology.register_cluster(model.Cluster(name, f"{name}:9092"))
+    for i in range(6):
+        topology.create_stream(f"s{i}", 2, "a")
+    admin.batches.clear()
+    moves = [
+        health.Move("s0", "realtime", "a", "b", "a is down"),
+        health.Move("s1", "realtime", "a", "refusing", "a is down"),
+        health.Move("ghost", "realtime", "a", "b", "a is down"),
+        health.Move("s2", "realtime", "a", "b", "a is down"),
+        health.Move("s3", "realtime", "a", "refusing", "a is down"),
+        health.Move("s4", "realtime", "a", "a", "a is down"),
+        health.Move("s5", "dlq", "a", "b", "a is down"),
+        health.Move("s5", "realtime", "a", "buggy", "a is down"),
+    ]
+    try:
+        results = topology.failover_many(moves, actor=AUTOPILOT)
+        kinds = [type(r).__name__ for r in results]
+        assert kinds == [
+            "Committed",
+            "UnavailableError",
+            "NotFoundError",
+            "Committed",
+            "UnavailableError",
+            "FailedPreconditionError",
+            "Committed",
+            "RuntimeError",
+        ]
+        assert sorted(admin.batches) == [("b", 3), ("buggy", 1), ("refusing", 2)] and admin.tries == 1
+        moved = [e for e in topology.read_events_and_watch(None, limit=1_000)[0] if isinstance(e, model.FailedOver)]
+        assert [(e.stream, e.lane, e.current.cluster, e.current.number, e.reason) for e in moved] == [
+            ("s0", "realtime", "b", 2, "a is down"),
+            ("s2", "realtime", "b", 2, "a is down"),
+            ("s5", "dlq", "b", 2, "a is down"),
+        ]
+        assert {(c, t) for c, t in admin.topics if c == "b"} == {
+            ("b", "sp.s0.realtime.g2"),
+            ("b", "sp.s2.realtime.g2"),
+            ("b", "sp.s5.dlq.g2"),
+        }
+        assert topology.get_stream("s1").require_lane("realtime").active.cluster == "a", "a refused lane stays"
+    finally:
         db.close()
