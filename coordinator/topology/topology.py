@@ -503,9 +503,6 @@ class Topology:
         return events.read_events_and_watch(self.db, after, limit=limit)
 
 
-__all__ = ["ACTIVE", "DRAINING", "Committed", "Topology", "validate_cluster"]
-
-
 @dataclass(frozen=True)
 class _PlannedFailover:
     """A failover between its plan and its commit: what was asked, and the generation it opens where."""
@@ -547,3 +544,6 @@ def _failover_plan(
     number = previous.number + 1
     nxt = Generation(number, target.name, topic_name(stream, lane, number), count)
     return previous, nxt, target, whole.topic
+
+
+__all__ = ["ACTIVE", "DRAINING", "Committed", "Topology", "validate_cluster"]

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from streamplane import model
 from streamplane.client import CoordinatorClient, Producer, WorkerSession
 from streamplane.clock import ManualClock
+from streamplane.coordinator import keys
 from streamplane.coordinator.rpc import server
 from streamplane.coordinator.store import StoreConfig, open_store
 from streamplane.coordinator.topology import health
@@ -510,7 +511,6 @@ def test_registrations_refuse_what_is_not_an_address_and_unknown_admin_kinds(fle
 def test_a_poisoned_cluster_in_the_store_does_not_stop_the_autopilot_moving_a_dead_clusters_lanes(fleet) -> None:
     """Entries written past the validation (an older coordinator's, or a bug's): probing them raises inside the
     pass. Before the fix the pass crashed on them every tick, and no lane anywhere moved."""
-    from streamplane.coordinator import keys
     from streamplane.coordinator.store.api import Transaction
 
     address, running = fleet
@@ -664,7 +664,8 @@ def test_many_lanes_fail_over_together_and_one_lanes_error_holds_back_none_of_th
     """`failover_many` (the autopilot's pass): the topics of the lanes bound for one target are asked of it in one
     request; each move gets its own result in its place: a target that does not take topics fails its lanes
     only (tried once), an unknown stream and a move onto the lane's own cluster fail alone, and the others
-    commit their FailedOver with their reason; a bug creating one target's topics fails that target's lanes only."""
+    commit their FailedOver with their reason; a bug creating one target's topics fails that target's lanes only, and
+    so does a stream whose stored record does not decode (a torn write)."""
     db = open_store(StoreConfig(driver="embedded", data_dir=tmp_path))
     admin = _RefusingTarget()
     topology = Topology(db, admin, ManualClock(T0))
@@ -672,6 +673,8 @@ def test_many_lanes_fail_over_together_and_one_lanes_error_holds_back_none_of_th
         topology.register_cluster(model.Cluster(name, f"{name}:9092"))
     for i in range(6):
         topology.create_stream(f"s{i}", 2, "a")
+    topology.create_stream("torn", 2, "a")
+    db.transact(lambda tr: tr.set(keys.stream_key("torn"), b'{"name": "torn", "topic": 7'))
     admin.batches.clear()
     moves = [
         health.Move("s0", "realtime", "a", "b", "a is down"),
@@ -682,9 +685,11 @@ def test_many_lanes_fail_over_together_and_one_lanes_error_holds_back_none_of_th
         health.Move("s4", "realtime", "a", "a", "a is down"),
         health.Move("s5", "dlq", "a", "b", "a is down"),
         health.Move("s5", "realtime", "a", "buggy", "a is down"),
+        health.Move("torn", "realtime", "a", "b", "a is down"),
     ]
     try:
         results = topology.failover_many(moves, actor=AUTOPILOT)
+        assert isinstance(results.pop(), Exception), "the torn stream's lane fails alone"
         kinds = [type(r).__name__ for r in results]
         assert kinds == [
             "Committed",
