@@ -83,6 +83,19 @@ class Receiver(Protocol):
         """An error no retry will mend (authentication, a version the broker refuses): the partition left."""
 
 
+@dataclass(frozen=True)
+class Read:
+    """A partition a fetch loop is asked to read (see `FetchLoop.add`)."""
+
+    key: str
+    cluster: str
+    topic: str
+    partition: int
+    position: int
+    receiver: Receiver
+    mine: Where | None = None
+
+
 @dataclass(eq=False)
 class _Partition:
     key: str
@@ -274,15 +287,24 @@ class FetchLoop:
         """Read `topic`/`partition` of the cluster at `cluster` (its bootstrap list) from `position`
         (-1: earliest, -2: latest) and hand what is read to `receiver`; with `mine` (a slice's predicate), only
         the records it matches are decoded, the others reported as foreign ranges."""
+        self.add_many([Read(key, cluster, topic, partition, position, receiver, mine)])
+
+    def add_many(self, reads: list[Read]) -> None:
+        """Start every read of `reads` in one step (see `add`): a worker granted many leases at once asks for
+        all of them in its brokers' next Fetch, not for the first few while the rest wait out its response."""
 
         def add() -> None:
-            self._remove(key)
-            c = self._cluster(cluster)
-            if c.backoff_s == METADATA_BACKOFF_S[0]:  # its last metadata request did not fail
-                c.next_metadata = 0.0  # route a newcomer now: the pause between requests is for lost leaders
-            self._parts[key] = _Partition(key, cluster, topic, partition, receiver, position, mine=mine)
+            for r in reads:
+                self._remove(r.key)
+                c = self._cluster(r.cluster)
+                if c.backoff_s == METADATA_BACKOFF_S[0]:  # its last metadata request did not fail
+                    c.next_metadata = 0.0  # route a newcomer now: the pause between requests is for lost leaders
+                self._parts[r.key] = _Partition(
+                    r.key, r.cluster, r.topic, r.partition, r.receiver, r.position, mine=r.mine
+                )
 
-        self._do(add)
+        if reads:
+            self._do(add)
 
     def remove(self, key: str) -> None:
         self._do(lambda: self._remove(key))

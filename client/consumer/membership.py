@@ -16,7 +16,7 @@ import structlog
 
 from streamplane.client import metrics
 from streamplane.client.consumer.dispatch import Dispatch
-from streamplane.client.consumer.fetch_loop import FetchLoop
+from streamplane.client.consumer.fetch_loop import FetchLoop, Read
 from streamplane.client.consumer.ledger import GrantedLease, LeaseLedger
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls
@@ -197,25 +197,38 @@ class Membership:
     def on_events(self, batch: list[SessionEvent]) -> None:
         """One message's events in order. What the previous holders of its grants finished is read a call for
         as many of them as fit (a worker granted a thousand leases at once makes one call, not a thousand), the
-        next call once the grants it answered are taken: one call's answer is held at a time."""
+        next call once the grants it answered are taken: one call's answer is held at a time. Grants that
+        follow each other start reading together (the brokers' next Fetch asks for all of them); any other
+        event waits for the grants before it to start first, so the fetch loop sees them in order."""
         wanted = [e.lease_id for e in batch if isinstance(e, Grant) and self._needs_progress(e)]
         batched, asked = len(wanted) > 1, 0  # wanted[:asked] were answered
         found: dict[str, Progress] = {}
-        for event in batch:
-            if batched and isinstance(event, Grant) and asked < len(wanted) and event.lease_id == wanted[asked]:
-                try:
-                    page = self.client.progress_batch(self.group, wanted[asked:], max_ranges=PROGRESS_RANGES)
-                    found, asked = {p.lease_id: p for p in page}, asked + len(page)
-                except StreamplaneError as err:  # each grant then reads its own (an older coordinator, a blip)
-                    log.info("consumer.progress_batch_unavailable", leases=len(wanted) - asked, error=err.message)
-                    batched, found = False, {}
-            self.on_event(event, found)
+        reads: list[Read] = []
+        try:
+            for event in batch:
+                if not isinstance(event, Grant):
+                    self._fetch.add_many(reads)
+                    reads = []
+                    self.on_event(event)
+                    continue
+                if batched and asked < len(wanted) and event.lease_id == wanted[asked]:
+                    try:
+                        page = self.client.progress_batch(self.group, wanted[asked:], max_ranges=PROGRESS_RANGES)
+                        found, asked = {p.lease_id: p for p in page}, asked + len(page)
+                    except StreamplaneError as err:  # each grant then reads its own (an older coordinator, a blip)
+                        log.info("consumer.progress_batch_unavailable", leases=len(wanted) - asked, error=err.message)
+                        batched, found = False, {}
+                if (read := self._grant(event, found.get(event.lease_id))) is not None:
+                    reads.append(read)
+        finally:  # a grant taken is read, even when a later event of the message failed
+            self._fetch.add_many(reads)
 
     def on_event(self, event: SessionEvent, progress: dict[str, Progress] | None = None) -> None:
         """One event; `progress`: what previous holders finished, read already for some grants."""
         match event:
             case Grant():
-                self._grant(event, (progress or {}).get(event.lease_id))
+                if (read := self._grant(event, (progress or {}).get(event.lease_id))) is not None:
+                    self._fetch.add_many([read])
             case Revoke():
                 self._revoke(event)
             case Sealed():
@@ -254,9 +267,11 @@ class Membership:
             held = self._ledgers.get(grant.lease_id)
         return held is not None and held.epoch == grant.epoch and not held.lost
 
-    def _grant(self, grant: Grant, progress: Progress | None = None) -> None:
+    def _grant(self, grant: Grant, progress: Progress | None = None) -> Read | None:
+        """Take a grant: its ledger, what its previous holders finished; returns the read the fetch loop is to
+        start for it (None for a lease this worker holds already at that epoch)."""
         if self._held_already(grant):
-            return  # the lease goes on as it was
+            return None  # the lease goes on as it was
         p = grant.partition
         ledger = self._new_ledger(
             GrantedLease(
@@ -289,10 +304,10 @@ class Membership:
         position = grant.start_offset if grant.start_offset >= 0 else -2 if self._start_from_latest else -1
         self.cluster_names[grant.bootstrap_servers] = grant.cluster
         mine = compile_where(grant.slice.predicate) if grant.slice is not None else None
-        self._fetch.add(
+        log.info("consumer.lease_granted", lease=grant.lease_id, epoch=grant.epoch, start=grant.start_offset)
+        return Read(
             grant.lease_id, grant.bootstrap_servers, grant.topic, p.partition, position, _Receiver(self, ledger), mine
         )
-        log.info("consumer.lease_granted", lease=grant.lease_id, epoch=grant.epoch, start=grant.start_offset)
 
     def _stop_reading(self, ledger: LeaseLedger) -> None:
         """The lease is gone: stop reading it; what it had in flight is the next holder's to read again."""

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer as KafkaProducer
 
-from streamplane.client.consumer.fetch_loop import FetchLoop, _Link
+from streamplane.client.consumer.fetch_loop import FetchLoop, Read, _Link
 from streamplane.client.flow import Budget
 from streamplane.client.kafka import ConnectionConfig, KafkaConnection, codec, fetch
 from streamplane.client.kafka.sasl import Scram
@@ -125,6 +125,28 @@ def test_what_is_read_while_the_budget_is_full_waits_undecoded_and_is_never_read
         assert [r.values for r in got] == [[b"p%d-%d" % (p, i) for i in range(50)] for p in range(4)], "once each"
         late = [got[int(key.split("/")[1])] for key in parked]
         assert all(r.at_request[0] == requests for r in late), "decoded from the response read earlier"
+    finally:
+        loop.close()
+
+
+def test_partitions_added_together_to_a_running_loop_are_all_asked_in_its_next_fetch(one_broker: MockCluster) -> None:
+    """A worker granted many leases at once: the running loop starts reading them all in one step, so one
+    Fetch asks for every one and brings all their first records (added one by one, the loop could send a Fetch
+    for the first few and leave the rest waiting for its response and its decoding)."""
+    one_broker.create_topic("together", 24)
+    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers})
+    for p in range(24):
+        for i in range(5):
+            raw.produce("together", b"p%d-%d" % (p, i), partition=p)
+    assert raw.flush(10) == 0
+    loop = make_loop(fetch_ahead=False)
+    try:
+        got = [Collect(loop) for _ in range(24)]
+        loop.add_many(
+            [Read(f"together/{p}", one_broker.bootstrap_servers, "together", p, -1, r) for p, r in enumerate(got)]
+        )
+        wait_until(lambda: all(len(r.values) == 5 for r in got), timeout=10)
+        assert len({r.at_request[0] for r in got}) == 1, "every partition's first records came in one Fetch"
     finally:
         loop.close()
 
