@@ -27,7 +27,7 @@ from streamplane.client.session import LeaseLoad
 from streamplane.clock import Clock
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import ClusterErrors, Commit, LeaseCommit
-from streamplane.offsets import to_bitmap, to_ranges
+from streamplane.offsets import normalize, to_bitmap, to_ranges
 
 log = structlog.get_logger(__name__)
 
@@ -268,13 +268,16 @@ class Committer:
 
 
 def _request(ledger: LeaseLedger, out: Outcomes, oldest: int) -> LeaseCommit:
-    """One lease's commit: acks as ranges, or as a bitmap when scattered acks make that smaller."""
+    """One lease's commit: acks as ranges, or as a bitmap when scattered acks make that smaller. Filtered-out
+    offsets are done as acked ones are (the commit log merges them in), so they are merged into the acked ranges
+    here too: a `where` that matches one record in a hundred leaves a run of acked and filtered offsets, sent as
+    one range, not one for each matched record (the filtered ranges still say which offsets to count apart)."""
     ranges = to_ranges(out.acked)
     bitmap, base = b"", 0
     if len(ranges) > 4096:
         (bitmap, base), ranges = to_bitmap(out.acked), []
     commit = Commit(
-        acked=ranges + out.ranges,
+        acked=normalize(ranges + out.ranges + out.filtered) if out.filtered else ranges + out.ranges,
         retries=out.retries,
         rejects=out.rejects,
         oldest_pending_ts_ms=oldest,

@@ -779,11 +779,10 @@ def redrive_claim_from_pb(x: cpb.ClaimRedriveResponse) -> m.RedriveClaim:
 
 def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
     body = c.commit
-    return cpb.CommitRequest(
+    out = cpb.CommitRequest(
         group=group,
         lease_id=c.lease_id,
         epoch=c.epoch,
-        acked=[cpb.OffsetRange(start=s, end=e) for s, e in body.acked],
         retries=[
             cpb.RetryEntry(offset=r.offset, attempt=r.attempt, error=r.error, backoff_ms=r.backoff_ms)
             for r in body.retries
@@ -795,8 +794,16 @@ def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
         acked_bitmap=body.acked_bitmap,
         acked_bitmap_base=body.acked_bitmap_base,
         copying=[_reject_to_pb(r) for r in body.copying],
-        filtered=[cpb.OffsetRange(start=s, end=e) for s, e in body.filtered],
     )
+    # added in place: a third of the cost of building each range as a message and copying it in (a sparse
+    # where's commit carries thousands)
+    add = out.acked.add
+    for s, e in body.acked:
+        add(start=s, end=e)
+    add = out.filtered.add
+    for s, e in body.filtered:
+        add(start=s, end=e)
+    return out
 
 
 def commit_from_pb(x: cpb.CommitRequest) -> m.LeaseCommit:
