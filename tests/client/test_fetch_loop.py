@@ -94,15 +94,20 @@ class Holding(Collect):
         return 0, fetched.batch.count if fetched.batch is not None else 0
 
 
+def _numbered(cluster: MockCluster, topic: str, partitions: int, records: int) -> None:
+    """A topic whose partition p holds records b"p<p>-<i>", i from 0 to `records` - 1."""
+    cluster.create_topic(topic, partitions)
+    raw = KafkaProducer({"bootstrap.servers": cluster.bootstrap_servers})
+    for p in range(partitions):
+        for i in range(records):
+            raw.produce(topic, b"p%d-%d" % (p, i), partition=p)
+    assert raw.flush(10) == 0
+
+
 def test_what_is_read_while_the_budget_is_full_waits_undecoded_and_is_never_read_twice(
     one_broker: MockCluster,
 ) -> None:
-    one_broker.create_topic("full", 4)
-    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers})
-    for p in range(4):
-        for i in range(50):
-            raw.produce("full", b"p%d-%d" % (p, i), partition=p)
-    assert raw.flush(10) == 0
+    _numbered(one_broker, "full", 4, 50)
     budget = Budget(60, 1 << 30)  # room for two partitions' records in flight, not four
     loop = FetchLoop(budget=budget, max_decompressed=4 << 20)
     got = [Holding(loop) for _ in range(4)]
@@ -133,12 +138,7 @@ def test_partitions_added_together_to_a_running_loop_are_all_asked_in_its_next_f
     """A worker granted many leases at once: the running loop starts reading them all in one step, so one
     Fetch asks for every one and brings all their first records (added one by one, the loop could send a Fetch
     for the first few and leave the rest waiting for its response and its decoding)."""
-    one_broker.create_topic("together", 24)
-    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers})
-    for p in range(24):
-        for i in range(5):
-            raw.produce("together", b"p%d-%d" % (p, i), partition=p)
-    assert raw.flush(10) == 0
+    _numbered(one_broker, "together", 24, 5)
     loop = make_loop(fetch_ahead=False)
     try:
         got = [Collect(loop) for _ in range(24)]
