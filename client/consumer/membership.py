@@ -223,12 +223,9 @@ class Membership:
         finally:  # a grant taken is read, even when a later event of the message failed
             self._fetch.add_many(reads)
 
-    def on_event(self, event: SessionEvent, progress: dict[str, Progress] | None = None) -> None:
-        """One event; `progress`: what previous holders finished, read already for some grants."""
+    def on_event(self, event: SessionEvent) -> None:
+        """One event other than a grant (grants are taken by `on_events`, those that follow each other together)."""
         match event:
-            case Grant():
-                if (read := self._grant(event, (progress or {}).get(event.lease_id))) is not None:
-                    self._fetch.add_many([read])
             case Revoke():
                 self._revoke(event)
             case Sealed():

@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 from streamplane.client.consumer.committer import _request
-from streamplane.client.consumer.ledger import GrantedLease, LeaseLedger, Outcomes
+from streamplane.client.consumer.ledger import LeaseLedger, Outcomes
 from streamplane.client.flow import Budget
-from streamplane.clock import ManualClock
 from streamplane.v1 import convert
-
-
-class Owner:
-    retry_backoff_s = 1.0
-    clock = ManualClock()
-
-    def changed(self, ledger: LeaseLedger) -> None:
-        pass
+from tests.client.test_ledger import Owner, ledger
 
 
 def _ledger() -> LeaseLedger:
-    lease = GrantedLease("s/realtime/g1/p0", 3, "s", "realtime", 1, 0, "sp.s.realtime.g1", "c:9092", 0, -1)
-    return LeaseLedger(Owner(), lease, Budget(1000, 1 << 20), "g")
+    return ledger(Budget(1000, 1 << 20), Owner())
 
 
 def test_a_sparse_filters_acks_and_left_out_runs_are_sent_as_one_acked_range() -> None:

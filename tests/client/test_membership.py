@@ -11,8 +11,8 @@ from streamplane.client.consumer.fetch_loop import Read
 from streamplane.client.consumer.ledger import GrantedLease, LeaseLedger
 from streamplane.client.consumer.membership import Membership
 from streamplane.client.flow import Budget
-from streamplane.clock import ManualClock
 from streamplane.model import Grant, PartitionRef, Sealed
+from tests.client.test_ledger import Owner
 
 
 class Recorded:
@@ -33,14 +33,6 @@ class Recorded:
 
     def touch(self) -> None:
         self.calls.append(("touch", None))
-
-
-class Owner:
-    retry_backoff_s = 1.0
-    clock = ManualClock()
-
-    def changed(self, ledger: LeaseLedger) -> None:
-        pass
 
 
 def _membership(fetch: Recorded, *, broken: str = "") -> Membership:
