@@ -9,10 +9,11 @@
             case Sealed(): ...the partition ends at event.end_offset...
     session.close()
 
-Heartbeats go out in the background at the interval the coordinator asks for, with the load last set by
-`report_load`; when the credential changes (a token file rotated, a callback renewed it), the new token goes
-out on the open stream too. The session ends (SessionEndedError from `events`) when the coordinator ends it:
-after its TTL without heartbeats, on bad input, or when its token expired without renewal.
+Heartbeats go out in the background at the interval the coordinator asks for, with the load `report_load`
+set (lease loads and errors reported between two heartbeats go out together with the next one); when the
+credential changes (a token file rotated, a callback renewed it), the new token goes out on the open stream
+too. The session ends (SessionEndedError from `events`) when the coordinator ends it: after its TTL without
+heartbeats, on bad input, or when its token expired without renewal.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class WorkerSession:
         )
         self._outbox: queue.Queue[object] = queue.Queue()
         self._load = Heartbeat()
+        self._load_lock = threading.Lock()  # a report and a heartbeat's taking of it never interleave
         self._held: dict[str, Grant] = {}
         self._call: SessionCall | None = None
         self._stop = threading.Event()
@@ -139,9 +141,10 @@ class WorkerSession:
         if credentials.renewable and (token := credentials.token()) != self._sent_token:
             self._sent_token = token  # the open stream carries the new token: the session is renewed on it
             self._outbox.put(Renew(token))
-        load = self._load
-        if load.leases or load.errors:  # lease loads and errors go out once; later beats carry the totals
-            self._load = Heartbeat(load.cpu, load.records_per_s)
+        with self._load_lock:
+            load = self._load
+            if load.leases or load.errors:  # lease loads and errors go out once; later beats carry the totals
+                self._load = Heartbeat(load.cpu, load.records_per_s)
         self._outbox.put(load)
 
     def _heartbeats_crashed(self, error: StreamplaneError) -> None:
@@ -161,8 +164,17 @@ class WorkerSession:
     ) -> None:
         """The load sent with the next heartbeats (the Assigner balances by it). Lease loads are sent once,
         with the next heartbeat: report only the leases whose load changed. `errors`: what fetches met per
-        cluster since the last report (the coordinator's health monitor counts workers that see errors)."""
-        self._load = Heartbeat(cpu, records_per_s, tuple((leases or {}).items()), tuple(errors))
+        cluster since the last report (the coordinator's health monitor counts workers that see errors).
+
+        Reports may come faster than heartbeats (a consumer reports every second, heartbeats go every two by
+        default): what an earlier report left unsent is kept, a lease's latest load winning and errors adding
+        up per cluster. A report that replaced it would lose a lease's load for good, its reporter counting it
+        as told (a split's slices, last seen behind, then never merged back)."""
+        with self._load_lock:
+            unsent = self._load
+            merged = dict(unsent.leases)
+            merged.update(leases or {})
+            self._load = Heartbeat(cpu, records_per_s, tuple(merged.items()), _added(unsent.errors, errors))
 
     def events(self) -> Iterator[SessionEvent]:
         """Grants, revokes and seals as they come; ends when the session is closed, raises SessionEndedError
@@ -224,3 +236,14 @@ class WorkerSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _added(earlier: Sequence[ClusterErrors], later: Sequence[ClusterErrors]) -> tuple[ClusterErrors, ...]:
+    """Two reports' errors as one: counts added per cluster, the later last error kept."""
+    out = {e.cluster: e for e in earlier}
+    for e in later:
+        was = out.get(e.cluster)
+        if was is not None:
+            e = ClusterErrors(e.cluster, was.count + e.count, e.last_error or was.last_error)
+        out[e.cluster] = e
+    return tuple(out.values())

@@ -255,3 +255,24 @@ def test_a_workers_grants_from_one_change_come_in_one_message_when_it_takes_batc
         assert len(messages[1].batch.events) == 32
     else:
         assert kinds[1:] == ["grant"] * 32
+
+
+def test_lease_loads_reported_faster_than_heartbeats_all_reach_the_assigner(address: str) -> None:
+    """A consumer reports every second and heartbeats go every two: a second report before the heartbeat kept
+    only its own leases, and the first report's loads were lost for good (their reporter counted them told)."""
+    s = session(address, "busy")
+    s.join()
+    collect(s)
+    wait_until(lambda: len(s.leases) == 4)
+    p = [f"jobs/realtime/g1/p{i}" for i in range(4)]
+    first, later, other = model.LeaseLoad(100.0, 5, 50), model.LeaseLoad(230.0, 1, 10), model.LeaseLoad(9.0, 2, 20)
+    s.report_load(records_per_s=300.0, leases={p[0]: first, p[1]: model.LeaseLoad(200.0, 7, 70)})
+    s.report_load(records_per_s=330.0, leases={p[1]: later, p[2]: other})
+    want = {p[0]: first, p[1]: later, p[2]: other}
+
+    def loads() -> dict[str, model.LeaseLoad]:
+        with CoordinatorClient(address) as client:
+            return {x.lease_id: x.load for x in client.describe_group("g").leases if x.lease_id in want}
+
+    wait_until(lambda: loads() == want, timeout=10, what=lambda: f"the Assigner sees {loads()}")
+    s.close()
