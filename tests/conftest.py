@@ -306,9 +306,6 @@ def domain(tmp_path: Path) -> Iterator[Domain]:
 
 # -- what each engine column ran ----------------------------------------------------------------------------------
 
-_ENGINE_OF: dict[str, str] = {}
-
-
 E2E = Path(__file__).with_name("e2e")
 """Tests that start real processes (a coordinator, local Kafka clusters, Spark, Go) live here: the folder marks
 them `e2e` (`-m "not e2e"` is the quick loop)."""
@@ -322,7 +319,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         uses = set(getattr(item, "fixturenames", ())) & {"real_kafka", "kafka_bootstrap"}
         ids = item.nodeid.partition("[")[2].rstrip("]").split("-")
         real = bool(uses) or "kafka" in params.values() or "kafka" in ids or "test_real_kafka.py" in item.nodeid
-        _ENGINE_OF[item.nodeid] = "real Kafka" if real else "local engines"
+        # carried by the test's reports: they reach the summary from pytest-xdist's worker processes too
+        item.user_properties.append(("engine", "real Kafka" if real else "local engines"))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -333,7 +331,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                 continue
             if outcome == "passed" and report.when != "call":
                 continue
-            column = _ENGINE_OF.get(report.nodeid, "local engines")
+            column = dict(getattr(report, "user_properties", ())).get("engine", "local engines")
             counts.setdefault(column, {}).setdefault(outcome, 0)
             counts[column][outcome] += 1
     terminalreporter.section("engine columns")
