@@ -23,7 +23,7 @@ from streamplane.client.consumer.ledger import LeaseLedger, Outcomes
 from streamplane.client.consumer.membership import Membership
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.records import Fetched
-from streamplane.client.session import LeaseLoad
+from streamplane.client.session import LeaseLoad, WorkerSession
 from streamplane.clock import Clock
 from streamplane.errors import FencedError, StreamplaneError
 from streamplane.model import ClusterErrors, Commit, LeaseCommit
@@ -99,6 +99,8 @@ class Committer:
         self.active: set[LeaseLedger] = set()
         """Leases to look at: those that read, ended records or are revoking since the last round."""
         self._loads: dict[str, LeaseLoad] = {}
+        """The load each lease last told the Assigner, through `_told_by` (the session that carried it)."""
+        self._told_by: WorkerSession | None = None
 
     def changed(self, ledger: LeaseLedger) -> None:
         """A ledger has something to commit (the LedgerOwner hook)."""
@@ -239,6 +241,9 @@ class Committer:
         session = self.membership.session
         if session is None:
             return
+        if session is not self._told_by:  # a resumed or new session: what the last one had not sent went with it
+            self._loads.clear()
+            self._told_by = session
         now_s = self.clock.monotonic()
         now_ms = self.clock.now_ms()
         total = 0.0

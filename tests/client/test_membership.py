@@ -1,17 +1,21 @@
-"""The membership's handling of one session message: grants that come together start reading together."""
+"""The membership's handling of one session message (grants that come together start reading together), and
+the load reports its leases make through its session."""
 
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from streamplane.client.consumer.committer import Committer
 from streamplane.client.consumer.fetch_loop import Read
 from streamplane.client.consumer.ledger import GrantedLease, LeaseLedger
 from streamplane.client.consumer.membership import Membership
 from streamplane.client.flow import Budget
-from streamplane.model import Grant, PartitionRef, Sealed
+from streamplane.clock import ManualClock
+from streamplane.model import Grant, LeaseLoad, PartitionRef, Sealed
 from tests.client.test_ledger import Owner
 
 
@@ -93,3 +97,44 @@ def test_grants_taken_before_one_that_fails_are_still_read() -> None:
     with pytest.raises(RuntimeError):
         m.on_events(grants)
     assert fetch.calls == [("add", [grants[0].lease_id, grants[1].lease_id])]
+
+
+class Told:
+    """A session as the committer's load reports see it: what each report told."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict[str, LeaseLoad]] = []
+
+    def report_load(self, *, leases: dict[str, LeaseLoad], **_: Any) -> None:
+        self.reports.append(dict(leases))
+
+
+def test_a_new_session_is_told_every_leases_load_again() -> None:
+    """Loads are told once, when they change: what the last session had not sent yet (a heartbeat's worth)
+    went with it, and a lease that stayed as it was would never be told again. A resumed or new session hears
+    every lease's load with the next report."""
+    m = _membership(Recorded())
+    grants = [_grant(p) for p in range(3)]
+    m.on_events(grants)
+    fetch = SimpleNamespace(take_errors=dict)
+    committer = Committer(
+        client=None,  # type: ignore[arg-type]  # load reports go through the session alone
+        group="g",
+        membership=m,
+        fetch=fetch,  # type: ignore[arg-type]
+        dlq=None,  # type: ignore[arg-type]
+        dispatch=None,  # type: ignore[arg-type]
+        clock=ManualClock(),
+        commit_interval_s=0.1,
+        retry_backoff_s=1.0,
+        closed=threading.Event(),
+        end=lambda err: None,
+    )
+    first, resumed = Told(), Told()
+    m.session = first  # type: ignore[assignment]
+    committer._report_load(m.ledgers())
+    committer._report_load(m.ledgers())
+    assert [sorted(r) for r in first.reports] == [sorted(g.lease_id for g in grants), []], "told once"
+    m.session = resumed  # type: ignore[assignment]
+    committer._report_load(m.ledgers())
+    assert [sorted(r) for r in resumed.reports] == [sorted(g.lease_id for g in grants)]
