@@ -171,10 +171,7 @@ class WorkerSession:
         up per cluster. A report that replaced it would lose a lease's load for good, its reporter counting it
         as told (a split's slices, last seen behind, then never merged back)."""
         with self._load_lock:
-            unsent = self._load
-            merged = dict(unsent.leases)
-            merged.update(leases or {})
-            self._load = Heartbeat(cpu, records_per_s, tuple(merged.items()), _added(unsent.errors, errors))
+            self._load = self._load.merged(Heartbeat(cpu, records_per_s, tuple((leases or {}).items()), tuple(errors)))
 
     def events(self) -> Iterator[SessionEvent]:
         """Grants, revokes and seals as they come; ends when the session is closed, raises SessionEndedError
@@ -236,14 +233,3 @@ class WorkerSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _added(earlier: Sequence[ClusterErrors], later: Sequence[ClusterErrors]) -> tuple[ClusterErrors, ...]:
-    """Two reports' errors as one: counts added per cluster, the later last error kept."""
-    out = {e.cluster: e for e in earlier}
-    for e in later:
-        was = out.get(e.cluster)
-        if was is not None:
-            e = ClusterErrors(e.cluster, was.count + e.count, e.last_error or was.last_error)
-        out[e.cluster] = e
-    return tuple(out.values())

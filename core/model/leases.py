@@ -220,6 +220,22 @@ class Heartbeat:
     errors: tuple[ClusterErrors, ...] = ()
     """Errors the worker's fetches met per cluster since its last report (sent once, like lease loads)."""
 
+    def merged(self, later: Heartbeat) -> Heartbeat:
+        """This heartbeat and a later one of the same session, neither sent (or written) yet, as one: the later
+        figures, every lease's latest load, errors added up per cluster (the later last error kept). Lease
+        loads and errors go out once: one replaced by the next would be lost for good."""
+        if not self.leases and not self.errors:
+            return later
+        loads = dict(self.leases)
+        loads.update(later.leases)
+        errors = {e.cluster: e for e in self.errors}
+        for e in later.errors:
+            was = errors.get(e.cluster)
+            errors[e.cluster] = (
+                e if was is None else ClusterErrors(e.cluster, was.count + e.count, e.last_error or was.last_error)
+            )
+        return Heartbeat(later.cpu, later.records_per_s, tuple(loads.items()), tuple(errors.values()))
+
 
 @dataclass(frozen=True)
 class Release:

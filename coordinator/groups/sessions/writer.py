@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -49,15 +49,6 @@ class _Pending:
     message: Heartbeat | Release
     now_ms: int
     fenced: Callable[[FencedError], None]
-
-
-def _merge(old: Heartbeat, new: Heartbeat) -> Heartbeat:
-    """Two heartbeats of one session not yet written: the newest figures, every lease load (newest wins)."""
-    if not old.leases and not old.errors:
-        return new
-    loads = dict(old.leases)
-    loads.update(new.leases)
-    return replace(new, leases=tuple(loads.items()), errors=new.errors or old.errors)
 
 
 class SessionWriter:
@@ -91,7 +82,7 @@ class SessionWriter:
         with self._lock:
             old = self._beats.get(key)
             if old is not None:
-                pending.message = _merge(old.message, beat)  # type: ignore[arg-type]
+                pending.message = old.message.merged(beat)  # type: ignore[union-attr]
             self._beats[key] = pending
         if not self._started:
             self.flush()
