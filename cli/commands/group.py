@@ -70,6 +70,15 @@ def cmd_lag(args: argparse.Namespace) -> None:
     with connect(args) as client:
         while True:
             lag = client.lag(args.group or "", args.stream, args.lane, partitions=False)
+            lost = _lost(client, args.group, args.stream, lag) if args.group else []
+            if args.group and not lag.lanes and not lost and args.watch is None:
+                # no lag at all is not "caught up": a mistyped name would look healthy
+                where = f"stream {args.stream}" if args.stream else "any stream"
+                where += f" lane {args.lane}" if args.lane else ""
+                raise errors.NotFoundError(
+                    f"group {args.group!r} has committed nothing on {where}: is the name right? "
+                    "(`streamplane group describe` shows its members)"
+                )
             if args.output == "json" and args.partitions:  # one document: the totals and every partition
                 pages = client.lag_pages(args.group or "", args.stream, args.lane)
                 lag = dataclasses.replace(lag, partitions=tuple(x for page in pages for x in page.partitions))
@@ -94,7 +103,6 @@ def cmd_lag(args: argparse.Namespace) -> None:
                         for x in lag.lanes
                     ],
                 )
-                lost = _lost(client, args.group, args.stream, lag) if args.group else []
                 if lost:
                     print()
                     print(

@@ -20,9 +20,16 @@ import orjson
 from streamplane import offsets
 from streamplane.coordinator import keys, planted
 from streamplane.coordinator.groups import config as group_config
-from streamplane.coordinator.groups.leases import TORN_EPOCH, check_lease, lease_store_key, parse_lease_id, reread_torn
+from streamplane.coordinator.groups.leases import (
+    TORN_EPOCH,
+    check_lease,
+    lease_store_key,
+    parse_lease_id,
+    require_reader,
+    reread_torn,
+)
 from streamplane.coordinator.store import Database, Transaction, transactional
-from streamplane.coordinator.topology.records import UNDECODABLE
+from streamplane.coordinator.topology.records import UNDECODABLE, require_stream
 from streamplane.errors import (
     FencedError,
     InvalidArgumentError,
@@ -946,10 +953,10 @@ def walk_rejects(
     generation, partition, offset) order from after `page_token` ("GROUP LEASE_ID OFFSET"): (key, stored mark,
     record) each, and the token to go on from ("" when none is left). At most `budget` marks and `size` groups
     are looked at; a mark that does not decode is left out, never the end of the walk. NotFoundError for a
-    stream that does not exist (deleting one deletes its groups' rejects)."""
+    stream that does not exist (deleting one deletes its groups' rejects), and for a group named that has never
+    read it (a mistyped name is told so, not shown an empty dlq)."""
     check_object_name("stream", stream)
-    if tr.get(keys.stream_key(stream)) is None:
-        raise NotFoundError(f"stream {quoted(stream)} does not exist", kind="stream", name=stream)
+    require_stream(tr, stream)
     if group:
         check_object_name("group", group)
     if lane:
@@ -963,6 +970,8 @@ def walk_rejects(
             raise InvalidArgumentError(f"page_token {quoted(page_token)} is not from a page of these rejects")
         if lease_id:
             after = keys.reject_key(after_group, parse_lease_id(lease_id), int(after_offset)) + b"\x00"
+    if group:  # the arguments were checked: now whether the group is one
+        require_reader(tr, group, stream, "it has no rejects")
     out: list[tuple[bytes, dict[str, Any], RejectedRecord]] = []
     looked, groups, last, left = 0, 0, "", False
     at: tuple[str, PartitionRef, int] | None = None  # the last mark looked at: the token is made from it once

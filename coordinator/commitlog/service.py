@@ -12,6 +12,7 @@ from streamplane.coordinator.groups.leases import TORN_EPOCH, reread_torn
 from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
+from streamplane.coordinator.topology.records import require_stream
 from streamplane.errors import FencedError, StreamplaneError, UnavailableError
 from streamplane.model import Commit, CommitOutcome, Lag, PartitionRef, Progress, RedriveClaim, RejectPage, RetryState
 
@@ -97,6 +98,8 @@ class CommitLog:
         """Lag of one group (of every group that committed, when `group` is empty); without `partitions`, the
         lanes' totals only."""
         now = self.clock.now_ms()
+        if stream:  # an unknown stream is told so, not shown as no lag
+            require_stream(self.db, stream)
         if group:
             return commitlog.lag(self.db, group, stream=stream, lane=lane, now_ms=now, partitions=partitions)
         return commitlog.lag_of_every_group(self.db, stream=stream, lane=lane, now_ms=now, partitions=partitions)
@@ -183,6 +186,8 @@ class CommitLog:
 
     def lag_page(self, group: str, stream: str, lane: str, page_size: int, page_token: str) -> Lag:
         """One page of per-partition lag (see `commitlog.lag_page`)."""
+        if stream:
+            require_stream(self.db, stream)
         return commitlog.lag_page(
             self.db,
             group,

@@ -261,6 +261,18 @@ def live_until(alive_until_ms: int, replica: str, replicas: dict[str, int]) -> i
 
 
 @transactional
+def require_reader(tr: Transaction, group: str, stream: str, why: str) -> None:
+    """NotFoundError (`why` ends its sentence) unless the group holds leases or progress on the stream: a
+    mistyped group is refused, never taken for one with nothing to do (nor created: its progress would hold
+    every generation it names back from draining)."""
+    for space in (keys.LEASES, keys.PROGRESS):
+        r = space.range((group, stream))
+        if tr.get_range(r.start, r.stop, limit=1):
+            return
+    raise NotFoundError(f"group {group!r} has never read stream {stream}: {why}", kind="group", name=group)
+
+
+@transactional
 def read_members(tr: Transaction, group: str, *, snapshot: bool = False) -> dict[str, Member]:
     """The group's members, each `alive_until_ms` as the group's owner sees it (`live_until`)."""
     r = keys.MEMBERS.range((group,))

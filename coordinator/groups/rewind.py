@@ -32,6 +32,7 @@ from streamplane.coordinator.groups.leases import (
     Lease,
     bump_versions,
     read_lease,
+    require_reader,
     write_lease,
 )
 from streamplane.coordinator.store import Database, Transaction, transactional
@@ -120,17 +121,6 @@ def partitions_of(stream: Stream, lanes: list[Lane], target: RewindTarget) -> li
     return out
 
 
-@transactional
-def _has_read(tr: Transaction, group: str, stream: str) -> bool:
-    """Whether the group holds leases or progress on the stream (a mistyped group is refused, not created: its
-    progress would hold every generation it names back from draining)."""
-    for space in (keys.LEASES, keys.PROGRESS):
-        r = space.range((group, stream))
-        if tr.get_range(r.start, r.stop, limit=1):
-            return True
-    return False
-
-
 def lookup(
     db: Database, admin: ClusterAdmin, stream: str, chosen: list[tuple[str, Generation, list[int]]], at_ms: int | None
 ) -> tuple[list[tuple[PartitionRef, PartitionBounds, str]], list[str]]:
@@ -193,10 +183,7 @@ def plan(
     check_object_name("group", group)
     _check_target(target, now_ms)
     stream = get_stream(db, stream_name)
-    if not _has_read(db, group, stream.name):
-        raise NotFoundError(
-            f"group {group!r} has never read stream {stream.name}: there is nothing to rewind", kind="group", name=group
-        )
+    require_reader(db, group, stream.name, "there is nothing to rewind")
     chosen = partitions_of(stream, lanes_of(stream, lane), target)
     count = sum(len(parts) for _, _, parts in chosen)
     if count > MAX_PARTITIONS:

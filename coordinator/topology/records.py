@@ -195,6 +195,13 @@ def load_lanes_of(tr: Transaction, first: str, last: str) -> tuple[dict[str, lis
 
 
 @transactional
+def require_stream(tr: Transaction, name: str) -> None:
+    """NotFoundError for a stream that does not exist (its record is not decoded: one torn still exists)."""
+    if tr.get(keys.stream_key(name)) is None:
+        raise NotFoundError(f"stream {quoted(name)} does not exist", kind="stream", name=name)
+
+
+@transactional
 def get_stream(tr: Transaction, name: str, field: str = "stream") -> Stream:
     raw = tr.get(keys.stream_key(name))
     if raw is None:

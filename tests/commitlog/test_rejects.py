@@ -96,6 +96,10 @@ def test_paging_lists_exactly_the_matching_rejects_once_in_order(
         for g, la, p, offset, at_s in rejects
         if (not group or g == group) and (not lane or la == lane) and at_s * 1000 >= since_ms
     )
+    if group and group not in {g for g, *_ in rejects}:  # a group that never read the stream is told so
+        with pytest.raises(NotFoundError, match=f"group '{group}' has never read stream s"):
+            _all(d, "s", page_size, group=group, lane=lane, since_ms=since_ms)
+        return
     got = _all(d, "s", page_size, group=group, lane=lane, since_ms=since_ms)
     assert [(r.group, r.partition.lane, r.partition.partition, r.offset) for r in got] == want
     assert all(r.partition.stream == "s" and r.reason == f"r{r.offset}" for r in got)

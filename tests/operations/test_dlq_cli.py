@@ -90,3 +90,33 @@ def test_dlq_list_refuses_bad_input_with_one_sentence(coordinator) -> None:
     assert unknown.returncode != 0 and "stream 'no-such-stream' does not exist" in unknown.stderr, unknown.stderr
     bad = cli("dlq", "list", "Not A Stream", coordinator=coordinator.address)
     assert bad.returncode != 0 and "stream" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_mistyped_group_or_stream_is_told_so_not_shown_an_empty_dlq_or_no_lag(coordinator, local_cluster) -> None:
+    """`dlq list/purge/redrive --group` and `lag` on a group that never read the stream (a typo) used to answer
+    "0 records" and "offset lag 0": a script or a person took the typo for a healthy group."""
+    bootstrap, control = local_cluster
+    address = coordinator.address
+    register_local_clusters(address, bootstrap, control.endpoint, ("east",))
+    stream = f"dt-{uuid.uuid4().hex[:8]}"
+    with CoordinatorClient(address) as client:
+        client.create_stream(stream, 1, cluster="east")
+        rejects = [Reject(o, f"bad {o}") for o in range(5)]
+        client.commit("billing", LeaseCommit(f"{stream}/realtime/g1/p0", 0, Commit(rejects=rejects, high_watermark=5)))
+    for args in (
+        ["dlq", "list", stream, "--group", "bililng"],
+        ["dlq", "purge", stream, "--before", "1m", "--group", "bililng"],
+        ["dlq", "redrive", stream, "--group", "bililng"],
+    ):
+        done = cli(*args, coordinator=address)
+        assert done.returncode == 3, (args, done.stdout, done.stderr)
+        assert f"group 'bililng' has never read stream {stream}: it has no rejects" in done.stderr, done.stderr
+    typo = cli("lag", "bililng", coordinator=address)
+    assert typo.returncode == 3 and "group 'bililng' has committed nothing on any stream" in typo.stderr, typo.stderr
+    assert typo.stdout == "", "nothing that looks like a lag of 0"
+    nowhere = cli("lag", "billing", "--stream", "no-such-stream", coordinator=address)
+    assert nowhere.returncode == 3 and "stream 'no-such-stream' does not exist" in nowhere.stderr
+    assert nowhere.stdout == ""
+    real = cli("--output", "json", "lag", "billing", "--stream", stream, coordinator=address)
+    assert real.returncode == 0, real.stderr
+    assert [x["dlq_pending"] for x in json.loads(real.stdout)["lanes"]] == [5], "the refusals changed nothing"

@@ -782,6 +782,8 @@ def test_scoped_tokens_reach_only_their_streams_and_groups(secured) -> None:
 def test_a_token_scoped_to_groups_lists_only_its_own_groups_rejects(secured) -> None:
     """Rejects carry handlers' error texts: a token scoped to groups names one of them; every group's is refused."""
     scoped = token("consumer", "scoped-dlq", groups=("mx",))
+    with CoordinatorClient(secured.address, token=token("admin", "root")) as admin:  # mx has read the stream
+        admin.commit("mx", model.LeaseCommit("sec-logs/realtime/g1/p0", 0, model.Commit(high_watermark=1)))
     asks = {
         "": Code.PERMISSION_DENIED,
         "other": Code.PERMISSION_DENIED,
