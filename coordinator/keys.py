@@ -45,6 +45,9 @@ documented for operators in fdb/KEYS.md:
                                                         -> {attempts, next_ms, error, exhausted, copies, copy_ms}
     ("streamplane", "reject", group, stream, lane, generation, partition, offset)
                                                         -> {reason, dlq, attempts, time_ms, state}
+    ("streamplane", "redriven", group, stream, lane, generation, partition, chunk)
+                                                        -> bitmap (little-endian): bit i set, the reject at offset
+                                                           chunk * 4096 + i was produced again by `dlq redrive`
     ("streamplane", "redrive", group, stream)           -> a running dlq redrive's claim and its batches in flight
     ("streamplane", "reopened", group, stream, lane, generation)
                                                         -> b"": a drained generation reopened for that group
@@ -192,6 +195,9 @@ GROUP_SEEN = ROOT["group_seen"]
 RETIRED_READERS = ROOT["retired_reader"]
 STREAM_TOMBSTONES = ROOT["stream_tombstone"]
 STREAM_COUNT = ROOT.pack(("stream_count",))
+REDRIVEN = ROOT["redriven"]
+"""(group, stream, lane, generation, partition, chunk) -> bitmap of the rejects `dlq redrive` produced again: a
+batch sets bits a chunk at a time instead of rewriting thousands of marks (a purged mark stays purged)."""
 REDRIVES = ROOT["redrive"]
 """(group, stream) -> a running redrive's claim: its owner, until when, its cursor and the batches in flight."""
 WINDOWS = ROOT["window"]
@@ -355,6 +361,10 @@ def retry_key(group: str, ref: PartitionRef, offset: int) -> bytes:
 
 def reject_key(group: str, ref: PartitionRef, offset: int) -> bytes:
     return REJECTS.pack((group, *ref, offset))
+
+
+def redriven_key(group: str, ref: PartitionRef, chunk: int) -> bytes:
+    return REDRIVEN.pack((group, *ref, chunk))
 
 
 def reject_prefix(group: str, ref: PartitionRef) -> bytes:

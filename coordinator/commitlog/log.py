@@ -170,10 +170,54 @@ def _read_chunk(tr: Transaction, group: str, ref: PartitionRef, chunk: int) -> i
 
 
 def _write_chunk(tr: Transaction, group: str, ref: PartitionRef, chunk: int, mask: int) -> None:
+    _write_bits(tr, _chunk_key(group, ref, chunk), mask)
+
+
+def _write_bits(tr: Transaction, key: bytes, mask: int) -> None:
+    """A chunk's bitmap as stored (little-endian; none for no bit set)."""
     if mask:
-        tr.set(_chunk_key(group, ref, chunk), mask.to_bytes((mask.bit_length() + 7) // 8, "little"))
+        tr.set(key, mask.to_bytes((mask.bit_length() + 7) // 8, "little"))
     else:
-        tr.clear(_chunk_key(group, ref, chunk))
+        tr.clear(key)
+
+
+class RedrivenBits:
+    """Which rejects `dlq redrive` produced again, read from their chunks' bitmaps once each in a transaction
+    (any stored bytes are a bitmap: bad data reads as some bits, never an error)."""
+
+    def __init__(self, tr: Transaction) -> None:
+        self._tr, self._chunks = tr, dict[tuple[str, PartitionRef, int], int]()
+
+    def chunk(self, group: str, ref: PartitionRef, chunk: int) -> int:
+        """Bit i set: the reject at offset chunk * CHUNK + i was redriven."""
+        at = (group, ref, chunk)
+        if at not in self._chunks:
+            raw = self._tr.get(keys.redriven_key(group, ref, chunk))
+            self._chunks[at] = int.from_bytes(raw, "little") if raw else 0
+        return self._chunks[at]
+
+    def has(self, group: str, ref: PartitionRef, offset: int) -> bool:
+        chunk = offset // CHUNK
+        return bool(self.chunk(group, ref, chunk) >> (offset - chunk * CHUNK) & 1)
+
+    def add(self, group: str, ref: PartitionRef, offsets: Iterable[int]) -> None:
+        """Set the offsets' bits and write the chunks they changed."""
+        masks: dict[int, int] = {}
+        for offset in offsets:
+            chunk = offset // CHUNK
+            masks[chunk] = masks.get(chunk, 0) | 1 << (offset - chunk * CHUNK)
+        for chunk, mask in masks.items():
+            old = self.chunk(group, ref, chunk)
+            if old | mask != old:
+                self._chunks[(group, ref, chunk)] = old | mask
+                _write_bits(self._tr, keys.redriven_key(group, ref, chunk), old | mask)
+
+
+def reject_state(mark: Any, redriven: bool) -> str:
+    """A reject's state: purged once purged; redriven once its bit is set (or its mark says so: a mark written
+    before the bitmaps); else as its mark says (pending)."""
+    stored = str(mark.get("state", PENDING_REJECT))
+    return REDRIVEN if redriven and stored != PURGED else stored
 
 
 MAX_COMMIT_CHUNKS = 4096
@@ -609,7 +653,15 @@ def rewind(tr: Transaction, group: str, ref: PartitionRef, offset: int, *, now_m
     retries = len(tr.get_range(r.start, keys.retry_key(group, ref, offset)))
     r = keys.REJECTS.range((group, *ref))
     tr.clear_range(keys.reject_key(group, ref, offset), r.stop)
-    states = [_state_of(raw) for _, raw in tr.get_range(r.start, keys.reject_key(group, ref, offset))]
+    at = offset // CHUNK  # the redriven bits from `offset` on go with their marks
+    kept_bits = RedrivenBits(tr).chunk(group, ref, at) & ((1 << (offset - at * CHUNK)) - 1)
+    _write_bits(tr, keys.redriven_key(group, ref, at), kept_bits)
+    tr.clear_range(keys.redriven_key(group, ref, at + 1), keys.REDRIVEN.range((group, *ref)).stop)
+    bits, prefix = RedrivenBits(tr), keys.reject_prefix(group, ref)
+    states = [
+        _state_of(raw, bits.has(group, ref, keys.offset_in(key, prefix)))
+        for key, raw in tr.get_range(r.start, keys.reject_key(group, ref, offset))
+    ]
     # behind `offset`, the records from the low watermark on wait still and are older: their time stands
     behind = header.updated_ms and offset > header.low and header.oldest_pending_ts_ms > 0
     rewound = replace(
@@ -854,10 +906,10 @@ def mark_of(raw: bytes) -> Any:
     return orjson.loads(raw)
 
 
-def _state_of(raw: bytes) -> str:
-    """A stored reject mark's state (pending for one that does not decode)."""
+def _state_of(raw: bytes, redriven: bool) -> str:
+    """A stored reject mark's state (see `reject_state`; pending for one that does not decode)."""
     try:
-        return str(mark_of(raw).get("state", PENDING_REJECT))
+        return reject_state(mark_of(raw), redriven)
     except (ValueError, AttributeError):
         return PENDING_REJECT
 
@@ -879,18 +931,23 @@ def count_state_changes(tr: Transaction, group: str, changed: list[tuple[Partiti
         tr.set(keys.progress_key(group, ref), header_json(changed_header))
 
 
-def _rejected(group: str, ref: PartitionRef, offset: int, raw: bytes) -> tuple[dict[str, Any], RejectedRecord] | None:
+def _rejected(
+    group: str, ref: PartitionRef, offset: int, raw: bytes, bits: RedrivenBits
+) -> tuple[dict[str, Any], RejectedRecord] | None:
     """A stored reject mark, and it as the model's record; None for one that does not decode (left out)."""
     try:
         mark = mark_of(raw)
     except ValueError:
         return None
-    record = rejected_record(group, ref, offset, mark)
+    record = rejected_record(group, ref, offset, mark, bits.has(group, ref, offset))
     return (mark, record) if record is not None else None
 
 
-def rejected_record(group: str, ref: PartitionRef, offset: int, mark: Any) -> RejectedRecord | None:
-    """A decoded reject mark as the model's record; None for one that is not a mark's shape (left out)."""
+def rejected_record(
+    group: str, ref: PartitionRef, offset: int, mark: Any, redriven: bool = False
+) -> RejectedRecord | None:
+    """A decoded reject mark as the model's record, `redriven` its bit; None for one that is not a mark's shape
+    (left out)."""
     try:
         dlq = mark.get("dlq") or None
         return RejectedRecord(
@@ -901,7 +958,7 @@ def rejected_record(group: str, ref: PartitionRef, offset: int, mark: Any) -> Re
             rejected_ms=int(mark.get("time_ms", 0)),
             dlq=DlqLocation(**dlq) if dlq else None,
             group=group,
-            state=str(mark.get("state", PENDING_REJECT)),
+            state=reject_state(mark, redriven),
         )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
@@ -934,7 +991,8 @@ def read_rejects(tr: Transaction, group: str, *, limit: int = 50) -> list[Reject
     check_object_name("group", group)
     r0 = keys.REJECTS.range((group,))
     rows = tr.get_range(r0.start, r0.stop, limit=limit, snapshot=True)
-    found = (_rejected(group, *place[1:]) for place in _reject_places(rows) if place is not None)
+    bits = RedrivenBits(tr)
+    found = (_rejected(group, *place[1:], bits) for place in _reject_places(rows) if place is not None)
     return [decoded[1] for decoded in found if decoded is not None]
 
 
@@ -973,6 +1031,7 @@ def walk_rejects(
     if group:  # the arguments were checked: now whether the group is one
         require_reader(tr, group, stream, "it has no rejects")
     out: list[tuple[bytes, dict[str, Any], RejectedRecord]] = []
+    bits = RedrivenBits(tr)
     looked, groups, last, left = 0, 0, "", False
     at: tuple[str, PartitionRef, int] | None = None  # the last mark looked at: the token is made from it once
     current = group or after_group or _group_after(tr, keys.REJECTS, "")
@@ -991,7 +1050,7 @@ def walk_rejects(
             key, ref, offset, raw = place
             looked += 1
             at = current, ref, offset
-            decoded = _rejected(current, ref, offset, raw)
+            decoded = _rejected(current, ref, offset, raw, bits)
             if decoded is None:
                 continue  # a mark that does not decode is left out; the ones after it are not
             if keep(decoded[1]):

@@ -94,8 +94,9 @@ def _marks(tr: Transaction, group: str, batch: Any) -> list[tuple[bytes, dict[st
     """The reject marks a stored batch names that are still pending (one purged meanwhile is left out): (key,
     stored mark, partition, offset) each, one range read per partition."""
     out = []
+    bits = commitlog.RedrivenBits(tr)
     for lease_id, offsets in (batch or {}).items() if isinstance(batch, dict) else ():
-        ref, wanted = parse_lease_id(lease_id), {int(o) for o in offsets}
+        ref, wanted, pending = parse_lease_id(lease_id), {int(o) for o in offsets}, commitlog.PENDING_REJECT
         if not wanted:
             continue
         prefix = keys.reject_prefix(group, ref)
@@ -108,7 +109,7 @@ def _marks(tr: Transaction, group: str, batch: Any) -> list[tuple[bytes, dict[st
                 mark = commitlog.mark_of(raw)
             except ValueError:
                 continue  # a mark that does not decode is left as it is
-            if isinstance(mark, dict) and mark.get("state", commitlog.PENDING_REJECT) == commitlog.PENDING_REJECT:
+            if isinstance(mark, dict) and commitlog.reject_state(mark, bits.has(group, ref, offset)) == pending:
                 out.append((key, mark, ref, offset))
     return out
 
@@ -261,7 +262,8 @@ def complete(
     """The run's batch `batch_id` (0: its oldest) is in the target lane: mark its rejects redriven (one purged
     meanwhile stays purged, and those `left`, which the run could not read, stay pending), keep the claim for
     the next batch (or release it, once the walk has ended and nothing is in flight). Returns how many were
-    marked: 0 for a batch completed already (a retried completion)."""
+    marked: 0 for a batch completed already (a retried completion). The marks are read, not written: their
+    redriven bits are set, a chunk of a partition at a time."""
     check_object_name("group", group)
     intent = _read(tr, group, stream)
     if intent is None or intent.get("owner") != owner:
@@ -271,8 +273,12 @@ def complete(
     flights = _flights(intent)
     done = next((f for f in flights if not batch_id or f.get("id") == batch_id), None)
     marks = [m for m in _marks(tr, group, done["batch"] if done else None) if (m[2], m[3]) not in left]
-    for key, mark, _, _ in marks:
-        tr.set(key, commitlog.mark_json({**mark, "state": commitlog.REDRIVEN, "redriven_ms": now_ms}))
+    by_partition: dict[PartitionRef, list[int]] = {}
+    for _, _, ref, offset in marks:
+        by_partition.setdefault(ref, []).append(offset)
+    bits = commitlog.RedrivenBits(tr)
+    for ref, offsets in by_partition.items():
+        bits.add(group, ref, offsets)
     commitlog.count_state_changes(
         tr, group, [(ref, commitlog.PENDING_REJECT, commitlog.REDRIVEN) for _, _, ref, _ in marks]
     )

@@ -52,6 +52,7 @@ _GROUP_SPACES = (
     keys.DONE,
     keys.RETRIES,
     keys.REJECTS,
+    keys.REDRIVEN,
     keys.REOPENED,
     keys.REDRIVES,
     keys.WINDOW_ENDS,

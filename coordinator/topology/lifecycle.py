@@ -38,6 +38,7 @@ _GROUP_SPACES = (
     keys.DONE,
     keys.RETRIES,
     keys.REJECTS,
+    keys.REDRIVEN,
     keys.LOAD_REPORTS,
     keys.REOPENED,
     keys.REDRIVES,

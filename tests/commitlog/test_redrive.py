@@ -119,6 +119,40 @@ def test_a_rewind_recounts_the_states_of_the_rejects_it_keeps() -> None:
     assert _lane(d) == (0, 3, 2), "offsets 5 on are forgotten: 0-1 purged and 2-4 redriven stay"
 
 
+def test_a_record_rejected_again_after_a_rewind_is_pending_not_redriven() -> None:
+    """Redriven is a bit per offset beside the marks: a rewind takes the bits from its offset on with the marks,
+    so the records it processes again, rejected again, wait for a redrive again (at chunk edges too)."""
+    d = Domain().cluster("c").stream("orders", 2)
+    offsets = [3, commitlog.CHUNK - 1, commitlog.CHUNK, commitlog.CHUNK + 5, 3 * commitlog.CHUNK + 1]
+    top = offsets[-1] + 1
+    body = Commit(rejects=[Reject(o, "bad") for o in offsets], high_watermark=top)
+    commitlog.commit(d.db, "billing", REF.lease_id, 0, body, now_ms=1_000)
+    _claim(d, "run-a")
+    assert redrive.complete(d.db, "orders", "billing", "run-a", now_ms=100_001) == 5
+    assert _lane(d) == (0, 5, 0)
+    d.db.transact(lambda tr: commitlog.rewind(tr, "billing", REF, commitlog.CHUNK, now_ms=100_002))
+    assert _lane(d) == (0, 2, 0), "3 and CHUNK - 1 stay redriven; the rest are forgotten"
+    again = Commit(rejects=[Reject(o, "bad again") for o in offsets[2:]], high_watermark=top)
+    commitlog.commit(d.db, "billing", REF.lease_id, 0, again, now_ms=100_003)
+    assert _lane(d) == (3, 2, 0)
+    assert [r.offset for r in _claim(d, "run-b", now_ms=200_000).batch] == offsets[2:], "claimed again"
+    states = {r.offset: r.state for r in commitlog.reject_page(d.db, "orders", page_size=100).rejects}
+    assert states == {o: ("redriven" if o < commitlog.CHUNK else "pending") for o in offsets}
+
+
+def test_a_mark_that_says_redriven_itself_stays_redriven_and_a_redriven_one_can_be_purged() -> None:
+    """Marks written before the bitmaps said "redriven" in their own state; and purged wins over redriven."""
+    d = _world(4)
+    raw = d.db.transact(lambda tr: tr.get(keys.reject_key("billing", REF, 0)))
+    old = commitlog.mark_json({**json.loads(raw), "state": "redriven", "redriven_ms": 50_000})
+    d.db.transact(lambda tr: tr.set(keys.reject_key("billing", REF, 0), old))
+    assert [r.offset for r in _claim(d, "run-a").batch] == [1, 2, 3], "the old redriven mark is not claimed"
+    redrive.complete(d.db, "orders", "billing", "run-a", now_ms=100_001)
+    commitlog.purge_rejects(d.db, "orders", before_ms=2_500, now_ms=100_002)  # rejected at 1 s and 2 s
+    states = {r.offset: r.state for r in commitlog.reject_page(d.db, "orders", purged=True, page_size=10).rejects}
+    assert states == {0: "purged", 1: "purged", 2: "redriven", 3: "redriven"}
+
+
 def test_a_run_claims_its_next_batch_while_it_produces_one_and_completes_them_by_id() -> None:
     d = _world(10)
     first = _claim(d, "run-a", batch_size=4)
