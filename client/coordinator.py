@@ -511,6 +511,7 @@ class CoordinatorClient:
             cursor=cursor,
             batch_size=batch_size,
             in_flight=in_flight,
+            packed=True,
         )
         return convert.redrive_claim_from_pb(self._call(self.commitlog.ClaimRedrive, request, idempotent=True))
 

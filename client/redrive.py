@@ -26,7 +26,7 @@ from streamplane.client.partition_fetcher import PartitionFetcher
 from streamplane.client.producer import Producer
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError, UnavailableError
-from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord
+from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget
 
 log = structlog.get_logger(__name__)
 
@@ -38,8 +38,25 @@ DROPPED_HEADERS = ("sp-origin-", "sp-dlq-", "sp-reject-", "sp-redrive-")
 """Headers the dlq copy carries about its rejection, left out of the redriven record (its provenance says it)."""
 
 
-def provenance(r: RejectedRecord) -> str:
-    return f"{r.group} {r.partition.lease_id}@{r.offset}"
+Claimed = tuple[PartitionRef, int, str, int, int, int]
+"""A claimed reject: (partition, offset, its dlq copy's lane, generation (0: no copy recorded), partition and
+offset), a plain tuple: a run handles thousands a batch."""
+
+
+def claimed(claim: RedriveClaim) -> list[Claimed]:
+    """The claim's batch, record by record, in its runs' order."""
+    return [
+        (run.partition, *each)
+        for run in claim.reject_runs()
+        for each in zip(
+            run.offsets,
+            (run.dlq_lane,) * len(run.offsets),
+            run.dlq_generations,
+            run.dlq_partitions,
+            run.dlq_offsets,
+            strict=True,
+        )
+    ]
 
 
 @dataclass
@@ -241,19 +258,22 @@ class Redrive:
         landed = self._landed(claim) if claim.in_doubt else set()
         failed = producer.failed
         left: list[tuple[PartitionRef, int]] = []
-        todo = [r for r in claim.batch if provenance(r) not in landed] if landed else list(claim.batch)
-        report.found_landed += len(claim.batch) - len(todo)
+        batch = claimed(claim)
+        ids = {run.partition: f"{self.group} {run.partition.lease_id}@" for run in claim.reject_runs()}
+        todo = [r for r in batch if f"{ids[r[0]]}{r[1]}" not in landed] if landed else batch
+        report.found_landed += len(batch) - len(todo)
         found = self._read(todo)
         sent = 0
         for r in todo:
-            if (r.partition, r.offset) not in found:
+            at = (r[0], r[1])
+            if at not in found:
                 report.unreadable += 1
-                left.append((r.partition, r.offset))
-                log.warning("redrive.unreadable", record=provenance(r))
+                left.append(at)
+                log.warning("redrive.unreadable", record=f"{ids[r[0]]}{r[1]}")
                 continue
-            record, dlq_where = found[(r.partition, r.offset)]
+            record, dlq_where = found[at]
             headers = [(k, v) for k, v in record.headers if not k.startswith(DROPPED_HEADERS)]
-            headers += [(PROVENANCE_HEADER, provenance(r).encode()), (DLQ_HEADER, dlq_where.encode())]
+            headers += [(PROVENANCE_HEADER, f"{ids[r[0]]}{r[1]}".encode()), (DLQ_HEADER, dlq_where.encode())]
             self._pace(report.produced + sent, started)
             producer.produce(self.stream, record.value, key=record.key, lane=self.to_lane, headers=headers)
             sent += 1
@@ -285,7 +305,7 @@ class Redrive:
                     self._places[(each.name, gen.number)] = (where.get(gen.cluster, ""), gen.topic)
         return self._places.get(key, ("", ""))
 
-    def _read(self, records: list[RejectedRecord]) -> dict[tuple[PartitionRef, int], tuple[Any, str]]:
+    def _read(self, records: list[Claimed]) -> dict[tuple[PartitionRef, int], tuple[Any, str]]:
         """{(partition, offset) of a reject: (the record to produce again, where its dlq copy was)}: the dlq copy,
         or (none recorded, or gone) the rejected record at its origin; a reject neither can be read for is left
         out."""
@@ -293,17 +313,16 @@ class Redrive:
         for use_copy in (True, False):
             asked: dict[Where, set[int]] = {}
             places: dict[tuple[PartitionRef, int], tuple[Where, int, str]] = {}
-            for r in records:
-                if (r.partition, r.offset) in out:
+            for ref, offset, dlq_lane, dlq_generation, dlq_partition, dlq_offset in records:
+                if (ref, offset) in out:
                     continue
-                if use_copy and r.dlq is not None and r.dlq.generation > 0:
-                    bootstrap, topic = self._place(r.dlq.lane, r.dlq.generation)
-                    where = (bootstrap, topic, r.dlq.partition)
-                    label = f"{self.stream}/{r.dlq.lane}/g{r.dlq.generation}/p{r.dlq.partition}@{r.dlq.offset}"
-                    places[(r.partition, r.offset)] = (where, r.dlq.offset, label)
+                if use_copy and dlq_generation > 0:
+                    bootstrap, topic = self._place(dlq_lane, dlq_generation)
+                    label = f"{self.stream}/{dlq_lane}/g{dlq_generation}/p{dlq_partition}@{dlq_offset}"
+                    places[(ref, offset)] = ((bootstrap, topic, dlq_partition), dlq_offset, label)
                 elif not use_copy:
-                    bootstrap, topic = self._place(r.partition.lane, r.partition.generation)
-                    places[(r.partition, r.offset)] = ((bootstrap, topic, r.partition.partition), r.offset, "")
+                    bootstrap, topic = self._place(ref.lane, ref.generation)
+                    places[(ref, offset)] = ((bootstrap, topic, ref.partition), offset, "")
             for where, offset, _ in places.values():
                 if where[0]:
                     asked.setdefault(where, set()).add(offset)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -884,6 +884,8 @@ def read_headers(tr: Transaction, group: str, *, stream: str = "", lane: str = "
     return out
 
 
+T = TypeVar("T")
+
 REJECT_PAGE_SIZE = 1000
 """Rejected records a page holds at most (and groups a page of every group's rejects looks at)."""
 REJECT_SCAN_PAGES = 10
@@ -1009,10 +1011,34 @@ def walk_rejects(
 ) -> tuple[list[tuple[bytes, dict[str, Any], RejectedRecord]], str]:
     """The next at most `size` rejects that `keep`, of one group or (group "") of every group, in (group, lane,
     generation, partition, offset) order from after `page_token` ("GROUP LEASE_ID OFFSET"): (key, stored mark,
-    record) each, and the token to go on from ("" when none is left). At most `budget` marks and `size` groups
-    are looked at; a mark that does not decode is left out, never the end of the walk. NotFoundError for a
-    stream that does not exist (deleting one deletes its groups' rejects), and for a group named that has never
-    read it (a mistyped name is told so, not shown an empty dlq)."""
+    record) each, and the token to go on from ("" when none is left). See `walk_marks`."""
+    bits = RedrivenBits(tr)
+
+    def take(group: str, key: bytes, ref: PartitionRef, offset: int, raw: bytes) -> Any:
+        decoded = _rejected(group, ref, offset, raw, bits)
+        return (key, *decoded) if decoded is not None and keep(decoded[1]) else None
+
+    return walk_marks(tr, stream, group=group, lane=lane, size=size, budget=budget, page_token=page_token, take=take)
+
+
+def walk_marks(
+    tr: Transaction,
+    stream: str,
+    *,
+    group: str,
+    lane: str = "",
+    size: int,
+    budget: int,
+    page_token: str,
+    take: Callable[[str, bytes, PartitionRef, int, bytes], T | None],
+) -> tuple[list[T], str]:
+    """What `take` makes of the next at most `size` reject marks it takes (it is given each one's group, key,
+    partition, offset and stored bytes; None: not taken), of one group or (group "") of every group, in (group,
+    lane, generation, partition, offset) order from after `page_token`, and the token to go on from ("" when
+    none is left). At most `budget` marks and `size` groups are looked at; a mark that does not decode is left
+    out, never the end of the walk. NotFoundError for a stream that does not exist (deleting one deletes its
+    groups' rejects), and for a group named that has never read it (a mistyped name is told so, not shown an
+    empty dlq)."""
     check_object_name("stream", stream)
     require_stream(tr, stream)
     if group:
@@ -1030,8 +1056,7 @@ def walk_rejects(
             after = keys.reject_key(after_group, parse_lease_id(lease_id), int(after_offset)) + b"\x00"
     if group:  # the arguments were checked: now whether the group is one
         require_reader(tr, group, stream, "it has no rejects")
-    out: list[tuple[bytes, dict[str, Any], RejectedRecord]] = []
-    bits = RedrivenBits(tr)
+    out: list[T] = []
     looked, groups, last, left = 0, 0, "", False
     at: tuple[str, PartitionRef, int] | None = None  # the last mark looked at: the token is made from it once
     current = group or after_group or _group_after(tr, keys.REJECTS, "")
@@ -1050,11 +1075,10 @@ def walk_rejects(
             key, ref, offset, raw = place
             looked += 1
             at = current, ref, offset
-            decoded = _rejected(current, ref, offset, raw, bits)
-            if decoded is None:
-                continue  # a mark that does not decode is left out; the ones after it are not
-            if keep(decoded[1]):
-                out.append((key, decoded[0], decoded[1]))
+            taken = take(current, key, ref, offset, raw)
+            if taken is None:
+                continue  # not wanted, or a mark that does not decode: the ones after it are looked at
+            out.append(taken)
             if len(out) == size:
                 more = next(rows, _END) is not _END
                 left = more or bool(not group and _group_after(tr, keys.REJECTS, current))

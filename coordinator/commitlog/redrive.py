@@ -28,7 +28,7 @@ from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
 from streamplane.coordinator.topology.records import get_cluster, get_stream
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError
-from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord
+from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord, RejectRun
 from streamplane.names import check_lane_name, check_object_name
 
 CLAIM_MS = 10_000
@@ -82,12 +82,42 @@ def _held_by_another(intent: dict[str, Any] | None, owner: str, now_ms: int) -> 
     return 0
 
 
-def _packed(records: list[RejectedRecord]) -> dict[str, list[int]]:
+def _packed(taken: list[tuple[PartitionRef, int]]) -> dict[str, list[int]]:
     """A batch as stored in the claim: {lease id: offsets} (a few bytes a record: 5,000 fit in a value)."""
-    out: dict[str, list[int]] = {}
-    for r in records:
-        out.setdefault(r.partition.lease_id, []).append(r.offset)
-    return out
+    by_partition: dict[PartitionRef, list[int]] = {}
+    for ref, offset in taken:
+        by_partition.setdefault(ref, []).append(offset)
+    return {ref.lease_id: offsets for ref, offsets in by_partition.items()}
+
+
+Taken = tuple[PartitionRef, int, Any]
+"""A pending reject a claim's walk took: its partition, offset and decoded mark."""
+
+
+def _runs(taken: list[Taken]) -> tuple[RejectRun, ...]:
+    """The taken rejects as the claim's packed runs, one per (partition, dlq stream, dlq lane); one whose dlq
+    copy is not a copy's shape is left out, as `rejected_record` leaves it out."""
+    grouped: dict[tuple[PartitionRef, str, str], tuple[list[int], list[int], list[int], list[int]]] = {}
+    for ref, offset, mark in taken:
+        dlq = mark.get("dlq") or None
+        if dlq is None:
+            where, generation, partition, at = ("", ""), 0, 0, 0
+        else:
+            try:
+                generation, partition, at = int(dlq["generation"]), int(dlq["partition"]), int(dlq["offset"])
+                where = (str(dlq["stream"]), str(dlq["lane"])) if generation > 0 else ("", "")
+            except (ValueError, TypeError, KeyError):
+                continue
+        run = grouped.get((ref, *where))
+        if run is None:
+            run = grouped[(ref, *where)] = ([], [], [], [])
+        run[0].append(offset)
+        run[1].append(generation if where[1] else 0)
+        run[2].append(partition if where[1] else 0)
+        run[3].append(at if where[1] else 0)
+    return tuple(
+        RejectRun(ref, s, la, tuple(o), tuple(g), tuple(p), tuple(d)) for (ref, s, la), (o, g, p, d) in grouped.items()
+    )
 
 
 def _marks(tr: Transaction, group: str, batch: Any) -> list[tuple[bytes, dict[str, Any], PartitionRef, int]]:
@@ -165,6 +195,7 @@ def claim(
     cursor: str = "",
     batch_size: int = MAX_BATCH,
     in_flight: int = 0,
+    packed: bool = False,
     now_ms: int,
 ) -> RedriveClaim:
     """The next batch of the group's pending rejects on `stream`, rejected in [since_ms, until_ms) (0: no
@@ -172,7 +203,8 @@ def claim(
     another run's claim holds, nothing but how long it holds yet. `target` is the lane to produce into, as it
     is now (its end offsets read before this transaction). `in_flight`: the batches this run holds claimed
     and not completed; fewer than the commit log holds for it means this claim is a retry whose answer was
-    lost, and its batch is handed back in doubt."""
+    lost, and its batch is handed back in doubt. `packed`: a new batch comes as `runs`, no record built for
+    each of its rejects (what a run asks for; a batch in doubt comes as records either way)."""
     check_object_name("group", group)
     check_window(since_ms, until_ms, target.lane)
     if not owner:
@@ -208,22 +240,35 @@ def claim(
         )
     size = max(1, min(batch_size, MAX_BATCH))
     flying = {(parse_lease_id(lease_id), int(o)) for lease_id, offsets in _merged(flights).items() for o in offsets}
-    found, token = commitlog.walk_rejects(
+    bits = commitlog.RedrivenBits(tr)
+
+    def take(_: str, key: bytes, ref: PartitionRef, offset: int, raw: bytes) -> Taken | None:
+        """A pending reject in the window, not in a batch in flight: the mark decoded, no record built."""
+        if (ref, offset) in flying:
+            return None
+        try:
+            mark = commitlog.mark_of(raw)
+            at = int(mark.get("time_ms", 0))
+        except (ValueError, TypeError, AttributeError):
+            return None  # a mark that does not decode is left out
+        if at < since_ms or (until_ms and at >= until_ms):
+            return None
+        pending = commitlog.reject_state(mark, bits.has(group, ref, offset)) == commitlog.PENDING_REJECT
+        return (ref, offset, mark) if pending else None
+
+    found, token = commitlog.walk_marks(
         tr,
         stream,
         group=group,
         size=size,
         budget=size * commitlog.REJECT_SCAN_PAGES,
         page_token=cursor,
-        keep=lambda r: (
-            r.state == commitlog.PENDING_REJECT
-            and r.rejected_ms >= since_ms
-            and (not until_ms or r.rejected_ms < until_ms)
-            and (r.partition, r.offset) not in flying
-        ),
+        take=take,
     )
-    records = [r for _, _, r in found]
-    if not records and not token:
+    runs = _runs(found) if packed else ()
+    records = [] if packed else [r for r in (commitlog.rejected_record(group, *t) for t in found) if r is not None]
+    taken = [(run.partition, o) for run in runs for o in run.offsets] or [(r.partition, r.offset) for r in records]
+    if not taken and not token:
         if not flights:
             tr.clear(keys.redrive_key(group, stream))
         else:  # released once the batches in flight are completed
@@ -232,7 +277,7 @@ def claim(
     batch_id = int(intent.get("next_id", 1))
     flight = {
         "id": batch_id,
-        "batch": _packed(records),
+        "batch": _packed(taken),
         "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},
     }
     claimed = {
@@ -245,7 +290,7 @@ def claim(
     if not token:  # the walk's last batch: the run ends with it, and its completion releases the claim
         claimed["ended"] = True
     _write(tr, group, stream, claimed)
-    return RedriveClaim(tuple(records), target, token, batch_id=batch_id, last=not token)
+    return RedriveClaim(tuple(records), target, token, batch_id=batch_id, last=not token, runs=runs)
 
 
 @transactional

@@ -153,6 +153,7 @@ class CommitLog:
         cursor: str = "",
         batch_size: int = redrive.MAX_BATCH,
         in_flight: int = 0,
+        packed: bool = False,
     ) -> RedriveClaim:
         """The next batch of a redrive run (see `redrive.claim`), with the target lane as it is now."""
         if self.admin is None:
@@ -170,6 +171,7 @@ class CommitLog:
             cursor=cursor,
             batch_size=batch_size,
             in_flight=in_flight,
+            packed=packed,
             now_ms=self.clock.now_ms(),
         )
 

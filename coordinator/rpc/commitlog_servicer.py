@@ -153,8 +153,9 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             cursor=request.cursor,
             batch_size=request.batch_size or redrive.MAX_BATCH,
             in_flight=request.in_flight,
+            packed=request.packed,
         )
-        return convert.redrive_claim_to_pb(claimed)
+        return convert.redrive_claim_to_pb(claimed, packed=request.packed)
 
     @grpc_errors
     def CompleteRedrive(

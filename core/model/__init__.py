@@ -47,8 +47,10 @@ from streamplane.model.commits import (
     Reject,
     RejectedRecord,
     RejectPage,
+    RejectRun,
     Retry,
     RetryState,
+    reject_runs,
 )
 from streamplane.model.events import (
     EVENT_KINDS,
@@ -192,6 +194,7 @@ __all__ = [
     "RedriveTarget",
     "Reject",
     "RejectPage",
+    "RejectRun",
     "RejectedRecord",
     "Release",
     "Renew",
@@ -223,6 +226,7 @@ __all__ = [
     "event_kind",
     "event_stream",
     "parse_lease",
+    "reject_runs",
     "slice_lease_id",
     "to_jsonable",
 ]

@@ -200,6 +200,41 @@ class RejectedRecord:
 
 
 @dataclass(frozen=True)
+class RejectRun:
+    """A claimed batch's rejects of one partition whose dlq copies went to one lane, packed (a redrive claims
+    thousands at a time, and builds no object a record): index i of each tuple is one record, its offset and
+    where its copy is (generation 0: none recorded; then `dlq_stream` and `dlq_lane` are "")."""
+
+    partition: PartitionRef
+    dlq_stream: str
+    dlq_lane: str
+    offsets: tuple[int, ...]
+    dlq_generations: tuple[int, ...]
+    dlq_partitions: tuple[int, ...]
+    dlq_offsets: tuple[int, ...]
+
+
+def reject_runs(records: tuple[RejectedRecord, ...]) -> tuple[RejectRun, ...]:
+    """Records as runs, one per (partition, dlq stream, dlq lane), in the records' order within each."""
+    grouped: dict[tuple[PartitionRef, str, str], list[RejectedRecord]] = {}
+    for r in records:
+        where = (r.dlq.stream, r.dlq.lane) if r.dlq is not None and r.dlq.generation > 0 else ("", "")
+        grouped.setdefault((r.partition, *where), []).append(r)
+    return tuple(
+        RejectRun(
+            ref,
+            dlq_stream,
+            dlq_lane,
+            tuple(r.offset for r in rs),
+            tuple(r.dlq.generation if r.dlq is not None and dlq_lane else 0 for r in rs),
+            tuple(r.dlq.partition if r.dlq is not None and dlq_lane else 0 for r in rs),
+            tuple(r.dlq.offset if r.dlq is not None and dlq_lane else 0 for r in rs),
+        )
+        for (ref, dlq_stream, dlq_lane), rs in grouped.items()
+    )
+
+
+@dataclass(frozen=True)
 class RedriveTarget:
     """Where a redrive produces: a lane's active generation, with each partition's end offset when the batch
     was claimed (from where a later run looks for what a killed one may have produced already)."""
@@ -233,6 +268,17 @@ class RedriveClaim:
     """The walk's last batch: no claim follows it, and its completion releases the claim (a claim after it
     would walk again from the start, over every reject this run redrove, to find nothing). Said by the commit
     log, so that a run of a coordinator that does not say it claims until done, as before."""
+    runs: tuple[RejectRun, ...] = ()
+    """The batch packed, as a claim that asked for it so is answered (then `batch` is empty)."""
+
+    def reject_runs(self) -> tuple[RejectRun, ...]:
+        """The batch as runs, however it was answered."""
+        return self.runs or reject_runs(self.batch)
+
+    @property
+    def size(self) -> int:
+        """Rejects in the batch."""
+        return sum(len(run.offsets) for run in self.runs) + len(self.batch)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def test_a_run_ends_with_the_walks_last_batch_and_releases_its_claim(rejected: t
     with CountingClient(address) as client:
         report = Redrive(client, stream, "billing", batch_size=12).run()
         assert (report.produced, report.batches, report.unreadable) == (REJECTS, 3, 0)
-        assert [len(c.batch) for c in client.claims] == [12, 12, 6], "no claim after the walk's last batch"
+        assert [c.size for c in client.claims] == [12, 12, 6], "no claim after the walk's last batch"
         assert client.claims[-1].last
         lanes = client.lag("billing", stream, partitions=False).lanes
         assert (sum(x.dlq_pending for x in lanes), sum(x.dlq_redriven for x in lanes)) == (0, REJECTS)

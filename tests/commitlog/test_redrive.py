@@ -308,13 +308,14 @@ class RedriveHistory(RuleBasedStateMachine):
         rows = commitlog.reject_page(self.d.db, "orders", group="billing", page_size=1000).rejects
         return [r for r in rows if r.state == "pending"]
 
-    @rule(size=st.integers(1, 6), legacy=st.booleans(), lost=st.booleans())
-    def start_or_step(self, size: int, legacy: bool = False, lost: bool = False) -> None:
+    @rule(size=st.integers(1, 6), legacy=st.booleans(), lost=st.booleans(), packed=st.booleans())
+    def start_or_step(self, size: int, legacy: bool = False, lost: bool = False, packed: bool = True) -> None:
         """The live run (or a new one) claims its next batch, while it holds none, or one not in doubt (a
-        client from before batch ids: none); `lost`: the first answer is lost and the claim sent again."""
+        client from before batch ids: none); `lost`: the first answer is lost and the claim sent again.
+        `packed`: a run that asks for its batches packed (a client from before asks for records)."""
         if self.run is None:
             self.runs += 1
-            self.run = {"owner": f"run-{self.runs}", "cursor": "", "held": [], "legacy": legacy}
+            self.run = {"owner": f"run-{self.runs}", "cursor": "", "held": [], "legacy": legacy, "packed": packed}
         run = self.run
         held = run["held"]
         if run.get("ended") or (held and (run["legacy"] or len(held) > 1 or held[-1]["claim"].in_doubt)):
@@ -323,7 +324,7 @@ class RedriveHistory(RuleBasedStateMachine):
         for _ in range(2 if lost else 1):
             claim = redrive.claim(
                 self.d.db, "orders", "billing", run["owner"], target=TARGET, cursor=run["cursor"], batch_size=size,
-                in_flight=in_flight, now_ms=self.now,
+                in_flight=in_flight, packed=run["packed"], now_ms=self.now,
             )  # fmt: skip
         if claim.wait_ms:
             self.now += claim.wait_ms  # another (killed) run's claim: wait it out
@@ -334,7 +335,9 @@ class RedriveHistory(RuleBasedStateMachine):
                 self._ended()
             return
         landed = set(self.produced) if claim.in_doubt else set()
-        todo = [(r.partition, r.offset) for r in claim.batch if (r.partition, r.offset) not in landed]
+        batch = [(r.partition, o) for r in claim.reject_runs() for o in r.offsets]
+        assert bool(claim.runs) <= run["packed"] and not (claim.batch and claim.runs), "records or runs, as asked"
+        todo = [at for at in batch if at not in landed]
         held.append({"claim": claim, "todo": todo})
         run["cursor"] = claim.cursor
         if claim.last and not run["legacy"]:

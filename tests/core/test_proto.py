@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import REPO
 
@@ -60,3 +64,54 @@ def test_a_slice_grant_and_a_slice_lease_read_back_with_their_slice() -> None:
     described = m.GroupDescription("g", leases=(m.LeaseInfo(ref, 3, "granted", "w1", slice=piece),))
     back = convert.group_from_pb(convert.group_to_pb(described))
     assert back.leases[0].slice == piece and back.leases[0].lease_id == "s/realtime/g1/p0/s1of4"
+
+
+def _rejected_records() -> Any:
+    from streamplane import model as m
+
+    dlq = st.one_of(
+        st.none(),
+        st.builds(
+            m.DlqLocation,
+            st.just("s"),
+            st.sampled_from(["dlq", "dlq-b"]),
+            st.integers(0, 2),
+            st.integers(0, 3),
+            st.integers(0, 10**12),
+        ),
+    )
+    record = st.builds(
+        m.RejectedRecord,
+        partition=st.builds(
+            m.PartitionRef, st.just("s"), st.sampled_from(["realtime", "bulk"]), st.integers(1, 2), st.integers(0, 2)
+        ),
+        offset=st.integers(0, 2**62),
+        reason=st.text(max_size=5),
+        dlq=dlq,
+        group=st.just("billing"),
+    )
+    return st.lists(record, max_size=40, unique_by=lambda r: (r.partition, r.offset)).map(tuple)
+
+
+@settings(max_examples=80, deadline=None)
+@given(records=_rejected_records(), packed=st.booleans())
+def test_a_redrive_claim_reads_back_the_same_rejects_packed_or_a_message_each(records: Any, packed: bool) -> None:
+    """A client that asks for the batch packed gets runs of packed arrays; one from before (or not asking) gets
+    a message a record, as before. Either reads back as the same rejects, each with where its copy is (none
+    for a copy not recorded, or recorded at generation 0)."""
+    from streamplane import model as m
+    from streamplane.client.redrive import claimed
+    from streamplane.v1 import commitlog_pb2 as cpb
+    from streamplane.v1 import convert
+
+    claim = m.RedriveClaim(records, None, "c", batch_id=4)
+    wire = convert.redrive_claim_to_pb(claim, packed=packed)
+    assert (len(wire.runs) > 0, len(wire.batch) > 0) == ((packed and bool(records)), (not packed and bool(records)))
+    back = convert.redrive_claim_from_pb(cpb.ClaimRedriveResponse.FromString(wire.SerializeToString()))
+    assert back.size == len(records) and back.batch_id == 4 and back.cursor == "c"
+
+    def where(r: m.RejectedRecord) -> tuple[str, int, int, int]:
+        d = r.dlq
+        return (d.lane, d.generation, d.partition, d.offset) if d is not None and d.generation > 0 else ("", 0, 0, 0)
+
+    assert sorted(claimed(back), key=repr) == sorted(((r.partition, r.offset, *where(r)) for r in records), key=repr)

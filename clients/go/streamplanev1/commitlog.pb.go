@@ -2073,7 +2073,10 @@ type ClaimRedriveRequest struct {
 	BatchSize uint32 `protobuf:"varint,8,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
 	// Batches this run holds claimed and not completed (at most 1: a run claims its next batch while it produces
 	// one). Fewer than the commit log holds for the run: this claim is a retry, and its batch is handed back.
-	InFlight      uint32 `protobuf:"varint,9,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	InFlight uint32 `protobuf:"varint,9,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Answer the batch as `runs` (packed: a few bytes a record, no message each), not as `batch`. A coordinator
+	// from before this field answers `batch` whatever is asked.
+	Packed        bool `protobuf:"varint,10,opt,name=packed,proto3" json:"packed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2171,6 +2174,108 @@ func (x *ClaimRedriveRequest) GetInFlight() uint32 {
 	return 0
 }
 
+func (x *ClaimRedriveRequest) GetPacked() bool {
+	if x != nil {
+		return x.Packed
+	}
+	return false
+}
+
+// A claimed batch's rejects of one partition whose dlq copies went to one lane: what a redrive needs to read
+// and produce each, as packed arrays of one length (index i is one record).
+type RejectRun struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition *PartitionRef          `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Where the copies went ("" and "" with generation 0: none was recorded for these records).
+	DlqStream      string   `protobuf:"bytes,2,opt,name=dlq_stream,json=dlqStream,proto3" json:"dlq_stream,omitempty"`
+	DlqLane        string   `protobuf:"bytes,3,opt,name=dlq_lane,json=dlqLane,proto3" json:"dlq_lane,omitempty"`
+	Offsets        []int64  `protobuf:"varint,4,rep,packed,name=offsets,proto3" json:"offsets,omitempty"`
+	DlqGenerations []uint32 `protobuf:"varint,5,rep,packed,name=dlq_generations,json=dlqGenerations,proto3" json:"dlq_generations,omitempty"`
+	DlqPartitions  []uint32 `protobuf:"varint,6,rep,packed,name=dlq_partitions,json=dlqPartitions,proto3" json:"dlq_partitions,omitempty"`
+	DlqOffsets     []int64  `protobuf:"varint,7,rep,packed,name=dlq_offsets,json=dlqOffsets,proto3" json:"dlq_offsets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RejectRun) Reset() {
+	*x = RejectRun{}
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectRun) ProtoMessage() {}
+
+func (x *RejectRun) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectRun.ProtoReflect.Descriptor instead.
+func (*RejectRun) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RejectRun) GetPartition() *PartitionRef {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *RejectRun) GetDlqStream() string {
+	if x != nil {
+		return x.DlqStream
+	}
+	return ""
+}
+
+func (x *RejectRun) GetDlqLane() string {
+	if x != nil {
+		return x.DlqLane
+	}
+	return ""
+}
+
+func (x *RejectRun) GetOffsets() []int64 {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
+func (x *RejectRun) GetDlqGenerations() []uint32 {
+	if x != nil {
+		return x.DlqGenerations
+	}
+	return nil
+}
+
+func (x *RejectRun) GetDlqPartitions() []uint32 {
+	if x != nil {
+		return x.DlqPartitions
+	}
+	return nil
+}
+
+func (x *RejectRun) GetDlqOffsets() []int64 {
+	if x != nil {
+		return x.DlqOffsets
+	}
+	return nil
+}
+
 type RedriveTarget struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Stream           string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
@@ -2186,7 +2291,7 @@ type RedriveTarget struct {
 
 func (x *RedriveTarget) Reset() {
 	*x = RedriveTarget{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2303,7 @@ func (x *RedriveTarget) String() string {
 func (*RedriveTarget) ProtoMessage() {}
 
 func (x *RedriveTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[27]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2316,7 @@ func (x *RedriveTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTarget.ProtoReflect.Descriptor instead.
 func (*RedriveTarget) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{27}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RedriveTarget) GetStream() string {
@@ -2271,14 +2376,16 @@ type ClaimRedriveResponse struct {
 	BatchId uint64 `protobuf:"varint,7,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	// The walk's last batch: the run claims nothing after it, and completing it releases the claim (a
 	// coordinator from before this field never sets it; its runs claim until done).
-	Last          bool `protobuf:"varint,8,opt,name=last,proto3" json:"last,omitempty"`
+	Last bool `protobuf:"varint,8,opt,name=last,proto3" json:"last,omitempty"`
+	// The batch, when the claim asked for it packed (then `batch` is empty).
+	Runs          []*RejectRun `protobuf:"bytes,9,rep,name=runs,proto3" json:"runs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimRedriveResponse) Reset() {
 	*x = ClaimRedriveResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2397,7 @@ func (x *ClaimRedriveResponse) String() string {
 func (*ClaimRedriveResponse) ProtoMessage() {}
 
 func (x *ClaimRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[28]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2410,7 @@ func (x *ClaimRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimRedriveResponse.ProtoReflect.Descriptor instead.
 func (*ClaimRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{28}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ClaimRedriveResponse) GetBatch() []*RejectedRecord {
@@ -2362,6 +2469,13 @@ func (x *ClaimRedriveResponse) GetLast() bool {
 	return false
 }
 
+func (x *ClaimRedriveResponse) GetRuns() []*RejectRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
 type CompleteRedriveRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Stream string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
@@ -2377,7 +2491,7 @@ type CompleteRedriveRequest struct {
 
 func (x *CompleteRedriveRequest) Reset() {
 	*x = CompleteRedriveRequest{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[29]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2503,7 @@ func (x *CompleteRedriveRequest) String() string {
 func (*CompleteRedriveRequest) ProtoMessage() {}
 
 func (x *CompleteRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[29]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2516,7 @@ func (x *CompleteRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRedriveRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{29}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CompleteRedriveRequest) GetStream() string {
@@ -2449,7 +2563,7 @@ type CompleteRedriveResponse struct {
 
 func (x *CompleteRedriveResponse) Reset() {
 	*x = CompleteRedriveResponse{}
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[30]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2575,7 @@ func (x *CompleteRedriveResponse) String() string {
 func (*CompleteRedriveResponse) ProtoMessage() {}
 
 func (x *CompleteRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_commitlog_proto_msgTypes[30]
+	mi := &file_streamplane_v1_commitlog_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2588,7 @@ func (x *CompleteRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRedriveResponse.ProtoReflect.Descriptor instead.
 func (*CompleteRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{30}
+	return file_streamplane_v1_commitlog_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CompleteRedriveResponse) GetRedriven() uint32 {
@@ -2666,7 +2780,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
 	"\x13ListRejectsResponse\x128\n" +
 	"\arejects\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\arejects\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8e\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa6\x02\n" +
 	"\x13ClaimRedriveRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
@@ -2677,7 +2791,19 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x06cursor\x18\a \x01(\tR\x06cursor\x12\x1d\n" +
 	"\n" +
 	"batch_size\x18\b \x01(\rR\tbatchSize\x12\x1b\n" +
-	"\tin_flight\x18\t \x01(\rR\binFlight\"\xc1\x01\n" +
+	"\tin_flight\x18\t \x01(\rR\binFlight\x12\x16\n" +
+	"\x06packed\x18\n" +
+	" \x01(\bR\x06packed\"\x8c\x02\n" +
+	"\tRejectRun\x12:\n" +
+	"\tpartition\x18\x01 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x1d\n" +
+	"\n" +
+	"dlq_stream\x18\x02 \x01(\tR\tdlqStream\x12\x19\n" +
+	"\bdlq_lane\x18\x03 \x01(\tR\adlqLane\x12\x18\n" +
+	"\aoffsets\x18\x04 \x03(\x03R\aoffsets\x12'\n" +
+	"\x0fdlq_generations\x18\x05 \x03(\rR\x0edlqGenerations\x12%\n" +
+	"\x0edlq_partitions\x18\x06 \x03(\rR\rdlqPartitions\x12\x1f\n" +
+	"\vdlq_offsets\x18\a \x03(\x03R\n" +
+	"dlqOffsets\"\xc1\x01\n" +
 	"\rRedriveTarget\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04lane\x18\x02 \x01(\tR\x04lane\x12\x1e\n" +
@@ -2686,7 +2812,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05topic\x18\x04 \x01(\tR\x05topic\x12+\n" +
 	"\x11bootstrap_servers\x18\x05 \x01(\tR\x10bootstrapServers\x12!\n" +
-	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\x92\x02\n" +
+	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\xc1\x02\n" +
 	"\x14ClaimRedriveResponse\x124\n" +
 	"\x05batch\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\x05batch\x125\n" +
 	"\x06target\x18\x02 \x01(\v2\x1d.streamplane.v1.RedriveTargetR\x06target\x12\x16\n" +
@@ -2695,7 +2821,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x04done\x18\x05 \x01(\bR\x04done\x12\x17\n" +
 	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x12\x19\n" +
 	"\bbatch_id\x18\a \x01(\x04R\abatchId\x12\x12\n" +
-	"\x04last\x18\b \x01(\bR\x04last\"\xac\x01\n" +
+	"\x04last\x18\b \x01(\bR\x04last\x12-\n" +
+	"\x04runs\x18\t \x03(\v2\x19.streamplane.v1.RejectRunR\x04runs\"\xac\x01\n" +
 	"\x16CompleteRedriveRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
@@ -2730,7 +2857,7 @@ func file_streamplane_v1_commitlog_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_commitlog_proto_rawDescData
 }
 
-var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_streamplane_v1_commitlog_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_streamplane_v1_commitlog_proto_goTypes = []any{
 	(*OffsetRange)(nil),              // 0: streamplane.v1.OffsetRange
 	(*RetryEntry)(nil),               // 1: streamplane.v1.RetryEntry
@@ -2759,14 +2886,15 @@ var file_streamplane_v1_commitlog_proto_goTypes = []any{
 	(*PurgeRejectsResponse)(nil),     // 24: streamplane.v1.PurgeRejectsResponse
 	(*ListRejectsResponse)(nil),      // 25: streamplane.v1.ListRejectsResponse
 	(*ClaimRedriveRequest)(nil),      // 26: streamplane.v1.ClaimRedriveRequest
-	(*RedriveTarget)(nil),            // 27: streamplane.v1.RedriveTarget
-	(*ClaimRedriveResponse)(nil),     // 28: streamplane.v1.ClaimRedriveResponse
-	(*CompleteRedriveRequest)(nil),   // 29: streamplane.v1.CompleteRedriveRequest
-	(*CompleteRedriveResponse)(nil),  // 30: streamplane.v1.CompleteRedriveResponse
-	(*PartitionRef)(nil),             // 31: streamplane.v1.PartitionRef
-	(*PartitionOffset)(nil),          // 32: streamplane.v1.PartitionOffset
-	(*ConfigureGroupRequest)(nil),    // 33: streamplane.v1.ConfigureGroupRequest
-	(*ConfigureGroupResponse)(nil),   // 34: streamplane.v1.ConfigureGroupResponse
+	(*RejectRun)(nil),                // 27: streamplane.v1.RejectRun
+	(*RedriveTarget)(nil),            // 28: streamplane.v1.RedriveTarget
+	(*ClaimRedriveResponse)(nil),     // 29: streamplane.v1.ClaimRedriveResponse
+	(*CompleteRedriveRequest)(nil),   // 30: streamplane.v1.CompleteRedriveRequest
+	(*CompleteRedriveResponse)(nil),  // 31: streamplane.v1.CompleteRedriveResponse
+	(*PartitionRef)(nil),             // 32: streamplane.v1.PartitionRef
+	(*PartitionOffset)(nil),          // 33: streamplane.v1.PartitionOffset
+	(*ConfigureGroupRequest)(nil),    // 34: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil),   // 35: streamplane.v1.ConfigureGroupResponse
 }
 var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	2,  // 0: streamplane.v1.RejectEntry.dlq:type_name -> streamplane.v1.DlqLocation
@@ -2784,39 +2912,41 @@ var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	13, // 12: streamplane.v1.DueRetriesResponse.due:type_name -> streamplane.v1.RetryState
 	18, // 13: streamplane.v1.GetLagResponse.partitions:type_name -> streamplane.v1.PartitionLag
 	19, // 14: streamplane.v1.GetLagResponse.lanes:type_name -> streamplane.v1.LaneLag
-	31, // 15: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
+	32, // 15: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
 	2,  // 16: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
 	22, // 17: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
-	22, // 18: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
-	27, // 19: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
-	32, // 20: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
-	4,  // 21: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
-	7,  // 22: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
-	10, // 23: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
-	11, // 24: streamplane.v1.CommitLogService.GetProgressBatch:input_type -> streamplane.v1.GetProgressBatchRequest
-	15, // 25: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
-	17, // 26: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
-	21, // 27: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
-	23, // 28: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
-	33, // 29: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	26, // 30: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
-	29, // 31: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
-	6,  // 32: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
-	9,  // 33: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
-	14, // 34: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
-	12, // 35: streamplane.v1.CommitLogService.GetProgressBatch:output_type -> streamplane.v1.GetProgressBatchResponse
-	16, // 36: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
-	20, // 37: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
-	25, // 38: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
-	24, // 39: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
-	34, // 40: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	28, // 41: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
-	30, // 42: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	32, // 18: streamplane.v1.RejectRun.partition:type_name -> streamplane.v1.PartitionRef
+	22, // 19: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
+	28, // 20: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
+	27, // 21: streamplane.v1.ClaimRedriveResponse.runs:type_name -> streamplane.v1.RejectRun
+	33, // 22: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
+	4,  // 23: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
+	7,  // 24: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
+	10, // 25: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
+	11, // 26: streamplane.v1.CommitLogService.GetProgressBatch:input_type -> streamplane.v1.GetProgressBatchRequest
+	15, // 27: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
+	17, // 28: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
+	21, // 29: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
+	23, // 30: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
+	34, // 31: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	26, // 32: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
+	30, // 33: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
+	6,  // 34: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
+	9,  // 35: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
+	14, // 36: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
+	12, // 37: streamplane.v1.CommitLogService.GetProgressBatch:output_type -> streamplane.v1.GetProgressBatchResponse
+	16, // 38: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
+	20, // 39: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
+	25, // 40: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
+	24, // 41: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
+	35, // 42: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	29, // 43: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
+	31, // 44: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_commitlog_proto_init() }
@@ -2831,7 +2961,7 @@ func file_streamplane_v1_commitlog_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_commitlog_proto_rawDesc), len(file_streamplane_v1_commitlog_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

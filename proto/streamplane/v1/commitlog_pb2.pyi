@@ -368,7 +368,7 @@ class ListRejectsResponse(_message.Message):
     def __init__(self, rejects: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ClaimRedriveRequest(_message.Message):
-    __slots__ = ("stream", "group", "owner", "to_lane", "since_unix_ms", "until_unix_ms", "cursor", "batch_size", "in_flight")
+    __slots__ = ("stream", "group", "owner", "to_lane", "since_unix_ms", "until_unix_ms", "cursor", "batch_size", "in_flight", "packed")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -378,6 +378,7 @@ class ClaimRedriveRequest(_message.Message):
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     stream: str
     group: str
     owner: str
@@ -387,7 +388,26 @@ class ClaimRedriveRequest(_message.Message):
     cursor: str
     batch_size: int
     in_flight: int
-    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., to_lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ..., cursor: _Optional[str] = ..., batch_size: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    packed: bool
+    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., to_lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ..., cursor: _Optional[str] = ..., batch_size: _Optional[int] = ..., in_flight: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
+
+class RejectRun(_message.Message):
+    __slots__ = ("partition", "dlq_stream", "dlq_lane", "offsets", "dlq_generations", "dlq_partitions", "dlq_offsets")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    DLQ_STREAM_FIELD_NUMBER: _ClassVar[int]
+    DLQ_LANE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DLQ_GENERATIONS_FIELD_NUMBER: _ClassVar[int]
+    DLQ_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    DLQ_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    partition: _assigner_pb2.PartitionRef
+    dlq_stream: str
+    dlq_lane: str
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    dlq_generations: _containers.RepeatedScalarFieldContainer[int]
+    dlq_partitions: _containers.RepeatedScalarFieldContainer[int]
+    dlq_offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[_Union[_assigner_pb2.PartitionRef, _Mapping]] = ..., dlq_stream: _Optional[str] = ..., dlq_lane: _Optional[str] = ..., offsets: _Optional[_Iterable[int]] = ..., dlq_generations: _Optional[_Iterable[int]] = ..., dlq_partitions: _Optional[_Iterable[int]] = ..., dlq_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RedriveTarget(_message.Message):
     __slots__ = ("stream", "lane", "generation", "topic", "bootstrap_servers", "from_offsets")
@@ -406,7 +426,7 @@ class RedriveTarget(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., topic: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., from_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ClaimRedriveResponse(_message.Message):
-    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms", "batch_id", "last")
+    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms", "batch_id", "last", "runs")
     BATCH_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
@@ -415,6 +435,7 @@ class ClaimRedriveResponse(_message.Message):
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
     batch: _containers.RepeatedCompositeFieldContainer[RejectedRecord]
     target: RedriveTarget
     cursor: str
@@ -423,7 +444,8 @@ class ClaimRedriveResponse(_message.Message):
     wait_ms: int
     batch_id: int
     last: bool
-    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., batch_id: _Optional[int] = ..., last: _Optional[bool] = ...) -> None: ...
+    runs: _containers.RepeatedCompositeFieldContainer[RejectRun]
+    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., batch_id: _Optional[int] = ..., last: _Optional[bool] = ..., runs: _Optional[_Iterable[_Union[RejectRun, _Mapping]]] = ...) -> None: ...
 
 class CompleteRedriveRequest(_message.Message):
     __slots__ = ("stream", "group", "owner", "left", "batch_id")

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any, TypedDict, cast
 
 from streamplane import model as m
-from streamplane.errors import InvalidArgumentError, StreamplaneError
+from streamplane.errors import InvalidArgumentError, StreamplaneError, UnavailableError
 from streamplane.rpc import details_json, error_from_code, status_for
 from streamplane.v1 import assigner_pb2 as apb
 from streamplane.v1 import commitlog_pb2 as cpb
@@ -745,12 +745,24 @@ def reject_page_from_pb(x: cpb.ListRejectsResponse) -> m.RejectPage:
     return m.RejectPage([_rejected_from_pb(y) for y in x.rejects], x.next_page_token)
 
 
-def redrive_claim_to_pb(c: m.RedriveClaim) -> cpb.ClaimRedriveResponse:
+def redrive_claim_to_pb(c: m.RedriveClaim, *, packed: bool = False) -> cpb.ClaimRedriveResponse:
+    """The claim, its batch as runs when `packed` (what the client asked), else a message a record."""
     out = cpb.ClaimRedriveResponse(
         cursor=c.cursor, in_doubt=c.in_doubt, done=c.done, wait_ms=c.wait_ms, batch_id=c.batch_id, last=c.last
     )
-    for r in c.batch:
-        _rejected_to_pb(r, out.batch.add())
+    if packed:
+        for run in c.reject_runs():
+            y, ref = out.runs.add(), run.partition
+            p = y.partition
+            p.stream, p.lane, p.generation, p.partition = ref.stream, ref.lane, ref.generation, ref.partition
+            y.dlq_stream, y.dlq_lane = run.dlq_stream, run.dlq_lane
+            y.offsets.extend(run.offsets)
+            y.dlq_generations.extend(run.dlq_generations)
+            y.dlq_partitions.extend(run.dlq_partitions)
+            y.dlq_offsets.extend(run.dlq_offsets)
+    else:
+        for r in c.batch:
+            _rejected_to_pb(r, out.batch.add())
     if c.target is not None:
         t = c.target
         out.target.CopyFrom(
@@ -774,7 +786,21 @@ def redrive_claim_from_pb(x: cpb.ClaimRedriveResponse) -> m.RedriveClaim:
         else None
     )
     batch = tuple(_rejected_from_pb(y) for y in x.batch)
-    return m.RedriveClaim(batch, target, x.cursor, x.in_doubt, x.done, x.wait_ms, x.batch_id, x.last)
+    runs = tuple(
+        m.RejectRun(
+            partition_from_pb(y.partition),
+            y.dlq_stream,
+            y.dlq_lane,
+            tuple(y.offsets),
+            tuple(y.dlq_generations),
+            tuple(y.dlq_partitions),
+            tuple(y.dlq_offsets),
+        )
+        for y in x.runs
+    )
+    if any(not len(r.offsets) == len(r.dlq_generations) == len(r.dlq_partitions) == len(r.dlq_offsets) for r in runs):
+        raise UnavailableError("the coordinator answered a redrive claim whose runs do not line up: run it again")
+    return m.RedriveClaim(batch, target, x.cursor, x.in_doubt, x.done, x.wait_ms, x.batch_id, x.last, runs)
 
 
 def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
