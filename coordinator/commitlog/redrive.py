@@ -18,8 +18,9 @@ its batches as one, in doubt, with the target's offsets from before the first of
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 from streamplane.coordinator import keys
 from streamplane.coordinator.commitlog import log as commitlog
@@ -47,12 +48,12 @@ def _read(tr: Transaction, group: str, stream: str) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        intent = json.loads(raw)
+        intent = orjson.loads(raw)
         if not isinstance(intent, dict) or not isinstance(intent.get("flights", []), list):
             return None
         _check_fields(intent)
         return intent
-    except (ValueError, TypeError, KeyError, AttributeError, StreamplaneError):
+    except (ValueError, TypeError, KeyError, AttributeError, StreamplaneError):  # orjson's errors are ValueErrors
         return None
 
 
@@ -72,7 +73,7 @@ def _check_fields(intent: dict[str, Any]) -> None:
 def _write(tr: Transaction, group: str, stream: str, intent: dict[str, Any]) -> None:
     """Store a claim (a claim written before batches had ids kept its one batch under "batch": now a flight)."""
     kept = {k: v for k, v in intent.items() if k not in ("batch", "target")}
-    tr.set(keys.redrive_key(group, stream), json.dumps(kept, sort_keys=True).encode())
+    tr.set(keys.redrive_key(group, stream), orjson.dumps(kept, option=orjson.OPT_SORT_KEYS))
 
 
 def _held_by_another(intent: dict[str, Any] | None, owner: str, now_ms: int) -> int:
@@ -120,9 +121,13 @@ def _runs(taken: list[Taken]) -> tuple[RejectRun, ...]:
     )
 
 
-def _marks(tr: Transaction, group: str, batch: Any) -> list[tuple[bytes, dict[str, Any], PartitionRef, int]]:
+def _marks(
+    tr: Transaction, group: str, batch: Any, *, decode: bool = True
+) -> list[tuple[bytes, dict[str, Any], PartitionRef, int]]:
     """The reject marks a stored batch names that are still pending (one purged meanwhile is left out): (key,
-    stored mark, partition, offset) each, one range read per partition."""
+    stored mark, partition, offset) each, one range read per partition. Without `decode`, a mark that cannot
+    say anything but pending (a JSON object naming no other state) is not decoded, and comes as {}: the claim
+    that took it into the batch found it pending, and only a purge or a redrive changes that."""
     out = []
     bits = commitlog.RedrivenBits(tr)
     for lease_id, offsets in (batch or {}).items() if isinstance(batch, dict) else ():
@@ -134,6 +139,10 @@ def _marks(tr: Transaction, group: str, batch: Any) -> list[tuple[bytes, dict[st
         for key, raw in tr.get_range(first, last + b"\x00"):
             offset = keys.offset_in(key, prefix)
             if offset not in wanted:
+                continue
+            if not decode and raw[:1] == b"{" and raw[-1:] == b"}" and b"purged" not in raw and b"redriven" not in raw:
+                if not bits.has(group, ref, offset):
+                    out.append((key, {}, ref, offset))
                 continue
             try:
                 mark = commitlog.mark_of(raw)
@@ -317,7 +326,7 @@ def complete(
         )
     flights = _flights(intent)
     done = next((f for f in flights if not batch_id or f.get("id") == batch_id), None)
-    marks = [m for m in _marks(tr, group, done["batch"] if done else None) if (m[2], m[3]) not in left]
+    marks = [m for m in _marks(tr, group, done["batch"] if done else None, decode=False) if (m[2], m[3]) not in left]
     by_partition: dict[PartitionRef, list[int]] = {}
     for _, _, ref, offset in marks:
         by_partition.setdefault(ref, []).append(offset)
