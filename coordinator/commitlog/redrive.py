@@ -128,7 +128,7 @@ def _marks(
     stored mark, partition, offset) each, one range read per partition. Without `decode`, a mark that cannot
     say anything but pending (a JSON object naming no other state) is not decoded, and comes as {}: the claim
     that took it into the batch found it pending, and only a purge or a redrive changes that."""
-    out = []
+    out: list[tuple[bytes, dict[str, Any], PartitionRef, int]] = []
     bits = commitlog.RedrivenBits(tr)
     for lease_id, offsets in (batch or {}).items() if isinstance(batch, dict) else ():
         ref, wanted, pending = parse_lease_id(lease_id), {int(o) for o in offsets}, commitlog.PENDING_REJECT
