@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeAlias
 
+from streamplane import errors
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls
 
@@ -27,6 +28,20 @@ def connect(args: argparse.Namespace) -> CoordinatorClient:
     """The coordinator client the global options (--coordinator, --timeout, --token, --tls-*) describe."""
     tls = ClientTls.find(args.tls_ca, args.tls_cert, args.tls_key)
     return CoordinatorClient(args.coordinator, timeout_s=args.timeout, token=args.token, tls=tls)
+
+
+def require_progress(client: CoordinatorClient, group: str, stream: str = "", lane: str = "") -> None:
+    """NotFoundError unless the group has committed on the stream (any stream; one lane): a mistyped group must
+    not be shown as a group with no lag (`lag`) or nothing wrong (`doctor`)."""
+    if client.lag(group, stream, lane, partitions=False).lanes:
+        return
+    where = (f"stream {stream}" if stream else "any stream") + (f" lane {lane}" if lane else "")
+    raise errors.NotFoundError(
+        f"group {group!r} has committed nothing on {where}: is the name right? "
+        "(`streamplane group describe` shows its members)",
+        kind="group",
+        name=group,
+    )
 
 
 def positive(text: str) -> int:

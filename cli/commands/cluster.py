@@ -128,6 +128,7 @@ def cmd_cluster_drain(args: argparse.Namespace) -> int:
     import time as _time
 
     with connect(args) as client:
+        client.cluster_health(args.name)  # a name not registered (a typo) is refused before anything moves
         rate = args.rate or client.fleet_policy().max_failovers_per_minute
         gap_s = 60.0 / rate
         todo = [(s, lane) for s, lane, g in _generations_on(client, args.name) if g.state == model.ACTIVE]

@@ -11,7 +11,7 @@ from typing import Any
 
 from streamplane import errors, model
 from streamplane.cli.commands.events import print_events
-from streamplane.cli.common import Add, Subparsers, connect, duration, event_log_arguments, since_ms
+from streamplane.cli.common import Add, Subparsers, connect, duration, event_log_arguments, require_progress, since_ms
 from streamplane.cli.output import json_shown, print_table
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.predicate import parse, render
@@ -72,13 +72,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
             lag = client.lag(args.group or "", args.stream, args.lane, partitions=False)
             lost = _lost(client, args.group, args.stream, lag) if args.group else []
             if args.group and not lag.lanes and not lost and args.watch is None:
-                # no lag at all is not "caught up": a mistyped name would look healthy
-                where = f"stream {args.stream}" if args.stream else "any stream"
-                where += f" lane {args.lane}" if args.lane else ""
-                raise errors.NotFoundError(
-                    f"group {args.group!r} has committed nothing on {where}: is the name right? "
-                    "(`streamplane group describe` shows its members)"
-                )
+                require_progress(client, args.group, args.stream, args.lane)  # no lag at all is not "caught up"
             if args.output == "json" and args.partitions:  # one document: the totals and every partition
                 pages = client.lag_pages(args.group or "", args.stream, args.lane)
                 lag = dataclasses.replace(lag, partitions=tuple(x for page in pages for x in page.partitions))
@@ -147,6 +141,12 @@ def cmd_doctor(args: argparse.Namespace) -> None:
         raise errors.InvalidArgumentError(f"--target-s must be positive, not {args.target_s:g}")
     print(f"looking at {args.stream} twice, {args.interval:g} s apart ...", file=sys.stderr, flush=True)
     with connect(args) as client:
+        if args.group:  # a typo'd group would be diagnosed "on time": say so, and diagnose the stream all the same
+            client.describe_stream(args.stream)  # NotFoundError for a stream that does not exist, first
+            try:
+                require_progress(client, args.group, args.stream)
+            except errors.NotFoundError as err:
+                print(f"warning: {err.message}", file=sys.stderr, flush=True)
         found = doctor.run(
             client, args.stream, args.group or "", interval_s=args.interval, target_ms=int(args.target_s * 1000)
         )

@@ -282,6 +282,14 @@ def test_doctor_refuses_bad_input_in_one_sentence(address: str) -> None:
         client.create_stream("d-unread", 1, cluster="east")
     done = cli("doctor", "d-unread", "--interval", "0", coordinator=address)
     assert done.returncode == 2 and "--interval" in done.stderr, done.stderr
+    # a group named that never read the stream (a typo) was diagnosed "on time" without a word
+    typo = cli("doctor", "d-unread", "--group", "bililng", "--interval", "0.2", coordinator=address)
+    assert typo.returncode == 0, typo.stderr
+    assert "warning: group 'bililng' has committed nothing on stream d-unread: is the name right?" in typo.stderr
+    # and a drain of a cluster that is not registered (a typo) said it was drained
+    drain = cli("cluster", "drain", "eats", coordinator=address)
+    assert drain.returncode == 3 and "cluster 'eats' is not a registered cluster" in drain.stderr, drain.stderr
+    assert "drained" not in drain.stdout
 
 
 def test_doctor_on_a_stream_no_group_reads_still_says_what_is_written_and_where(address: str) -> None:
