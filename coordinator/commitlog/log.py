@@ -1045,6 +1045,8 @@ def walk_marks(
         check_object_name("group", group)
     if lane:
         check_lane_name("lane", lane)
+        if tr.get(keys.lane_key(stream, lane)) is None:  # a typo is told so, not shown an empty dlq
+            raise NotFoundError(f"lane {quoted(lane)} does not exist in stream {stream!r}", kind="lane", name=lane)
     after_group, after = "", b""
     if page_token:
         after_group, _, rest = page_token.partition(" ")

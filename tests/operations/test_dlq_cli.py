@@ -111,6 +111,8 @@ def test_a_mistyped_group_or_stream_is_told_so_not_shown_an_empty_dlq_or_no_lag(
         done = cli(*args, coordinator=address)
         assert done.returncode == 3, (args, done.stdout, done.stderr)
         assert f"group 'bililng' has never read stream {stream}: it has no rejects" in done.stderr, done.stderr
+    lane = cli("dlq", "list", stream, "--lane", "realtme", coordinator=address)
+    assert lane.returncode == 3 and f"lane 'realtme' does not exist in stream '{stream}'" in lane.stderr, lane.stderr
     typo = cli("lag", "bililng", coordinator=address)
     assert typo.returncode == 3 and "group 'bililng' has committed nothing on any stream" in typo.stderr, typo.stderr
     assert typo.stdout == "", "nothing that looks like a lag of 0"
