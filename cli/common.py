@@ -30,13 +30,11 @@ def connect(args: argparse.Namespace) -> CoordinatorClient:
     return CoordinatorClient(args.coordinator, timeout_s=args.timeout, token=args.token, tls=tls)
 
 
-def require_progress(client: CoordinatorClient, group: str, stream: str = "", lane: str = "") -> None:
-    """NotFoundError unless the group has committed on the stream (any stream; one lane): a mistyped group must
-    not be shown as a group with no lag (`lag`) or nothing wrong (`doctor`)."""
-    if client.lag(group, stream, lane, partitions=False).lanes:
-        return
+def no_progress(group: str, stream: str = "", lane: str = "") -> errors.NotFoundError:
+    """The sentence for a group that has committed nothing where it was named (any stream; one lane): a mistyped
+    group must not be shown as a group with no lag (`lag`) or nothing wrong (`doctor`)."""
     where = (f"stream {stream}" if stream else "any stream") + (f" lane {lane}" if lane else "")
-    raise errors.NotFoundError(
+    return errors.NotFoundError(
         f"group {group!r} has committed nothing on {where}: is the name right? "
         "(`streamplane group describe` shows its members)",
         kind="group",

@@ -11,7 +11,7 @@ from typing import Any
 
 from streamplane import errors, model
 from streamplane.cli.commands.events import print_events
-from streamplane.cli.common import Add, Subparsers, connect, duration, event_log_arguments, require_progress, since_ms
+from streamplane.cli.common import Add, Subparsers, connect, duration, event_log_arguments, no_progress, since_ms
 from streamplane.cli.output import json_shown, print_table
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.predicate import parse, render
@@ -70,9 +70,8 @@ def cmd_lag(args: argparse.Namespace) -> None:
     with connect(args) as client:
         while True:
             lag = client.lag(args.group or "", args.stream, args.lane, partitions=False)
-            lost = _lost(client, args.group, args.stream, lag) if args.group else []
-            if args.group and not lag.lanes and not lost and args.watch is None:
-                require_progress(client, args.group, args.stream, args.lane)  # no lag at all is not "caught up"
+            if args.group and not lag.lanes and args.watch is None and not _lost(client, args.group, args.stream, lag):
+                raise no_progress(args.group, args.stream, args.lane)  # no lag at all is not "caught up"
             if args.output == "json" and args.partitions:  # one document: the totals and every partition
                 pages = client.lag_pages(args.group or "", args.stream, args.lane)
                 lag = dataclasses.replace(lag, partitions=tuple(x for page in pages for x in page.partitions))
@@ -97,6 +96,7 @@ def cmd_lag(args: argparse.Namespace) -> None:
                         for x in lag.lanes
                     ],
                 )
+                lost = _lost(client, args.group, args.stream, lag) if args.group else []
                 if lost:
                     print()
                     print(
@@ -143,10 +143,8 @@ def cmd_doctor(args: argparse.Namespace) -> None:
     with connect(args) as client:
         if args.group:  # a typo'd group would be diagnosed "on time": say so, and diagnose the stream all the same
             client.describe_stream(args.stream)  # NotFoundError for a stream that does not exist, first
-            try:
-                require_progress(client, args.group, args.stream)
-            except errors.NotFoundError as err:
-                print(f"warning: {err.message}", file=sys.stderr, flush=True)
+            if not client.lag(args.group, args.stream, partitions=False).lanes:
+                print(f"warning: {no_progress(args.group, args.stream).message}", file=sys.stderr, flush=True)
         found = doctor.run(
             client, args.stream, args.group or "", interval_s=args.interval, target_ms=int(args.target_s * 1000)
         )
