@@ -498,9 +498,12 @@ class CoordinatorClient:
         cursor: str = "",
         batch_size: int = 0,
         in_flight: int = 0,
+        complete_batch_id: int = 0,
+        left: Iterable[tuple[m.PartitionRef, int]] = (),
     ) -> m.RedriveClaim:
         """The next batch of a dlq redrive run `owner`, which holds `in_flight` batches not completed (see
-        `streamplane.client.redrive`)."""
+        `streamplane.client.redrive`); its batch `complete_batch_id` (0: none) completed first, but those
+        `left`, which stay pending (only a coordinator whose claims say `completes` does that)."""
         request = cpb.ClaimRedriveRequest(
             stream=stream,
             group=group,
@@ -512,7 +515,10 @@ class CoordinatorClient:
             batch_size=batch_size,
             in_flight=in_flight,
             packed=True,
+            complete_batch_id=complete_batch_id,
         )
+        for ref, offset in left:
+            request.left.add(partition=convert.partition_to_pb(ref), offset=offset)
         return convert.redrive_claim_from_pb(self._call(self.commitlog.ClaimRedrive, request, idempotent=True))
 
     def complete_redrive(

@@ -5,9 +5,10 @@ run produces this one (the commit log's work and Kafka's overlap); the run reads
 straight from Kafka (or, when no copy was recorded, the record itself at its origin), and produces it into the
 target lane with its provenance: `sp-redrive-of` (the group and the record's original position) and
 `sp-redrive-dlq` (where its dlq copy was). Once the batch is acknowledged by Kafka, completing it marks its
-rejects redriven. A run killed in between leaves its batch in doubt: the next run looks in the target lane,
-from the offsets the lane had before that batch, for those provenance headers, and produces only the records
-it does not find. So a redrive killed half way and run again produces every record once.
+rejects redriven (in the call that claims the batch after the next one: one call a batch). A run killed in
+between leaves its batch in doubt: the next run looks in the target lane, from the offsets the lane had before
+that batch, for those provenance headers, and produces only the records it does not find. So a redrive killed
+half way and run again produces every record once.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ class RedriveReport:
 
 MAX_WAIT_S = 300.0
 """How long a run waits for another run's claim before it gives up."""
+
+
+Produced = tuple[int, list[tuple[PartitionRef, int]]]
+"""A batch produced, to complete: its id, and the records that could not be read (they stay pending)."""
 
 
 Where = tuple[str, str, int]
@@ -173,14 +178,17 @@ class Redrive:
         """Claim, produce and complete batch after batch until none is left; `progress` after each batch.
 
         The coordinator's calls run in order on one thread beside the producing: the next batch is claimed
-        while this one is read and produced, and this one is completed while the next one is. A batch in doubt
-        is completed before the next claim (what its run produced must be known first)."""
+        while this one is read and produced, and the claim completes the batch before this one in the same
+        call (a coordinator from before that completes each batch in a call of its own, after the claim). A
+        batch in doubt, and the walk's last one, are completed before anything else is claimed (what its run
+        produced must be known first)."""
         report = RedriveReport()
         producer = Producer(
             self.client.target, token=self.client.credentials, tls=self.client.tls, **self._kafka_config
         )
         calls = ThreadPoolExecutor(1, thread_name_prefix="redrive-calls")
-        completing: Future[int] | None = None
+        completing: Future[int] | None = None  # a batch's completion sent in a call of its own
+        produced: Produced | None = None  # a batch produced, its completion not sent yet
         try:
             started = self.clock.monotonic()
             first = calls.submit(self._claim, "", 0)
@@ -189,6 +197,8 @@ class Redrive:
             cursor = ""  # where the walk goes on from: the cursor of the last batch claimed
             while True:
                 if claim.done:
+                    if produced is not None:
+                        completing = calls.submit(self._complete, produced)
                     self._completed(completing, report, progress)
                     return report
                 if claim.wait_ms:
@@ -206,13 +216,17 @@ class Redrive:
                     claim = self._claim(cursor, 0)
                     continue
                 report.waiting_ms, cursor = 0, claim.cursor
-                ahead = None if claim.in_doubt or claim.last else calls.submit(self._claim, cursor, 1)
+                ahead_ok = not (claim.in_doubt or claim.last)
+                rides = produced if ahead_ok and claim.completes else None  # completed by the claim ahead
+                if produced is not None and rides is None:
+                    completing = calls.submit(self._complete, produced)
+                produced = None
+                ahead = calls.submit(self._claim, cursor, 1, rides) if ahead_ok else None
                 left = self._run_batch(producer, claim, report, started)
-                self._completed(completing, report, progress)  # the batch before this one
-                completing = calls.submit(
-                    self.client.complete_redrive, self.stream, self.group, self.owner, left, claim.batch_id
-                )
+                self._completed(completing, report, progress)  # the batch before this one, completed apart
+                completing, produced = None, (claim.batch_id, left)
                 if ahead is None:
+                    completing, produced = calls.submit(self._complete, produced), None
                     self._completed(completing, report, progress)
                     completing = None
                     if claim.last:
@@ -220,12 +234,21 @@ class Redrive:
                     claim = self._claim(cursor, 0)
                 else:
                     claim = ahead.result()
+                    if rides is not None:
+                        if not claim.completes:
+                            raise UnavailableError(
+                                f"a coordinator that does not complete batches in claims answered the redrive of "
+                                f"group {self.group!r} on {self.stream} (a replica of another version?): run it "
+                                "again: it goes on from where this run was"
+                            )
+                        self._completed(None, report, progress, done=True)
         finally:
             calls.shutdown(wait=True)  # a batch produced is completed even when the next one failed
             producer.close()
             self._reader.close()
 
-    def _claim(self, cursor: str, in_flight: int) -> RedriveClaim:
+    def _claim(self, cursor: str, in_flight: int, completing: Produced | None = None) -> RedriveClaim:
+        batch_id, left = completing or (0, [])
         return self.client.claim_redrive(
             self.stream,
             self.group,
@@ -236,16 +259,27 @@ class Redrive:
             cursor=cursor,
             batch_size=self.batch_size,
             in_flight=in_flight,
+            complete_batch_id=batch_id,
+            left=left,
         )
+
+    def _complete(self, produced: Produced) -> int:
+        batch_id, left = produced
+        return self.client.complete_redrive(self.stream, self.group, self.owner, left, batch_id)
 
     @staticmethod
     def _completed(
-        completing: Future[int] | None, report: RedriveReport, progress: Callable[[RedriveReport], None] | None
+        completing: Future[int] | None,
+        report: RedriveReport,
+        progress: Callable[[RedriveReport], None] | None,
+        *,
+        done: bool = False,
     ) -> None:
-        """Wait for a batch's completion (raising what it raised) and report it."""
-        if completing is None:
+        """Wait for a batch's completion (raising what it raised) and report it (`done`: it was, in a claim)."""
+        if completing is None and not done:
             return
-        completing.result()
+        if completing is not None:
+            completing.result()
         report.batches += 1
         if progress is not None:
             progress(report)

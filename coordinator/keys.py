@@ -49,6 +49,9 @@ documented for operators in fdb/KEYS.md:
                                                         -> bitmap (little-endian): bit i set, the reject at offset
                                                            chunk * 4096 + i was produced again by `dlq redrive`
     ("streamplane", "redrive", group, stream)           -> a running dlq redrive's claim and its batches in flight
+    ("streamplane", "redrive", group, stream, "changes")
+                                                        -> count (decimal): the group's reject marks on the stream
+                                                           were changed by a rewind or a purge this many times
     ("streamplane", "reopened", group, stream, lane, generation)
                                                         -> b"": a drained generation reopened for that group
     ("streamplane", "rewind", stream, time_ms, group)   -> {actor, reason}: a rewind, for the stream's timeline
@@ -385,6 +388,11 @@ def offset_in(key: bytes, prefix: bytes) -> int:
 
 def redrive_key(group: str, stream: str) -> bytes:
     return REDRIVES.pack((group, stream))
+
+
+def redrive_changes_key(group: str, stream: str) -> bytes:
+    """Beside the claim, inside its (group, stream) range: cleared with it by a group's or stream's deletion."""
+    return REDRIVES.pack((group, stream, "changes"))
 
 
 def window_key(group: str) -> bytes:

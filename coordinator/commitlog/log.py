@@ -200,17 +200,20 @@ class RedrivenBits:
         chunk = offset // CHUNK
         return bool(self.chunk(group, ref, chunk) >> (offset - chunk * CHUNK) & 1)
 
-    def add(self, group: str, ref: PartitionRef, offsets: Iterable[int]) -> None:
-        """Set the offsets' bits and write the chunks they changed."""
+    def add(self, group: str, ref: PartitionRef, offsets: Iterable[int]) -> int:
+        """Set the offsets' bits and write the chunks they changed; how many bits were not set before."""
         masks: dict[int, int] = {}
         for offset in offsets:
             chunk = offset // CHUNK
             masks[chunk] = masks.get(chunk, 0) | 1 << (offset - chunk * CHUNK)
+        added = 0
         for chunk, mask in masks.items():
             old = self.chunk(group, ref, chunk)
             if old | mask != old:
+                added += (mask & ~old).bit_count()
                 self._chunks[(group, ref, chunk)] = old | mask
                 _write_bits(self._tr, keys.redriven_key(group, ref, chunk), old | mask)
+        return added
 
 
 def reject_state(mark: Any, redriven: bool) -> str:
@@ -653,6 +656,7 @@ def rewind(tr: Transaction, group: str, ref: PartitionRef, offset: int, *, now_m
     retries = len(tr.get_range(r.start, keys.retry_key(group, ref, offset)))
     r = keys.REJECTS.range((group, *ref))
     tr.clear_range(keys.reject_key(group, ref, offset), r.stop)
+    _changed_rejects(tr, group, ref.stream)
     at = offset // CHUNK  # the redriven bits from `offset` on go with their marks
     kept_bits = RedrivenBits(tr).chunk(group, ref, at) & ((1 << (offset - at * CHUNK)) - 1)
     _write_bits(tr, keys.redriven_key(group, ref, at), kept_bits)
@@ -914,6 +918,19 @@ def _state_of(raw: bytes, redriven: bool) -> str:
         return reject_state(mark_of(raw), redriven)
     except (ValueError, AttributeError):
         return PENDING_REJECT
+
+
+def reject_changes(tr: Transaction, group: str, stream: str) -> int:
+    """How many times a rewind or a purge changed the group's reject marks on `stream` (0 for bytes that are not
+    a count: a completion that compares it then reads the marks again, as it would for a change)."""
+    raw = tr.get(keys.redrive_changes_key(group, stream))
+    return int(raw) if raw is not None and raw.isdigit() else 0
+
+
+def _changed_rejects(tr: Transaction, group: str, stream: str) -> None:
+    """Count a change of the group's reject marks on `stream` other than a redrive's: a running redrive's
+    batches claimed before it are checked mark by mark at their completion."""
+    tr.set(keys.redrive_changes_key(group, stream), b"%d" % (reject_changes(tr, group, stream) + 1))
 
 
 def count_state_changes(tr: Transaction, group: str, changed: list[tuple[PartitionRef, str, str]]) -> None:
@@ -1190,6 +1207,7 @@ def purge_rejects(
             by_group.setdefault(record.group, []).append((record.partition, record.state, PURGED))
         for changed_group, changed in by_group.items():
             count_state_changes(tr, changed_group, changed)
+            _changed_rejects(tr, changed_group, stream)
     return len(found), token
 
 

@@ -9,6 +9,10 @@ back with the offsets the target had before it, and the run looks there for the 
 to produce only those that did not land. A second run on the same group and stream waits while the first
 one's claim holds.
 
+A claimed batch records how many times a rewind or a purge had changed the group's marks on the stream
+(`commitlog.reject_changes`); its completion, finding the count unchanged, sets the batch's redriven bits
+without reading its marks again.
+
 A run may claim its next batch while it produces one (MAX_FLIGHTS batches in flight), so that the commit
 log's work and Kafka's overlap. Each batch has an id its completion names; a claim says how many batches the
 run holds, which tells a retried claim (its answer was lost: the batch is handed back) from a new one. A
@@ -64,6 +68,7 @@ def _check_fields(intent: dict[str, Any]) -> None:
     int(intent.get("next_id", 1))
     for f in _flights(intent):
         int(f["id"])
+        int(f.get("changes", 0))
         _target(f["target"])
         for lease_id, offsets in f["batch"].items():
             parse_lease_id(lease_id)
@@ -205,6 +210,8 @@ def claim(
     batch_size: int = MAX_BATCH,
     in_flight: int = 0,
     packed: bool = False,
+    complete_batch_id: int = 0,
+    left: frozenset[tuple[PartitionRef, int]] = frozenset(),
     now_ms: int,
 ) -> RedriveClaim:
     """The next batch of the group's pending rejects on `stream`, rejected in [since_ms, until_ms) (0: no
@@ -213,13 +220,19 @@ def claim(
     is now (its end offsets read before this transaction). `in_flight`: the batches this run holds claimed
     and not completed; fewer than the commit log holds for it means this claim is a retry whose answer was
     lost, and its batch is handed back in doubt. `packed`: a new batch comes as `runs`, no record built for
-    each of its rejects (what a run asks for; a batch in doubt comes as records either way)."""
+    each of its rejects (what a run asks for; a batch in doubt comes as records either way).
+    `complete_batch_id`: a batch of this run it has produced, completed first, as `complete` completes it (less
+    those `left`), so that a run makes one call a batch; `in_flight` counts what it holds after that one."""
     check_object_name("group", group)
     check_window(since_ms, until_ms, target.lane)
     if not owner:
         raise InvalidArgumentError("a redrive run needs an owner id")
     if not 0 <= in_flight < MAX_FLIGHTS:
         raise InvalidArgumentError(f"a redrive run holds at most {MAX_FLIGHTS} batches, not {in_flight + 1}")
+    if complete_batch_id:
+        _complete(tr, stream, group, owner, left, complete_batch_id, now_ms)
+        if tr.get(keys.redrive_key(group, stream)) is None:  # the walk had ended: its last batch released the claim
+            return RedriveClaim((), target, "", done=True)
     intent = _read(tr, group, stream) or {}
     if wait_ms := _held_by_another(intent, owner, now_ms):
         return RedriveClaim((), None, "", wait_ms=wait_ms)
@@ -288,6 +301,7 @@ def claim(
         "id": batch_id,
         "batch": _packed(taken),
         "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},
+        "changes": commitlog.reject_changes(tr, group, stream),
     }
     claimed = {
         "owner": owner,
@@ -313,12 +327,28 @@ def complete(
     batch_id: int = 0,
     now_ms: int,
 ) -> int:
+    """See `_complete`: in a transaction of its own."""
+    check_object_name("group", group)
+    return _complete(tr, stream, group, owner, left, batch_id, now_ms)
+
+
+def _complete(
+    tr: Transaction,
+    stream: str,
+    group: str,
+    owner: str,
+    left: frozenset[tuple[PartitionRef, int]],
+    batch_id: int,
+    now_ms: int,
+) -> int:
     """The run's batch `batch_id` (0: its oldest) is in the target lane: mark its rejects redriven (one purged
     meanwhile stays purged, and those `left`, which the run could not read, stay pending), keep the claim for
     the next batch (or release it, once the walk has ended and nothing is in flight). Returns how many were
-    marked: 0 for a batch completed already (a retried completion). The marks are read, not written: their
-    redriven bits are set, a chunk of a partition at a time."""
-    check_object_name("group", group)
+    marked: 0 for a batch completed already (a retried completion). The marks are not written: their redriven
+    bits are set, a chunk of a partition at a time. Nor are they read, unless a rewind or a purge changed the
+    group's marks on the stream since the batch was claimed (the count the claim recorded has moved): the claim
+    took pending marks only, and nothing else changes one (a batch taken over from a killed run, which records
+    no count, is read too)."""
     intent = _read(tr, group, stream)
     if intent is None or intent.get("owner") != owner:
         raise FailedPreconditionError(
@@ -326,22 +356,27 @@ def complete(
         )
     flights = _flights(intent)
     done = next((f for f in flights if not batch_id or f.get("id") == batch_id), None)
-    marks = [m for m in _marks(tr, group, done["batch"] if done else None, decode=False) if (m[2], m[3]) not in left]
     by_partition: dict[PartitionRef, list[int]] = {}
-    for _, _, ref, offset in marks:
-        by_partition.setdefault(ref, []).append(offset)
-    bits = commitlog.RedrivenBits(tr)
+    changes = done.get("changes") if done is not None else None
+    if done is not None and type(changes) is int and changes == commitlog.reject_changes(tr, group, stream):
+        # no rewind or purge since the claim, which took pending marks only: they are pending still
+        for lease_id, offsets in done["batch"].items():
+            ref = parse_lease_id(lease_id)
+            by_partition[ref] = [o for o in offsets if (ref, o) not in left] if left else offsets
+    else:
+        for _, _, ref, offset in _marks(tr, group, done["batch"] if done else None, decode=False):
+            if (ref, offset) not in left:
+                by_partition.setdefault(ref, []).append(offset)
+    bits, moved = commitlog.RedrivenBits(tr), []
     for ref, offsets in by_partition.items():
-        bits.add(group, ref, offsets)
-    commitlog.count_state_changes(
-        tr, group, [(ref, commitlog.PENDING_REJECT, commitlog.REDRIVEN) for _, _, ref, _ in marks]
-    )
+        moved += [(ref, commitlog.PENDING_REJECT, commitlog.REDRIVEN)] * bits.add(group, ref, offsets)
+    commitlog.count_state_changes(tr, group, moved)
     rest = [f for f in flights if f is not done]
     if not rest and intent.get("ended"):
         tr.clear(keys.redrive_key(group, stream))
     else:
         _write(tr, group, stream, {**intent, "flights": rest, "until_ms": now_ms + CLAIM_MS})
-    return len(marks)
+    return len(moved)
 
 
 def target_of(db: Database, admin: ClusterAdmin, stream: str, lane: str) -> RedriveTarget:
@@ -350,5 +385,5 @@ def target_of(db: Database, admin: ClusterAdmin, stream: str, lane: str) -> Redr
     check_lane_name("to_lane", lane)
     gen = get_stream(db, stream).require_lane(lane).active
     cluster = get_cluster(db, gen.cluster)
-    ends = tuple(b.end for b in admin.bounds(cluster, gen.topic, gen.partitions))
+    ends = tuple(admin.end_offsets(cluster, gen.topic, gen.partitions))  # one request a leader, leaders kept
     return RedriveTarget(stream, lane, gen.number, gen.topic, cluster.bootstrap_servers, ends)

@@ -154,8 +154,11 @@ class CommitLog:
         batch_size: int = redrive.MAX_BATCH,
         in_flight: int = 0,
         packed: bool = False,
+        complete_batch_id: int = 0,
+        left: frozenset[tuple[PartitionRef, int]] = frozenset(),
     ) -> RedriveClaim:
-        """The next batch of a redrive run (see `redrive.claim`), with the target lane as it is now."""
+        """The next batch of a redrive run (see `redrive.claim`), with the target lane as it is now; the run's
+        batch `complete_batch_id` completed first (0: none)."""
         if self.admin is None:
             raise UnavailableError("this coordinator has no cluster admin to read the target lane's offsets with")
         redrive.check_window(since_ms, until_ms, to_lane)
@@ -172,6 +175,8 @@ class CommitLog:
             batch_size=batch_size,
             in_flight=in_flight,
             packed=packed,
+            complete_batch_id=complete_batch_id,
+            left=left,
             now_ms=self.clock.now_ms(),
         )
 

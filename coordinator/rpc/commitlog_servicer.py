@@ -154,8 +154,12 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             batch_size=request.batch_size or redrive.MAX_BATCH,
             in_flight=request.in_flight,
             packed=request.packed,
+            complete_batch_id=request.complete_batch_id,
+            left=frozenset((convert.partition_from_pb(x.partition), x.offset) for x in request.left),
         )
-        return convert.redrive_claim_to_pb(claimed, packed=request.packed)
+        response = convert.redrive_claim_to_pb(claimed, packed=request.packed)
+        response.completes = True  # this coordinator completes the batch a claim names
+        return response
 
     @grpc_errors
     def CompleteRedrive(

@@ -270,6 +270,9 @@ class RedriveClaim:
     log, so that a run of a coordinator that does not say it claims until done, as before."""
     runs: tuple[RejectRun, ...] = ()
     """The batch packed, as a claim that asked for it so is answered (then `batch` is empty)."""
+    completes: bool = False
+    """The commit log completes a batch a claim names (and did, when this claim named one): a run completes each
+    batch in its next claim, one call a batch. Not said by a coordinator from before: its runs complete apart."""
 
     def reject_runs(self) -> tuple[RejectRun, ...]:
         """The batch as runs, however it was answered."""

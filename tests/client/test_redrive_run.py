@@ -4,6 +4,7 @@ walking the rejects again to learn that nothing is left; its claim is then relea
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -18,16 +19,30 @@ REJECTS = 30
 
 
 class CountingClient(CoordinatorClient):
-    """The real client, counting the claims a run makes."""
+    """The real client, counting the claims and the completions apart a run makes."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.claims: list[RedriveClaim] = []
+        self.completions = 0
 
     def claim_redrive(self, *args: Any, **kwargs: Any) -> RedriveClaim:
         claim = super().claim_redrive(*args, **kwargs)
         self.claims.append(claim)
         return claim
+
+    def complete_redrive(self, *args: Any, **kwargs: Any) -> int:
+        self.completions += 1
+        return super().complete_redrive(*args, **kwargs)
+
+
+class OlderCoordinatorClient(CountingClient):
+    """The real client and coordinator, the claims' answers read as a coordinator from before answered them: it
+    never says that it completes a batch a claim names."""
+
+    def claim_redrive(self, *args: Any, **kwargs: Any) -> RedriveClaim:
+        assert not kwargs.get("complete_batch_id"), "a batch completed in a claim the coordinator did not offer"
+        return dataclasses.replace(super().claim_redrive(*args, **kwargs), completes=False)
 
 
 @pytest.fixture
@@ -61,6 +76,7 @@ def test_a_run_ends_with_the_walks_last_batch_and_releases_its_claim(rejected: t
         assert (report.produced, report.batches, report.unreadable) == (REJECTS, 3, 0)
         assert [c.size for c in client.claims] == [12, 12, 6], "no claim after the walk's last batch"
         assert client.claims[-1].last
+        assert client.completions == 2, "the first batch is completed by the third claim: one call a batch"
         lanes = client.lag("billing", stream, partitions=False).lanes
         assert (sum(x.dlq_pending for x in lanes), sum(x.dlq_redriven for x in lanes)) == (0, REJECTS)
         client.claims.clear()
@@ -73,3 +89,15 @@ def test_a_run_ends_with_the_walks_last_batch_and_releases_its_claim(rejected: t
     finally:
         fixed.stop()
     assert set(fixed.seen) == {b"bad-%d" % i for i in range(REJECTS)} and max(fixed.seen.values()) == 1
+
+
+def test_a_run_against_a_coordinator_that_does_not_complete_in_claims_completes_each_batch_apart(
+    rejected: tuple[str, str],
+) -> None:
+    address, stream = rejected
+    with OlderCoordinatorClient(address) as client:
+        report = Redrive(client, stream, "billing", batch_size=7).run()
+        assert (report.produced, report.batches, report.unreadable) == (REJECTS, 5, 0)
+        assert client.completions == 5
+        lanes = client.lag("billing", stream, partitions=False).lanes
+        assert (sum(x.dlq_pending for x in lanes), sum(x.dlq_redriven for x in lanes)) == (0, REJECTS)

@@ -140,6 +140,43 @@ def test_a_record_rejected_again_after_a_rewind_is_pending_not_redriven() -> Non
     assert states == {o: ("redriven" if o < commitlog.CHUNK else "pending") for o in offsets}
 
 
+def test_a_batch_claimed_before_a_purge_or_a_rewind_marks_redriven_only_what_is_pending_still() -> None:
+    """A completion trusts its batch's marks only while no purge or rewind changed the group's marks since the
+    claim: here both did, and what they changed is neither counted nor marked redriven."""
+    d = _world(10)  # rejected at 1 s to 10 s
+    claimed = _claim(d, "run-a")
+    assert [r.offset for r in claimed.batch] == list(range(10))
+    commitlog.purge_rejects(d.db, "orders", before_ms=5_500, now_ms=100_001)  # 0 to 4
+    d.db.transact(lambda tr: commitlog.rewind(tr, "billing", REF, 8, now_ms=100_002))  # 8 and 9 forgotten
+    assert redrive.complete(d.db, "orders", "billing", "run-a", batch_id=claimed.batch_id, now_ms=100_003) == 3
+    assert _lane(d) == (0, 3, 5)
+    again = Commit(rejects=[Reject(o, "bad again") for o in (8, 9)], high_watermark=10)
+    commitlog.commit(d.db, "billing", REF.lease_id, 0, again, now_ms=100_004)
+    states = {r.offset: r.state for r in commitlog.reject_page(d.db, "orders", purged=True, page_size=20).rejects}
+    assert states == {**dict.fromkeys(range(5), "purged"), 5: "redriven", 6: "redriven", 7: "redriven", 8: "pending",
+                      9: "pending"}  # fmt: skip
+    assert _lane(d) == (2, 3, 5)
+
+
+def test_a_claim_completes_the_batch_it_names_first_and_a_claim_sent_again_completes_nothing_twice() -> None:
+    """One call a batch: the claim ahead completes the batch before, in its transaction; sent again (its answer
+    lost), the completion is done already and the claim hands its batch back in doubt."""
+    d = _world(10)
+    first = _claim(d, "run-a", batch_size=4)
+    second = _claim(d, "run-a", batch_size=4, cursor=first.cursor, in_flight=1)
+    left = frozenset({(REF, 2)})
+    for _ in range(2):
+        third = _claim(
+            d, "run-a", batch_size=4, cursor=second.cursor, in_flight=1, complete_batch_id=first.batch_id, left=left
+        )
+    assert _lane(d) == (7, 3, 0), "0, 1 and 3 redriven once; 2 could not be read and waits"
+    assert third.in_doubt and [r.offset for r in third.batch] == [8, 9]
+    states = {r.offset: r.state for r in commitlog.reject_page(d.db, "orders", page_size=20).rejects}
+    assert [o for o, state in states.items() if state == "redriven"] == [0, 1, 3]
+    with pytest.raises(FailedPreconditionError, match="taken over"):
+        _claim(d, "run-b", now_ms=200_000, complete_batch_id=second.batch_id)  # run-a's claim lapsed: not run-b's
+
+
 def test_a_mark_that_says_redriven_itself_stays_redriven_and_a_redriven_one_can_be_purged() -> None:
     """Marks written before the bitmaps said "redriven" in their own state; and purged wins over redriven."""
     d = _world(4)
@@ -308,24 +345,39 @@ class RedriveHistory(RuleBasedStateMachine):
         rows = commitlog.reject_page(self.d.db, "orders", group="billing", page_size=1000).rejects
         return [r for r in rows if r.state == "pending"]
 
-    @rule(size=st.integers(1, 6), legacy=st.booleans(), lost=st.booleans(), packed=st.booleans())
-    def start_or_step(self, size: int, legacy: bool = False, lost: bool = False, packed: bool = True) -> None:
+    @rule(size=st.integers(1, 6), legacy=st.booleans(), lost=st.booleans(), packed=st.booleans(), merged=st.booleans())
+    def start_or_step(
+        self, size: int, legacy: bool = False, lost: bool = False, packed: bool = True, merged: bool = True
+    ) -> None:
         """The live run (or a new one) claims its next batch, while it holds none, or one not in doubt (a
         client from before batch ids: none); `lost`: the first answer is lost and the claim sent again.
-        `packed`: a run that asks for its batches packed (a client from before asks for records)."""
+        `packed`: a run that asks for its batches packed (a client from before asks for records). `merged`: a
+        run that completes its oldest batch, once produced, in the claim (a client from before completes apart)."""
         if self.run is None:
             self.runs += 1
-            self.run = {"owner": f"run-{self.runs}", "cursor": "", "held": [], "legacy": legacy, "packed": packed}
+            self.run = {
+                "owner": f"run-{self.runs}", "cursor": "", "held": [], "legacy": legacy, "packed": packed,
+                "merged": merged and not legacy,
+            }  # fmt: skip
         run = self.run
         held = run["held"]
-        if run.get("ended") or (held and (run["legacy"] or len(held) > 1 or held[-1]["claim"].in_doubt)):
+        completing = held[0] if run["merged"] and held and not held[0]["todo"] else None
+        kept = held[1:] if completing else held
+        if run.get("ended") or (kept and (run["legacy"] or len(kept) > 1 or kept[-1]["claim"].in_doubt)):
             return
-        in_flight = 0 if run["legacy"] else len(held)
-        for _ in range(2 if lost else 1):
-            claim = redrive.claim(
-                self.d.db, "orders", "billing", run["owner"], target=TARGET, cursor=run["cursor"], batch_size=size,
-                in_flight=in_flight, packed=run["packed"], now_ms=self.now,
-            )  # fmt: skip
+        in_flight = 0 if run["legacy"] else len(kept)
+        try:
+            for _ in range(2 if lost else 1):
+                claim = redrive.claim(
+                    self.d.db, "orders", "billing", run["owner"], target=TARGET, cursor=run["cursor"],
+                    batch_size=size, in_flight=in_flight, packed=run["packed"],
+                    complete_batch_id=completing["claim"].batch_id if completing else 0, now_ms=self.now,
+                )  # fmt: skip
+        except FailedPreconditionError:
+            self.run = None  # its completion found the claim taken over meanwhile: this run stops
+            return
+        if completing:
+            del held[0]
         if claim.wait_ms:
             self.now += claim.wait_ms  # another (killed) run's claim: wait it out
             return
@@ -399,6 +451,14 @@ class RedriveHistory(RuleBasedStateMachine):
     @invariant()
     def nothing_is_produced_twice(self) -> None:
         assert len(self.produced) == len(set(self.produced)), "a reject was produced twice"
+
+    @invariant()
+    def the_lanes_counts_agree_with_the_marks(self) -> None:
+        rows = commitlog.reject_page(self.d.db, "orders", group="billing", page_size=1000, purged=True).rejects
+        states = [r.state for r in rows]
+        (lane,) = commitlog.lag(self.d.db, "billing", stream="orders", now_ms=self.now).lanes
+        counted = (lane.dlq_pending, lane.dlq_redriven, lane.dlq_purged)
+        assert counted == (states.count("pending"), states.count("redriven"), states.count("purged"))
 
     @invariant()
     def what_is_marked_redriven_was_produced(self) -> None:

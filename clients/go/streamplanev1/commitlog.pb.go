@@ -2076,7 +2076,13 @@ type ClaimRedriveRequest struct {
 	InFlight uint32 `protobuf:"varint,9,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	// Answer the batch as `runs` (packed: a few bytes a record, no message each), not as `batch`. A coordinator
 	// from before this field answers `batch` whatever is asked.
-	Packed        bool `protobuf:"varint,10,opt,name=packed,proto3" json:"packed,omitempty"`
+	Packed bool `protobuf:"varint,10,opt,name=packed,proto3" json:"packed,omitempty"`
+	// A batch of this run it has produced, completed first in the same transaction (its claim's batch_id; 0:
+	// none), as CompleteRedrive would complete it: a run makes one call a batch. `in_flight` counts the batches
+	// held after it. Sent only to a coordinator whose answers say `completes`.
+	CompleteBatchId uint64 `protobuf:"varint,11,opt,name=complete_batch_id,json=completeBatchId,proto3" json:"complete_batch_id,omitempty"`
+	// Of that batch, the records the run could not read: they stay pending.
+	Left          []*PartitionOffset `protobuf:"bytes,12,rep,name=left,proto3" json:"left,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2179,6 +2185,20 @@ func (x *ClaimRedriveRequest) GetPacked() bool {
 		return x.Packed
 	}
 	return false
+}
+
+func (x *ClaimRedriveRequest) GetCompleteBatchId() uint64 {
+	if x != nil {
+		return x.CompleteBatchId
+	}
+	return 0
+}
+
+func (x *ClaimRedriveRequest) GetLeft() []*PartitionOffset {
+	if x != nil {
+		return x.Left
+	}
+	return nil
 }
 
 // A claimed batch's rejects of one partition whose dlq copies went to one lane: what a redrive needs to read
@@ -2378,7 +2398,11 @@ type ClaimRedriveResponse struct {
 	// coordinator from before this field never sets it; its runs claim until done).
 	Last bool `protobuf:"varint,8,opt,name=last,proto3" json:"last,omitempty"`
 	// The batch, when the claim asked for it packed (then `batch` is empty).
-	Runs          []*RejectRun `protobuf:"bytes,9,rep,name=runs,proto3" json:"runs,omitempty"`
+	Runs []*RejectRun `protobuf:"bytes,9,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Set on every answer of a coordinator that completes the batch a claim names (`complete_batch_id`); when
+	// the claim named one, it was completed (or had been already). One from before never sets it: its runs
+	// complete each batch with CompleteRedrive.
+	Completes     bool `protobuf:"varint,10,opt,name=completes,proto3" json:"completes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2474,6 +2498,13 @@ func (x *ClaimRedriveResponse) GetRuns() []*RejectRun {
 		return x.Runs
 	}
 	return nil
+}
+
+func (x *ClaimRedriveResponse) GetCompletes() bool {
+	if x != nil {
+		return x.Completes
+	}
+	return false
 }
 
 type CompleteRedriveRequest struct {
@@ -2780,7 +2811,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
 	"\x13ListRejectsResponse\x128\n" +
 	"\arejects\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\arejects\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa6\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x87\x03\n" +
 	"\x13ClaimRedriveRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
@@ -2793,7 +2824,9 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"batch_size\x18\b \x01(\rR\tbatchSize\x12\x1b\n" +
 	"\tin_flight\x18\t \x01(\rR\binFlight\x12\x16\n" +
 	"\x06packed\x18\n" +
-	" \x01(\bR\x06packed\"\x8c\x02\n" +
+	" \x01(\bR\x06packed\x12*\n" +
+	"\x11complete_batch_id\x18\v \x01(\x04R\x0fcompleteBatchId\x123\n" +
+	"\x04left\x18\f \x03(\v2\x1f.streamplane.v1.PartitionOffsetR\x04left\"\x8c\x02\n" +
 	"\tRejectRun\x12:\n" +
 	"\tpartition\x18\x01 \x01(\v2\x1c.streamplane.v1.PartitionRefR\tpartition\x12\x1d\n" +
 	"\n" +
@@ -2812,7 +2845,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05topic\x18\x04 \x01(\tR\x05topic\x12+\n" +
 	"\x11bootstrap_servers\x18\x05 \x01(\tR\x10bootstrapServers\x12!\n" +
-	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\xc1\x02\n" +
+	"\ffrom_offsets\x18\x06 \x03(\x03R\vfromOffsets\"\xdf\x02\n" +
 	"\x14ClaimRedriveResponse\x124\n" +
 	"\x05batch\x18\x01 \x03(\v2\x1e.streamplane.v1.RejectedRecordR\x05batch\x125\n" +
 	"\x06target\x18\x02 \x01(\v2\x1d.streamplane.v1.RedriveTargetR\x06target\x12\x16\n" +
@@ -2822,7 +2855,9 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\await_ms\x18\x06 \x01(\x03R\x06waitMs\x12\x19\n" +
 	"\bbatch_id\x18\a \x01(\x04R\abatchId\x12\x12\n" +
 	"\x04last\x18\b \x01(\bR\x04last\x12-\n" +
-	"\x04runs\x18\t \x03(\v2\x19.streamplane.v1.RejectRunR\x04runs\"\xac\x01\n" +
+	"\x04runs\x18\t \x03(\v2\x19.streamplane.v1.RejectRunR\x04runs\x12\x1c\n" +
+	"\tcompletes\x18\n" +
+	" \x01(\bR\tcompletes\"\xac\x01\n" +
 	"\x16CompleteRedriveRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x14\n" +
@@ -2915,38 +2950,39 @@ var file_streamplane_v1_commitlog_proto_depIdxs = []int32{
 	32, // 15: streamplane.v1.RejectedRecord.partition:type_name -> streamplane.v1.PartitionRef
 	2,  // 16: streamplane.v1.RejectedRecord.dlq:type_name -> streamplane.v1.DlqLocation
 	22, // 17: streamplane.v1.ListRejectsResponse.rejects:type_name -> streamplane.v1.RejectedRecord
-	32, // 18: streamplane.v1.RejectRun.partition:type_name -> streamplane.v1.PartitionRef
-	22, // 19: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
-	28, // 20: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
-	27, // 21: streamplane.v1.ClaimRedriveResponse.runs:type_name -> streamplane.v1.RejectRun
-	33, // 22: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
-	4,  // 23: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
-	7,  // 24: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
-	10, // 25: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
-	11, // 26: streamplane.v1.CommitLogService.GetProgressBatch:input_type -> streamplane.v1.GetProgressBatchRequest
-	15, // 27: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
-	17, // 28: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
-	21, // 29: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
-	23, // 30: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
-	34, // 31: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	26, // 32: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
-	30, // 33: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
-	6,  // 34: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
-	9,  // 35: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
-	14, // 36: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
-	12, // 37: streamplane.v1.CommitLogService.GetProgressBatch:output_type -> streamplane.v1.GetProgressBatchResponse
-	16, // 38: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
-	20, // 39: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
-	25, // 40: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
-	24, // 41: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
-	35, // 42: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	29, // 43: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
-	31, // 44: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
-	34, // [34:45] is the sub-list for method output_type
-	23, // [23:34] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	33, // 18: streamplane.v1.ClaimRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
+	32, // 19: streamplane.v1.RejectRun.partition:type_name -> streamplane.v1.PartitionRef
+	22, // 20: streamplane.v1.ClaimRedriveResponse.batch:type_name -> streamplane.v1.RejectedRecord
+	28, // 21: streamplane.v1.ClaimRedriveResponse.target:type_name -> streamplane.v1.RedriveTarget
+	27, // 22: streamplane.v1.ClaimRedriveResponse.runs:type_name -> streamplane.v1.RejectRun
+	33, // 23: streamplane.v1.CompleteRedriveRequest.left:type_name -> streamplane.v1.PartitionOffset
+	4,  // 24: streamplane.v1.CommitLogService.Commit:input_type -> streamplane.v1.CommitRequest
+	7,  // 25: streamplane.v1.CommitLogService.CommitBatch:input_type -> streamplane.v1.CommitBatchRequest
+	10, // 26: streamplane.v1.CommitLogService.GetProgress:input_type -> streamplane.v1.GetProgressRequest
+	11, // 27: streamplane.v1.CommitLogService.GetProgressBatch:input_type -> streamplane.v1.GetProgressBatchRequest
+	15, // 28: streamplane.v1.CommitLogService.DueRetries:input_type -> streamplane.v1.DueRetriesRequest
+	17, // 29: streamplane.v1.CommitLogService.GetLag:input_type -> streamplane.v1.GetLagRequest
+	21, // 30: streamplane.v1.CommitLogService.ListRejects:input_type -> streamplane.v1.ListRejectsRequest
+	23, // 31: streamplane.v1.CommitLogService.PurgeRejects:input_type -> streamplane.v1.PurgeRejectsRequest
+	34, // 32: streamplane.v1.CommitLogService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	26, // 33: streamplane.v1.CommitLogService.ClaimRedrive:input_type -> streamplane.v1.ClaimRedriveRequest
+	30, // 34: streamplane.v1.CommitLogService.CompleteRedrive:input_type -> streamplane.v1.CompleteRedriveRequest
+	6,  // 35: streamplane.v1.CommitLogService.Commit:output_type -> streamplane.v1.CommitResponse
+	9,  // 36: streamplane.v1.CommitLogService.CommitBatch:output_type -> streamplane.v1.CommitBatchResponse
+	14, // 37: streamplane.v1.CommitLogService.GetProgress:output_type -> streamplane.v1.Progress
+	12, // 38: streamplane.v1.CommitLogService.GetProgressBatch:output_type -> streamplane.v1.GetProgressBatchResponse
+	16, // 39: streamplane.v1.CommitLogService.DueRetries:output_type -> streamplane.v1.DueRetriesResponse
+	20, // 40: streamplane.v1.CommitLogService.GetLag:output_type -> streamplane.v1.GetLagResponse
+	25, // 41: streamplane.v1.CommitLogService.ListRejects:output_type -> streamplane.v1.ListRejectsResponse
+	24, // 42: streamplane.v1.CommitLogService.PurgeRejects:output_type -> streamplane.v1.PurgeRejectsResponse
+	35, // 43: streamplane.v1.CommitLogService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	29, // 44: streamplane.v1.CommitLogService.ClaimRedrive:output_type -> streamplane.v1.ClaimRedriveResponse
+	31, // 45: streamplane.v1.CommitLogService.CompleteRedrive:output_type -> streamplane.v1.CompleteRedriveResponse
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_commitlog_proto_init() }

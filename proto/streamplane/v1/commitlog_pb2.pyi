@@ -368,7 +368,7 @@ class ListRejectsResponse(_message.Message):
     def __init__(self, rejects: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ClaimRedriveRequest(_message.Message):
-    __slots__ = ("stream", "group", "owner", "to_lane", "since_unix_ms", "until_unix_ms", "cursor", "batch_size", "in_flight", "packed")
+    __slots__ = ("stream", "group", "owner", "to_lane", "since_unix_ms", "until_unix_ms", "cursor", "batch_size", "in_flight", "packed", "complete_batch_id", "left")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -379,6 +379,8 @@ class ClaimRedriveRequest(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
     stream: str
     group: str
     owner: str
@@ -389,7 +391,9 @@ class ClaimRedriveRequest(_message.Message):
     batch_size: int
     in_flight: int
     packed: bool
-    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., to_lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ..., cursor: _Optional[str] = ..., batch_size: _Optional[int] = ..., in_flight: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
+    complete_batch_id: int
+    left: _containers.RepeatedCompositeFieldContainer[_assigner_pb2.PartitionOffset]
+    def __init__(self, stream: _Optional[str] = ..., group: _Optional[str] = ..., owner: _Optional[str] = ..., to_lane: _Optional[str] = ..., since_unix_ms: _Optional[int] = ..., until_unix_ms: _Optional[int] = ..., cursor: _Optional[str] = ..., batch_size: _Optional[int] = ..., in_flight: _Optional[int] = ..., packed: _Optional[bool] = ..., complete_batch_id: _Optional[int] = ..., left: _Optional[_Iterable[_Union[_assigner_pb2.PartitionOffset, _Mapping]]] = ...) -> None: ...
 
 class RejectRun(_message.Message):
     __slots__ = ("partition", "dlq_stream", "dlq_lane", "offsets", "dlq_generations", "dlq_partitions", "dlq_offsets")
@@ -426,7 +430,7 @@ class RedriveTarget(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lane: _Optional[str] = ..., generation: _Optional[int] = ..., topic: _Optional[str] = ..., bootstrap_servers: _Optional[str] = ..., from_offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ClaimRedriveResponse(_message.Message):
-    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms", "batch_id", "last", "runs")
+    __slots__ = ("batch", "target", "cursor", "in_doubt", "done", "wait_ms", "batch_id", "last", "runs", "completes")
     BATCH_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
@@ -436,6 +440,7 @@ class ClaimRedriveResponse(_message.Message):
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETES_FIELD_NUMBER: _ClassVar[int]
     batch: _containers.RepeatedCompositeFieldContainer[RejectedRecord]
     target: RedriveTarget
     cursor: str
@@ -445,7 +450,8 @@ class ClaimRedriveResponse(_message.Message):
     batch_id: int
     last: bool
     runs: _containers.RepeatedCompositeFieldContainer[RejectRun]
-    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., batch_id: _Optional[int] = ..., last: _Optional[bool] = ..., runs: _Optional[_Iterable[_Union[RejectRun, _Mapping]]] = ...) -> None: ...
+    completes: bool
+    def __init__(self, batch: _Optional[_Iterable[_Union[RejectedRecord, _Mapping]]] = ..., target: _Optional[_Union[RedriveTarget, _Mapping]] = ..., cursor: _Optional[str] = ..., in_doubt: _Optional[bool] = ..., done: _Optional[bool] = ..., wait_ms: _Optional[int] = ..., batch_id: _Optional[int] = ..., last: _Optional[bool] = ..., runs: _Optional[_Iterable[_Union[RejectRun, _Mapping]]] = ..., completes: _Optional[bool] = ...) -> None: ...
 
 class CompleteRedriveRequest(_message.Message):
     __slots__ = ("stream", "group", "owner", "left", "batch_id")

@@ -800,7 +800,9 @@ def redrive_claim_from_pb(x: cpb.ClaimRedriveResponse) -> m.RedriveClaim:
     )
     if any(not len(r.offsets) == len(r.dlq_generations) == len(r.dlq_partitions) == len(r.dlq_offsets) for r in runs):
         raise UnavailableError("the coordinator answered a redrive claim whose runs do not line up: run it again")
-    return m.RedriveClaim(batch, target, x.cursor, x.in_doubt, x.done, x.wait_ms, x.batch_id, x.last, runs)
+    return m.RedriveClaim(
+        batch, target, x.cursor, x.in_doubt, x.done, x.wait_ms, x.batch_id, x.last, runs, completes=x.completes
+    )
 
 
 def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
