@@ -88,14 +88,6 @@ def _held_by_another(intent: dict[str, Any] | None, owner: str, now_ms: int) -> 
     return 0
 
 
-def _packed(taken: list[tuple[PartitionRef, int]]) -> dict[str, list[int]]:
-    """A batch as stored in the claim: {lease id: offsets} (a few bytes a record: 5,000 fit in a value)."""
-    by_partition: dict[PartitionRef, list[int]] = {}
-    for ref, offset in taken:
-        by_partition.setdefault(ref, []).append(offset)
-    return {ref.lease_id: offsets for ref, offsets in by_partition.items()}
-
-
 Taken = tuple[PartitionRef, int, Any]
 """A pending reject a claim's walk took: its partition, offset and decoded mark."""
 
@@ -266,7 +258,7 @@ def claim(
 
     def take(_: str, key: bytes, ref: PartitionRef, offset: int, raw: bytes) -> Taken | None:
         """A pending reject in the window, not in a batch in flight: the mark decoded, no record built."""
-        if (ref, offset) in flying:
+        if flying and (ref, offset) in flying:
             return None
         try:
             mark = commitlog.mark_of(raw)
@@ -289,8 +281,12 @@ def claim(
     )
     runs = _runs(found) if packed else ()
     records = [] if packed else [r for r in (commitlog.rejected_record(group, *t) for t in found) if r is not None]
-    taken = [(run.partition, o) for run in runs for o in run.offsets] or [(r.partition, r.offset) for r in records]
-    if not taken and not token:
+    batch: dict[str, list[int]] = {}
+    for run in runs:
+        batch.setdefault(run.partition.lease_id, []).extend(run.offsets)
+    for r in records:
+        batch.setdefault(r.partition.lease_id, []).append(r.offset)
+    if not batch and not token:
         if not flights:
             tr.clear(keys.redrive_key(group, stream))
         else:  # released once the batches in flight are completed
@@ -299,7 +295,7 @@ def claim(
     batch_id = int(intent.get("next_id", 1))
     flight = {
         "id": batch_id,
-        "batch": _packed(taken),
+        "batch": batch,
         "target": {**target.__dict__, "from_offsets": list(target.from_offsets)},
         "changes": commitlog.reject_changes(tr, group, stream),
     }
