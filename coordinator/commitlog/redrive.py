@@ -4,10 +4,10 @@ The records travel client-side (the dlq copies are read from Kafka and produced 
 through the coordinator); the commit log keeps what makes the run exact. A run claims one batch at a time
 (`claim`): the batch, where the next one starts, and the target lane's end offsets at that moment, under a
 claim that lasts CLAIM_MS and is renewed by every step. Once the batch is produced, `complete` marks its
-rejects redriven. A run killed between the two leaves its batch *in doubt*: the next run's claim hands it
-back with the offsets the target had before it, and the run looks there for the records' provenance headers
-to produce only those that did not land. A second run on the same group and stream waits while the first
-one's claim holds.
+rejects redriven (or the run's next claim does, first, in its transaction: one call a batch). A run killed
+between the two leaves its batch *in doubt*: the next run's claim hands it back with the offsets the target
+had before it, and the run looks there for the records' provenance headers to produce only those that did not
+land. A second run on the same group and stream waits while the first one's claim holds.
 
 A claimed batch records how many times a rewind or a purge had changed the group's marks on the stream
 (`commitlog.reject_changes`); its completion, finding the count unchanged, sets the batch's redriven bits
