@@ -11,6 +11,7 @@ from streamplane import errors, model
 from streamplane.cli.common import Add, Subparsers, connect, positive, since_ms
 from streamplane.cli.output import json_shown, print_pages
 from streamplane.client.coordinator import CoordinatorClient
+from streamplane.process import tune_collector
 
 
 def _when(ms: int) -> str:
@@ -104,6 +105,7 @@ def cmd_dlq_redrive(args: argparse.Namespace) -> None:
             rate=args.rate or 0.0,
             batch_size=args.batch_size,
         )
+        tune_collector()  # this process is ours: thousands of records a batch pass through it
         report = run.run(progress)
     if json_shown(args, report):
         return

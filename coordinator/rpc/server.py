@@ -45,7 +45,7 @@ from streamplane.coordinator.topology.cluster_admin import ClusterAdmin, Routing
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import InvalidArgumentError, UnavailableError
-from streamplane.process import block_stop_signals, die_with_parent, wait_for_stop
+from streamplane.process import block_stop_signals, die_with_parent, tune_collector, wait_for_stop
 from streamplane.rpc import add_servicer
 from streamplane.v1 import (
     assigner_pb2,
@@ -355,6 +355,7 @@ def serve_forever(
     except Exception:
         db.close()
         raise
+    tune_collector()
     served = f" console={running.console.url}" if running.console else ""
     if metrics_port is not None:
         try:
