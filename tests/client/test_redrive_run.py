@@ -12,6 +12,7 @@ import pytest
 
 from streamplane.client import CoordinatorClient, Producer
 from streamplane.client.redrive import Redrive
+from streamplane.errors import UnavailableError
 from streamplane.model import RedriveClaim
 from tests.helpers import RunningConsumer, register_local_clusters, wait_until
 
@@ -101,3 +102,24 @@ def test_a_run_against_a_coordinator_that_does_not_complete_in_claims_completes_
         assert client.completions == 5
         lanes = client.lag("billing", stream, partitions=False).lanes
         assert (sum(x.dlq_pending for x in lanes), sum(x.dlq_redriven for x in lanes)) == (0, REJECTS)
+
+
+class ReplicaOfAnotherVersionClient(CountingClient):
+    """The real client and coordinator, a claim that named a batch to complete answered as a coordinator from
+    before answers it (what a replica of another version would do mid-run)."""
+
+    def claim_redrive(self, *args: Any, **kwargs: Any) -> RedriveClaim:
+        claim = super().claim_redrive(*args, **kwargs)
+        return dataclasses.replace(claim, completes=False) if kwargs.get("complete_batch_id") else claim
+
+
+def test_a_run_whose_completion_in_a_claim_is_not_acknowledged_stops_with_a_sentence(
+    rejected: tuple[str, str],
+) -> None:
+    address, stream = rejected
+    with ReplicaOfAnotherVersionClient(address) as client:
+        with pytest.raises(UnavailableError, match=r"does not complete batches in claims.*run it again"):
+            Redrive(client, stream, "billing", batch_size=7).run()
+        lanes = client.lag("billing", stream, partitions=False).lanes
+        pending, redriven = sum(x.dlq_pending for x in lanes), sum(x.dlq_redriven for x in lanes)
+        assert (pending, redriven) == (REJECTS - 7, 7), "the batch the claim completed, and no other"
