@@ -33,7 +33,7 @@ from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
 from streamplane.coordinator.topology.records import get_cluster, get_stream
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError
-from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord, RejectRun
+from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord, RejectRun, RunRow, pack_runs
 from streamplane.names import check_lane_name, check_object_name
 
 CLAIM_MS = 10_000
@@ -93,28 +93,25 @@ Taken = tuple[PartitionRef, int, Any]
 
 
 def _runs(taken: list[Taken]) -> tuple[RejectRun, ...]:
-    """The taken rejects as the claim's packed runs, one per (partition, dlq stream, dlq lane); one whose dlq
-    copy is not a copy's shape is left out, as `rejected_record` leaves it out."""
-    grouped: dict[tuple[PartitionRef, str, str], tuple[list[int], list[int], list[int], list[int]]] = {}
-    for ref, offset, mark in taken:
-        dlq = mark.get("dlq") or None
-        if dlq is None:
-            where, generation, partition, at = ("", ""), 0, 0, 0
-        else:
-            try:
-                generation, partition, at = int(dlq["generation"]), int(dlq["partition"]), int(dlq["offset"])
-                where = (str(dlq["stream"]), str(dlq["lane"])) if generation > 0 else ("", "")
-            except (ValueError, TypeError, KeyError):
-                continue
-        run = grouped.get((ref, *where))
-        if run is None:
-            run = grouped[(ref, *where)] = ([], [], [], [])
-        run[0].append(offset)
-        run[1].append(generation if where[1] else 0)
-        run[2].append(partition if where[1] else 0)
-        run[3].append(at if where[1] else 0)
-    return tuple(
-        RejectRun(ref, s, la, tuple(o), tuple(g), tuple(p), tuple(d)) for (ref, s, la), (o, g, p, d) in grouped.items()
+    """The taken rejects as the claim's packed runs (`pack_runs`), straight from their decoded marks; one whose
+    dlq copy is not a copy's shape is left out, as `rejected_record` leaves it out."""
+    return pack_runs(row for ref, offset, mark in taken if (row := _run_row(ref, offset, mark)) is not None)
+
+
+def _run_row(ref: PartitionRef, offset: int, mark: Any) -> RunRow | None:
+    """A decoded mark as a run's row; None for a dlq copy that is not a copy's shape."""
+    dlq = mark.get("dlq") or None
+    if dlq is None:
+        return (ref, offset, "", "", 0, 0, 0)
+    try:
+        generation, partition, at, lane = int(dlq["generation"]), int(dlq["partition"]), int(dlq["offset"]), dlq["lane"]
+        stream = str(dlq["stream"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    return (
+        (ref, offset, stream, str(lane), generation, partition, at)
+        if generation > 0 and lane
+        else (ref, offset, "", "", 0, 0, 0)
     )
 
 

@@ -50,6 +50,8 @@ from streamplane.model.commits import (
     RejectRun,
     Retry,
     RetryState,
+    RunRow,
+    pack_runs,
     reject_runs,
 )
 from streamplane.model.events import (
@@ -205,6 +207,7 @@ __all__ = [
     "RewindPosition",
     "RewindTarget",
     "RewindTo",
+    "RunRow",
     "Sealed",
     "SessionEvent",
     "Slice",
@@ -225,6 +228,7 @@ __all__ = [
     "describe_event",
     "event_kind",
     "event_stream",
+    "pack_runs",
     "parse_lease",
     "reject_runs",
     "slice_lease_id",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from streamplane.errors import StreamplaneError
@@ -214,23 +215,34 @@ class RejectRun:
     dlq_offsets: tuple[int, ...]
 
 
-def reject_runs(records: tuple[RejectedRecord, ...]) -> tuple[RejectRun, ...]:
-    """Records as runs, one per (partition, dlq stream, dlq lane), in the records' order within each."""
-    grouped: dict[tuple[PartitionRef, str, str], list[RejectedRecord]] = {}
-    for r in records:
-        where = (r.dlq.stream, r.dlq.lane) if r.dlq is not None and r.dlq.generation > 0 else ("", "")
-        grouped.setdefault((r.partition, *where), []).append(r)
+RunRow = tuple[PartitionRef, int, str, str, int, int, int]
+"""One reject as a run holds it: its partition and offset, and its dlq copy's stream, lane, generation,
+partition and offset ("", "", 0, 0, 0: none recorded, or none with a generation and a lane)."""
+
+
+def pack_runs(rows: Iterable[RunRow]) -> tuple[RejectRun, ...]:
+    """Rejects as runs, one per (partition, dlq stream, dlq lane), in the rows' order within each."""
+    grouped: dict[tuple[PartitionRef, str, str], tuple[list[int], list[int], list[int], list[int]]] = {}
+    for ref, offset, dlq_stream, dlq_lane, generation, partition, at in rows:
+        run = grouped.get((ref, dlq_stream, dlq_lane))
+        if run is None:
+            run = grouped[(ref, dlq_stream, dlq_lane)] = ([], [], [], [])
+        run[0].append(offset)
+        run[1].append(generation)
+        run[2].append(partition)
+        run[3].append(at)
     return tuple(
-        RejectRun(
-            ref,
-            dlq_stream,
-            dlq_lane,
-            tuple(r.offset for r in rs),
-            tuple(r.dlq.generation if r.dlq is not None and dlq_lane else 0 for r in rs),
-            tuple(r.dlq.partition if r.dlq is not None and dlq_lane else 0 for r in rs),
-            tuple(r.dlq.offset if r.dlq is not None and dlq_lane else 0 for r in rs),
-        )
-        for (ref, dlq_stream, dlq_lane), rs in grouped.items()
+        RejectRun(ref, s, la, tuple(o), tuple(g), tuple(p), tuple(d)) for (ref, s, la), (o, g, p, d) in grouped.items()
+    )
+
+
+def reject_runs(records: tuple[RejectedRecord, ...]) -> tuple[RejectRun, ...]:
+    """Records as runs (see `pack_runs`)."""
+    return pack_runs(
+        (r.partition, r.offset, r.dlq.stream, r.dlq.lane, r.dlq.generation, r.dlq.partition, r.dlq.offset)
+        if r.dlq is not None and r.dlq.generation > 0 and r.dlq.lane
+        else (r.partition, r.offset, "", "", 0, 0, 0)
+        for r in records
     )
 
 
