@@ -113,7 +113,8 @@ class WireProbes:
         """Close a cluster's connections (after an error, or once it is removed)."""
         with self._lock:
             held = self._held.pop(name, None)
-        for conn in (held[1] if held else {}).values():
+            conns = list(held[1].values()) if held else []  # a probe under way may add to it meanwhile
+        for conn in conns:
             conn.close()
 
     def close(self) -> None:
@@ -152,6 +153,10 @@ class WireProbes:
             conn = conns.get(address)
         if conn is None:
             conn = KafkaConnection(broker.host, broker.port, ConnectionConfig(timeout_s=timeout_s))
-            with self._lock:
-                conns[address] = conn
+            with self._lock:  # kept with the cluster's, even if they were forgotten meanwhile: closed with them
+                kept = self._held.setdefault(cluster.name, (cluster.bootstrap_servers, {}))[1]
+                other = kept.setdefault(address, conn)
+            if other is not conn:  # another probe opened one meanwhile
+                conn.close()
+                conn = other
         return conn
