@@ -517,8 +517,7 @@ class CoordinatorClient:
             packed=True,
             complete_batch_id=complete_batch_id,
         )
-        for ref, offset in left:
-            request.left.add(partition=convert.partition_to_pb(ref), offset=offset)
+        convert.partition_offsets_to_pb(left, request.left)
         return convert.redrive_claim_from_pb(self._call(self.commitlog.ClaimRedrive, request, idempotent=True))
 
     def complete_redrive(
@@ -532,8 +531,7 @@ class CoordinatorClient:
         """The run's claimed batch `batch_id` (0: its oldest) is in the target lane: its rejects are marked
         redriven, but those `left` (the run could not read them), which stay pending; how many."""
         request = cpb.CompleteRedriveRequest(stream=stream, group=group, owner=owner, batch_id=batch_id)
-        for ref, offset in left:
-            request.left.add(partition=convert.partition_to_pb(ref), offset=offset)
+        convert.partition_offsets_to_pb(left, request.left)
         return int(self._call(self.commitlog.CompleteRedrive, request, idempotent=True).redriven)
 
     def configure_group(

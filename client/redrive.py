@@ -241,7 +241,7 @@ class Redrive:
                                 f"group {self.group!r} on {self.stream} (a replica of another version?): run it "
                                 "again: it goes on from where this run was"
                             )
-                        self._completed(None, report, progress, done=True)
+                        self._counted(report, progress)
         finally:
             calls.shutdown(wait=True)  # a batch produced is completed even when the next one failed
             producer.close()
@@ -267,19 +267,18 @@ class Redrive:
         batch_id, left = produced
         return self.client.complete_redrive(self.stream, self.group, self.owner, left, batch_id)
 
-    @staticmethod
+    @classmethod
     def _completed(
-        completing: Future[int] | None,
-        report: RedriveReport,
-        progress: Callable[[RedriveReport], None] | None,
-        *,
-        done: bool = False,
+        cls, completing: Future[int] | None, report: RedriveReport, progress: Callable[[RedriveReport], None] | None
     ) -> None:
-        """Wait for a batch's completion (raising what it raised) and report it (`done`: it was, in a claim)."""
-        if completing is None and not done:
-            return
+        """Wait for a batch's completion sent apart (raising what it raised) and report it."""
         if completing is not None:
             completing.result()
+            cls._counted(report, progress)
+
+    @staticmethod
+    def _counted(report: RedriveReport, progress: Callable[[RedriveReport], None] | None) -> None:
+        """Report a batch completed (apart, or by a claim)."""
         report.batches += 1
         if progress is not None:
             progress(report)

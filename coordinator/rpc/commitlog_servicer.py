@@ -155,7 +155,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
             in_flight=request.in_flight,
             packed=request.packed,
             complete_batch_id=request.complete_batch_id,
-            left=frozenset((convert.partition_from_pb(x.partition), x.offset) for x in request.left),
+            left=frozenset(convert.partition_offsets_from_pb(request.left)),
         )
         response = convert.redrive_claim_to_pb(claimed, packed=request.packed)
         response.completes = True  # this coordinator completes the batch a claim names
@@ -171,7 +171,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
                 request.stream,
                 request.group,
                 request.owner,
-                frozenset((convert.partition_from_pb(x.partition), x.offset) for x in request.left),
+                frozenset(convert.partition_offsets_from_pb(request.left)),
                 request.batch_id,
             )
         )

@@ -445,6 +445,17 @@ def partition_from_pb(x: apb.PartitionRef) -> m.PartitionRef:
     return m.PartitionRef(x.stream, x.lane, x.generation, x.partition)
 
 
+def partition_offsets_to_pb(pairs: Iterable[tuple[m.PartitionRef, int]], out: Any) -> None:
+    """Append (partition, offset) pairs to a repeated PartitionOffset field."""
+    for ref, offset in pairs:
+        out.add(partition=partition_to_pb(ref), offset=offset)
+
+
+def partition_offsets_from_pb(xs: Iterable[apb.PartitionOffset]) -> list[tuple[m.PartitionRef, int]]:
+    """A repeated PartitionOffset field as (partition, offset) pairs."""
+    return [(partition_from_pb(x.partition), x.offset) for x in xs]
+
+
 def subscription_to_pb(s: m.Subscription) -> apb.Subscription:
     return apb.Subscription(stream=s.stream, lanes=list(s.lanes))
 
@@ -1008,8 +1019,7 @@ def rewind_request_to_pb(
     elif target.to == m.RewindTo.EARLIEST:
         out.earliest = True
     else:
-        for ref, offset in target.offsets.items():
-            out.offsets.offsets.add(partition=partition_to_pb(ref), offset=offset)
+        partition_offsets_to_pb(target.offsets.items(), out.offsets.offsets)
     return out
 
 
@@ -1021,9 +1031,7 @@ def rewind_target_from_pb(x: apb.RewindGroupRequest) -> m.RewindTarget:
     if which == "earliest" and x.earliest:
         return m.RewindTarget(m.RewindTo.EARLIEST)
     if which == "offsets":
-        return m.RewindTarget(
-            m.RewindTo.OFFSETS, offsets={partition_from_pb(y.partition): y.offset for y in x.offsets.offsets}
-        )
+        return m.RewindTarget(m.RewindTo.OFFSETS, offsets=dict(partition_offsets_from_pb(x.offsets.offsets)))
     raise InvalidArgumentError("a rewind needs where to: time_ms, earliest or offsets")
 
 
