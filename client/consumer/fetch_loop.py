@@ -295,13 +295,19 @@ class FetchLoop:
 
         def add() -> None:
             for r in reads:
+                old = self._parts.get(r.key)
                 self._remove(r.key)
+                new = self._parts[r.key] = _Partition(
+                    r.key, r.cluster, r.topic, r.partition, r.receiver, r.position, mine=r.mine
+                )
+                if old is not None and old.node >= 0 and (old.cluster, old.tp) == (r.cluster, new.tp):
+                    # read again from another position (a rewind's new epoch, a resumed session): the broker it
+                    # was read from moments ago still serves it, so no Metadata request waits in front of it
+                    new.node, new.leader_epoch = old.node, old.leader_epoch
+                    continue
                 c = self._cluster(r.cluster)
                 if c.backoff_s == METADATA_BACKOFF_S[0]:  # its last metadata request did not fail
                     c.next_metadata = 0.0  # route a newcomer now: the pause between requests is for lost leaders
-                self._parts[r.key] = _Partition(
-                    r.key, r.cluster, r.topic, r.partition, r.receiver, r.position, mine=r.mine
-                )
 
         if reads:
             self._do(add)

@@ -343,6 +343,37 @@ def test_a_partition_added_after_a_metadata_request_is_routed_in_the_next_round(
         loop.close()
 
 
+def test_a_partition_read_again_from_another_position_asks_no_metadata_first(one_broker: MockCluster) -> None:
+    """A rewind grants every partition of a worker again at a new epoch: each is read again from its new position
+    through the broker it was read from, without a Metadata request (and a bootstrap connection, while the
+    broker's connection waits on its long poll) in front of the first read."""
+    one_broker.create_topic("again", 1)
+    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers})
+    for i in range(5):
+        raw.produce("again", b"v%d" % i, partition=0)
+    assert raw.flush(10) == 0
+    loop = make_loop()
+    try:
+        first = Collect(loop)
+        loop.add("again/0", one_broker.bootstrap_servers, "again", 0, -1, first)
+        wait_until(lambda: len(first.values) == 5, timeout=10)
+        asked: list[list[str]] = []
+        metadata = loop._metadata
+
+        def counted(cluster, topics):  # type: ignore[no-untyped-def]
+            asked.append(topics)
+            return metadata(cluster, topics)
+
+        loop._metadata = counted  # type: ignore[method-assign]
+        second = Collect(loop)
+        loop.add("again/0", one_broker.bootstrap_servers, "again", 0, 2, second)
+        wait_until(lambda: len(second.values) == 3, timeout=10)
+        assert second.values == [b"v2", b"v3", b"v4"], "read again from the new position"
+        assert asked == [], "the broker it was read from was asked for its metadata again"
+    finally:
+        loop.close()
+
+
 def _busy(cluster: MockCluster, topic: str, partitions: int, records: int, **settings: object) -> None:
     """Enough uncompressed bytes in every partition for one response to go to the decode pool (with a small
     `batch.size` in `settings`, batches of a few records: a partition is read over many responses)."""
