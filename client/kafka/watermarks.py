@@ -172,18 +172,22 @@ class Watermarks:
 
     def at_time(self, bootstrap: str, topic: str, partitions: dict[int, int]) -> dict[int, int]:
         """{partition: the offset of its first record at or after the time (ms)}; -1 where there is none. One
-        request per leader for all the partitions; where the cluster answers none while the partition's last
-        record is that late (librdkafka's mock cluster never looks up by time), the records' own timestamps
-        are searched."""
+        request per leader for all the partitions. Where the cluster answers none, the partitions' last records
+        say whether one is that late (one Fetch per leader for all of them: a time past the last record of
+        thousands of idle partitions costs no connection each); only where one is (librdkafka's mock cluster
+        never looks up by time) are the records' own timestamps searched."""
         with self._using(bootstrap) as cluster:
             found = self._offsets(cluster, topic, partitions)
             missing = {p: ts for p, ts in partitions.items() if found.get(p, -1) < 0}
             lows = self._offsets(cluster, topic, dict.fromkeys(missing, EARLIEST)) if missing else {}
             highs = self._offsets(cluster, topic, dict.fromkeys(missing, LATEST)) if missing else {}
+        kept = {p: highs[p] - 1 for p in missing if highs[p] > lows[p]}
+        lasts = self.timestamps(bootstrap, topic, kept) if kept else {}
         for p, ts in missing.items():
-            if highs[p] > lows[p]:
-                at = self._search(bootstrap, topic, p, ts, lows[p], highs[p])
-                found[p] = at if at < highs[p] else -1
+            if p not in kept or lasts.get(p, ts) < ts:
+                continue  # no record, or the last is earlier: none that late
+            at = self._search(bootstrap, topic, p, ts, lows[p], highs[p])  # also where the last did not answer
+            found[p] = at if at < highs[p] else -1
         return found
 
     def exists(self, bootstrap: str, topic: str) -> bool:

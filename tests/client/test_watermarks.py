@@ -87,3 +87,34 @@ def test_a_topic_that_is_gone_and_a_cluster_that_does_not_answer_are_said_in_one
     finally:
         marks.close()
         cluster.close()
+
+
+def test_a_time_past_the_last_record_of_many_partitions_is_found_without_a_search_of_each(
+    two_brokers: tuple[MockCluster, Watermarks],
+) -> None:
+    """The mock cluster never looks up by time (it answers -1, as a real broker does past the last record): the
+    partitions' last records, one Fetch per leader, say which hold a record that late; only those are searched,
+    not every idle partition over a connection of its own."""
+    cluster, marks = two_brokers
+    cluster.create_topic("idle", 8)
+    for p in range(8):
+        cluster.set_leader("idle", p, 1 + p % 2)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+    for p in range(8):
+        for i in range(3):
+            producer.produce("idle", b"v%d" % i, partition=p, timestamp=1_000 * (i + 1))
+    producer.produce("idle", b"late", partition=5, timestamp=9_000)
+    assert producer.flush(10) == 0
+    searched: list[int] = []
+    search = marks._search
+
+    def counted(bootstrap: str, topic: str, partition: int, at_ms: int, low: int, high: int) -> int:
+        searched.append(partition)
+        return search(bootstrap, topic, partition, at_ms, low, high)
+
+    marks._search = counted  # type: ignore[method-assign]
+    bounds = marks.bounds(cluster.bootstrap_servers, "idle", 8, 5_000)
+    assert [b.at for b in bounds] == [3, 3, 3, 3, 3, 3, 3, 3], "past the last record: each partition's end"
+    assert bounds[5].end == 4
+    assert searched == [5], "only the partition with a record that late is searched"
+    assert marks.at_time(cluster.bootstrap_servers, "idle", {0: 2_000, 1: 10_000}) == {0: 1, 1: -1}
