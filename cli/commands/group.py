@@ -20,6 +20,12 @@ from streamplane.predicate import parse, render
 def cmd_group_describe(args: argparse.Namespace) -> None:
     with connect(args) as client:
         desc = client.describe_group(args.group)
+    if desc.unknown:
+        raise errors.NotFoundError(
+            f"group {args.group!r} does not exist: no worker has joined it, and it has no progress or settings",
+            kind="group",
+            name=args.group,
+        )
     if json_shown(args, desc):
         return
     now = int(_time.time() * 1000)

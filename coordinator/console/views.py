@@ -242,7 +242,7 @@ class Views:
         check_object_name("group", name)
         desc = self.assigner.describe(name)
         now = self.clock.now_ms()
-        if not desc.members and not desc.leases and name not in leases.read_groups(self.db):
+        if desc.unknown:
             raise NotFoundError(f"group {name!r} does not exist", kind="group", name=name)
         headers = commitlog.read_headers(self.db, name)
         lag = commitlog.lag(self.db, name, now_ms=now)

@@ -137,16 +137,18 @@ class Assigner:
         no group can have (the one rule every RPC applies)."""
         check_object_name("group", group)
 
-        def read(tr: Transaction) -> tuple[dict[str, Member], list[Lease], str]:
+        def read(tr: Transaction) -> tuple[dict[str, Member], list[Lease], str, bool]:
             owner = leadership.group_owner(tr, group) or leadership.leader(tr)
             held = list(leases.read_leases(tr, group).values())
             held += [x for split in slices.stored(tr, group).values() for x in split]
-            return leases.read_members(tr, group), held, owner
+            members = leases.read_members(tr, group)
+            return members, held, owner, not (members or held or group_lifecycle.exists(tr, group))
 
-        members, held, leader = self.db.transact(read)
+        members, held, leader, unknown = self.db.transact(read)
         return GroupDescription(
             group=group,
             leader_replica=leader,
+            unknown=unknown,
             members=tuple(members.values()),
             leases=tuple(
                 LeaseInfo(

@@ -61,7 +61,9 @@ _GROUP_SPACES = (
 """Every subspace whose keys begin with the group: what a deletion clears, one range each."""
 
 
-def _exists(tr: Transaction, group: str) -> bool:
+def exists(tr: Transaction, group: str) -> bool:
+    """Whether the group is known: a worker joined it, it was configured, or it has progress (an unmanaged
+    group's, Spark's)."""
     if tr.get(keys.group_key(group)) is not None or tr.get(keys.group_config_key(group)) is not None:
         return True
     r = keys.PROGRESS.range((group,))
@@ -107,7 +109,7 @@ def delete_group(
     check_object_name("group", group)
     if len(reason) > 1024:
         raise InvalidArgumentError(f"reason is {len(reason)} characters long; at most 1024")
-    if not _exists(tr, group):
+    if not exists(tr, group):
         raise NotFoundError(f"group {group!r} does not exist", kind="group", name=group)
     live = live_members(tr, group, now_ms)
     if live and not force:

@@ -292,3 +292,6 @@ class GroupDescription:
     leader_replica: str = ""
     members: tuple[MemberInfo, ...] = ()
     leases: tuple[LeaseInfo, ...] = ()
+    unknown: bool = False
+    """No worker ever joined the group, nor was it configured, nor has it progress: most likely a mistyped
+    name (the description is then empty)."""

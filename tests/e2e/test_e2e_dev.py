@@ -182,6 +182,7 @@ def test_cli_errors_are_one_sentence_with_an_exit_code(tmp_path: Path) -> None:
         cases = [
             (["stream", "create", "BAD", "--partitions", "1"], 2, "not a valid name"),
             (["stream", "describe", "missing"], 3, "does not exist"),
+            (["group", "describe", "typo"], 3, "group 'typo' does not exist: no worker has joined it"),
             (["failover", "missing", "--to", "local-a"], 3, "does not exist"),
             (["events", "--since", "nope"], 2, "from_version"),
             (

@@ -132,6 +132,25 @@ def test_a_retired_groups_deletion_lets_the_generation_it_held_back_drain(world:
     assert world.db.transact(lambda tr: tr.get(keys.retired_reader_key("logs", "realtime", 1))) is None
 
 
+def test_a_group_is_described_as_unknown_until_it_reads_or_a_worker_joins_and_again_once_deleted(
+    world: World,
+) -> None:
+    """`group describe` of a mistyped name says it does not exist (exit 3) rather than showing an empty group: the
+    description says whether the group is known, by the same rule a deletion applies."""
+    from streamplane.coordinator.groups.assigner import Assigner
+    from streamplane.coordinator.groups.timing import AssignerConfig
+
+    assigner = Assigner(world.db, AssignerConfig(ttl_ms=TTL_MS), replica_id="r", clock=world.clock)
+    assert assigner.describe("typo").unknown
+    world.read("spark", 0, 1)  # an unmanaged group: progress only
+    assert not assigner.describe("spark").unknown
+    world.join("managed", "w1")
+    described = assigner.describe("managed")
+    assert not described.unknown and [m.worker_id for m in described.members] == ["w1"]
+    world.delete("spark")
+    assert assigner.describe("spark").unknown
+
+
 def test_a_deleted_reader_does_not_let_a_generation_drain_before_the_groups_left_have_read_it(world: World) -> None:
     world.read("retired", 0, 3)
     world.read("live", 0, 3)

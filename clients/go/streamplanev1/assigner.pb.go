@@ -1564,6 +1564,9 @@ type GroupDescription struct {
 	Members       []*MemberInfo          `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
 	Leases        []*LeaseInfo           `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
 	LeaderReplica string                 `protobuf:"bytes,4,opt,name=leader_replica,json=leaderReplica,proto3" json:"leader_replica,omitempty"`
+	// No worker ever joined the group, nor was it configured, nor has it progress (a mistyped name, most
+	// likely). False from coordinators that predate it.
+	Unknown       bool `protobuf:"varint,5,opt,name=unknown,proto3" json:"unknown,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1624,6 +1627,13 @@ func (x *GroupDescription) GetLeaderReplica() string {
 		return x.LeaderReplica
 	}
 	return ""
+}
+
+func (x *GroupDescription) GetUnknown() bool {
+	if x != nil {
+		return x.Unknown
+	}
+	return false
 }
 
 type WatchGroupRequest struct {
@@ -2581,12 +2591,13 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\x03cpu\x18\x05 \x01(\x01R\x03cpu\x12\"\n" +
 	"\rrecords_per_s\x18\x06 \x01(\x01R\vrecordsPerS\x12-\n" +
 	"\x13alive_until_unix_ms\x18\a \x01(\x03R\x10aliveUntilUnixMs\x12B\n" +
-	"\rsubscriptions\x18\b \x03(\v2\x1c.streamplane.v1.SubscriptionR\rsubscriptions\"\xb8\x01\n" +
+	"\rsubscriptions\x18\b \x03(\v2\x1c.streamplane.v1.SubscriptionR\rsubscriptions\"\xd2\x01\n" +
 	"\x10GroupDescription\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x124\n" +
 	"\amembers\x18\x02 \x03(\v2\x1a.streamplane.v1.MemberInfoR\amembers\x121\n" +
 	"\x06leases\x18\x03 \x03(\v2\x19.streamplane.v1.LeaseInfoR\x06leases\x12%\n" +
-	"\x0eleader_replica\x18\x04 \x01(\tR\rleaderReplica\"L\n" +
+	"\x0eleader_replica\x18\x04 \x01(\tR\rleaderReplica\x12\x18\n" +
+	"\aunknown\x18\x05 \x01(\bR\aunknown\"L\n" +
 	"\x11WatchGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12!\n" +
 	"\ffrom_version\x18\x02 \x01(\tR\vfromVersion\"X\n" +

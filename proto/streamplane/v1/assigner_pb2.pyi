@@ -256,16 +256,18 @@ class MemberInfo(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., session_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., cpu: _Optional[float] = ..., records_per_s: _Optional[float] = ..., alive_until_unix_ms: _Optional[int] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ...) -> None: ...
 
 class GroupDescription(_message.Message):
-    __slots__ = ("group", "members", "leases", "leader_replica")
+    __slots__ = ("group", "members", "leases", "leader_replica", "unknown")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     LEASES_FIELD_NUMBER: _ClassVar[int]
     LEADER_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     group: str
     members: _containers.RepeatedCompositeFieldContainer[MemberInfo]
     leases: _containers.RepeatedCompositeFieldContainer[LeaseInfo]
     leader_replica: str
-    def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[LeaseInfo, _Mapping]]] = ..., leader_replica: _Optional[str] = ...) -> None: ...
+    unknown: bool
+    def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[LeaseInfo, _Mapping]]] = ..., leader_replica: _Optional[str] = ..., unknown: _Optional[bool] = ...) -> None: ...
 
 class WatchGroupRequest(_message.Message):
     __slots__ = ("group", "from_version")

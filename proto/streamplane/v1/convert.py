@@ -635,6 +635,7 @@ def group_to_pb(d: m.GroupDescription) -> apb.GroupDescription:
     return apb.GroupDescription(
         group=d.group,
         leader_replica=d.leader_replica,
+        unknown=d.unknown,
         members=[
             apb.MemberInfo(
                 worker_id=x.worker_id,
@@ -668,6 +669,7 @@ def group_from_pb(x: apb.GroupDescription) -> m.GroupDescription:
     return m.GroupDescription(
         group=x.group,
         leader_replica=x.leader_replica,
+        unknown=x.unknown,
         members=tuple(
             m.MemberInfo(
                 worker_id=y.worker_id,
