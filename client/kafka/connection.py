@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+from collections import deque
 
 from streamplane.client.kafka import api_versions, codec, fetch, list_offsets, metadata, produce, sasl
 from streamplane.client.kafka.codec import KafkaAuthenticationError, KafkaProtocolError, Reader
@@ -45,7 +46,7 @@ class KafkaConnection:
         except OSError as err:  # ssl.SSLError included
             raise UnavailableError(f"cannot connect to Kafka broker {self.address}: {err}") from err
         self._correlation = 0
-        self._in_flight: tuple[int, int, int] | None = None  # (correlation id, api key, version)
+        self._in_flight: deque[int] = deque()  # correlation ids of requests sent, their answers not read yet
         self._lock = threading.Lock()
         try:
             self.versions = self._negotiate()
@@ -150,7 +151,7 @@ class KafkaConnection:
             self._sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
         except OSError as err:
             raise UnavailableError(f"Kafka broker {self.address}: {err}") from err
-        self._in_flight = (cid, api_key, version)
+        self._in_flight.append(cid)
         return cid
 
     def _recv_exact(self, n: int) -> bytes:
@@ -165,9 +166,8 @@ class KafkaConnection:
         return bytes(buf)
 
     def _receive(self) -> Reader:
-        assert self._in_flight is not None, "nothing was sent"
-        cid = self._in_flight[0]
-        self._in_flight = None
+        assert self._in_flight, "nothing was sent"
+        cid = self._in_flight.popleft()
         try:
             (size,) = struct.unpack(">i", self._recv_exact(4))
             if not 4 <= size <= MAX_RESPONSE_BYTES:
@@ -204,15 +204,30 @@ class KafkaConnection:
     ) -> dict[int, int]:
         """{partition: offset} for EARLIEST (-2), LATEST (-1) or a time in ms (-1 when nothing is at or after
         it); the partitions must be led by this broker."""
+        (out,) = self.list_offsets_each(topic, [dict.fromkeys(partitions, timestamp)], read_committed=read_committed)
+        return out
+
+    def list_offsets_each(
+        self, topic: str, asks: list[dict[int, int]], *, read_committed: bool = False
+    ) -> list[dict[int, int]]:
+        """`list_offsets` for each of `asks` ({partition: timestamp} each; a request may not name a partition
+        twice, so a partition's earliest, latest and a time are three asks): the requests are sent back to back
+        and their answers read in order, one round trip for all. Every answer is read before a failed one
+        raises, so the connection stays usable."""
         v = self.version(list_offsets.KEY, list_offsets.VERSIONS)
-        body = list_offsets.encode(v, topic, dict.fromkeys(partitions, timestamp), read_committed=read_committed)
-        out = {}
-        for p, (code, offset, _) in list_offsets.decode(v, self.request(list_offsets.KEY, v, body)).items():
-            if code:
-                raise KafkaProtocolError(
-                    f"ListOffsets {topic}/{p} failed on {self.address} with error {code}", code=code
-                )
-            out[p] = offset
+        bodies = [list_offsets.encode(v, topic, asked, read_committed=read_committed) for asked in asks]
+        with self._lock:
+            for body in bodies:
+                self._send(list_offsets.KEY, v, body)
+            answers = [list_offsets.decode(v, self._receive()) for _ in bodies]
+        out: list[dict[int, int]] = []
+        for answer in answers:
+            for p, (code, _, _) in answer.items():
+                if code:
+                    raise KafkaProtocolError(
+                        f"ListOffsets {topic}/{p} failed on {self.address} with error {code}", code=code
+                    )
+            out.append({p: offset for p, (_, offset, _) in answer.items()})
         return out
 
     def produce(self, topic: str, partition: int, batch: bytes, *, timeout_ms: int) -> int:

@@ -118,14 +118,19 @@ class Watermarks:
         return leaders
 
     def _offsets(self, cluster: _Cluster, topic: str, asked: dict[int, int]) -> dict[int, int]:
-        """{partition: offset} for each asked {partition: timestamp (or EARLIEST, LATEST)}: one request per leader
-        and timestamp. A moved leader is looked up again; a partition without one is UnavailableError."""
+        """{partition: offset} for each asked {partition: timestamp (or EARLIEST, LATEST)}: one request per
+        leader. A moved leader is looked up again; a partition without one is UnavailableError."""
+        return self._offsets_each(cluster, topic, [asked])[0]
+
+    def _offsets_each(self, cluster: _Cluster, topic: str, asks: list[dict[int, int]]) -> list[dict[int, int]]:
+        """`_offsets` for each of `asks`, their requests to a leader sent together (one round trip a leader)."""
+        named = {p for asked in asks for p in asked}
         for attempt in range(ATTEMPTS):
             leaders = cluster.leaders.get(topic) if attempt == 0 else None
-            if leaders is None or any(leaders.get(p, -1) < 0 for p in asked):
+            if leaders is None or any(leaders.get(p, -1) < 0 for p in named):
                 leaders = self._metadata(cluster, topic)
             try:
-                return self._ask(cluster, topic, asked, leaders)
+                return self._ask(cluster, topic, asks, leaders)
             except KafkaProtocolError as err:
                 if not err.retryable or attempt == ATTEMPTS - 1:
                     raise UnavailableError(f"cannot read the offsets of {topic} at {cluster.bootstrap}: {err}") from err
@@ -135,31 +140,37 @@ class Watermarks:
             cluster.close()  # a broker gone or moved: its leaders are asked again on new connections
         raise AssertionError("unreachable")
 
-    def _ask(self, cluster: _Cluster, topic: str, asked: dict[int, int], leaders: dict[int, int]) -> dict[int, int]:
-        groups: dict[tuple[int, int], list[int]] = {}
-        for p, ts in asked.items():
-            leader = leaders.get(p, -1)
-            if leader < 0:
-                what = "is not in" if p not in leaders else "has no leader on"
-                raise UnavailableError(f"{topic}/{p} {what} {cluster.bootstrap} now")
-            groups.setdefault((leader, ts), []).append(p)
-        out: dict[int, int] = {}
-        for (leader, ts), parts in groups.items():
+    def _ask(
+        self, cluster: _Cluster, topic: str, asks: list[dict[int, int]], leaders: dict[int, int]
+    ) -> list[dict[int, int]]:
+        by_leader: dict[int, list[dict[int, int]]] = {}  # {leader: its part of each ask, in order}
+        for i, asked in enumerate(asks):
+            for p, ts in asked.items():
+                leader = leaders.get(p, -1)
+                if leader < 0:
+                    what = "is not in" if p not in leaders else "has no leader on"
+                    raise UnavailableError(f"{topic}/{p} {what} {cluster.bootstrap} now")
+                by_leader.setdefault(leader, [{} for _ in asks])[i][p] = ts
+        out: list[dict[int, int]] = [{} for _ in asks]
+        for leader, parts in by_leader.items():
             conn = self._conn(cluster, leader)
             try:
-                out.update(conn.list_offsets(topic, parts, ts))
+                answers = conn.list_offsets_each(topic, [x for x in parts if x])
             except UnavailableError:
                 conn.close()
                 cluster.conns.pop(leader, None)
                 raise
+            for i, answer in zip([i for i, x in enumerate(parts) if x], answers, strict=True):
+                out[i].update(answer)
         return out
 
     # -- what callers ask
     def marks(self, bootstrap: str, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
         """{partition: (low, high) watermark} of each partition: one request per leader for each end."""
         with self._using(bootstrap) as cluster:
-            low = self._offsets(cluster, topic, dict.fromkeys(partitions, EARLIEST))
-            high = self._offsets(cluster, topic, dict.fromkeys(partitions, LATEST))
+            low, high = self._offsets_each(
+                cluster, topic, [dict.fromkeys(partitions, EARLIEST), dict.fromkeys(partitions, LATEST)]
+            )
         return {p: (low[p], high[p]) for p in partitions}
 
     def ends(self, bootstrap: str, topic: str, partitions: list[int]) -> dict[int, int]:
@@ -176,11 +187,25 @@ class Watermarks:
         say whether one is that late (one Fetch per leader for all of them: a time past the last record of
         thousands of idle partitions costs no connection each); only where one is (librdkafka's mock cluster
         never looks up by time) are the records' own timestamps searched."""
+        every = list(partitions)
         with self._using(bootstrap) as cluster:
-            found = self._offsets(cluster, topic, partitions)
-            missing = {p: ts for p, ts in partitions.items() if found.get(p, -1) < 0}
-            lows = self._offsets(cluster, topic, dict.fromkeys(missing, EARLIEST)) if missing else {}
-            highs = self._offsets(cluster, topic, dict.fromkeys(missing, LATEST)) if missing else {}
+            found, lows, highs = self._offsets_each(
+                cluster, topic, [partitions, dict.fromkeys(every, EARLIEST), dict.fromkeys(every, LATEST)]
+            )
+        return self._late(bootstrap, topic, partitions, found, lows, highs)
+
+    def _late(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: dict[int, int],
+        found: dict[int, int],
+        lows: dict[int, int],
+        highs: dict[int, int],
+    ) -> dict[int, int]:
+        """`found` (the cluster's answers to a lookup by time) where a partition it answered none for has a
+        record that late after all (see `at_time`)."""
+        missing = {p: ts for p, ts in partitions.items() if found.get(p, -1) < 0}
         kept = {p: highs[p] - 1 for p in missing if highs[p] > lows[p]}
         lasts = self.timestamps(bootstrap, topic, kept) if kept else {}
         for p, ts in missing.items():
@@ -197,18 +222,22 @@ class Watermarks:
 
     def bounds(self, bootstrap: str, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         """What the cluster keeps of each partition of `topic`, and where `at_ms` falls in it (None: no time).
-        NotFoundError when the topic is gone, UnavailableError when the cluster does not answer. A few round
-        trips on connections kept: a rewind waits on them."""
+        NotFoundError when the topic is gone, UnavailableError when the cluster does not answer. Two round trips
+        on connections kept (its metadata, then the earliest, latest and timed offsets sent to each leader
+        together): a rewind waits on them."""
+        every = list(range(partitions))
+        asks = [dict.fromkeys(every, EARLIEST), dict.fromkeys(every, LATEST)]
+        if at_ms is not None:
+            asks.append(dict.fromkeys(every, at_ms))
         with self._using(bootstrap) as cluster:
             if not self._metadata(cluster, topic):
                 raise NotFoundError(f"topic {topic} is not on {bootstrap} any more", kind="topic", name=topic)
-        every = list(range(partitions))
-        marks = self.marks(bootstrap, topic, every)
+            lows, highs, *timed = self._offsets_each(cluster, topic, asks)
         if at_ms is None:
-            return [PartitionBounds(*marks[p]) for p in every]
-        found = self.at_time(bootstrap, topic, dict.fromkeys(every, at_ms))
-        ats = {p: at if (at := found.get(p, -1)) >= 0 else marks[p][1] for p in every}  # none that late: the end
-        return [PartitionBounds(*marks[p], ats[p]) for p in every]
+            return [PartitionBounds(lows[p], highs[p]) for p in every]
+        found = self._late(bootstrap, topic, asks[2], timed[0], lows, highs)
+        ats = {p: at if (at := found.get(p, -1)) >= 0 else highs[p] for p in every}  # none that late: the end
+        return [PartitionBounds(lows[p], highs[p], ats[p]) for p in every]
 
     def _search(self, bootstrap: str, topic: str, partition: int, at_ms: int, low: int, high: int) -> int:
         """The first offset at or after `at_ms` by the records' own timestamps (see PartitionFetcher): when
@@ -225,40 +254,43 @@ class Watermarks:
         finally:
             fetcher.close()
 
-    @staticmethod
-    def timestamps(bootstrap: str, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+    def timestamps(self, bootstrap: str, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         """{partition: the timestamp of its first record at or after the offset}: one Fetch per leader for all
-        its partitions (a partition with no record there, or whose leader does not answer, is left out)."""
-        from streamplane.client.kafka import ConnectionConfig, KafkaConnection, KafkaProtocolError
+        its partitions, on the connections kept (a partition with no record there, or whose leader does not
+        answer, is left out); UnavailableError when the cluster does not say who leads them."""
         from streamplane.client.records import decode_records
         from streamplane.native import DEFAULT_MAX_DECOMPRESSED
 
-        config = ConnectionConfig(timeout_s=10.0)
-        try:
-            with KafkaConnection.connect_any(bootstrap, config) as boot:
-                md = boot.metadata([topic])
-        except (UnavailableError, KafkaProtocolError) as err:
-            raise UnavailableError(f"cannot read the metadata of {topic} at {bootstrap}: {err}") from err
-        leaders = {p.partition: p.leader for p in md.topics.get(topic, [])}
-        by_leader: dict[int, dict[int, int]] = {}
-        for partition, offset in offsets.items():
-            leader = leaders.get(partition, -1)
-            if leader in md.brokers:
-                by_leader.setdefault(leader, {})[partition] = offset
+        with self._using(bootstrap) as cluster:
+            leaders = cluster.leaders.get(topic)
+            if leaders is None or any(leaders.get(p, -1) < 0 for p in offsets):
+                try:
+                    leaders = self._metadata(cluster, topic)
+                except KafkaProtocolError as err:
+                    raise UnavailableError(f"cannot read the metadata of {topic} at {bootstrap}: {err}") from err
+            by_leader: dict[int, dict[int, int]] = {}
+            for partition, offset in offsets.items():
+                if (leader := leaders.get(partition, -1)) >= 0:
+                    by_leader.setdefault(leader, {})[partition] = offset
+            answers = []
+            for leader, asked in by_leader.items():
+                conn = self._conn(cluster, leader)
+                try:
+                    answers.append((asked, conn.fetch(topic, asked, max_wait_ms=10, partition_max_bytes=64 << 10)))
+                except (UnavailableError, KafkaProtocolError):
+                    conn.close()
+                    cluster.conns.pop(leader, None)
         out = {}
-        for leader, asked in by_leader.items():
-            broker = md.brokers[leader]
-            try:
-                with KafkaConnection(broker.host, broker.port, config) as conn:
-                    parts = conn.fetch(topic, asked, max_wait_ms=10, partition_max_bytes=64 << 10)
-            except (UnavailableError, KafkaProtocolError):
-                continue
+        for asked, parts in answers:
             for part in parts:
                 if part.error_code or part.partition not in asked:
                     continue
-                start = asked[part.partition]
                 got = decode_records(
-                    part.records, start, part.high_watermark, max_decompressed=DEFAULT_MAX_DECOMPRESSED, aborted=None
+                    part.records,
+                    asked[part.partition],
+                    part.high_watermark,
+                    max_decompressed=DEFAULT_MAX_DECOMPRESSED,
+                    aborted=None,
                 )
                 if got.batch is not None and len(got.batch):
                     out[part.partition] = int(got.batch.timestamps[0])

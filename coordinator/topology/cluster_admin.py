@@ -103,7 +103,7 @@ class _Bounds:
         return self.marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
 
     def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
-        return Watermarks.timestamps(cluster.bootstrap_servers, topic, offsets)
+        return self.marks.timestamps(cluster.bootstrap_servers, topic, offsets)
 
     def wait_serving(self, cluster: Cluster, topic: str, partitions: int, deadline: float, timeout_s: float) -> None:
         """Return once the leader of every partition of a topic just created answers ListOffsets for it (Kafka

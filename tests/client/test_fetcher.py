@@ -155,8 +155,16 @@ def test_the_timestamps_of_records_at_offsets_come_in_one_fetch_per_leader(local
         for i in range(10):
             producer.produce(topic, b"v", partition=p, timestamp=1_700_000_000_000 + 1000 * p + i)
     assert producer.flush(10) == 0
-    got = Watermarks.timestamps(bootstrap, topic, {0: 0, 1: 7, 2: 10})
-    assert got == {0: 1_700_000_000_000, 1: 1_700_000_001_007}
+    marks = Watermarks()
+    try:
+        got = marks.timestamps(bootstrap, topic, {0: 0, 1: 7, 2: 10})
+        assert got == {0: 1_700_000_000_000, 1: 1_700_000_001_007}
+        (held,) = marks._clusters.values()
+        kept = dict(held.conns)
+        assert marks.timestamps(bootstrap, topic, {0: 0, 1: 7, 2: 10}) == got
+        assert held.conns == kept, "asked again on the connections it kept (one a broker)"
+    finally:
+        marks.close()
 
 
 def test_watermarks_shared_by_threads_answer_every_caller_while_clients_are_evicted(local_cluster) -> None:

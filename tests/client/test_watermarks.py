@@ -118,3 +118,24 @@ def test_a_time_past_the_last_record_of_many_partitions_is_found_without_a_searc
     assert bounds[5].end == 4
     assert searched == [5], "only the partition with a record that late is searched"
     assert marks.at_time(cluster.bootstrap_servers, "idle", {0: 2_000, 1: 10_000}) == {0: 1, 1: -1}
+
+
+def test_offsets_asked_together_come_back_in_order_and_a_refused_one_leaves_the_connection_usable(
+    two_brokers: tuple[MockCluster, Watermarks],
+) -> None:
+    """A rewind's lookup sends a partition's earliest, latest and timed offsets to its leader together (a
+    request may not name a partition twice): one round trip. Every answer is read before a refused one
+    raises, so the next request on the connection gets its own answer."""
+    from streamplane.client.kafka import KafkaConnection, KafkaProtocolError
+
+    cluster, _ = two_brokers
+    cluster.create_topic("together", 1)
+    cluster.set_leader("together", 0, 1)
+    _fill(cluster, "together", [4])
+    with KafkaConnection.connect_any(cluster.bootstrap_servers) as boot:
+        leader = boot.metadata(["together"]).brokers[1]
+    with KafkaConnection(leader.host, leader.port) as conn:
+        assert conn.list_offsets_each("together", [{0: -2}, {0: -1}, {0: -1}]) == [{0: 0}, {0: 4}, {0: 4}]
+        with pytest.raises(KafkaProtocolError, match="together/7 failed"):
+            conn.list_offsets_each("together", [{7: -1}, {0: -1}])
+        assert conn.list_offsets("together", [0], -1) == {0: 4}, "the refused ask's answers were all read"
