@@ -81,8 +81,8 @@ class SessionWriter:
         key = (group, worker_id, session_id)
         with self._lock:
             old = self._beats.get(key)
-            if old is not None:
-                pending.message = old.message.merged(beat)  # type: ignore[union-attr]
+            if old is not None and isinstance(old.message, Heartbeat):  # a beat waiting: always a heartbeat
+                pending.message = old.message.merged(beat)
             self._beats[key] = pending
         if not self._started:
             self.flush()
