@@ -246,6 +246,48 @@ def test_a_canary_rides_out_a_brokers_passing_errors_within_its_timeout() -> Non
             probes.close()
 
 
+def test_a_cluster_forgotten_while_its_canary_opens_a_leader_connection_leaks_no_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The autopilot forgets a cluster (a failed probe, its removal) while a canary of it opens a connection to
+    the health topic's leader, another broker than bootstrap's: the new connection is kept with the cluster's
+    current ones, so it is counted and closed with them, never left open and unknown."""
+    from streamplane.coordinator.topology import probes as probes_module
+    from streamplane.devstack.mockcluster import MockCluster
+
+    mock = MockCluster(2)
+    probes = WireProbes()
+    opened: list[Any] = []
+    real = probes_module.KafkaConnection
+
+    class ForgottenMeanwhile(real):  # type: ignore[misc,valid-type]
+        """A real connection; the moment it is open, the cluster is forgotten (the race, made certain)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+            probes.forget("two")
+
+    try:
+        mock.create_topic(CANARY_TOPIC, 1)
+        bootstrap = mock.bootstrap_servers.split(",")[0]
+        with real.connect_any(bootstrap) as boot:  # the health topic led by the broker bootstrap is not
+            other = next(n for n, b in boot.metadata([]).brokers.items() if f"{b.host}:{b.port}" != boot.address)
+        mock.set_leader(CANARY_TOPIC, 0, other)
+        cluster = model.Cluster("two", bootstrap)
+        assert probes.probe("two", bootstrap, timeout_s=2, now_ms=1).reachable
+        monkeypatch.setattr(probes_module, "KafkaConnection", ForgottenMeanwhile)
+        _, error = probes.canary(cluster, timeout_s=5)
+        assert error == "", error
+        (leader,) = opened
+        assert probes.connections() == 1, "the leader's connection is kept with the cluster's"
+    finally:
+        probes.close()
+        mock.close()
+    assert probes.connections() == 0
+    assert leader.fileno() == -1, "closed with the cluster's connections"
+
+
 def test_a_clients_error_report_that_does_not_decode_never_blinds_the_health_monitor() -> None:
     """Bad data already in the store: one producer's and one worker's error reports are not what a heartbeat
     writes. The reports of the others are still counted, so the autopilot's tick goes on for the fleet."""
