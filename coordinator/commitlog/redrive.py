@@ -33,7 +33,16 @@ from streamplane.coordinator.store import Database, Transaction, transactional
 from streamplane.coordinator.topology.cluster_admin import ClusterAdmin
 from streamplane.coordinator.topology.records import get_cluster, get_stream
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError
-from streamplane.model import PartitionRef, RedriveClaim, RedriveTarget, RejectedRecord, RejectRun, RunRow, pack_runs
+from streamplane.model import (
+    PartitionRef,
+    RedriveClaim,
+    RedriveTarget,
+    RejectedRecord,
+    RejectRun,
+    RunRow,
+    pack_runs,
+    run_row,
+)
 from streamplane.names import check_lane_name, check_object_name
 
 CLAIM_MS = 10_000
@@ -102,17 +111,13 @@ def _run_row(ref: PartitionRef, offset: int, mark: Any) -> RunRow | None:
     """A decoded mark as a run's row; None for a dlq copy that is not a copy's shape."""
     dlq = mark.get("dlq") or None
     if dlq is None:
-        return (ref, offset, "", "", 0, 0, 0)
+        return run_row(ref, offset)
     try:
         generation, partition, at, lane = int(dlq["generation"]), int(dlq["partition"]), int(dlq["offset"]), dlq["lane"]
         stream = str(dlq["stream"])
     except (ValueError, TypeError, KeyError):
         return None
-    return (
-        (ref, offset, stream, str(lane), generation, partition, at)
-        if generation > 0 and lane
-        else (ref, offset, "", "", 0, 0, 0)
-    )
+    return run_row(ref, offset, stream, str(lane) if lane else "", generation, partition, at)
 
 
 def _marks(

@@ -53,6 +53,7 @@ from streamplane.model.commits import (
     RunRow,
     pack_runs,
     reject_runs,
+    run_row,
 )
 from streamplane.model.events import (
     EVENT_KINDS,
@@ -231,6 +232,7 @@ __all__ = [
     "pack_runs",
     "parse_lease",
     "reject_runs",
+    "run_row",
     "slice_lease_id",
     "to_jsonable",
 ]

@@ -220,6 +220,21 @@ RunRow = tuple[PartitionRef, int, str, str, int, int, int]
 partition and offset ("", "", 0, 0, 0: none recorded, or none with a generation and a lane)."""
 
 
+def run_row(
+    ref: PartitionRef,
+    offset: int,
+    dlq_stream: str = "",
+    dlq_lane: str = "",
+    generation: int = 0,
+    partition: int = 0,
+    at: int = 0,
+) -> RunRow:
+    """A reject as a run's row: its dlq copy's place kept only for a copy with a generation and a lane."""
+    if generation > 0 and dlq_lane:
+        return (ref, offset, dlq_stream, dlq_lane, generation, partition, at)
+    return (ref, offset, "", "", 0, 0, 0)
+
+
 def pack_runs(rows: Iterable[RunRow]) -> tuple[RejectRun, ...]:
     """Rejects as runs, one per (partition, dlq stream, dlq lane), in the rows' order within each."""
     grouped: dict[tuple[PartitionRef, str, str], tuple[list[int], list[int], list[int], list[int]]] = {}
@@ -239,9 +254,9 @@ def pack_runs(rows: Iterable[RunRow]) -> tuple[RejectRun, ...]:
 def reject_runs(records: tuple[RejectedRecord, ...]) -> tuple[RejectRun, ...]:
     """Records as runs (see `pack_runs`)."""
     return pack_runs(
-        (r.partition, r.offset, r.dlq.stream, r.dlq.lane, r.dlq.generation, r.dlq.partition, r.dlq.offset)
-        if r.dlq is not None and r.dlq.generation > 0 and r.dlq.lane
-        else (r.partition, r.offset, "", "", 0, 0, 0)
+        run_row(r.partition, r.offset)
+        if r.dlq is None
+        else run_row(r.partition, r.offset, r.dlq.stream, r.dlq.lane, r.dlq.generation, r.dlq.partition, r.dlq.offset)
         for r in records
     )
 
