@@ -23,7 +23,8 @@ from typing import Any
 import structlog
 
 from streamplane.client.coordinator import CoordinatorClient
-from streamplane.client.partition_fetcher import PartitionFetcher
+from streamplane.client.kafka import ConnectionConfig
+from streamplane.client.partition_fetcher import Leaders, PartitionFetcher
 from streamplane.client.producer import Producer
 from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError, UnavailableError
@@ -87,9 +88,12 @@ Where = tuple[str, str, int]
 
 class _Reader:
     """Reads records by offset, a batch at a time: per partition, the offsets wanted in order, each fetch
-    serving every wanted offset it holds (a batch's dlq copies mostly follow each other in their partitions)."""
+    serving every wanted offset it holds (a batch's dlq copies mostly follow each other in their partitions).
+    Its fetchers share one `Leaders`: one connection a broker and one metadata request a topic for the whole
+    run, however many partitions the dlq lane has, each made with the run's TLS and SASL settings."""
 
-    def __init__(self) -> None:
+    def __init__(self, connection: ConnectionConfig | None = None) -> None:
+        self._leaders = Leaders(connection)
         self._fetchers: dict[Where, PartitionFetcher] = {}
 
     def read_many(self, wanted: dict[Where, set[int]]) -> dict[tuple[Where, int], Any]:
@@ -98,7 +102,7 @@ class _Reader:
         for where, offsets in wanted.items():
             fetcher = self._fetchers.get(where)
             if fetcher is None:
-                fetcher = self._fetchers[where] = PartitionFetcher(*where, max_wait_ms=10)
+                fetcher = self._fetchers[where] = PartitionFetcher(*where, max_wait_ms=10, leaders=self._leaders)
             todo = sorted(offsets)
             i = 0
             while i < len(todo):
@@ -118,22 +122,20 @@ class _Reader:
 
     def scan(self, bootstrap: str, topic: str, partition: int, start: int) -> list[Any]:
         """Every record of one partition from `start` to its end now."""
-        fetcher = PartitionFetcher(bootstrap, topic, partition, start_offset=start, max_wait_ms=10)
+        fetcher = PartitionFetcher(
+            bootstrap, topic, partition, start_offset=start, max_wait_ms=10, leaders=self._leaders
+        )
         out: list[Any] = []
-        try:
-            while True:
-                got = fetcher.fetch()
-                if got.batch is not None:
-                    out += list(got.batch.records())
-                if fetcher.position >= got.high_watermark >= 0:
-                    return out
-        finally:
-            fetcher.close()
+        while True:
+            got = fetcher.fetch()
+            if got.batch is not None:
+                out += list(got.batch.records())
+            if fetcher.position >= got.high_watermark >= 0:
+                return out
 
     def close(self) -> None:
-        for fetcher in self._fetchers.values():
-            fetcher.close()
         self._fetchers.clear()
+        self._leaders.close()
 
 
 class Redrive:
@@ -145,7 +147,8 @@ class Redrive:
         since_ms, until_ms: only records rejected in [since_ms, until_ms) (0: no bound).
         rate: records a second at most (0: as fast as Kafka takes them).
         batch_size: rejects a claim hands out (up to 5,000, the commit log's MAX_BATCH).
-        kafka_config: librdkafka settings for the producer.
+        kafka_config: librdkafka settings for the producer; their TLS and SASL ones (security.protocol, ssl.*,
+            sasl.*) also make the connections that read the dlq copies.
     """
 
     def __init__(
@@ -172,7 +175,7 @@ class Redrive:
         self.owner = f"redrive-{uuid.uuid4().hex[:12]}"
         self._kafka_config = kafka_config
         self._places: dict[tuple[str, int], tuple[str, str]] = {}
-        self._reader = _Reader()
+        self._reader = _Reader(ConnectionConfig.from_settings(kafka_config))
 
     def run(self, progress: Callable[[RedriveReport], None] | None = None) -> RedriveReport:
         """Claim, produce and complete batch after batch until none is left; `progress` after each batch.

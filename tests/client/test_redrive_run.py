@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from streamplane.client import CoordinatorClient, Producer
+from streamplane.client import CoordinatorClient, Producer, partition_fetcher
+from streamplane.client.kafka import KafkaConnection
 from streamplane.client.redrive import Redrive
-from streamplane.errors import UnavailableError
+from streamplane.errors import InvalidArgumentError, UnavailableError
 from streamplane.model import RedriveClaim
 from tests.helpers import RunningConsumer, register_local_clusters, wait_until
 
@@ -46,28 +47,33 @@ class OlderCoordinatorClient(CountingClient):
         return dataclasses.replace(super().claim_redrive(*args, **kwargs), completes=False)
 
 
-@pytest.fixture
-def rejected(coordinator, local_cluster) -> tuple[str, str]:
-    """(address, stream): a stream whose REJECTS records group "billing" rejected."""
+def reject_all(address: str, local_cluster: Any, partitions: int) -> str:
+    """A new stream of `partitions` whose REJECTS records group "billing" rejected."""
     bootstrap, control = local_cluster
-    register_local_clusters(coordinator.address, bootstrap, control.endpoint, ("east",))
+    register_local_clusters(address, bootstrap, control.endpoint, ("east",))
     stream = f"rr-{uuid.uuid4().hex[:8]}"
-    with CoordinatorClient(coordinator.address) as client:
-        client.create_stream(stream, 2, cluster="east")
-    with Producer(coordinator.address, **{"linger.ms": 5}) as producer:
+    with CoordinatorClient(address) as client:
+        client.create_stream(stream, partitions, cluster="east")
+    with Producer(address, **{"linger.ms": 5}) as producer:
         for i in range(REJECTS):
             producer.produce(stream, b"bad-%d" % i, key=b"%d" % i)
         assert producer.flush(30) == 0
-    buggy = RunningConsumer(coordinator.address, "billing", stream, reject=b"bad-")
+    buggy = RunningConsumer(address, "billing", stream, reject=b"bad-")
     try:
-        with CoordinatorClient(coordinator.address) as client:
+        with CoordinatorClient(address) as client:
             wait_until(
                 lambda: sum(x.dlq_pending for x in client.lag("billing", stream, partitions=False).lanes) == REJECTS,
                 timeout=60,
             )
     finally:
         buggy.stop()
-    return coordinator.address, stream
+    return stream
+
+
+@pytest.fixture
+def rejected(coordinator, local_cluster) -> tuple[str, str]:
+    """(address, stream): a stream of 2 partitions whose REJECTS records group "billing" rejected."""
+    return coordinator.address, reject_all(coordinator.address, local_cluster, 2)
 
 
 def test_a_run_ends_with_the_walks_last_batch_and_releases_its_claim(rejected: tuple[str, str]) -> None:
@@ -90,6 +96,28 @@ def test_a_run_ends_with_the_walks_last_batch_and_releases_its_claim(rejected: t
     finally:
         fixed.stop()
     assert set(fixed.seen) == {b"bad-%d" % i for i in range(REJECTS)} and max(fixed.seen.values()) == 1
+
+
+def test_a_run_reads_the_dlq_copies_of_every_partition_over_one_connection_a_broker(
+    coordinator, local_cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dlq lane of 12 partitions on 3 brokers: the run's reads open one connection for the topic's metadata
+    and at most one a broker (not a metadata connection and a leader connection for each partition), and
+    close them all when it ends."""
+    stream = reject_all(coordinator.address, local_cluster, 12)
+    opened: list[KafkaConnection] = []
+
+    class Counted(KafkaConnection):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            opened.append(self)
+
+    monkeypatch.setattr(partition_fetcher, "KafkaConnection", Counted)
+    with CoordinatorClient(coordinator.address) as client:
+        report = Redrive(client, stream, "billing", batch_size=10).run()
+    assert (report.produced, report.unreadable) == (REJECTS, 0)
+    assert 2 <= len(opened) <= 1 + 3, f"{len(opened)} connections for a dlq lane of 12 partitions on 3 brokers"
+    assert all(conn.fileno() == -1 for conn in opened), "a connection of the run's reads was left open"
 
 
 def test_a_run_against_a_coordinator_that_does_not_complete_in_claims_completes_each_batch_apart(
@@ -123,3 +151,16 @@ def test_a_run_whose_completion_in_a_claim_is_not_acknowledged_stops_with_a_sent
         lanes = client.lag("billing", stream, partitions=False).lanes
         pending, redriven = sum(x.dlq_pending for x in lanes), sum(x.dlq_redriven for x in lanes)
         assert (pending, redriven) == (REJECTS - 7, 7), "the batch the claim completed, and no other"
+
+
+def test_a_run_with_kafka_settings_that_make_no_connection_is_refused_before_it_claims(
+    rejected: tuple[str, str],
+) -> None:
+    """The run's librdkafka settings make its reading connections too: a protocol they do not name is one
+    sentence at construction, and no batch is claimed."""
+    address, stream = rejected
+    with CountingClient(address) as client:
+        with pytest.raises(InvalidArgumentError, match=r"security\.protocol must be one of .*not 'tls'"):
+            Redrive(client, stream, "billing", **{"security.protocol": "tls"})
+        assert client.claims == []
+        assert sum(x.dlq_pending for x in client.lag("billing", stream, partitions=False).lanes) == REJECTS
