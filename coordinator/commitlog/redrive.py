@@ -52,6 +52,15 @@ MAX_BATCH = 5000
 about 1 MB, in one transaction)."""
 MAX_FLIGHTS = 2
 """Batches one run holds claimed and not completed at most: the one it produces and the next one."""
+MAX_LEFT = MAX_BATCH * MAX_FLIGHTS
+"""Records a completion may name as left (unreadable) at most: the most one batch holds, a killed run's
+batches taken over as one included. A call naming more is refused before anything is read."""
+
+
+def check_left(left: int) -> None:
+    """InvalidArgumentError for a completion naming more records left than any batch holds."""
+    if left > MAX_LEFT:
+        raise InvalidArgumentError(f"left: a batch holds at most {MAX_LEFT} records, not {left}")
 
 
 def _read(tr: Transaction, group: str, stream: str) -> dict[str, Any] | None:

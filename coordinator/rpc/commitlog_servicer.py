@@ -143,6 +143,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
     @grpc_errors
     def ClaimRedrive(self, request: cpb.ClaimRedriveRequest, context: grpc.ServicerContext) -> cpb.ClaimRedriveResponse:
         self._guard.require(context, auth.CONFIGURE_GROUPS, group=request.group, stream=request.stream)
+        redrive.check_left(len(request.left))  # before any read
         claimed = self._log.claim_redrive(
             request.stream,
             request.group,
@@ -166,6 +167,7 @@ class CommitLogServicer(cpb_grpc.CommitLogServiceServicer):
         self, request: cpb.CompleteRedriveRequest, context: grpc.ServicerContext
     ) -> cpb.CompleteRedriveResponse:
         self._guard.require(context, auth.CONFIGURE_GROUPS, group=request.group, stream=request.stream)
+        redrive.check_left(len(request.left))  # before any read
         return cpb.CompleteRedriveResponse(
             redriven=self._log.complete_redrive(
                 request.stream,

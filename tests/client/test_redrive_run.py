@@ -13,8 +13,9 @@ import pytest
 from streamplane.client import CoordinatorClient, Producer, partition_fetcher
 from streamplane.client.kafka import KafkaConnection
 from streamplane.client.redrive import Redrive
+from streamplane.coordinator.commitlog import redrive
 from streamplane.errors import InvalidArgumentError, UnavailableError
-from streamplane.model import RedriveClaim
+from streamplane.model import PartitionRef, RedriveClaim
 from tests.helpers import RunningConsumer, register_local_clusters, wait_until
 
 REJECTS = 30
@@ -164,3 +165,20 @@ def test_a_run_with_kafka_settings_that_make_no_connection_is_refused_before_it_
             Redrive(client, stream, "billing", **{"security.protocol": "tls"})
         assert client.claims == []
         assert sum(x.dlq_pending for x in client.lag("billing", stream, partitions=False).lanes) == REJECTS
+
+
+def test_a_claim_or_completion_naming_more_records_left_than_a_batch_holds_is_refused_and_changes_nothing(
+    rejected: tuple[str, str],
+) -> None:
+    """`left` is bounded by what a batch can hold (checked before anything is read); a call past it is one
+    sentence, holds no claim, and the next run redrives every reject."""
+    address, stream = rejected
+    ref = PartitionRef(stream, "realtime", 1, 0)
+    left = [(ref, offset) for offset in range(redrive.MAX_LEFT + 1)]
+    with CountingClient(address) as client:
+        with pytest.raises(InvalidArgumentError, match=f"left: a batch holds at most {redrive.MAX_LEFT} records"):
+            client.claim_redrive(stream, "billing", "bad-run", complete_batch_id=1, left=left)
+        with pytest.raises(InvalidArgumentError, match=f"left: a batch holds at most {redrive.MAX_LEFT} records"):
+            client.complete_redrive(stream, "billing", "bad-run", left, 1)
+        report = Redrive(client, stream, "billing").run()
+        assert (report.produced, report.waiting_ms) == (REJECTS, 0), "the refused calls held no claim"
