@@ -265,7 +265,11 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("--bootstrap", required=True, help="bootstrap servers, host:port[,host:port...]")
     p.add_argument("--zone", default="")
     p.add_argument("--capacity-weight", type=float, default=1.0)
-    p.add_argument("--config-ref", default="", help="name of the client TLS/SASL settings for this cluster")
+    p.add_argument(
+        "--config-ref",
+        default="",
+        help="the TLS/SASL settings the coordinator reaches this cluster with (a reference of its --kafka-settings)",
+    )
     p.add_argument("--update", action="store_true", help="replace an existing registration of that name")
     p = add(cluster, "list", cmd_cluster_list, "list registered clusters with their health, page by page")
     p.add_argument("--prefix", default="", help="only clusters whose name starts with this")

@@ -31,6 +31,9 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         raise errors.InvalidArgumentError(
             f"--console-sample-ms must be between 200 and 60000, not {args.console_sample_ms}"
         )
+    from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
+
+    kafka_settings = KafkaSettings.load(args.kafka_settings) if args.kafka_settings else PLAINTEXT
     return server.serve_forever(
         StoreConfig.from_env(args.data_dir, args.store),
         parent_pid=args.parent_pid,
@@ -45,6 +48,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         if args.server_cert
         else None,
         control_endpoints=args.allow_control_endpoint,
+        kafka_settings=kafka_settings,
         insecure=args.insecure,
         console=server.ConsoleSettings(args.console_port, args.console_actions, args.console_sample_ms)
         if args.console_port is not None
@@ -174,6 +178,13 @@ def register(sub: Subparsers, add: Add) -> None:
         default=[],
         metavar="HOST:PORT",
         help="a local cluster's control channel that registrations may name (repeatable)",
+    )
+    p.add_argument(
+        "--kafka-settings",
+        default=None,
+        metavar="FILE",
+        help="JSON {reference: {librdkafka setting: value}}: the TLS and SASL settings a cluster names with "
+        "--config-ref, with which the coordinator reaches it (kept out of the store)",
     )
     p.add_argument(
         "--insecure", action="store_true", help="listen beyond loopback without TLS or authentication (not advised)"

@@ -50,8 +50,11 @@ class Watermarks:
     different clusters go on at once, and a cluster's connections are never closed under a caller using them
     (one evicted while in use is closed by its last user)."""
 
-    def __init__(self, timeout_s: float = 10.0, *, max_clients: int = 8) -> None:
-        self._config = ConnectionConfig(timeout_s=timeout_s)
+    def __init__(
+        self, timeout_s: float = 10.0, *, max_clients: int = 8, config: ConnectionConfig | None = None
+    ) -> None:
+        """`config`: TLS and SASL of the connections (its timeout is theirs); default plaintext, `timeout_s`."""
+        self._config = config or ConnectionConfig(timeout_s=timeout_s)
         self._clusters: dict[str, _Cluster] = {}
         self._users: dict[int, int] = {}
         self._evicted: set[int] = set()

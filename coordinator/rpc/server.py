@@ -41,7 +41,8 @@ from streamplane.coordinator.rpc.metrics import FLEET, LAG, serve_metrics
 from streamplane.coordinator.rpc.topology_servicer import TopologyServicer
 from streamplane.coordinator.store import Database, StoreConfig, open_store
 from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
-from streamplane.coordinator.topology.cluster_admin import ClusterAdmin, RoutingAdmin
+from streamplane.coordinator.topology.cluster_admin import ClusterAdmin, KafkaAdmin, RoutingAdmin
+from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import InvalidArgumentError, UnavailableError
@@ -190,18 +191,21 @@ def start(
     autopilot_config: AutopilotConfig | None = None,
     console: ConsoleSettings | None = None,
     reap_every_ms: int = REAP_EVERY_MS,
+    kafka_settings: KafkaSettings = PLAINTEXT,
 ) -> RunningCoordinator:
     """Start the gRPC server on host:port (0 picks a free port) over an open store; `clock` is its time.
 
     Unary calls run on `max_workers` threads; streams (at most `max_streams` open) on one event loop thread.
     `guard` authenticates and authorizes every call (default: authentication off); `tls` serves TLS;
-    `control_endpoints` are the local clusters' control channels a registration may name; `console` serves the
-    web console on host:console.port (over TLS when `tls` is given).
+    `control_endpoints` are the local clusters' control channels a registration may name; `kafka_settings` the
+    TLS and SASL settings a cluster may name (`config_ref`), with which every connection to it is made;
+    `console` serves the web console on host:console.port (over TLS when `tls` is given).
     """
     guard = guard or Guard(clock=clock)
     guard.attach(db)
     limits = StreamLimits(max_streams, streams_per_principal, guard.name_of)
-    topology = Topology(db, admin or RoutingAdmin(), clock, control_endpoints=control_endpoints)
+    admin = admin or RoutingAdmin(KafkaAdmin(settings=kafka_settings))
+    topology = Topology(db, admin, clock, control_endpoints=control_endpoints, kafka_settings=kafka_settings)
     assigner = Assigner(db, assigner_config, clock=clock)
     sessions = SessionHost(db, assigner_config, replica_id=assigner.replica_id, clock=clock)
     autopilot = Autopilot(
@@ -319,6 +323,7 @@ def serve_forever(
     control_endpoints: Collection[str] = (),
     insecure: bool = False,
     console: ConsoleSettings | None = None,
+    kafka_settings: KafkaSettings = PLAINTEXT,
 ) -> int:
     """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves.
 
@@ -351,6 +356,7 @@ def serve_forever(
             tls=tls,
             control_endpoints=control_endpoints,
             console=console,
+            kafka_settings=kafka_settings,
         )
     except Exception:
         db.close()

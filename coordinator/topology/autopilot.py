@@ -88,7 +88,7 @@ class Autopilot:
         self.is_leader = is_leader
         self.config = config or AutopilotConfig()
         self.clock = clock
-        self.wire = WireProbes()
+        self.wire = WireProbes(topology.kafka_settings)
         self._probe = self.wire.probe if probe is WIRE else probe
         self._canary = self.wire.canary if canary is WIRE else canary
         self._canary_topics: set[str] = set()  # clusters whose health topic exists
@@ -223,8 +223,7 @@ class Autopilot:
         too, its health topic created first if need be."""
         cfg = self.config
         probe = self._probe(
-            cluster.name,
-            cluster.bootstrap_servers,
+            cluster,
             timeout_s=cfg.probe_timeout_ms / 1000,
             now_ms=now_ms,
             topics=count % cfg.topics_every == 0 or cluster.health != health.HEALTHY,

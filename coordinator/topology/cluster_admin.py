@@ -12,12 +12,14 @@ new generation was lost so, one run in four on a loaded machine; confluent-kafka
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from streamplane.client.kafka.watermarks import Watermarks
+from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
 from streamplane.errors import FailedPreconditionError, StreamplaneError, UnavailableError
 from streamplane.model import ADMIN_LOCAL, Cluster, PartitionBounds, TopicSettings
 
@@ -94,16 +96,31 @@ class _Bounds:
     """`ClusterAdmin.bounds` (and the sealer's end offsets) through our wire client's ListOffsets on any
     Kafka-protocol cluster, real or local, with one connection per broker of the clusters looked at last kept (a
     rewind, a redrive or the sealer asks again and again). Calls from several RPCs and the sealer go on at once
-    (Watermarks is safe to share)."""
+    (Watermarks is safe to share). Clusters that name Kafka settings (`config_ref`) are reached with them: one
+    Watermarks for each reference."""
 
-    def __init__(self, timeout_s: float = 10.0) -> None:
+    def __init__(self, timeout_s: float = 10.0, settings: KafkaSettings = PLAINTEXT) -> None:
         self.marks = Watermarks(timeout_s)
+        self._timeout_s, self._settings = timeout_s, settings
+        self._lock = threading.Lock()
+        self._secured: dict[str, Watermarks] = {}
+
+    def of(self, cluster: Cluster) -> Watermarks:
+        """The Watermarks that reach `cluster` (UnavailableError when its settings are not this replica's)."""
+        if not cluster.config_ref:
+            return self.marks
+        config = self._settings.connection(cluster, self._timeout_s)
+        with self._lock:
+            marks = self._secured.get(cluster.config_ref)
+            if marks is None:
+                marks = self._secured[cluster.config_ref] = Watermarks(config=config)
+        return marks
 
     def __call__(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None) -> list[PartitionBounds]:
-        return self.marks.bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
+        return self.of(cluster).bounds(cluster.bootstrap_servers, topic, partitions, at_ms)
 
     def timestamps(self, cluster: Cluster, topic: str, offsets: dict[int, int]) -> dict[int, int]:
-        return self.marks.timestamps(cluster.bootstrap_servers, topic, offsets)
+        return self.of(cluster).timestamps(cluster.bootstrap_servers, topic, offsets)
 
     def wait_serving(self, cluster: Cluster, topic: str, partitions: int, deadline: float, timeout_s: float) -> None:
         """Return once the leader of every partition of a topic just created answers ListOffsets for it (Kafka
@@ -113,7 +130,7 @@ class _Bounds:
         pause = 0.01
         while True:
             try:
-                self.marks.ends(cluster.bootstrap_servers, topic, list(range(partitions)))
+                self.of(cluster).ends(cluster.bootstrap_servers, topic, list(range(partitions)))
                 return
             except StreamplaneError as err:
                 if time.monotonic() + pause > deadline:
@@ -146,23 +163,31 @@ def kafka_end_offsets(
 
 
 class KafkaAdmin:
-    """Topics on real Kafka clusters, through confluent-kafka's AdminClient (CreateTopics)."""
+    """Topics on real Kafka clusters, through confluent-kafka's AdminClient (CreateTopics); a cluster that names
+    Kafka settings (TLS, SASL) is reached with them."""
 
-    def __init__(self, timeout_s: float = 15.0) -> None:
-        self._timeout_s = timeout_s
-        self._bounds = _Bounds(timeout_s)
+    def __init__(self, timeout_s: float = 15.0, settings: KafkaSettings = PLAINTEXT) -> None:
+        self._timeout_s, self._settings = timeout_s, settings
+        self._bounds = _Bounds(timeout_s, settings)
+
+    def _client(self, cluster: Cluster) -> Any:
+        """An AdminClient for the cluster, with its settings."""
+        from confluent_kafka.admin import AdminClient
+
+        config = {**self._settings.librdkafka(cluster), "bootstrap.servers": cluster.bootstrap_servers, "log_level": 3}
+        return AdminClient(config)
 
     def ensure_topic(self, cluster: Cluster, topic: str, partitions: int, settings: TopicSettings = DEFAULTS) -> None:
         _raise_failed(self.ensure_topics(cluster, [TopicSpec(topic, partitions, settings)]))
 
     def ensure_topics(self, cluster: Cluster, topics: Sequence[TopicSpec]) -> dict[str, StreamplaneError]:
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
         if not topics:
             return {}
         deadline = time.monotonic() + self._timeout_s
-        client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 3})
+        client = self._client(cluster)
         # replication_factor=-1 takes the broker's default.replication.factor (KIP-464).
         new = [
             NewTopic(
@@ -214,7 +239,7 @@ class KafkaAdmin:
             )
 
     def end_offsets(self, cluster: Cluster, topic: str, partitions: int) -> list[int]:
-        return kafka_end_offsets(cluster, topic, partitions, marks=self._bounds.marks)
+        return kafka_end_offsets(cluster, topic, partitions, marks=self._bounds.of(cluster))
 
     def bounds(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None = None) -> list[PartitionBounds]:
         return self._bounds(cluster, topic, partitions, at_ms)
@@ -224,9 +249,8 @@ class KafkaAdmin:
 
     def delete_topic(self, cluster: Cluster, topic: str) -> None:
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import AdminClient
 
-        client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 3})
+        client = self._client(cluster)
         where = f"topic {topic} on cluster {cluster.name} ({cluster.bootstrap_servers})"
         futures = client.delete_topics([topic], request_timeout=self._timeout_s)
         try:

@@ -14,8 +14,8 @@ import time
 
 from streamplane.client.kafka import produce
 from streamplane.client.kafka.codec import KafkaProtocolError
-from streamplane.client.kafka.config import ConnectionConfig
 from streamplane.client.kafka.connection import KafkaConnection
+from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
 from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import Cluster, Probe
 from streamplane.names import TOPIC_PREFIX
@@ -31,23 +31,25 @@ class WireProbes:
     """Probes and canaries for many clusters, with their connections kept per cluster (thread-safe across
     clusters; one cluster is looked at by one thread at a time, as the autopilot schedules it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: KafkaSettings = PLAINTEXT) -> None:
+        self._settings = settings  # of the clusters that name Kafka settings (TLS, SASL)
         self._lock = threading.Lock()
         self._held: dict[str, tuple[str, dict[str, KafkaConnection]]] = {}
         """{cluster: (its bootstrap list, {broker address: connection})}; the first address is bootstrap's."""
 
-    def probe(self, name: str, bootstrap_servers: str, *, timeout_s: float, now_ms: int, topics: bool = True) -> Probe:
+    def probe(self, cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool = True) -> Probe:
         """Read a cluster's metadata; without `topics` only its brokers (a cheap look: partitions are counted
         on every few probes)."""
+        name = cluster.name
         started = time.perf_counter()
         try:
             try:
-                md = self._bootstrap(name, bootstrap_servers, timeout_s).metadata(None if topics else [])
+                md = self._bootstrap(cluster, timeout_s).metadata(None if topics else [])
             except UnavailableError:
                 if time.perf_counter() - started >= timeout_s / 2:
                     raise  # no answer in time: the cluster's, not the kept connection's
                 self.forget(name)  # a kept connection the broker dropped (restarted, idle): a fresh one decides
-                md = self._bootstrap(name, bootstrap_servers, timeout_s).metadata(None if topics else [])
+                md = self._bootstrap(cluster, timeout_s).metadata(None if topics else [])
         except (StreamplaneError, OSError) as err:
             self.forget(name)
             message = err.message if isinstance(err, StreamplaneError) else str(err)
@@ -126,7 +128,8 @@ class WireProbes:
         with self._lock:
             return sum(len(conns) for _, conns in self._held.values())
 
-    def _bootstrap(self, name: str, bootstrap_servers: str, timeout_s: float) -> KafkaConnection:
+    def _bootstrap(self, cluster: Cluster, timeout_s: float) -> KafkaConnection:
+        name, bootstrap_servers = cluster.name, cluster.bootstrap_servers
         with self._lock:
             held = self._held.get(name)
         if held is not None and held[0] != bootstrap_servers:  # registered again elsewhere
@@ -134,14 +137,14 @@ class WireProbes:
             held = None
         if held is not None:
             return next(iter(held[1].values()))
-        conn = KafkaConnection.connect_any(bootstrap_servers, ConnectionConfig(timeout_s=timeout_s))
+        conn = KafkaConnection.connect_any(bootstrap_servers, self._settings.connection(cluster, timeout_s))
         with self._lock:
             self._held[name] = (bootstrap_servers, {conn.address: conn})
         return conn
 
     def _canary_leader(self, cluster: Cluster, timeout_s: float) -> KafkaConnection:
         """The connection to the leader of the canary partition, opened once and kept with the cluster's."""
-        bootstrap = self._bootstrap(cluster.name, cluster.bootstrap_servers, timeout_s)
+        bootstrap = self._bootstrap(cluster, timeout_s)
         md = bootstrap.metadata([CANARY_TOPIC])
         part = next((p for p in md.topics.get(CANARY_TOPIC, []) if p.partition == 0), None)
         if part is None or part.leader not in md.brokers:
@@ -152,7 +155,7 @@ class WireProbes:
             conns = self._held.get(cluster.name, ("", {}))[1]
             conn = conns.get(address)
         if conn is None:
-            conn = KafkaConnection(broker.host, broker.port, ConnectionConfig(timeout_s=timeout_s))
+            conn = KafkaConnection(broker.host, broker.port, self._settings.connection(cluster, timeout_s))
             with self._lock:  # kept with the cluster's, even if they were forgotten meanwhile: closed with them
                 kept = self._held.setdefault(cluster.name, (cluster.bootstrap_servers, {}))[1]
                 other = kept.setdefault(address, conn)

@@ -27,6 +27,7 @@ from streamplane.coordinator.topology.cluster_index import (
     streams_active_on,
 )
 from streamplane.coordinator.topology.health import AUTOPILOT, Move, choose_target
+from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
 from streamplane.coordinator.topology.pages import (
     cluster_page,
     count_stream,
@@ -102,7 +103,13 @@ class Topology:
     """The topology domain: reads and event-sourced changes over a store and a cluster admin."""
 
     def __init__(
-        self, db: Database, admin: ClusterAdmin, clock: Clock = SYSTEM, *, control_endpoints: Collection[str] = ()
+        self,
+        db: Database,
+        admin: ClusterAdmin,
+        clock: Clock = SYSTEM,
+        *,
+        control_endpoints: Collection[str] = (),
+        kafka_settings: KafkaSettings = PLAINTEXT,
     ) -> None:
         self.db = db
         self.admin = admin
@@ -110,6 +117,8 @@ class Topology:
         self.control_endpoints = frozenset(control_endpoints)
         """The local clusters' control endpoints this coordinator may call: the coordinator sends requests
         there, so a registration cannot choose an address (the local stack, or an operator's allow-list)."""
+        self.kafka_settings = kafka_settings
+        """The Kafka settings a cluster may name (`config_ref`): a registration naming others is refused."""
 
     def commit(self, change: Callable[[Transaction], Any]) -> Committed:
         """Run `change` (which appends exactly one event) and return its result with the event's version."""
@@ -131,6 +140,7 @@ class Topology:
     # clusters
     def register_cluster(self, cluster: Cluster, *, update_existing: bool = False, actor: str = "") -> Committed:
         cluster = validate_cluster(cluster)
+        self.kafka_settings.check(cluster.config_ref)
         if cluster.admin == ADMIN_LOCAL and cluster.control_endpoint not in self.control_endpoints:
             raise PermissionDeniedError(
                 f"cluster.control_endpoint {quoted(cluster.control_endpoint)} is not a local cluster this coordinator "

@@ -38,7 +38,7 @@ from streamplane.coordinator.rpc import metrics
 from streamplane.coordinator.store import Database
 from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
 from streamplane.coordinator.topology.sealing import Sealer, SealingConfig
-from streamplane.model import DRAINING, Commit, Probe, Reject, Retry, RewindTarget, RewindTo, Subscription
+from streamplane.model import DRAINING, Cluster, Commit, Probe, Reject, Retry, RewindTarget, RewindTo, Subscription
 from tests.helpers import Domain, host_of, wait_until
 
 T0 = 1_800_000_000_000
@@ -60,7 +60,8 @@ class World:
         self.sweeper = LagSweeper(d.db, clock)
         self.views = Views(d.topology, self.assigner, LagHistory(self.sweep_lag, clock=clock), clock)
 
-        def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        def probe(cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+            name = cluster.name
             return Probe(name, now_ms, name != "west", brokers=1, error="refused" if name == "west" else "")
 
         self.pilot = Autopilot(

@@ -84,6 +84,59 @@ def test_sasl_over_tls_reads_from_a_broker_that_requires_it(real_kafka, mechanis
         loop.close()
 
 
+def test_a_cluster_that_requires_sasl_is_administered_probed_read_and_redriven_with_its_settings(
+    real_kafka, tmp_path
+) -> None:
+    """A cluster registered by its SASL_SSL listener alone, naming the coordinator's settings for it: the
+    coordinator creates its topics, probes it and runs its canary with them; a producer, a consumer (and its dlq
+    copies) and a dlq redrive reach it with their own."""
+    from streamplane.client.redrive import Redrive
+    from streamplane.coordinator.rpc import server
+    from streamplane.coordinator.store import StoreConfig, open_store
+    from streamplane.coordinator.topology.autopilot import AutopilotConfig
+    from streamplane.coordinator.topology.kafka_settings import KafkaSettings
+    from tests.helpers import RunningConsumer
+
+    settings = sasl(real_kafka, "SCRAM-SHA-512")
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
+        kafka_settings=KafkaSettings({"alice": settings}),
+        autopilot_config=AutopilotConfig(probe_interval_ms=300, canary_every=1, topics_every=1),
+    )
+    try:
+        address, stream = running.address, "rk-secure"
+        with CoordinatorClient(address) as client:
+            secure = model.Cluster("secure", real_kafka.sasl_bootstrap_servers, config_ref="alice")
+            client.register_cluster(secure)
+            client.create_stream(stream, 2, cluster="secure")
+        with Producer(address, **{"linger.ms": 5, **settings}) as producer:
+            for i in range(40):
+                producer.produce(stream, b"bad-%d" % i, key=b"%d" % i)
+            assert producer.flush(30) == 0
+        buggy = RunningConsumer(address, "billing", stream, reject=b"bad-", kafka_config=settings)
+        try:
+            with CoordinatorClient(address) as client:
+                wait_until(
+                    lambda: sum(x.dlq_pending for x in client.lag("billing", stream, partitions=False).lanes) == 40,
+                    timeout=60,
+                )
+        finally:
+            buggy.stop()
+        assert buggy.raised is None and len(buggy.seen) == 40
+        with CoordinatorClient(address) as client:
+            report = Redrive(client, stream, "billing", **settings).run()
+            assert (report.produced, report.unreadable) == (40, 0), "the dlq copies are read over SASL_SSL too"
+
+            def canary_passed() -> bool:
+                _, probes = client.cluster_health("secure")
+                return any(p.reachable and p.canary_ms > 0 and not p.canary_error for p in probes)
+
+            wait_until(canary_passed, timeout=30, what=lambda: client.cluster_health("secure")[1][-1:])
+            assert client.list_clusters()[0].health == model.ClusterHealth.HEALTHY
+    finally:
+        running.stop(0)
+
+
 def test_bad_credentials_are_one_clear_error_never_a_retry_loop(real_kafka) -> None:
     config = ConnectionConfig.from_settings(sasl(real_kafka, "SCRAM-SHA-512", password="wrong"))
     with pytest.raises(KafkaAuthenticationError, match=r"authentication as 'alice' failed on localhost:\d+"):

@@ -37,7 +37,7 @@ from streamplane.coordinator.topology.health import (
 )
 from streamplane.coordinator.topology.topology import Topology
 from streamplane.errors import FailedPreconditionError, InvalidArgumentError, StreamplaneError, UnavailableError
-from streamplane.model import Probe
+from streamplane.model import Cluster, Probe
 from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from tests.helpers import cli, wait_until
 
@@ -192,7 +192,8 @@ def test_a_flapping_cluster_moves_each_lane_at_most_once_a_minute(tmp_path: Path
     topology.set_stream_policy("flappy", model.FailoverPolicy(unhealthy_after_ms=2_000))
     down = lambda: (clock.now_ms() - T0) // 3000 % 2 == 1  # noqa: E731
 
-    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+    def probe(cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        name = cluster.name
         current = topology.describe_stream("flappy").value.lane("realtime").active.cluster  # type: ignore[union-attr]
         dead = down() and name == current
         return Probe(name, now_ms, not dead, brokers=3, error="refused" if dead else "")
@@ -231,7 +232,8 @@ def test_a_cluster_that_stays_unhealthy_is_planned_for_again_only_on_a_change_or
     topology.create_stream("s", 1, "a")
     topology.cordon("b")
 
-    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+    def probe(cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        name = cluster.name
         return Probe(name, now_ms, name != "a", brokers=1, error="refused" if name == "a" else "")
 
     plans: list[int] = []
@@ -557,7 +559,8 @@ def test_an_evacuation_creates_at_most_the_ceiling_of_topics_a_second_on_each_ta
     for i in range(30):
         topology.set_stream_policy(f"paced-{i:02d}", model.FailoverPolicy(unhealthy_after_ms=1_000))
 
-    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+    def probe(cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        name = cluster.name
         return Probe(name, now_ms, name != "a", brokers=3, error="refused" if name == "a" else "")
 
     config = AutopilotConfig(probe_interval_ms=200, target_creations_per_s=5)
@@ -628,7 +631,8 @@ def test_a_target_that_does_not_take_a_topic_is_tried_once_a_pass_and_again_with
         topology.create_stream(f"refused-{i}", 1, "a")
         topology.set_stream_policy(f"refused-{i}", model.FailoverPolicy(unhealthy_after_ms=1_000))
 
-    def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+    def probe(cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        name = cluster.name
         return Probe(name, now_ms, name != "a", brokers=3, error="refused" if name == "a" else "")
 
     pilot = Autopilot(

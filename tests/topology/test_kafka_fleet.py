@@ -19,7 +19,7 @@ from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfi
 from streamplane.coordinator.topology.cluster_admin import KafkaAdmin
 from streamplane.coordinator.topology.probes import CANARY_TOPIC, WireProbes
 from streamplane.coordinator.topology.topology import Topology
-from streamplane.model import Probe
+from streamplane.model import Cluster, Probe
 from streamplane.testing.cluster_admin import MemoryClusterAdmin
 from streamplane.testing.kafka_fleet import KafkaFleet
 from tests.helpers import wait_until
@@ -30,25 +30,25 @@ def test_the_stand_in_answers_the_admin_the_probe_and_the_canary_and_dies_when_k
         cluster = model.Cluster("one", fleet.bootstrap(0))
         probes = WireProbes()
         try:
-            assert probes.probe("one", cluster.bootstrap_servers, timeout_s=2, now_ms=1).reachable
+            assert probes.probe(cluster, timeout_s=2, now_ms=1).reachable
             admin = KafkaAdmin(timeout_s=10)
             admin.ensure_topic(cluster, CANARY_TOPIC, 1)  # librdkafka's CreateTopics
             admin.ensure_topic(cluster, CANARY_TOPIC, 1)  # exists: checked by its partitions
-            looked = probes.probe("one", cluster.bootstrap_servers, timeout_s=2, now_ms=2)
+            looked = probes.probe(cluster, timeout_s=2, now_ms=2)
             assert (looked.brokers, looked.partitions, looked.leaderless) == (1, 1, 0)
             for _ in range(3):
                 took, error = probes.canary(cluster, timeout_s=2)
                 assert error == "" and took > 0
             assert admin.end_offsets(cluster, CANARY_TOPIC, 1) == [3]  # librdkafka's ListOffsets
             assert probes.connections() == 1, "the probe and the canary share the cluster's one connection"
-            assert probes.probe("two", fleet.bootstrap(1), timeout_s=2, now_ms=3).partitions == 0
+            assert probes.probe(model.Cluster("two", fleet.bootstrap(1)), timeout_s=2, now_ms=3).partitions == 0
 
             fleet.kill(0)
-            dead = probes.probe("one", cluster.bootstrap_servers, timeout_s=2, now_ms=4)
+            dead = probes.probe(cluster, timeout_s=2, now_ms=4)
             assert not dead.reachable and dead.error
             assert probes.canary(cluster, timeout_s=1)[1].startswith("canary failed")
             fleet.revive(0)
-            again = probes.probe("one", cluster.bootstrap_servers, timeout_s=2, now_ms=5)
+            again = probes.probe(cluster, timeout_s=2, now_ms=5)
             assert again.reachable and again.partitions == 1, "a revived cluster keeps its topics"
             assert probes.canary(cluster, timeout_s=2)[1] == ""
         finally:
@@ -112,7 +112,8 @@ def test_probing_is_spread_over_the_live_replicas_and_taken_over_when_one_leaves
         probed: dict[str, list[str]] = {}
 
         def probe_as(replica: str) -> Callable[..., Probe]:
-            def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+            def probe(cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+                name = cluster.name
                 probed.setdefault(replica, []).append(name)
                 return Probe(name, now_ms, True, 1.0, brokers=1)
 
@@ -197,7 +198,8 @@ def test_a_cluster_record_that_does_not_decode_is_named_and_every_other_cluster_
         db.transact(lambda tr: tr.set(keys.cluster_key("c07"), b'{"name": "c07", "zone": '))
         probed: list[str] = []
 
-        def probe(name: str, servers: str, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+        def probe(cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> Probe:
+            name = cluster.name
             probed.append(name)
             return Probe(name, now_ms, False, 1.0, error="no broker answers")
 
@@ -275,7 +277,7 @@ def test_a_cluster_forgotten_while_its_canary_opens_a_leader_connection_leaks_no
             other = next(n for n, b in boot.metadata([]).brokers.items() if f"{b.host}:{b.port}" != boot.address)
         mock.set_leader(CANARY_TOPIC, 0, other)
         cluster = model.Cluster("two", bootstrap)
-        assert probes.probe("two", bootstrap, timeout_s=2, now_ms=1).reachable
+        assert probes.probe(cluster, timeout_s=2, now_ms=1).reachable
         monkeypatch.setattr(probes_module, "KafkaConnection", ForgottenMeanwhile)
         _, error = probes.canary(cluster, timeout_s=5)
         assert error == "", error

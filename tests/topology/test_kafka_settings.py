@@ -1,0 +1,98 @@
+"""The Kafka settings a cluster names by reference (`config_ref`), given to the coordinator in a file
+(`--kafka-settings`): refused in one sentence when they cannot make a connection, a registration naming
+settings the coordinator lacks is refused and registers nothing, and a cluster whose settings this replica
+lacks is reported unreachable by the health monitor (its loop goes on for the others)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streamplane import model
+from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
+from streamplane.coordinator.topology.probes import WireProbes
+from streamplane.errors import InvalidArgumentError, UnavailableError
+from tests.helpers import Domain, cli
+
+SCRAM = {
+    "security.protocol": "sasl_plaintext",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "streamplane",
+    "sasl.password": "secret",
+}
+
+
+def written(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "kafka.json"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", r"the Kafka settings file .*kafka\.json is not JSON"),
+        ("[1, 2]", r"must hold an object: \{reference: \{setting: value\}\}"),
+        ('{"prod": "sasl"}', r"each reference names an object of librdkafka settings, not 'prod'"),
+        ('{"prod": {"security.protocol": "tls"}}', r"Kafka settings 'prod' in .*: security\.protocol must be one of"),
+        (
+            '{"prod": {"security.protocol": "sasl_ssl", "sasl.mechanism": "PLAIN"}}',
+            r"Kafka settings 'prod' in .*: sasl\.username is required with sasl\.mechanism=PLAIN",
+        ),
+        (
+            '{"prod": {"security.protocol": "ssl", "ssl.ca.location": "/nowhere/ca.pem"}}',
+            r"Kafka settings 'prod' in .*: ssl\.ca\.location '/nowhere/ca\.pem' cannot be loaded",
+        ),
+    ],
+)
+def test_settings_that_make_no_connection_are_refused_in_one_sentence(tmp_path: Path, text: str, says: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=says):
+        KafkaSettings.load(written(tmp_path, text))
+
+
+def test_a_missing_file_is_one_sentence_and_the_coordinator_does_not_start(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"cannot read the Kafka settings file .*absent\.json"):
+        KafkaSettings.load(tmp_path / "absent.json")
+    bad = written(tmp_path, '{"prod": {"security.protocol": "tls"}}')
+    result = cli("coordinator", "--port", "0", "--data-dir", str(tmp_path / "store"), "--kafka-settings", str(bad))
+    assert result.returncode == 2, result.stderr
+    assert "Kafka settings 'prod'" in result.stderr and "security.protocol must be one of" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_cluster_reaches_the_settings_it_names_and_one_naming_none_is_plaintext(tmp_path: Path) -> None:
+    settings = KafkaSettings.load(written(tmp_path, json.dumps({"prod": SCRAM})))
+    secured = model.Cluster("a", "h:9093", config_ref="prod")
+    plain = model.Cluster("b", "h:9092")
+    assert settings.librdkafka(secured) == SCRAM and settings.librdkafka(plain) == {}
+    conn = settings.connection(secured, 2.5)
+    assert (conn.sasl_mechanism, conn.sasl_username, conn.timeout_s) == ("SCRAM-SHA-512", "streamplane", 2.5)
+    assert settings.connection(plain, 2.5).sasl_mechanism == "" and settings.connection(plain, 2.5).ssl_context is None
+    with pytest.raises(UnavailableError, match="cluster c needs Kafka settings 'other', which this coordinator"):
+        settings.connection(model.Cluster("c", "h:9093", config_ref="other"), 1.0)
+
+
+def test_a_registration_naming_settings_the_coordinator_lacks_is_refused_and_registers_nothing() -> None:
+    d = Domain()
+    d.topology.kafka_settings = KafkaSettings({"prod": SCRAM})
+    with pytest.raises(InvalidArgumentError, match=r"config_ref 'prd' names no Kafka settings of this coordinator"):
+        d.topology.register_cluster(model.Cluster("east", "h:9093", config_ref="prd"))
+    d.topology.kafka_settings = PLAINTEXT
+    with pytest.raises(InvalidArgumentError, match="it was started without --kafka-settings"):
+        d.topology.register_cluster(model.Cluster("east", "h:9093", config_ref="prod"))
+    assert [c.name for c in d.topology.list_clusters()] == []
+    d.topology.kafka_settings = KafkaSettings({"prod": SCRAM})
+    d.topology.register_cluster(model.Cluster("east", "h:9093", config_ref="prod"))
+    assert [c.config_ref for c in d.topology.list_clusters()] == ["prod"]
+
+
+def test_a_cluster_whose_settings_this_replica_lacks_is_probed_as_unreachable_saying_why() -> None:
+    probes = WireProbes(PLAINTEXT)
+    try:
+        looked = probes.probe(model.Cluster("east", "127.0.0.1:1", config_ref="prod"), timeout_s=1, now_ms=1)
+    finally:
+        probes.close()
+    assert not looked.reachable
+    assert "needs Kafka settings 'prod', which this coordinator replica was not given" in looked.error
