@@ -13,6 +13,7 @@ from collections.abc import Callable
 from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.coordinator.topology.cluster_admin import kafka_end_offsets
+from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
 from streamplane.doctor import (
     HELD,
     Diagnosis,
@@ -32,10 +33,14 @@ Ends = dict[tuple[str, int], list[int] | None]
 
 
 def _end_offsets(
-    stream: model.Stream, clusters: dict[str, model.Cluster], unreachable: set[str], timeout_s: float
+    stream: model.Stream,
+    clusters: dict[str, model.Cluster],
+    unreachable: set[str],
+    timeout_s: float,
+    settings: KafkaSettings = PLAINTEXT,
 ) -> Ends:
     """Per unsettled generation, Kafka's end offsets (None when its cluster cannot be read; a cluster that
-    failed once is not asked again)."""
+    failed once is not asked again); a cluster that names Kafka settings is read with `settings`' own."""
     out: Ends = {}
     for lane in stream.lanes:
         for g in lane.generations:
@@ -46,7 +51,8 @@ def _end_offsets(
                 out[(lane.name, g.number)] = None
                 continue
             try:
-                out[(lane.name, g.number)] = kafka_end_offsets(cluster, g.topic, g.partitions, timeout_s=timeout_s)
+                config = settings.connection(cluster, timeout_s)
+                out[(lane.name, g.number)] = kafka_end_offsets(cluster, g.topic, g.partitions, config=config)
             except UnavailableError:
                 unreachable.add(g.cluster)
                 out[(lane.name, g.number)] = None
@@ -61,13 +67,15 @@ def observe(
     interval_s: float = 2.0,
     target_ms: int = 5_000,
     kafka_timeout_s: float = 2.0,
+    kafka_settings: KafkaSettings = PLAINTEXT,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Observation:
-    """Two looks at `stream_name` as `group` reads it, `interval_s` apart."""
+    """Two looks at `stream_name` as `group` reads it, `interval_s` apart (clusters that name Kafka settings
+    read with `kafka_settings`')."""
     stream = client.describe_stream(stream_name)
     clusters = _clusters_of(client, stream)
     unreachable: set[str] = set()
-    ends_before = _end_offsets(stream, clusters, unreachable, kafka_timeout_s)
+    ends_before = _end_offsets(stream, clusters, unreachable, kafka_timeout_s, kafka_settings)
 
     def lag() -> dict[str, model.PartitionLag]:  # no group: nobody's progress (the stream's own figures)
         return {x.lease_id: x for x in client.lag(group, stream_name).partitions} if group else {}
@@ -75,7 +83,7 @@ def observe(
     lag_before = lag()
     started = time.monotonic()
     sleep(interval_s)
-    ends_after = _end_offsets(stream, clusters, unreachable, kafka_timeout_s)
+    ends_after = _end_offsets(stream, clusters, unreachable, kafka_timeout_s, kafka_settings)
     lag_after = lag()
     elapsed = max(time.monotonic() - started, 1e-3)
     members: tuple[model.MemberInfo, ...] = ()
@@ -165,9 +173,17 @@ def groups_of(client: CoordinatorClient, stream: str) -> list[str]:
     return sorted({x.group for x in client.lag("", stream).lanes}) or [""]
 
 
-def run(client: CoordinatorClient, stream: str, group: str, *, interval_s: float, target_ms: int) -> list[Diagnosis]:
+def run(
+    client: CoordinatorClient,
+    stream: str,
+    group: str,
+    *,
+    interval_s: float,
+    target_ms: int,
+    kafka_settings: KafkaSettings = PLAINTEXT,
+) -> list[Diagnosis]:
     return [
-        diagnose(observe(client, stream, g, interval_s=interval_s, target_ms=target_ms))
+        diagnose(observe(client, stream, g, interval_s=interval_s, target_ms=target_ms, kafka_settings=kafka_settings))
         for g in ([group] if group else groups_of(client, stream))
     ]
 

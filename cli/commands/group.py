@@ -140,11 +140,13 @@ def cmd_lag(args: argparse.Namespace) -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> None:
     from streamplane.cli import doctor
+    from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
 
     if not 0.2 <= args.interval <= 60:
         raise errors.InvalidArgumentError(f"--interval takes 0.2 to 60 seconds, not {args.interval:g}")
     if args.target_s <= 0:
         raise errors.InvalidArgumentError(f"--target-s must be positive, not {args.target_s:g}")
+    kafka_settings = KafkaSettings.load(args.kafka_settings) if args.kafka_settings else PLAINTEXT
     print(f"looking at {args.stream} twice, {args.interval:g} s apart ...", file=sys.stderr, flush=True)
     with connect(args) as client:
         if args.group:  # a typo'd group would be diagnosed "on time": say so, and diagnose the stream all the same
@@ -152,7 +154,12 @@ def cmd_doctor(args: argparse.Namespace) -> None:
             if not client.lag(args.group, args.stream, partitions=False).lanes:
                 print(f"warning: {no_progress(args.group, args.stream).message}", file=sys.stderr, flush=True)
         found = doctor.run(
-            client, args.stream, args.group or "", interval_s=args.interval, target_ms=int(args.target_s * 1000)
+            client,
+            args.stream,
+            args.group or "",
+            interval_s=args.interval,
+            target_ms=int(args.target_s * 1000),
+            kafka_settings=kafka_settings,
         )
     if json_shown(args, found):
         return
@@ -463,3 +470,9 @@ def register(sub: Subparsers, add: Add) -> None:
     p.add_argument("--group", default="", help="the group to examine (default: every group that read the stream)")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between its two looks (default 2)")
     p.add_argument("--target-s", type=float, default=5.0, help="the time lag a lane should stay under (default 5)")
+    p.add_argument(
+        "--kafka-settings",
+        default=None,
+        metavar="FILE",
+        help="the coordinator's JSON of TLS/SASL settings by reference: clusters that name one are read with it",
+    )

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from streamplane.client.kafka.config import ConnectionConfig
 from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.coordinator.topology.kafka_settings import PLAINTEXT, KafkaSettings
 from streamplane.errors import FailedPreconditionError, StreamplaneError, UnavailableError
@@ -143,12 +144,19 @@ class _Bounds:
 
 
 def kafka_end_offsets(
-    cluster: Cluster, topic: str, partitions: int, timeout_s: float = 10.0, *, marks: Watermarks | None = None
+    cluster: Cluster,
+    topic: str,
+    partitions: int,
+    timeout_s: float = 10.0,
+    *,
+    marks: Watermarks | None = None,
+    config: ConnectionConfig | None = None,
 ) -> list[int]:
     """End offsets through our wire client's ListOffsets (one request per leader); any Kafka-protocol cluster, real
-    or local. `marks` keeps its connections for the next call (the sealer's); without, they are closed after."""
+    or local. `marks` keeps its connections for the next call (the sealer's); without, connections made with
+    `config` (TLS, SASL and its timeout; default plaintext, `timeout_s`) are closed after."""
     own = marks is None
-    marks = marks or Watermarks(timeout_s)
+    marks = marks or Watermarks(timeout_s, config=config)
     try:
         ends = marks.ends(cluster.bootstrap_servers, topic, list(range(partitions)))
     except UnavailableError as err:

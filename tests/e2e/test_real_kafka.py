@@ -88,8 +88,9 @@ def test_a_cluster_that_requires_sasl_is_administered_probed_read_and_redriven_w
     real_kafka, tmp_path
 ) -> None:
     """A cluster registered by its SASL_SSL listener alone, naming the coordinator's settings for it: the
-    coordinator creates its topics, probes it and runs its canary with them; a producer, a consumer (and its dlq
-    copies) and a dlq redrive reach it with their own."""
+    coordinator creates its topics, probes it and runs its canary with them, and `doctor` reads its end offsets
+    with them; a producer, a consumer (and its dlq copies) and a dlq redrive reach it with their own."""
+    from streamplane.cli import doctor
     from streamplane.client.redrive import Redrive
     from streamplane.coordinator.rpc import server
     from streamplane.coordinator.store import StoreConfig, open_store
@@ -98,9 +99,10 @@ def test_a_cluster_that_requires_sasl_is_administered_probed_read_and_redriven_w
     from tests.helpers import RunningConsumer
 
     settings = sasl(real_kafka, "SCRAM-SHA-512")
+    ours = {"alice": settings}
     running = server.start(
         open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
-        kafka_settings=KafkaSettings({"alice": settings}),
+        kafka_settings=KafkaSettings(ours),
         autopilot_config=AutopilotConfig(probe_interval_ms=300, canary_every=1, topics_every=1),
     )
     try:
@@ -133,6 +135,12 @@ def test_a_cluster_that_requires_sasl_is_administered_probed_read_and_redriven_w
 
             wait_until(canary_passed, timeout=30, what=lambda: client.cluster_health("secure")[1][-1:])
             assert client.list_clusters()[0].health == model.ClusterHealth.HEALTHY
+            # doctor reads the end offsets with the same settings; without them it reports the cluster unread
+            looked = doctor.observe(client, stream, "billing", interval_s=0.2, kafka_settings=KafkaSettings(ours))
+            ends = [x.end_after for x in looked.partitions if x.lane == "realtime"]
+            assert None not in ends and sum(e or 0 for e in ends) == 80, ends
+            unread = doctor.observe(client, stream, "billing", interval_s=0.2)
+            assert {x.end_after for x in unread.partitions} == {None}
     finally:
         running.stop(0)
 

@@ -52,7 +52,7 @@ def test_settings_that_make_no_connection_are_refused_in_one_sentence(tmp_path: 
         KafkaSettings.load(written(tmp_path, text))
 
 
-def test_a_missing_file_is_one_sentence_and_the_coordinator_does_not_start(tmp_path: Path) -> None:
+def test_a_missing_or_bad_file_is_one_sentence_and_neither_the_coordinator_nor_doctor_starts(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match=r"cannot read the Kafka settings file .*absent\.json"):
         KafkaSettings.load(tmp_path / "absent.json")
     bad = written(tmp_path, '{"prod": {"security.protocol": "tls"}}')
@@ -60,6 +60,8 @@ def test_a_missing_file_is_one_sentence_and_the_coordinator_does_not_start(tmp_p
     assert result.returncode == 2, result.stderr
     assert "Kafka settings 'prod'" in result.stderr and "security.protocol must be one of" in result.stderr
     assert "Traceback" not in result.stderr
+    doctor = cli("doctor", "logs", "--kafka-settings", str(bad), coordinator="127.0.0.1:1")  # refused before it calls
+    assert doctor.returncode == 2 and "security.protocol must be one of" in doctor.stderr, doctor.stderr
 
 
 def test_a_cluster_reaches_the_settings_it_names_and_one_naming_none_is_plaintext(tmp_path: Path) -> None:
