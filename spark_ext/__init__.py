@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -21,7 +22,7 @@ from streamplane.spark.source import StreamplaneDataSource
 
 log = structlog.get_logger(__name__)
 
-_listening: set[int] = set()
+_listening: dict[int, ProgressListener] = {}
 _checked: dict[str, str | None] = {}
 
 
@@ -62,16 +63,23 @@ def _check_executor_python(spark: Any) -> None:
     log.warning("spark.executor_python", message=message)
 
 
-def register(spark: Any) -> None:
+def register(spark: Any, kafka: Mapping[str, Any] | None = None) -> None:
     """Make format("streamplane") available in this session and record queries' progress (idempotent).
+    `kafka`: librdkafka-named settings (TLS, SASL) with which the progress listener, in this driver process,
+    reads Kafka (the sources and sinks take theirs as options `kafka.<setting>`); given again, they replace
+    the ones before.
 
-    Raises InvalidArgumentError when the executors' Python, on this machine, cannot import streamplane."""
+    Raises InvalidArgumentError when the executors' Python, on this machine, cannot import streamplane, or when
+    the settings make no connection."""
     _check_executor_python(spark)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")  # the batch reader's pushFilters
     spark.dataSource.register(StreamplaneDataSource)
-    if id(spark) not in _listening:
-        spark.streams.addListener(ProgressListener())
-        _listening.add(id(spark))
+    listener = _listening.get(id(spark))
+    if listener is None:
+        listener = _listening[id(spark)] = ProgressListener(kafka)
+        spark.streams.addListener(listener)
+    elif kafka is not None:
+        listener.use(kafka)
 
 
 __all__ = ["ProgressListener", "StreamplaneDataSource", "register"]

@@ -7,11 +7,12 @@ maxOffsetsPerTrigger. `where` takes a record predicate (streamplane.predicate) e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.client.credentials import ClientTls
+from streamplane.client.kafka.config import ConnectionConfig
 from streamplane.errors import InvalidArgumentError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED, compile_where
 from streamplane.spark.offsets import parse_ending_timestamp, parse_starting_offsets, parse_starting_timestamps
@@ -62,6 +63,10 @@ def _max_decompressed(options: Any) -> int:
     return value
 
 
+def _is_kafka(key: Any) -> bool:
+    return str(key).lower().startswith("kafka.")
+
+
 @dataclass(frozen=True)
 class Access:
     """How to reach the coordinator: options coordinator, token, tls.ca, tls.cert and tls.key (each defaults as
@@ -71,14 +76,32 @@ class Access:
     coordinator: str = ""
     token: str | None = field(default=None, repr=False)
     tls: ClientTls | None = None
+    kafka: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """librdkafka-named settings of the connections to Kafka, from the options `kafka.<setting>` (as Spark's own
+    Kafka source takes them): `kafka.security.protocol`, `kafka.sasl.mechanism`, `kafka.sasl.username`,
+    `kafka.sasl.password`, `kafka.ssl.ca.location`, ... for clusters behind TLS or SASL."""
 
     @staticmethod
     def parse(options: Any) -> Access:
+        kafka = tuple(sorted((str(k)[len("kafka.") :], str(v)) for k, v in options.items() if _is_kafka(k)))
+        try:
+            ConnectionConfig.from_settings(dict(kafka))  # checked now: bad settings fail the query's load
+        except InvalidArgumentError as err:
+            raise InvalidArgumentError(f"option kafka.*: {err.message}") from err
         return Access(
             _get(options, "coordinator", "") or "",
             _get(options, "token") or None,
             ClientTls.find(_get(options, "tls.ca"), _get(options, "tls.cert"), _get(options, "tls.key")),
+            kafka,
         )
+
+    def kafka_settings(self) -> dict[str, Any]:
+        """The `kafka.*` options as librdkafka settings (for a Producer)."""
+        return dict(self.kafka)
+
+    def connection(self, timeout_s: float = 30.0) -> ConnectionConfig:
+        """The `kafka.*` options as our wire client's connection settings, with `timeout_s`."""
+        return replace(ConnectionConfig.from_settings(self.kafka_settings()), timeout_s=timeout_s)
 
     def client(self, *, retries: int = 3) -> CoordinatorClient:
         return CoordinatorClient(self.coordinator or None, retries=retries, token=self.token, tls=self.tls)

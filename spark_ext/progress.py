@@ -14,13 +14,15 @@ checkpoints rather than by Assigner leases.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from streamplane.client import CoordinatorClient
-from streamplane.client.partition_fetcher import PartitionFetcher
+from streamplane.client.kafka.config import ConnectionConfig
+from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.errors import StreamplaneError
 from streamplane.model import Commit, LeaseCommit
 from streamplane.spark.offsets import parse_offset_key
@@ -80,7 +82,17 @@ def group_of(source: dict[str, Any], query_name: str | None, query_id: str) -> s
 
 
 class ProgressListener(StreamingQueryListener):
-    """Commits each finished micro-batch of every streamplane source of every query of the session."""
+    """Commits each finished micro-batch of every streamplane source of every query of the session. `kafka`:
+    librdkafka-named settings (TLS, SASL) with which it reads the timestamps of unread records."""
+
+    def __init__(self, kafka: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.use(kafka)
+
+    def use(self, kafka: Mapping[str, Any] | None) -> None:
+        """Read Kafka with these settings from now on (InvalidArgumentError for settings that make no
+        connection)."""
+        self.marks = Watermarks(config=ConnectionConfig.from_settings(kafka or {}))
 
     def onQueryStarted(self, event: Any) -> None:
         pass
@@ -124,14 +136,17 @@ class ProgressListener(StreamingQueryListener):
         previous = {k: int(v) for k, v in start["positions"].items()} if start and "positions" in start else None
         group = group_of(meta, query_name, query_id)
         with CoordinatorClient(meta["coordinator"]) as client:
-            pending = _pending_times(client, meta["stream"], positions, newest)
+            pending = _pending_times(client, meta["stream"], positions, newest, self.marks)
             commit_positions(client, group, meta["stream"], positions, pending, newest, previous)
 
 
 def _pending_times(
-    client: CoordinatorClient, stream: str, positions: dict[str, int], latest: dict[str, int]
+    client: CoordinatorClient, stream: str, positions: dict[str, int], latest: dict[str, int], marks: Watermarks
 ) -> dict[str, int]:
-    """The timestamp of the first unread record of each partition that has more than was read."""
+    """The timestamp of the first unread record of each partition that has more than was read: one Fetch per
+    leader of each generation, through `marks`' kept connections. A generation whose cluster does not answer is
+    left out (the commit goes on without those times: its time lag is computed as for a partition with none),
+    never waited for: the listener serves every query of the session."""
     behind = {k: v for k, v in positions.items() if latest.get(k, v) > v}
     if not behind:
         return {}
@@ -141,17 +156,19 @@ def _pending_times(
     for lane in described.lanes:
         for gen in lane.generations:
             where[(lane.name, gen.number)] = (clusters.get(gen.cluster, ""), gen.topic)
-    out = {}
+    asked: dict[tuple[str, str], dict[int, tuple[str, int]]] = {}  # (bootstrap, topic): {partition: (key, pos)}
     for key, pos in behind.items():
         lane_name, generation, partition = key.rsplit("/", 2)
         bootstrap, topic = where.get((lane_name, int(generation)), ("", ""))
-        if not bootstrap:
-            continue
-        fetcher = PartitionFetcher(bootstrap, topic, int(partition), start_offset=pos, max_wait_ms=0)
+        if bootstrap:
+            asked.setdefault((bootstrap, topic), {})[int(partition)] = (key, pos)
+    out = {}
+    for (bootstrap, topic), parts in asked.items():
         try:
-            got = fetcher.fetch()
-            if got.batch is not None and got.batch.count:
-                out[key] = int(got.batch.timestamps[0])
-        finally:
-            fetcher.close()
+            found = marks.timestamps(bootstrap, topic, {p: pos for p, (_, pos) in parts.items()})
+        except StreamplaneError as err:
+            log.warning("spark.pending_times_unread", stream=stream, topic=topic, error=err.message)
+            continue
+        for p, ts in found.items():
+            out[parts[p][0]] = ts
     return out

@@ -94,7 +94,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def watermarks(self) -> Watermarks:
         if self._watermarks is None:
-            self._watermarks = Watermarks()
+            self._watermarks = Watermarks(config=self.opts.access.connection(10.0))
         return self._watermarks
 
     # -- planning (driver side)
@@ -252,7 +252,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def read_task(task: Task, opts: SourceOptions, where: Where | None) -> Iterator[Any]:
     """The records of each range of a task, one range after another (`read_slice`), over one connection per
     broker."""
-    leaders = Leaders()
+    leaders = Leaders(opts.access.connection())
     try:
         for s in task.slices:
             yield from read_slice(s, opts, where, leaders)

@@ -28,7 +28,8 @@ class _Writing:
     def write(self, iterator: Iterator[Any]) -> Written:
         count = 0
         access = self.opts.access
-        with Producer(access.coordinator or None, token=access.token, tls=access.tls) as producer:
+        settings = access.kafka_settings()
+        with Producer(access.coordinator or None, token=access.token, tls=access.tls, **settings) as producer:
             for row in iterator:
                 headers = [(h["key"], h["value"]) for h in row["headers"] or ()] if self.has_headers else None
                 producer.produce(

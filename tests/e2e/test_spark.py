@@ -202,6 +202,11 @@ def test_bad_options_fail_at_load_or_start_with_a_clear_message(spark, address: 
         ({"stream": "sp-bad", "where": "key ^ 'us'"}, "where, column 5: unexpected '\\^'"),
         ({"stream": "sp-bad", "recordsPerTask": "-1"}, "recordsPerTask must be at least 0, not -1"),
         ({"stream": "sp-bad", "recordsPerTask": "many"}, "recordsPerTask must be an integer, not 'many'"),
+        ({"stream": "sp-bad", "kafka.security.protocol": "tls"}, r"option kafka\.\*: security\.protocol must be one"),
+        (
+            {"stream": "sp-bad", "kafka.security.protocol": "sasl_ssl", "kafka.sasl.mechanism": "PLAIN"},
+            r"option kafka\.\*: sasl\.username is required with sasl\.mechanism=PLAIN",
+        ),
     ]
     for options, message in cases:
         reader = spark.readStream.format("streamplane").option("coordinator", address)
@@ -510,3 +515,55 @@ def test_the_batch_reader_returns_the_same_rows_with_and_without_pushdown(
     }
     for comparison in ("AND key#", "AND (partition#", "AND (timestamp#", "AND (generation#"):  # isnotnull() stays
         assert comparison in filters["plain"] and comparison not in filters["pushed"], filters
+
+
+def test_the_source_sink_and_progress_reach_a_cluster_behind_sasl_with_kafka_options(
+    spark, real_kafka, tmp_path: Path
+) -> None:
+    """A stream on a cluster reachable only over SASL_SSL (the coordinator given its settings by reference):
+    the source reads it and the sink writes it with the options `kafka.<setting>`, and the progress listener
+    (`register(spark, kafka=...)`) records the query's progress with the same settings."""
+    from streamplane import model
+    from streamplane.coordinator.rpc import server
+    from streamplane.coordinator.store import StoreConfig, open_store
+    from streamplane.coordinator.topology.kafka_settings import KafkaSettings
+    from streamplane.spark import register
+    from tests.e2e.test_real_kafka import sasl
+
+    settings = sasl(real_kafka, "SCRAM-SHA-256")
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
+        kafka_settings=KafkaSettings({"alice": settings}),
+    )
+    register(spark, kafka=settings)
+    try:
+        address = running.address
+        with CoordinatorClient(address) as client:
+            client.register_cluster(model.Cluster("secure", real_kafka.sasl_bootstrap_servers, config_ref="alice"))
+            client.create_stream("sp-sasl-in", 2, cluster="secure")
+            client.create_stream("sp-sasl-out", 2, cluster="secure")
+        with Producer(address, **{"linger.ms": 5, **settings}) as producer:
+            for i in range(300):
+                producer.produce("sp-sasl-in", b"id-%d" % i, key=b"%d" % i)
+            assert producer.flush(30) == 0
+        kafka = {f"kafka.{k}": v for k, v in settings.items()}
+        df = source(spark, address, "sp-sasl-in", group="sasl-q", **kafka)
+        writer = df.select("key", "value").writeStream.format("streamplane").option("coordinator", address)
+        for k, v in {**kafka, "stream": "sp-sasl-out", "checkpointLocation": str(tmp_path / "checkpoint")}.items():
+            writer = writer.option(k, v)
+        query = writer.trigger(availableNow=True).start()
+        assert query.awaitTermination(120)
+        assert query.exception() is None, query.exception()
+        seen: set[bytes] = set()
+        with Consumer(address, group="sasl-reader", stream="sp-sasl-out", kafka_config=settings) as consumer:
+            for msg in consumer:
+                seen.add(msg.value)
+                msg.ack()
+                if len(seen) == 300:
+                    break
+        assert seen == {b"id-%d" % i for i in range(300)}
+        with CoordinatorClient(address) as client:
+            wait_until(lambda: client.lag("sasl-q").partitions and client.lag("sasl-q").offset_lag == 0, timeout=30)
+    finally:
+        register(spark, kafka={})  # the session's listener reads plaintext again, for the tests after
+        running.stop(0)
