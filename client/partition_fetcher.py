@@ -81,6 +81,8 @@ class PartitionFetcher:
         max_wait_ms: how long the broker may hold a fetch open when there is nothing new.
         connection: TLS, SASL and client settings of the connections (default plaintext).
         leaders: connections shared with other fetchers (their owner closes them); by default its own.
+        retry_for_s: how long a read keeps trying a leader that does not answer before it raises
+            UnavailableError (0: as long as it takes, as a Spark task or a consumer waits for its cluster).
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class PartitionFetcher:
         connection: ConnectionConfig | None = None,
         where: Where | None = None,
         leaders: Leaders | None = None,
+        retry_for_s: float = 0.0,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must not be negative, not {partition}")
@@ -109,6 +112,7 @@ class PartitionFetcher:
         self.partition_max_bytes = partition_max_bytes
         self.max_wait_ms = max_wait_ms
         self._backoff = (retry_backoff_s, max_backoff_s)
+        self.retry_for_s = retry_for_s
         self._owns = leaders is None
         self._leaders = Leaders(connection) if leaders is None else leaders
         self.where = where  # records it does not match are left out in the decoder
@@ -125,12 +129,19 @@ class PartitionFetcher:
 
     def _with_retries(self, what: str, fn: Callable[[KafkaConnection], R]) -> R:
         delay, cap = self._backoff
+        failing_since = 0.0
         while True:
             try:
                 return fn(self._connect_leader())
             except (UnavailableError, KafkaProtocolError) as err:
                 if isinstance(err, KafkaProtocolError) and not err.retryable and err.code not in RELOOKUP:
                     raise
+                failing_since = failing_since or time.monotonic()
+                if self.retry_for_s and time.monotonic() + delay - failing_since > self.retry_for_s:
+                    raise UnavailableError(
+                        f"{self.topic}/{self.partition} at {self.bootstrap_servers}: {what} failed for "
+                        f"{self.retry_for_s:g} s: {err.message}"
+                    ) from err
                 log.info(
                     "fetcher.retry",
                     topic=self.topic,

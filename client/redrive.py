@@ -76,6 +76,9 @@ class RedriveReport:
 
 MAX_WAIT_S = 300.0
 """How long a run waits for another run's claim before it gives up."""
+READ_RETRY_S = 30.0
+"""How long a run keeps trying a broker that does not answer for its records before it stops (the batch it
+holds is taken over by the next run, in doubt)."""
 
 
 Produced = tuple[int, list[tuple[PartitionRef, int]]]
@@ -92,8 +95,9 @@ class _Reader:
     Its fetchers share one `Leaders`: one connection a broker and one metadata request a topic for the whole
     run, however many partitions the dlq lane has, each made with the run's TLS and SASL settings."""
 
-    def __init__(self, connection: ConnectionConfig | None = None) -> None:
+    def __init__(self, connection: ConnectionConfig | None = None, retry_for_s: float = READ_RETRY_S) -> None:
         self._leaders = Leaders(connection)
+        self.retry_for_s = retry_for_s
         self._fetchers: dict[Where, PartitionFetcher] = {}
 
     def read_many(self, wanted: dict[Where, set[int]]) -> dict[tuple[Where, int], Any]:
@@ -102,7 +106,9 @@ class _Reader:
         for where, offsets in wanted.items():
             fetcher = self._fetchers.get(where)
             if fetcher is None:
-                fetcher = self._fetchers[where] = PartitionFetcher(*where, max_wait_ms=10, leaders=self._leaders)
+                fetcher = self._fetchers[where] = PartitionFetcher(
+                    *where, max_wait_ms=10, leaders=self._leaders, retry_for_s=self.retry_for_s
+                )
             todo = sorted(offsets)
             i = 0
             while i < len(todo):
@@ -123,7 +129,13 @@ class _Reader:
     def scan(self, bootstrap: str, topic: str, partition: int, start: int) -> list[Any]:
         """Every record of one partition from `start` to its end now."""
         fetcher = PartitionFetcher(
-            bootstrap, topic, partition, start_offset=start, max_wait_ms=10, leaders=self._leaders
+            bootstrap,
+            topic,
+            partition,
+            start_offset=start,
+            max_wait_ms=10,
+            leaders=self._leaders,
+            retry_for_s=self.retry_for_s,
         )
         out: list[Any] = []
         while True:
@@ -175,7 +187,7 @@ class Redrive:
         self.owner = f"redrive-{uuid.uuid4().hex[:12]}"
         self._kafka_config = kafka_config
         self._places: dict[tuple[str, int], tuple[str, str]] = {}
-        self._reader = _Reader(ConnectionConfig.from_settings(kafka_config))
+        self._reader = _Reader(ConnectionConfig.from_settings(kafka_config), READ_RETRY_S)
 
     def run(self, progress: Callable[[RedriveReport], None] | None = None) -> RedriveReport:
         """Claim, produce and complete batch after batch until none is left; `progress` after each batch.
@@ -364,6 +376,11 @@ class Redrive:
                     asked.setdefault(where, set()).add(offset)
             try:
                 found = self._reader.read_many(asked)
+            except UnavailableError as err:  # a broker that does not answer: nothing of this batch is lost
+                raise UnavailableError(
+                    f"the redrive of group {self.group!r} on {self.stream} cannot read its records: {err.message}; "
+                    "run it again once the cluster answers: it goes on from this batch"
+                ) from err
             except StreamplaneError as err:
                 log.warning("redrive.read_failed", error=err.message)
                 found = {}

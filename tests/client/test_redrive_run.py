@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 
 from streamplane.client import CoordinatorClient, Producer, partition_fetcher
+from streamplane.client import redrive as redrive_client
 from streamplane.client.kafka import KafkaConnection
 from streamplane.client.redrive import Redrive
 from streamplane.coordinator.commitlog import redrive
 from streamplane.errors import InvalidArgumentError, UnavailableError
 from streamplane.model import PartitionRef, RedriveClaim
+from streamplane.names import topic_name
 from tests.helpers import RunningConsumer, register_local_clusters, wait_until
 
 REJECTS = 30
@@ -182,3 +184,32 @@ def test_a_claim_or_completion_naming_more_records_left_than_a_batch_holds_is_re
             client.complete_redrive(stream, "billing", "bad-run", left, 1)
         report = Redrive(client, stream, "billing").run()
         assert (report.produced, report.waiting_ms) == (REJECTS, 0), "the refused calls held no claim"
+
+
+def test_a_run_whose_dlq_copies_sit_on_a_broker_that_does_not_answer_stops_in_a_sentence_and_the_next_one_ends_it(
+    coordinator, local_cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker leading the dlq lane's partitions is down (the lane's records, and the lane produced into,
+    are on others): the run stops within its bound with a sentence, nothing marked redriven (it used to retry
+    without end, logging at info). Once the broker is back, the next run takes its batch over and produces
+    every reject once."""
+    monkeypatch.setattr(redrive_client, "READ_RETRY_S", 1.0)
+    stream = reject_all(coordinator.address, local_cluster, 2)
+    control = local_cluster[1]
+    for p in range(2):
+        control.set_leader(topic_name(stream, "dlq", 1), p, 3)
+        control.set_leader(topic_name(stream, "realtime", 1), p, 1)
+    control.broker_down(3)
+    try:
+        with CountingClient(coordinator.address) as client:
+            with pytest.raises(UnavailableError, match=r"cannot read its records: .*run it again once the cluster"):
+                Redrive(client, stream, "billing").run()
+            lanes = client.lag("billing", stream, partitions=False).lanes
+            assert (sum(x.dlq_pending for x in lanes), sum(x.dlq_redriven for x in lanes)) == (REJECTS, 0)
+    finally:
+        control.broker_up(3)
+    with CountingClient(coordinator.address) as client:
+        report = Redrive(client, stream, "billing").run()  # waits out the stopped run's claim, then takes it over
+        assert report.produced + report.found_landed == REJECTS and report.unreadable == 0
+        lanes = client.lag("billing", stream, partitions=False).lanes
+        assert (sum(x.dlq_pending for x in lanes), sum(x.dlq_redriven for x in lanes)) == (0, REJECTS)
