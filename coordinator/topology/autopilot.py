@@ -114,7 +114,10 @@ class Autopilot:
         """The clusters as last read, by name, and the event log's head then."""
         self._listed_head = -1
         self._unreadable: list[str] = []
-        """Why clusters whose stored record does not decode are not probed (shown with `waiting`)."""
+        """Why clusters whose stored record does not decode, or whose Kafka settings this replica lacks, are not
+        probed (shown with `waiting`)."""
+        self._unprobed: set[str] = set()
+        """The clusters whose Kafka settings this replica lacks."""
         self._spread: tuple[tuple[int, tuple[str, ...]], set[str]] = ((-1, ()), set())
         """((cluster list's head, live replicas), the clusters this replica probes then)."""
         self._loop = BackgroundLoop(  # on every replica when probing is spread: failovers check `is_leader`
@@ -154,7 +157,7 @@ class Autopilot:
                 except Exception:
                     log.exception("autopilot.observe_failed", cluster=name)
         clusters = self._clusters()
-        mine = self._probed_here(clusters, now, leading)
+        mine = [c for c in self._probed_here(clusters, now, leading) if c.name not in self._unprobed]
         interval = self.config.probe_interval_ms / 1000
         due = self.clock.monotonic() - interval
         for c in mine:
@@ -187,6 +190,17 @@ class Autopilot:
                 "(`streamplane cluster register --update` replaces it)"
                 for name in listed.unreadable
             ]
+            # a replica not given a cluster's Kafka settings does not probe it: its failing probes would say the
+            # cluster is down, and fail its streams over, for what is this replica's configuration
+            lacking = [c for c in listed.clusters if not self.topology.kafka_settings.knows(c.config_ref)]
+            if lacking:
+                log.error("autopilot.kafka_settings_missing", clusters=[c.name for c in lacking])
+            self._unreadable += [
+                f"cluster {c.name!r} needs Kafka settings {c.config_ref!r}, which this replica was not given "
+                "(--kafka-settings): it is not probed here"
+                for c in lacking
+            ]
+            self._unprobed = {c.name for c in lacking}
             self._listed, self._listed_head = {c.name: c for c in listed.clusters}, head
         return list(self._listed.values())
 

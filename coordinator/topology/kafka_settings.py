@@ -68,10 +68,14 @@ class KafkaSettings:
     def refs(self) -> tuple[str, ...]:
         return tuple(sorted(self._by_ref))
 
+    def knows(self, ref: str) -> bool:
+        """Whether a cluster naming `ref` can be reached by this coordinator ("" is plaintext: always)."""
+        return not ref or ref in self._by_ref
+
     def check(self, ref: str) -> None:
         """InvalidArgumentError for a reference a cluster cannot be registered with: one this coordinator has no
         settings for ("" is none: plaintext)."""
-        if ref and ref not in self._by_ref:
+        if not self.knows(ref):
             known = f"it knows {', '.join(self.refs)}" if self._by_ref else "it was started without --kafka-settings"
             raise InvalidArgumentError(f"config_ref {ref!r} names no Kafka settings of this coordinator ({known})")
 

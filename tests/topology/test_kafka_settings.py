@@ -98,3 +98,48 @@ def test_a_cluster_whose_settings_this_replica_lacks_is_probed_as_unreachable_sa
         probes.close()
     assert not looked.reachable
     assert "needs Kafka settings 'prod', which this coordinator replica was not given" in looked.error
+
+
+def test_a_replica_not_given_a_clusters_settings_does_not_probe_it_and_says_why_never_failing_it_over(
+    tmp_path: Path,
+) -> None:
+    """A replica started without the Kafka settings a cluster names would find it unreachable on every probe,
+    and fail its streams over for its own configuration: it does not probe that cluster, names it in what the
+    autopilot waits for, and probes the others."""
+    from streamplane.clock import ManualClock
+    from streamplane.coordinator.store import StoreConfig, open_store
+    from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
+    from streamplane.coordinator.topology.topology import Topology
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
+    from tests.helpers import wait_until
+
+    clock = ManualClock(1_700_000_000_000)
+    topology = Topology(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path)),
+        MemoryClusterAdmin(),
+        clock,
+        kafka_settings=KafkaSettings({"prod": SCRAM}),
+    )
+    topology.register_cluster(model.Cluster("secure", "s:9093", config_ref="prod"))
+    topology.register_cluster(model.Cluster("plain", "p:9092"))
+    topology.create_stream("logs", 1, "secure")
+    topology.kafka_settings = PLAINTEXT  # this replica was started without the file
+    probed: list[str] = []
+
+    def probe(cluster: model.Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> model.Probe:
+        probed.append(cluster.name)
+        return model.Probe(cluster.name, now_ms, False, error="refused")
+
+    pilot = Autopilot(topology, lambda: True, AutopilotConfig(probe_interval_ms=100), clock=clock, probe=probe)
+    try:
+        for _ in range(50):
+            clock.advance(100)
+            pilot.run_once()
+            wait_until(lambda: all(f.done() for f in pilot._running.values()), timeout=5)
+        assert probed and set(probed) == {"plain"}, "the cluster whose settings this replica lacks was probed"
+        assert any("'secure' needs Kafka settings 'prod', which this replica was not given" in w for w in pilot.waiting)
+        secure = next(c for c in topology.list_clusters() if c.name == "secure")
+        assert secure.health == model.ClusterHealth.HEALTHY
+        assert topology.describe_stream("logs").value.require_lane("realtime").active.cluster == "secure"
+    finally:
+        pilot.stop()
