@@ -429,3 +429,17 @@ class Domain:
 
     def close(self) -> None:
         self.db.close()
+
+
+def read_back(address: str, stream: str, group: str, n: int, **settings: Any) -> set[bytes]:
+    """The values of the first `n` distinct records a consumer of `group` reads from `stream`."""
+    seen: set[bytes] = set()
+    from streamplane.client import Consumer
+
+    with Consumer(address, group=group, stream=stream, **settings) as consumer:
+        for msg in consumer:
+            seen.add(msg.value)
+            msg.ack()
+            if len(seen) == n:
+                break
+    return seen

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.client import Consumer, CoordinatorClient, Producer
-from tests.helpers import cli, register_local_clusters, register_real_clusters, wait_until
+from tests.helpers import cli, read_back, register_local_clusters, register_real_clusters, wait_until
 from tests.helpers import issue_token as token
 
 ADMIN = token("admin", "ops")
@@ -175,15 +175,8 @@ def test_the_sink_writes_a_dataframe_into_a_lane_and_a_consumer_reads_it_back(
     )
     assert query.awaitTermination(120)
     assert query.exception() is None
-    seen: set[bytes] = set()
     reader = token("consumer", "reader", streams=("sp-out",), groups=("sink-reader",))
-    with Consumer(address, group="sink-reader", stream="sp-out", token=reader) as consumer:
-        for msg in consumer:
-            seen.add(msg.value)
-            msg.ack()
-            if len(seen) == 500:
-                break
-    assert seen == {b"copy-id-%d" % i for i in range(500)}
+    assert read_back(address, "sp-out", "sink-reader", 500, token=reader) == {b"copy-id-%d" % i for i in range(500)}
 
 
 def test_bad_options_fail_at_load_or_start_with_a_clear_message(spark, address: str, tmp_path: Path) -> None:
@@ -554,13 +547,7 @@ def test_the_source_sink_and_progress_reach_a_cluster_behind_sasl_with_kafka_opt
         query = writer.trigger(availableNow=True).start()
         assert query.awaitTermination(120)
         assert query.exception() is None, query.exception()
-        seen: set[bytes] = set()
-        with Consumer(address, group="sasl-reader", stream="sp-sasl-out", kafka_config=settings) as consumer:
-            for msg in consumer:
-                seen.add(msg.value)
-                msg.ack()
-                if len(seen) == 300:
-                    break
+        seen = read_back(address, "sp-sasl-out", "sasl-reader", 300, kafka_config=settings)
         assert seen == {b"id-%d" % i for i in range(300)}
         with CoordinatorClient(address) as client:
             wait_until(lambda: client.lag("sasl-q").partitions and client.lag("sasl-q").offset_lag == 0, timeout=30)

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
-from streamplane.client import Consumer, CoordinatorClient, Producer
+from streamplane.client import CoordinatorClient, Producer
 from streamplane.client.kafka.watermarks import Watermarks
 from streamplane.model import SEALED, SETTLED
 from streamplane.spark.options import SourceOptions
 from streamplane.spark.reader import StreamReader
-from tests.helpers import cli, issue_token, register_local_clusters, register_real_clusters, wait_until
+from tests.helpers import cli, issue_token, read_back, register_local_clusters, register_real_clusters, wait_until
 
 RECORDS = 20_000
 EXPECTED = {b"id-%d" % i for i in range(RECORDS)}
@@ -80,17 +80,6 @@ def records_in(address: str, stream: str) -> int:
         )
     finally:
         marks.close()
-
-
-def read_back(address: str, stream: str, count: int) -> set[bytes]:
-    seen: set[bytes] = set()
-    with Consumer(address, group=f"{stream}-reader", stream=stream) as consumer:
-        for msg in consumer:
-            seen.add(msg.value)
-            msg.ack()
-            if len(seen) == count:
-                break
-    return seen
 
 
 def lag_reaches_zero(address: str, group: str) -> None:
@@ -168,7 +157,7 @@ def test_an_available_now_query_on_a_stream_that_failed_over_before_it_started_e
     assert ended, f"the availableNow query into the sink did not end: {len(query.recentProgress)} batches"
     assert query.exception() is None, query.exception()
     assert records_in(address, "sp-history-copy") == RECORDS  # Kafka holds each record once
-    assert read_back(address, "sp-history-copy", RECORDS) == EXPECTED
+    assert read_back(address, "sp-history-copy", "sp-history-copy-reader", RECORDS) == EXPECTED
     lag_reaches_zero(address, "spark-history-sink")
 
 
@@ -271,5 +260,5 @@ def test_on_a_standalone_spark_cluster_the_query_ends_and_the_sink_holds_every_r
     got = job("cluster-sink", "sp-cluster-2", "--sink", "sp-cluster-copy", "--sink-token", writes)
     assert got["terminated"] and got["error"] is None, got["error"]
     assert records_in(address, "sp-cluster-copy") == RECORDS
-    assert read_back(address, "sp-cluster-copy", RECORDS) == EXPECTED
+    assert read_back(address, "sp-cluster-copy", "sp-cluster-copy-reader", RECORDS) == EXPECTED
     lag_reaches_zero(address, "spark-cluster-sink")
