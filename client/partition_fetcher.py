@@ -18,6 +18,7 @@ import structlog
 from streamplane.client.kafka import EARLIEST, LATEST, ConnectionConfig, KafkaConnection, KafkaProtocolError
 from streamplane.client.kafka.codec import RELOOKUP, ErrorCode
 from streamplane.client.records import Fetched, decode_records
+from streamplane.clock import SYSTEM, Clock
 from streamplane.errors import UnavailableError
 from streamplane.native import DEFAULT_MAX_DECOMPRESSED, Where
 
@@ -83,6 +84,7 @@ class PartitionFetcher:
         leaders: connections shared with other fetchers (their owner closes them); by default its own.
         retry_for_s: how long a read keeps trying a leader that does not answer before it raises
             UnavailableError (0: as long as it takes, as a Spark task or a consumer waits for its cluster).
+        clock: what `retry_for_s` is measured on.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class PartitionFetcher:
         where: Where | None = None,
         leaders: Leaders | None = None,
         retry_for_s: float = 0.0,
+        clock: Clock = SYSTEM,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must not be negative, not {partition}")
@@ -112,7 +115,7 @@ class PartitionFetcher:
         self.partition_max_bytes = partition_max_bytes
         self.max_wait_ms = max_wait_ms
         self._backoff = (retry_backoff_s, max_backoff_s)
-        self.retry_for_s = retry_for_s
+        self.retry_for_s, self.clock = retry_for_s, clock
         self._owns = leaders is None
         self._leaders = Leaders(connection) if leaders is None else leaders
         self.where = where  # records it does not match are left out in the decoder
@@ -136,8 +139,8 @@ class PartitionFetcher:
             except (UnavailableError, KafkaProtocolError) as err:
                 if isinstance(err, KafkaProtocolError) and not err.retryable and err.code not in RELOOKUP:
                     raise
-                failing_since = failing_since or time.monotonic()
-                if self.retry_for_s and time.monotonic() + delay - failing_since > self.retry_for_s:
+                failing_since = failing_since or self.clock.monotonic()
+                if self.retry_for_s and self.clock.monotonic() + delay - failing_since > self.retry_for_s:
                     raise UnavailableError(
                         f"{self.topic}/{self.partition} at {self.bootstrap_servers}: {what} failed for "
                         f"{self.retry_for_s:g} s: {err.message}"

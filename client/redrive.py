@@ -95,9 +95,11 @@ class _Reader:
     Its fetchers share one `Leaders`: one connection a broker and one metadata request a topic for the whole
     run, however many partitions the dlq lane has, each made with the run's TLS and SASL settings."""
 
-    def __init__(self, connection: ConnectionConfig | None = None, retry_for_s: float = READ_RETRY_S) -> None:
+    def __init__(
+        self, connection: ConnectionConfig | None = None, retry_for_s: float = READ_RETRY_S, clock: Clock = SYSTEM
+    ) -> None:
         self._leaders = Leaders(connection)
-        self.retry_for_s = retry_for_s
+        self.retry_for_s, self.clock = retry_for_s, clock
         self._fetchers: dict[Where, PartitionFetcher] = {}
 
     def read_many(self, wanted: dict[Where, set[int]]) -> dict[tuple[Where, int], Any]:
@@ -107,7 +109,7 @@ class _Reader:
             fetcher = self._fetchers.get(where)
             if fetcher is None:
                 fetcher = self._fetchers[where] = PartitionFetcher(
-                    *where, max_wait_ms=10, leaders=self._leaders, retry_for_s=self.retry_for_s
+                    *where, max_wait_ms=10, leaders=self._leaders, retry_for_s=self.retry_for_s, clock=self.clock
                 )
             todo = sorted(offsets)
             i = 0
@@ -136,6 +138,7 @@ class _Reader:
             max_wait_ms=10,
             leaders=self._leaders,
             retry_for_s=self.retry_for_s,
+            clock=self.clock,
         )
         out: list[Any] = []
         while True:
@@ -187,7 +190,7 @@ class Redrive:
         self.owner = f"redrive-{uuid.uuid4().hex[:12]}"
         self._kafka_config = kafka_config
         self._places: dict[tuple[str, int], tuple[str, str]] = {}
-        self._reader = _Reader(ConnectionConfig.from_settings(kafka_config), READ_RETRY_S)
+        self._reader = _Reader(ConnectionConfig.from_settings(kafka_config), READ_RETRY_S, clock)
 
     def run(self, progress: Callable[[RedriveReport], None] | None = None) -> RedriveReport:
         """Claim, produce and complete batch after batch until none is left; `progress` after each batch.

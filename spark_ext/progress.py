@@ -87,12 +87,13 @@ class ProgressListener(StreamingQueryListener):
 
     def __init__(self, kafka: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        self.use(kafka)
+        self.marks = Watermarks(config=ConnectionConfig.from_settings(kafka or {}))
 
     def use(self, kafka: Mapping[str, Any] | None) -> None:
         """Read Kafka with these settings from now on (InvalidArgumentError for settings that make no
-        connection)."""
-        self.marks = Watermarks(config=ConnectionConfig.from_settings(kafka or {}))
+        connection); the connections made with the ones before are closed."""
+        marks, self.marks = self.marks, Watermarks(config=ConnectionConfig.from_settings(kafka or {}))
+        marks.close()
 
     def onQueryStarted(self, event: Any) -> None:
         pass
