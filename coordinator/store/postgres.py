@@ -48,6 +48,12 @@ STAMP_LOCK = 0x5354414D50
 SCHEMA_LOCK = 0x534348454D41
 RETRY_BUDGET_S = 30.0
 """How long a transaction keeps trying while the database cannot be reached (a restart, a failover)."""
+IDLE_IN_TRANSACTION_MS = 10_000
+"""A session that sits this long inside a transaction between statements is ended by the server, and its locks
+go with it: a replica stopped (SIGSTOP, a stalled VM) while it holds the versionstamps' lock would otherwise
+hold every other replica's event-appending transaction until it woke. Twice FoundationDB's 5 s limit on a
+whole transaction: no transaction of ours waits that long between two statements. The stopped replica's
+transaction fails when it wakes, and is retried as a lost connection is."""
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS streamplane_kv (key bytea PRIMARY KEY, value bytea NOT NULL)",
@@ -306,7 +312,7 @@ class PostgresDatabase:
         except psycopg.errors.ProgramLimitExceeded as err:
             conn.rollback()
             raise StoreLimitError(f"{self._where} refused the transaction: {_first_line(err)}") from err
-        except psycopg.OperationalError as err:
+        except (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout) as err:
             raise _UnreachableError(_first_line(err)) from err  # nothing committed
         except BaseException:
             conn.rollback()
@@ -315,7 +321,8 @@ class PostgresDatabase:
             self._commit(conn)
         except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
             raise retry.CommitFailed(unknown=False, result=result) from err
-        except psycopg.OperationalError as err:  # lost during COMMIT: it may have happened
+        except (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout) as err:
+            # lost during COMMIT, or ended by the server while this replica was stopped: it may have happened
             raise retry.CommitFailed(unknown=True, result=result) from err
         if tr._dirty:
             tr.get_versionstamp().committed = True
@@ -406,12 +413,14 @@ def _unlock(conn: Any) -> None:
 
 
 def _serializable(conn: Any) -> None:
-    """Each pooled connection: SERIALIZABLE, and index scans only. Every query of ours reads keys or key
-    ranges; a sequential scan (the planner's choice on a small table) would take SERIALIZABLE's predicate lock
-    on the whole table, and every concurrent writer would then fail to serialize."""
+    """Each pooled connection: SERIALIZABLE, index scans only, and ended by the server when idle inside a
+    transaction for IDLE_IN_TRANSACTION_MS. Every query of ours reads keys or key ranges; a sequential scan (the
+    planner's choice on a small table) would take SERIALIZABLE's predicate lock on the whole table, and every
+    concurrent writer would then fail to serialize."""
     import psycopg
 
     conn.execute("SET enable_seqscan = off")
+    conn.execute(f"SET idle_in_transaction_session_timeout = {int(IDLE_IN_TRANSACTION_MS)}")
     conn.commit()
     conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
 

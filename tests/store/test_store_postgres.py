@@ -155,3 +155,50 @@ def _racing_writers(db: PostgresDatabase, *, alone: bool) -> list[int]:
         t.join(120)
     assert len(attempts) == 100
     return attempts
+
+
+def test_a_replica_stopped_before_its_commit_holds_the_others_only_until_the_server_ends_its_session(
+    postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replica A stops (as under SIGSTOP) after its flush took the versionstamps' lock, before its COMMIT: B's
+    event-appending transaction goes on once the server ends A's idle session, not when A wakes; A's change,
+    retried when it wakes, is applied once."""
+    import threading
+    import time
+
+    from streamplane.coordinator.store import postgres as driver
+
+    monkeypatch.setattr(driver, "IDLE_IN_TRANSACTION_MS", 1000)
+    url = postgres.create_database()
+    a, b = PostgresDatabase(url), PostgresDatabase(url)
+    armed, stopped, wake = threading.Event(), threading.Event(), threading.Event()
+
+    def holds_the_lock(conn: Any) -> bool:
+        query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        return bool(conn.execute(query).fetchone()[0])
+
+    def commit_after_a_stop(conn: Any) -> None:
+        if armed.is_set() and not stopped.is_set() and holds_the_lock(conn):  # an event's transaction, flushed
+            stopped.set()
+            wake.wait(30)  # stopped, holding the lock, until the test wakes it
+        conn.commit()
+
+    a._commit = commit_after_a_stop  # type: ignore[method-assign]
+    try:
+        _topology(a)  # registers "east"
+        armed.set()
+        first = threading.Thread(target=lambda: Topology(a, MemoryClusterAdmin()).create_stream("a", 1, "east"))
+        first.start()
+        assert stopped.wait(10)
+        began = time.monotonic()
+        Topology(b, MemoryClusterAdmin()).create_stream("b", 1, "east")
+        took = time.monotonic() - began
+        assert took < 8, f"B waited {took:.1f} s for the stopped replica's lock"
+        wake.set()
+        first.join(30)
+        created = [e.stream.name for e in events.read_events(b, None) if isinstance(e, StreamCreated)]
+        assert sorted(created) == ["a", "b"], created
+    finally:
+        wake.set()
+        a.close()
+        b.close()
