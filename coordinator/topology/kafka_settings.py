@@ -69,8 +69,9 @@ class KafkaSettings:
         return tuple(sorted(self._by_ref))
 
     def knows(self, ref: str) -> bool:
-        """Whether a cluster naming `ref` can be reached by this coordinator ("" is plaintext: always)."""
-        return not ref or ref in self._by_ref
+        """Whether a cluster naming `ref` can be reached by this coordinator ("" is plaintext: always; a stored
+        reference that is not text, bad data, never: it is reported, never raised in a pass over the fleet)."""
+        return ref == "" or (isinstance(ref, str) and ref in self._by_ref)
 
     def check(self, ref: str) -> None:
         """InvalidArgumentError for a reference a cluster cannot be registered with: one this coordinator has no
@@ -91,7 +92,7 @@ class KafkaSettings:
     def _ref(self, cluster: Cluster) -> str:
         """The cluster's reference; UnavailableError (the cluster cannot be reached, and is reported so) when this
         replica has no settings for it: registered through a replica started with other settings."""
-        if cluster.config_ref not in self._by_ref:
+        if not self.knows(cluster.config_ref):
             raise UnavailableError(
                 f"cluster {cluster.name} needs Kafka settings {cluster.config_ref!r}, which this coordinator replica "
                 "was not given (--kafka-settings)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,30 +101,11 @@ def test_a_cluster_whose_settings_this_replica_lacks_is_probed_as_unreachable_sa
     assert "needs Kafka settings 'prod', which this coordinator replica was not given" in looked.error
 
 
-def test_a_replica_not_given_a_clusters_settings_does_not_probe_it_and_says_why_never_failing_it_over(
-    tmp_path: Path,
-) -> None:
-    """A replica started without the Kafka settings a cluster names would find it unreachable on every probe,
-    and fail its streams over for its own configuration: it does not probe that cluster, names it in what the
-    autopilot waits for, and probes the others."""
-    from streamplane.clock import ManualClock
-    from streamplane.coordinator.store import StoreConfig, open_store
+def _probed_by_a_pilot(topology: Any, clock: Any) -> tuple[set[str], list[str]]:
+    """The clusters an autopilot probes over 50 passes (every probe answers "refused"), and its waiting lines."""
     from streamplane.coordinator.topology.autopilot import Autopilot, AutopilotConfig
-    from streamplane.coordinator.topology.topology import Topology
-    from streamplane.testing.cluster_admin import MemoryClusterAdmin
     from tests.helpers import wait_until
 
-    clock = ManualClock(1_700_000_000_000)
-    topology = Topology(
-        open_store(StoreConfig(driver="embedded", data_dir=tmp_path)),
-        MemoryClusterAdmin(),
-        clock,
-        kafka_settings=KafkaSettings({"prod": SCRAM}),
-    )
-    topology.register_cluster(model.Cluster("secure", "s:9093", config_ref="prod"))
-    topology.register_cluster(model.Cluster("plain", "p:9092"))
-    topology.create_stream("logs", 1, "secure")
-    topology.kafka_settings = PLAINTEXT  # this replica was started without the file
     probed: list[str] = []
 
     def probe(cluster: model.Cluster, *, timeout_s: float, now_ms: int, topics: bool) -> model.Probe:
@@ -136,10 +118,59 @@ def test_a_replica_not_given_a_clusters_settings_does_not_probe_it_and_says_why_
             clock.advance(100)
             pilot.run_once()
             wait_until(lambda: all(f.done() for f in pilot._running.values()), timeout=5)
-        assert probed and set(probed) == {"plain"}, "the cluster whose settings this replica lacks was probed"
-        assert any("'secure' needs Kafka settings 'prod', which this replica was not given" in w for w in pilot.waiting)
-        secure = next(c for c in topology.list_clusters() if c.name == "secure")
-        assert secure.health == model.ClusterHealth.HEALTHY
-        assert topology.describe_stream("logs").value.require_lane("realtime").active.cluster == "secure"
+        return set(probed), pilot.waiting
     finally:
         pilot.stop()
+
+
+def _topology(tmp_path: Path) -> tuple[Any, Any]:
+    """A Topology given settings "prod", with clusters "secure" (naming them) and "plain", and its clock."""
+    from streamplane.clock import ManualClock
+    from streamplane.coordinator.store import StoreConfig, open_store
+    from streamplane.coordinator.topology.topology import Topology
+    from streamplane.testing.cluster_admin import MemoryClusterAdmin
+
+    clock = ManualClock(1_700_000_000_000)
+    topology = Topology(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path)),
+        MemoryClusterAdmin(),
+        clock,
+        kafka_settings=KafkaSettings({"prod": SCRAM}),
+    )
+    topology.register_cluster(model.Cluster("secure", "s:9093", config_ref="prod"))
+    topology.register_cluster(model.Cluster("plain", "p:9092"))
+    topology.create_stream("logs", 1, "secure")
+    return topology, clock
+
+
+def test_a_replica_not_given_a_clusters_settings_does_not_probe_it_and_says_why_never_failing_it_over(
+    tmp_path: Path,
+) -> None:
+    """A replica started without the Kafka settings a cluster names would find it unreachable on every probe,
+    and fail its streams over for its own configuration: it does not probe that cluster, names it in what the
+    autopilot waits for, and probes the others."""
+    topology, clock = _topology(tmp_path)
+    topology.kafka_settings = PLAINTEXT  # this replica was started without the file
+    probed, waiting = _probed_by_a_pilot(topology, clock)
+    assert probed == {"plain"}, "the cluster whose settings this replica lacks was probed"
+    assert any("'secure' needs Kafka settings 'prod', which this replica was not given" in w for w in waiting)
+    secure = next(c for c in topology.list_clusters() if c.name == "secure")
+    assert secure.health == model.ClusterHealth.HEALTHY
+    assert topology.describe_stream("logs").value.require_lane("realtime").active.cluster == "secure"
+
+
+def test_a_stored_cluster_whose_settings_reference_is_not_text_stops_no_pass(tmp_path: Path) -> None:
+    """Bad data in the store: a cluster record whose config_ref is a list (it decodes). The autopilot's passes
+    go on, probing the others; that cluster is not probed and is named in what it waits for; a connection asked
+    for it is UnavailableError, not a TypeError."""
+    from streamplane.coordinator import keys
+
+    topology, clock = _topology(tmp_path)
+    raw = json.dumps({"name": "torn", "bootstrap_servers": "t:9092", "config_ref": ["prod"]}).encode()
+    topology.db.transact(lambda tr: tr.set(keys.cluster_key("torn"), raw))
+    probed, waiting = _probed_by_a_pilot(topology, clock)
+    assert probed == {"plain", "secure"}
+    assert any("'torn' needs Kafka settings ['prod']" in w for w in waiting), waiting
+    torn = next(c for c in topology.list_clusters() if c.name == "torn")
+    with pytest.raises(UnavailableError, match="cluster torn needs Kafka settings"):
+        topology.kafka_settings.connection(torn, 1.0)
