@@ -17,6 +17,7 @@ from streamplane.coordinator.store.api import (
     check_key,
     check_value,
 )
+from streamplane.coordinator.store.ranges import RangeSet
 
 
 class RowsReader(Protocol):
@@ -90,11 +91,11 @@ class WatchRegistry:
         for watch in fired:
             watch.fire()
 
-    def fire(self, keys: set[bytes], ranges: list[tuple[bytes, bytes]]) -> None:
+    def fire(self, keys: set[bytes], ranges: RangeSet) -> None:
         with self._lock:
             if not self._by_key:
                 return
-            hit = [k for k in self._by_key if k in keys or any(b <= k < e for b, e in ranges)]
+            hit = [k for k in self._by_key if k in keys or k in ranges]
             fired = [w for k in hit for w in self._by_key.pop(k)]
         for watch in fired:
             watch.fire()
@@ -133,7 +134,8 @@ class BufferedTransaction:
         """What this transaction wrote (None: cleared), written to the store at commit."""
         self._keys: list[bytes] = []  # the keys of `values`, sorted: a range read finds its own by bisection
         self.written: set[bytes] = set()
-        self.cleared_ranges: list[tuple[bytes, bytes]] = []
+        self.cleared_ranges = RangeSet()
+        """The ranges this transaction cleared, merged: the driver clears them first at commit."""
         self.new_watches: list[BufferedWatch] = []
         self.registry: WatchRegistry | None = None
         self._read: dict[bytes, bytes | None] = {}
@@ -141,9 +143,6 @@ class BufferedTransaction:
         self._spans: list[tuple[bytes, bytes, list[tuple[bytes, bytes]]]] = []
         """Whole ranges read by `prefetch`, sorted by start: (begin, end, rows). Gets and range reads inside one
         are answered from it, absent keys included."""
-
-    def _cleared(self, key: bytes) -> bool:
-        return any(b <= key < e for b, e in self.cleared_ranges)
 
     def run_alone(self) -> None:
         """The embedded store runs transactions one at a time already (the PostgreSQL driver overrides it)."""
@@ -186,7 +185,7 @@ class BufferedTransaction:
         check_key(key)
         if key in self.values:
             return self.values[key]
-        if self.cleared_ranges and self._cleared(key):
+        if key in self.cleared_ranges:
             return None
         if key in self._read:
             return self._read[key]
@@ -212,11 +211,11 @@ class BufferedTransaction:
         self, begin: bytes, end: bytes, *, limit: int = 0, reverse: bool = False, snapshot: bool = False
     ) -> list[tuple[bytes, bytes]]:
         mine = self._written_in(begin, end)
-        cleared = [(b, e) for b, e in self.cleared_ranges if b < end and begin < e]
+        cleared = self.cleared_ranges.meeting(begin, end)
         if not mine and not cleared:
             return self._committed_range(begin, end, limit, reverse)
         rows = self._committed_range(begin, end, 0, reverse)  # merged with this transaction's writes, then limited
-        merged = {k: v for k, v in rows if not any(b <= k < e for b, e in cleared)}
+        merged = {k: v for k, v in rows if k not in self.cleared_ranges} if cleared else dict(rows)
         for k in mine:
             value = self.values[k]
             if value is None:
@@ -262,7 +261,7 @@ class BufferedTransaction:
         self._account(begin, end)
         for k in self._written_in(begin, end):
             self.values[k] = None
-        self.cleared_ranges.append((begin, end))
+        self.cleared_ranges.add(begin, end)
 
     def add(self, key: bytes, delta: int) -> None:
         old = self.get(key) or b""

@@ -34,6 +34,7 @@ import structlog
 from streamplane.coordinator.store import retry
 from streamplane.coordinator.store.api import StoreLimitError, StoreUnavailableError, Transaction
 from streamplane.coordinator.store.buffered import BufferedTransaction, BufferedWatch, StampAfterCommit, WatchRegistry
+from streamplane.coordinator.store.ranges import RangeSet
 
 log = structlog.get_logger(__name__)
 
@@ -183,7 +184,7 @@ class PostgresTransaction(BufferedTransaction):
         cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, _payload(self.written, self.cleared_ranges)))
 
 
-def _payload(keys: set[bytes], ranges: list[tuple[bytes, bytes]]) -> str:
+def _payload(keys: set[bytes], ranges: RangeSet) -> str:
     """The keys and ranges a commit changed, as one notification; "*" when they do not fit."""
     text = json.dumps({"k": sorted(k.hex() for k in keys), "r": [[b.hex(), e.hex()] for b, e in ranges]})
     return text if len(text) <= NOTIFY_BYTES else "*"
@@ -377,7 +378,7 @@ class PostgresDatabase:
         try:
             changed = json.loads(payload)
             keys = {bytes.fromhex(k) for k in changed["k"]}
-            ranges = [(bytes.fromhex(b), bytes.fromhex(e)) for b, e in changed["r"]]
+            ranges = RangeSet((bytes.fromhex(b), bytes.fromhex(e)) for b, e in changed["r"])
         except (ValueError, KeyError, TypeError):
             self._watches.fire_all()
             return
