@@ -86,22 +86,46 @@ class Budget:
 
 
 class ByPriority(queue.Queue[Any]):
-    """Work waiting for the handlers, higher-priority lanes first and in arrival order within a priority: a
-    backlog on a lower lane never queues ahead of the top lane's records."""
+    """Work waiting for the handlers, higher-priority lanes first: a backlog on a lower lane never queues ahead
+    of the top lane's records. Within a priority the owners of queued work (leases) take turns, each's items in
+    arrival order: a lease with a long backlog never holds one granted after it behind all of that backlog (a
+    rewind, a failover or a rebalance hands a worker hundreds of partitions, each with records to catch up on,
+    at once: each starts within a turn of every other, not after all those before it in the response).
 
-    def __init__(self, priority_of: Callable[[Any], int]) -> None:
-        self._priority_of = priority_of
+    Args:
+        key_of: an item's priority and owner.
+    """
+
+    PRUNE_AT = 64
+    """Owners remembered, beyond twice those kept by the last pruning, at which the owners whose turn has come
+    (nothing of theirs is queued) are forgotten: amortized O(1) a new owner."""
+
+    def __init__(self, key_of: Callable[[Any], tuple[int, object]]) -> None:
+        self._key_of = key_of
         super().__init__()
 
     def _init(self, maxsize: int) -> None:
-        self.queue: list[tuple[int, int, Any]] = []
+        self.queue: list[tuple[int, int, int, Any]] = []
         self._arrivals = itertools.count()
+        self._turn = 0
+        """The latest turn of an item taken: new work takes its turn from here on."""
+        self._next_turn: dict[object, int] = {}
+        """{owner: the turn of its next item}, for owners with items queued (and some whose turn came)."""
+        self._prune_at = self.PRUNE_AT
 
     def _qsize(self) -> int:
         return len(self.queue)
 
     def _put(self, item: Any) -> None:
-        heapq.heappush(self.queue, (-self._priority_of(item), next(self._arrivals), item))
+        priority, owner = self._key_of(item)
+        turn = max(self._turn, self._next_turn.get(owner, 0))
+        self._next_turn[owner] = turn + 1
+        heapq.heappush(self.queue, (-priority, turn, next(self._arrivals), item))
 
     def _get(self) -> Any:
-        return heapq.heappop(self.queue)[2]
+        _, turn, _, item = heapq.heappop(self.queue)
+        self._turn = max(self._turn, turn)
+        if len(self._next_turn) > self._prune_at:  # O(owners), once per as many new ones
+            self._next_turn = {o: t for o, t in self._next_turn.items() if t > self._turn}
+            self._prune_at = 2 * len(self._next_turn) + self.PRUNE_AT
+        return item

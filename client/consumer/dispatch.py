@@ -21,7 +21,10 @@ from streamplane.clock import Clock
 from streamplane.errors import InvalidArgumentError, StreamplaneError
 
 CHUNK = 256
-"""Records queued together for one handler thread."""
+"""Records queued together for one handler thread (at 64, run() of a trivial handler took half as many records
+a second: `benchmarks/scale.py --quick`)."""
+FIRST_CHUNK = 16
+"""Records of a grant's first delivery queued ahead of the rest of it, in a chunk of their own."""
 STOP = object()
 """The marker that ends every handler thread (put back by each one that takes it, for the others)."""
 BATCH_COLUMNS = (
@@ -91,19 +94,20 @@ class Dispatch:
         self._priorities = priorities
         self._connected, self._closed = connected, closed
         self._start_fetching = start_fetching
-        self._work: queue.Queue[Any] = ByPriority(self._priority_of)
+        self._work: queue.Queue[Any] = ByPriority(self._key_of)
         self.mode = ""
         """"records" or "batches": set by the first of run(), iteration, run_batches()."""
         self._mode_lock = threading.Lock()
         self.fatal: StreamplaneError | None = None
         """Why handing out ended on its own; the APIs raise it."""
 
-    def _priority_of(self, item: Any) -> int:
-        """The handlers take records of higher-priority lanes first (the stop marker before anything)."""
+    def _key_of(self, item: Any) -> tuple[int, object]:
+        """The handlers take records of higher-priority lanes first (the stop marker before anything), and
+        within a priority the leases' records by turns."""
         if item is STOP:
-            return 1 << 30
+            return 1 << 30, None
         ledger = item.ledger if isinstance(item, Batch) else item[0]._ledger
-        return self._priorities.get(ledger.lane, 0)
+        return self._priorities.get(ledger.lane, 0), ledger
 
     def start(self, mode: str) -> None:
         """Fetching starts with the first way of consuming asked for; records are then delivered that way."""
@@ -116,14 +120,20 @@ class Dispatch:
                 self.mode = mode
                 self._start_fetching()
 
-    def deliver(self, items: list[Any]) -> None:
+    def deliver(self, items: list[Any], *, first: bool = False) -> None:
         """Queue what was read for the handlers: records in chunks (run() deals them out by key when
-        ordering by key), batches one by one."""
+        ordering by key), batches one by one. The `first` records of a grant start with a short chunk: the
+        leases take turns in the queue, so every lease granted together (a rewind, a failover, a rebalance)
+        has its first records handled before any has all of its backlog handled."""
         if items and isinstance(items[0], Batch):
             for batch in items:
                 self._work.put(batch)
             return
-        for i in range(0, len(items), CHUNK):
+        start = 0
+        if first and len(items) > FIRST_CHUNK:
+            self._work.put(items[:FIRST_CHUNK])
+            start = FIRST_CHUNK
+        for i in range(start, len(items), CHUNK):
             self._work.put(items[i : i + CHUNK])
 
     def stop(self, error: StreamplaneError | None = None) -> None:
@@ -222,7 +232,7 @@ class Dispatch:
                 handle(item)
 
         if by_key:
-            queues: list[queue.Queue[Any]] = [ByPriority(self._priority_of) for _ in range(self.concurrency)]
+            queues: list[queue.Queue[Any]] = [ByPriority(self._key_of) for _ in range(self.concurrency)]
         else:  # every thread takes from the shared queue; this one too
             queues = [self._work] * (self.concurrency - 1)
         threads = [

@@ -264,6 +264,8 @@ class LeaseLedger:
         self.revoke_deadline = 0.0  # unix seconds; 0 while not revoking
         self.may_have_retries = False  # the commit log may hold retry state for this lease
         self._fetched = 0
+        self.handed_out = False
+        """Records of this grant were handed out already (its first go to the handlers in a short chunk)."""
         self._rate_since = self.owner.clock.monotonic()
         self._reported: tuple[int, int] = (0, 0)  # (oldest pending ts, high watermark) last committed
         self.dirty = False

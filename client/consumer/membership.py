@@ -73,7 +73,8 @@ class _Receiver:
                 metrics.FILTERED.labels(*ledger.labels).inc(fetched.batch.filtered)
         if delivered:
             metrics.RECORDS_IN.labels(*ledger.labels).inc(count)
-            self.dispatch.deliver(delivered)
+            first, ledger.handed_out = not ledger.handed_out, True
+            self.dispatch.deliver(delivered, first=first)
         return used, count
 
     def failed(self, error: StreamplaneError) -> None:
