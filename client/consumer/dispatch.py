@@ -103,11 +103,11 @@ class Dispatch:
 
     def _key_of(self, item: Any) -> tuple[int, object]:
         """The handlers take records of higher-priority lanes first (the stop marker before anything), and
-        within a priority the leases' records by turns."""
+        within a priority the leases' records by turns (owned by lease id: the queue keeps no ledger alive)."""
         if item is STOP:
             return 1 << 30, None
         ledger = item.ledger if isinstance(item, Batch) else item[0]._ledger
-        return self._priorities.get(ledger.lane, 0), ledger
+        return self._priorities.get(ledger.lane, 0), ledger.lease_id
 
     def start(self, mode: str) -> None:
         """Fetching starts with the first way of consuming asked for; records are then delivered that way."""
