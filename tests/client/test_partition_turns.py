@@ -7,6 +7,9 @@ from __future__ import annotations
 import threading
 import time
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
 from streamplane.client.flow import ByPriority
 from tests.helpers import register_local_clusters, wait_until
@@ -80,3 +83,53 @@ def test_a_queue_that_saw_many_owners_remembers_only_about_those_with_work_queue
         assert work.get_nowait() == owner
         assert work.get_nowait() == owner
     assert len(work._next_turn) <= 2 * ByPriority.PRUNE_AT + 1
+
+
+BURSTS = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 12), st.integers(0, 12)), max_size=30).map(
+    lambda bursts: [x for owner, puts, takes in bursts for x in [owner] * puts + [None] * takes]
+)
+"""Histories of bursts: an owner (a lease) hands over some chunks, then the handlers take some."""
+
+
+@given(BURSTS)
+def test_any_history_of_puts_and_takes_keeps_priorities_and_each_owners_order(ops: list[int | None]) -> None:
+    """Owners are leases, each of one lane: owners 1 and 3 of the higher priority here."""
+    work = ByPriority(lambda item: (item[0], item[1]))
+    queued: list[tuple[int, int, int]] = []
+    taken: list[tuple[int, int, int]] = []
+    for n, owner in enumerate(ops):
+        if owner is not None:
+            priority = owner % 2
+            work.put((priority, owner, n))
+            queued.append((priority, owner, n))
+        elif queued:
+            item = work.get_nowait()
+            assert item[0] == max(p for p, _, _ in queued), "a lower lane's work went before a higher one's"
+            queued.remove(item)
+            taken.append(item)
+    for owner in range(5):
+        mine = [n for _, o, n in taken if o == owner]
+        assert mine == sorted(mine), "an owner's work was taken out of its order"
+
+
+@given(BURSTS)
+def test_in_any_history_no_owner_takes_more_than_its_turns_ahead_of_another(ops: list[int | None]) -> None:
+    """Work of one priority: while an item waits behind k items of its own owner, each other owner has at most
+    k + 2 items taken (its turns are consecutive from at most one past the latest turn taken)."""
+    work = ByPriority(lambda item: (0, item[0]))
+    queued: list[tuple[int, int]] = []
+    waiting: dict[tuple[int, int], tuple[int, dict[int, int]]] = {}  # item: (own queued ahead, others taken)
+    for n, owner in enumerate(ops):
+        if owner is not None:
+            ahead = sum(1 for o, _ in queued if o == owner)
+            work.put((owner, n))
+            queued.append((owner, n))
+            waiting[(owner, n)] = (ahead, {})
+        elif queued:
+            item = work.get_nowait()
+            queued.remove(item)
+            ahead, others = waiting.pop(item)
+            assert all(count <= ahead + 2 for count in others.values()), (item, ahead, others)
+            for key, (_, seen) in waiting.items():
+                if key[0] != item[0]:
+                    seen[item[0]] = seen.get(item[0], 0) + 1
