@@ -48,11 +48,12 @@ def cmd_cluster_list(args: argparse.Namespace) -> None:
             f"{c.capacity_weight:g}",
             c.health + cordoned,
             c.admin,
+            c.config_ref or "-",
             reasons,
         ]
 
     with connect(args) as client:
-        headers = ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "REASONS"]
+        headers = ["NAME", "BOOTSTRAP", "ZONE", "WEIGHT", "HEALTH", "ADMIN", "SETTINGS", "REASONS"]
         shown = print_pages(args, pages(client), headers, row)
     if args.output != "json":
         where = f" starting with {args.prefix!r}" if args.prefix else ""

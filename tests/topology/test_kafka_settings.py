@@ -174,3 +174,25 @@ def test_a_stored_cluster_whose_settings_reference_is_not_text_stops_no_pass(tmp
     torn = next(c for c in topology.list_clusters() if c.name == "torn")
     with pytest.raises(UnavailableError, match="cluster torn needs Kafka settings"):
         topology.kafka_settings.connection(torn, 1.0)
+
+
+def test_cluster_list_shows_which_settings_each_cluster_is_reached_with(tmp_path: Path) -> None:
+    from streamplane.coordinator.rpc import server
+    from streamplane.coordinator.store import StoreConfig, open_store
+
+    running = server.start(
+        open_store(StoreConfig(driver="embedded", data_dir=tmp_path / "store")),
+        kafka_settings=KafkaSettings({"prod": SCRAM}),
+    )
+    try:
+        address = running.address
+        for args in (["east", "--bootstrap", "h1:9093", "--config-ref", "prod"], ["west", "--bootstrap", "h2:9092"]):
+            assert cli("cluster", "register", *args, coordinator=address).returncode == 0
+        done = cli("cluster", "list", coordinator=address)
+        assert done.returncode == 0, done.stderr
+        rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:]}
+        header = done.stdout.splitlines()[0].split()
+        settings = header.index("SETTINGS")
+        assert (rows["east"][settings], rows["west"][settings]) == ("prod", "-")
+    finally:
+        running.stop(0)
