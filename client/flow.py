@@ -107,10 +107,13 @@ class ByPriority(queue.Queue[Any]):
     def _init(self, maxsize: int) -> None:
         self.queue: list[tuple[int, int, int, Any]] = []
         self._arrivals = itertools.count()
-        self._turn = 0
-        """The latest turn of an item taken: new work takes its turn from here on."""
-        self._next_turn: dict[object, int] = {}
-        """{owner: the turn of its next item}, for owners with items queued (and some whose turn came)."""
+        self._turns: dict[int, int] = {}
+        """{priority: the latest turn of its items taken}: new work of that priority takes its turn from there (a
+        priority of its own each, so a higher lane's turns never put a lower lane's new owners behind its
+        backlog)."""
+        self._next_turn: dict[object, tuple[int, int]] = {}
+        """{owner: (its priority, the turn of its next item)}, for owners with items queued (and some whose turn
+        came)."""
         self._prune_at = self.PRUNE_AT
 
     def _qsize(self) -> int:
@@ -118,14 +121,16 @@ class ByPriority(queue.Queue[Any]):
 
     def _put(self, item: Any) -> None:
         priority, owner = self._key_of(item)
-        turn = max(self._turn, self._next_turn.get(owner, 0))
-        self._next_turn[owner] = turn + 1
+        _, next_turn = self._next_turn.get(owner, (priority, 0))
+        turn = max(self._turns.get(priority, 0), next_turn)
+        self._next_turn[owner] = (priority, turn + 1)
         heapq.heappush(self.queue, (-priority, turn, next(self._arrivals), item))
 
     def _get(self) -> Any:
-        _, turn, _, item = heapq.heappop(self.queue)
-        self._turn = max(self._turn, turn)
+        negative, turn, _, item = heapq.heappop(self.queue)
+        turns = self._turns
+        turns[-negative] = max(turns.get(-negative, 0), turn)
         if len(self._next_turn) > self._prune_at:  # O(owners), once per as many new ones
-            self._next_turn = {o: t for o, t in self._next_turn.items() if t > self._turn}
+            self._next_turn = {o: (p, t) for o, (p, t) in self._next_turn.items() if t > turns.get(p, 0)}
             self._prune_at = 2 * len(self._next_turn) + self.PRUNE_AT
         return item
