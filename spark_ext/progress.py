@@ -81,18 +81,23 @@ def group_of(source: dict[str, Any], query_name: str | None, query_id: str) -> s
     return source.get("group") or f"spark-{query_name or query_id}"
 
 
+def _watermarks(kafka: Mapping[str, Any] | None) -> Watermarks:
+    """Watermarks read over connections made with these librdkafka-named settings (plaintext without)."""
+    return Watermarks(config=ConnectionConfig.from_settings(kafka or {}))
+
+
 class ProgressListener(StreamingQueryListener):
     """Commits each finished micro-batch of every streamplane source of every query of the session. `kafka`:
     librdkafka-named settings (TLS, SASL) with which it reads the timestamps of unread records."""
 
     def __init__(self, kafka: Mapping[str, Any] | None = None) -> None:
         super().__init__()
-        self.marks = Watermarks(config=ConnectionConfig.from_settings(kafka or {}))
+        self.marks = _watermarks(kafka)
 
     def use(self, kafka: Mapping[str, Any] | None) -> None:
         """Read Kafka with these settings from now on (InvalidArgumentError for settings that make no
         connection); the connections made with the ones before are closed."""
-        marks, self.marks = self.marks, Watermarks(config=ConnectionConfig.from_settings(kafka or {}))
+        marks, self.marks = self.marks, _watermarks(kafka)
         marks.close()
 
     def onQueryStarted(self, event: Any) -> None:

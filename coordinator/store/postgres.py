@@ -302,27 +302,29 @@ class PostgresDatabase:
     def _run(self, conn: Any, tr: PostgresTransaction, body: Callable[[Transaction], Any]) -> Any:
         import psycopg
 
+        conflicted = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+        lost = (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)
         tr.registry = self._watches
         try:
             result = body(tr)
             if tr._dirty:
                 tr.flush()
-        except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
+        except conflicted as err:
             conn.rollback()
             raise retry.CommitFailed(unknown=False) from err
         except psycopg.errors.ProgramLimitExceeded as err:
             conn.rollback()
             raise StoreLimitError(f"{self._where} refused the transaction: {_first_line(err)}") from err
-        except (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout) as err:
+        except lost as err:
             raise _UnreachableError(_first_line(err)) from err  # nothing committed
         except BaseException:
             conn.rollback()
             raise
         try:
             self._commit(conn)
-        except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as err:
+        except conflicted as err:
             raise retry.CommitFailed(unknown=False, result=result) from err
-        except (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout) as err:
+        except lost as err:
             # lost during COMMIT, or ended by the server while this replica was stopped: it may have happened
             raise retry.CommitFailed(unknown=True, result=result) from err
         if tr._dirty:
