@@ -272,6 +272,8 @@ def main() -> None:
     parser.add_argument("--engine", choices=["mock", "kafka"], default="kafka", help="where ours runs")
     parser.add_argument("--rounds", type=int, default=0, help="rounds whose medians are the figures (3; 1 quick)")
     args = parser.parse_args()
+    if args.rounds < 0:
+        parser.error(f"--rounds must be 1 or more, not {args.rounds}")
     configure_logging("warning")
     each = 50 if args.quick else 200
     rejects = 20_000 if args.quick else 100_000
