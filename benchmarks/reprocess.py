@@ -17,7 +17,8 @@ Kafka's own way of going back, side by side in one run.
 Each figure is the median of `--rounds` rounds (3; 1 with --quick), each round taking all three, ours and the
 peer in turn, who goes first alternating: this machine's noise moves a single run's figures by 1.5x and more
 both ways (the same redrive took 41,800 and 70,800 records a second, minutes apart), and the peer's restart
-twofold. Every round's figures are printed before the medians.
+twofold. Every round's figures are printed before the medians. Our coordinator stays up while the peer runs,
+idle (its workers closed), as the peer's broker stays up while ours does.
 
 Ours runs on a real broker too (`--engine kafka`, the default) or on librdkafka's mock cluster (`--engine
 mock`); the peer always needs a real broker. The last line is `rewind_apply_s=<x> redrive_records_per_s=<x>
