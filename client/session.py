@@ -67,6 +67,8 @@ class WorkerSession:
         max_load: records/s it takes beyond the top-priority lanes; 0 = no limit.
         token, tls: the coordinator credential and TLS (default: found as `streamplane.client.credentials` says).
         where: the record predicate it filters with, as rendered (a group configured with one refuses another).
+        hints: it reads `Expect` events too (grants on their way: a rewind is being applied), which `events`
+            then yields; a worker that fetches with long polls shortens them until the grants come.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class WorkerSession:
         token: TokenSource = None,
         tls: ClientTls | None = None,
         where: str = "",
+        hints: bool = False,
     ) -> None:
         self._client = CoordinatorClient(coordinator, token=token, tls=tls)
         self.group, self.worker_id = group, worker_id
@@ -93,6 +96,7 @@ class WorkerSession:
             where=where,
             takes_batches=True,
             takes_slices=True,
+            takes_hints=hints,
         )
         self._outbox: queue.Queue[object] = queue.Queue()
         self._load = Heartbeat()
@@ -174,8 +178,8 @@ class WorkerSession:
             self._load = self._load.merged(Heartbeat(cpu, records_per_s, tuple((leases or {}).items()), tuple(errors)))
 
     def events(self) -> Iterator[SessionEvent]:
-        """Grants, revokes and seals as they come; ends when the session is closed, raises SessionEndedError
-        when the coordinator ends it."""
+        """Grants, revokes and seals (and `Expect` hints, with `hints`) as they come; ends when the session is
+        closed, raises SessionEndedError when the coordinator ends it."""
         for batch in self.batches():
             yield from batch
 

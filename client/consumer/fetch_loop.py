@@ -59,7 +59,11 @@ request of a connection at a time), so this bounds how long it waits for its fir
 500 ms costs an idle worker ten tiny requests a second per broker instead of two; its incremental fetch
 session names no partition in them, and a worker idle on 1,024 partitions measured 0.011 cores at 100 ms
 against 0.010 at 250 (`benchmarks/scale.py --quick`), while a rewind's last partition began 0.11-0.17 s after
-the command instead of 0.22-0.40 s (`benchmarks/reprocess.py`)."""
+the command instead of 0.22-0.40 s (`benchmarks/reprocess.py`). A rewind's workers are told first, and keep
+their long polls short until its grants come (`hurry`)."""
+HURRIED_WAIT_MS = 10
+"""A long poll's wait while grants are on their way (`FetchLoop.hurry`): a partition granted meanwhile is asked
+this long after at most, not after a whole long poll."""
 DECODE_THREADS = min(4, os.cpu_count() or 1)
 """Threads a worker decodes a response's partitions on (1: the fetch loop's own, no pool)."""
 PARALLEL_MIN_BYTES = 256 << 10
@@ -216,6 +220,7 @@ class FetchLoop:
         self.where = where  # records it does not match are left out in the decoder
         self.default_config = default_config or ConnectionConfig()
         self.max_wait_ms = max_wait_ms
+        self._hurry_until = 0.0  # grants are on their way until then (monotonic seconds; 0: none are)
         self._parts: dict[str, _Partition] = {}
         self._clusters: dict[str, _Cluster] = {}
         self._links: dict[tuple[str, int], _Link] = {}
@@ -273,6 +278,19 @@ class FetchLoop:
     def touch(self) -> None:
         """A partition's owner changed whether it is fetchable (revoked, sealed): rebuild the requests."""
         self._do(lambda: None)
+
+    def hurry(self, for_s: float) -> None:
+        """Grants are on their way (the coordinator said so: a rewind of the group is being applied): for the
+        next `for_s` seconds (0: no longer) every broker's long poll waits HURRIED_WAIT_MS at most, so that the
+        partitions granted meanwhile are asked at once rather than after the long poll in flight (a broker
+        answers one request of a connection at a time). The coordinator says it twice: as the rewind begins,
+        and once it is applied (a short while more, for its grants to arrive). Requests are built again at each
+        change, nothing more; an idle worker sends a few dozen more Fetch requests per broker meanwhile."""
+
+        def change() -> None:
+            self._hurry_until = self.clock.monotonic() + for_s if for_s > 0 else 0.0
+
+        self._do(change)
 
     def add(
         self,
@@ -360,6 +378,9 @@ class FetchLoop:
         if self._parked:
             self._unpark()
         now = self.clock.monotonic()
+        if self._hurry_until and now >= self._hurry_until:  # long polls again
+            self._hurry_until = 0.0
+            self._changes += 1
         if now >= self._retry_at:
             self._retry_at = float("inf")
             self._changes += 1
@@ -632,7 +653,7 @@ class FetchLoop:
                 link.body = fetch.encode(
                     link.version,
                     send,
-                    max_wait_ms=self.max_wait_ms,
+                    max_wait_ms=min(self.max_wait_ms, HURRIED_WAIT_MS) if self._hurry_until else self.max_wait_ms,
                     max_bytes=self.max_bytes,
                     read_committed=self.read_committed,
                     session_id=session_id,

@@ -31,7 +31,7 @@ from streamplane.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from streamplane.model import Finished, Grant, Progress, Revoke, Sealed, SessionEvent
+from streamplane.model import Expect, Finished, Grant, Progress, Revoke, Sealed, SessionEvent
 from streamplane.native import compile_where
 
 log = structlog.get_logger(__name__)
@@ -138,6 +138,7 @@ class Membership:
             token=self.client.credentials,
             tls=self._tls,
             where=self._fetch.where.text if self._fetch.where is not None else "",
+            hints=True,
         )
         session.join(resume=resume)
         if self._fetch.where is None and session.group_where:  # every member filters alike
@@ -235,6 +236,8 @@ class Membership:
                 if ledger is not None:
                     ledger.seal(event.end_offset)
                     self._fetch.touch()
+            case Expect(for_ms=for_ms):  # a rewind is being applied: its grants are read as soon as they come
+                self._fetch.hurry(for_ms / 1000)
             case Finished():
                 log.info("consumer.window_finished", group=self.group, reason=event.reason)
                 self.finished = True

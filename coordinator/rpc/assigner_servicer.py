@@ -15,7 +15,7 @@ import structlog
 from streamplane.coordinator.groups import config as group_config
 from streamplane.coordinator.groups import rewind, window
 from streamplane.coordinator.groups.assigner import Assigner
-from streamplane.coordinator.groups.sessions.hub import Renewer, SessionHub, SessionStream
+from streamplane.coordinator.groups.sessions.hub import EXPECT_AFTER_MS, EXPECT_MS, Renewer, SessionHub, SessionStream
 from streamplane.coordinator.rpc import auth
 from streamplane.coordinator.rpc.guard import Guard
 from streamplane.coordinator.rpc.limits import HELLO_TIMEOUT_S
@@ -168,18 +168,26 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
     @grpc_errors
     def RewindGroup(self, request: apb.RewindGroupRequest, context: grpc.ServicerContext) -> apb.RewindGroupResponse:
         actor = self._guard.change(context, auth.CONFIGURE_GROUPS, stream=request.stream, group=request.group)
-        done = rewind.rewind_group(
-            self._assigner.db,
-            self._admin,
-            request.group,
-            request.stream,
-            convert.rewind_target_from_pb(request),
-            lane=request.lane,
-            dry_run=request.dry_run,
-            force=request.force,
-            actor=actor,
-            now_ms=self._assigner.clock.now_ms(),
-        )
+        applied = False
+        if not request.dry_run:  # its workers served here keep their polls short until the new grants come
+            self._hub.expect(request.group, EXPECT_MS)
+        try:
+            done = rewind.rewind_group(
+                self._assigner.db,
+                self._admin,
+                request.group,
+                request.stream,
+                convert.rewind_target_from_pb(request),
+                lane=request.lane,
+                dry_run=request.dry_run,
+                force=request.force,
+                actor=actor,
+                now_ms=self._assigner.clock.now_ms(),
+            )
+            applied = done.applied
+        finally:
+            if not request.dry_run:  # a while more for the grants to arrive; none when nothing was applied
+                self._hub.expect(request.group, EXPECT_AFTER_MS if applied else 0)
         if done.applied:
             log.info("group.rewound", group=done.group, stream=done.stream, partitions=len(done.positions), actor=actor)
         return convert.rewind_plan_to_pb(done)

@@ -82,6 +82,7 @@ from streamplane.model.events import (
 )
 from streamplane.model.leases import (
     MAX_SLICES,
+    Expect,
     Finished,
     Grant,
     GroupDescription,
@@ -159,6 +160,7 @@ __all__ = [
     "DlqLocation",
     "Event",
     "EventFilter",
+    "Expect",
     "FailedOver",
     "FailoverPolicy",
     "FailoverResult",

@@ -158,7 +158,15 @@ class Finished:
     reason: str
 
 
-SessionEvent = Grant | Revoke | Sealed | Finished
+@dataclass(frozen=True)
+class Expect:
+    """Grants for this worker are on their way (a rewind of its group is being applied): it keeps its brokers'
+    long polls short until they come, or for `for_ms` at most, so that it reads them at once."""
+
+    for_ms: int
+
+
+SessionEvent = Grant | Revoke | Sealed | Finished | Expect
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,8 @@ class Hello:
     takes_slices: bool = False
     """It reads slices of split partitions (handles only a slice's records); one that does not is never granted
     a slice."""
+    takes_hints: bool = False
+    """It reads `Expect` (grants on their way); one that does not is never sent one."""
 
 
 @dataclass(frozen=True)

@@ -582,3 +582,41 @@ def test_a_partition_granted_while_its_broker_is_read_ahead_is_read_without_wait
         assert len(got[0].values) < 300
     finally:
         loop.close()
+
+
+def test_while_grants_are_on_their_way_long_polls_are_short_then_long_again(one_broker: MockCluster) -> None:
+    """Told that grants are coming (a rewind of the group is being applied), the loop asks its brokers with short
+    long polls, so that a partition granted meanwhile is read at once rather than after the long poll in flight
+    (a broker answers one request of a connection at a time); told 0, or once its time is up, an idle loop
+    sends a request a long poll again, not dozens a second."""
+    one_broker.create_topic("quiet", 1)
+    one_broker.create_topic("granted", 1)
+    raw = KafkaProducer({"bootstrap.servers": one_broker.bootstrap_servers})
+    for i in range(3):
+        raw.produce("granted", b"v%d" % i, partition=0)
+    assert raw.flush(10) == 0
+    loop = make_loop(max_wait_ms=1000)
+
+    def rate(seconds: float) -> float:
+        before = loop.requests
+        threading.Event().wait(seconds)  # a rate needs a window
+        return (loop.requests - before) / seconds
+
+    try:
+        loop.add("quiet/0", one_broker.bootstrap_servers, "quiet", 0, -1, Collect(loop))
+        wait_until(lambda: loop.requests >= 2, timeout=10)
+        assert rate(1.0) <= 2, "idle: a Fetch every long poll (1 s)"
+        loop.hurry(30)
+        wait_until(lambda: rate(0.25) >= 20, timeout=10)  # the long poll in flight ends; short ones follow
+        granted = Collect(loop)
+        began = loop.clock.monotonic()
+        loop.add("granted/0", one_broker.bootstrap_servers, "granted", 0, -1, granted)
+        wait_until(lambda: len(granted.values) == 3, timeout=10)
+        assert loop.clock.monotonic() - began < 0.5, "a partition granted meanwhile waited for a long poll"
+        loop.hurry(0)
+        wait_until(lambda: rate(0.5) <= 2, timeout=10)
+        loop.hurry(1.5)  # outlasts the long poll in flight
+        wait_until(lambda: rate(0.25) >= 20, timeout=10)
+        wait_until(lambda: rate(0.5) <= 2, timeout=10)  # its time is up
+    finally:
+        loop.close()

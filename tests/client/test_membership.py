@@ -15,7 +15,7 @@ from streamplane.client.consumer.ledger import GrantedLease, LeaseLedger
 from streamplane.client.consumer.membership import Membership
 from streamplane.client.flow import Budget
 from streamplane.clock import ManualClock
-from streamplane.model import Grant, LeaseLoad, PartitionRef, Sealed
+from streamplane.model import Expect, Grant, LeaseLoad, PartitionRef, Sealed
 from tests.client.test_ledger import Owner
 
 
@@ -37,6 +37,9 @@ class Recorded:
 
     def touch(self) -> None:
         self.calls.append(("touch", None))
+
+    def hurry(self, for_s: float) -> None:
+        self.calls.append(("hurry", for_s))
 
 
 def _membership(fetch: Recorded, *, broken: str = "") -> Membership:
@@ -86,6 +89,20 @@ def test_grants_of_one_message_start_reading_in_one_step_and_other_events_keep_t
         ("touch", None),
         ("add", [more[2].lease_id, more[3].lease_id]),
     ]
+
+
+def test_told_that_grants_are_coming_the_fetch_loop_hurries_for_as_long_as_it_is_told() -> None:
+    """A rewind being applied: the coordinator tells the worker its grants are coming (its brokers' long polls
+    are kept short meanwhile), then for how long more once it is applied, or 0 when nothing was; the grants
+    themselves start reading as any grants do."""
+    fetch = Recorded()
+    m = _membership(fetch)
+    grant = _grant(0)
+    m.on_events([Expect(2000)])
+    m.on_events([grant])
+    m.on_events([Expect(250)])
+    m.on_events([Expect(0)])
+    assert fetch.calls == [("hurry", 2.0), ("add", [grant.lease_id]), ("hurry", 0.25), ("hurry", 0.0)]
 
 
 def test_grants_taken_before_one_that_fails_are_still_read() -> None:

@@ -39,11 +39,13 @@ def test_a_batch_of_session_events_reads_back_in_order_and_nothing_else_hides_in
 
     ref = m.PartitionRef("s", "realtime", 1, 0)
     grant = m.Grant("s/realtime/g1/p0", ref, 3, "t", "c", "b:9092", 10, -1, clean=True)
-    events: list[m.SessionEvent] = [grant, m.Sealed("s/realtime/g1/p0", ref, 40), m.Revoke("s/realtime/g1/p0", 3)]
+    sealed, revoke = m.Sealed("s/realtime/g1/p0", ref, 40), m.Revoke("s/realtime/g1/p0", 3)
+    events: list[m.SessionEvent] = [m.Expect(2000), grant, sealed, revoke]
     message = convert.session_events_to_pb(events)
     assert message.WhichOneof("kind") == "batch"
     assert convert.session_events_from_pb(message) == events
     assert convert.session_events_to_pb([grant]).WhichOneof("kind") == "grant"
+    assert convert.session_events_from_pb(convert.session_events_to_pb([m.Expect(0)])) == [m.Expect(0)]
     message.batch.events.append(apb.AssignerMessage(batch=apb.EventBatch(events=[message.batch.events[0]])))
     message.batch.events.append(apb.AssignerMessage(welcome=apb.Welcome(session_id="x")))
     assert convert.session_events_from_pb(message) == events

@@ -12,6 +12,7 @@ from confluent_kafka import Producer as KafkaProducer
 
 from streamplane import model
 from streamplane.client import CoordinatorClient, SessionEndedError, WorkerSession
+from streamplane.coordinator.groups.sessions.hub import EXPECT_AFTER_MS, EXPECT_MS
 from streamplane.coordinator.groups.timing import AssignerConfig
 from streamplane.errors import (
     AlreadyExistsError,
@@ -276,3 +277,41 @@ def test_lease_loads_reported_faster_than_heartbeats_all_reach_the_assigner(addr
 
     wait_until(lambda: loads() == want, timeout=10, what=lambda: f"the Assigner sees {loads()}")
     s.close()
+
+
+def test_a_rewind_tells_the_workers_that_take_hints_that_their_grants_are_coming(address: str) -> None:
+    """The replica that takes a rewind tells the group's workers it serves, before it looks anything up, that
+    grants are on their way (Expect), and once it is applied for how long more: a worker that reads hints keeps
+    its long polls short meanwhile and reads its new positions as soon as they come. Its grants follow the first
+    hint. A worker that did not say it reads hints (the Go client) hears only its grants; a dry run tells nobody;
+    a refused rewind takes its hint back (0 ms: long polls again)."""
+    hinted = WorkerSession(address, group="g", worker_id="hinted", subscriptions={"jobs": []}, hints=True)
+    plain = session(address, "plain")
+    hinted.join()
+    plain.join()
+    got_hinted, _ = collect(hinted)
+    got_plain, _ = collect(plain)
+    try:
+        wait_until(lambda: hinted.leases and plain.leases, timeout=10)
+
+        def hints() -> list[int]:
+            return [e.for_ms for e in list(got_hinted) if isinstance(e, model.Expect)]
+
+        with CoordinatorClient(address) as client:
+            client.rewind_group("g", "jobs", model.RewindTarget(model.RewindTo.EARLIEST), dry_run=True)
+            before = len(got_hinted)
+            client.rewind_group("g", "jobs", model.RewindTarget(model.RewindTo.EARLIEST))
+            wait_until(lambda: hints() == [EXPECT_MS, EXPECT_AFTER_MS], timeout=10)
+            first = next(i for i, e in enumerate(list(got_hinted)) if isinstance(e, model.Expect))
+            assert first == before, "the first hint comes before anything the rewind changed"
+            wait_until(lambda: any(isinstance(e, model.Grant) for e in got_hinted[first:]), timeout=10)
+            wait_until(lambda: any(isinstance(e, model.Grant) for e in got_plain[1:]), timeout=10)
+            future = model.RewindTarget(model.RewindTo.TIME, time_ms=int(time.time() * 1000) + 3_600_000)
+            with pytest.raises(InvalidArgumentError):
+                client.rewind_group("g", "jobs", future)
+            # its hint, then 0 (told together when the refusal comes first: the latest wins)
+            wait_until(lambda: hints()[2:] in ([EXPECT_MS, 0], [0]), timeout=10, what=lambda: str(hints()))
+        assert not [e for e in got_plain if isinstance(e, model.Expect)]
+    finally:
+        hinted.close()
+        plain.close()

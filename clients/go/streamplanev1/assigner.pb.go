@@ -168,7 +168,10 @@ type Hello struct {
 	TakesBatches bool `protobuf:"varint,8,opt,name=takes_batches,json=takesBatches,proto3" json:"takes_batches,omitempty"`
 	// The worker reads slices of split partitions (Grant.slice_index, slice_count): it handles only a slice's
 	// records. Workers that do not say so are never granted a slice, only whole partitions.
-	TakesSlices   bool `protobuf:"varint,9,opt,name=takes_slices,json=takesSlices,proto3" json:"takes_slices,omitempty"`
+	TakesSlices bool `protobuf:"varint,9,opt,name=takes_slices,json=takesSlices,proto3" json:"takes_slices,omitempty"`
+	// The worker reads Expect: told that grants are on their way, it keeps its Fetch long polls short until
+	// they come. Workers that do not say so are never sent one.
+	TakesHints    bool `protobuf:"varint,10,opt,name=takes_hints,json=takesHints,proto3" json:"takes_hints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -262,6 +265,13 @@ func (x *Hello) GetTakesBatches() bool {
 func (x *Hello) GetTakesSlices() bool {
 	if x != nil {
 		return x.TakesSlices
+	}
+	return false
+}
+
+func (x *Hello) GetTakesHints() bool {
+	if x != nil {
+		return x.TakesHints
 	}
 	return false
 }
@@ -1009,6 +1019,55 @@ func (x *GroupFinished) GetReason() string {
 	return ""
 }
 
+// Grants for this worker are on their way (a rewind of its group is being applied): until they come, or for
+// for_ms at most, the worker asks its brokers with short long polls, so that a partition granted meanwhile is
+// read at once rather than after the long poll in flight (a broker answers one request of a connection at a
+// time). Sent by the replica that takes the rewind to the sessions it serves (only those whose Hello set
+// takes_hints); a worker served elsewhere reads its grants a long poll later.
+type Expect struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ForMs         uint32                 `protobuf:"varint,1,opt,name=for_ms,json=forMs,proto3" json:"for_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Expect) Reset() {
+	*x = Expect{}
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Expect) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Expect) ProtoMessage() {}
+
+func (x *Expect) ProtoReflect() protoreflect.Message {
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Expect.ProtoReflect.Descriptor instead.
+func (*Expect) Descriptor() ([]byte, []int) {
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Expect) GetForMs() uint32 {
+	if x != nil {
+		return x.ForMs
+	}
+	return 0
+}
+
 type AssignerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -1019,6 +1078,7 @@ type AssignerMessage struct {
 	//	*AssignerMessage_GenerationChange
 	//	*AssignerMessage_Finished
 	//	*AssignerMessage_Batch
+	//	*AssignerMessage_Expect
 	Kind          isAssignerMessage_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1026,7 +1086,7 @@ type AssignerMessage struct {
 
 func (x *AssignerMessage) Reset() {
 	*x = AssignerMessage{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[13]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1098,7 @@ func (x *AssignerMessage) String() string {
 func (*AssignerMessage) ProtoMessage() {}
 
 func (x *AssignerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[13]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1111,7 @@ func (x *AssignerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignerMessage.ProtoReflect.Descriptor instead.
 func (*AssignerMessage) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{13}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AssignerMessage) GetKind() isAssignerMessage_Kind {
@@ -1115,6 +1175,15 @@ func (x *AssignerMessage) GetBatch() *EventBatch {
 	return nil
 }
 
+func (x *AssignerMessage) GetExpect() *Expect {
+	if x != nil {
+		if x, ok := x.Kind.(*AssignerMessage_Expect); ok {
+			return x.Expect
+		}
+	}
+	return nil
+}
+
 type isAssignerMessage_Kind interface {
 	isAssignerMessage_Kind()
 }
@@ -1143,6 +1212,10 @@ type AssignerMessage_Batch struct {
 	Batch *EventBatch `protobuf:"bytes,6,opt,name=batch,proto3,oneof"`
 }
 
+type AssignerMessage_Expect struct {
+	Expect *Expect `protobuf:"bytes,7,opt,name=expect,proto3,oneof"`
+}
+
 func (*AssignerMessage_Welcome) isAssignerMessage_Kind() {}
 
 func (*AssignerMessage_Grant) isAssignerMessage_Kind() {}
@@ -1155,6 +1228,8 @@ func (*AssignerMessage_Finished) isAssignerMessage_Kind() {}
 
 func (*AssignerMessage_Batch) isAssignerMessage_Kind() {}
 
+func (*AssignerMessage_Expect) isAssignerMessage_Kind() {}
+
 // Events in the order they happened, sent together (only to a worker whose Hello set takes_batches). Its
 // events are grants, revokes, generation changes and finishes: never a welcome or another batch.
 type EventBatch struct {
@@ -1166,7 +1241,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1253,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[14]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1266,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{14}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EventBatch) GetEvents() []*AssignerMessage {
@@ -1212,7 +1287,7 @@ type CheckLeaseRequest struct {
 
 func (x *CheckLeaseRequest) Reset() {
 	*x = CheckLeaseRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1299,7 @@ func (x *CheckLeaseRequest) String() string {
 func (*CheckLeaseRequest) ProtoMessage() {}
 
 func (x *CheckLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[15]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1312,7 @@ func (x *CheckLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CheckLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{15}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CheckLeaseRequest) GetGroup() string {
@@ -1271,7 +1346,7 @@ type CheckLeaseResponse struct {
 
 func (x *CheckLeaseResponse) Reset() {
 	*x = CheckLeaseResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1358,7 @@ func (x *CheckLeaseResponse) String() string {
 func (*CheckLeaseResponse) ProtoMessage() {}
 
 func (x *CheckLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[16]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1371,7 @@ func (x *CheckLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckLeaseResponse.ProtoReflect.Descriptor instead.
 func (*CheckLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{16}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CheckLeaseResponse) GetWorkerId() string {
@@ -1322,7 +1397,7 @@ type DescribeGroupRequest struct {
 
 func (x *DescribeGroupRequest) Reset() {
 	*x = DescribeGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1409,7 @@ func (x *DescribeGroupRequest) String() string {
 func (*DescribeGroupRequest) ProtoMessage() {}
 
 func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[17]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1422,7 @@ func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{17}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DescribeGroupRequest) GetGroup() string {
@@ -1374,7 +1449,7 @@ type LeaseInfo struct {
 
 func (x *LeaseInfo) Reset() {
 	*x = LeaseInfo{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1461,7 @@ func (x *LeaseInfo) String() string {
 func (*LeaseInfo) ProtoMessage() {}
 
 func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[18]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1474,7 @@ func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseInfo.ProtoReflect.Descriptor instead.
 func (*LeaseInfo) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{18}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseInfo) GetLeaseId() string {
@@ -1474,7 +1549,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1561,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[19]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1574,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{19}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MemberInfo) GetWorkerId() string {
@@ -1573,7 +1648,7 @@ type GroupDescription struct {
 
 func (x *GroupDescription) Reset() {
 	*x = GroupDescription{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1660,7 @@ func (x *GroupDescription) String() string {
 func (*GroupDescription) ProtoMessage() {}
 
 func (x *GroupDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[20]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1673,7 @@ func (x *GroupDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDescription.ProtoReflect.Descriptor instead.
 func (*GroupDescription) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{20}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GroupDescription) GetGroup() string {
@@ -1647,7 +1722,7 @@ type WatchGroupRequest struct {
 
 func (x *WatchGroupRequest) Reset() {
 	*x = WatchGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1734,7 @@ func (x *WatchGroupRequest) String() string {
 func (*WatchGroupRequest) ProtoMessage() {}
 
 func (x *WatchGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[21]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1747,7 @@ func (x *WatchGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchGroupRequest.ProtoReflect.Descriptor instead.
 func (*WatchGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{21}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchGroupRequest) GetGroup() string {
@@ -1702,7 +1777,7 @@ type DeleteGroupRequest struct {
 
 func (x *DeleteGroupRequest) Reset() {
 	*x = DeleteGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1789,7 @@ func (x *DeleteGroupRequest) String() string {
 func (*DeleteGroupRequest) ProtoMessage() {}
 
 func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[22]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1802,7 @@ func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{22}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteGroupRequest) GetGroup() string {
@@ -1781,7 +1856,7 @@ type ConfigureGroupRequest struct {
 
 func (x *ConfigureGroupRequest) Reset() {
 	*x = ConfigureGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1868,7 @@ func (x *ConfigureGroupRequest) String() string {
 func (*ConfigureGroupRequest) ProtoMessage() {}
 
 func (x *ConfigureGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[23]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1881,7 @@ func (x *ConfigureGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureGroupRequest.ProtoReflect.Descriptor instead.
 func (*ConfigureGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{23}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConfigureGroupRequest) GetGroup() string {
@@ -1880,7 +1955,7 @@ type ConfigureGroupResponse struct {
 
 func (x *ConfigureGroupResponse) Reset() {
 	*x = ConfigureGroupResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1967,7 @@ func (x *ConfigureGroupResponse) String() string {
 func (*ConfigureGroupResponse) ProtoMessage() {}
 
 func (x *ConfigureGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[24]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +1980,7 @@ func (x *ConfigureGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigureGroupResponse.ProtoReflect.Descriptor instead.
 func (*ConfigureGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{24}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{25}
 }
 
 type PartitionOffset struct {
@@ -1918,7 +1993,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2005,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[25]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2018,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{25}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PartitionOffset) GetPartition() *PartitionRef {
@@ -1969,7 +2044,7 @@ type PartitionOffsets struct {
 
 func (x *PartitionOffsets) Reset() {
 	*x = PartitionOffsets{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2056,7 @@ func (x *PartitionOffsets) String() string {
 func (*PartitionOffsets) ProtoMessage() {}
 
 func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[26]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2069,7 @@ func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffsets.ProtoReflect.Descriptor instead.
 func (*PartitionOffsets) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{26}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PartitionOffsets) GetOffsets() []*PartitionOffset {
@@ -2026,7 +2101,7 @@ type RewindGroupRequest struct {
 
 func (x *RewindGroupRequest) Reset() {
 	*x = RewindGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2113,7 @@ func (x *RewindGroupRequest) String() string {
 func (*RewindGroupRequest) ProtoMessage() {}
 
 func (x *RewindGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[27]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2126,7 @@ func (x *RewindGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindGroupRequest.ProtoReflect.Descriptor instead.
 func (*RewindGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{27}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RewindGroupRequest) GetGroup() string {
@@ -2164,7 +2239,7 @@ type RewindPosition struct {
 
 func (x *RewindPosition) Reset() {
 	*x = RewindPosition{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2251,7 @@ func (x *RewindPosition) String() string {
 func (*RewindPosition) ProtoMessage() {}
 
 func (x *RewindPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[28]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2264,7 @@ func (x *RewindPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindPosition.ProtoReflect.Descriptor instead.
 func (*RewindPosition) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{28}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RewindPosition) GetPartition() *PartitionRef {
@@ -2245,7 +2320,7 @@ type CreateWindowGroupRequest struct {
 
 func (x *CreateWindowGroupRequest) Reset() {
 	*x = CreateWindowGroupRequest{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2257,7 +2332,7 @@ func (x *CreateWindowGroupRequest) String() string {
 func (*CreateWindowGroupRequest) ProtoMessage() {}
 
 func (x *CreateWindowGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[29]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2270,7 +2345,7 @@ func (x *CreateWindowGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWindowGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateWindowGroupRequest) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{29}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateWindowGroupRequest) GetGroup() string {
@@ -2336,7 +2411,7 @@ type CreateWindowGroupResponse struct {
 
 func (x *CreateWindowGroupResponse) Reset() {
 	*x = CreateWindowGroupResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2423,7 @@ func (x *CreateWindowGroupResponse) String() string {
 func (*CreateWindowGroupResponse) ProtoMessage() {}
 
 func (x *CreateWindowGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[30]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2436,7 @@ func (x *CreateWindowGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWindowGroupResponse.ProtoReflect.Descriptor instead.
 func (*CreateWindowGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{30}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateWindowGroupResponse) GetPositions() []*RewindPosition {
@@ -2412,7 +2487,7 @@ type RewindGroupResponse struct {
 
 func (x *RewindGroupResponse) Reset() {
 	*x = RewindGroupResponse{}
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[31]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2499,7 @@ func (x *RewindGroupResponse) String() string {
 func (*RewindGroupResponse) ProtoMessage() {}
 
 func (x *RewindGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_streamplane_v1_assigner_proto_msgTypes[31]
+	mi := &file_streamplane_v1_assigner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2512,7 @@ func (x *RewindGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindGroupResponse.ProtoReflect.Descriptor instead.
 func (*RewindGroupResponse) Descriptor() ([]byte, []int) {
-	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{31}
+	return file_streamplane_v1_assigner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RewindGroupResponse) GetPositions() []*RewindPosition {
@@ -2482,7 +2557,7 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x04 \x01(\rR\tpartition\"<\n" +
 	"\fSubscription\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
-	"\x05lanes\x18\x02 \x03(\tR\x05lanes\"\xba\x02\n" +
+	"\x05lanes\x18\x02 \x03(\tR\x05lanes\"\xdb\x02\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1a\n" +
@@ -2492,7 +2567,10 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\x0eresume_session\x18\x06 \x01(\tR\rresumeSession\x12\x14\n" +
 	"\x05where\x18\a \x01(\tR\x05where\x12#\n" +
 	"\rtakes_batches\x18\b \x01(\bR\ftakesBatches\x12!\n" +
-	"\ftakes_slices\x18\t \x01(\bR\vtakesSlices\"\x82\x01\n" +
+	"\ftakes_slices\x18\t \x01(\bR\vtakesSlices\x12\x1f\n" +
+	"\vtakes_hints\x18\n" +
+	" \x01(\bR\n" +
+	"takesHints\"\x82\x01\n" +
 	"\tLeaseLoad\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\"\n" +
 	"\rrecords_per_s\x18\x02 \x01(\x01R\vrecordsPerS\x12\x1f\n" +
@@ -2550,14 +2628,17 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\n" +
 	"end_offset\x18\x04 \x01(\x03R\tendOffset\"'\n" +
 	"\rGroupFinished\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\"\xf1\x02\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x1f\n" +
+	"\x06Expect\x12\x15\n" +
+	"\x06for_ms\x18\x01 \x01(\rR\x05forMs\"\xa3\x03\n" +
 	"\x0fAssignerMessage\x123\n" +
 	"\awelcome\x18\x01 \x01(\v2\x17.streamplane.v1.WelcomeH\x00R\awelcome\x12-\n" +
 	"\x05grant\x18\x02 \x01(\v2\x15.streamplane.v1.GrantH\x00R\x05grant\x120\n" +
 	"\x06revoke\x18\x03 \x01(\v2\x16.streamplane.v1.RevokeH\x00R\x06revoke\x12O\n" +
 	"\x11generation_change\x18\x04 \x01(\v2 .streamplane.v1.GenerationChangeH\x00R\x10generationChange\x12;\n" +
 	"\bfinished\x18\x05 \x01(\v2\x1d.streamplane.v1.GroupFinishedH\x00R\bfinished\x122\n" +
-	"\x05batch\x18\x06 \x01(\v2\x1a.streamplane.v1.EventBatchH\x00R\x05batchB\x06\n" +
+	"\x05batch\x18\x06 \x01(\v2\x1a.streamplane.v1.EventBatchH\x00R\x05batch\x120\n" +
+	"\x06expect\x18\a \x01(\v2\x16.streamplane.v1.ExpectH\x00R\x06expectB\x06\n" +
 	"\x04kind\"E\n" +
 	"\n" +
 	"EventBatch\x127\n" +
@@ -2684,7 +2765,7 @@ func file_streamplane_v1_assigner_proto_rawDescGZIP() []byte {
 	return file_streamplane_v1_assigner_proto_rawDescData
 }
 
-var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_streamplane_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*PartitionRef)(nil),              // 0: streamplane.v1.PartitionRef
 	(*Subscription)(nil),              // 1: streamplane.v1.Subscription
@@ -2699,80 +2780,82 @@ var file_streamplane_v1_assigner_proto_goTypes = []any{
 	(*Revoke)(nil),                    // 10: streamplane.v1.Revoke
 	(*GenerationChange)(nil),          // 11: streamplane.v1.GenerationChange
 	(*GroupFinished)(nil),             // 12: streamplane.v1.GroupFinished
-	(*AssignerMessage)(nil),           // 13: streamplane.v1.AssignerMessage
-	(*EventBatch)(nil),                // 14: streamplane.v1.EventBatch
-	(*CheckLeaseRequest)(nil),         // 15: streamplane.v1.CheckLeaseRequest
-	(*CheckLeaseResponse)(nil),        // 16: streamplane.v1.CheckLeaseResponse
-	(*DescribeGroupRequest)(nil),      // 17: streamplane.v1.DescribeGroupRequest
-	(*LeaseInfo)(nil),                 // 18: streamplane.v1.LeaseInfo
-	(*MemberInfo)(nil),                // 19: streamplane.v1.MemberInfo
-	(*GroupDescription)(nil),          // 20: streamplane.v1.GroupDescription
-	(*WatchGroupRequest)(nil),         // 21: streamplane.v1.WatchGroupRequest
-	(*DeleteGroupRequest)(nil),        // 22: streamplane.v1.DeleteGroupRequest
-	(*ConfigureGroupRequest)(nil),     // 23: streamplane.v1.ConfigureGroupRequest
-	(*ConfigureGroupResponse)(nil),    // 24: streamplane.v1.ConfigureGroupResponse
-	(*PartitionOffset)(nil),           // 25: streamplane.v1.PartitionOffset
-	(*PartitionOffsets)(nil),          // 26: streamplane.v1.PartitionOffsets
-	(*RewindGroupRequest)(nil),        // 27: streamplane.v1.RewindGroupRequest
-	(*RewindPosition)(nil),            // 28: streamplane.v1.RewindPosition
-	(*CreateWindowGroupRequest)(nil),  // 29: streamplane.v1.CreateWindowGroupRequest
-	(*CreateWindowGroupResponse)(nil), // 30: streamplane.v1.CreateWindowGroupResponse
-	(*RewindGroupResponse)(nil),       // 31: streamplane.v1.RewindGroupResponse
-	(*ClusterErrors)(nil),             // 32: streamplane.v1.ClusterErrors
-	(GenerationState)(0),              // 33: streamplane.v1.GenerationState
-	(*GroupEvent)(nil),                // 34: streamplane.v1.GroupEvent
-	(*GroupDeleted)(nil),              // 35: streamplane.v1.GroupDeleted
+	(*Expect)(nil),                    // 13: streamplane.v1.Expect
+	(*AssignerMessage)(nil),           // 14: streamplane.v1.AssignerMessage
+	(*EventBatch)(nil),                // 15: streamplane.v1.EventBatch
+	(*CheckLeaseRequest)(nil),         // 16: streamplane.v1.CheckLeaseRequest
+	(*CheckLeaseResponse)(nil),        // 17: streamplane.v1.CheckLeaseResponse
+	(*DescribeGroupRequest)(nil),      // 18: streamplane.v1.DescribeGroupRequest
+	(*LeaseInfo)(nil),                 // 19: streamplane.v1.LeaseInfo
+	(*MemberInfo)(nil),                // 20: streamplane.v1.MemberInfo
+	(*GroupDescription)(nil),          // 21: streamplane.v1.GroupDescription
+	(*WatchGroupRequest)(nil),         // 22: streamplane.v1.WatchGroupRequest
+	(*DeleteGroupRequest)(nil),        // 23: streamplane.v1.DeleteGroupRequest
+	(*ConfigureGroupRequest)(nil),     // 24: streamplane.v1.ConfigureGroupRequest
+	(*ConfigureGroupResponse)(nil),    // 25: streamplane.v1.ConfigureGroupResponse
+	(*PartitionOffset)(nil),           // 26: streamplane.v1.PartitionOffset
+	(*PartitionOffsets)(nil),          // 27: streamplane.v1.PartitionOffsets
+	(*RewindGroupRequest)(nil),        // 28: streamplane.v1.RewindGroupRequest
+	(*RewindPosition)(nil),            // 29: streamplane.v1.RewindPosition
+	(*CreateWindowGroupRequest)(nil),  // 30: streamplane.v1.CreateWindowGroupRequest
+	(*CreateWindowGroupResponse)(nil), // 31: streamplane.v1.CreateWindowGroupResponse
+	(*RewindGroupResponse)(nil),       // 32: streamplane.v1.RewindGroupResponse
+	(*ClusterErrors)(nil),             // 33: streamplane.v1.ClusterErrors
+	(GenerationState)(0),              // 34: streamplane.v1.GenerationState
+	(*GroupEvent)(nil),                // 35: streamplane.v1.GroupEvent
+	(*GroupDeleted)(nil),              // 36: streamplane.v1.GroupDeleted
 }
 var file_streamplane_v1_assigner_proto_depIdxs = []int32{
 	1,  // 0: streamplane.v1.Hello.subscriptions:type_name -> streamplane.v1.Subscription
 	3,  // 1: streamplane.v1.Heartbeat.leases:type_name -> streamplane.v1.LeaseLoad
-	32, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
+	33, // 2: streamplane.v1.Heartbeat.errors:type_name -> streamplane.v1.ClusterErrors
 	2,  // 3: streamplane.v1.WorkerMessage.hello:type_name -> streamplane.v1.Hello
 	4,  // 4: streamplane.v1.WorkerMessage.heartbeat:type_name -> streamplane.v1.Heartbeat
 	5,  // 5: streamplane.v1.WorkerMessage.release:type_name -> streamplane.v1.Release
 	6,  // 6: streamplane.v1.WorkerMessage.renew:type_name -> streamplane.v1.Renew
 	0,  // 7: streamplane.v1.Grant.partition:type_name -> streamplane.v1.PartitionRef
-	33, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
+	34, // 8: streamplane.v1.Grant.generation_state:type_name -> streamplane.v1.GenerationState
 	0,  // 9: streamplane.v1.GenerationChange.partition:type_name -> streamplane.v1.PartitionRef
-	33, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
+	34, // 10: streamplane.v1.GenerationChange.state:type_name -> streamplane.v1.GenerationState
 	8,  // 11: streamplane.v1.AssignerMessage.welcome:type_name -> streamplane.v1.Welcome
 	9,  // 12: streamplane.v1.AssignerMessage.grant:type_name -> streamplane.v1.Grant
 	10, // 13: streamplane.v1.AssignerMessage.revoke:type_name -> streamplane.v1.Revoke
 	11, // 14: streamplane.v1.AssignerMessage.generation_change:type_name -> streamplane.v1.GenerationChange
 	12, // 15: streamplane.v1.AssignerMessage.finished:type_name -> streamplane.v1.GroupFinished
-	14, // 16: streamplane.v1.AssignerMessage.batch:type_name -> streamplane.v1.EventBatch
-	13, // 17: streamplane.v1.EventBatch.events:type_name -> streamplane.v1.AssignerMessage
-	0,  // 18: streamplane.v1.LeaseInfo.partition:type_name -> streamplane.v1.PartitionRef
-	1,  // 19: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
-	19, // 20: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
-	18, // 21: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
-	0,  // 22: streamplane.v1.PartitionOffset.partition:type_name -> streamplane.v1.PartitionRef
-	25, // 23: streamplane.v1.PartitionOffsets.offsets:type_name -> streamplane.v1.PartitionOffset
-	26, // 24: streamplane.v1.RewindGroupRequest.offsets:type_name -> streamplane.v1.PartitionOffsets
-	0,  // 25: streamplane.v1.RewindPosition.partition:type_name -> streamplane.v1.PartitionRef
-	28, // 26: streamplane.v1.CreateWindowGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
-	28, // 27: streamplane.v1.RewindGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
-	7,  // 28: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
-	15, // 29: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
-	17, // 30: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
-	21, // 31: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
-	22, // 32: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
-	23, // 33: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
-	27, // 34: streamplane.v1.AssignerService.RewindGroup:input_type -> streamplane.v1.RewindGroupRequest
-	29, // 35: streamplane.v1.AssignerService.CreateWindowGroup:input_type -> streamplane.v1.CreateWindowGroupRequest
-	13, // 36: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
-	16, // 37: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
-	20, // 38: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
-	34, // 39: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
-	35, // 40: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
-	24, // 41: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
-	31, // 42: streamplane.v1.AssignerService.RewindGroup:output_type -> streamplane.v1.RewindGroupResponse
-	30, // 43: streamplane.v1.AssignerService.CreateWindowGroup:output_type -> streamplane.v1.CreateWindowGroupResponse
-	36, // [36:44] is the sub-list for method output_type
-	28, // [28:36] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	15, // 16: streamplane.v1.AssignerMessage.batch:type_name -> streamplane.v1.EventBatch
+	13, // 17: streamplane.v1.AssignerMessage.expect:type_name -> streamplane.v1.Expect
+	14, // 18: streamplane.v1.EventBatch.events:type_name -> streamplane.v1.AssignerMessage
+	0,  // 19: streamplane.v1.LeaseInfo.partition:type_name -> streamplane.v1.PartitionRef
+	1,  // 20: streamplane.v1.MemberInfo.subscriptions:type_name -> streamplane.v1.Subscription
+	20, // 21: streamplane.v1.GroupDescription.members:type_name -> streamplane.v1.MemberInfo
+	19, // 22: streamplane.v1.GroupDescription.leases:type_name -> streamplane.v1.LeaseInfo
+	0,  // 23: streamplane.v1.PartitionOffset.partition:type_name -> streamplane.v1.PartitionRef
+	26, // 24: streamplane.v1.PartitionOffsets.offsets:type_name -> streamplane.v1.PartitionOffset
+	27, // 25: streamplane.v1.RewindGroupRequest.offsets:type_name -> streamplane.v1.PartitionOffsets
+	0,  // 26: streamplane.v1.RewindPosition.partition:type_name -> streamplane.v1.PartitionRef
+	29, // 27: streamplane.v1.CreateWindowGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
+	29, // 28: streamplane.v1.RewindGroupResponse.positions:type_name -> streamplane.v1.RewindPosition
+	7,  // 29: streamplane.v1.AssignerService.Session:input_type -> streamplane.v1.WorkerMessage
+	16, // 30: streamplane.v1.AssignerService.CheckLease:input_type -> streamplane.v1.CheckLeaseRequest
+	18, // 31: streamplane.v1.AssignerService.DescribeGroup:input_type -> streamplane.v1.DescribeGroupRequest
+	22, // 32: streamplane.v1.AssignerService.WatchGroup:input_type -> streamplane.v1.WatchGroupRequest
+	23, // 33: streamplane.v1.AssignerService.DeleteGroup:input_type -> streamplane.v1.DeleteGroupRequest
+	24, // 34: streamplane.v1.AssignerService.ConfigureGroup:input_type -> streamplane.v1.ConfigureGroupRequest
+	28, // 35: streamplane.v1.AssignerService.RewindGroup:input_type -> streamplane.v1.RewindGroupRequest
+	30, // 36: streamplane.v1.AssignerService.CreateWindowGroup:input_type -> streamplane.v1.CreateWindowGroupRequest
+	14, // 37: streamplane.v1.AssignerService.Session:output_type -> streamplane.v1.AssignerMessage
+	17, // 38: streamplane.v1.AssignerService.CheckLease:output_type -> streamplane.v1.CheckLeaseResponse
+	21, // 39: streamplane.v1.AssignerService.DescribeGroup:output_type -> streamplane.v1.GroupDescription
+	35, // 40: streamplane.v1.AssignerService.WatchGroup:output_type -> streamplane.v1.GroupEvent
+	36, // 41: streamplane.v1.AssignerService.DeleteGroup:output_type -> streamplane.v1.GroupDeleted
+	25, // 42: streamplane.v1.AssignerService.ConfigureGroup:output_type -> streamplane.v1.ConfigureGroupResponse
+	32, // 43: streamplane.v1.AssignerService.RewindGroup:output_type -> streamplane.v1.RewindGroupResponse
+	31, // 44: streamplane.v1.AssignerService.CreateWindowGroup:output_type -> streamplane.v1.CreateWindowGroupResponse
+	37, // [37:45] is the sub-list for method output_type
+	29, // [29:37] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_streamplane_v1_assigner_proto_init() }
@@ -2787,16 +2870,17 @@ func file_streamplane_v1_assigner_proto_init() {
 		(*WorkerMessage_Release)(nil),
 		(*WorkerMessage_Renew)(nil),
 	}
-	file_streamplane_v1_assigner_proto_msgTypes[13].OneofWrappers = []any{
+	file_streamplane_v1_assigner_proto_msgTypes[14].OneofWrappers = []any{
 		(*AssignerMessage_Welcome)(nil),
 		(*AssignerMessage_Grant)(nil),
 		(*AssignerMessage_Revoke)(nil),
 		(*AssignerMessage_GenerationChange)(nil),
 		(*AssignerMessage_Finished)(nil),
 		(*AssignerMessage_Batch)(nil),
+		(*AssignerMessage_Expect)(nil),
 	}
-	file_streamplane_v1_assigner_proto_msgTypes[23].OneofWrappers = []any{}
-	file_streamplane_v1_assigner_proto_msgTypes[27].OneofWrappers = []any{
+	file_streamplane_v1_assigner_proto_msgTypes[24].OneofWrappers = []any{}
+	file_streamplane_v1_assigner_proto_msgTypes[28].OneofWrappers = []any{
 		(*RewindGroupRequest_TimeMs)(nil),
 		(*RewindGroupRequest_Earliest)(nil),
 		(*RewindGroupRequest_Offsets)(nil),
@@ -2807,7 +2891,7 @@ func file_streamplane_v1_assigner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_streamplane_v1_assigner_proto_rawDesc), len(file_streamplane_v1_assigner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

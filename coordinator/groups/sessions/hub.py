@@ -22,12 +22,17 @@ from streamplane.coordinator.rpc.event_loop import setter
 from streamplane.coordinator.rpc.limits import CREDENTIAL_GRACE_S
 from streamplane.coordinator.store.api import Watch
 from streamplane.errors import InvalidArgumentError, StreamplaneError, UnauthenticatedError
-from streamplane.model import Heartbeat, Hello, Release, Renew, SessionEvent, WorkerMessage
+from streamplane.model import Expect, Heartbeat, Hello, Release, Renew, SessionEvent, WorkerMessage
 
 log = structlog.get_logger(__name__)
 
 TICK_S = 0.25
 """How often the hub checks every session's TTL and the topology log's head."""
+EXPECT_MS = 2_000
+"""How long a worker told that grants are on their way (`SessionHub.expect`) keeps its long polls short at most,
+unless told again: a rewind's plan and apply take well under it."""
+EXPECT_AFTER_MS = 250
+"""How long it keeps them short once the rewind is applied: its grants reach the workers in tens of ms."""
 
 
 Renewer = Callable[[Principal, str], Principal]
@@ -54,6 +59,10 @@ class SessionStream:
         self.wake = asyncio.Event()
         self.expired = False
         self.credential_lapsed = ""
+        self.takes_hints = False
+        """Its worker reads `Expect` (its hello said so)."""
+        self.expecting: int | None = None
+        """Grants are on their way: an `Expect` of this many milliseconds is told first (None: none to tell)."""
         session.on_change = setter(hub.loop, self.wake)
 
     def take(self, message: WorkerMessage | None) -> None:
@@ -114,6 +123,9 @@ class SessionStream:
                     await asyncio.to_thread(session.fail, lapsed, "credential expired")
                     raise lapsed
                 self.wake.clear()
+                if self.expecting is not None:  # told before the store is looked at: grants follow shortly
+                    for_ms, self.expecting = self.expecting, None
+                    yield [Expect(for_ms)]
                 look, current = await asyncio.wrap_future(session.host.reader.submit(session.look))
                 watch = current  # cancelled below, or in `finally` if the stream ends while it waits
                 current.on_fire(setter(self.hub.loop, self.wake))
@@ -159,6 +171,7 @@ class SessionHub:
             takes_slices=hello.takes_slices,
         )
         stream = SessionStream(self, session, principal, renew, revoked)
+        stream.takes_hints = hello.takes_hints
         self._streams.add(stream)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._watch_all(), name="session-hub")
@@ -166,6 +179,21 @@ class SessionHub:
 
     def forget(self, stream: SessionStream) -> None:
         self._streams.discard(stream)
+
+    def expect(self, group: str, for_ms: int = EXPECT_MS) -> None:
+        """Tell the workers of `group` served here (those that take hints) that grants are on their way: a
+        rewind is being applied. They keep their long polls short for `for_ms` (0: no longer), so that each
+        reads its new positions as soon as its grants come rather than after the Fetch it has in flight. From
+        any thread; nothing once the loop has closed. Workers served by another replica are not told (they
+        read a long poll later)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no session is served here any more
+            self.loop.call_soon_threadsafe(self._expect, group, for_ms)
+
+    def _expect(self, group: str, for_ms: int) -> None:
+        for stream in self._streams:
+            if stream.takes_hints and stream.session.group == group:
+                stream.expecting = for_ms
+                stream.wake.set()
 
     def check(self, last_head: int, look_anyway: bool = False) -> int:
         """Wake the sessions whose worker fell silent past the TTL, and those that have not looked since the

@@ -28,7 +28,7 @@ class Subscription(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., lanes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session", "where", "takes_batches", "takes_slices")
+    __slots__ = ("group", "worker_id", "capacity", "max_load", "subscriptions", "resume_session", "where", "takes_batches", "takes_slices", "takes_hints")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class Hello(_message.Message):
     WHERE_FIELD_NUMBER: _ClassVar[int]
     TAKES_BATCHES_FIELD_NUMBER: _ClassVar[int]
     TAKES_SLICES_FIELD_NUMBER: _ClassVar[int]
+    TAKES_HINTS_FIELD_NUMBER: _ClassVar[int]
     group: str
     worker_id: str
     capacity: float
@@ -47,7 +48,8 @@ class Hello(_message.Message):
     where: str
     takes_batches: bool
     takes_slices: bool
-    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ..., where: _Optional[str] = ..., takes_batches: _Optional[bool] = ..., takes_slices: _Optional[bool] = ...) -> None: ...
+    takes_hints: bool
+    def __init__(self, group: _Optional[str] = ..., worker_id: _Optional[str] = ..., capacity: _Optional[float] = ..., max_load: _Optional[float] = ..., subscriptions: _Optional[_Iterable[_Union[Subscription, _Mapping]]] = ..., resume_session: _Optional[str] = ..., where: _Optional[str] = ..., takes_batches: _Optional[bool] = ..., takes_slices: _Optional[bool] = ..., takes_hints: _Optional[bool] = ...) -> None: ...
 
 class LeaseLoad(_message.Message):
     __slots__ = ("lease_id", "records_per_s", "lag_records", "lag_ms")
@@ -169,21 +171,29 @@ class GroupFinished(_message.Message):
     reason: str
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
+class Expect(_message.Message):
+    __slots__ = ("for_ms",)
+    FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    for_ms: int
+    def __init__(self, for_ms: _Optional[int] = ...) -> None: ...
+
 class AssignerMessage(_message.Message):
-    __slots__ = ("welcome", "grant", "revoke", "generation_change", "finished", "batch")
+    __slots__ = ("welcome", "grant", "revoke", "generation_change", "finished", "batch", "expect")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     GRANT_FIELD_NUMBER: _ClassVar[int]
     REVOKE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_CHANGE_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    EXPECT_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     grant: Grant
     revoke: Revoke
     generation_change: GenerationChange
     finished: GroupFinished
     batch: EventBatch
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., generation_change: _Optional[_Union[GenerationChange, _Mapping]] = ..., finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., batch: _Optional[_Union[EventBatch, _Mapping]] = ...) -> None: ...
+    expect: Expect
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., grant: _Optional[_Union[Grant, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., generation_change: _Optional[_Union[GenerationChange, _Mapping]] = ..., finished: _Optional[_Union[GroupFinished, _Mapping]] = ..., batch: _Optional[_Union[EventBatch, _Mapping]] = ..., expect: _Optional[_Union[Expect, _Mapping]] = ...) -> None: ...
 
 class EventBatch(_message.Message):
     __slots__ = ("events",)

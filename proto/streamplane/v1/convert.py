@@ -478,6 +478,7 @@ def worker_message_to_pb(x: m.WorkerMessage) -> apb.WorkerMessage:
                     where=x.where,
                     takes_batches=x.takes_batches,
                     takes_slices=x.takes_slices,
+                    takes_hints=x.takes_hints,
                 )
             )
         case m.Heartbeat():
@@ -516,6 +517,7 @@ def worker_message_from_pb(x: apb.WorkerMessage) -> m.WorkerMessage | None:
                 where=h.where,
                 takes_batches=h.takes_batches,
                 takes_slices=h.takes_slices,
+                takes_hints=h.takes_hints,
             )
         case "heartbeat":
             b = x.heartbeat
@@ -584,6 +586,8 @@ def session_event_to_pb(event: m.SessionEvent) -> apb.AssignerMessage:
             )
         case m.Finished():
             return apb.AssignerMessage(finished=apb.GroupFinished(reason=event.reason))
+        case m.Expect():
+            return apb.AssignerMessage(expect=apb.Expect(for_ms=event.for_ms))
 
 
 def session_events_to_pb(events: list[m.SessionEvent]) -> apb.AssignerMessage:
@@ -628,6 +632,8 @@ def session_event_from_pb(x: apb.AssignerMessage) -> m.SessionEvent | None:
             return m.Sealed(lease_id=c.lease_id, partition=partition_from_pb(c.partition), end_offset=c.end_offset)
         case "finished":
             return m.Finished(x.finished.reason)
+        case "expect":
+            return m.Expect(x.expect.for_ms)
     return None
 
 
