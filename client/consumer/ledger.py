@@ -347,7 +347,8 @@ class LeaseLedger:
         used = 0
         if decoded is not None and decoded.count and not self.lost:
             items, offsets, used = self._batch(decoded) if batches else self._messages(decoded)
-        gaps = self._gaps(before, after, offsets, fetched.skipped)
+        left_out = decoded.filtered if decoded is not None else 0
+        gaps = self._gaps(before, after, offsets, fetched.skipped, left_out)
         if gaps and decoded is not None and decoded.foreign:  # another slice's records: its holder's to do
             gaps = subtract(gaps, normalize(decoded.foreign_ranges))
         filtered = self._filtered(decoded, before)
@@ -477,23 +478,29 @@ class LeaseLedger:
         began, up to its end offset): done, and counted apart by the commit log."""
         if decoded is None or not decoded.filtered:
             return []
+        ranges: list[tuple[int, int]] = decoded.filtered_ranges
         end = self.end_offset if self.end_offset >= 0 else None
+        if end is None and ranges[0][0] >= before:
+            return ranges  # the usual case: all of them, as decoded
         out = []
-        for s, e in decoded.filtered_ranges:
+        for s, e in ranges:
             s, e = max(s, before), e if end is None else min(e, end)
             if s < e:
                 out.append((s, e))
         return out
 
-    def _gaps(self, before: int, after: int, offsets: list[int], skipped: list[Any]) -> list[tuple[int, int]]:
+    def _gaps(
+        self, before: int, after: int, offsets: list[int], skipped: list[Any], filtered: int = 0
+    ) -> list[tuple[int, int]]:
         """Offsets the read stepped over without a record (control batches, aborted or compacted records, or
-        ones a previous holder finished): done by themselves."""
+        ones a previous holder finished): done by themselves. `filtered`: how many records a `where` predicate
+        left out of the read (done as its filtered ranges; not listed again here)."""
         if before < 0 or after <= before:
             return []
-        if self.end_offset >= 0:
-            after = min(after, self.end_offset)
-        if len(offsets) + sum(s.next_offset - s.first_offset for s in skipped) >= after - before:
-            return []  # every offset read: no gap (the usual case, checked without a set)
+        if self.end_offset >= 0 and self.end_offset < after:
+            after, filtered = self.end_offset, 0  # some left out may lie past the end: counted one by one below
+        if len(offsets) + filtered + sum(s.next_offset - s.first_offset for s in skipped) >= after - before:
+            return []  # every offset read or left out: no gap (the usual case, checked without a set)
         if not skipped and not self._retry_above:  # records left out (a where predicate): between the offsets
             gaps, at = [], before
             for o in offsets:  # in order, as decoded

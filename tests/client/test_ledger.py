@@ -50,13 +50,14 @@ def read(x: LeaseLedger, start: int, count: int, *, batches: bool) -> list[Any]:
 
 def committed(x: LeaseLedger) -> tuple[set[int], set[int], set[int]]:
     """Take what to commit and answer as the coordinator does: every dlq copy asked for is granted, and the
-    test's owner writes it at once (its reject goes into the next commit)."""
+    test's owner writes it at once (its reject goes into the next commit). Acked: the acked offsets, the ranges
+    stepped over, and the filtered ranges, as the commit request merges them."""
     taken = x.take_outcomes()
     if taken is None:
         return set(), set(), set()
     out, _ = taken
     acked = set(out.acked)
-    for s, e in out.ranges:
+    for s, e in out.ranges + out.filtered:  # left out by a where predicate: done as acked ones (see _request)
         acked.update(range(s, e))
     result = (acked, {r.offset for r in out.retries}, {r.offset for r in out.rejects})
     for copy in x.committed(out, tuple(DlqCopy(r.offset, 1) for r in out.copying)):
