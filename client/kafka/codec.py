@@ -103,7 +103,7 @@ class Reader:
 
     __slots__ = ("data", "pos")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         self.data, self.pos = data, 0
 
     def take(self, fmt: str) -> tuple[Any, ...]:
@@ -137,7 +137,7 @@ class Reader:
             if shift > 35:
                 raise MalformedBatchError(f"Kafka response has a varint longer than 5 bytes at {self.pos}")
 
-    def _raw(self, n: int) -> bytes:
+    def _raw(self, n: int) -> bytes | bytearray:
         if n < 0 or self.pos + n > len(self.data):
             raise MalformedBatchError(f"Kafka response declares {n} bytes at {self.pos}, past its end")
         raw = self.data[self.pos : self.pos + n]
