@@ -271,14 +271,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer records (CI-sized)")
     parser.add_argument("--engine", choices=["mock", "kafka"], default="kafka", help="where ours runs")
-    parser.add_argument("--rounds", type=int, default=0, help="rounds whose medians are the figures (3; 1 quick)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds whose medians are the figures (3; 1 quick)")
     args = parser.parse_args()
-    if args.rounds < 0:
+    if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be 1 or more, not {args.rounds}")
     configure_logging("warning")
     each = 50 if args.quick else 200
     rejects = 20_000 if args.quick else 100_000
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     rewinds: list[float] = []
     peers: list[float] = []
     rates: list[float] = []

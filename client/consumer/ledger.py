@@ -490,7 +490,7 @@ class LeaseLedger:
         return out
 
     def _gaps(
-        self, before: int, after: int, offsets: list[int], skipped: list[Any], filtered: int = 0
+        self, before: int, after: int, offsets: list[int], skipped: list[Any], filtered: int
     ) -> list[tuple[int, int]]:
         """Offsets the read stepped over without a record (control batches, aborted or compacted records, or
         ones a previous holder finished): done by themselves. `filtered`: how many records a `where` predicate
