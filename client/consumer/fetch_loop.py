@@ -25,7 +25,7 @@ import select
 import socket
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -211,6 +211,7 @@ class FetchLoop:
         self.decode_threads = decode_threads
         self.fetch_ahead = fetch_ahead
         self._pool: ThreadPoolExecutor | None = None  # made when a response first has enough to share
+        self._decoded: tuple[socket.socket, socket.socket] | None = None  # with it: a byte per share decoded
         self.budget = budget
         self._on_crash = on_crash
         self.max_decompressed = max_decompressed
@@ -235,6 +236,7 @@ class FetchLoop:
         self._thread = threading.Thread(target=self._run, name="fetch-loop", daemon=True)
         self.requests = 0  # Fetch requests sent (for tests and metrics)
         self.sent_ahead = 0  # of them, sent before the response before was decoded
+        self.read_early = 0  # responses read whole while the response before them was decoded
         self.pooled = 0  # responses whose partitions were decoded on the pool
         self.parks = 0  # partitions read while the budget had no room for them (decoded later, on the loop's thread)
         self.epoch_checks = 0  # partitions checked for truncation after a leader change (KIP-320)
@@ -265,6 +267,9 @@ class FetchLoop:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._wake_r.close()
         self._wake_w.close()
+        if self._decoded is not None:
+            for end in self._decoded:
+                end.close()
 
     def wake(self) -> None:
         """Let the loop look at its partitions now (one became fetchable again, budget was freed)."""
@@ -398,12 +403,15 @@ class FetchLoop:
             if not link.in_flight:
                 self._send(link, self._by_link.get(key, []))
         waiting = [link for link in self._links.values() if link.in_flight and link.conn is not None]
-        timeout = 0.5 if waiting else 0.05 if self._parts else 0.5
+        read = [link for link in waiting if link.conn is not None and link.conn.received]  # while decoding
+        timeout = 0.0 if read else 0.5 if waiting else 0.05 if self._parts else 0.5
         try:
-            watched: list[Any] = [self._wake_r, *[link.conn for link in waiting if link.conn is not None]]
+            watched: list[Any] = [self._wake_r, *[link.conn for link in waiting if link not in read]]
             ready, _, _ = select.select(watched, [], [], timeout)
         except (OSError, ValueError):  # a connection closed under us: the next round re-routes
             return
+        for link in read:
+            self._receive(link)
         for item in ready:
             if item is self._wake_r:
                 try:
@@ -719,7 +727,7 @@ class FetchLoop:
                 ready.append(item)
         ahead = self._send_ahead(link, ready) if kind == "session" else []
         try:
-            self._hand_over_all(ready)
+            self._hand_over_all(ready, link if ahead and link.in_flight == "session" else None)
         finally:
             for p in ahead:
                 p.ahead = -1
@@ -806,14 +814,17 @@ class FetchLoop:
         p.high_watermark = got.high_watermark
         return p, got, position
 
-    def _hand_over_all(self, ready: list[tuple[_Partition, fetch.FetchedPartition, int]]) -> None:
+    def _hand_over_all(
+        self, ready: list[tuple[_Partition, fetch.FetchedPartition, int]], ahead: _Link | None = None
+    ) -> None:
         """Decode the partitions of one response and give each its records, in the response's order. A partition
         whose worst case the budget has no room for when its turn comes is parked (decoded once handlers free
         some, and not fetched meanwhile). One by one here, each decoded once the one before holds its records;
         or, when the response is worth sharing out, on the pool, where each thread takes room for one
         partition's worst case at a time and gives back what its decoded records do not take. So a response of
         many partitions is decoded at once, not as many as worst cases fit in the budget, the rest one by one;
-        its records (known once decoded) can take the budget past max_records by one response."""
+        its records (known once decoded) can take the budget past max_records by one response. While the pool
+        decodes, the loop reads what comes of `ahead`'s next response (see `_read_while_decoding`)."""
         pool = self._decode_pool(ready)
         if pool is None:
             for p, got, position in ready:
@@ -823,6 +834,8 @@ class FetchLoop:
         shares = even_runs([len(got.records) for _, got, _ in ready], self.decode_threads)
         decoding = [pool.submit(self._decode_share, ready[a:b]) for a, b in shares]
         self.pooled += 1
+        if ahead is not None:
+            self._read_while_decoding(ahead, decoding)
         decoded = [outcome for share in decoding for outcome in share.result()]
         failed: BaseException | None = None
         for (p, got, _), outcome in zip(ready, decoded, strict=True):
@@ -866,6 +879,36 @@ class FetchLoop:
             out.append((fetched, held))
         return out
 
+    def _read_while_decoding(self, link: _Link, decoding: list[Future[Any]]) -> None:
+        """Read the broker's next response (asked ahead) as it comes while the pool decodes this one, and return
+        once every share is decoded. The broker sends a response only as fast as it is read (a socket buffer
+        holds a fraction of 16 MB), so read after the decoding it would start after it; read meanwhile, the
+        next response is often whole when the decoding ends and is handed to the pool at once. Nothing waits
+        for it: what has not come when the decoding ends is read by the next round, as before."""
+        assert self._decoded is not None
+        told, conn = self._decoded[0], link.conn
+        for share in decoding:
+            share.add_done_callback(self._decoded_one)
+        left = len(decoding)
+        reading = conn is not None
+        while left:
+            watched: list[Any] = [told, conn] if reading else [told]
+            ready, _, _ = select.select(watched, [], [])
+            if told in ready:
+                left -= len(told.recv(left))
+            if reading and conn in ready:
+                try:
+                    reading = not conn.receive_some()  # type: ignore[union-attr]
+                except StreamplaneError:
+                    reading = False  # the next round's receive meets it again, and drops the connection
+                else:
+                    self.read_early += not reading
+
+    def _decoded_one(self, _share: Future[Any]) -> None:
+        """A share of a response is decoded (on its pool thread): one byte tells the loop's select."""
+        with contextlib.suppress(OSError):  # closed: the loop is ending
+            self._decoded[1].send(b"\0")  # type: ignore[index]
+
     def _worst_case(self, got: fetch.FetchedPartition) -> int:
         """Budget room a partition's answer may take while it is decoded: the decoder's limit, and its bytes."""
         return self.max_decompressed + len(got.records)
@@ -885,6 +928,7 @@ class FetchLoop:
             return None
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.decode_threads, thread_name_prefix="decode")
+            self._decoded = socket.socketpair()
         return self._pool
 
     def _received(self, p: _Partition, fetched: Fetched) -> tuple[int, int]:

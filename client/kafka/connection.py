@@ -9,6 +9,7 @@ apart so one thread can keep a request in flight on many brokers at once (the co
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import threading
 from collections import deque
@@ -16,7 +17,7 @@ from collections import deque
 from streamplane.client.kafka import api_versions, codec, fetch, list_offsets, metadata, produce, sasl
 from streamplane.client.kafka.codec import KafkaAuthenticationError, KafkaProtocolError, Reader
 from streamplane.client.kafka.config import ConnectionConfig
-from streamplane.errors import MalformedBatchError, UnavailableError
+from streamplane.errors import MalformedBatchError, StreamplaneError, UnavailableError
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 API_NAMES = {
@@ -47,6 +48,12 @@ class KafkaConnection:
             raise UnavailableError(f"cannot connect to Kafka broker {self.address}: {err}") from err
         self._correlation = 0
         self._in_flight: deque[int] = deque()  # correlation ids of requests sent, their answers not read yet
+        # The next response as read so far: its 4-byte size, then its body (see `receive_some`).
+        self._head = bytearray(4)
+        self._head_got = 0
+        self._body = bytearray()
+        self._body_got = 0
+        self._broken: StreamplaneError | None = None  # what reading it in part ran into: raised by `receive`
         self._lock = threading.Lock()
         try:
             self.versions = self._negotiate()
@@ -154,32 +161,72 @@ class KafkaConnection:
         self._in_flight.append(cid)
         return cid
 
-    def _recv_exact(self, n: int) -> bytearray:
-        """The next `n` bytes, in the buffer they were received into: a Fetch response of 16 MB is not copied
-        again (on a 2-core VM a copy of 16 MB and its page faults took 7-10 ms of the fetch loop's thread)."""
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self._sock.recv_into(view[got:], n - got)
+    def _fill(self) -> None:
+        """Read the response in flight until it is whole: its size, then its body, into the buffer it is kept in
+        (a Fetch response of 16 MB is not copied again: on a 2-core VM a copy of 16 MB and its page faults took
+        7-10 ms of the fetch loop's thread). On a socket that does not wait (`receive_some`), raises
+        BlockingIOError (ssl.SSLWantReadError under TLS) when what has come is read; what was read is kept."""
+        while self._head_got < 4:
+            k = self._sock.recv_into(memoryview(self._head)[self._head_got :])
             if k == 0:
                 raise UnavailableError(f"Kafka broker {self.address} closed the connection")
-            got += k
-        return buf
+            self._head_got += k
+            if self._head_got == 4:
+                (size,) = struct.unpack(">i", self._head)
+                if not 4 <= size <= MAX_RESPONSE_BYTES:
+                    raise MalformedBatchError(f"Kafka broker {self.address} sent a response of {size} bytes")
+                self._body = bytearray(size)
+        view = memoryview(self._body)
+        while self._body_got < len(self._body):
+            k = self._sock.recv_into(view[self._body_got :])
+            if k == 0:
+                raise UnavailableError(f"Kafka broker {self.address} closed the connection")
+            self._body_got += k
 
     def _receive(self) -> Reader:
         assert self._in_flight, "nothing was sent"
-        cid = self._in_flight.popleft()
+        if self._broken is not None:
+            raise self._broken
         try:
-            (size,) = struct.unpack(">i", self._recv_exact(4))
-            if not 4 <= size <= MAX_RESPONSE_BYTES:
-                raise MalformedBatchError(f"Kafka broker {self.address} sent a response of {size} bytes")
-            reader = Reader(self._recv_exact(size))
+            self._fill()
         except OSError as err:
             raise UnavailableError(f"Kafka broker {self.address}: {err}") from err
+        body = self._body
+        self._head_got, self._body, self._body_got = 0, bytearray(), 0
+        cid = self._in_flight.popleft()
+        reader = Reader(body)
         if reader.i32() != cid:
             raise MalformedBatchError(f"Kafka broker {self.address} answered another request (correlation id)")
         return reader
+
+    @property
+    def received(self) -> bool:
+        """Whether the response in flight is read whole already (`receive_some`): `receive` returns it at once."""
+        return self._head_got == 4 and self._body_got == len(self._body)
+
+    def receive_some(self) -> bool:
+        """Read what has come of the response in flight without waiting for more; True once it is whole.
+        `receive` returns it (or waits for its rest). So one thread can read a response as it arrives while
+        other threads work, instead of after them. An error here is raised again by `receive`."""
+        with self._lock:
+            if not self._in_flight or self._broken is not None:
+                return False
+            wait = self._sock.gettimeout()
+            try:
+                self._sock.settimeout(0.0)
+                try:
+                    self._fill()
+                finally:
+                    self._sock.settimeout(wait)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                return False
+            except OSError as err:
+                self._broken = UnavailableError(f"Kafka broker {self.address}: {err}")
+                raise self._broken from err
+            except StreamplaneError as err:
+                self._broken = err
+                raise
+            return True
 
     def send(self, api_key: int, version: int, body: bytes) -> None:
         """Send one request; `receive` reads its response (one request in flight at a time)."""

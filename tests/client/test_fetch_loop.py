@@ -5,6 +5,7 @@ pure parts beside it: fetch sessions (KIP-227) and SCRAM (RFC 7677's test vector
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +17,7 @@ from streamplane.client.kafka import ConnectionConfig, KafkaConnection, codec, f
 from streamplane.client.kafka.sasl import Scram
 from streamplane.client.records import Fetched
 from streamplane.devstack.mockcluster import MockCluster
-from streamplane.errors import DecodeLimitExceeded, StreamplaneError
+from streamplane.errors import DecodeLimitExceeded, StreamplaneError, UnavailableError
 from tests.helpers import wait_until
 
 
@@ -178,6 +179,33 @@ def test_versions_are_negotiated_within_what_we_speak(one_broker: MockCluster) -
         assert conn.version(fetch.KEY, fetch.VERSIONS) == 11  # it speaks Fetch up to 16; we stop at 11
         with pytest.raises(codec.KafkaProtocolError, match="Fetch versions"):
             conn.version(fetch.KEY, (40, 41))
+
+
+def test_a_response_is_read_as_it_comes_and_finished_by_receive(one_broker: MockCluster) -> None:
+    """`receive_some` reads what has come of the response in flight and never waits: nothing yet (a long poll
+    on an empty partition) is False at once; once the broker answers, the response is whole and `receive`
+    returns it without reading more. A broker gone meanwhile is one error, raised again by `receive`."""
+    one_broker.create_topic("some", 1)
+    with KafkaConnection.connect_any(one_broker.bootstrap_servers) as conn:
+        v = conn.version(fetch.KEY, fetch.VERSIONS)
+        assert not conn.receive_some(), "nothing in flight"
+        conn.send(fetch.KEY, v, fetch.encode(v, {("some", 0): pf(0)}, max_wait_ms=1_500))
+        began = time.monotonic()
+        assert not conn.receive_some() and not conn.received
+        assert time.monotonic() - began < 0.5, "it waited for the long poll"
+        wait_until(conn.receive_some, timeout=20)  # the long poll's end
+        assert conn.received and time.monotonic() - began >= 1.0
+        (got,) = fetch.decode(v, conn.receive()).partitions
+        assert (got.topic, got.partition, got.error_code, len(got.records)) == ("some", 0, 0, 0)
+        assert not conn.received, "the next response starts from nothing"
+
+        conn.send(fetch.KEY, v, fetch.encode(v, {("some", 0): pf(1)}, max_wait_ms=30_000))
+        one_broker.close()  # the broker is gone, its connections with it
+        with pytest.raises(UnavailableError) as first:
+            wait_until(conn.receive_some, timeout=20)
+        with pytest.raises(UnavailableError) as again:
+            conn.receive()
+        assert again.value is first.value
 
 
 def test_sasl_on_a_listener_without_it_is_one_clear_error(one_broker: MockCluster) -> None:
@@ -517,6 +545,46 @@ def test_the_next_fetch_is_with_the_broker_while_a_response_is_decoded(one_broke
         else:
             assert loop.sent_ahead == 0 and handed[0] == 1
     finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_while_the_pool_decodes_a_response_the_next_one_is_read_as_it_comes(
+    one_broker: MockCluster, ahead: bool
+) -> None:
+    """A broker sends a response only as fast as it is read, so a response read after the decoding of the one
+    before would also arrive after it. While the pool decodes (held here until the test lets it go), the
+    response to the Fetch sent ahead is read whole; every record still comes once, in order. Without fetching
+    ahead, nothing is in flight to read meanwhile."""
+    _busy(one_broker, "early", 4, 400)
+    loop = make_loop(start=False, decode_threads=2, partition_max_bytes=128 << 10, fetch_ahead=ahead)
+    go = threading.Event()
+    decode = loop._decode
+
+    def held(p, got, position):  # type: ignore[no-untyped-def]
+        go.wait(30)
+        return decode(p, got, position)
+
+    loop._decode = held  # type: ignore[method-assign]
+    got = [Collect(loop) for _ in range(4)]
+    try:
+        for p, receiver in enumerate(got):
+            loop.add(f"early/{p}", one_broker.bootstrap_servers, "early", p, -1, receiver)
+        loop.start()
+        wait_until(lambda: loop.pooled >= 1, timeout=20)
+        if ahead:
+            wait_until(lambda: loop.read_early >= 1, timeout=20)  # read whole while the decoding is held
+            assert loop.sent_ahead >= 1
+        assert not any(r.values for r in got), "the decoding is still held"
+        go.set()
+        wait_until(lambda: all(len(r.values) == 400 for r in got), timeout=20)
+        for p, receiver in enumerate(got):
+            ids = [b"-".join(v.split(b"-", 2)[:2]) for v in receiver.values]
+            assert ids == [b"p%d-%05d" % (p, i) for i in range(400)], "every record once, in order"
+        assert (loop.read_early > 0) == ahead
+        assert loop.budget.bytes == 0 and loop.budget.records == 0
+    finally:
+        go.set()
         loop.close()
 
 
