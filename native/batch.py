@@ -30,6 +30,8 @@ _ERRORS: dict[int, type[DecodeError]] = {
 }
 STOP_END, STOP_INCOMPLETE, STOP_BUDGET, STOP_ERROR = range(4)
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+BATCH_FIELDS = 18
+"""int64s a batch in the decoder's `batches` column: BatchInfo's fields, in order."""
 
 
 def error_from_tuple(error: tuple[Any, ...]) -> DecodeError:
@@ -45,7 +47,8 @@ def error_from_tuple(error: tuple[Any, ...]) -> DecodeError:
 
 @dataclass(frozen=True, slots=True)
 class BatchInfo:
-    """Facts about one record batch of the input."""
+    """Facts about one record batch of the input (the decoder's `batches` column holds them as BATCH_FIELDS int64s
+    a batch, in this order)."""
 
     base_offset: int
     last_offset: int
@@ -183,13 +186,18 @@ class DecodedBatch:
     @property
     def last_leader_epoch(self) -> int:
         """The partition leader epoch of the last batch decoded (-1 when none was)."""
-        batches = self._c["batches"]
-        return batches[-1][2] if batches else -1
+        rows = self._ints("batches", "q")
+        return int(rows[len(rows) - BATCH_FIELDS + 2]) if len(rows) else -1
 
     @property
     def batches(self) -> list[BatchInfo]:
-        """Facts about each decoded record batch, in input order."""
-        return [BatchInfo(*b) for b in self._c["batches"]]
+        """Facts about each decoded record batch, in input order (built when asked: the decoder hands them over
+        as one buffer of int64s, BATCH_FIELDS a batch)."""
+        flat = self._ints("batches", "q").tolist()
+        return [
+            BatchInfo(*row[:11], *map(bool, row[11:15]), *row[15:])  # type: ignore[arg-type]
+            for row in (flat[i : i + BATCH_FIELDS] for i in range(0, len(flat), BATCH_FIELDS))
+        ]
 
     @property
     def columns(self) -> dict[str, Any]:

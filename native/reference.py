@@ -679,7 +679,7 @@ def decode_columns(
         "hvalue_offsets": cols.hvalue_offsets.tobytes(),
         "hvalues": bytes(cols.hvalues),
         "hvalue_valid": _bitmap(cols.hvalue_valid),
-        "batches": batches,
+        "batches": array("q", [int(x) for b in batches for x in b]).tobytes(),
         "next_offset": next_offset,
         "consumed": consumed,
         "stop": stop,

@@ -88,6 +88,25 @@ def test_every_codec_round_trips_keys_nulls_headers_and_varint_edges(impl: str, 
     assert info.decompressed_size >= info.compressed_size if codec == "none" else info.decompressed_size > 0
 
 
+def test_each_batch_is_described_in_order_and_the_last_leader_epoch_read_is_known(impl: str) -> None:
+    """The fetch loop checks a log for truncation from the leader epoch of the last batch it read (KIP-320):
+    every decoded batch is described, in order, and the last one's epoch is there without building them."""
+    data = b"".join(
+        build_batch(SAMPLE[:2], base_offset=base, codec=ZSTD, leader_epoch=epoch, producer_id=pid, transactional=tx)
+        for base, epoch, pid, tx in ((0, 3, -1, False), (10, 4, 7, True), (20, 6, -1, False))
+    )
+    batch = decode(data, impl=impl)
+    assert [(b.base_offset, b.partition_leader_epoch, b.producer_id, b.transactional) for b in batch.batches] == [
+        (0, 3, -1, False),
+        (10, 4, 7, True),
+        (20, 6, -1, False),
+    ]
+    assert batch.last_leader_epoch == 6
+    assert all(b.codec_name == "zstd" and b.record_count == 2 and not b.control for b in batch.batches)
+    empty = decode(b"", impl=impl)
+    assert (empty.batches, empty.last_leader_epoch) == ([], -1)
+
+
 @pytest.mark.parametrize("first", [16, 15, 17, 32])
 def test_a_first_batch_that_fills_the_column_buffers_exactly(impl: str, first: int) -> None:
     """Seen against a real broker: a first batch of 16 records made the offset columns (4 bytes each, plus
