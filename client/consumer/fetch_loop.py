@@ -889,13 +889,16 @@ class FetchLoop:
         told, conn = self._decoded[0], link.conn
         for share in decoding:
             share.add_done_callback(self._decoded_one)
-        left = len(decoding)
         reading = conn is not None
-        while left:
+        while not all(share.done() for share in decoding):
             watched: list[Any] = [told, conn] if reading else [told]
-            ready, _, _ = select.select(watched, [], [])
+            try:
+                ready, _, _ = select.select(watched, [], [], 1.0)  # a lost wake-up costs a second, never a hang
+            except (OSError, ValueError):  # a socket closed under us (the loop is ending): the caller waits
+                return
             if told in ready:
-                left -= len(told.recv(left))
+                with contextlib.suppress(BlockingIOError):
+                    told.recv(4096)  # a byte a share decoded (a late one from the response before, too)
             if reading and conn in ready:
                 try:
                     reading = not conn.receive_some()  # type: ignore[union-attr]
@@ -929,6 +932,7 @@ class FetchLoop:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.decode_threads, thread_name_prefix="decode")
             self._decoded = socket.socketpair()
+            self._decoded[0].setblocking(False)
         return self._pool
 
     def _received(self, p: _Partition, fetched: Fetched) -> tuple[int, int]:

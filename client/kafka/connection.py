@@ -209,7 +209,9 @@ class KafkaConnection:
         `receive` returns it (or waits for its rest). So one thread can read a response as it arrives while
         other threads work, instead of after them. An error here is raised again by `receive`."""
         with self._lock:
-            if not self._in_flight or self._broken is not None:
+            if self._broken is not None:
+                raise self._broken
+            if not self._in_flight:
                 return False
             wait = self._sock.gettimeout()
             try:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from streamplane.client.kafka import ConnectionConfig, KafkaConnection
+from streamplane.client.kafka import ConnectionConfig, KafkaConnection, metadata
 from streamplane.client.tls import tls_context
 from streamplane.errors import InvalidArgumentError, UnavailableError
+from tests.helpers import wait_until
 
 
 def _pipe(a: socket.socket, b: socket.socket) -> None:
@@ -82,6 +83,12 @@ def test_a_kafka_connection_speaks_tls_with_librdkafka_style_settings(tls_proxy)
     config = ConnectionConfig.from_settings({"security.protocol": "SSL", "ssl.ca.location": ca})
     with KafkaConnection(host, port, config) as conn:
         versions = conn.versions
+        # read as it comes (the fetch loop does while it decodes): a TLS record not whole yet is not an error
+        v = conn.version(metadata.KEY, metadata.VERSIONS)
+        conn.send(metadata.KEY, v, metadata.encode(v, None))
+        conn.receive_some()
+        wait_until(conn.receive_some, timeout=10)
+        assert metadata.decode(v, conn.receive()).brokers
     assert 1 in versions and 3 in versions  # Fetch and Metadata, through the TLS tunnel
     untrusted = ConnectionConfig.from_settings({"security.protocol": "ssl"})  # the system CAs do not know it
     with pytest.raises(UnavailableError, match="certificate verify failed"):
