@@ -131,7 +131,9 @@ def produce(bootstrap: str, topic: str, partitions: int, records: int) -> None:
                 break
             except BufferError:  # librdkafka's queue is full: let it send
                 producer.poll(0.05)
-    producer.flush(60)
+    left = producer.flush(120)
+    if left:  # else every drain would wait out its 300 s for records that are not there, and look hung
+        raise SystemExit(f"{left:,} of {records:,} records were not written to {topic} within 120 s")
 
 
 def main() -> None:
