@@ -3,14 +3,15 @@
 A PartitionFetcher finds the partition's leader, starts at a given offset (or the earliest one), and returns
 decoded batches. It follows leader moves and retriable errors with backoff, and never stalls the partition on
 a bad batch: a batch past the decompression limit, or corrupt, is skipped and reported as a rejected range.
-Fetchers that read one partition after another (a Spark task's ranges) share their `Leaders`: one metadata
-request per topic and one connection per broker, not both for every partition.
+Fetchers that read several partitions (a Spark task's ranges) share their `Leaders`: one metadata request per
+topic and one connection per broker, not both for every partition; `fetch_each` reads them together, one Fetch
+per leader for all of them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import structlog
@@ -85,6 +86,9 @@ class PartitionFetcher:
         retry_for_s: how long a read keeps trying a leader that does not answer before it raises
             UnavailableError (0: as long as it takes, as a Spark task or a consumer waits for its cluster).
         clock: what `retry_for_s` is measured on.
+        on_lost: called with (lost_from, lost_to) when retention has removed records from the position before
+            they were read, before the fetcher goes on from the earliest offset kept (it may raise to stop
+            there); by default the loss is logged.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class PartitionFetcher:
         leaders: Leaders | None = None,
         retry_for_s: float = 0.0,
         clock: Clock = SYSTEM,
+        on_lost: Callable[[int, int], None] | None = None,
     ) -> None:
         if partition < 0:
             raise ValueError(f"partition must not be negative, not {partition}")
@@ -119,6 +124,7 @@ class PartitionFetcher:
         self._owns = leaders is None
         self._leaders = Leaders(connection) if leaders is None else leaders
         self.where = where  # records it does not match are left out in the decoder
+        self.on_lost = on_lost
 
     def close(self) -> None:
         if self._owns:
@@ -211,14 +217,7 @@ class PartitionFetcher:
             if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 earliest = self.earliest()
                 if self.position < earliest:  # retention removed what we had not read: say so, go on
-                    log.warning(
-                        "fetcher.data_lost",
-                        topic=self.topic,
-                        partition=self.partition,
-                        lost_from=self.position,
-                        lost_to=earliest,
-                    )
-                    self.position = earliest
+                    self._lost(earliest)
                     continue
                 return Fetched(None, high_watermark=part.high_watermark)
             if part.error_code in RELOOKUP or part.error_code in KafkaProtocolError.RETRIABLE:
@@ -230,6 +229,20 @@ class PartitionFetcher:
                     f"Fetch {self.topic}/{self.partition} failed with error {part.error_code}", code=part.error_code
                 )
             return self._decode(part.records, part.high_watermark, part.aborted)
+
+    def _lost(self, earliest: int) -> None:
+        """Retention removed [position, earliest) before it was read: say so (`on_lost`), go on from earliest."""
+        if self.on_lost is not None:
+            self.on_lost(self.position, earliest)
+        else:
+            log.warning(
+                "fetcher.data_lost",
+                topic=self.topic,
+                partition=self.partition,
+                lost_from=self.position,
+                lost_to=earliest,
+            )
+        self.position = earliest
 
     def _decode(self, records: memoryview, high_watermark: int, aborted: list[Any] | None) -> Fetched:
         got = decode_records(
@@ -252,3 +265,55 @@ class PartitionFetcher:
             )
         self.position = got.next_position
         return got
+
+
+TOGETHER_MAX_BYTES = 16 << 20
+"""The most one Fetch of `fetch_each` asks a broker for, whatever the number of partitions in it: the broker fills
+the partitions in order up to it, and those it leaves empty are asked again by the next call."""
+
+
+def fetch_each(fetchers: Sequence[PartitionFetcher]) -> Iterator[tuple[PartitionFetcher, Fetched]]:
+    """Each fetcher's next records, as `fetch` would return them, read together: one Fetch for the fetchers of
+    each leader and topic (fetchers share a `Leaders` to share its connections), each partition's records
+    decoded only when the caller takes them. A fetcher whose leader cannot be reached, whose part of the
+    response is an error, or whose partition is already in the request, fetches alone (`fetch`: its retries,
+    backoff and retention handling)."""
+    alone: list[PartitionFetcher] = []
+    groups: dict[tuple[int, str], tuple[KafkaConnection, dict[int, PartitionFetcher]]] = {}
+    for f in fetchers:
+        try:
+            conn = f._connect_leader() if f.position >= 0 else None
+        except (UnavailableError, KafkaProtocolError):
+            conn = None
+        members = groups.setdefault((id(conn), f.topic), (conn, {}))[1] if conn is not None else None
+        if members is None or f.partition in members:
+            alone.append(f)
+        else:
+            members[f.partition] = f
+    for conn, members in groups.values():
+        first = next(iter(members.values()))
+        try:
+            parts = conn.fetch(
+                first.topic,
+                {p: f.position for p, f in members.items()},
+                max_wait_ms=first.max_wait_ms,
+                max_bytes=TOGETHER_MAX_BYTES,
+                partition_max_bytes=first.partition_max_bytes,
+            )
+        except (UnavailableError, KafkaProtocolError):
+            first._drop_leader()
+            alone.extend(members.values())
+            continue
+        for part in parts:
+            if part.partition not in members:
+                continue
+            f = members.pop(part.partition)
+            if not part.error_code:
+                yield f, f._decode(part.records, part.high_watermark, part.aborted)
+                continue
+            if part.error_code in RELOOKUP:
+                f._drop_leader()  # its leader moved: the fetch alone asks where to
+            alone.append(f)
+        alone.extend(members.values())  # not answered
+    for f in alone:
+        yield f, f.fetch()

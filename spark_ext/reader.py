@@ -5,7 +5,7 @@ driver side) and reads them with the client's fetcher and the native decoder as 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from streamplane.client import CoordinatorClient
 from streamplane.client.kafka.watermarks import Watermarks
-from streamplane.client.partition_fetcher import Leaders, PartitionFetcher
+from streamplane.client.partition_fetcher import Leaders, PartitionFetcher, fetch_each
+from streamplane.client.records import Fetched
 from streamplane.errors import StreamplaneError, UnavailableError
 from streamplane.model import SEALED, SETTLED, Generation, Lane, PartitionRef, Stream
 from streamplane.native import Where, compile_where
@@ -250,70 +251,73 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def read_task(task: Task, opts: SourceOptions, where: Where | None) -> Iterator[Any]:
-    """The records of each range of a task, one range after another (`read_slice`), over one connection per
-    broker."""
+    """The records of a task's ranges as pyarrow.RecordBatches built from the decoder's columns; only those
+    `where` matches (None: every record). Its ranges are read together (`fetch_each`): one Fetch for the
+    ranges of each broker and topic, over one connection per broker, and no lookup before the first."""
     leaders = Leaders(opts.access.connection())
+    fetchers = {
+        s: PartitionFetcher(
+            s.bootstrap_servers,
+            s.topic,
+            s.partition,
+            start_offset=s.begin,
+            max_decompressed=opts.max_decompressed,
+            where=where,
+            leaders=leaders,
+            on_lost=_on_lost(s, opts),
+        )
+        for s in task.slices
+    }
+    ranges = {fetcher: s for s, fetcher in fetchers.items()}
     try:
-        for s in task.slices:
-            yield from read_slice(s, opts, where, leaders)
+        pending = [f for f in fetchers.values() if f.position < ranges[f].end]
+        while pending:
+            for fetcher, got in fetch_each(pending):
+                yield from _rows(ranges[fetcher], fetcher, got, opts)
+            pending = [f for f in pending if f.position < ranges[f].end]
     finally:
         leaders.close()
 
 
-def read_slice(s: Slice, opts: SourceOptions, where: Where | None, leaders: Leaders) -> Iterator[Any]:
-    """The records of [s.begin, s.end) as pyarrow.RecordBatches built from the decoder's columns; only those
-    `where` matches (None: every record)."""
-    fetcher = PartitionFetcher(
-        s.bootstrap_servers,
-        s.topic,
-        s.partition,
-        start_offset=s.begin,
-        max_decompressed=opts.max_decompressed,
-        where=where,
-        leaders=leaders,
-    )
-    try:
-        earliest = fetcher.earliest()  # what retention removed from the range
-        if earliest > s.begin:
-            if opts.fail_on_data_loss:
-                raise UnavailableError(
-                    f"{s.topic}/{s.partition}: offsets {s.begin} to {earliest} are gone (retention); "
-                    "set failOnDataLoss=false to go on without them"
-                )
-            log.warning("spark.data_lost", topic=s.topic, partition=s.partition, lost_from=s.begin, lost_to=earliest)
-            fetcher.position = earliest
-        while fetcher.position < s.end:
-            got = fetcher.fetch()
-            for skipped in got.skipped:
-                log.warning(
-                    "spark.batch_skipped",
-                    topic=s.topic,
-                    partition=s.partition,
-                    first=skipped.first_offset,
-                    next=skipped.next_offset,
-                    reason=skipped.error.message,
-                )
-            if got.batch is None or not got.batch.count:
-                filtered = got.batch is not None and got.batch.filtered > 0  # read, and every record left out
-                if (
-                    not got.skipped
-                    and not filtered
-                    and fetcher.position < s.end
-                    and got.high_watermark <= fetcher.position
-                ):
-                    raise UnavailableError(f"{s.topic}/{s.partition} ends at {got.high_watermark}, before {s.end}")
-                continue
-            offsets = got.batch.offsets  # ascending
-            lo, hi = bisect.bisect_left(offsets, s.begin), bisect.bisect_left(offsets, s.end)
-            if hi <= lo:
-                continue
-            yield with_origin(
-                got.batch.to_arrow().slice(lo, hi - lo),
-                s.stream,
-                s.lane,
-                s.generation,
-                s.partition,
-                headers=opts.include_headers,
+def _on_lost(s: Slice, opts: SourceOptions) -> Callable[[int, int], None]:
+    """What a range does when retention removed records of it before they were read: fail the query (Spark's
+    failOnDataLoss, the default) or say so and go on."""
+
+    def lost(lost_from: int, lost_to: int) -> None:
+        if opts.fail_on_data_loss:
+            raise UnavailableError(
+                f"{s.topic}/{s.partition}: offsets {lost_from} to {lost_to} are gone (retention); "
+                "set failOnDataLoss=false to go on without them"
             )
-    finally:
-        fetcher.close()
+        log.warning("spark.data_lost", topic=s.topic, partition=s.partition, lost_from=lost_from, lost_to=lost_to)
+
+    return lost
+
+
+def _rows(s: Slice, fetcher: PartitionFetcher, got: Fetched, opts: SourceOptions) -> Iterator[Any]:
+    """The records of one fetch of range `s` that are in it, as a pyarrow.RecordBatch (none when it holds none)."""
+    for skipped in got.skipped:
+        log.warning(
+            "spark.batch_skipped",
+            topic=s.topic,
+            partition=s.partition,
+            first=skipped.first_offset,
+            next=skipped.next_offset,
+            reason=skipped.error.message,
+        )
+    if got.batch is None or not got.batch.count:
+        filtered = got.batch is not None and got.batch.filtered > 0  # read, and every record left out
+        if not got.skipped and not filtered and fetcher.position < s.end and got.high_watermark <= fetcher.position:
+            raise UnavailableError(f"{s.topic}/{s.partition} ends at {got.high_watermark}, before {s.end}")
+        return
+    offsets = got.batch.offsets  # ascending
+    lo, hi = bisect.bisect_left(offsets, s.begin), bisect.bisect_left(offsets, s.end)
+    if hi > lo:
+        yield with_origin(
+            got.batch.to_arrow().slice(lo, hi - lo),
+            s.stream,
+            s.lane,
+            s.generation,
+            s.partition,
+            headers=opts.include_headers,
+        )

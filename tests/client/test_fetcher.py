@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streamplane.client.kafka import KafkaConnection
-from streamplane.client.partition_fetcher import Leaders, PartitionFetcher
+from streamplane.client.partition_fetcher import Leaders, PartitionFetcher, fetch_each
 from streamplane.errors import DecodeLimitExceeded
 
 
@@ -234,3 +234,53 @@ def test_fetchers_sharing_leaders_read_many_partitions_over_one_connection_a_bro
     own = PartitionFetcher(bootstrap, name, 1, start_offset=0)  # a fetcher alone owns and closes its own
     assert read_all(own, 50)[0] == [b"p1-%d" % i for i in range(50)]
     own.close()
+
+
+def test_fetchers_read_together_ask_each_leader_once_and_follow_a_moved_partition_alone(
+    local_cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark task reads its ranges together: one Fetch a leader for all of its partitions there, not one a
+    partition; a partition whose leader moved is fetched alone and followed; every record comes once, in
+    order."""
+    bootstrap, control = local_cluster
+    name = f"fetch-{uuid.uuid4().hex[:8]}"
+    control.create_topic(name, 6)
+    for p in range(6):
+        control.set_leader(name, p, 1 + p % 2)  # partitions 0, 2, 4 on broker 1; 1, 3, 5 on broker 2
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for batch in range(3):  # three batches a partition: the local cluster answers a Fetch with one
+        for p in range(6):
+            for i in range(100 * batch, 100 * batch + 100):
+                producer.produce(name, b"p%d-%03d" % (p, i), partition=p)
+        assert producer.flush(10) == 0
+    asked: list[list[int]] = []
+    real_fetch = KafkaConnection.fetch
+
+    def counted(self: KafkaConnection, topic: str, offsets: dict[int, int], **kwargs: object) -> object:
+        asked.append(sorted(offsets))
+        return real_fetch(self, topic, offsets, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(KafkaConnection, "fetch", counted)
+    leaders = Leaders()
+    fetchers = [
+        PartitionFetcher(bootstrap, name, p, start_offset=0, retry_backoff_s=0.05, leaders=leaders) for p in range(6)
+    ]
+    got: dict[int, list[bytes]] = {p: [] for p in range(6)}
+
+    def take(pending: list[PartitionFetcher]) -> None:
+        for fetcher, fetched in fetch_each(pending):
+            if fetched.batch is not None:
+                got[fetcher.partition] += [r.value for r in fetched.batch.records()]
+
+    try:
+        take(fetchers)
+        assert asked == [[0, 2, 4], [1, 3, 5]], "one Fetch a leader for its partitions"
+        assert all(len(got[p]) == 100 for p in range(6))
+        control.set_leader(name, 0, 3)
+        take(fetchers)
+        assert asked[2:] == [[0, 2, 4], [1, 3, 5], [0]], "the moved partition fetched alone, at its new leader"
+        while any(f.position < 300 for f in fetchers):
+            take([f for f in fetchers if f.position < 300])
+    finally:
+        leaders.close()
+    assert got == {p: [b"p%d-%03d" % (p, i) for i in range(300)] for p in range(6)}
