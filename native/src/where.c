@@ -233,12 +233,21 @@ int sp_where_compile(const uint8_t *program, size_t len, sp_where **out, char *m
 
 /* -- matching --------------------------------------------------------------------------------------------- */
 
+/* Equal bytes; names and values a predicate tests are mostly a few bytes long, shorter than what a call to
+ * memcmp costs to set up, so those are compared in place. */
+static inline int equal_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
+    if (n > 16) return memcmp(a, b, n) == 0;
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
 static int same(sp_span a, sp_span b) {
-    return a.len == b.len && (a.len <= 0 || memcmp(a.data, b.data, (size_t)a.len) == 0);
+    return a.len == b.len && (a.len <= 0 || equal_bytes(a.data, b.data, (size_t)a.len));
 }
 
 static int starts(sp_span a, sp_span prefix) {
-    return a.len >= prefix.len && (prefix.len <= 0 || memcmp(a.data, prefix.data, (size_t)prefix.len) == 0);
+    return a.len >= prefix.len && (prefix.len <= 0 || equal_bytes(a.data, prefix.data, (size_t)prefix.len));
 }
 
 /* One found (non-null) bytes value against =, ^= or in. */
