@@ -3,15 +3,35 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from streamplane.devstack.cluster_control import LocalClusterControl
+
+
+@contextmanager
+def cleaned_up_on_sigterm() -> Iterator[None]:
+    """SIGTERM (what `timeout` sends) ends the run through its cleanups, as Ctrl-C does: a Kafka broker runs in
+    a session of its own and would otherwise outlive a benchmark killed by the signal's default action."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(f"stopped by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -101,7 +121,7 @@ def engine(kind: str, *, brokers: int = 3, heap_mb: int = 768) -> Iterator[Engin
     from streamplane.devstack.kafka import KafkaBroker
     from streamplane.model import Cluster
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with cleaned_up_on_sigterm(), tempfile.TemporaryDirectory() as tmp:
         broker = KafkaBroker(Path(tmp), heap_mb=heap_mb).start()
         try:
             cluster = Cluster(name="local", bootstrap_servers=broker.bootstrap_servers)

@@ -19,7 +19,9 @@ coordinator's 300 ms join window, as Kafka waits group.initial.rebalance.delay.m
   rows: with the predicate pushed into the source (`.option("where", ...)`), against the same count with
   Spark evaluating it on every row (`includeHeaders` and an `exists` over the headers). Spark cannot hand a
   header comparison to a Python data source's pushFilters (it pushes filters on top-level columns only), so
-  the header predicate is pushed through the source's own option. Goal >= 3.
+  the header predicate is pushed through the source's own option. The session reads the window once, untimed,
+  before either side is timed (its first query pays for the JVM's compilation and the executors' Python
+  workers); then the two alternate, three times each, the best of each kept. Goal >= 3.
 
 The last line is `filtered_vs_confluent=<r> filtered_vs_unfiltered_batches=<r> spark_pushdown_vs_none=<r>`.
 """
@@ -166,17 +168,19 @@ def spark_counts(address: str, stream: str, want: int) -> tuple[float, float]:
             hit = sf.exists("headers", lambda h: (h.key == "service") & (h.value == sf.lit(b"api")))
             return int(df.filter(hit).count())
 
-        out = []
-        for query in (pushed, evaluated):
-            best = float("inf")
-            for _ in range(2):
+        # The session's first query pays for what every later one finds ready (the JVM's compiled code, the
+        # executors' Python workers and their imports): one read, not timed, before either side is; then the
+        # two alternate, the best of each kept (the machine is noisy).
+        window().load().count()
+        best = {pushed: float("inf"), evaluated: float("inf")}
+        for _ in range(3):
+            for query in best:
                 began = time.perf_counter()
                 got = query()
-                best = min(best, time.perf_counter() - began)
+                best[query] = min(best[query], time.perf_counter() - began)
                 if got != want:
                     raise SystemExit(f"Spark counted {got} matched rows, not {want}")
-            out.append(best)
-        return out[0], out[1]
+        return best[pushed], best[evaluated]
     finally:
         spark.stop()
 

@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _local import coordinator_process
+from _local import cleaned_up_on_sigterm, coordinator_process
 
 from streamplane import model
 from streamplane.client import Consumer, CoordinatorClient, Message, Producer
@@ -515,7 +515,7 @@ def main() -> None:
         return
     configure_logging("error")
     n = 50_000 if args.quick else 300_000
-    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
+    with cleaned_up_on_sigterm(), tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         broker = KafkaBroker(Path(tmp) / "kafka").start()
         try:
             with coordinator_process(str(Path(tmp) / "coordinator")) as address:
