@@ -12,12 +12,14 @@ from streamplane.coordinator.loop import Schedule
 from streamplane.sim import main as sim_main
 from streamplane.sim import replay_command, run_seed, run_seeds
 
-SEEDS = int(os.environ.get("STREAMPLANE_SIM_SEEDS", "800"))
-"""Seeds per CI run, over every core: about 95 s on two (a seed takes about 0.24 s since worlds split and merge
-partitions); STREAMPLANE_SIM_SEEDS=10000 for a long run."""
+SEEDS = int(os.environ.get("STREAMPLANE_SIM_SEEDS", "500"))
+"""Seeds per CI run, over every core: about 110 s on two (a seed takes about 0.44 s of a core on this round's
+machines; 800 seeds took 175 s alone and passed the suite's 300 s limit beside its other worker);
+STREAMPLANE_SIM_SEEDS=10000 for a long run."""
 FIND_WITHIN = 20
 
 
+@pytest.mark.timeout(600)  # beside the suite's other worker it takes up to twice as long as alone
 def test_seeded_worlds_hold_every_invariant() -> None:
     found = [(seed, v) for seed, v in run_seeds(range(SEEDS), jobs=os.cpu_count() or 1) if v]
     assert [f"{v}\n  replay: {replay_command(seed, ())}" for seed, v in found] == []
