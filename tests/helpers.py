@@ -443,3 +443,19 @@ def read_back(address: str, stream: str, group: str, n: int, **settings: Any) ->
             if len(seen) == n:
                 break
     return seen
+
+
+def fetches_asked(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The partitions each Fetch of our wire client asks for, in order: `KafkaConnection.fetch` is spied on (it
+    still sends every request) for the rest of the test."""
+    from streamplane.client.kafka import KafkaConnection
+
+    asked: list[list[int]] = []
+    real_fetch = KafkaConnection.fetch
+
+    def counted(self: KafkaConnection, topic: str, offsets: dict[int, int], **kwargs: Any) -> Any:
+        asked.append(sorted(offsets))
+        return real_fetch(self, topic, offsets, **kwargs)
+
+    monkeypatch.setattr(KafkaConnection, "fetch", counted)
+    return asked

@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 from streamplane.client.kafka import KafkaConnection
 from streamplane.client.partition_fetcher import Leaders, PartitionFetcher, fetch_each
 from streamplane.errors import DecodeLimitExceeded
+from tests.helpers import fetches_asked
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], **config: object) -> None:
@@ -253,14 +254,7 @@ def test_fetchers_read_together_ask_each_leader_once_and_follow_a_moved_partitio
             for i in range(100 * batch, 100 * batch + 100):
                 producer.produce(name, b"p%d-%03d" % (p, i), partition=p)
         assert producer.flush(10) == 0
-    asked: list[list[int]] = []
-    real_fetch = KafkaConnection.fetch
-
-    def counted(self: KafkaConnection, topic: str, offsets: dict[int, int], **kwargs: object) -> object:
-        asked.append(sorted(offsets))
-        return real_fetch(self, topic, offsets, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(KafkaConnection, "fetch", counted)
+    asked = fetches_asked(monkeypatch)
     leaders = Leaders()
     fetchers = [
         PartitionFetcher(bootstrap, name, p, start_offset=0, retry_backoff_s=0.05, leaders=leaders) for p in range(6)

@@ -12,10 +12,10 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from streamplane.client.kafka import KafkaConnection
 from streamplane.errors import UnavailableError
 from streamplane.spark.options import SourceOptions
 from streamplane.spark.reader import Slice, Task, read_task
+from tests.helpers import fetches_asked
 
 
 @pytest.fixture
@@ -59,14 +59,7 @@ def test_a_tasks_ranges_are_read_together_each_record_once(
     """One Fetch a round for the three ranges (one broker); with the Fetch's byte limit at its least the broker
     fills one partition a round, and those it left empty are asked again; retention's loss is stepped over
     (failOnDataLoss=false)."""
-    asked: list[list[int]] = []
-    real_fetch = KafkaConnection.fetch
-
-    def counted(self: KafkaConnection, topic: str, offsets: dict[int, int], **kwargs: object) -> object:
-        asked.append(sorted(offsets))
-        return real_fetch(self, topic, offsets, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(KafkaConnection, "fetch", counted)
+    asked = fetches_asked(monkeypatch)
     opts = SourceOptions.parse({"stream": "s", "failOnDataLoss": "false"})
     got = rows(read_task(task(kafka_bootstrap, topic), opts, None))
     assert got == {
