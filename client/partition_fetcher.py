@@ -285,8 +285,11 @@ def fetch_each(fetchers: Sequence[PartitionFetcher]) -> Iterator[tuple[Partition
             conn = f._connect_leader() if f.position >= 0 else None
         except (UnavailableError, KafkaProtocolError):
             conn = None
-        members = groups.setdefault((id(conn), f.topic), (conn, {}))[1] if conn is not None else None
-        if members is None or f.partition in members:
+        if conn is None:
+            alone.append(f)
+            continue
+        members = groups.setdefault((id(conn), f.topic), (conn, {}))[1]
+        if f.partition in members:
             alone.append(f)
         else:
             members[f.partition] = f

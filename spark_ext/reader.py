@@ -255,8 +255,8 @@ def read_task(task: Task, opts: SourceOptions, where: Where | None) -> Iterator[
     `where` matches (None: every record). Its ranges are read together (`fetch_each`): one Fetch for the
     ranges of each broker and topic, over one connection per broker, and no lookup before the first."""
     leaders = Leaders(opts.access.connection())
-    fetchers = {
-        s: PartitionFetcher(
+    ranges = {
+        PartitionFetcher(
             s.bootstrap_servers,
             s.topic,
             s.partition,
@@ -265,12 +265,11 @@ def read_task(task: Task, opts: SourceOptions, where: Where | None) -> Iterator[
             where=where,
             leaders=leaders,
             on_lost=_on_lost(s, opts),
-        )
+        ): s
         for s in task.slices
     }
-    ranges = {fetcher: s for s, fetcher in fetchers.items()}
     try:
-        pending = [f for f in fetchers.values() if f.position < ranges[f].end]
+        pending = [f for f, s in ranges.items() if f.position < s.end]
         while pending:
             for fetcher, got in fetch_each(pending):
                 yield from _rows(ranges[fetcher], fetcher, got, opts)
