@@ -89,7 +89,7 @@ def one_run(address: str, controls: dict[str, object], run: int) -> tuple[float,
             def moved() -> list[model.FailedOver]:
                 return [
                     e
-                    for e in c.watch_topology("", idle_timeout_s=0.05)
+                    for e in c.watch_topology("", follow=False)
                     if isinstance(e, model.FailedOver) and e.stream == stream
                 ]
 

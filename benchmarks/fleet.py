@@ -89,11 +89,12 @@ def evacuate(streams: int) -> float:
             while len(moved) < lanes:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"only {len(moved)} of {lanes} lanes moved in 600 s")
-                for e in c.watch_topology(version, idle_timeout_s=0.2):
+                for e in c.watch_topology(version, follow=False):
                     version = e.version
                     if isinstance(e, model.FailedOver) and e.previous.cluster == "a":
                         moved[(e.stream, e.lane)] = e.time_ms
                 print(f"\r  moved {len(moved)}/{lanes}", end="", flush=True)
+                time.sleep(0.2)  # the log's head again in a moment
             print()
             return max(moved.values()) / 1000 - down_at
 

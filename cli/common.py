@@ -70,7 +70,6 @@ def event_log_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream", default="", help="only events about this stream")
     p.add_argument("--actor", default="", help="only events whose actor contains this (any case)")
     p.add_argument("--kind", default="", help="only events of this kind (e.g. failed_over, lease_granted)")
-    p.add_argument("--idle-timeout", type=float, default=1.0, help=argparse.SUPPRESS)
 
 
 def since_ms(text: str) -> int:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import queue
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -564,30 +562,26 @@ class CoordinatorClient:
         )
         self._call(self.assigner.ConfigureGroup, request)
 
-    def watch_topology(
-        self, from_version: str = "", *, idle_timeout_s: float | None = None
-    ) -> Iterator[m.TopologyEvent]:
-        """Every event after `from_version`, then new ones as they commit.
+    def watch_topology(self, from_version: str = "", *, follow: bool = True) -> Iterator[m.TopologyEvent]:
+        """Every event after `from_version`, then new ones as they commit, until the caller stops iterating.
 
-        With `idle_timeout_s`, the iteration ends once no event arrived for that long (for `events` without
-        --follow); otherwise it runs until the caller stops iterating.
+        With `follow=False`, the iteration ends once the log's events are delivered (`events` without --follow):
+        the coordinator ends the call at the log's head, however long reading it takes.
         """
-        request = pb.WatchTopologyRequest(from_version=from_version)
+        request = pb.WatchTopologyRequest(from_version=from_version, until_head=not follow)
         call = self.topology.WatchTopology(request, metadata=self.metadata)
-        return self._follow(call, convert.event_from_pb, idle_timeout_s)
+        return self._follow(call, convert.event_from_pb)
 
-    def watch_group(
-        self, group: str, from_version: str = "", *, idle_timeout_s: float | None = None
-    ) -> Iterator[m.GroupChanged]:
+    def watch_group(self, group: str, from_version: str = "", *, follow: bool = True) -> Iterator[m.GroupChanged]:
         """Every event of one group's log after `from_version` (members joining and leaving, leases granted,
-        revoking, revoked, released), then new ones as they commit; `idle_timeout_s` as in `watch_topology`."""
-        request = apb.WatchGroupRequest(group=group, from_version=from_version)
+        revoking, revoked, released), then new ones as they commit; `follow` as in `watch_topology`."""
+        request = apb.WatchGroupRequest(group=group, from_version=from_version, until_head=not follow)
         call = self.assigner.WatchGroup(request, metadata=self.metadata)
-        return self._follow(call, convert.group_event_from_pb, idle_timeout_s)
+        return self._follow(call, convert.group_event_from_pb)
 
-    def _follow(self, call: Any, decode: Callable[[Any], T], idle_timeout_s: float | None) -> Iterator[T]:
+    def _follow(self, call: Any, decode: Callable[[Any], T]) -> Iterator[T]:
         try:
-            for message in call if idle_timeout_s is None else _until_idle(call, idle_timeout_s):
+            for message in call:
                 yield decode(message)
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.CANCELLED:
@@ -635,31 +629,3 @@ class SessionCall:
     def cancel(self) -> None:
         self._cancelled = True
         self._call.cancel()
-
-
-_END = object()
-
-
-def _until_idle(call: Any, idle_timeout_s: float) -> Iterator[Any]:
-    """Messages of a streaming call until none arrives for `idle_timeout_s` (grpc's next() cannot time out)."""
-    messages: queue.Queue[Any] = queue.Queue()
-
-    def pump() -> None:
-        try:
-            for message in call:
-                messages.put(message)
-        except grpc.RpcError as err:
-            messages.put(err)
-        messages.put(_END)
-
-    threading.Thread(target=pump, name="watch-pump", daemon=True).start()
-    while True:
-        try:
-            item = messages.get(timeout=idle_timeout_s)
-        except queue.Empty:
-            return
-        if item is _END:
-            return
-        if isinstance(item, grpc.RpcError):
-            raise item
-        yield item

@@ -120,7 +120,7 @@ def _pipeline(client: CoordinatorClient, clusters: dict[str, str], records: int)
         consumer.close()
 
     _say("[6/6] the topology's event log (the group's churn is in its own: streamplane group events):")
-    for event in client.watch_topology("", idle_timeout_s=1.0):
+    for event in client.watch_topology("", follow=False):
         _say(f"      {event.version}  {model.describe_event(event)}")
     missing = set(range(records)) - handler.ids
     ok = not missing and drained and rejects == 1 and lag.offset_lag == 0

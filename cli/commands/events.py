@@ -35,8 +35,7 @@ def print_events(args: argparse.Namespace, stream: Iterator[model.Event]) -> Non
 
 def cmd_events(args: argparse.Namespace) -> None:
     with connect(args) as client:
-        idle = None if args.follow else args.idle_timeout
-        print_events(args, client.watch_topology(args.since, idle_timeout_s=idle))
+        print_events(args, client.watch_topology(args.since, follow=args.follow))
 
 
 def cmd_inspect(args: argparse.Namespace) -> None:

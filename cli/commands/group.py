@@ -356,8 +356,7 @@ def _iso(ms: int) -> str:
 
 def cmd_group_events(args: argparse.Namespace) -> None:
     with connect(args) as client:
-        idle = None if args.follow else args.idle_timeout
-        print_events(args, client.watch_group(args.group, args.since, idle_timeout_s=idle))
+        print_events(args, client.watch_group(args.group, args.since, follow=args.follow))
 
 
 def register(sub: Subparsers, add: Add) -> None:

@@ -121,10 +121,13 @@ class Assigner:
         self._claimable_at = 0  # when another replica's hold on a group, as last read, first runs out
         self._store_lost = False  # a pass failed on the store: the next one that reaches it gives a grace
 
-    def group_events(self, group: str, after: bytes | None) -> AsyncIterator[GroupChanged]:
-        """The group's log after `after`, then its new events as they commit (on an event loop)."""
+    def group_events(self, group: str, after: bytes | None, *, until_head: bool = False) -> AsyncIterator[GroupChanged]:
+        """The group's log after `after`, then its new events as they commit (on an event loop); with
+        `until_head`, only what the log holds (see events.follow)."""
         check_object_name("group", group)
-        return events.follow(lambda cursor: events.read_group_events_and_watch(self.db, group, cursor), after)
+        return events.follow(
+            lambda cursor: events.read_group_events_and_watch(self.db, group, cursor), after, until_head=until_head
+        )
 
     def delete_group(self, group: str, *, force: bool = False, reason: str = "", actor: str = "") -> GroupDeleted:
         """Remove a group and everything it kept (see group_lifecycle.delete_group)."""

@@ -148,7 +148,7 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
     ) -> AsyncIterator[pb.GroupEvent]:
         self._guard.require(context, auth.READ, group=request.group)
         after = events.parse_version(request.from_version)
-        async for event in self._assigner.group_events(request.group, after):
+        async for event in self._assigner.group_events(request.group, after, until_head=request.until_head):
             yield convert.group_event_to_pb(event)
 
     @grpc_errors

@@ -119,7 +119,8 @@ class TopologyServicer(pb_grpc.TopologyServiceServicer):
     ) -> AsyncIterator[pb.TopologyEvent]:
         self._guard.require(context, auth.READ)
         after = events.parse_version(request.from_version)
-        async for event in events.follow(self._topology.read_events_and_watch, after):
+        read = self._topology.read_events_and_watch
+        async for event in events.follow(read, after, until_head=request.until_head):
             if isinstance(event, TopologyEvent):  # not a group event an older store kept in this log
                 yield convert.event_to_pb(event)
 

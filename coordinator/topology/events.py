@@ -266,14 +266,22 @@ E = TypeVar("E", bound=Event)
 
 
 async def follow(
-    read_and_watch: Callable[[bytes | None], tuple[list[E], Watch]], after: bytes | None
+    read_and_watch: Callable[[bytes | None], tuple[list[E], Watch]],
+    after: bytes | None,
+    *,
+    until_head: bool = False,
 ) -> AsyncIterator[E]:
     """Every event of a log after `after`, then each new one as it commits, for as long as the caller iterates
-    (on an event loop: reads run on its executor; between them it waits on a watch, with no thread or poll)."""
+    (on an event loop: reads run on its executor; between them it waits on a watch, with no thread or poll).
+    `until_head`: end instead once a read finds nothing after what was delivered (every event committed before
+    the call, and any committed while it read), however long the reads took."""
     loop = asyncio.get_running_loop()
     cursor = after
     while True:
         batch, watch = await asyncio.to_thread(read_and_watch, cursor)
+        if until_head and not batch:
+            watch.cancel()
+            return
         fired = asyncio.Event()
         watch.on_fire(setter(loop, fired))
         try:

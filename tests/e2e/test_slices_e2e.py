@@ -116,7 +116,7 @@ def _workers(
 def _events(address: str, group: str) -> list[tuple[str, str]]:
     """(change, reason) of the group's events so far."""
     with CoordinatorClient(address, token=issue_token("admin", "ops")) as client:
-        return [(e.change, e.reason) for e in client.watch_group(group, idle_timeout_s=1)]
+        return [(e.change, e.reason) for e in client.watch_group(group, follow=False)]
 
 
 @pytest.mark.timeout(180)

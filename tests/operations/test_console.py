@@ -232,7 +232,7 @@ def test_actions_are_previewed_then_made_by_operators_only(console: Console) -> 
         assert status == 200 and done["current"]["cluster"] == "west", done
         lane = client.describe_stream("web").require_lane("realtime")
         assert [g.state for g in lane.generations][-1] == model.ACTIVE and lane.active.number == 2
-        failed_over = [e for e in client.watch_topology("", idle_timeout_s=0.3) if isinstance(e, model.FailedOver)]
+        failed_over = [e for e in client.watch_topology("", follow=False) if isinstance(e, model.FailedOver)]
         assert failed_over[-1].actor == "operator-1" and failed_over[-1].reason == "disk full"
     status, preview = console.call("api/actions/freeze", role="operator", body={"frozen": True})
     assert status == 403 and "cluster.change" in preview["message"]  # freezing the fleet is an admin's

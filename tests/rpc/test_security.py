@@ -256,7 +256,7 @@ def test_the_event_log_records_the_authenticated_principal_never_a_name_the_clie
     )  # fmt: skip
     assert code == Code.OK, details
     with CoordinatorClient(secured.address, token=token("viewer")) as c:
-        added = [e for e in c.watch_topology("", idle_timeout_s=0.3) if isinstance(e, model.LaneAdded)]
+        added = [e for e in c.watch_topology("", follow=False) if isinstance(e, model.LaneAdded)]
     assert added[-1].lane.name == "audit" and added[-1].actor == "alice"
 
 
@@ -824,7 +824,7 @@ def test_group_events_carry_the_authenticated_principal_and_the_worker_id_apart(
     session.join()
     try:
         with CoordinatorClient(secured.address, token=token("admin", "root")) as admin:
-            joined = [e for e in admin.watch_group("actors", "", idle_timeout_s=0.3) if e.change == "member_joined"]
+            joined = [e for e in admin.watch_group("actors", "", follow=False) if e.change == "member_joined"]
     finally:
         session.close()
     assert joined and joined[-1].actor == "pcons-1" and joined[-1].worker_id == "security-admin"

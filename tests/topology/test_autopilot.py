@@ -291,7 +291,7 @@ def fleet(tmp_path: Path, local_cluster) -> Iterator[tuple[str, server.RunningCo
 
 
 def _failovers(c: CoordinatorClient) -> list[model.FailedOver]:
-    return [e for e in c.watch_topology("", idle_timeout_s=0.2) if isinstance(e, model.FailedOver)]
+    return [e for e in c.watch_topology("", follow=False) if isinstance(e, model.FailedOver)]
 
 
 def test_freeze_records_health_but_moves_nothing_then_the_autopilot_moves_within_the_rate_cap(fleet) -> None:
@@ -304,7 +304,7 @@ def test_freeze_records_health_but_moves_nothing_then_the_autopilot_moves_within
         wait_until(lambda: c.cluster_health("dead")[0].health == UNHEALTHY, timeout=10)
         cluster, probes = c.cluster_health("dead")
         assert cluster.health_reasons[0].startswith("metadata unreachable") and probes and not probes[-1].reachable
-        changed = [e for e in c.watch_topology("", idle_timeout_s=0.2) if isinstance(e, model.ClusterHealthChanged)]
+        changed = [e for e in c.watch_topology("", follow=False) if isinstance(e, model.ClusterHealthChanged)]
         assert changed[-1].cluster.name == "dead" and changed[-1].actor == AUTOPILOT
         import time
 
@@ -419,7 +419,7 @@ def test_a_generation_on_a_cluster_gone_for_good_is_abandoned_with_its_unread_ra
     assert "group reader p0: [40, ?)" in done.stdout
     with CoordinatorClient(address) as c:
         assert c.describe_stream("stranded").lane("realtime").generations[0].state == model.ABANDONED  # type: ignore[union-attr]
-        event = [e for e in c.watch_topology("", idle_timeout_s=0.2) if isinstance(e, model.GenerationAbandoned)][-1]
+        event = [e for e in c.watch_topology("", follow=False) if isinstance(e, model.GenerationAbandoned)][-1]
         assert event.reason == "cluster dead decommissioned" and event.lost == ("group reader p0: [40, ?)",)
         # lost, not late: the lag leaves the abandoned partitions out, and `lag GROUP` lists what was lost
         assert [x.lease_id for x in c.lag("reader").partitions if "/g1/" in x.lease_id] == []

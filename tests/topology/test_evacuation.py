@@ -106,7 +106,7 @@ def test_every_lane_of_a_dead_cluster_leaves_within_the_threshold_and_nothing_ac
 
             def all_moved() -> bool:
                 nonlocal version
-                for e in c.watch_topology(version, idle_timeout_s=0.1):
+                for e in c.watch_topology(version, follow=False):
                     version = e.version
                     if isinstance(e, model.FailedOver) and e.previous.cluster == "a":
                         moved[(e.stream, e.lane)] = e

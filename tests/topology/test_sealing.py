@@ -45,7 +45,7 @@ def generation(client: CoordinatorClient, stream: str, number: int) -> model.Gen
 
 
 def sealed_events(client: CoordinatorClient) -> list[model.GenerationSealed]:
-    return [e for e in client.watch_topology("", idle_timeout_s=0.3) if isinstance(e, model.GenerationSealed)]
+    return [e for e in client.watch_topology("", follow=False) if isinstance(e, model.GenerationSealed)]
 
 
 def test_seal_waits_for_every_live_producer_then_records_the_end_offsets(address: str) -> None:

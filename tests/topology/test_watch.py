@@ -8,13 +8,14 @@ import queue
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from streamplane import model
 from streamplane.client.coordinator import CoordinatorClient
 from streamplane.errors import InvalidArgumentError, UnavailableError
-from tests.helpers import register_local_clusters, start_coordinator
+from tests.helpers import cli, register_local_clusters, start_coordinator
 
 
 def _register(client: CoordinatorClient, names: list[str]) -> None:
@@ -52,8 +53,8 @@ def test_watch_delivers_history_then_live_events_in_order(coordinator) -> None:
 def test_watch_from_a_version_skips_what_came_before(coordinator) -> None:
     with CoordinatorClient(coordinator.address) as client:
         _register(client, ["b1", "b2", "b3"])
-        all_events = list(client.watch_topology("", idle_timeout_s=0.5))
-        later = list(client.watch_topology(all_events[0].version, idle_timeout_s=0.5))
+        all_events = list(client.watch_topology("", follow=False))
+        later = list(client.watch_topology(all_events[0].version, follow=False))
     assert _names(later) == ["b2", "b3"]
 
 
@@ -62,7 +63,7 @@ def test_watcher_resumed_after_restart_gets_exactly_the_missed_events(tmp_path: 
     try:
         with CoordinatorClient(address) as client:
             _register(client, ["r1", "r2"])
-            seen = list(client.watch_topology("", idle_timeout_s=0.5))
+            seen = list(client.watch_topology("", follow=False))
     finally:
         proc.kill9()
     assert _names(seen) == ["r1", "r2"]
@@ -72,7 +73,7 @@ def test_watcher_resumed_after_restart_gets_exactly_the_missed_events(tmp_path: 
     try:
         with CoordinatorClient(address) as client:
             _register(client, ["r3", "r4", "r5"])
-            resumed = list(client.watch_topology(last, idle_timeout_s=0.5))
+            resumed = list(client.watch_topology(last, follow=False))
     finally:
         proc.stop()
     assert _names(resumed) == ["r3", "r4", "r5"]
@@ -82,7 +83,7 @@ def test_watcher_resumed_after_restart_gets_exactly_the_missed_events(tmp_path: 
 @pytest.mark.parametrize("bad", ["xyz", "00", "0" * 23 + "g"])
 def test_malformed_from_version_is_invalid_argument(coordinator, bad: str) -> None:
     with CoordinatorClient(coordinator.address) as client, pytest.raises(InvalidArgumentError, match="from_version"):
-        list(client.watch_topology(bad, idle_timeout_s=1))
+        list(client.watch_topology(bad, follow=False))
 
 
 def test_watch_stream_ends_cleanly_when_the_server_stops(tmp_path: Path) -> None:
@@ -103,10 +104,30 @@ def test_watch_stream_ends_cleanly_when_the_server_stops(tmp_path: Path) -> None
 
 
 def _topology_log(client: CoordinatorClient) -> list[model.TopologyEvent]:
-    """The topology log from its start, without the health monitor's own events (which may come at any time); read
-    until it has been quiet for 2 s, which a loaded machine needs before the first event."""
-    events = client.watch_topology("", idle_timeout_s=2)
-    return [e for e in events if not isinstance(e, model.ClusterHealthChanged)]
+    """The topology log as it stands, without the health monitor's own events (which may come at any time)."""
+    return [e for e in client.watch_topology("", follow=False) if not isinstance(e, model.ClusterHealthChanged)]
+
+
+def test_a_log_read_without_follow_ends_at_its_head_however_slow_the_store(coordinator, monkeypatch) -> None:
+    """`streamplane events` without --follow printed what came before a second without an event: a store
+    slower than that to answer (a loaded machine, a distant database) printed nothing, and said so with exit 0.
+    The coordinator now ends the call at the log's head, however long reading it takes."""
+    from streamplane.coordinator.topology.topology import Topology
+
+    with CoordinatorClient(coordinator.address) as client:
+        _register(client, ["h1", "h2"])
+        read = Topology.read_events_and_watch
+
+        def slow(self: Topology, after: bytes | None, limit: int = 1000) -> Any:
+            time.sleep(1.5)  # longer than the one second of idleness the CLI used to wait
+            return read(self, after, limit)
+
+        monkeypatch.setattr(Topology, "read_events_and_watch", slow)
+        assert _names(list(client.watch_topology("", follow=False))) == ["h1", "h2"]
+        shown = cli("events", "--kind", "cluster_registered", coordinator=coordinator.address)
+    assert shown.returncode == 0, shown.stderr
+    names = [line.partition("cluster_registered ")[2].split(" ")[0] for line in shown.stdout.splitlines()]
+    assert names == ["h1", "h2"] and "2 event(s) shown" in shown.stderr, (shown.stdout, shown.stderr)
 
 
 def test_a_group_has_a_log_of_its_own_and_topology_watchers_never_see_its_churn(coordinator, local_cluster) -> None:
@@ -134,14 +155,14 @@ def test_a_group_has_a_log_of_its_own_and_topology_watchers_never_see_its_churn(
         assert sorted(e.lease_id for e in got[1:3]) == ["churn/realtime/g1/p0", "churn/realtime/g1/p1"]
         assert {e.change for e in got[1:3]} == {"lease_granted"} and all(e.group == "churners" for e in got)
         assert [e.version for e in got] == sorted(e.version for e in got)
-        history = list(client.watch_group("churners", idle_timeout_s=2))
+        history = list(client.watch_group("churners", follow=False))
         assert history[: len(got)] == got, "the log replays what the live watcher saw"
-        later = list(client.watch_group("churners", got[1].version, idle_timeout_s=2))
+        later = list(client.watch_group("churners", got[1].version, follow=False))
         assert later[:2] == got[2:4]
-        assert list(client.watch_group("nobody-here", idle_timeout_s=0.3)) == []
+        assert list(client.watch_group("nobody-here", follow=False)) == []
         assert _topology_log(client) == topology_before, "no group churn here"
         with pytest.raises(InvalidArgumentError, match="group"):
-            list(client.watch_group("Bad Group", idle_timeout_s=1))
+            list(client.watch_group("Bad Group", follow=False))
 
 
 def test_group_events_an_older_store_kept_in_the_topology_log_are_skipped(coordinator) -> None:
@@ -158,7 +179,7 @@ def test_group_events_an_older_store_kept_in_the_topology_log_are_skipped(coordi
         _register(client, ["l1"])
         coordinator.db.transact(legacy)
         _register(client, ["l2"])
-        seen = list(client.watch_topology("", idle_timeout_s=0.5))
+        seen = list(client.watch_topology("", follow=False))
     # the health monitor may record the unreachable l1 and l2 meanwhile: those events are the log's own
     logged = [e for e in seen if not isinstance(e, model.ClusterHealthChanged)]
     assert _names(seen) == ["l1", "l2"] and len(logged) == 2

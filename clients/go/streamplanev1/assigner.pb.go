@@ -1715,7 +1715,9 @@ type WatchGroupRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	// Only events after this version of the group's log ("" = from the start).
-	FromVersion   string `protobuf:"bytes,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	FromVersion string `protobuf:"bytes,2,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	// End the call once the log's events are delivered, as WatchTopologyRequest.until_head.
+	UntilHead     bool `protobuf:"varint,3,opt,name=until_head,json=untilHead,proto3" json:"until_head,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1762,6 +1764,13 @@ func (x *WatchGroupRequest) GetFromVersion() string {
 		return x.FromVersion
 	}
 	return ""
+}
+
+func (x *WatchGroupRequest) GetUntilHead() bool {
+	if x != nil {
+		return x.UntilHead
+	}
+	return false
 }
 
 type DeleteGroupRequest struct {
@@ -2678,10 +2687,12 @@ const file_streamplane_v1_assigner_proto_rawDesc = "" +
 	"\amembers\x18\x02 \x03(\v2\x1a.streamplane.v1.MemberInfoR\amembers\x121\n" +
 	"\x06leases\x18\x03 \x03(\v2\x19.streamplane.v1.LeaseInfoR\x06leases\x12%\n" +
 	"\x0eleader_replica\x18\x04 \x01(\tR\rleaderReplica\x12\x18\n" +
-	"\aunknown\x18\x05 \x01(\bR\aunknown\"L\n" +
+	"\aunknown\x18\x05 \x01(\bR\aunknown\"k\n" +
 	"\x11WatchGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12!\n" +
-	"\ffrom_version\x18\x02 \x01(\tR\vfromVersion\"X\n" +
+	"\ffrom_version\x18\x02 \x01(\tR\vfromVersion\x12\x1d\n" +
+	"\n" +
+	"until_head\x18\x03 \x01(\bR\tuntilHead\"X\n" +
 	"\x12DeleteGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\x12\x16\n" +

@@ -2175,7 +2175,10 @@ func (x *FailoverResponse) GetVersion() string {
 type WatchTopologyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Deliver every event strictly after this version; empty starts at the beginning of the log.
-	FromVersion   string `protobuf:"bytes,1,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	FromVersion string `protobuf:"bytes,1,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	// End the call once the log's events are delivered (at least those committed before it was made), instead
+	// of following new ones: `streamplane events` without --follow. (A coordinator older than this field follows.)
+	UntilHead     bool `protobuf:"varint,2,opt,name=until_head,json=untilHead,proto3" json:"until_head,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2215,6 +2218,13 @@ func (x *WatchTopologyRequest) GetFromVersion() string {
 		return x.FromVersion
 	}
 	return ""
+}
+
+func (x *WatchTopologyRequest) GetUntilHead() bool {
+	if x != nil {
+		return x.UntilHead
+	}
+	return false
 }
 
 type LaneAdded struct {
@@ -3767,9 +3777,11 @@ const file_streamplane_v1_topology_proto_rawDesc = "" +
 	"\x10FailoverResponse\x126\n" +
 	"\bprevious\x18\x01 \x01(\v2\x1a.streamplane.v1.GenerationR\bprevious\x124\n" +
 	"\acurrent\x18\x02 \x01(\v2\x1a.streamplane.v1.GenerationR\acurrent\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\"9\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"X\n" +
 	"\x14WatchTopologyRequest\x12!\n" +
-	"\ffrom_version\x18\x01 \x01(\tR\vfromVersion\"M\n" +
+	"\ffrom_version\x18\x01 \x01(\tR\vfromVersion\x12\x1d\n" +
+	"\n" +
+	"until_head\x18\x02 \x01(\bR\tuntilHead\"M\n" +
 	"\tLaneAdded\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12(\n" +
 	"\x04lane\x18\x02 \x01(\v2\x14.streamplane.v1.LaneR\x04lane\"\xbe\x01\n" +

@@ -280,12 +280,14 @@ class GroupDescription(_message.Message):
     def __init__(self, group: _Optional[str] = ..., members: _Optional[_Iterable[_Union[MemberInfo, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[LeaseInfo, _Mapping]]] = ..., leader_replica: _Optional[str] = ..., unknown: _Optional[bool] = ...) -> None: ...
 
 class WatchGroupRequest(_message.Message):
-    __slots__ = ("group", "from_version")
+    __slots__ = ("group", "from_version", "until_head")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_HEAD_FIELD_NUMBER: _ClassVar[int]
     group: str
     from_version: str
-    def __init__(self, group: _Optional[str] = ..., from_version: _Optional[str] = ...) -> None: ...
+    until_head: bool
+    def __init__(self, group: _Optional[str] = ..., from_version: _Optional[str] = ..., until_head: _Optional[bool] = ...) -> None: ...
 
 class DeleteGroupRequest(_message.Message):
     __slots__ = ("group", "force", "reason")

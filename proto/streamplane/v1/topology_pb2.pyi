@@ -372,10 +372,12 @@ class FailoverResponse(_message.Message):
     def __init__(self, previous: _Optional[_Union[Generation, _Mapping]] = ..., current: _Optional[_Union[Generation, _Mapping]] = ..., version: _Optional[str] = ...) -> None: ...
 
 class WatchTopologyRequest(_message.Message):
-    __slots__ = ("from_version",)
+    __slots__ = ("from_version", "until_head")
     FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_HEAD_FIELD_NUMBER: _ClassVar[int]
     from_version: str
-    def __init__(self, from_version: _Optional[str] = ...) -> None: ...
+    until_head: bool
+    def __init__(self, from_version: _Optional[str] = ..., until_head: _Optional[bool] = ...) -> None: ...
 
 class LaneAdded(_message.Message):
     __slots__ = ("stream", "lane")
