@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streamplane.client.consumer.committer import _request
 from streamplane.client.consumer.ledger import LeaseLedger, Outcomes
 from streamplane.client.flow import Budget
+from streamplane.errors import InvalidArgumentError
+from streamplane.v1 import commitlog_pb2 as cpb
 from streamplane.v1 import convert
 from tests.client.test_ledger import Owner, ledger
 
@@ -28,8 +32,24 @@ def test_a_sparse_filters_acks_and_left_out_runs_are_sent_as_one_acked_range() -
     assert commit.acked == [(0, 100_000)]
     assert commit.filtered == out.filtered
 
-    back = convert.commit_from_pb(convert.commit_to_pb("g", _request(_ledger(), out, 0))).commit
+    sent = convert.commit_to_pb("g", _request(_ledger(), out, 0))
+    assert len(sent.filtered_bounds) == 2 * len(matched) and not sent.filtered, "packed, two numbers a range"
+    back = convert.commit_from_pb(sent).commit
     assert back.acked == [(0, 100_000)] and back.filtered == out.filtered
+
+
+def test_filtered_ranges_as_messages_from_an_older_client_count_the_same() -> None:
+    """A client from before the packed bounds sends the ranges as messages: read the same."""
+    sent = cpb.CommitRequest(group="g", lease_id="s/realtime/g1/p0", epoch=1)
+    sent.filtered.add(start=5, end=9)
+    sent.filtered.add(start=12, end=13)
+    assert convert.commit_from_pb(sent).commit.filtered == [(5, 9), (12, 13)]
+
+
+def test_an_odd_count_of_filtered_bounds_is_refused_in_one_sentence() -> None:
+    sent = cpb.CommitRequest(group="g", lease_id="s/realtime/g1/p0", epoch=1, filtered_bounds=[5, 9, 12])
+    with pytest.raises(InvalidArgumentError, match="filtered_bounds holds 3 numbers: its ranges are start, end pairs"):
+        convert.commit_from_pb(sent)
 
 
 def test_without_a_filter_acks_are_sent_as_they_are() -> None:

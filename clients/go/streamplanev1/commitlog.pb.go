@@ -318,8 +318,11 @@ type CommitRequest struct {
 	// The worker session that holds the lease (Welcome.session_id): a commit from another session, even of the
 	// same principal, is fenced. Required for leases (epoch > 0) when the coordinator checks credentials.
 	SessionId string `protobuf:"bytes,13,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// Offsets the holder's where predicate left out: done, as acked ones are, and counted apart in the
-	// partition's progress (each once, however often the commit is sent).
+	// Offsets the holder's where predicate left out, as [start, end) ranges written start, end, start, end, ...
+	// (packed: a sparse where's commit carries thousands, and a range is two numbers here, not a message): done,
+	// as acked ones are, and counted apart in the partition's progress (each once, however often it is sent).
+	FilteredBounds []int64 `protobuf:"varint,15,rep,packed,name=filtered_bounds,json=filteredBounds,proto3" json:"filtered_bounds,omitempty"`
+	// The same ranges as messages, as clients before filtered_bounds sent them: read when filtered_bounds is empty.
 	Filtered      []*OffsetRange `protobuf:"bytes,14,rep,name=filtered,proto3" json:"filtered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -444,6 +447,13 @@ func (x *CommitRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *CommitRequest) GetFilteredBounds() []int64 {
+	if x != nil {
+		return x.FilteredBounds
+	}
+	return nil
 }
 
 func (x *CommitRequest) GetFiltered() []*OffsetRange {
@@ -2656,7 +2666,7 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12-\n" +
 	"\x03dlq\x18\x03 \x01(\v2\x1b.streamplane.v1.DlqLocationR\x03dlq\x12\x12\n" +
-	"\x04copy\x18\x04 \x01(\rR\x04copy\"\xdd\x04\n" +
+	"\x04copy\x18\x04 \x01(\rR\x04copy\"\x86\x05\n" +
 	"\rCommitRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
@@ -2672,7 +2682,8 @@ const file_streamplane_v1_commitlog_proto_rawDesc = "" +
 	"\x11acked_bitmap_base\x18\v \x01(\x03R\x0fackedBitmapBase\x125\n" +
 	"\acopying\x18\f \x03(\v2\x1b.streamplane.v1.RejectEntryR\acopying\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\r \x01(\tR\tsessionId\x127\n" +
+	"session_id\x18\r \x01(\tR\tsessionId\x12'\n" +
+	"\x0ffiltered_bounds\x18\x0f \x03(\x03R\x0efilteredBounds\x127\n" +
 	"\bfiltered\x18\x0e \x03(\v2\x1b.streamplane.v1.OffsetRangeR\bfiltered\"5\n" +
 	"\aDlqCopy\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +

