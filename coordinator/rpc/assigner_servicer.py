@@ -169,6 +169,7 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
     def RewindGroup(self, request: apb.RewindGroupRequest, context: grpc.ServicerContext) -> apb.RewindGroupResponse:
         actor = self._guard.change(context, auth.CONFIGURE_GROUPS, stream=request.stream, group=request.group)
         applied = False
+        target = convert.rewind_target_from_pb(request)  # a request without a target hints nobody
         if not request.dry_run:  # its workers served here keep their polls short until the new grants come
             self._hub.expect(request.group, EXPECT_MS)
         try:
@@ -177,7 +178,7 @@ class AssignerServicer(apb_grpc.AssignerServiceServicer):
                 self._admin,
                 request.group,
                 request.stream,
-                convert.rewind_target_from_pb(request),
+                target,
                 lane=request.lane,
                 dry_run=request.dry_run,
                 force=request.force,

@@ -283,8 +283,8 @@ def test_a_rewind_tells_the_workers_that_take_hints_that_their_grants_are_coming
     """The replica that takes a rewind tells the group's workers it serves, before it looks anything up, that
     grants are on their way (Expect), and once it is applied for how long more: a worker that reads hints keeps
     its long polls short meanwhile and reads its new positions as soon as they come. Its grants follow the first
-    hint. A worker that did not say it reads hints (the Go client) hears only its grants; a dry run tells nobody;
-    a refused rewind takes its hint back (0 ms: long polls again)."""
+    hint. A worker that did not say it reads hints (the Go client) hears only its grants; a dry run, and a request
+    that names no target, tell nobody; a refused rewind takes its hint back (0 ms: long polls again)."""
     hinted = WorkerSession(address, group="g", worker_id="hinted", subscriptions={"jobs": []}, hints=True)
     plain = session(address, "plain")
     hinted.join()
@@ -299,6 +299,11 @@ def test_a_rewind_tells_the_workers_that_take_hints_that_their_grants_are_coming
 
         with CoordinatorClient(address) as client:
             client.rewind_group("g", "jobs", model.RewindTarget(model.RewindTo.EARLIEST), dry_run=True)
+            # a request that names no target is refused before anyone is hinted (the hints below are exactly
+            # the rewind's)
+            with pytest.raises(grpc.RpcError) as no_target:
+                client.assigner.RewindGroup(apb.RewindGroupRequest(group="g", stream="jobs"), metadata=client.metadata)
+            assert no_target.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             before, plain_before = len(got_hinted), len(got_plain)
             client.rewind_group("g", "jobs", model.RewindTarget(model.RewindTo.EARLIEST))
             wait_until(lambda: hints() == [EXPECT_MS, EXPECT_AFTER_MS], timeout=10)
