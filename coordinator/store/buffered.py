@@ -211,7 +211,7 @@ class BufferedTransaction:
         self, begin: bytes, end: bytes, *, limit: int = 0, reverse: bool = False, snapshot: bool = False
     ) -> list[tuple[bytes, bytes]]:
         mine = self._written_in(begin, end)
-        cleared = self.cleared_ranges.meeting(begin, end)
+        cleared = self.cleared_ranges.meets(begin, end)
         if not mine and not cleared:
             return self._committed_range(begin, end, limit, reverse)
         rows = self._committed_range(begin, end, 0, reverse)  # merged with this transaction's writes, then limited

@@ -40,11 +40,10 @@ class RangeSet:
         i = bisect.bisect_right(self._begins, key) - 1
         return i >= 0 and key < self._ends[i]
 
-    def meeting(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-        """The ranges holding some key of [begin, end)."""
+    def meets(self, begin: bytes, end: bytes) -> bool:
+        """Whether some range holds a key of [begin, end) (two bisections: a read asks it of every range)."""
         i = bisect.bisect_right(self._ends, begin)  # the first range ending after `begin`
-        j = bisect.bisect_left(self._begins, end)  # past the last range starting before `end`
-        return list(zip(self._begins[i:j], self._ends[i:j], strict=True))
+        return i < len(self._begins) and self._begins[i] < end
 
     def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(zip(self._begins, self._ends, strict=True)))
