@@ -3,7 +3,8 @@ what a process costs (`usage`).
 
 Stop signals are blocked and then waited for with `sigtimedwait`, rather than handled: a Python handler
 runs between bytecodes of the main thread and can deadlock on a lock the main thread holds (seen with
-`Event.set` in a handler while the main thread was in `Event.wait`, when several SIGTERMs arrived).
+`Event.set` in a handler while the main thread was in `Event.wait`, when several SIGTERMs arrived). A process
+that reloads something on SIGHUP (the coordinator its Kafka settings) has it blocked and waited for the same way.
 """
 
 from __future__ import annotations
@@ -36,22 +37,33 @@ def tune_collector() -> None:
     gc.set_threshold(GC_YOUNG_OBJECTS, older, oldest)
 
 
-def block_stop_signals() -> None:
-    """Block SIGINT and SIGTERM in this thread; call first in main, so that threads started later inherit it."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+def block_stop_signals(*, hangup: bool = False) -> None:
+    """Block SIGINT and SIGTERM (and SIGHUP with `hangup`, for a process that reloads on it) in this thread;
+    call first in main, so that threads started later inherit it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS | ({signal.SIGHUP} if hangup else set()))
 
 
-def wait_for_stop(should_stop: Callable[[], bool] = lambda: False, interval_s: float = 0.5) -> str:
-    """Block until SIGINT/SIGTERM arrives or `should_stop()` is true; return what ended the wait.
+def wait_for_stop(
+    should_stop: Callable[[], bool] = lambda: False,
+    interval_s: float = 0.5,
+    on_hangup: Callable[[], None] | None = None,
+) -> str:
+    """Block until SIGINT/SIGTERM arrives or `should_stop()` is true; return what ended the wait. With
+    `on_hangup` (SIGHUP blocked by `block_stop_signals(hangup=True)`), each SIGHUP calls it and the wait goes on.
 
     A wait that a SIGSTOP outlasts ends, after SIGCONT, with EINTR past its deadline, and CPython 3.11 then
     returns a siginfo it never filled (seen as SIGHUP, or as a number that is no signal at all); only a stop
-    signal that was really taken ends the wait, so a paused process carries on when it is woken."""
+    signal that was really taken ends the wait, so a paused process carries on when it is woken (such a
+    SIGHUP calls `on_hangup` once more: a reload must be harmless when nothing changed)."""
     wanted = {int(s) for s in STOP_SIGNALS}
+    waited = STOP_SIGNALS | ({signal.SIGHUP} if on_hangup is not None else set())
     while True:
-        info = signal.sigtimedwait(STOP_SIGNALS, interval_s)
+        info = signal.sigtimedwait(waited, interval_s)
         if info is not None and info.si_signo in wanted:
             return signal.Signals(info.si_signo).name
+        if info is not None and on_hangup is not None and info.si_signo == signal.SIGHUP:
+            on_hangup()
+            continue
         if should_stop():
             return "condition"
 

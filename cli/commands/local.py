@@ -49,6 +49,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         else None,
         control_endpoints=args.allow_control_endpoint,
         kafka_settings=kafka_settings,
+        kafka_settings_file=args.kafka_settings or "",
         insecure=args.insecure,
         console=server.ConsoleSettings(args.console_port, args.console_actions, args.console_sample_ms)
         if args.console_port is not None
@@ -184,7 +185,7 @@ def register(sub: Subparsers, add: Add) -> None:
         default=None,
         metavar="FILE",
         help="JSON {reference: {librdkafka setting: value}}: the TLS and SASL settings a cluster names with "
-        "--config-ref, with which the coordinator reaches it (kept out of the store)",
+        "--config-ref, with which the coordinator reaches it (kept out of the store); read again on SIGHUP",
     )
     p.add_argument(
         "--insecure", action="store_true", help="listen beyond loopback without TLS or authentication (not advised)"

@@ -310,6 +310,20 @@ def start(
     )
 
 
+def reload_kafka_settings(settings: KafkaSettings, path: str) -> None:
+    """SIGHUP: read the Kafka settings file again and use it from now on (a rotated password or certificate);
+    one that does not load is refused, in the log, and the settings in use stay. Never raises: it runs in the
+    loop that waits for the process's stop."""
+    try:
+        changed = settings.take(KafkaSettings.load(path))
+    except InvalidArgumentError as err:
+        log.error("kafka_settings.reload_refused", file=path, error=err.message, kept=list(settings.refs))
+    except Exception:
+        log.exception("kafka_settings.reload_failed", file=path, kept=list(settings.refs))
+    else:
+        log.info("kafka_settings.reloaded", file=path, refs=list(settings.refs), changed=changed)
+
+
 def serve_forever(
     config: StoreConfig,
     *,
@@ -324,8 +338,10 @@ def serve_forever(
     insecure: bool = False,
     console: ConsoleSettings | None = None,
     kafka_settings: KafkaSettings = PLAINTEXT,
+    kafka_settings_file: str = "",
 ) -> int:
-    """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves.
+    """Run a coordinator until SIGINT or SIGTERM; print `coordinator=HOST:PORT` once it serves. With
+    `kafka_settings_file` (what `kafka_settings` were read from), SIGHUP reads it again (`reload_kafka_settings`).
 
     With `metrics_port`, Prometheus metrics are served on host:metrics_port/metrics (0: a free port, named on
     that line as `metrics=HOST:PORT`). With `parent_pid` (the
@@ -342,7 +358,7 @@ def serve_forever(
                 f"refusing to listen on {host} without authentication: pass --token-key-file, or --tls-client-ca "
                 "with --identities (or --insecure)"
             )
-    block_stop_signals()
+    block_stop_signals(hangup=bool(kafka_settings_file))
     if parent_pid and not die_with_parent(parent_pid):
         return 1
     db = open_store(config)
@@ -370,7 +386,9 @@ def serve_forever(
             running.stop(grace_s=0)
             raise UnavailableError(f"cannot serve metrics on {host}:{metrics_port}: {e.strerror or e}") from e
     print(f"coordinator={running.address} store={db.driver} replica={running.assigner.replica_id}{served}", flush=True)
-    log.info("coordinator.stopping", signal=wait_for_stop(lambda: bool(parent_pid) and os.getppid() != parent_pid))
+    reload = (lambda: reload_kafka_settings(kafka_settings, kafka_settings_file)) if kafka_settings_file else None
+    stopped_by = wait_for_stop(lambda: bool(parent_pid) and os.getppid() != parent_pid, on_hangup=reload)
+    log.info("coordinator.stopping", signal=stopped_by)
     watchdog = threading.Timer(STOP_DEADLINE_S, _exit_now, args=(1, "coordinator.stop_deadline_passed"))
     watchdog.daemon = True
     watchdog.start()

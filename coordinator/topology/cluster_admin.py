@@ -104,17 +104,22 @@ class _Bounds:
         self.marks = Watermarks(timeout_s)
         self._timeout_s, self._settings = timeout_s, settings
         self._lock = threading.Lock()
-        self._secured: dict[str, Watermarks] = {}
+        self._secured: dict[str, tuple[int, Watermarks]] = {}  # {reference: (its settings' stamp, Watermarks)}
 
     def of(self, cluster: Cluster) -> Watermarks:
-        """The Watermarks that reach `cluster` (UnavailableError when its settings are not this replica's)."""
+        """The Watermarks that reach `cluster` (UnavailableError when its settings are not this replica's); made
+        again when a reload changed its settings."""
         if not cluster.config_ref:
             return self.marks
+        stamp = self._settings.stamp(cluster)
         config = self._settings.connection(cluster, self._timeout_s)
         with self._lock:
-            marks = self._secured.get(cluster.config_ref)
-            if marks is None:
-                marks = self._secured[cluster.config_ref] = Watermarks(config=config)
+            kept = self._secured.get(cluster.config_ref)
+            if kept is None or kept[0] != stamp:
+                self._secured[cluster.config_ref] = (stamp, Watermarks(config=config))
+            marks = self._secured[cluster.config_ref][1]
+        if kept is not None and kept[0] != stamp:
+            kept[1].close()  # the old settings' connections (each closed once a lookup under way is done)
         return marks
 
     def __call__(self, cluster: Cluster, topic: str, partitions: int, at_ms: int | None) -> list[PartitionBounds]:

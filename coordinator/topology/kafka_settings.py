@@ -10,11 +10,17 @@ never in the store:
 Every connection the coordinator makes to such a cluster uses them: topic creation and deletion (Kafka's
 admin API), end offsets and time lookups (our wire client), and the health monitor's probes and canaries. A
 cluster with no reference is reached in plaintext, as before.
+
+A replica reads the file again on SIGHUP (`take`): a rotated password or certificate takes effect without a
+restart. The connections kept with a changed reference's old settings are made again at their next use (each
+keeps the `stamp` it was made with); a file that does not load is refused, and the settings in use stay.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +29,9 @@ from typing import Any
 from streamplane.client.kafka.config import ConnectionConfig
 from streamplane.errors import InvalidArgumentError, UnavailableError
 from streamplane.model import Cluster
+
+_STAMPS = itertools.count(1)
+"""Stamps of settings, never reused in a process: a reference removed and added again gets a new one."""
 
 
 class KafkaSettings:
@@ -45,6 +54,8 @@ class KafkaSettings:
             except InvalidArgumentError as err:
                 raise InvalidArgumentError(f"Kafka settings {ref!r}{where}: {err.message}") from err
             self._by_ref[ref] = {str(k): v for k, v in settings.items()}
+        self._stamps = {ref: next(_STAMPS) for ref in self._by_ref}
+        self._lock = threading.Lock()
 
     @classmethod
     def load(cls, path: str | Path) -> KafkaSettings:
@@ -63,6 +74,22 @@ class KafkaSettings:
                 f"the Kafka settings file {path} must hold an object: {{reference: {{setting: value}}}}"
             )
         return cls(parsed, source=str(path))
+
+    def take(self, newer: KafkaSettings) -> list[str]:
+        """Use `newer`'s settings from now on, in place (every part holding this object sees them): a reload.
+        Returns the references added, changed or removed; a changed one gets a new `stamp`."""
+        with self._lock:
+            refs = set(self._by_ref) | set(newer._by_ref)
+            changed = sorted(ref for ref in refs if self._by_ref.get(ref) != newer._by_ref.get(ref))
+            stamps = {ref: next(_STAMPS) if ref in changed else self._stamps[ref] for ref in newer._by_ref}
+            self._by_ref, self._connections, self._stamps = dict(newer._by_ref), dict(newer._connections), stamps
+        return changed
+
+    def stamp(self, cluster: Cluster) -> int:
+        """Which settings reach `cluster` now (0: plaintext, or none known): a connection kept with another stamp
+        was made with settings a reload changed, and is made again."""
+        ref = cluster.config_ref
+        return self._stamps.get(ref, 0) if isinstance(ref, str) and ref else 0
 
     @property
     def refs(self) -> tuple[str, ...]:

@@ -34,8 +34,9 @@ class WireProbes:
     def __init__(self, settings: KafkaSettings = PLAINTEXT) -> None:
         self._settings = settings  # of the clusters that name Kafka settings (TLS, SASL)
         self._lock = threading.Lock()
-        self._held: dict[str, tuple[str, dict[str, KafkaConnection]]] = {}
-        """{cluster: (its bootstrap list, {broker address: connection})}; the first address is bootstrap's."""
+        self._held: dict[str, tuple[tuple[str, int], dict[str, KafkaConnection]]] = {}
+        """{cluster: ((its bootstrap list, its settings' stamp), {broker address: connection})}; the first address
+        is bootstrap's."""
 
     def probe(self, cluster: Cluster, *, timeout_s: float, now_ms: int, topics: bool = True) -> Probe:
         """Read a cluster's metadata; without `topics` only its brokers (a cheap look: partitions are counted
@@ -129,17 +130,17 @@ class WireProbes:
             return sum(len(conns) for _, conns in self._held.values())
 
     def _bootstrap(self, cluster: Cluster, timeout_s: float) -> KafkaConnection:
-        name, bootstrap_servers = cluster.name, cluster.bootstrap_servers
+        name, reached = cluster.name, (cluster.bootstrap_servers, self._settings.stamp(cluster))
         with self._lock:
             held = self._held.get(name)
-        if held is not None and held[0] != bootstrap_servers:  # registered again elsewhere
+        if held is not None and held[0] != reached:  # registered again elsewhere, or its settings reloaded
             self.forget(name)
             held = None
         if held is not None:
             return next(iter(held[1].values()))
-        conn = KafkaConnection.connect_any(bootstrap_servers, self._settings.connection(cluster, timeout_s))
+        conn = KafkaConnection.connect_any(cluster.bootstrap_servers, self._settings.connection(cluster, timeout_s))
         with self._lock:
-            self._held[name] = (bootstrap_servers, {conn.address: conn})
+            self._held[name] = (reached, {conn.address: conn})
         return conn
 
     def _canary_leader(self, cluster: Cluster, timeout_s: float) -> KafkaConnection:
@@ -152,12 +153,13 @@ class WireProbes:
         broker = md.brokers[part.leader]
         address = f"{broker.host}:{broker.port}"
         with self._lock:
-            conns = self._held.get(cluster.name, ("", {}))[1]
+            conns = self._held.get(cluster.name, (("", 0), {}))[1]
             conn = conns.get(address)
         if conn is None:
             conn = KafkaConnection(broker.host, broker.port, self._settings.connection(cluster, timeout_s))
             with self._lock:  # kept with the cluster's, even if they were forgotten meanwhile: closed with them
-                kept = self._held.setdefault(cluster.name, (cluster.bootstrap_servers, {}))[1]
+                reached = (cluster.bootstrap_servers, self._settings.stamp(cluster))
+                kept = self._held.setdefault(cluster.name, (reached, {}))[1]
                 other = kept.setdefault(address, conn)
             if other is not conn:  # another probe opened one meanwhile
                 conn.close()

@@ -6,6 +6,7 @@ lacks is reported unreachable by the health monitor (its loop goes on for the ot
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,72 @@ def test_cluster_list_shows_which_settings_each_cluster_is_reached_with(tmp_path
         assert (rows["east"][settings], rows["west"][settings]) == ("prod", "-")
     finally:
         running.stop(0)
+
+
+def test_a_reload_reaches_each_cluster_with_its_new_settings_and_keeps_what_did_not_change(local_cluster) -> None:
+    """A reload (SIGHUP) in place: the probes' connection kept for a cluster whose settings changed is made again
+    with the new ones (here TLS against a plaintext broker: it fails, and plaintext again reaches it), the one
+    of a cluster whose settings did not change is kept, and a reference the new file lacks is no longer known."""
+    from streamplane.coordinator.topology.cluster_admin import _Bounds
+
+    bootstrap, _ = local_cluster
+    settings = KafkaSettings({"rotated": {"client.id": "one"}, "steady": {"client.id": "same"}, "gone": {}})
+    rotated = model.Cluster("rotated", bootstrap, config_ref="rotated")
+    steady = model.Cluster("steady", bootstrap, config_ref="steady")
+    probes, bounds = WireProbes(settings), _Bounds(5, settings)
+    try:
+        assert all(probes.probe(c, timeout_s=5, now_ms=1, topics=False).reachable for c in (rotated, steady))
+        marks = bounds.of(rotated), bounds.of(steady)
+        stamps = settings.stamp(rotated), settings.stamp(steady)
+
+        tls = {"rotated": {"security.protocol": "ssl"}, "steady": {"client.id": "same"}}
+        assert settings.take(KafkaSettings(tls)) == ["gone", "rotated"]
+        assert settings.stamp(rotated) != stamps[0] and settings.stamp(steady) == stamps[1]
+        assert not settings.knows("gone")
+        assert not probes.probe(rotated, timeout_s=5, now_ms=2, topics=False).reachable, "its kept connection"
+        assert probes.probe(steady, timeout_s=5, now_ms=2, topics=False).reachable
+        assert bounds.of(rotated) is not marks[0] and bounds.of(steady) is marks[1]
+
+        assert settings.take(KafkaSettings({"rotated": {}, "steady": {"client.id": "same"}})) == ["rotated"]
+        assert probes.probe(rotated, timeout_s=5, now_ms=3, topics=False).reachable
+    finally:
+        probes.close()
+
+
+def test_sighup_reads_the_settings_file_again_and_a_bad_one_is_refused_keeping_the_old(tmp_path: Path) -> None:
+    """A replica given --kafka-settings reads the file again on SIGHUP: a reference added there can be
+    registered at once; a file that does not load is refused in the log, the settings in use stay, and the
+    replica serves on."""
+    import signal
+
+    from tests.helpers import Proc, wait_until
+
+    def logged(event: str) -> list[dict[str, Any]]:  # the replica's log lines of that event so far (JSON)
+        lines = [line for line in list(proc.stderr) if line.startswith("{") and f'"{event}"' in line]
+        return [json.loads(line) for line in lines]
+
+    path = written(tmp_path, json.dumps({"prod": SCRAM}))
+    store = str(tmp_path / "store")
+    proc = Proc([sys.executable, "-m", "streamplane.cli.main", "coordinator", "--port", "0", "--data-dir", store,
+                 "--kafka-settings", str(path)])  # fmt: skip
+    try:
+        address = proc.wait_for(r"coordinator=(\S+)").group(1)
+        refused = cli("cluster", "register", "east", "--bootstrap", "h:9093", "--config-ref", "eu", coordinator=address)
+        assert refused.returncode != 0 and "config_ref 'eu' names no Kafka settings" in refused.stderr
+
+        path.write_text(json.dumps({"prod": SCRAM, "eu": {**SCRAM, "sasl.password": "rotated"}}))
+        proc.popen.send_signal(signal.SIGHUP)
+        wait_until(lambda: logged("kafka_settings.reloaded"), timeout=30, what=lambda: str(proc.stderr[-5:]))
+        assert logged("kafka_settings.reloaded")[0]["changed"] == ["eu"]
+        done = cli("cluster", "register", "east", "--bootstrap", "h:9093", "--config-ref", "eu", coordinator=address)
+        assert done.returncode == 0, done.stderr
+
+        path.write_text("{")
+        proc.popen.send_signal(signal.SIGHUP)
+        wait_until(lambda: logged("kafka_settings.reload_refused"), timeout=30, what=lambda: str(proc.stderr[-5:]))
+        refusal = logged("kafka_settings.reload_refused")[0]
+        assert "is not JSON" in refusal["error"] and refusal["kept"] == ["eu", "prod"]
+        done = cli("cluster", "register", "west", "--bootstrap", "h:9094", "--config-ref", "eu", coordinator=address)
+        assert done.returncode == 0, done.stderr
+    finally:
+        assert proc.stop() == 0, proc.stderr
