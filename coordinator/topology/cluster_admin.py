@@ -115,10 +115,11 @@ class _Bounds:
         config = self._settings.connection(cluster, self._timeout_s)
         with self._lock:
             kept = self._secured.get(cluster.config_ref)
-            if kept is None or kept[0] != stamp:
-                self._secured[cluster.config_ref] = (stamp, Watermarks(config=config))
-            marks = self._secured[cluster.config_ref][1]
-        if kept is not None and kept[0] != stamp:
+            if kept is not None and kept[0] == stamp:
+                return kept[1]
+            marks = Watermarks(config=config)
+            self._secured[cluster.config_ref] = (stamp, marks)
+        if kept is not None:
             kept[1].close()  # the old settings' connections (each closed once a lookup under way is done)
         return marks
 

@@ -129,8 +129,13 @@ class WireProbes:
         with self._lock:
             return sum(len(conns) for _, conns in self._held.values())
 
+    def _reached(self, cluster: Cluster) -> tuple[str, int]:
+        """How a cluster's kept connections were made: its bootstrap list and its settings' stamp (either
+        changed, by a registration elsewhere or a reload, and they are made again)."""
+        return cluster.bootstrap_servers, self._settings.stamp(cluster)
+
     def _bootstrap(self, cluster: Cluster, timeout_s: float) -> KafkaConnection:
-        name, reached = cluster.name, (cluster.bootstrap_servers, self._settings.stamp(cluster))
+        name, reached = cluster.name, self._reached(cluster)
         with self._lock:
             held = self._held.get(name)
         if held is not None and held[0] != reached:  # registered again elsewhere, or its settings reloaded
@@ -158,8 +163,7 @@ class WireProbes:
         if conn is None:
             conn = KafkaConnection(broker.host, broker.port, self._settings.connection(cluster, timeout_s))
             with self._lock:  # kept with the cluster's, even if they were forgotten meanwhile: closed with them
-                reached = (cluster.bootstrap_servers, self._settings.stamp(cluster))
-                kept = self._held.setdefault(cluster.name, (reached, {}))[1]
+                kept = self._held.setdefault(cluster.name, (self._reached(cluster), {}))[1]
                 other = kept.setdefault(address, conn)
             if other is not conn:  # another probe opened one meanwhile
                 conn.close()
