@@ -248,7 +248,9 @@ def test_fetchers_read_together_ask_each_leader_once_and_follow_a_moved_partitio
     control.create_topic(name, 6)
     for p in range(6):
         control.set_leader(name, p, 1 + p % 2)  # partitions 0, 2, 4 on broker 1; 1, 3, 5 on broker 2
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # flush() sends at once whatever linger.ms says; a long linger keeps each round one batch a partition
+    # however slowly a loaded machine runs the loop (at 5 ms a round could leave in two batches)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10_000})
     for batch in range(3):  # three batches a partition: the local cluster answers a Fetch with one
         for p in range(6):
             for i in range(100 * batch, 100 * batch + 100):
