@@ -249,6 +249,7 @@ class Assigner:
         )
         load = {worker: len(held) for worker, held in state.held.items()}
         sliced = slices.plan(tr, group, state.members, now_ms=now, revoke_ms=cfg.revoke_ms, load=load)
+        state.set_slice_loads(sliced.loads)
         group_state.read_again(tr, state, sliced.touched)
         metrics.SLICES.labels(group).set(sliced.slices)
         again = now if sliced.merged or scaled else 0  # the Balancer's partitions change: look again at once
@@ -395,6 +396,8 @@ class Assigner:
                 watched = self._kept_for(group).loads
                 if state.split or state.hot or watched.hot or watched.calm:
                     self._slices(tr, state, applied, now)
+                elif state.slice_loads:  # the last slices are gone: the Balancer stops counting them
+                    state.set_slice_loads({})
                 # the versions this pass has seen, read in its own transaction: a join committed after it
                 # is a change the next pass sees (read apart, it could be taken as already computed)
                 seen = (

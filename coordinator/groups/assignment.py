@@ -17,6 +17,9 @@ Every partition is held by at most one worker in the result, and only live worke
 Balance bound (checked by the property tests): when nothing is capped by max_load, after a pass confirmed
 by the one before it, for any two workers
     u_max - u_min <= max(threshold * u_mean, 1.5 * max_partition_load / min_capacity).
+A worker's load includes its base load (the slices it holds, which only the slice planner places): a worker
+whose base load alone puts it above the others gives up its partitions, and the bound holds for any two workers
+of which the more utilized holds a partition.
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ class WorkerSpec:
     """Relative processing power: a worker with twice the capacity gets twice the load."""
     max_load: float = 0.0
     """The most load it accepts beyond the top-priority tier; 0 means no limit."""
+    base_load: float = 0.0
+    """Load it carries outside these partitions, which no move here can take away: the slices of split
+    partitions it holds (placed by the slice planner). It counts towards its utilization and its max_load."""
 
 
 DEFAULT_THRESHOLD = 0.1
@@ -83,7 +89,7 @@ class _Board:
 
     def __init__(self, workers: list[WorkerSpec]) -> None:
         self.by_id = {w.id: w for w in workers}
-        self.load = dict.fromkeys(self.by_id, 0.0)
+        self.load = {w.id: w.base_load for w in workers}
         self.held: dict[str, dict[PartitionKey, PartitionSpec]] = {w: {} for w in self.by_id}
         self.result: dict[PartitionKey, str] = {}
         self._names: dict[PartitionKey, str] = {}  # repr of keys, the last tie-break (kept: keys are reused)
@@ -145,20 +151,24 @@ class _Board:
         rank = {w: i for i, w in enumerate(sorted(by_id))}
         utils = {w: load[w] / by_id[w].capacity for w in by_id}
         total = sum(utils.values())
-        tops = [(-u, -rank[w], w) for w, u in utils.items()]
+        # only a worker that holds partitions can give one: one whose load is all base load (slices) is no source,
+        # and must not stop the others' balancing by being the most utilized
+        tops = [(-u, -rank[w], w) for w, u in utils.items() if held[w]]
         bottoms = [(u, rank[w], w) for w, u in utils.items()]
         heapq.heapify(tops)
         heapq.heapify(bottoms)
         sorted_held: dict[str, list[tuple[float, int, str, PartitionSpec]]] = {}
         while max_moves is None or len(moves) < max_moves:
-            while -tops[0][0] != utils[tops[0][2]]:  # stale entry
+            while tops and (-tops[0][0] != utils[tops[0][2]] or not held[tops[0][2]]):  # stale entry
                 heapq.heappop(tops)
             while bottoms[0][0] != utils[bottoms[0][2]]:
                 heapq.heappop(bottoms)
+            if not tops:
+                break
             hi, lo = tops[0][2], bottoms[0][2]
             gap = utils[hi] - utils[lo]
             mean = total / len(utils)
-            if gap <= 1e-12 or not held[hi]:
+            if gap <= 1e-12:
                 break
             wide = gap > threshold * mean
             c_hi, c_lo = by_id[hi].capacity, by_id[lo].capacity
@@ -201,7 +211,8 @@ class _Board:
                 u = load[w] / by_id[w].capacity
                 total += u - utils[w]
                 utils[w] = u
-                heapq.heappush(tops, (-u, -rank[w], w))
+                if held[w]:
+                    heapq.heappush(tops, (-u, -rank[w], w))
                 heapq.heappush(bottoms, (u, rank[w], w))
         return moves
 
@@ -428,11 +439,14 @@ class Balancer:
             self._before[key] = self._board.result.get(key, "")
 
     def put_worker(self, spec: WorkerSpec) -> None:
-        """A worker joined, or changed its capacity or limit."""
+        """A worker joined, or changed its capacity, limit or base load."""
         board = self._board
-        if spec.id not in board.by_id:
-            board.load[spec.id] = 0.0
+        old = board.by_id.get(spec.id)
+        if old is None:
+            board.load[spec.id] = spec.base_load
             board.held[spec.id] = {}
+        else:
+            board.load[spec.id] += spec.base_load - old.base_load
         board.by_id[spec.id] = spec
 
     def remove_worker(self, worker: str) -> None:

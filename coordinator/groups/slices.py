@@ -141,6 +141,13 @@ class SlicePass:
     """Whole leases the pass wrote (the owner's state reads them again)."""
     slices: int = 0
     """Slice leases the group has after the pass."""
+    loads: dict[str, float] = field(default_factory=dict)
+    """{worker: the load (records/s) of the slices it holds after the pass}: the Balancer's base loads."""
+
+    def held(self, lease: Lease) -> None:
+        """Count a slice lease as it is after the pass."""
+        if lease.state != FREE:
+            self.loads[lease.worker_id] = self.loads.get(lease.worker_id, 0.0) + lease.records_per_s
 
 
 @dataclass
@@ -283,6 +290,7 @@ def plan(
                     ev.group(group, "lease_revoking", lease.worker_id, lease, reason)
                     new = replace(new, state=REVOKING, deadline_ms=now_ms + revoke_ms)
                 _put(tr, group, lease, new)
+                out.held(new)
                 if new.state != FREE:
                     done = False
                     out.next_deadline_ms = min(out.next_deadline_ms or new.deadline_ms, new.deadline_ms)
@@ -332,5 +340,6 @@ def plan(
                     holders.add(worker)
                     held[worker] = held.get(worker, 0) + 1
             _put(tr, group, lease, new)
+            out.held(new)
         out.slices += len(current)
     return out

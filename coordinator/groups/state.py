@@ -155,6 +155,9 @@ class GroupState:
         self.lanes: dict[tuple[str, str], int] = {}
         """{(stream, lane): priority} of the lanes in `wanted`."""
         self.balancer = Balancer()
+        self.slice_loads: dict[str, float] = {}
+        """{worker: the load (records/s) of the slices it holds} as the last slice pass left them: the Balancer
+        counts it as the worker's base load, so a worker carrying a hot partition's slice gets fewer others."""
         self.first_claim: frozenset[tuple[str, str]] = frozenset()
         """Lanes served with the top tier (as the balancer's partition specs have them)."""
         self.cursor: bytes | None = None
@@ -210,9 +213,22 @@ class GroupState:
         for worker, member in live.items():
             old = self.members.get(worker)
             if old is None or (old.capacity, old.max_load) != (member.capacity, member.max_load):
-                self.balancer.put_worker(WorkerSpec(worker, member.capacity, member.max_load))
+                self.balancer.put_worker(self._worker_spec(worker, member))
         self.members = live
         return gone
+
+    def _worker_spec(self, worker: str, member: Member) -> WorkerSpec:
+        return WorkerSpec(worker, member.capacity, member.max_load, base_load=self.slice_loads.get(worker, 0.0))
+
+    def set_slice_loads(self, loads: Mapping[str, float]) -> None:
+        """Take the load of the slices each worker holds now (see `slice_loads`); the Balancer counts it from its
+        next step. Costs the workers whose slice load changed."""
+        changed = {w for w in set(loads) | set(self.slice_loads) if loads.get(w, 0.0) != self.slice_loads.get(w, 0.0)}
+        self.slice_loads = {w: x for w, x in loads.items() if x}
+        for worker in changed:
+            member = self.members.get(worker)
+            if member is not None:
+                self.balancer.put_worker(self._worker_spec(worker, member))
 
     def set_wanted(self, wanted: dict[PartitionRef, int]) -> set[PartitionRef]:
         """Take the partitions the members subscribe to now; returns the ones no longer wanted."""

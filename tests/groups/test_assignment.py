@@ -60,6 +60,35 @@ def test_balance_within_the_stated_bound(partitions, workers) -> None:
 
 
 @settings(max_examples=300, deadline=None)
+@given(partitions_st, workers_st, st.data())
+def test_base_loads_count_and_the_bound_holds_for_every_worker_holding_a_partition(partitions, workers, data) -> None:
+    """Slices a worker holds are its base load: no move takes them away, so a worker whose base load alone puts
+    it past the bound holds no partition, and any worker that does hold one is within the bound of every other."""
+    bases = st.one_of(st.just(0.0), st.floats(min_value=0.0, max_value=5000.0))
+    workers = [WorkerSpec(w.id, w.capacity, base_load=data.draw(bases)) for w in workers]
+    result = assign(partitions, workers, {}).holders
+    util = utilization(result, partitions, workers)
+    util = {w.id: util[w.id] + w.base_load / w.capacity for w in workers}
+    mean = sum(util.values()) / len(util)
+    max_load = max((p.load for p in partitions), default=0.0)
+    bound = max(DEFAULT_THRESHOLD * mean, 1.5 * max_load / min(w.capacity for w in workers))
+    lowest = min(util.values())
+    for holder in set(result.values()):
+        assert util[holder] - lowest <= bound + 1e-9, (holder, util)
+
+
+def test_a_worker_carrying_slices_gets_fewer_partitions_and_none_past_its_share() -> None:
+    """Four workers, 40 partitions of 10 records/s, and slices of a hot partition of 300 records/s on w1 and w2
+    (150 each): 700 records/s in all, 175 a worker. w1 and w2 take 2 or 3 partitions each, w3 and w4 the rest."""
+    partitions = [PartitionSpec(i, load=10.0) for i in range(40)]
+    workers = [WorkerSpec("w1", base_load=150.0), WorkerSpec("w2", base_load=150.0), WorkerSpec("w3"), WorkerSpec("w4")]
+    counts = Counter(assign(partitions, workers, {}).holders.values())
+    assert counts["w1"] + counts["w2"] <= 6 and counts["w3"] >= 16 and counts["w4"] >= 16, counts
+    alone = [WorkerSpec("w1", base_load=1000.0), WorkerSpec("w2")]
+    assert set(assign(partitions, alone, {}).holders.values()) == {"w2"}, "its slices alone are past the bound"
+
+
+@settings(max_examples=300, deadline=None)
 @given(partitions_st, workers_st)
 def test_a_balanced_assignment_is_left_alone(partitions, workers) -> None:
     first = assign(partitions, workers, {}).holders

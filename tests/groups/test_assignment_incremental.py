@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -31,8 +32,8 @@ def worker(draw, i: int, capped: bool) -> WorkerSpec:
 
 @st.composite
 def histories(draw, capped: bool = False):
-    """A list of operations: ("join", spec) ("die", id) ("load", key, load) ("open", [specs]) ("drain", [keys])
-    ("step", proposed-mode)."""
+    """A list of operations: ("join", spec) ("die", id) ("load", key, load) ("base", id, load) ("open", [specs])
+    ("drain", [keys]) ("step", proposed-mode). A base load is what the slices a worker holds carry."""
     ops: list[tuple] = []
     n_workers = draw(st.integers(1, 6))
     next_worker = n_workers
@@ -54,7 +55,7 @@ def histories(draw, capped: bool = False):
     open_generation()
     ops.append(("step", None))
     for _ in range(draw(st.integers(1, 25))):
-        kind = draw(st.sampled_from(["join", "die", "load", "load", "open", "drain", "step", "step"]))
+        kind = draw(st.sampled_from(["join", "die", "load", "load", "base", "open", "drain", "step", "step"]))
         if kind == "join":
             ops.append(("join", worker(draw, next_worker, capped)))
             live.append(f"w{next_worker}")
@@ -64,6 +65,8 @@ def histories(draw, capped: bool = False):
         elif kind == "load" and keys:
             for _ in range(draw(st.integers(1, 10))):
                 ops.append(("load", draw(st.sampled_from(keys)), draw(eighths)))
+        elif kind == "base" and live:
+            ops.append(("base", draw(st.sampled_from(live)), draw(st.one_of(st.just(0.0), eighths))))
         elif kind == "open":
             open_generation()
         elif kind == "drain" and keys:
@@ -91,6 +94,9 @@ def replay(ops: list[tuple]) -> int:
             case ("join", spec):
                 workers[spec.id] = spec
                 balancer.put_worker(spec)
+            case ("base", wid, load):
+                workers[wid] = replace(workers[wid], base_load=load)
+                balancer.put_worker(workers[wid])
             case ("die", wid):
                 del workers[wid]
                 balancer.remove_worker(wid)

@@ -7,6 +7,7 @@ the real coordinator code."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -347,6 +348,30 @@ def test_a_partition_that_stays_behind_is_split_across_the_workers_keeping_up_an
     held = g.held()
     assert P0 in held and not [lid for lid in held if "/s" in lid], "merged back whole"
     assert slices.COOLED in g.changes()
+
+
+def test_the_holders_of_a_hot_partitions_slices_give_their_other_partitions_to_the_workers_without_one(
+    domain: Domain,
+) -> None:
+    """The slices' load counts in the balance: four workers read eight partitions of 10 records/s, and p0, split
+    in two, carries 300 (150 a slice). Its two slice holders carry more than their share with their slices
+    alone, so the seven other partitions go to the two other workers (counted by partitions alone, as before,
+    the slice holders kept some of them beside their slices)."""
+    db = domain.cluster("c").stream("logs", 8).db
+    g = Loaded(db)
+    for w in ("w1", "w2", "w3", "w4"):
+        g.join(w)
+    for p in range(8):
+        g.load[f"logs/realtime/g1/p{p}"] = LeaseLoad(10, 0, 0)
+    g.run()
+    g.split(P0, 2)
+    g.load[P0] = LeaseLoad(300, 0, 0)
+    g.run(300)  # 30 s: past the rebalance's confirmation and its moves' cool-down
+    held = g.held()
+    slice_holders = {held[P0 + "/s0of2"][0], held[P0 + "/s1of2"][0]}
+    whole = {lid: who for lid, (who, _) in held.items() if "/s" not in lid}
+    assert len(whole) == 7 and not slice_holders & set(whole.values()), (slice_holders, whole)
+    assert sorted(Counter(whole.values()).values()) == [3, 4]
 
 
 def test_a_partition_catching_up_on_its_own_or_without_other_readers_is_not_split(db: Database) -> None:
