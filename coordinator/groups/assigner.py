@@ -247,7 +247,7 @@ class Assigner:
         scaled, check_at = slices.autoscale(
             tr, group, state.members, hot, lambda w: _lag_of(state, w), self._kept_for(group).loads, cfg, now_ms=now
         )
-        load = {worker: len(held) for worker, held in state.held.items()}
+        load = state.balancer.partition_loads()  # slices go to the workers with the least load, not leases
         sliced = slices.plan(tr, group, state.members, now_ms=now, revoke_ms=cfg.revoke_ms, load=load)
         state.set_slice_loads(sliced.loads)
         group_state.read_again(tr, state, sliced.touched)

@@ -434,6 +434,11 @@ class Balancer:
     def workers(self) -> Mapping[str, WorkerSpec]:
         return self._board.by_id
 
+    def partition_loads(self) -> dict[str, float]:
+        """{worker: the load of the partitions it holds as of the last step}, its base load left out."""
+        board = self._board
+        return {w: board.load[w] - spec.base_load for w, spec in board.by_id.items()}
+
     def _changing(self, key: PartitionKey) -> None:
         if key not in self._before:
             self._before[key] = self._board.result.get(key, "")

@@ -147,7 +147,12 @@ class SlicePass:
     def held(self, lease: Lease) -> None:
         """Count a slice lease as it is after the pass."""
         if lease.state != FREE:
-            self.loads[lease.worker_id] = self.loads.get(lease.worker_id, 0.0) + lease.records_per_s
+            self.loads[lease.worker_id] = self.loads.get(lease.worker_id, 0.0) + load_of(lease)
+
+
+def load_of(lease: Lease) -> float:
+    """A slice's load as the Balancer counts a partition's: its records/s, or 1.0 while unknown."""
+    return lease.records_per_s if lease.records_per_s > 0 else 1.0
 
 
 @dataclass
@@ -263,12 +268,13 @@ def plan(
     *,
     now_ms: int,
     revoke_ms: int,
-    load: Mapping[str, int] | None = None,
+    load: Mapping[str, float] | None = None,
 ) -> SlicePass:
     """Move every split partition of the group one step towards the slices it should have, and write it:
     slices of a merge (or of an earlier count) revoked, then deleted once all are free; new slices created once
     the whole lease is free; free slices granted to live readers of the lane, each holding one slice of the
-    partition at most, the least loaded first (`load`: {worker: leases it holds})."""
+    partition at most, the least loaded first (`load`: {worker: the load of the whole partitions it holds},
+    to which the slices it holds add theirs)."""
     ev = GroupEvents(tr, ACTOR, now_ms)
     want = wanted(tr, group, members)
     have = stored(tr, group)
@@ -276,7 +282,7 @@ def plan(
     for slices in have.values():
         for lease in slices:
             if lease.state != FREE:
-                held[lease.worker_id] = held.get(lease.worker_id, 0) + 1
+                held[lease.worker_id] = held.get(lease.worker_id, 0.0) + load_of(lease)
     out = SlicePass()
     for ref in sorted(set(want) | set(have)):
         n = want.get(ref, 0)
@@ -334,11 +340,11 @@ def plan(
                 holders.discard(lease.worker_id)
                 readers = [w for w, m in members.items() if w not in holders and _reads(m, ref)]
                 if readers:
-                    worker = min(readers, key=lambda w: (held.get(w, 0), w))
+                    worker = min(readers, key=lambda w: (held.get(w, 0.0), w))
                     new = replace(new, worker_id=worker, epoch=new.epoch + 1, state=GRANTED, lag_records=0, lag_ms=0)
                     ev.group(group, "lease_granted", worker, new, f"slice {lease.slice_index} of {n}")
                     holders.add(worker)
-                    held[worker] = held.get(worker, 0) + 1
+                    held[worker] = held.get(worker, 0.0) + load_of(new)
             _put(tr, group, lease, new)
             out.held(new)
         out.slices += len(current)

@@ -374,6 +374,26 @@ def test_the_holders_of_a_hot_partitions_slices_give_their_other_partitions_to_t
     assert sorted(Counter(whole.values()).values()) == [3, 4]
 
 
+def test_slices_go_to_the_workers_with_the_least_load_not_the_fewest_leases(domain: Domain) -> None:
+    """Three workers read seven partitions: p1 carries 300 records/s and is held alone, the others 10 each. A
+    split of p0 in two gives its slices to the two workers holding the light partitions, not to p1's holder,
+    which has the fewest leases (counted by leases, as before, it took one)."""
+    db = domain.cluster("c").stream("logs", 7).db
+    g = Loaded(db)
+    for w in ("w1", "w2", "w3"):
+        g.join(w)
+    for p in range(7):
+        g.load[f"logs/realtime/g1/p{p}"] = LeaseLoad(300 if p == 1 else 10, 0, 0)
+    g.run(300)  # past the rebalance's confirmation and its moves' cool-down
+    busy = g.held()[P1][0]
+    assert [lid for lid, (who, _) in g.held().items() if who == busy] == [P1], "p1's holder holds it alone"
+    g.split(P0, 2)
+    g.run()
+    held = g.held()
+    slice_holders = {held[P0 + "/s0of2"][0], held[P0 + "/s1of2"][0]}
+    assert busy not in slice_holders and len(slice_holders) == 2
+
+
 def test_a_partition_catching_up_on_its_own_or_without_other_readers_is_not_split(db: Database) -> None:
     g = Loaded(db)
     g.join("w1")
