@@ -385,7 +385,8 @@ def _drain_waits(obs: Observation) -> list[Finding]:
 def sealed_waits(generations: Iterable[tuple[str, Generation]], lag: Iterable[PartitionLag]) -> tuple[SealedWait, ...]:
     """Of one stream's (lane, generation)s, each sealed one with the groups that read some of it and are not at
     its end offsets (a partition a group never committed on counts as unread), from every group's lag on the
-    stream. Generations every reader finished are left out: they drain by themselves."""
+    stream. Generations every reader finished, and empty ones, are left out: they drain by themselves (an empty
+    one was once named as holding 0 records no group had read, and a drain gave up on it)."""
     sealed = {(lane, g.number): g for lane, g in generations if g.state == SEALED}
     lows: dict[tuple[str, int], dict[str, dict[int, int]]] = {}  # generation: group: partition: low watermark
     for p in lag:
@@ -394,6 +395,8 @@ def sealed_waits(generations: Iterable[tuple[str, Generation]], lag: Iterable[Pa
             lows.setdefault((ref.lane, ref.generation), {}).setdefault(p.group, {})[ref.partition] = p.low_watermark
     out = []
     for (lane, number), g in sorted(sealed.items()):
+        if not any(g.end_offsets):
+            continue
         readers = lows.get((lane, number), {})
         behind = tuple(
             sorted(x for x, low in readers.items() if any(low.get(i, 0) < end for i, end in enumerate(g.end_offsets)))

@@ -24,6 +24,7 @@ from streamplane.doctor import (
     PartitionLook,
     SealedWait,
     diagnose,
+    sealed_waits,
 )
 from tests.helpers import cli, free_port, register_local_clusters, wait_until
 
@@ -83,6 +84,20 @@ def test_a_settled_partition_of_a_sick_cluster_is_not_reported() -> None:
     sick = {**CLUSTERS, "a": model.Cluster("a", "x:1", health="unhealthy")}
     done = look(state=model.SEALED, end_before=40, end_after=40, low_before=40, low_after=40)
     assert causes(done, clusters=sick) == []
+
+
+def test_an_empty_sealed_generation_waits_for_nobody_and_one_with_records_no_group_read_is_named() -> None:
+    """The sealer drains an empty sealed generation by itself: it is no wait, so `cluster drain` keeps waiting
+    for it instead of giving up on "0 record(s) no group has read" (it did, once, on a loaded machine)."""
+
+    def sealed(number: int, ends: list[int]) -> tuple[str, model.Generation]:
+        gen = model.Generation(number, "a", f"t{number}", len(ends), state=model.SEALED, end_offsets=ends)
+        return ("dlq", gen)
+
+    assert sealed_waits([sealed(1, [0, 0])], []) == ()
+    assert sealed_waits([sealed(1, [0, 0]), sealed(2, [0, 3])], []) == (SealedWait("dlq", 2, "a", 3, ()),)
+    read = model.PartitionLag("g", "s/dlq/g2/p1", 2, 3, 1, 0)
+    assert sealed_waits([sealed(2, [0, 3])], [read]) == (SealedWait("dlq", 2, "a", 3, ("g",)),)
 
 
 def test_a_sealed_generation_names_the_other_groups_its_drain_waits_for() -> None:
