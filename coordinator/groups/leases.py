@@ -114,6 +114,11 @@ class Lease:
         return slice_lease_id(self.key, self.slice)
 
     @property
+    def load(self) -> float:
+        """Its load as assignment counts it: the records/s its holder reported, or 1.0 while unknown."""
+        return self.records_per_s if self.records_per_s > 0 else 1.0
+
+    @property
     def key(self) -> PartitionRef:
         """The partition (of a slice lease: the partition it is a slice of, whose progress it shares)."""
         return PartitionRef(self.stream, self.lane, self.generation, self.partition)

@@ -144,15 +144,10 @@ class SlicePass:
     loads: dict[str, float] = field(default_factory=dict)
     """{worker: the load (records/s) of the slices it holds after the pass}: the Balancer's base loads."""
 
-    def held(self, lease: Lease) -> None:
-        """Count a slice lease as it is after the pass."""
+    def count(self, lease: Lease) -> None:
+        """Count a slice lease's load as the lease is after the pass."""
         if lease.state != FREE:
-            self.loads[lease.worker_id] = self.loads.get(lease.worker_id, 0.0) + load_of(lease)
-
-
-def load_of(lease: Lease) -> float:
-    """A slice's load as the Balancer counts a partition's: its records/s, or 1.0 while unknown."""
-    return lease.records_per_s if lease.records_per_s > 0 else 1.0
+            self.loads[lease.worker_id] = self.loads.get(lease.worker_id, 0.0) + lease.load
 
 
 @dataclass
@@ -282,7 +277,7 @@ def plan(
     for slices in have.values():
         for lease in slices:
             if lease.state != FREE:
-                held[lease.worker_id] = held.get(lease.worker_id, 0.0) + load_of(lease)
+                held[lease.worker_id] = held.get(lease.worker_id, 0.0) + lease.load
     out = SlicePass()
     for ref in sorted(set(want) | set(have)):
         n = want.get(ref, 0)
@@ -296,7 +291,7 @@ def plan(
                     ev.group(group, "lease_revoking", lease.worker_id, lease, reason)
                     new = replace(new, state=REVOKING, deadline_ms=now_ms + revoke_ms)
                 _put(tr, group, lease, new)
-                out.held(new)
+                out.count(new)
                 if new.state != FREE:
                     done = False
                     out.next_deadline_ms = min(out.next_deadline_ms or new.deadline_ms, new.deadline_ms)
@@ -344,8 +339,8 @@ def plan(
                     new = replace(new, worker_id=worker, epoch=new.epoch + 1, state=GRANTED, lag_records=0, lag_ms=0)
                     ev.group(group, "lease_granted", worker, new, f"slice {lease.slice_index} of {n}")
                     holders.add(worker)
-                    held[worker] = held.get(worker, 0.0) + load_of(new)
+                    held[worker] = held.get(worker, 0.0) + new.load
             _put(tr, group, lease, new)
-            out.held(new)
+            out.count(new)
         out.slices += len(current)
     return out

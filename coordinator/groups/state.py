@@ -194,7 +194,7 @@ class GroupState:
 
     def spec(self, key: PartitionRef, top: int) -> PartitionSpec:
         lease = self.leases.get(key)
-        load = lease.records_per_s if lease is not None and lease.records_per_s > 0 else 1.0
+        load = lease.load if lease is not None else 1.0
         priority = top if key[:2] in self.first_claim else self.wanted[key]
         return PartitionSpec(key, priority=priority, load=load)
 
