@@ -1,6 +1,7 @@
-/* Bounded decompression for Kafka's codecs. Output goes into one buffer reserved at the limit (+1) up front
+/* Bounded decompression for Kafka's codecs. Output goes into the thread's buffer, reserved at the limit (+1)
  * (virtual memory: pages count towards RSS only once written), and each codec is driven with that buffer
  * as its only output, so inflating stops the moment the limit is reached. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "spdecode.h"
 
 #include <lz4frame.h>
@@ -12,6 +13,8 @@
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_d_stableOutBuffer: a parameter of the stable ABI since 1.4.0 */
 #include <zstd.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <zstd_errors.h>
 
 static int reserve_exact(sp_buf *b, size_t cap) {
@@ -69,37 +72,73 @@ static int do_gzip(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out,
     return rc;
 }
 
-/* One zstd context per thread, reused from batch to batch (creating one costs more than decoding a small
- * batch), freed when the thread ends. */
-static pthread_key_t zstd_key;
-static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
+/* What a thread keeps from one batch, and one decode call, to the next, freed when the thread ends:
+ * - its zstd context (creating one costs more than decoding a small batch);
+ * - the buffer batches inflate into. One made for each call cost an mmap of the limit, its munmap and a page
+ *   fault for every page written: a tenth of a filtered read's CPU on batches of about 100 records. The pages
+ *   a call wrote past the first KEEP_INFLATED bytes go back to the system when it ends (sp_decompress_trim),
+ *   so a thread keeps the memory of an ordinary batch, not that of the largest it ever inflated. */
+#define KEEP_INFLATED ((size_t)1 << 20)
+/* How far past what it reports a codec may have written: zstd keeps a block's literals in the output buffer
+ * beyond the block (up to one block of 128 KiB), and a page on either side. */
+#define WRITE_MARGIN (((size_t)128 << 10) + 8192)
 
-static void zstd_free_context(void *d) { ZSTD_freeDCtx((ZSTD_DCtx *)d); }
+typedef struct {
+    ZSTD_DCtx *zstd;
+    sp_buf out;
+    size_t written; /* bytes of `out` a call may have written, from its start */
+} thread_state;
 
-static void zstd_make_key(void) { pthread_key_create(&zstd_key, zstd_free_context); }
+static pthread_key_t state_key;
+static pthread_once_t state_once = PTHREAD_ONCE_INIT;
 
-static ZSTD_DCtx *zstd_context(void) {
-    pthread_once(&zstd_once, zstd_make_key);
-    ZSTD_DCtx *d = pthread_getspecific(zstd_key);
-    if (d) {
-        ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
-        return d;
-    }
-    d = ZSTD_createDCtx();
-    if (d && pthread_setspecific(zstd_key, d) != 0) {
-        ZSTD_freeDCtx(d);
-        return NULL;
-    }
-    return d;
+static void state_free(void *p) {
+    thread_state *st = p;
+    ZSTD_freeDCtx(st->zstd);
+    free(st->out.data);
+    free(st);
 }
 
-static int do_zstd(const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
+static void state_make_key(void) { pthread_key_create(&state_key, state_free); }
+
+static thread_state *thread_own(void) {
+    pthread_once(&state_once, state_make_key);
+    thread_state *st = pthread_getspecific(state_key);
+    if (st) return st;
+    st = calloc(1, sizeof *st);
+    if (st && pthread_setspecific(state_key, st) != 0) {
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+static ZSTD_DCtx *zstd_context(thread_state *st) {
+    if (st->zstd) {
+        ZSTD_DCtx_reset(st->zstd, ZSTD_reset_session_and_parameters);
+        return st->zstd;
+    }
+    return st->zstd = ZSTD_createDCtx();
+}
+
+void sp_decompress_trim(void) {
+    pthread_once(&state_once, state_make_key);
+    thread_state *st = pthread_getspecific(state_key);
+    if (!st || st->written <= KEEP_INFLATED) return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = ((uintptr_t)st->out.data + KEEP_INFLATED + page - 1) & ~(uintptr_t)(page - 1);
+    uintptr_t to = ((uintptr_t)st->out.data + st->written) & ~(uintptr_t)(page - 1);
+    if (to > from) madvise((void *)from, to - from, MADV_DONTNEED); /* whole pages inside the buffer */
+    st->written = 0;
+}
+
+static int do_zstd(ZSTD_DCtx *d, const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg,
+                   size_t msglen) {
     unsigned long long declared = ZSTD_getFrameContentSize(src, srclen);
     if (declared != ZSTD_CONTENTSIZE_ERROR && declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > limit) {
         snprintf(msg, msglen, "declares %llu decompressed bytes, past the limit of %zu bytes", declared, limit);
         return SP_ERR_LIMIT;
     }
-    ZSTD_DCtx *d = zstd_context();
     if (!d) FAIL(SP_ERR_NOMEM, "zstd could not start");
     /* Our output buffer is the window: zstd allocates none of its own, so memory stays within the limit
      * whatever window a frame declares (librdkafka declares 2 MiB for small batches when it does not know
@@ -204,15 +243,26 @@ static int do_snappy(const uint8_t *src, size_t srclen, size_t limit, sp_buf *ou
     return SP_OK;
 }
 
-int sp_decompress(int codec, const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg, size_t msglen) {
+int sp_decompress(int codec, const uint8_t *src, size_t srclen, size_t limit, const uint8_t **data, size_t *len,
+                  char *msg, size_t msglen) {
+    thread_state *st = thread_own();
+    if (!st) FAIL(SP_ERR_NOMEM, "out of memory");
+    sp_buf *out = &st->out;
     out->len = 0;
     /* Room for one byte past the limit: a batch exceeds it only by really inflating further. */
     if (reserve_exact(out, limit + 1) != SP_OK) FAIL(SP_ERR_NOMEM, "cannot reserve %zu bytes", limit + 1);
+    int rc;
     switch (codec) {
-    case 1: return do_gzip(src, srclen, limit, out, msg, msglen);
-    case 2: return do_snappy(src, srclen, limit, out, msg, msglen);
-    case 3: return do_lz4(src, srclen, limit, out, msg, msglen);
-    case 4: return do_zstd(src, srclen, limit, out, msg, msglen);
+    case 1: rc = do_gzip(src, srclen, limit, out, msg, msglen); break;
+    case 2: rc = do_snappy(src, srclen, limit, out, msg, msglen); break;
+    case 3: rc = do_lz4(src, srclen, limit, out, msg, msglen); break;
+    case 4: rc = do_zstd(zstd_context(st), src, srclen, limit, out, msg, msglen); break;
     default: FAIL(SP_ERR_CODEC, "unknown compression codec %d", codec);
     }
+    /* A codec that failed may have written anywhere in the buffer; one that succeeded, not far past its end. */
+    size_t written = rc == SP_OK && out->cap - out->len > WRITE_MARGIN ? out->len + WRITE_MARGIN : out->cap;
+    if (written > st->written) st->written = written;
+    *data = out->data;
+    *len = out->len;
+    return rc;
 }

@@ -68,7 +68,7 @@ void sp_result_init(sp_result *r) {
 void sp_result_free(sp_result *r) {
     sp_buf *bufs[] = {&r->offsets, &r->timestamps, &r->key_offsets, &r->keys, &r->key_valid, &r->value_offsets,
                       &r->values, &r->value_valid, &r->header_offsets, &r->hkey_offsets, &r->hkeys,
-                      &r->hvalue_offsets, &r->hvalues, &r->hvalue_valid, &r->scratch, &r->filtered_ranges,
+                      &r->hvalue_offsets, &r->hvalues, &r->hvalue_valid, &r->filtered_ranges,
                       &r->foreign_ranges};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]->data);
     free(r->batches);
@@ -501,7 +501,9 @@ int sp_decode_where(const uint8_t *in, size_t len, size_t max_decompressed, int 
         size_t budget = max_decompressed - r->decompressed_total;
         if (b.codec != 0) {
             char msg[200];
-            int d = sp_decompress(b.codec, records, records_len, budget, &r->scratch, msg, sizeof msg);
+            const uint8_t *inflated;
+            size_t inflated_len;
+            int d = sp_decompress(b.codec, records, records_len, budget, &inflated, &inflated_len, msg, sizeof msg);
             if (d == SP_ERR_LIMIT && r->nbatches > 0 && budget < max_decompressed) {
                 r->stop = SP_STOP_BUDGET; /* fine alone, but not within what is left of this call */
                 break;
@@ -514,8 +516,8 @@ int sp_decode_where(const uint8_t *in, size_t len, size_t max_decompressed, int 
                 r->err_limit = (int64_t)budget;
                 break;
             }
-            records = r->scratch.data;
-            records_len = r->scratch.len;
+            records = inflated;
+            records_len = inflated_len;
         } else if (records_len > budget) {
             if (r->nbatches > 0 && budget < max_decompressed) { r->stop = SP_STOP_BUDGET; break; }
             rc = fail(r, SP_ERR_LIMIT, (int64_t)pos, base_offset,
@@ -570,6 +572,7 @@ done:
     free(aborted);
     free(active.pids);
     free(headers.items);
+    sp_decompress_trim();
     if (r->count == 0 && r->key_offsets.len == 0) {
         /* no record emitted: the offset columns still hold their single leading zero */
         sp_buf *zeros[] = {&r->key_offsets, &r->value_offsets, &r->header_offsets, &r->hkey_offsets, &r->hvalue_offsets};

@@ -81,8 +81,6 @@ typedef struct {
     int err_kind;
     char err_msg[320];
     int64_t err_position, err_base_offset, err_last_offset, err_size, err_limit;
-    /* scratch */
-    sp_buf scratch;
 } sp_result;
 
 void sp_result_init(sp_result *r);
@@ -146,9 +144,15 @@ int sp_crc32c_hw_available(void);
  * decompressed or checked); -1 when it holds none. Where its decoding will end when nothing in it is bad. */
 int64_t sp_records_end(const uint8_t *in, size_t len);
 
-/* Bounded decompression into r->scratch (reset to length 0 first). Returns SP_OK, SP_ERR_LIMIT,
- * SP_ERR_DECOMPRESS or SP_ERR_NOMEM; `msg` gets a sentence on error. */
-int sp_decompress(int codec, const uint8_t *src, size_t srclen, size_t limit, sp_buf *out, char *msg,
-                  size_t msglen);
+/* Bounded decompression into the calling thread's buffer, kept from call to call: *data and *len give the
+ * inflated bytes, valid until the thread's next sp_decompress. Returns SP_OK, SP_ERR_LIMIT, SP_ERR_DECOMPRESS
+ * or SP_ERR_NOMEM; `msg` gets a sentence on error. */
+int sp_decompress(int codec, const uint8_t *src, size_t srclen, size_t limit, const uint8_t **data, size_t *len,
+                  char *msg, size_t msglen);
+
+/* Gives back to the system the pages of the calling thread's buffer written past its first megabyte since
+ * the last trim. Every decode call ends with it: a thread keeps the memory of an ordinary batch, not that of
+ * the largest it ever inflated. */
+void sp_decompress_trim(void);
 
 #endif

@@ -95,3 +95,37 @@ def test_bomb_is_rejected_within_the_limit(bomb_files: dict[str, Path], name: st
     assert report["rss_growth"] <= LIMIT + RSS_SLACK, report
     if impl == "native":
         assert report["seconds"] < 0.5, report  # milliseconds in practice; bounded loosely for noisy CI
+
+
+# A thread inflates every batch into one buffer that it keeps from call to call; what a call wrote past its
+# first megabyte goes back to the system when the call ends.
+KEPT = """
+import sys
+from streamplane.native import decode
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+
+small, big = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+decode(small)  # warm up: imports and first allocations
+before = rss()
+for _ in range(3):
+    assert decode(big, max_decompressed=64 << 20).count == 1
+    decode(small)
+print(rss() - before)
+"""
+
+
+@pytest.mark.parametrize("codec", [ZSTD, GZIP, LZ4, SNAPPY])
+def test_a_large_batch_leaves_no_more_than_a_megabyte_behind_once_decoded(tmp_path: Path, codec: int) -> None:
+    """A consumer's decode threads live as long as it does: one 40 MiB batch must not stay in their memory."""
+    small, big = tmp_path / "small", tmp_path / "big"
+    small.write_bytes(build_batch([Rec(value=b"warm-up")], codec=codec))
+    big.write_bytes(build_batch([Rec(value=b"0123456789abcdef" * (40 << 16))], codec=codec))
+    result = subprocess.run(
+        [sys.executable, "-c", KEPT, str(small), str(big)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) <= 2 * 1024 * 1024 + RSS_SLACK, f"{int(result.stdout) >> 20} MiB stayed"

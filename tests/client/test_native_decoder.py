@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import threading
 
 import pytest
 
@@ -524,3 +525,31 @@ def test_where_whole_batches_end_is_read_from_their_headers_and_is_where_decodin
     short = bytearray(second)
     short[8:12] = struct.pack(">i", 10)  # a length shorter than a batch header
     assert end(first + bytes(short)) == 13
+
+
+@pytest.mark.skipif(not native.USE_NATIVE, reason="the C extension is not loaded (STREAMPLANE_PURE_PYTHON=1)")
+def test_threads_decoding_at_once_each_get_their_own_records() -> None:
+    """Each thread inflates into a buffer of its own, kept from call to call: threads decoding at once (the
+    GIL released for record sets of 64 KiB and more) never read each other's bytes."""
+    sets = []
+    for t in range(4):
+        rng = random.Random(t)
+        recs = [Rec(value=rng.randbytes(2000), key=b"t%d-%d" % (t, i)) for i in range(64)]
+        codecs = (ZSTD, GZIP, ZSTD, NONE)
+        data = b"".join(build_batch(recs[i : i + 16], codec=codecs[i // 16], base_offset=i) for i in range(0, 64, 16))
+        assert len(data) >= 64 * 1024
+        sets.append((data, [(r.key, r.value) for r in recs]))
+    wrong: list[str] = []
+
+    def read(data: bytes, want: list[tuple[bytes, bytes]]) -> None:
+        for _ in range(40):
+            got = [(r.key, r.value) for r in decode(data, impl="native").records()]
+            if got != want:
+                wrong.append(f"{want[0][0]!r}: {len(got)} records, not those written")
+
+    threads = [threading.Thread(target=read, args=one) for one in sets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not wrong
