@@ -102,11 +102,16 @@ def _nulls(bitmap: bytes, n: int) -> set[int]:
     return nulls
 
 
-def _utf8(keys: Any) -> Any:
-    """Header keys as Arrow strings. Kafka does not enforce UTF-8, so invalid sequences are replaced with
-    U+FFFD, as Java's client and `records()` do; valid keys (the rule) are cast without copying."""
+def _utf8(count: int, offsets: Any, data: Any) -> Any:
+    """Header keys as Arrow strings, from their offsets and bytes. Kafka does not enforce UTF-8, so invalid
+    sequences are replaced with U+FFFD, as Java's client and `records()` do. ASCII keys (the rule) are taken as
+    they are: they are UTF-8, and checking that costs less than Arrow's cast, which took a fifth of a small
+    batch's conversion. Other valid keys are cast without copying."""
     import pyarrow as pa
 
+    if bytes(data).isascii():
+        return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    keys = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     try:
         return keys.cast(pa.string())
     except pa.ArrowInvalid:
@@ -261,7 +266,7 @@ class DecodedBatch:
         values = pa.Array.from_buffers(pa.binary(), n, [buf("value_valid"), buf("value_offsets"), buf("values")])
         h = c["header_count"]
         if h:
-            hkeys = _utf8(pa.Array.from_buffers(pa.binary(), h, [None, buf("hkey_offsets"), buf("hkeys")]))
+            hkeys = _utf8(h, c["hkey_offsets"], c["hkeys"])
             hvalues = pa.Array.from_buffers(
                 pa.binary(), h, [buf("hvalue_valid"), buf("hvalue_offsets"), buf("hvalues")]
             )

@@ -167,6 +167,22 @@ def test_header_keys_that_are_not_utf8_are_replaced_not_passed_to_arrow(impl: st
     ]
 
 
+@pytest.mark.parametrize(
+    ("keys", "read"),
+    [
+        ([b"service", b"zone"], ["service", "zone"]),  # ASCII: taken as they are
+        ([b"service", "zöne".encode()], ["service", "zöne"]),  # UTF-8 past ASCII
+        ([b"z\xc3", b"ok"], ["z\ufffd", "ok"]),  # a sequence cut short
+    ],
+)
+def test_header_keys_reach_arrow_as_the_strings_records_give(impl: str, keys: list[bytes], read: list[str]) -> None:
+    batch = decode(build_batch([Rec(value=b"v", headers=[(k, b"1") for k in keys]), Rec(value=b"w")]), impl=impl)
+    table = batch.to_arrow()
+    table.validate(full=True)
+    assert [[h["key"] for h in hs] for hs in table.column("headers").to_pylist()] == [read, []]
+    assert [[k for k, _ in r.headers] for r in batch.records()] == [read, []]
+
+
 def test_records_in_c_match_records_in_python(impl: str) -> None:
     from streamplane import _native
 
