@@ -105,7 +105,7 @@ def _nulls(bitmap: bytes, n: int) -> set[int]:
 def _utf8(count: int, offsets: Any, data: Any) -> Any:
     """Header keys as Arrow strings, from their offsets and bytes. Kafka does not enforce UTF-8, so invalid
     sequences are replaced with U+FFFD, as Java's client and `records()` do. ASCII keys (the rule) are taken as
-    they are: they are UTF-8, and checking that costs less than Arrow's cast, which took a fifth of a small
+    they are: they are UTF-8, and checking that costs less than Arrow's cast, which took about half of a small
     batch's conversion. Other valid keys are cast without copying."""
     import pyarrow as pa
 
