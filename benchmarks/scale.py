@@ -3,11 +3,11 @@
 For each partition count (256, 1,024 and, without --quick, 4,096) on a real Apache Kafka broker (the
 default when its jars can be had: what users run, with fetch sessions) or librdkafka's 3-broker mock cluster
 (--engine mock, which has no fetch sessions and serves fetches slower than either client reads), and a
-coordinator in its own process: the idle cost of each worker (threads, sockets, CPU cores) and of the
-coordinator, sessions lost; then records/s through each over the same records, one at a time: `run` with a
-no-op handler on 4 threads against confluent-kafka's poll() loop, and `run_batches` against its
-consume(num_messages=1000) loop, three times each, interleaved, the best run counting. Each figure is printed
-beside its peer's in one run.
+coordinator in its own process: the idle cost of each worker (threads, sockets, CPU cores, resident memory)
+and of the coordinator, sessions lost; then records/s through each over the same records, one at a time: `run`
+with a no-op handler on 4 threads against confluent-kafka's poll() loop, and `run_batches` against its
+consume(num_messages=1000) loop, three times each, interleaved, the best run counting, with each one's peak
+resident memory while it reads. Each figure is printed beside its peer's in one run.
 
     .venv/bin/python benchmarks/scale.py --quick                  # about 3 minutes
     .venv/bin/python benchmarks/scale.py --quick --engine mock    # the same on the mock cluster
@@ -70,29 +70,34 @@ class Worker:
             self.proc.kill()
 
 
-def idle_cost(pids: list[int], seconds: float) -> list[tuple[int, int, float]]:
-    """(peak threads, peak sockets, cores) of each process over `seconds`."""
+def idle_cost(pids: list[int], seconds: float) -> list[tuple[int, int, float, float]]:
+    """(peak threads, peak sockets, cores, peak resident MiB) of each process over `seconds`."""
     start = [usage(p) for p in pids]
-    peaks = [(u.threads, u.sockets) for u in start]
+    peaks = [(u.threads, u.sockets, u.rss_kib) for u in start]
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         time.sleep(0.5)
         now = [usage(p) for p in pids]
-        peaks = [(max(a, u.threads), max(b, u.sockets)) for (a, b), u in zip(peaks, now, strict=True)]
+        peaks = [
+            (max(a, u.threads), max(b, u.sockets), max(m, u.rss_kib)) for (a, b, m), u in zip(peaks, now, strict=True)
+        ]
     elapsed = time.monotonic() - t0
     end = [usage(p) for p in pids]
-    return [(a, b, (e.cpu_s - s.cpu_s) / elapsed) for (a, b), s, e in zip(peaks, start, end, strict=True)]
+    return [(a, b, (e.cpu_s - s.cpu_s) / elapsed, m / 1024) for (a, b, m), s, e in zip(peaks, start, end, strict=True)]
 
 
-def drain(worker: Worker, total: int, timeout: float, partitions: int) -> float:
-    """Records/s of a worker in the steady middle of reading `total` records: from 10 % to 90 % of them, so
-    neither joining a group nor a slow tail counts. A streamplane worker reads each partition as soon as its
-    grant arrives, so its middle starts only once it holds all of them (else the count measures how fast
-    grants arrive); when that is late, the middle runs on to the last record."""
+def drain(worker: Worker, total: int, timeout: float, partitions: int) -> tuple[float, float]:
+    """Records/s of a worker in the steady middle of reading `total` records, and its peak resident MiB while
+    it reads. The middle runs from 10 % to 90 % of the records, so neither joining a group nor a slow tail
+    counts. A streamplane worker reads each partition as soon as its grant arrives, so its middle starts only
+    once it holds all of them (else the count measures how fast grants arrive); when that is late, the middle
+    runs on to the last record."""
     deadline = time.monotonic() + timeout
     t0 = t1 = 0.0
     n0 = n1 = 0
+    rss_kib = 0
     while time.monotonic() < deadline:
+        rss_kib = max(rss_kib, usage(worker.pid).rss_kib)
         n, now, leases = worker.count()
         if not t0 and n >= total // 10 and leases in (None, partitions):
             t0, n0 = now, n
@@ -100,7 +105,7 @@ def drain(worker: Worker, total: int, timeout: float, partitions: int) -> float:
             t1, n1 = now, n
             break
         time.sleep(0.02)
-    return (n1 - n0) / max(1e-9, t1 - t0) if t1 else 0.0
+    return ((n1 - n0) / max(1e-9, t1 - t0) if t1 else 0.0), rss_kib / 1024
 
 
 def wait_granted(client: CoordinatorClient, group: str, n: int) -> None:
@@ -177,16 +182,17 @@ def main() -> None:
             wait_granted(client, f"idle-{n}", n)
             time.sleep(8.0)  # let the first fetches, commits and load reports settle
             before = {x.lease_id: x.epoch for x in client.describe_group(f"idle-{n}").leases}
-            (ot, osk, oc), (tt, tsk, tc), (_, _, cc) = idle_cost([ours.pid, theirs.pid, address.pid], idle_s)
+            (ot, osk, oc, om), (tt, tsk, tc, tm), (_, _, cc, _) = idle_cost([ours.pid, theirs.pid, address.pid], idle_s)
             after = {x.lease_id: x.epoch for x in client.describe_group(f"idle-{n}").leases}
             lost = sum(1 for lid, e in after.items() if before.get(lid) != e)
             ours.stop()
             theirs.stop()
-            print(f"  streamplane worker:  {ot:4d} threads {osk:4d} sockets {oc:.3f} cores")
-            print(f"  confluent consumer:  {tt:4d} threads {tsk:4d} sockets {tc:.3f} cores")
+            print(f"  streamplane worker:  {ot:4d} threads {osk:4d} sockets {oc:.3f} cores {om:6.1f} MiB")
+            print(f"  confluent consumer:  {tt:4d} threads {tsk:4d} sockets {tc:.3f} cores {tm:6.1f} MiB")
             print(f"  coordinator:         {cc:.3f} cores; sessions lost (leases regranted): {lost}")
             produce(bootstrap, topic, n, records)
             rates: dict[str, float] = {}
+            memory: dict[str, float] = {}
             lost_loaded = 0
             for rep in range(ROUNDS):  # each side ROUNDS times, interleaved; the best of each counts (noisy hosts)
                 for kind, target, name in (
@@ -197,7 +203,9 @@ def main() -> None:
                 ):  # one at a time over the same records, each in a group of its own
                     group = f"{kind}-{n}-{rep}"
                     w = Worker(kind, target, group, name)
-                    rates[kind] = max(rates.get(kind, 0.0), drain(w, records, 300, n))
+                    rate, rss_mib = drain(w, records, 300, n)
+                    rates[kind] = max(rates.get(kind, 0.0), rate)
+                    memory[kind] = max(memory.get(kind, 0.0), rss_mib)
                     if kind.startswith("streamplane"):  # a lease granted more than once: its session was lost
                         lost_loaded += sum(1 for x in client.describe_group(group).leases if x.epoch > 1)
                     w.stop()
@@ -208,10 +216,18 @@ def main() -> None:
                 f"leases regranted under load: {lost_loaded}",
                 flush=True,
             )
+            print(
+                "  peak resident memory under load: streamplane run() {streamplane:.0f} MiB, confluent poll() "
+                "{confluent:.0f}; streamplane run_batches() {streamplane-batches:.0f}, confluent consume(1000) "
+                "{confluent-consume:.0f}".format_map(memory),
+                flush=True,
+            )
             results[n] = {
                 "worker_cores": oc,
                 "coordinator_cores": cc,
                 "threads": ot,
+                "rss": om,
+                "rss_ratio": om / max(1.0, tm),
                 "ratio": rates["streamplane"] / max(1.0, rates["confluent"]),
                 "batches": rates["streamplane-batches"] / max(1.0, rates["confluent-consume"]),
                 "lost": lost + lost_loaded,
@@ -221,7 +237,8 @@ def main() -> None:
     print(
         f"\nidle_worker_cores_1k={k['worker_cores']:.3f} idle_coordinator_cores_1k={k['coordinator_cores']:.3f} "
         f"worker_threads_1k={int(k['threads'])} consume_1k_vs_confluent={k['ratio']:.2f} "
-        f"batches_vs_confluent_consume={k['batches']:.2f}"
+        f"batches_vs_confluent_consume={k['batches']:.2f} idle_worker_mib_1k={k['rss']:.0f} "
+        f"idle_mib_vs_confluent_1k={k['rss_ratio']:.1f}"
     )
 
 
