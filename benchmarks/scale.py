@@ -7,7 +7,8 @@ coordinator in its own process: the idle cost of each worker (threads, sockets, 
 and of the coordinator, sessions lost; then records/s through each over the same records, one at a time: `run`
 with a no-op handler on 4 threads against confluent-kafka's poll() loop, and `run_batches` against its
 consume(num_messages=1000) loop, three times each, interleaved, the best run counting, with each one's peak
-resident memory while it reads. Each figure is printed beside its peer's in one run.
+resident memory (from its start, through its join, to the end of its read). Each figure is printed beside its
+peer's in one run.
 
     .venv/bin/python benchmarks/scale.py --quick                  # about 3 minutes
     .venv/bin/python benchmarks/scale.py --quick --engine mock    # the same on the mock cluster
@@ -86,18 +87,15 @@ def idle_cost(pids: list[int], seconds: float) -> list[tuple[int, int, float, fl
     return [(a, b, (e.cpu_s - s.cpu_s) / elapsed, m / 1024) for (a, b, m), s, e in zip(peaks, start, end, strict=True)]
 
 
-def drain(worker: Worker, total: int, timeout: float, partitions: int) -> tuple[float, float]:
-    """Records/s of a worker in the steady middle of reading `total` records, and its peak resident MiB while
-    it reads. The middle runs from 10 % to 90 % of the records, so neither joining a group nor a slow tail
-    counts. A streamplane worker reads each partition as soon as its grant arrives, so its middle starts only
-    once it holds all of them (else the count measures how fast grants arrive); when that is late, the middle
-    runs on to the last record."""
+def drain(worker: Worker, total: int, timeout: float, partitions: int) -> float:
+    """Records/s of a worker in the steady middle of reading `total` records: from 10 % to 90 % of them, so
+    neither joining a group nor a slow tail counts. A streamplane worker reads each partition as soon as its
+    grant arrives, so its middle starts only once it holds all of them (else the count measures how fast
+    grants arrive); when that is late, the middle runs on to the last record."""
     deadline = time.monotonic() + timeout
     t0 = t1 = 0.0
     n0 = n1 = 0
-    rss_kib = 0
     while time.monotonic() < deadline:
-        rss_kib = max(rss_kib, usage(worker.pid).rss_kib)
         n, now, leases = worker.count()
         if not t0 and n >= total // 10 and leases in (None, partitions):
             t0, n0 = now, n
@@ -105,7 +103,7 @@ def drain(worker: Worker, total: int, timeout: float, partitions: int) -> tuple[
             t1, n1 = now, n
             break
         time.sleep(0.02)
-    return ((n1 - n0) / max(1e-9, t1 - t0) if t1 else 0.0), rss_kib / 1024
+    return (n1 - n0) / max(1e-9, t1 - t0) if t1 else 0.0
 
 
 def wait_granted(client: CoordinatorClient, group: str, n: int) -> None:
@@ -203,9 +201,8 @@ def main() -> None:
                 ):  # one at a time over the same records, each in a group of its own
                     group = f"{kind}-{n}-{rep}"
                     w = Worker(kind, target, group, name)
-                    rate, rss_mib = drain(w, records, 300, n)
-                    rates[kind] = max(rates.get(kind, 0.0), rate)
-                    memory[kind] = max(memory.get(kind, 0.0), rss_mib)
+                    rates[kind] = max(rates.get(kind, 0.0), drain(w, records, 300, n))
+                    memory[kind] = max(memory.get(kind, 0.0), usage(w.pid).peak_rss_kib / 1024)
                     if kind.startswith("streamplane"):  # a lease granted more than once: its session was lost
                         lost_loaded += sum(1 for x in client.describe_group(group).leases if x.epoch > 1)
                     w.stop()
@@ -217,9 +214,9 @@ def main() -> None:
                 flush=True,
             )
             print(
-                "  peak resident memory under load: streamplane run() {streamplane:.0f} MiB, confluent poll() "
-                "{confluent:.0f}; streamplane run_batches() {streamplane-batches:.0f}, confluent consume(1000) "
-                "{confluent-consume:.0f}".format_map(memory),
+                f"  peak resident memory under load: streamplane run() {memory['streamplane']:.0f} MiB, confluent "
+                f"poll() {memory['confluent']:.0f}; streamplane run_batches() {memory['streamplane-batches']:.0f}, "
+                f"confluent consume(1000) {memory['confluent-consume']:.0f}",
                 flush=True,
             )
             results[n] = {

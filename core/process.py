@@ -88,10 +88,12 @@ class Usage:
     cpu_s: float
     """User plus system CPU time since it started."""
     rss_kib: int
+    peak_rss_kib: int
+    """The most it has held resident since it started (the kernel's high-water mark)."""
 
 
 def usage(pid: int) -> Usage:
-    """Threads, open sockets, CPU time and resident memory of a running process."""
+    """Threads, open sockets, CPU time and resident memory (now and at its peak) of a running process."""
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     sockets = 0
@@ -105,4 +107,5 @@ def usage(pid: int) -> Usage:
         sockets=sockets,
         cpu_s=(int(stat[11]) + int(stat[12])) / ticks,
         rss_kib=int(fields["VmRSS"].split()[0]),
+        peak_rss_kib=int(fields["VmHWM"].split()[0]),
     )
