@@ -141,7 +141,7 @@ class PostgresTransaction(BufferedTransaction):
 
     def run_alone(self) -> None:
         """Take the writers' lock before the transaction's snapshot, if nothing was read yet: no write can commit
-        while it runs, so it cannot fail to serialize (at the cost of running beside no other writer)."""
+        while it runs, so it does not race them (at the cost of running beside no other writer)."""
         import psycopg
 
         if self.alone or self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -278,9 +278,11 @@ class PostgresDatabase:
 
     def _attempt(self, body: Callable[[Transaction], Any], *, exclusive: bool = False) -> Any:
         """One try. `exclusive` (after a serialization failure): take the writers' lock before the snapshot,
-        so no write can commit while this transaction runs, and it cannot fail to serialize again. Writes only
-        happen at the flush, under that lock; SERIALIZABLE's predicate locks are coarser than the keys read
-        (pages, relations), so disjoint writers can conflict, and an optimistic retry could lose every time."""
+        so no write can commit while this transaction runs, and it no longer races them. Writes only happen at
+        the flush, under that lock; SERIALIZABLE's predicate locks are coarser than the keys read (pages,
+        relations), so disjoint writers can conflict, and an optimistic retry could lose every time.
+        PostgreSQL's checks are conservative and may still, rarely, cancel a transaction that ran alone beside
+        others that had read (seen once in CI, among thousands of such retries): the next try is alone again."""
         import psycopg
         from psycopg_pool import PoolTimeout
 
