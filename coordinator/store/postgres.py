@@ -9,10 +9,14 @@ any number of coordinator replicas.
   accepted and means the same as a plain read, so code written for FoundationDB stays correct, only with a
   few more retries.
 - **Counters**: `add` and `max` are read-modify-writes inside the transaction (serializable, so atomic).
-- **Versionstamps** come from a sequence, drawn by the first versionstamped write of a transaction under a
-  transaction-scoped advisory lock held until it commits: the next stamp is drawn only after this one is
-  committed (or rolled back, leaving a gap), so stamps are strictly increasing in commit order across every
-  replica. Only transactions that append events wait on each other for it.
+- **Versionstamps** come from a sequence, drawn by the first versionstamped write of a transaction (or its
+  flush) under the writers' lock and a transaction-scoped advisory lock, both held until it commits: the next
+  stamp is drawn only after this one is committed (or rolled back, leaving a gap), so stamps are strictly
+  increasing in commit order across every replica.
+- **The writers' lock** is a table lock (`streamplane_writers`, a table nothing reads or writes), always taken
+  inside a transaction: a transaction that runs alone takes it as its first statement, before its snapshot
+  (PostgreSQL takes none for LOCK). So every hold of it ends with its transaction, and a replica stopped while
+  it holds it (or while it was queued for it) is ended by the server after IDLE_IN_TRANSACTION_MS.
 - **Watches** fire after commit across processes: each commit that wrote notifies (`pg_notify`, delivered
   on commit) the keys and ranges it changed; one listening connection per process fires the matching
   watches. A change too large to name fires every watch (spurious fires are allowed, missed ones are not).
@@ -45,7 +49,10 @@ CHANNEL = "streamplane_watch"
 NOTIFY_BYTES = 7000
 """A notification's payload limit (PostgreSQL's is 8000 bytes): past it, every watch fires."""
 STAMP_LOCK = 0x5354414D50
-"""The advisory lock that orders versionstamps by commit."""
+"""The advisory lock that orders versionstamps by commit (taken by every version of this driver, so replicas
+of mixed versions still draw stamps in commit order during an upgrade)."""
+WRITERS_LOCK = "LOCK TABLE streamplane_writers IN EXCLUSIVE MODE"
+"""The writers' lock: what a transaction that runs alone takes first, and every flush before it writes."""
 SCHEMA_LOCK = 0x534348454D41
 RETRY_BUDGET_S = 30.0
 """How long a transaction keeps trying while the database cannot be reached (a restart, a failover)."""
@@ -60,6 +67,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS streamplane_kv (key bytea PRIMARY KEY, value bytea NOT NULL)",
     "CREATE TABLE IF NOT EXISTS streamplane_meta (name text PRIMARY KEY, value bigint NOT NULL)",
     "CREATE SEQUENCE IF NOT EXISTS streamplane_versionstamp",
+    "CREATE TABLE IF NOT EXISTS streamplane_writers (unused int)",
     f"INSERT INTO streamplane_meta VALUES ('schema_version', {SCHEMA_VERSION}) ON CONFLICT (name) DO NOTHING",
 )
 
@@ -116,13 +124,13 @@ class _Rows:
 class PostgresTransaction(BufferedTransaction):
     """A buffered transaction whose versionstamp is taken from the counter row by its first stamped write."""
 
-    def __init__(self, conn: Any, *, alone: bool = False) -> None:
+    def __init__(self, conn: Any) -> None:
         self._rows_reader = _Rows(conn)
         super().__init__(self._rows_reader, 0)
         self._conn = conn
         self._stamped = False
-        self.alone = alone
-        """Whether it holds the writers' session lock (taken before its snapshot): the database lets it go."""
+        self.alone = False
+        """Whether it took the writers' lock before its snapshot (held until it commits or rolls back)."""
         self.seen: dict[bytes, bytes | None] = {}
         """The value each watched key had in this transaction (see PostgresDatabase._check_unchanged)."""
 
@@ -140,21 +148,25 @@ class PostgresTransaction(BufferedTransaction):
             self._keep(wanted, found, spans, rows)
 
     def run_alone(self) -> None:
-        """Take the writers' lock before the transaction's snapshot, if nothing was read yet: no write can commit
-        while it runs, so it does not race them (at the cost of running beside no other writer)."""
+        """Take the writers' lock as the transaction's first statement, before its snapshot, if nothing was read
+        yet: no write can commit while it runs, so it does not race them (at the cost of running beside no other
+        writer). The lock is the transaction's: it goes with its commit, its rollback, or its session."""
         import psycopg
 
         if self.alone or self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             return  # already alone, or its snapshot is taken: too late to help
-        _lock(self._conn)
+        self._conn.execute(WRITERS_LOCK)
         self.alone = True
 
     def _draw_stamp(self) -> None:
-        """This transaction's versionstamp, under a lock held until it commits: the next one is drawn only once
-        this one has committed (or rolled back), so stamps follow commit order."""
+        """This transaction's versionstamp, under the writers' lock and the stamps' lock, both held until it
+        commits: the next one is drawn only once this one has committed (or rolled back), so stamps follow commit
+        order. (The stamp is drawn in the same statement as the stamps' lock, after it.)"""
         if not self._stamped:
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (STAMP_LOCK,))
-            (counter,) = self._conn.execute("SELECT nextval('streamplane_versionstamp')").fetchone()
+            if not self.alone:  # one that runs alone holds it already
+                self._conn.execute(WRITERS_LOCK)
+            query = "SELECT nextval('streamplane_versionstamp') FROM (SELECT pg_advisory_xact_lock(%s)) AS locked"
+            (counter,) = self._conn.execute(query, (STAMP_LOCK,)).fetchone()
             self._stamp = struct.pack(">QH", counter, 0)
             self._versionstamp = StampAfterCommit(self._stamp)
             self._stamped = True
@@ -277,10 +289,10 @@ class PostgresDatabase:
         return retry.run(attempt, fn, self._tokens, max_attempts=None)
 
     def _attempt(self, body: Callable[[Transaction], Any], *, exclusive: bool = False) -> Any:
-        """One try. `exclusive` (after a serialization failure): take the writers' lock before the snapshot,
-        so no write can commit while this transaction runs, and it no longer races them. Writes only happen at
-        the flush, under that lock; SERIALIZABLE's predicate locks are coarser than the keys read (pages,
-        relations), so disjoint writers can conflict, and an optimistic retry could lose every time.
+        """One try. `exclusive` (after a serialization failure): run alone (the writers' lock before the
+        snapshot), so no write can commit while this transaction runs, and it no longer races them. Writes only
+        happen at the flush, under that lock; SERIALIZABLE's predicate locks are coarser than the keys read
+        (pages, relations), so disjoint writers can conflict, and an optimistic retry could lose every time.
         PostgreSQL's checks are conservative and may still, rarely, cancel a transaction that ran alone beside
         others that had read (seen once in CI, among thousands of such retries): the next try is alone again."""
         import psycopg
@@ -288,26 +300,21 @@ class PostgresDatabase:
 
         try:
             with self._pool.connection() as conn:
-                if exclusive:
-                    _lock(conn)
-                tr = PostgresTransaction(conn, alone=exclusive)
-                try:
-                    return self._run(conn, tr, body)
-                finally:
-                    if tr.alone:
-                        _unlock(conn)
+                return self._run(conn, PostgresTransaction(conn), body, alone=exclusive)
         except PoolTimeout as err:
             raise _UnreachableError(str(err)) from err
         except psycopg.OperationalError as err:  # the pool's connection broke before the body ran
             raise _UnreachableError(_first_line(err)) from err
 
-    def _run(self, conn: Any, tr: PostgresTransaction, body: Callable[[Transaction], Any]) -> Any:
+    def _run(self, conn: Any, tr: PostgresTransaction, body: Callable[[Transaction], Any], *, alone: bool) -> Any:
         import psycopg
 
         conflicted = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
         lost = (psycopg.OperationalError, psycopg.errors.IdleInTransactionSessionTimeout)
         tr.registry = self._watches
         try:
+            if alone:
+                tr.run_alone()
             result = body(tr)
             if tr._dirty:
                 tr.flush()
@@ -397,24 +404,6 @@ class PostgresDatabase:
 
 class _UnreachableError(Exception):
     """The database could not be reached for this attempt (nothing committed)."""
-
-
-def _lock(conn: Any) -> None:
-    """The writers' lock as a session lock, taken outside any transaction (so before the next one's snapshot)."""
-    conn.autocommit = True
-    conn.execute("SELECT pg_advisory_lock(%s)", (STAMP_LOCK,))
-    conn.autocommit = False
-
-
-def _unlock(conn: Any) -> None:
-    """Let the writers' session lock go. Never raises: the transaction's outcome is decided already. If the
-    connection cannot say so, it is closed (the pool drops it), and the lock goes with its session."""
-    try:
-        conn.autocommit = True
-        conn.execute("SELECT pg_advisory_unlock(%s)", (STAMP_LOCK,))
-        conn.autocommit = False
-    except Exception:
-        conn.close()
 
 
 def _serializable(conn: Any) -> None:

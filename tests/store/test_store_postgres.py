@@ -204,6 +204,49 @@ def _racing_writers(db: PostgresDatabase, *, alone: bool) -> list[int]:
     return attempts
 
 
+def test_a_replica_stopped_while_it_holds_the_writers_lock_to_run_alone_holds_the_others_only_briefly(
+    postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replica A's transaction asks to run alone (as every commit-log batch does, and every retry after a
+    conflict), and A stops (SIGSTOP, a stalled VM) once it holds the writers' lock: queued for it when it
+    stopped, the lock came while it slept. B's writes go on once the server ends A's session (the same 10 s
+    bound as a stop inside any transaction; 1 s here), not when A wakes; A's change, retried when it wakes,
+    is applied once."""
+    import threading
+    import time
+
+    from streamplane.coordinator.store import postgres as driver
+
+    monkeypatch.setattr(driver, "IDLE_IN_TRANSACTION_MS", 1000)
+    url = postgres.create_database()
+    a, b = PostgresDatabase(url), PostgresDatabase(url)
+    stopped, wake = threading.Event(), threading.Event()
+
+    def stops_once_alone(tr: Any) -> None:
+        tr.run_alone()
+        if not stopped.is_set():
+            stopped.set()
+            wake.wait(30)  # stopped, holding the writers' lock, until the test wakes it
+        tr.add(b"a", 1)
+
+    try:
+        first = threading.Thread(target=lambda: a.transact(stops_once_alone))
+        first.start()
+        assert stopped.wait(10)
+        began = time.monotonic()
+        b.transact(lambda tr: tr.add(b"b", 1))
+        took = time.monotonic() - began
+        assert took < 8, f"B waited {took:.1f} s for the stopped replica's lock"
+        wake.set()
+        first.join(30)
+        assert not first.is_alive()
+        assert b.transact(lambda tr: [read_counter(tr, b"a"), read_counter(tr, b"b")]) == [1, 1]
+    finally:
+        wake.set()
+        a.close()
+        b.close()
+
+
 def test_a_replica_stopped_before_its_commit_holds_the_others_only_until_the_server_ends_its_session(
     postgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
