@@ -1,4 +1,5 @@
-"""Decompression bombs of every codec are rejected while inflating: fast, and within the memory limit.
+"""Decompression bombs of every codec are rejected while inflating: fast (in CPU time), and within the memory
+limit.
 
 Each bomb is decoded in a fresh subprocess that reports how much its peak RSS grew. Sizes: zstd inflates
 to 1 GiB from 33 KB; gzip (deflate tops out near 1032:1) to 950 MiB and lz4 (near 255:1) to 220 MiB, both
@@ -37,15 +38,15 @@ decode(open(sys.argv[4], "rb").read(), impl=impl)  # warm up: imports and first 
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")
 before = status("VmRSS")
-started = time.perf_counter()
+started = time.process_time()  # CPU time: a loaded machine descheduling us is not the decoder's doing
 try:
     decode(data, max_decompressed=limit, impl=impl)
     outcome = "decoded"
 except DecodeLimitExceeded as err:
     outcome = "DecodeLimitExceeded: " + str(err)
-elapsed = time.perf_counter() - started
+elapsed = time.process_time() - started
 grown = status("VmHWM") - before
-print(json.dumps({"outcome": outcome, "seconds": elapsed, "rss_growth": grown}))
+print(json.dumps({"outcome": outcome, "cpu_seconds": elapsed, "rss_growth": grown}))
 """
 
 
@@ -94,7 +95,7 @@ def test_bomb_is_rejected_within_the_limit(bomb_files: dict[str, Path], name: st
     assert f"limit of {LIMIT} bytes" in report["outcome"]
     assert report["rss_growth"] <= LIMIT + RSS_SLACK, report
     if impl == "native":
-        assert report["seconds"] < 0.5, report  # milliseconds in practice; bounded loosely for noisy CI
+        assert report["cpu_seconds"] < 0.5, report  # milliseconds in practice
 
 
 # A thread inflates every batch into one buffer that it keeps from call to call; what a call wrote past its
